@@ -1,0 +1,990 @@
+/*  protocol.c: the JSON codec of protocol.md, driven by two tables.
+
+    s_fields says what each member is (JSON type and bounds); s_messages
+    says which members each type requires or allows.  Decoding walks the
+    type's members once, converting while it checks, so a frame costs one
+    jansson parse plus one linear pass (hex keys are decoded in place into
+    one arena; duplicates are found with seeded SipHash tables, so a peer
+    cannot choose colliding keys).  The rules that tie several members
+    together live in s_check_message, which encode runs as well: nothing
+    the encoder emits can be refused by the decoder.
+*/
+#include "protocol.h"
+
+#include <assert.h>
+#include <czmq.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum {
+    K_STRING,       /* bytes in [min, max] */
+    K_UINT,         /* JSON integer in [min, max] */
+    K_BOOL,
+    K_EPOCH,
+    K_KEYS,
+    K_INDEXES,
+    K_HITS,
+    K_METADATA,
+    K_CODE
+} s_kind_t;
+
+typedef struct {
+    const char *name;
+    s_kind_t kind;
+    uint64_t min, max;
+} s_field_spec_t;
+
+#define JSON_INT_MAX ((uint64_t) INT64_MAX)
+
+static const s_field_spec_t s_fields[PK_F_COUNT] = {
+    [PK_F_CODE]               = { "code", K_CODE, 0, 0 },
+    [PK_F_REASON]             = { "reason", K_STRING, 0, PK_MAX_STRING },
+    [PK_F_KV_REQUEST_ID]      = { "kv_request_id", K_STRING, 1, PK_MAX_STRING },
+    [PK_F_KEYS]               = { "keys", K_KEYS, 0, PK_MAX_LIST },
+    [PK_F_BLOCK_INDEXES]      = { "block_indexes", K_INDEXES, 0, PK_MAX_BLOCK_INDEX },
+    [PK_F_HITS]               = { "hits", K_HITS, 0, 0 },
+    [PK_F_SUCCESS]            = { "success", K_BOOL, 0, 0 },
+    [PK_F_ROUND_SEQ]          = { "round_seq", K_UINT, 0, PK_MAX_ROUND_SEQ },
+    [PK_F_LANDING]            = { "landing", K_UINT, 0, PK_MAX_ROUND_SEQ },
+    [PK_F_WIRE_MAJOR]         = { "wire_major", K_UINT, 0, 65535 },
+    [PK_F_WIRE_MINOR]         = { "wire_minor", K_UINT, 0, 65535 },
+    [PK_F_PEER_ID]            = { "peer_id", K_STRING, 1, PK_MAX_STRING },
+    [PK_F_SOURCE_EPOCH]       = { "source_epoch", K_EPOCH, 0, 0 },
+    [PK_F_TARGET_EPOCH]       = { "target_epoch", K_EPOCH, 0, 0 },
+    [PK_F_AGENT_METADATA]     = { "agent_metadata", K_METADATA, 1, PK_MAX_METADATA },
+    [PK_F_BASE_ADDR]          = { "base_addr", K_UINT, 0, JSON_INT_MAX },
+    [PK_F_NUM_BLOCKS]         = { "num_blocks", K_UINT, 1, PK_MAX_NUM_BLOCKS },
+    [PK_F_BLOCK_LEN]          = { "block_len", K_UINT, 1, PK_MAX_ROUND_SEQ },
+    [PK_F_CONFIG_FINGERPRINT] = { "config_fingerprint", K_STRING, 0, PK_MAX_STRING },
+    [PK_F_HASH_SEED]          = { "hash_seed", K_STRING, 1, PK_MAX_STRING },
+    [PK_F_PROVIDER]           = { "provider", K_STRING, 1, PK_MAX_STRING },
+};
+
+#define B(f) PK_BIT(PK_F_##f)
+#define EPOCHS (B(SOURCE_EPOCH) | B(TARGET_EPOCH))
+#define INCOMPATIBLE_EXTRAS \
+    (B(WIRE_MAJOR) | B(WIRE_MINOR) | B(BLOCK_LEN) | B(CONFIG_FINGERPRINT) | B(HASH_SEED))
+
+static const struct {
+    const char *name;
+    uint32_t required, optional;
+} s_messages[PK_MSG_COUNT] = {
+    [PK_MSG_DESCRIBE]      = { "describe", 0, 0 },
+    [PK_MSG_DESCRIPTION]   = { "description",
+        B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | B(BLOCK_LEN)
+        | B(CONFIG_FINGERPRINT) | B(HASH_SEED) | B(PROVIDER), 0 },
+    [PK_MSG_CONNECT]       = { "connect",
+        B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | EPOCHS | B(AGENT_METADATA)
+        | B(BASE_ADDR) | B(NUM_BLOCKS) | B(BLOCK_LEN) | B(CONFIG_FINGERPRINT)
+        | B(HASH_SEED), 0 },
+    [PK_MSG_CONNECT_ACK]   = { "connect_ack",
+        B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | EPOCHS | B(BLOCK_LEN)
+        | B(NUM_BLOCKS), 0 },
+    [PK_MSG_DISCONNECT]    = { "disconnect", B(CODE) | B(REASON),
+        INCOMPATIBLE_EXTRAS | EPOCHS },
+    [PK_MSG_PING]          = { "ping", EPOCHS, 0 },
+    [PK_MSG_PONG]          = { "pong", EPOCHS, 0 },
+    [PK_MSG_LOOKUP]        = { "lookup", B(KV_REQUEST_ID) | B(KEYS) | B(ROUND_SEQ) | EPOCHS, 0 },
+    [PK_MSG_LOOKUP_RESP]   = { "lookup_resp",
+        B(KV_REQUEST_ID) | B(KEYS) | B(HITS) | B(ROUND_SEQ) | EPOCHS, 0 },
+    [PK_MSG_FETCH]         = { "fetch",
+        B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0 },
+    [PK_MSG_TRANSFER_DONE] = { "transfer_done",
+        B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0 },
+    [PK_MSG_ABORT_FETCH]   = { "abort_fetch", B(KV_REQUEST_ID) | B(ROUND_SEQ) | EPOCHS, 0 },
+    [PK_MSG_ABORT_ACK]     = { "abort_ack",
+        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0 },
+};
+
+static const char *s_codes[PK_DISC_COUNT] = {
+    "incompatible", "no_session", "violation", "silent", "shutdown", "retired"
+};
+
+const char *
+pk_msg_type_name(pk_msg_type_t type)
+{
+    return (unsigned) type < PK_MSG_COUNT ? s_messages[type].name : "?";
+}
+
+const char *
+pk_disconnect_code_name(pk_disconnect_code_t code)
+{
+    return (unsigned) code < PK_DISC_COUNT ? s_codes[code] : "?";
+}
+
+//  --------------------------------------------------------------------------
+//  Errors
+
+static int
+s_fail(char *err, int rc, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, PK_ERRLEN, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+//  What a JSON value is, for "got ..." in an error: scalars as written,
+//  containers and strings by kind (their text can be huge).
+static const char *
+s_got(const json_t *j, char *buf, size_t size)
+{
+    switch (json_typeof(j)) {
+        case JSON_OBJECT: return "object";
+        case JSON_ARRAY:  return "array";
+        case JSON_STRING: return "string";
+        case JSON_TRUE:   return "true";
+        case JSON_FALSE:  return "false";
+        case JSON_NULL:   return "null";
+        case JSON_INTEGER:
+            snprintf(buf, size, "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+            return buf;
+        case JSON_REAL: {
+            char *text = json_dumps(j, JSON_ENCODE_ANY);
+            snprintf(buf, size, "%s", text ? text : "real");
+            free(text);
+            return buf;
+        }
+    }
+    return "?";
+}
+
+//  --------------------------------------------------------------------------
+//  Hex
+
+static int8_t s_hexval[256];
+static uint8_t s_siphash_key[crypto_shorthash_KEYBYTES];
+static uint64_t s_index_mult;     //  odd, random: multiplicative hash of indexes
+
+static void
+s_init_once(void)
+{
+    memset(s_hexval, -1, sizeof s_hexval);
+    for (int i = 0; i < 10; i++)
+        s_hexval['0' + i] = (int8_t) i;
+    for (int i = 0; i < 6; i++)
+        s_hexval['a' + i] = (int8_t) (10 + i);
+    //  sodium_init is idempotent and thread-safe; the key makes bucket
+    //  placement unpredictable to a peer choosing keys.
+    if (sodium_init() < 0)
+        abort();
+    randombytes_buf(s_siphash_key, sizeof s_siphash_key);
+    randombytes_buf(&s_index_mult, sizeof s_index_mult);
+    s_index_mult |= 1;
+}
+
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+#define S_INIT() pthread_once(&s_once, s_init_once)
+
+void
+pk_hex_encode(const uint8_t *bytes, size_t len, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * len] = '\0';
+}
+
+//  Returns the index of the first bad char, or -1 when all is lowercase hex.
+static ssize_t
+s_hex_decode(const char *hex, size_t hexlen, uint8_t *out)
+{
+    const unsigned char *h = (const unsigned char *) hex;
+    for (size_t i = 0; i < hexlen; i += 2) {
+        int hi = s_hexval[h[i]], lo = s_hexval[h[i + 1]];
+        if ((hi | lo) < 0)
+            return (ssize_t) (hi < 0 ? i : i + 1);
+        out[i / 2] = (uint8_t) (hi << 4 | lo);
+    }
+    return -1;
+}
+
+int
+pk_hex_decode(const char *hex, size_t hexlen, uint8_t *out)
+{
+    S_INIT();
+    if (hexlen % 2 || s_hex_decode(hex, hexlen, out) >= 0)
+        return -EINVAL;
+    return (int) (hexlen / 2);
+}
+
+//  --------------------------------------------------------------------------
+//  Duplicate detection over a list of up to 65,536 items.  zhashx costs a
+//  malloc per item and rehashes as it grows (measured: a third of the
+//  decode budget of a 65,536-key fetch), so this is one flat open-addressed
+//  table of item positions, sized once.  Keys are hashed with keyed SipHash
+//  and indexes with a random multiplier, so a peer cannot pick collisions.
+
+typedef struct {
+    const pk_msg_t *msg;
+    bool keys;          //  keys, else block_indexes
+} s_list_t;
+
+static uint64_t
+s_item_hash(const s_list_t *l, size_t i)
+{
+    if (l->keys) {
+        uint64_t h;
+        const pk_key_t *k = &l->msg->keys.v[i];
+        crypto_shorthash((unsigned char *) &h, k->bytes, k->len, s_siphash_key);
+        return h;
+    }
+    return (l->msg->block_indexes[i] + UINT64_C(1)) * s_index_mult;
+}
+
+static bool
+s_item_eq(const s_list_t *l, size_t i, size_t j)
+{
+    if (l->keys) {
+        const pk_key_t *a = &l->msg->keys.v[i], *b = &l->msg->keys.v[j];
+        return a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
+    }
+    return l->msg->block_indexes[i] == l->msg->block_indexes[j];
+}
+
+//  Finds the first item (in list order) equal to an earlier one: 0 with
+//  *dup = -1 when all differ, *dup and *first set otherwise, or -ENOMEM.
+static int
+s_find_duplicate(const s_list_t *l, size_t count, ssize_t *dup, size_t *first)
+{
+    *dup = -1;
+    if (count < 2)
+        return 0;
+    int bits = 1;
+    while ((size_t) 1 << bits < 2 * count)
+        bits++;
+    size_t mask = ((size_t) 1 << bits) - 1;
+    uint32_t *slot = calloc(mask + 1, sizeof *slot);     //  position + 1, 0 = empty
+    if (!slot)
+        return -ENOMEM;
+    for (size_t i = 0; i < count; i++) {
+        //  the top bits of a multiplicative hash are the well-mixed ones
+        size_t at = (size_t) (s_item_hash(l, i) >> (64 - bits));
+        while (slot[at] && !s_item_eq(l, slot[at] - 1, i))
+            at = (at + 1) & mask;
+        if (slot[at]) {
+            *first = slot[at] - 1;
+            *dup = (ssize_t) i;
+            break;
+        }
+        slot[at] = (uint32_t) i + 1;
+    }
+    free(slot);
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Messages
+
+pk_msg_t *
+pk_msg_new(pk_msg_type_t type)
+{
+    assert((unsigned) type < PK_MSG_COUNT);
+    pk_msg_t *self = calloc(1, sizeof *self);
+    if (self)
+        self->type = type;
+    return self;
+}
+
+static void
+s_keys_free(pk_keys_t *keys)
+{
+    free(keys->v);
+    free(keys->arena);
+    memset(keys, 0, sizeof *keys);
+}
+
+void
+pk_msg_destroy(pk_msg_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    pk_msg_t *self = *self_p;
+    free(self->kv_request_id);
+    free(self->peer_id);
+    free(self->config_fingerprint);
+    free(self->hash_seed);
+    free(self->provider);
+    free(self->reason);
+    s_keys_free(&self->keys);
+    free(self->block_indexes);
+    free(self->hits);
+    free(self->agent_metadata);
+    free(self);
+    *self_p = NULL;
+}
+
+static char **
+s_string_slot(pk_msg_t *self, pk_field_t field)
+{
+    switch (field) {
+        case PK_F_KV_REQUEST_ID:      return &self->kv_request_id;
+        case PK_F_PEER_ID:            return &self->peer_id;
+        case PK_F_CONFIG_FINGERPRINT: return &self->config_fingerprint;
+        case PK_F_HASH_SEED:          return &self->hash_seed;
+        case PK_F_PROVIDER:           return &self->provider;
+        case PK_F_REASON:             return &self->reason;
+        default:                      return NULL;
+    }
+}
+
+static uint64_t *
+s_uint_slot(pk_msg_t *self, pk_field_t field)
+{
+    switch (field) {
+        case PK_F_ROUND_SEQ:  return &self->round_seq;
+        case PK_F_LANDING:    return &self->landing;
+        case PK_F_WIRE_MAJOR: return &self->wire_major;
+        case PK_F_WIRE_MINOR: return &self->wire_minor;
+        case PK_F_BASE_ADDR:  return &self->base_addr;
+        case PK_F_NUM_BLOCKS: return &self->num_blocks;
+        case PK_F_BLOCK_LEN:  return &self->block_len;
+        default:              return NULL;
+    }
+}
+
+int
+pk_msg_set_string(pk_msg_t *self, pk_field_t field, const char *value)
+{
+    char **slot = s_string_slot(self, field);
+    assert(slot && value);
+    char *copy = strdup(value);
+    if (!copy)
+        return -ENOMEM;
+    free(*slot);
+    *slot = copy;
+    self->present |= PK_BIT(field);
+    return 0;
+}
+
+void
+pk_msg_set_uint(pk_msg_t *self, pk_field_t field, uint64_t value)
+{
+    uint64_t *slot = s_uint_slot(self, field);
+    assert(slot);
+    *slot = value;
+    self->present |= PK_BIT(field);
+}
+
+void
+pk_msg_set_bool(pk_msg_t *self, pk_field_t field, bool value)
+{
+    assert(field == PK_F_SUCCESS);
+    self->success = value;
+    self->present |= PK_BIT(field);
+}
+
+void
+pk_msg_set_epochs(pk_msg_t *self, const uint8_t *source, const uint8_t *target)
+{
+    memcpy(self->source_epoch, source, PK_EPOCH_LEN);
+    memcpy(self->target_epoch, target, PK_EPOCH_LEN);
+    self->present |= EPOCHS;
+}
+
+void
+pk_msg_set_code(pk_msg_t *self, pk_disconnect_code_t code)
+{
+    self->code = code;
+    self->present |= PK_BIT(PK_F_CODE);
+}
+
+int
+pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += keys[i].len;
+    pk_keys_t copy = { count, NULL, NULL };
+    copy.v = malloc((count ? count : 1) * sizeof *copy.v);
+    copy.arena = malloc(total ? total : 1);
+    if (!copy.v || !copy.arena) {
+        s_keys_free(&copy);
+        return -ENOMEM;
+    }
+    uint8_t *at = copy.arena;
+    for (size_t i = 0; i < count; i++) {
+        memcpy(at, keys[i].bytes, keys[i].len);
+        copy.v[i] = (pk_key_t) { at, keys[i].len };
+        at += keys[i].len;
+    }
+    s_keys_free(&self->keys);
+    self->keys = copy;
+    self->present |= PK_BIT(PK_F_KEYS);
+    return 0;
+}
+
+int
+pk_msg_set_block_indexes(pk_msg_t *self, const uint32_t *idx, size_t count)
+{
+    uint32_t *copy = malloc((count ? count : 1) * sizeof *copy);
+    if (!copy)
+        return -ENOMEM;
+    if (count)
+        memcpy(copy, idx, count * sizeof *copy);
+    free(self->block_indexes);
+    self->block_indexes = copy;
+    self->present |= PK_BIT(PK_F_BLOCK_INDEXES);
+    return 0;
+}
+
+int
+pk_msg_set_hits(pk_msg_t *self, const bool *hits, size_t count)
+{
+    bool *copy = malloc((count ? count : 1) * sizeof *copy);
+    if (!copy)
+        return -ENOMEM;
+    if (count)
+        memcpy(copy, hits, count * sizeof *copy);
+    free(self->hits);
+    self->hits = copy;
+    self->present |= PK_BIT(PK_F_HITS);
+    return 0;
+}
+
+int
+pk_msg_set_metadata(pk_msg_t *self, const void *data, size_t len)
+{
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy)
+        return -ENOMEM;
+    if (len)
+        memcpy(copy, data, len);
+    free(self->agent_metadata);
+    self->agent_metadata = copy;
+    self->agent_metadata_len = len;
+    self->present |= PK_BIT(PK_F_AGENT_METADATA);
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Rules that tie members together; run by both decode and encode.
+
+static bool
+s_is_zero(const uint8_t *epoch)
+{
+    uint8_t acc = 0;
+    for (int i = 0; i < PK_EPOCH_LEN; i++)
+        acc |= epoch[i];
+    return acc == 0;
+}
+
+//  Only connect's target_epoch may be all zeros (no server epoch known yet).
+static bool
+s_zero_epoch_ok(pk_msg_type_t type, pk_field_t field)
+{
+    return type == PK_MSG_CONNECT && field == PK_F_TARGET_EPOCH;
+}
+
+static int
+s_check_message(const pk_msg_t *m, char *err)
+{
+    const char *tn = s_messages[m->type].name;
+    size_t n = m->keys.count;
+
+    switch (m->type) {
+        case PK_MSG_CONNECT: {
+            uint64_t bytes, end;
+            if (__builtin_mul_overflow(m->num_blocks, m->block_len, &bytes)
+                || __builtin_add_overflow(m->base_addr, bytes, &end))
+                return s_fail(err, -EPROTO,
+                              "%s: base_addr + num_blocks*block_len overflows 64 bits", tn);
+            break;
+        }
+        case PK_MSG_DISCONNECT: {
+            uint32_t epochs = m->present & EPOCHS;
+            if (epochs && epochs != EPOCHS)
+                return s_fail(err, -EPROTO,
+                              "%s: source_epoch and target_epoch go together", tn);
+            if (m->code == PK_DISC_INCOMPATIBLE) {
+                uint32_t lacking = INCOMPATIBLE_EXTRAS & ~m->present;
+                if (lacking)
+                    return s_fail(err, -EPROTO, "%s.%s: missing (required for code incompatible)",
+                                  tn, s_fields[__builtin_ctz(lacking)].name);
+            }
+            break;
+        }
+        case PK_MSG_LOOKUP:
+            if (n == 0)
+                return s_fail(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
+            break;
+        case PK_MSG_LOOKUP_RESP:
+            if (n == 0)
+                return s_fail(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
+            break;
+        case PK_MSG_FETCH: {
+            ssize_t dup;
+            size_t first = 0;
+            s_list_t keys = { m, true }, indexes = { m, false };
+            int rc = s_find_duplicate(&keys, n, &dup, &first);
+            if (rc)
+                return s_fail(err, rc, "out of memory");
+            if (dup >= 0)
+                return s_fail(err, -EPROTO, "%s.keys[%zd]: duplicate of keys[%zu]",
+                              tn, dup, first);
+            rc = s_find_duplicate(&indexes, n, &dup, &first);
+            if (rc)
+                return s_fail(err, rc, "out of memory");
+            if (dup >= 0)
+                return s_fail(err, -EPROTO,
+                              "%s.block_indexes[%zd]: duplicate of block_indexes[%zu] (%" PRIu32 ")",
+                              tn, dup, first, m->block_indexes[dup]);
+            break;
+        }
+        default:
+            break;
+    }
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Decoding one member
+
+//  Keys: every item a string of lowercase hex, even length, 2..8192 chars,
+//  decoded straight into one arena sized in a first pass.
+static int
+s_decode_keys(pk_msg_t *m, const json_t *arr, const char *tn, char *err)
+{
+    char got[64];
+    size_t n = json_array_size(arr);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_array_get(arr, i);
+        if (!json_is_string(s))
+            return s_fail(err, -EPROTO, "%s.keys[%zu]: expected string, got %s",
+                          tn, i, s_got(s, got, sizeof got));
+        size_t len = json_string_length(s);
+        if (len == 0 || len > PK_MAX_KEY_HEX || len % 2)
+            return s_fail(err, -EPROTO,
+                          "%s.keys[%zu]: expected lowercase hex of even length 2..%d chars, got %zu chars",
+                          tn, i, PK_MAX_KEY_HEX, len);
+        total += len / 2;
+    }
+    m->keys.count = n;
+    m->keys.v = malloc((n ? n : 1) * sizeof *m->keys.v);
+    m->keys.arena = malloc(total ? total : 1);
+    if (!m->keys.v || !m->keys.arena)
+        return s_fail(err, -ENOMEM, "out of memory");
+    uint8_t *at = m->keys.arena;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_array_get(arr, i);
+        size_t len = json_string_length(s);
+        const char *hex = json_string_value(s);
+        ssize_t bad = s_hex_decode(hex, len, at);
+        if (bad >= 0) {
+            unsigned char c = (unsigned char) hex[bad];
+            if (c >= 0x20 && c < 0x7f)
+                return s_fail(err, -EPROTO, "%s.keys[%zu]: expected lowercase hex, got '%c' at char %zd",
+                              tn, i, c, bad);
+            return s_fail(err, -EPROTO, "%s.keys[%zu]: expected lowercase hex, got byte 0x%02x at char %zd",
+                          tn, i, c, bad);
+        }
+        m->keys.v[i] = (pk_key_t) { at, (uint32_t) (len / 2) };
+        at += len / 2;
+    }
+    return 0;
+}
+
+static int
+s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
+{
+    const s_field_spec_t *spec = &s_fields[f];
+    const char *tn = s_messages[m->type].name;
+    const char *fn = spec->name;
+    char got[64];
+
+    switch (spec->kind) {
+        case K_STRING: {
+            if (!json_is_string(j))
+                return s_fail(err, -EPROTO, "%s.%s: expected string, got %s",
+                              tn, fn, s_got(j, got, sizeof got));
+            size_t len = json_string_length(j);
+            if (len < spec->min || len > spec->max)
+                return s_fail(err, -EPROTO, "%s.%s: expected string of %" PRIu64 "..%" PRIu64
+                              " bytes, got %zu bytes", tn, fn, spec->min, spec->max, len);
+            //  jansson refuses \u0000, so the value is a C string of len bytes
+            char *copy = strndup(json_string_value(j), len);
+            if (!copy)
+                return s_fail(err, -ENOMEM, "out of memory");
+            *s_string_slot(m, f) = copy;
+            break;
+        }
+        case K_UINT: {
+            json_int_t v = json_is_integer(j) ? json_integer_value(j) : -1;
+            if (!json_is_integer(j) || v < 0 || (uint64_t) v < spec->min
+                || (uint64_t) v > spec->max)
+                return s_fail(err, -EPROTO, "%s.%s: expected integer %" PRIu64 "..%" PRIu64
+                              ", got %s", tn, fn, spec->min, spec->max, s_got(j, got, sizeof got));
+            *s_uint_slot(m, f) = (uint64_t) v;
+            break;
+        }
+        case K_BOOL:
+            if (!json_is_boolean(j))
+                return s_fail(err, -EPROTO, "%s.%s: expected boolean, got %s",
+                              tn, fn, s_got(j, got, sizeof got));
+            m->success = json_is_true(j);
+            break;
+        case K_EPOCH: {
+            uint8_t *epoch = f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch;
+            if (!json_is_string(j) || json_string_length(j) != 2 * PK_EPOCH_LEN
+                || s_hex_decode(json_string_value(j), 2 * PK_EPOCH_LEN, epoch) >= 0)
+                return s_fail(err, -EPROTO, "%s.%s: expected %d lowercase hex chars, got %s",
+                              tn, fn, 2 * PK_EPOCH_LEN,
+                              json_is_string(j) ? "other text" : s_got(j, got, sizeof got));
+            if (s_is_zero(epoch) && !s_zero_epoch_ok(m->type, f))
+                return s_fail(err, -EPROTO, "%s.%s: expected a nonzero epoch, got all zeros",
+                              tn, fn);
+            break;
+        }
+        case K_KEYS:
+            if (!json_is_array(j))
+                return s_fail(err, -EPROTO, "%s.keys: expected array, got %s",
+                              tn, s_got(j, got, sizeof got));
+            if (json_array_size(j) > PK_MAX_LIST)
+                return s_fail(err, -EPROTO, "%s.keys: expected at most %d items, got %zu",
+                              tn, PK_MAX_LIST, json_array_size(j));
+            return s_decode_keys(m, j, tn, err);
+        case K_INDEXES:
+        case K_HITS: {
+            //  Keys come first in field order, so their count is known here.
+            size_t n = m->keys.count;
+            if (!json_is_array(j))
+                return s_fail(err, -EPROTO, "%s.%s: expected array, got %s",
+                              tn, fn, s_got(j, got, sizeof got));
+            if (json_array_size(j) != n)
+                return s_fail(err, -EPROTO, "%s.%s: expected %zu items (one per key), got %zu",
+                              tn, fn, n, json_array_size(j));
+            if (spec->kind == K_HITS) {
+                m->hits = malloc(n ? n : 1);
+                if (!m->hits)
+                    return s_fail(err, -ENOMEM, "out of memory");
+                for (size_t i = 0; i < n; i++) {
+                    const json_t *b = json_array_get(j, i);
+                    if (!json_is_boolean(b))
+                        return s_fail(err, -EPROTO, "%s.hits[%zu]: expected boolean, got %s",
+                                      tn, i, s_got(b, got, sizeof got));
+                    m->hits[i] = json_is_true(b);
+                }
+                break;
+            }
+            m->block_indexes = malloc((n ? n : 1) * sizeof(uint32_t));
+            if (!m->block_indexes)
+                return s_fail(err, -ENOMEM, "out of memory");
+            for (size_t i = 0; i < n; i++) {
+                const json_t *x = json_array_get(j, i);
+                json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
+                if (!json_is_integer(x) || v < 0 || v > (json_int_t) spec->max)
+                    return s_fail(err, -EPROTO, "%s.block_indexes[%zu]: expected integer 0..%"
+                                  PRIu64 ", got %s", tn, i, spec->max, s_got(x, got, sizeof got));
+                m->block_indexes[i] = (uint32_t) v;
+            }
+            break;
+        }
+        case K_METADATA: {
+            if (!json_is_string(j))
+                return s_fail(err, -EPROTO, "%s.%s: expected base64 string, got %s",
+                              tn, fn, s_got(j, got, sizeof got));
+            //  refuse before allocating for text too long to fit the bound
+            size_t len = json_string_length(j);
+            size_t cap = len / 4 * 3 + 3;
+            if (len > (PK_MAX_METADATA + 2) / 3 * 4)
+                return s_fail(err, -EPROTO, "%s.%s: expected at most %u bytes decoded, got %zu base64 chars",
+                              tn, fn, PK_MAX_METADATA, len);
+            m->agent_metadata = malloc(cap);
+            if (!m->agent_metadata)
+                return s_fail(err, -ENOMEM, "out of memory");
+            size_t out_len = 0;
+            const char *end = NULL;
+            if (sodium_base642bin(m->agent_metadata, cap, json_string_value(j), len, NULL,
+                                  &out_len, &end, sodium_base64_VARIANT_ORIGINAL) != 0
+                || end != json_string_value(j) + len)
+                return s_fail(err, -EPROTO, "%s.%s: expected base64 (with padding), got invalid text",
+                              tn, fn);
+            if (out_len < spec->min || out_len > spec->max)
+                return s_fail(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
+                              " bytes decoded, got %zu", tn, fn, spec->min, spec->max, out_len);
+            m->agent_metadata_len = out_len;
+            break;
+        }
+        case K_CODE: {
+            if (json_is_string(j))
+                for (int c = 0; c < PK_DISC_COUNT; c++)
+                    if (strcmp(json_string_value(j), s_codes[c]) == 0) {
+                        m->code = (pk_disconnect_code_t) c;
+                        return 0;
+                    }
+            return s_fail(err, -EPROTO, "%s.code: expected one of incompatible, no_session, "
+                          "violation, silent, shutdown, retired, got %s",
+                          tn, json_is_string(j) ? "other text" : s_got(j, got, sizeof got));
+        }
+    }
+    return 0;
+}
+
+int
+pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err)
+{
+    S_INIT();
+    *msg_p = NULL;
+    char got[64];
+    json_error_t jerr;
+    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        //  jansson names its flag; the peer needs the rule instead
+        if (strstr(jerr.text, "\\u0000"))
+            return s_fail(err, -EBADMSG, "invalid JSON at byte %d: NUL character in string",
+                          jerr.position);
+        return s_fail(err, -EBADMSG, "invalid JSON at byte %d: %s", jerr.position, jerr.text);
+    }
+    int rc;
+    if (!json_is_object(root)) {
+        rc = s_fail(err, -EBADMSG, "frame is not a JSON object (got %s)",
+                    s_got(root, got, sizeof got));
+        goto fail_root;
+    }
+    const json_t *jtype = json_object_get(root, "type");
+    if (!jtype) {
+        rc = s_fail(err, -EBADMSG, "type: missing");
+        goto fail_root;
+    }
+    if (!json_is_string(jtype)) {
+        rc = s_fail(err, -EBADMSG, "type: expected string, got %s", s_got(jtype, got, sizeof got));
+        goto fail_root;
+    }
+    int type = 0;
+    while (type < PK_MSG_COUNT && strcmp(s_messages[type].name, json_string_value(jtype)) != 0)
+        type++;
+    if (type == PK_MSG_COUNT) {
+        rc = s_fail(err, -ENOMSG, "unknown type \"%.64s\"", json_string_value(jtype));
+        goto fail_root;
+    }
+    pk_msg_t *m = pk_msg_new((pk_msg_type_t) type);
+    if (!m) {
+        rc = s_fail(err, -ENOMEM, "out of memory");
+        goto fail_root;
+    }
+    uint32_t wanted = s_messages[type].required | s_messages[type].optional;
+    for (int f = 0; f < PK_F_COUNT; f++) {
+        if (!(wanted & PK_BIT(f)))
+            continue;
+        const json_t *j = json_object_get(root, s_fields[f].name);
+        if (!j) {
+            if (s_messages[type].required & PK_BIT(f)) {
+                rc = s_fail(err, -EPROTO, "%s.%s: missing", s_messages[type].name,
+                            s_fields[f].name);
+                goto fail_msg;
+            }
+            continue;
+        }
+        rc = s_decode_field(m, (pk_field_t) f, j, err);
+        if (rc)
+            goto fail_msg;
+        m->present |= PK_BIT(f);
+    }
+    rc = s_check_message(m, err);
+    if (rc)
+        goto fail_msg;
+    json_decref(root);
+    *msg_p = m;
+    return 0;
+
+fail_msg:
+    pk_msg_destroy(&m);
+fail_root:
+    json_decref(root);
+    return rc;
+}
+
+//  --------------------------------------------------------------------------
+//  Encoding
+
+//  The field rules, checked on a struct (the decoder checks them on JSON,
+//  where it also has to reject wrong types).
+static int
+s_check_field(const pk_msg_t *m, pk_field_t f, char *err)
+{
+    const s_field_spec_t *spec = &s_fields[f];
+    const char *tn = s_messages[m->type].name;
+    const char *fn = spec->name;
+    switch (spec->kind) {
+        case K_STRING: {
+            const char *s = *s_string_slot((pk_msg_t *) m, f);
+            size_t len = s ? strlen(s) : 0;
+            if (!s || len < spec->min || len > spec->max)
+                return s_fail(err, -EPROTO, "%s.%s: expected string of %" PRIu64 "..%" PRIu64
+                              " bytes, got %zu bytes", tn, fn, spec->min, spec->max, len);
+            break;
+        }
+        case K_UINT: {
+            uint64_t v = *s_uint_slot((pk_msg_t *) m, f);
+            if (v < spec->min || v > spec->max)
+                return s_fail(err, -EPROTO, "%s.%s: expected integer %" PRIu64 "..%" PRIu64
+                              ", got %" PRIu64, tn, fn, spec->min, spec->max, v);
+            break;
+        }
+        case K_EPOCH: {
+            const uint8_t *e = f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch;
+            if (s_is_zero(e) && !s_zero_epoch_ok(m->type, f))
+                return s_fail(err, -EPROTO, "%s.%s: expected a nonzero epoch, got all zeros",
+                              tn, fn);
+            break;
+        }
+        case K_KEYS:
+            if (m->keys.count > PK_MAX_LIST)
+                return s_fail(err, -EPROTO, "%s.keys: expected at most %d items, got %zu",
+                              tn, PK_MAX_LIST, m->keys.count);
+            for (size_t i = 0; i < m->keys.count; i++)
+                if (m->keys.v[i].len == 0 || m->keys.v[i].len > PK_MAX_KEY_BYTES)
+                    return s_fail(err, -EPROTO, "%s.keys[%zu]: expected 1..%d bytes, got %" PRIu32,
+                                  tn, i, PK_MAX_KEY_BYTES, m->keys.v[i].len);
+            break;
+        case K_INDEXES:
+            for (size_t i = 0; i < m->keys.count; i++)
+                if (m->block_indexes[i] > spec->max)
+                    return s_fail(err, -EPROTO, "%s.block_indexes[%zu]: expected integer 0..%"
+                                  PRIu64 ", got %" PRIu32, tn, i, spec->max, m->block_indexes[i]);
+            break;
+        case K_METADATA:
+            if (m->agent_metadata_len < spec->min || m->agent_metadata_len > spec->max)
+                return s_fail(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
+                              " bytes decoded, got %zu", tn, fn, spec->min, spec->max,
+                              m->agent_metadata_len);
+            break;
+        case K_CODE:
+            if ((unsigned) m->code >= PK_DISC_COUNT)
+                return s_fail(err, -EPROTO, "%s.code: unknown code %d", tn, (int) m->code);
+            break;
+        case K_HITS:
+        case K_BOOL:
+            break;
+    }
+    return 0;
+}
+
+static json_t *
+s_encode_field(const pk_msg_t *m, pk_field_t f)
+{
+    char hex[2 * PK_MAX_KEY_BYTES + 1];
+    switch (s_fields[f].kind) {
+        case K_STRING:
+            return json_string(*s_string_slot((pk_msg_t *) m, f));
+        case K_UINT:
+            return json_integer((json_int_t) *s_uint_slot((pk_msg_t *) m, f));
+        case K_BOOL:
+            return json_boolean(m->success);
+        case K_EPOCH:
+            pk_hex_encode(f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch,
+                          PK_EPOCH_LEN, hex);
+            return json_stringn_nocheck(hex, 2 * PK_EPOCH_LEN);
+        case K_CODE:
+            return json_string(s_codes[m->code]);
+        case K_METADATA: {
+            size_t b64len = sodium_base64_ENCODED_LEN(m->agent_metadata_len,
+                                                      sodium_base64_VARIANT_ORIGINAL);
+            char *b64 = malloc(b64len);
+            if (!b64)
+                return NULL;
+            sodium_bin2base64(b64, b64len, m->agent_metadata, m->agent_metadata_len,
+                              sodium_base64_VARIANT_ORIGINAL);
+            json_t *j = json_stringn_nocheck(b64, b64len - 1);
+            free(b64);
+            return j;
+        }
+        case K_KEYS:
+        case K_INDEXES:
+        case K_HITS: {
+            json_t *arr = json_array();
+            for (size_t i = 0; arr && i < m->keys.count; i++) {
+                json_t *item;
+                if (s_fields[f].kind == K_KEYS) {
+                    pk_hex_encode(m->keys.v[i].bytes, m->keys.v[i].len, hex);
+                    item = json_stringn_nocheck(hex, 2 * (size_t) m->keys.v[i].len);
+                }
+                else if (s_fields[f].kind == K_HITS)
+                    item = json_boolean(m->hits[i]);
+                else
+                    item = json_integer(m->block_indexes[i]);
+                if (json_array_append_new(arr, item) != 0) {
+                    json_decref(arr);
+                    return NULL;
+                }
+            }
+            return arr;
+        }
+    }
+    return NULL;
+}
+
+int
+pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
+{
+    S_INIT();
+    *out_p = NULL;
+    if ((unsigned) self->type >= PK_MSG_COUNT)
+        return s_fail(err, -EPROTO, "unknown message type %d", (int) self->type);
+    const char *tn = s_messages[self->type].name;
+    uint32_t required = s_messages[self->type].required;
+    uint32_t emit = self->present & (required | s_messages[self->type].optional);
+    if (required & ~self->present)
+        return s_fail(err, -EPROTO, "%s.%s: missing", tn,
+                      s_fields[__builtin_ctz(required & ~self->present)].name);
+    //  Lists share the keys' count; a list set without keys is a caller bug
+    //  the rules below would not see.
+    if ((emit & (B(BLOCK_INDEXES) | B(HITS))) && !(emit & B(KEYS)))
+        return s_fail(err, -EPROTO, "%s: block_indexes/hits without keys", tn);
+
+    for (int f = 0; f < PK_F_COUNT; f++) {
+        if (!(emit & PK_BIT(f)))
+            continue;
+        int rc = s_check_field(self, (pk_field_t) f, err);
+        if (rc)
+            return rc;
+    }
+    int rc = s_check_message(self, err);
+    if (rc)
+        return rc;
+
+    json_t *root = json_object();
+    if (!root || json_object_set_new(root, "type", json_string(tn)) != 0)
+        goto fail_nomem;
+    for (int f = 0; f < PK_F_COUNT; f++) {
+        if (!(emit & PK_BIT(f)))
+            continue;
+        json_t *value = s_encode_field(self, (pk_field_t) f);
+        if (!value) {
+            //  json_string refuses text that is not UTF-8
+            if (s_fields[f].kind == K_STRING) {
+                json_decref(root);
+                return s_fail(err, -EPROTO, "%s.%s: not valid UTF-8", tn, s_fields[f].name);
+            }
+            goto fail_nomem;
+        }
+        if (json_object_set_new_nocheck(root, s_fields[f].name, value) != 0)
+            goto fail_nomem;
+    }
+    char *text = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!text)
+        return s_fail(err, -ENOMEM, "out of memory");
+    *out_p = text;
+    if (len_p)
+        *len_p = strlen(text);
+    return 0;
+
+fail_nomem:
+    json_decref(root);
+    return s_fail(err, -ENOMEM, "out of memory");
+}

@@ -1,0 +1,174 @@
+/*  protocol.h: the control-plane messages of protocol.md, as C structs.
+
+    Every message travels as one compact JSON object.  pk_msg_decode turns
+    such a frame into a pk_msg_t, enforcing every field rule of protocol.md
+    sections 1-3, and says exactly what was wrong when it refuses one;
+    pk_msg_encode is its inverse and refuses a struct that would not decode.
+    Inside the library keys are raw bytes (pk_keys_t), never hex.
+
+    Error classes, so the session can react as protocol.md asks:
+      -EBADMSG  the frame is not one JSON object (not UTF-8, bad JSON, a
+                duplicate member, a NUL character, no string "type"):
+                dropped and counted;
+      -ENOMSG   an object of an unknown type: counted and ignored;
+      -EPROTO   a known type whose fields break a rule: a protocol violation;
+      -ENOMEM   out of memory.
+*/
+#ifndef PK_PROTOCOL_H_INCLUDED
+#define PK_PROTOCOL_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PK_WIRE_MAJOR 1
+#define PK_WIRE_MINOR 0
+
+#define PK_MAX_LIST        65536        /* items in keys / block_indexes / hits */
+#define PK_MAX_KEY_HEX     8192         /* hex chars of one key */
+#define PK_MAX_KEY_BYTES   (PK_MAX_KEY_HEX / 2)
+#define PK_MAX_STRING      4096         /* bytes of an id, fingerprint, seed... */
+#define PK_MAX_METADATA    (1u << 20)   /* decoded agent_metadata bytes */
+#define PK_MAX_ROUND_SEQ   ((UINT64_C(1) << 53) - 1)
+#define PK_MAX_NUM_BLOCKS  (UINT64_C(1) << 31)
+#define PK_MAX_BLOCK_INDEX 2147483647u
+#define PK_EPOCH_LEN       16
+#define PK_ERRLEN          256          /* a decode error always fits */
+
+typedef enum {
+    PK_MSG_DESCRIBE = 0,
+    PK_MSG_DESCRIPTION,
+    PK_MSG_CONNECT,
+    PK_MSG_CONNECT_ACK,
+    PK_MSG_DISCONNECT,
+    PK_MSG_PING,
+    PK_MSG_PONG,
+    PK_MSG_LOOKUP,
+    PK_MSG_LOOKUP_RESP,
+    PK_MSG_FETCH,
+    PK_MSG_TRANSFER_DONE,
+    PK_MSG_ABORT_FETCH,
+    PK_MSG_ABORT_ACK,
+    PK_MSG_COUNT
+} pk_msg_type_t;
+
+typedef enum {
+    PK_DISC_INCOMPATIBLE = 0,
+    PK_DISC_NO_SESSION,
+    PK_DISC_VIOLATION,
+    PK_DISC_SILENT,
+    PK_DISC_SHUTDOWN,
+    PK_DISC_RETIRED,
+    PK_DISC_COUNT
+} pk_disconnect_code_t;
+
+/*  One key: a content hash as bytes.  Keys decoded from a frame point into
+    one arena owned by their pk_keys_t.  */
+typedef struct {
+    const uint8_t *bytes;
+    uint32_t len;
+} pk_key_t;
+
+typedef struct {
+    size_t count;
+    pk_key_t *v;
+    uint8_t *arena;         /* NULL when v[] points at caller-owned bytes */
+} pk_keys_t;
+
+/*  Fields a message may carry; bit i of pk_msg_t.present is field i, and
+    the encoder writes members in this order.  */
+typedef enum {
+    PK_F_CODE = 0,
+    PK_F_REASON,
+    PK_F_KV_REQUEST_ID,
+    PK_F_KEYS,
+    PK_F_BLOCK_INDEXES,
+    PK_F_HITS,
+    PK_F_SUCCESS,
+    PK_F_ROUND_SEQ,
+    PK_F_LANDING,
+    PK_F_WIRE_MAJOR,
+    PK_F_WIRE_MINOR,
+    PK_F_PEER_ID,
+    PK_F_SOURCE_EPOCH,
+    PK_F_TARGET_EPOCH,
+    PK_F_AGENT_METADATA,
+    PK_F_BASE_ADDR,
+    PK_F_NUM_BLOCKS,
+    PK_F_BLOCK_LEN,
+    PK_F_CONFIG_FINGERPRINT,
+    PK_F_HASH_SEED,
+    PK_F_PROVIDER,
+    PK_F_COUNT
+} pk_field_t;
+
+#define PK_BIT(f) (UINT32_C(1) << (f))
+
+typedef struct {
+    pk_msg_type_t type;
+    uint32_t present;               /* PK_BIT(field) for each field held */
+
+    char *kv_request_id;            /* strings: NUL-terminated, NUL-free */
+    char *peer_id;
+    char *config_fingerprint;
+    char *hash_seed;
+    char *provider;
+    char *reason;
+
+    pk_keys_t keys;
+    uint32_t *block_indexes;        /* keys.count items */
+    bool *hits;                     /* keys.count items */
+
+    uint64_t round_seq;
+    uint64_t landing;
+    uint64_t wire_major;
+    uint64_t wire_minor;
+    uint64_t base_addr;
+    uint64_t num_blocks;
+    uint64_t block_len;
+    bool success;
+    pk_disconnect_code_t code;
+
+    uint8_t source_epoch[PK_EPOCH_LEN];
+    uint8_t target_epoch[PK_EPOCH_LEN];
+
+    uint8_t *agent_metadata;
+    size_t agent_metadata_len;
+} pk_msg_t;
+
+/*  A zeroed message of this type; every field unset.  */
+pk_msg_t *pk_msg_new(pk_msg_type_t type);
+void pk_msg_destroy(pk_msg_t **self_p);
+
+/*  Setters copy their input and mark the field present.  They return 0 or
+    -ENOMEM.  pk_msg_set_keys copies count keys into one arena.  */
+int pk_msg_set_string(pk_msg_t *self, pk_field_t field, const char *value);
+int pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count);
+int pk_msg_set_block_indexes(pk_msg_t *self, const uint32_t *idx, size_t count);
+int pk_msg_set_hits(pk_msg_t *self, const bool *hits, size_t count);
+int pk_msg_set_metadata(pk_msg_t *self, const void *data, size_t len);
+void pk_msg_set_uint(pk_msg_t *self, pk_field_t field, uint64_t value);
+void pk_msg_set_bool(pk_msg_t *self, pk_field_t field, bool value);
+void pk_msg_set_epochs(pk_msg_t *self, const uint8_t *source, const uint8_t *target);
+void pk_msg_set_code(pk_msg_t *self, pk_disconnect_code_t code);
+
+/*  Decode one frame.  On success *msg_p owns a new message.  On failure
+    *msg_p is NULL and err (PK_ERRLEN bytes, may be NULL) holds a message
+    such as "fetch.block_indexes[3]: expected integer 0..2147483647, got -1".  */
+int pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err);
+
+/*  Encode to compact JSON (members in protocol.md's order); *out_p is
+    malloc'd and NUL-terminated, *len_p excludes the NUL.  A message that
+    breaks a rule is refused with -EPROTO and the reason in err.  */
+int pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err);
+
+const char *pk_msg_type_name(pk_msg_type_t type);
+const char *pk_disconnect_code_name(pk_disconnect_code_t code);
+
+/*  Lowercase hex of len bytes into out (2*len+1 bytes, NUL-terminated).  */
+void pk_hex_encode(const uint8_t *bytes, size_t len, char *out);
+
+/*  Decode lowercase hex; returns the byte count or -EINVAL.  */
+int pk_hex_decode(const char *hex, size_t hexlen, uint8_t *out);
+
+#endif
