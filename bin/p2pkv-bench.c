@@ -49,7 +49,7 @@ s_make_fetch(size_t n, size_t *len_p)
     uint32_t *idx = malloc(n * sizeof *idx);
     randombytes_buf(bytes, n * 32);
     for (size_t i = 0; i < n; i++) {
-        keys[i] = (pk_key_t) { bytes + 32 * i, 32 };
+        keys[i] = pk_key_make(bytes + 32 * i, 32);
         idx[i] = (uint32_t) i;
     }
     for (size_t i = n - 1; i > 0; i--) {

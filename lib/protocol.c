@@ -233,25 +233,40 @@ typedef struct {
     bool keys;          //  keys, else block_indexes
 } s_list_t;
 
+uint64_t
+pk_key_hash(const uint8_t *bytes, size_t len)
+{
+    S_INIT();
+    uint64_t h;
+    crypto_shorthash((unsigned char *) &h, bytes, len, s_siphash_key);
+    return h;
+}
+
+pk_key_t
+pk_key_make(const uint8_t *bytes, size_t len)
+{
+    return (pk_key_t) { bytes, (uint32_t) len, pk_key_hash(bytes, len) };
+}
+
+bool
+pk_key_eq(const pk_key_t *a, const pk_key_t *b)
+{
+    return a->hash == b->hash && a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
+}
+
 static uint64_t
 s_item_hash(const s_list_t *l, size_t i)
 {
-    if (l->keys) {
-        uint64_t h;
-        const pk_key_t *k = &l->msg->keys.v[i];
-        crypto_shorthash((unsigned char *) &h, k->bytes, k->len, s_siphash_key);
-        return h;
-    }
+    if (l->keys)
+        return l->msg->keys.v[i].hash;
     return (l->msg->block_indexes[i] + UINT64_C(1)) * s_index_mult;
 }
 
 static bool
 s_item_eq(const s_list_t *l, size_t i, size_t j)
 {
-    if (l->keys) {
-        const pk_key_t *a = &l->msg->keys.v[i], *b = &l->msg->keys.v[j];
-        return a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
-    }
+    if (l->keys)
+        return pk_key_eq(&l->msg->keys.v[i], &l->msg->keys.v[j]);
     return l->msg->block_indexes[i] == l->msg->block_indexes[j];
 }
 
@@ -418,7 +433,7 @@ pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count)
     uint8_t *at = copy.arena;
     for (size_t i = 0; i < count; i++) {
         memcpy(at, keys[i].bytes, keys[i].len);
-        copy.v[i] = (pk_key_t) { at, keys[i].len };
+        copy.v[i] = pk_key_make(at, keys[i].len);
         at += keys[i].len;
     }
     s_keys_free(&self->keys);
@@ -592,7 +607,7 @@ s_decode_keys(pk_msg_t *m, const json_t *arr, const char *tn, char *err)
             return s_fail(err, -EPROTO, "%s.keys[%zu]: expected lowercase hex, got byte 0x%02x at char %zd",
                           tn, i, c, bad);
         }
-        m->keys.v[i] = (pk_key_t) { at, (uint32_t) (len / 2) };
+        m->keys.v[i] = pk_key_make(at, len / 2);
         at += len / 2;
     }
     return 0;

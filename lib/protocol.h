@@ -62,12 +62,20 @@ typedef enum {
     PK_DISC_COUNT
 } pk_disconnect_code_t;
 
-/*  One key: a content hash as bytes.  Keys decoded from a frame point into
-    one arena owned by their pk_keys_t.  */
+/*  One key: a content hash as bytes, with its hash for our tables computed
+    once (pk_key_make; the decoder fills it).  Keys decoded from a frame
+    point into one arena owned by their pk_keys_t.  */
 typedef struct {
     const uint8_t *bytes;
     uint32_t len;
+    uint64_t hash;
 } pk_key_t;
+
+/*  Keyed SipHash of the bytes: the same value for the same bytes within one
+    process, unpredictable to peers (the key is drawn at start).  */
+uint64_t pk_key_hash(const uint8_t *bytes, size_t len);
+pk_key_t pk_key_make(const uint8_t *bytes, size_t len);
+bool pk_key_eq(const pk_key_t *a, const pk_key_t *b);
 
 typedef struct {
     size_t count;

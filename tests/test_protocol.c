@@ -593,7 +593,8 @@ START_TEST(test_encode_refuses)
     pk_msg_set_uint(m, PK_F_ROUND_SEQ, 1);
     pk_msg_set_epochs(m, s_se, s_te);
     s_expect_encode_error(m, "lookup.keys: expected at least one key, got 0");
-    pk_key_t keys[2] = { { (const uint8_t *) "\xab", 1 }, { (const uint8_t *) "\xab", 1 } };
+    pk_key_t keys[2] = { pk_key_make((const uint8_t *) "\xab", 1),
+                         pk_key_make((const uint8_t *) "\xab", 1) };
     ck_assert_int_eq(pk_msg_set_keys(m, keys, 2), 0);
     pk_msg_set_uint(m, PK_F_ROUND_SEQ, PK_MAX_ROUND_SEQ + 1);
     s_expect_encode_error(m, "lookup.round_seq: expected integer 0..9007199254740991, got 9007199254740992");
@@ -619,7 +620,7 @@ START_TEST(test_encode_refuses)
     pk_msg_set_uint(m, PK_F_ROUND_SEQ, 0);
     pk_msg_set_epochs(m, s_se, s_te);
     s_expect_encode_error(m, "fetch.keys[1]: duplicate of keys[0]");
-    pk_key_t other[2] = { keys[0], { (const uint8_t *) "\xcd", 1 } };
+    pk_key_t other[2] = { keys[0], pk_key_make((const uint8_t *) "\xcd", 1) };
     pk_msg_set_keys(m, other, 2);
     idx[1] = 1u << 31;
     pk_msg_set_block_indexes(m, idx, 2);
