@@ -1,0 +1,48 @@
+/*  keymap.h: a map from a key (pk_key_t, bytes with their hash) to two
+    64-bit values.
+
+    The role keeps several small key sets per round and per lookup; a czmq
+    zhashx costs a table and one malloc per item for each, so this is one
+    flat open-addressed table (linear probing, backward-shift deletion, no
+    tombstones) embedded by value and allocated on first insert.  It holds
+    views: the key bytes must outlive their entry.
+*/
+#ifndef PK_KEYMAP_H_INCLUDED
+#define PK_KEYMAP_H_INCLUDED
+
+#include "protocol.h"
+
+typedef struct {
+    pk_key_t key;           //  key.bytes == NULL marks an empty slot
+    uint64_t a, b;
+} pk_keymap_entry_t;
+
+typedef struct {
+    pk_keymap_entry_t *slots;
+    size_t mask;            //  capacity - 1; capacity is a power of two
+    size_t count;
+} pk_keymap_t;
+
+#define PK_KEYMAP_INIT { NULL, 0, 0 }
+
+void pk_keymap_fini(pk_keymap_t *self);
+void pk_keymap_clear(pk_keymap_t *self);
+
+/*  The entry for key, or NULL.  The pointer is valid until the next insert
+    or removal.  */
+pk_keymap_entry_t *pk_keymap_find(const pk_keymap_t *self, const pk_key_t *key);
+
+/*  Inserts or replaces; returns 1 when inserted, 0 when replaced, -ENOMEM.  */
+int pk_keymap_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uint64_t b);
+
+/*  Removes key; returns true and its values (a_p, b_p may be NULL) if it
+    was there.  */
+bool pk_keymap_take(pk_keymap_t *self, const pk_key_t *key, uint64_t *a_p, uint64_t *b_p);
+
+static inline size_t
+pk_keymap_size(const pk_keymap_t *self)
+{
+    return self->count;
+}
+
+#endif

@@ -1,0 +1,1520 @@
+/*  server_role.c: the seed's ServerRole in C, with the fixes of
+    doc/architecture.md; doc/replay.md is the rule book.
+
+    State, per role:
+      requests   kv_request_id -> request (live state only)
+      rounds     (request, round_seq) -> round; a request also lists its
+                 rounds in creation order, plus one unbound round (supply
+                 stored before any fetch named its round)
+      xfers      transfer id -> transfer; a round lists its own
+      jobs       owned by their round; undecided ones also sit in one FIFO
+                 by submission time, so the store-job timeout sweep touches
+                 only jobs that expire
+      draining   rounds that failed with writes still in flight (the fence)
+      kept       what is remembered of ended rounds and requests to answer
+                 late messages, in a FIFO by expiry
+    Every table is a pk_keymap over the id's bytes, so each operation costs
+    in proportion to its own input (fix 4): nothing scans all transfers,
+    jobs or aborts.
+*/
+#include "server_role.h"
+#include "keymap.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct s_request s_request_t;
+typedef struct s_round s_round_t;
+typedef struct s_job s_job_t;
+typedef struct s_xfer s_xfer_t;
+typedef struct s_lookup s_lookup_t;
+typedef struct s_kept s_kept_t;
+
+//  A store job: the supply of one store or one lookup's pin batch.
+struct s_job {
+    uint64_t id;
+    s_round_t *round;
+    double t0;
+    bool decided;
+    bool in_fifo;                   //  in the timeout FIFO
+    uint64_t mark;                  //  de-duplicates jobs within one write
+    pk_key_t *keys;                 //  copies: the round's maps point here
+    s_job_t *next;                  //  the round's jobs
+    s_job_t *tprev, *tnext;         //  the timeout FIFO, while undecided
+};
+
+struct s_xfer {
+    uint64_t tid;
+    s_round_t *round;
+    size_t blocks;
+    s_job_t **jobs;
+    size_t njobs;
+    s_xfer_t *prev, *next;          //  the round's transfers
+};
+
+typedef enum { FAIL_ERROR, FAIL_TIMEOUT, FAIL_ABORT, FAIL_TERMINAL } s_cause_t;
+
+struct s_round {
+    struct {
+        s_request_t *req;
+        uint64_t seq;
+    } id;                           //  key bytes of the rounds table
+    s_request_t *req;
+    bool bound;                     //  false: the request's unbound round
+    bool lookup_supplied, demand_received, finishing;
+    bool failed, abort_pending, send_done_on_fail;
+    double failed_at;
+    size_t remaining;               //  demanded keys not yet written
+    uint64_t landing;               //  blocks whose writes completed here
+    size_t inflight;
+    pk_keymap_t available;          //  key -> (job, local block)
+    pk_keymap_t demanded;           //  key -> remote block
+    pk_key_t *demand_keys;          //  copy of the fetch's keys
+    s_job_t *jobs;
+    s_xfer_t *xfers;
+    s_round_t *prev, *next;         //  the request's rounds, oldest first
+    s_round_t *dprev, *dnext;       //  the draining list
+    bool draining;
+};
+
+struct s_lookup {
+    uint64_t id;
+    uint64_t round_seq;
+    double deadline;
+    pk_key_t *keys;                 //  wire order, duplicates included
+    size_t n;
+    pk_keymap_t state;              //  unique key -> a: S_PENDING/S_HIT/S_MISS
+    size_t *pending;                //  positions of unique pending keys, parked order
+    size_t npending;
+    s_lookup_t *next;
+};
+
+enum { S_PENDING = 0, S_HIT = 1, S_MISS = 2 };
+
+typedef struct s_raw_lookup {
+    pk_key_t *keys;
+    size_t n;
+    uint64_t round_seq;
+    double enqueued_at;
+    struct s_raw_lookup *next;
+} s_raw_lookup_t;
+
+struct s_request {
+    char *kv;
+    size_t kvlen;
+    bool finished;
+    s_round_t *rounds_head, *rounds_tail;
+    s_round_t *unbound;
+    s_raw_lookup_t *raw_head, *raw_tail;    //  queued since the last serve
+    s_lookup_t *parked_head, *parked_tail;
+    bool serve_pending;
+    s_request_t *sprev, *snext;             //  the serve work-list
+};
+
+//  Kept state (replay.md): a round that failed before any fetch (kind
+//  K_ROUND, or K_UNBOUND for the unbound round), or a finished request
+//  with no round left (K_REQUEST).
+enum { K_REQUEST = 0, K_ROUND = 1, K_UNBOUND = 2 };
+
+struct s_kept {
+    uint8_t *id;                    //  kind, seq, kv: key bytes of the kept table
+    size_t idlen;
+    double expires;
+    s_kept_t *prev, *next;
+};
+
+typedef struct s_finished_ctx {
+    char *kv;
+    uint64_t round_seq, lookup_id;
+    struct s_finished_ctx *next;
+} s_finished_ctx_t;
+
+typedef struct {
+    uint64_t job;
+    bool success;
+} s_result_t;
+
+struct _pk_server_role_t {
+    char *peer_id;
+    pk_server_role_config_t config;
+    pk_clock_t clock;
+    pk_sender_t sender;
+    pk_transport_t transport;
+    pk_parent_t parent;
+    bool closed;
+    bool forced;
+
+    pk_keymap_t requests;
+    pk_keymap_t rounds;
+    pk_keymap_t xfers;
+    pk_keymap_t kept;
+    s_kept_t *kept_head, *kept_tail;
+    s_request_t *serve_head, *serve_tail;
+    size_t serve_count;
+    s_round_t *drain_head, *drain_tail;
+    s_job_t *timeout_head, *timeout_tail;
+    size_t undecided;
+    size_t aborts;
+    size_t parked;                  //  lookups owing on_request_finished
+    uint64_t lookup_counter;
+    uint64_t mark_counter;
+    s_finished_ctx_t *finished_head, *finished_tail;
+    s_result_t *results;
+    size_t nresults, capresults;
+
+    //  scratch for one write, grown as needed
+    uint32_t *local, *remote;
+    s_job_t **wjobs;
+    size_t capscratch;
+};
+
+//  Doubly linked list helpers over named prev/next members.
+#define LIST_APPEND(head, tail, node, prev, next) do { \
+        (node)->prev = (tail); (node)->next = NULL; \
+        if (tail) (tail)->next = (node); else (head) = (node); \
+        (tail) = (node); } while (0)
+#define LIST_REMOVE(head, tail, node, prev, next) do { \
+        if ((node)->prev) (node)->prev->next = (node)->next; else (head) = (node)->next; \
+        if ((node)->next) (node)->next->prev = (node)->prev; else (tail) = (node)->prev; \
+        (node)->prev = (node)->next = NULL; } while (0)
+
+static double
+s_now(pk_server_role_t *self)
+{
+    return self->clock.now(self->clock.self);
+}
+
+//  Copies n keys into one allocation (array followed by the bytes).
+static pk_key_t *
+s_keys_copy(const pk_key_t *keys, size_t n)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += keys[i].len;
+    pk_key_t *copy = malloc(n * sizeof *copy + total + 1);
+    if (!copy)
+        return NULL;
+    uint8_t *at = (uint8_t *) (copy + n);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(at, keys[i].bytes, keys[i].len);
+        copy[i] = keys[i];
+        copy[i].bytes = at;
+        at += keys[i].len;
+    }
+    return copy;
+}
+
+static int
+s_result(pk_server_role_t *self, s_job_t *job, bool success)
+{
+    assert(!job->decided);
+    job->decided = true;
+    if (job->in_fifo) {
+        LIST_REMOVE(self->timeout_head, self->timeout_tail, job, tprev, tnext);
+        job->in_fifo = false;
+    }
+    self->undecided--;
+    if (self->nresults == self->capresults) {
+        size_t cap = self->capresults ? 2 * self->capresults : 64;
+        s_result_t *r = realloc(self->results, cap * sizeof *r);
+        if (!r)
+            return -ENOMEM;
+        self->results = r;
+        self->capresults = cap;
+    }
+    self->results[self->nresults++] = (s_result_t) { job->id, success };
+    return 0;
+}
+
+static void
+s_flush_results(pk_server_role_t *self)
+{
+    //  store_result may not call back into the role, so a plain loop holds
+    for (size_t i = 0; i < self->nresults; i++)
+        self->parent.store_result(self->parent.self, self->results[i].job,
+                                  self->results[i].success);
+    self->nresults = 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Messages to the peer
+
+static void
+s_send(pk_server_role_t *self, pk_msg_t *msg)
+{
+    if (msg)
+        self->sender.send(self->sender.self, msg);
+    pk_msg_destroy(&msg);
+}
+
+static void
+s_send_done(pk_server_role_t *self, const char *kv, bool success, uint64_t seq,
+            uint64_t landing)
+{
+    pk_msg_t *m = pk_msg_new(PK_MSG_TRANSFER_DONE);
+    if (m && pk_msg_set_string(m, PK_F_KV_REQUEST_ID, kv) == 0) {
+        pk_msg_set_bool(m, PK_F_SUCCESS, success);
+        pk_msg_set_uint(m, PK_F_ROUND_SEQ, seq);
+        pk_msg_set_uint(m, PK_F_LANDING, landing);
+    }
+    s_send(self, m);
+}
+
+static void
+s_send_ack(pk_server_role_t *self, const char *kv, uint64_t seq, uint64_t landing)
+{
+    pk_msg_t *m = pk_msg_new(PK_MSG_ABORT_ACK);
+    if (m && pk_msg_set_string(m, PK_F_KV_REQUEST_ID, kv) == 0) {
+        pk_msg_set_uint(m, PK_F_ROUND_SEQ, seq);
+        pk_msg_set_uint(m, PK_F_LANDING, landing);
+    }
+    s_send(self, m);
+}
+
+//  --------------------------------------------------------------------------
+//  Kept state
+
+static void
+s_kept_id(int kind, uint64_t seq, const char *kv, size_t kvlen, uint8_t *out)
+{
+    out[0] = (uint8_t) kind;
+    memcpy(out + 1, &seq, sizeof seq);
+    memcpy(out + 9, kv, kvlen);
+}
+
+static s_kept_t *
+s_kept_find(pk_server_role_t *self, int kind, uint64_t seq, const char *kv)
+{
+    if (!pk_keymap_size(&self->kept))
+        return NULL;
+    size_t kvlen = strlen(kv);
+    uint8_t stackid[256];
+    uint8_t *id = kvlen + 9 <= sizeof stackid ? stackid : malloc(kvlen + 9);
+    if (!id)
+        return NULL;
+    s_kept_id(kind, seq, kv, kvlen, id);
+    pk_key_t key = pk_key_make(id, kvlen + 9);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->kept, &key);
+    if (id != stackid)
+        free(id);
+    return e ? (s_kept_t *) (uintptr_t) e->a : NULL;
+}
+
+static void
+s_kept_drop(pk_server_role_t *self, s_kept_t *k)
+{
+    pk_key_t key = pk_key_make(k->id, k->idlen);
+    pk_keymap_take(&self->kept, &key, NULL, NULL);
+    LIST_REMOVE(self->kept_head, self->kept_tail, k, prev, next);
+    free(k->id);
+    free(k);
+}
+
+static void
+s_kept_add(pk_server_role_t *self, int kind, uint64_t seq, const char *kv)
+{
+    s_kept_t *old = s_kept_find(self, kind, seq, kv);
+    if (old)
+        s_kept_drop(self, old);
+    size_t kvlen = strlen(kv);
+    s_kept_t *k = calloc(1, sizeof *k);
+    if (!k)
+        return;         //  only a late fetch's fast answer is lost
+    k->idlen = kvlen + 9;
+    k->id = malloc(k->idlen);
+    if (!k->id) {
+        free(k);
+        return;
+    }
+    s_kept_id(kind, seq, kv, kvlen, k->id);
+    k->expires = s_now(self) + self->config.store_timeout;
+    pk_key_t key = pk_key_make(k->id, k->idlen);
+    if (pk_keymap_put(&self->kept, &key, (uintptr_t) k, 0) < 0) {
+        free(k->id);
+        free(k);
+        return;
+    }
+    LIST_APPEND(self->kept_head, self->kept_tail, k, prev, next);
+}
+
+static void
+s_kept_expire(pk_server_role_t *self)
+{
+    double now = s_now(self);
+    while (self->kept_head && now >= self->kept_head->expires)
+        s_kept_drop(self, self->kept_head);
+}
+
+//  --------------------------------------------------------------------------
+//  Requests
+
+static s_request_t *
+s_request_find(pk_server_role_t *self, const char *kv)
+{
+    pk_key_t key = pk_key_make((const uint8_t *) kv, strlen(kv));
+    pk_keymap_entry_t *e = pk_keymap_find(&self->requests, &key);
+    return e ? (s_request_t *) (uintptr_t) e->a : NULL;
+}
+
+static s_request_t *
+s_request_get(pk_server_role_t *self, const char *kv)
+{
+    s_request_t *req = s_request_find(self, kv);
+    if (req)
+        return req;
+    req = calloc(1, sizeof *req);
+    if (!req)
+        return NULL;
+    req->kvlen = strlen(kv);
+    req->kv = strdup(kv);
+    pk_key_t key = pk_key_make((const uint8_t *) req->kv, req->kvlen);
+    if (!req->kv || pk_keymap_put(&self->requests, &key, (uintptr_t) req, 0) < 0) {
+        free(req->kv);
+        free(req);
+        return NULL;
+    }
+    //  A finished request remembered for late fetches comes back to life
+    //  still finished: every round it gets is finishing.
+    s_kept_t *k = s_kept_find(self, K_REQUEST, 0, kv);
+    if (k) {
+        req->finished = true;
+        s_kept_drop(self, k);
+    }
+    return req;
+}
+
+static void
+s_serve_remove(pk_server_role_t *self, s_request_t *req)
+{
+    if (!req->serve_pending)
+        return;
+    LIST_REMOVE(self->serve_head, self->serve_tail, req, sprev, snext);
+    req->serve_pending = false;
+    self->serve_count--;
+}
+
+//  Drops a request that holds no live state (the seed's _maybe_prune); a
+//  finished one is remembered so that a late fetch is answered at once.
+static void
+s_request_prune(pk_server_role_t *self, s_request_t *req)
+{
+    if (req->rounds_head || req->raw_head || req->parked_head)
+        return;
+    s_serve_remove(self, req);
+    if (req->finished)
+        s_kept_add(self, K_REQUEST, 0, req->kv);
+    pk_key_t key = pk_key_make((const uint8_t *) req->kv, req->kvlen);
+    pk_keymap_take(&self->requests, &key, NULL, NULL);
+    free(req->kv);
+    free(req);
+}
+
+//  --------------------------------------------------------------------------
+//  Rounds
+
+static s_round_t *
+s_round_find(pk_server_role_t *self, s_request_t *req, uint64_t seq)
+{
+    if (!req)
+        return NULL;
+    struct { s_request_t *req; uint64_t seq; } id = { req, seq };
+    pk_key_t key = pk_key_make((const uint8_t *) &id, sizeof id);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->rounds, &key);
+    return e ? (s_round_t *) (uintptr_t) e->a : NULL;
+}
+
+static int
+s_round_bind(pk_server_role_t *self, s_round_t *r, uint64_t seq)
+{
+    memset(&r->id, 0, sizeof r->id);
+    r->id.req = r->req;
+    r->id.seq = seq;
+    pk_key_t key = pk_key_make((const uint8_t *) &r->id, sizeof r->id);
+    int rc = pk_keymap_put(&self->rounds, &key, (uintptr_t) r, 0);
+    if (rc < 0)
+        return rc;
+    r->bound = true;
+    if (r->req->unbound == r)
+        r->req->unbound = NULL;
+    //  A live round supersedes what was kept of an earlier one of that number.
+    s_kept_t *k = s_kept_find(self, K_ROUND, seq, r->req->kv);
+    if (k)
+        s_kept_drop(self, k);
+    return 0;
+}
+
+static s_round_t *
+s_round_new(pk_server_role_t *self, s_request_t *req, bool bound, uint64_t seq)
+{
+    s_round_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->req = req;
+    r->finishing = req->finished;
+    if (bound) {
+        if (s_round_bind(self, r, seq) < 0) {
+            free(r);
+            return NULL;
+        }
+    }
+    else
+        req->unbound = r;
+    LIST_APPEND(req->rounds_head, req->rounds_tail, r, prev, next);
+    return r;
+}
+
+//  Frees an ended round; every job must be decided and nothing in flight.
+static void
+s_round_free(pk_server_role_t *self, s_round_t *r)
+{
+    assert(r->inflight == 0 && !r->xfers && !r->draining);
+    s_request_t *req = r->req;
+    if (r->bound) {
+        pk_key_t key = pk_key_make((const uint8_t *) &r->id, sizeof r->id);
+        pk_keymap_take(&self->rounds, &key, NULL, NULL);
+    }
+    if (req->unbound == r)
+        req->unbound = NULL;
+    LIST_REMOVE(req->rounds_head, req->rounds_tail, r, prev, next);
+    for (s_job_t *job = r->jobs, *next; job; job = next) {
+        next = job->next;
+        assert(job->decided);
+        free(job->keys);
+        free(job);
+    }
+    pk_keymap_fini(&r->available);
+    pk_keymap_fini(&r->demanded);
+    free(r->demand_keys);
+    free(r);
+}
+
+//  Ends a round as the seed's _finalize_outbound does: its undecided jobs
+//  get `success`, and the peer gets transfer_done if it sent demand and
+//  send_done is set.  Only for rounds with nothing in flight.
+static void
+s_round_finalize(pk_server_role_t *self, s_round_t *r, bool success, bool send_done)
+{
+    assert(r->inflight == 0);
+    for (s_job_t *job = r->jobs; job; job = job->next)
+        if (!job->decided)
+            s_result(self, job, success);
+    if (send_done && r->demand_received)
+        s_send_done(self, r->req->kv, success, r->id.seq, r->landing);
+    s_round_free(self, r);
+}
+
+//  Step 3 of replay.md's failure: once nothing of the round is in flight,
+//  publish its failure.  A round that failed before any fetch, other than
+//  by an abort, is kept so that a late fetch is answered at once.
+static void
+s_round_publish_failure(pk_server_role_t *self, s_round_t *r)
+{
+    assert(r->inflight == 0);
+    if (r->draining) {
+        LIST_REMOVE(self->drain_head, self->drain_tail, r, dprev, dnext);
+        r->draining = false;
+    }
+    for (s_job_t *job = r->jobs; job; job = job->next)
+        if (!job->decided)
+            s_result(self, job, false);
+    const char *kv = r->req->kv;
+    if (r->demand_received && r->send_done_on_fail)
+        s_send_done(self, kv, false, r->id.seq, r->landing);
+    if (r->abort_pending) {
+        s_send_ack(self, kv, r->id.seq, r->landing);
+        self->aborts--;
+    }
+    if (!r->demand_received && r->send_done_on_fail)
+        s_kept_add(self, r->bound ? K_ROUND : K_UNBOUND, r->bound ? r->id.seq : 0, kv);
+    s_round_free(self, r);
+}
+
+static void
+s_xfer_release(pk_server_role_t *self, s_xfer_t *x)
+{
+    s_round_t *r = x->round;
+    pk_key_t key = pk_key_make((const uint8_t *) &x->tid, sizeof x->tid);
+    pk_keymap_take(&self->xfers, &key, NULL, NULL);
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        r->xfers = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    r->inflight--;
+    free(x->jobs);
+    free(x);
+}
+
+//  Cancels every transfer of a draining round; releases what the transport
+//  let go of.  One cancel for the round, as replay.md prints it.
+static void
+s_round_cancel(pk_server_role_t *self, s_round_t *r, pk_cancel_mode_t mode)
+{
+    size_t n = r->inflight;
+    if (n == 0)
+        return;
+    uint64_t *tids = malloc(2 * n * sizeof *tids);
+    if (!tids)
+        return;         //  the next drain pass tries again
+    size_t i = 0;
+    for (s_xfer_t *x = r->xfers; x; x = x->next)
+        tids[i++] = x->tid;
+    uint64_t *still = tids + n;
+    size_t nstill = self->transport.cancel(self->transport.self, tids, n, mode, still);
+    if (mode == PK_CANCEL_IMMEDIATE) {
+        nstill = 0;
+        self->forced = true;
+    }
+    for (s_xfer_t *x = r->xfers, *next; x; x = next) {
+        next = x->next;
+        bool held = false;
+        for (size_t j = 0; j < nstill && !held; j++)
+            held = still[j] == x->tid;
+        if (!held)
+            s_xfer_release(self, x);
+    }
+    free(tids);
+}
+
+//  One drain attempt for a draining round: cancel in wait mode, or in
+//  immediate mode once the drain deadline has passed; publish when nothing
+//  is left in flight.
+static void
+s_round_drain_once(pk_server_role_t *self, s_round_t *r)
+{
+    bool late = s_now(self) >= r->failed_at + self->config.drain_timeout;
+    s_round_cancel(self, r, late ? PK_CANCEL_IMMEDIATE : PK_CANCEL_WAIT);
+    if (r->inflight == 0)
+        s_round_publish_failure(self, r);
+}
+
+//  Replay.md's failure, steps 1-3: drop unpaired supply and demand, cancel
+//  what is in flight in wait mode, publish once nothing is.
+static void
+s_round_fail(pk_server_role_t *self, s_round_t *r, s_cause_t cause)
+{
+    if (cause == FAIL_ABORT && !r->abort_pending) {
+        r->abort_pending = true;
+        self->aborts++;
+    }
+    if (r->failed) {
+        //  An abort of a draining round is one more drain attempt, as in
+        //  the seed; the deadline stays the first failure's.
+        if (cause == FAIL_ABORT && r->draining)
+            s_round_drain_once(self, r);
+        return;
+    }
+    r->failed = true;
+    r->failed_at = s_now(self);
+    r->send_done_on_fail = cause == FAIL_ERROR || cause == FAIL_TIMEOUT;
+    pk_keymap_clear(&r->available);
+    pk_keymap_clear(&r->demanded);
+    if (r->inflight) {
+        r->draining = true;
+        LIST_APPEND(self->drain_head, self->drain_tail, r, dprev, dnext);
+        s_round_cancel(self, r, PK_CANCEL_WAIT);
+    }
+    if (r->inflight == 0)
+        s_round_publish_failure(self, r);
+}
+
+//  --------------------------------------------------------------------------
+//  Writes
+
+static int
+s_scratch(pk_server_role_t *self, size_t n)
+{
+    if (n <= self->capscratch)
+        return 0;
+    size_t cap = n < 64 ? 64 : n;
+    uint32_t *local = realloc(self->local, cap * sizeof *local);
+    if (local)
+        self->local = local;
+    uint32_t *remote = realloc(self->remote, cap * sizeof *remote);
+    if (remote)
+        self->remote = remote;
+    s_job_t **jobs = realloc(self->wjobs, cap * sizeof *jobs);
+    if (jobs)
+        self->wjobs = jobs;
+    if (!local || !remote || !jobs)
+        return -ENOMEM;
+    self->capscratch = cap;
+    return 0;
+}
+
+//  Submits one write of the pairs in self->local/remote; refused, the round
+//  fails.  Returns false when the round has ended.
+static bool
+s_submit(pk_server_role_t *self, s_round_t *r, size_t npairs, size_t njobs)
+{
+    int64_t tid = self->transport.write_blocks(self->transport.self, r->id.seq, self->local,
+                                               self->remote, npairs);
+    s_xfer_t *x = tid > 0 ? calloc(1, sizeof *x) : NULL;
+    if (x) {
+        x->jobs = malloc((njobs ? njobs : 1) * sizeof *x->jobs);
+        pk_key_t key;
+        x->tid = (uint64_t) tid;
+        key = pk_key_make((const uint8_t *) &x->tid, sizeof x->tid);
+        if (!x->jobs || pk_keymap_put(&self->xfers, &key, (uintptr_t) x, 0) < 0) {
+            //  the write is out; cut it off rather than lose track of it
+            uint64_t t = x->tid;
+            self->transport.cancel(self->transport.self, &t, 1, PK_CANCEL_IMMEDIATE, &t);
+            self->forced = true;
+            free(x->jobs);
+            free(x);
+            x = NULL;
+        }
+    }
+    if (!x) {
+        s_round_fail(self, r, FAIL_ERROR);
+        return false;
+    }
+    x->round = r;
+    x->blocks = npairs;
+    x->njobs = njobs;
+    memcpy(x->jobs, self->wjobs, njobs * sizeof *x->jobs);
+    x->next = r->xfers;
+    if (r->xfers)
+        r->xfers->prev = x;
+    r->xfers = x;
+    r->inflight++;
+    return true;
+}
+
+//  Adds a job's supply to a round: keys already demanded pair at once and
+//  go out as one write (when demand is there); the others wait.
+static int
+s_add_supply(pk_server_role_t *self, s_round_t *r, s_job_t *job, const uint32_t *blocks,
+             size_t n)
+{
+    job->round = r;
+    job->next = r->jobs;
+    r->jobs = job;
+    job->t0 = s_now(self);
+    LIST_APPEND(self->timeout_head, self->timeout_tail, job, tprev, tnext);
+    job->in_fifo = true;
+    self->undecided++;
+    if (r->failed)
+        return 0;       //  a draining round takes no supply; the job fails with it
+    int rc = s_scratch(self, n);
+    if (rc)
+        return rc;
+    size_t npairs = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t remote;
+        if (pk_keymap_take(&r->demanded, &job->keys[i], &remote, NULL)) {
+            self->local[npairs] = blocks[i];
+            self->remote[npairs++] = (uint32_t) remote;
+        }
+        else if (pk_keymap_put(&r->available, &job->keys[i], (uintptr_t) job, blocks[i]) < 0)
+            return -ENOMEM;
+    }
+    if (npairs && r->demand_received) {
+        self->wjobs[0] = job;
+        s_submit(self, r, npairs, 1);
+    }
+    return 0;
+}
+
+static s_job_t *
+s_job_new(uint64_t id, const pk_key_t *keys, size_t n)
+{
+    s_job_t *job = calloc(1, sizeof *job);
+    if (!job)
+        return NULL;
+    job->id = id;
+    job->keys = s_keys_copy(keys, n);
+    if (!job->keys) {
+        free(job);
+        return NULL;
+    }
+    return job;
+}
+
+//  --------------------------------------------------------------------------
+//  Public API: construction
+
+pk_server_role_t *
+pk_server_role_new(const char *peer_id, const pk_server_role_config_t *config, pk_clock_t clock,
+                   pk_sender_t sender, pk_transport_t transport, pk_parent_t parent)
+{
+    pk_server_role_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->peer_id = strdup(peer_id ? peer_id : "");
+    if (!self->peer_id) {
+        free(self);
+        return NULL;
+    }
+    pk_server_role_config_t dflt = PK_SERVER_ROLE_CONFIG_DEFAULT;
+    self->config = config ? *config : dflt;
+    self->clock = clock;
+    self->sender = sender;
+    self->transport = transport;
+    self->parent = parent;
+    return self;
+}
+
+static void
+s_lookup_free(s_lookup_t *l)
+{
+    pk_keymap_fini(&l->state);
+    free(l->keys);
+    free(l->pending);
+    free(l);
+}
+
+static void
+s_request_free_all(pk_server_role_t *self, s_request_t *req)
+{
+    while (req->raw_head) {
+        s_raw_lookup_t *raw = req->raw_head;
+        req->raw_head = raw->next;
+        free(raw->keys);
+        free(raw);
+    }
+    while (req->parked_head) {
+        s_lookup_t *l = req->parked_head;
+        req->parked_head = l->next;
+        s_lookup_free(l);
+    }
+    while (req->rounds_head) {
+        s_round_t *r = req->rounds_head;
+        while (r->xfers)
+            s_xfer_release(self, r->xfers);
+        if (r->draining) {
+            LIST_REMOVE(self->drain_head, self->drain_tail, r, dprev, dnext);
+            r->draining = false;
+        }
+        for (s_job_t *job = r->jobs; job; job = job->next)
+            if (!job->decided) {
+                job->decided = true;
+                if (job->in_fifo)
+                    LIST_REMOVE(self->timeout_head, self->timeout_tail, job, tprev, tnext);
+                job->in_fifo = false;
+                self->undecided--;
+            }
+        s_round_free(self, r);
+    }
+    s_serve_remove(self, req);
+    free(req->kv);
+    free(req);
+}
+
+static void
+s_free_everything(pk_server_role_t *self)
+{
+    for (size_t i = 0; self->requests.slots && i <= self->requests.mask; i++)
+        if (self->requests.slots[i].key.bytes)
+            s_request_free_all(self, (s_request_t *) (uintptr_t) self->requests.slots[i].a);
+    pk_keymap_fini(&self->requests);
+    pk_keymap_fini(&self->rounds);
+    pk_keymap_fini(&self->xfers);
+    while (self->kept_head)
+        s_kept_drop(self, self->kept_head);
+    pk_keymap_fini(&self->kept);
+    while (self->finished_head) {
+        s_finished_ctx_t *f = self->finished_head;
+        self->finished_head = f->next;
+        free(f->kv);
+        free(f);
+    }
+    self->finished_tail = NULL;
+}
+
+void
+pk_server_role_destroy(pk_server_role_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    pk_server_role_t *self = *self_p;
+    s_free_everything(self);
+    free(self->results);
+    free(self->local);
+    free(self->remote);
+    free(self->wjobs);
+    free(self->peer_id);
+    free(self);
+    *self_p = NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Public API: the engine's stores
+
+int
+pk_server_role_store(pk_server_role_t *self, const char *kv, const pk_key_t *keys,
+                     const uint32_t *blocks, size_t n, uint64_t job_id, bool has_round,
+                     uint64_t round_seq)
+{
+    if (self->closed)
+        return -EPIPE;
+    s_request_t *req = s_request_get(self, kv);
+    if (!req)
+        return -ENOMEM;
+    s_round_t *r = NULL;
+    if (has_round) {
+        r = s_round_find(self, req, round_seq);
+        if (!r)
+            r = s_round_new(self, req, true, round_seq);
+    }
+    else {
+        //  The oldest round with an unpaired demand for one of these keys,
+        //  else the unbound round (replay.md, "Unbound supply").
+        for (s_round_t *c = req->rounds_head; c && !r; c = c->next)
+            for (size_t i = 0; i < n && pk_keymap_size(&c->demanded) && !r; i++)
+                if (pk_keymap_find(&c->demanded, &keys[i]))
+                    r = c;
+        if (!r)
+            r = req->unbound ? req->unbound : s_round_new(self, req, false, 0);
+    }
+    s_job_t *job = r ? s_job_new(job_id, keys, n) : NULL;
+    if (!job) {
+        if (r && !r->jobs && !r->demand_received && !r->inflight)
+            s_round_free(self, r);
+        s_request_prune(self, req);
+        return -ENOMEM;
+    }
+    int rc = s_add_supply(self, r, job, blocks, n);
+    s_request_prune(self, req);
+    return rc;
+}
+
+//  --------------------------------------------------------------------------
+//  Public API: fetch
+
+//  The terminal fetch: the consumer is done with the request.
+static void
+s_terminal_fetch(pk_server_role_t *self, const char *kv, uint64_t seq);
+
+static void
+s_close_lookups(pk_server_role_t *self, s_request_t *req);
+
+int
+pk_server_role_on_fetch(pk_server_role_t *self, const char *kv, const pk_key_t *keys,
+                        const uint32_t *remote, size_t n, uint64_t seq)
+{
+    if (self->closed)
+        return -EPIPE;
+    s_request_t *req = s_request_find(self, kv);
+    s_round_t *r = s_round_find(self, req, seq);
+    if (r && r->demand_received)
+        return -EPROTO;
+    if (n == 0) {
+        s_terminal_fetch(self, kv, seq);
+        return 0;
+    }
+    if (!r) {
+        //  Rounds that failed before their fetch are answered at once.
+        //  The unbound round it would adopt counts too.
+        s_kept_t *k = s_kept_find(self, K_ROUND, seq, kv);
+        if (!k && !(req && req->unbound))
+            k = s_kept_find(self, K_UNBOUND, 0, kv);
+        if (k) {
+            s_kept_drop(self, k);
+            s_send_done(self, kv, false, seq, 0);
+            return 0;
+        }
+    }
+    if (!req && !(req = s_request_get(self, kv)))
+        return -ENOMEM;
+    if (!r && req->unbound) {
+        r = req->unbound;
+        if (s_round_bind(self, r, seq) < 0)
+            return -ENOMEM;
+    }
+    if (!r && !(r = s_round_new(self, req, true, seq))) {
+        s_request_prune(self, req);
+        return -ENOMEM;
+    }
+    if (!(r->demand_keys = s_keys_copy(keys, n)) || s_scratch(self, n) < 0) {
+        s_round_fail(self, r, FAIL_ERROR);
+        s_request_prune(self, req);
+        return -ENOMEM;
+    }
+    r->demand_received = true;
+    r->remaining = n;
+    uint64_t mark = ++self->mark_counter;
+    size_t npairs = 0, njobs = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t job, local;
+        if (pk_keymap_take(&r->available, &r->demand_keys[i], &job, &local)) {
+            s_job_t *j = (s_job_t *) (uintptr_t) job;
+            self->local[npairs] = (uint32_t) local;
+            self->remote[npairs++] = remote[i];
+            if (j->mark != mark) {
+                j->mark = mark;
+                self->wjobs[njobs++] = j;
+            }
+        }
+        else if (pk_keymap_put(&r->demanded, &r->demand_keys[i], remote[i], 0) < 0) {
+            s_round_fail(self, r, FAIL_ERROR);
+            s_request_prune(self, req);
+            return -ENOMEM;
+        }
+    }
+    if (r->lookup_supplied && pk_keymap_size(&r->demanded)) {
+        //  A symmetric round's supply always precedes its fetch: demand
+        //  nothing pinned can serve is unservable, so fail now.
+        s_round_finalize(self, r, false, true);
+        s_request_prune(self, req);
+        return 0;
+    }
+    bool alive = true;
+    if (npairs)
+        alive = s_submit(self, r, npairs, njobs);
+    if (alive && r->finishing && r->inflight == 0)
+        s_round_finalize(self, r, r->remaining == 0, true);
+    s_request_prune(self, req);
+    return 0;
+}
+
+static void
+s_terminal_fetch(pk_server_role_t *self, const char *kv, uint64_t seq)
+{
+    s_kept_t *k = s_kept_find(self, K_ROUND, seq, kv);
+    if (k)
+        s_kept_drop(self, k);
+    s_request_t *req = s_request_find(self, kv);
+    if (!req) {
+        //  Nothing live: the consumer is done, so nothing is kept either.
+        if ((k = s_kept_find(self, K_REQUEST, 0, kv)))
+            s_kept_drop(self, k);
+        return;
+    }
+    //  The terminal fetch's own round gets empty demand, so its pins
+    //  succeed (remaining is 0).
+    s_round_t *own = s_round_find(self, req, seq);
+    if (!own)
+        own = s_round_new(self, req, true, seq);
+    if (own)
+        own->demand_received = true;
+    s_close_lookups(self, req);
+    for (s_round_t *r = req->rounds_head, *next; r; r = next) {
+        next = r->next;
+        if (r->failed)
+            continue;       //  already draining: it publishes what it owes
+        if (r->inflight)
+            s_round_fail(self, r, FAIL_TERMINAL);
+        else
+            s_round_finalize(self, r, r->demand_received && r->remaining == 0, false);
+    }
+    s_request_prune(self, req);
+}
+
+//  --------------------------------------------------------------------------
+//  Public API: abort and finish
+
+int
+pk_server_role_on_abort(pk_server_role_t *self, const char *kv, uint64_t seq)
+{
+    if (self->closed)
+        return -EPIPE;
+    s_request_t *req = s_request_find(self, kv);
+    s_round_t *r = s_round_find(self, req, seq);
+    if (!r) {
+        //  ended, kept or unknown: nothing of it can still be read
+        s_send_ack(self, kv, seq, 0);
+        return 0;
+    }
+    s_round_fail(self, r, FAIL_ABORT);
+    s_request_prune(self, req);
+    return 0;
+}
+
+//  Closes the lookup phase of a request (terminal fetch or finish): queued
+//  lookups are dropped (they never got on_new_request), parked ones owe an
+//  on_request_finished at the next serve, and no lookup_resp is sent.
+static void
+s_close_lookups(pk_server_role_t *self, s_request_t *req)
+{
+    while (req->raw_head) {
+        s_raw_lookup_t *raw = req->raw_head;
+        req->raw_head = raw->next;
+        free(raw->keys);
+        free(raw);
+    }
+    req->raw_tail = NULL;
+    while (req->parked_head) {
+        s_lookup_t *l = req->parked_head;
+        req->parked_head = l->next;
+        s_finished_ctx_t *f = calloc(1, sizeof *f);
+        if (f && (f->kv = strdup(req->kv))) {
+            f->round_seq = l->round_seq;
+            f->lookup_id = l->id;
+            if (self->finished_tail)
+                self->finished_tail->next = f;
+            else
+                self->finished_head = f;
+            self->finished_tail = f;
+        }
+        else {
+            //  out of memory: settle the bracket now rather than never
+            free(f);
+            self->parked--;
+            pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
+            self->parent.on_request_finished(self->parent.self, &ctx);
+        }
+        s_lookup_free(l);
+    }
+    req->parked_tail = NULL;
+    s_serve_remove(self, req);
+}
+
+int
+pk_server_role_finish(pk_server_role_t *self, const char *kv)
+{
+    if (self->closed)
+        return -EPIPE;
+    s_request_t *req = s_request_find(self, kv);
+    if (!req) {
+        //  finished with no round at all: a fetch for it is answered at once
+        if (!s_kept_find(self, K_REQUEST, 0, kv))
+            s_kept_add(self, K_REQUEST, 0, kv);
+        return 0;
+    }
+    s_close_lookups(self, req);
+    req->finished = true;
+    for (s_round_t *r = req->rounds_head, *next; r; r = next) {
+        next = r->next;
+        if (r->failed)
+            continue;
+        r->finishing = true;
+        //  Without demand yet the fetch finalizes it; with writes in flight
+        //  the last completion does.
+        if (r->demand_received && r->inflight == 0)
+            s_round_finalize(self, r, r->remaining == 0, true);
+    }
+    s_request_prune(self, req);
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  Public API: lookups and serve
+
+int
+pk_server_role_on_lookup(pk_server_role_t *self, const char *kv, const pk_key_t *keys, size_t n,
+                         uint64_t seq)
+{
+    if (self->closed)
+        return -EPIPE;
+    s_request_t *req = s_request_get(self, kv);
+    s_raw_lookup_t *raw = req ? calloc(1, sizeof *raw) : NULL;
+    if (raw)
+        raw->keys = s_keys_copy(keys, n);
+    if (!raw || !raw->keys) {
+        free(raw);
+        if (req)
+            s_request_prune(self, req);
+        return -ENOMEM;
+    }
+    raw->n = n;
+    raw->round_seq = seq;
+    raw->enqueued_at = s_now(self);
+    if (req->raw_tail)
+        req->raw_tail->next = raw;
+    else
+        req->raw_head = raw;
+    req->raw_tail = raw;
+    if (!req->serve_pending) {
+        req->serve_pending = true;
+        LIST_APPEND(self->serve_head, self->serve_tail, req, sprev, snext);
+        self->serve_count++;
+    }
+    return 0;
+}
+
+//  Pins a lookup's new hits as one job and files them as the supply of
+//  the lookup's round; keys the store could not pin become misses.
+static void
+s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hits, size_t n)
+{
+    pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
+    uint32_t *blocks = malloc(n * sizeof *blocks);
+    bool *pinned = malloc(n * sizeof *pinned);
+    uint64_t job_id = 0;
+    int rc = blocks && pinned
+             ? self->parent.create_store_job(self->parent.self, &ctx, hits, n, &job_id, blocks,
+                                             pinned)
+             : -ENOMEM;
+    size_t npinned = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool ok = rc == 0 && pinned[i];
+        if (!ok) {
+            pk_keymap_entry_t *e = pk_keymap_find(&l->state, &hits[i]);
+            e->a = S_MISS;
+        }
+        else {
+            //  compact the pinned keys and their blocks to the front
+            hits[npinned] = hits[i];
+            blocks[npinned++] = blocks[i];
+        }
+    }
+    if (rc == 0) {
+        s_round_t *r = s_round_find(self, req, l->round_seq);
+        if (!r)
+            r = s_round_new(self, req, true, l->round_seq);
+        s_job_t *job = r ? s_job_new(job_id, hits, npinned) : NULL;
+        if (job) {
+            r->lookup_supplied = true;
+            s_add_supply(self, r, job, blocks, npinned);
+        }
+        else {
+            //  cannot track the job: hand the pins straight back
+            self->parent.store_result(self->parent.self, job_id, false);
+            for (size_t i = 0; i < npinned; i++)
+                pk_keymap_find(&l->state, &hits[i])->a = S_MISS;
+        }
+    }
+    free(blocks);
+    free(pinned);
+}
+
+//  Polls keys (positions into l->keys) against the store; new hits are
+//  pinned in one batch; pending ones are written to l->pending.
+static void
+s_poll_keys(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, const size_t *pos,
+            size_t n)
+{
+    pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
+    pk_key_t stackhits[64];
+    pk_key_t *hits = n <= 64 ? stackhits : malloc(n * sizeof *hits);
+    size_t nhits = 0, npending = 0;
+    for (size_t i = 0; i < n; i++) {
+        const pk_key_t *key = &l->keys[pos[i]];
+        pk_keymap_entry_t *e = pk_keymap_find(&l->state, key);
+        pk_lookup_result_t res = self->parent.lookup(self->parent.self, key, &ctx);
+        if (res == PK_LOOKUP_HIT && hits) {
+            e->a = S_HIT;
+            hits[nhits++] = *key;
+        }
+        else if (res == PK_LOOKUP_MISS || res == PK_LOOKUP_HIT)
+            e->a = S_MISS;      //  a hit we cannot record is a miss
+        else
+            l->pending[npending++] = pos[i];
+    }
+    l->npending = npending;
+    if (nhits)
+        s_pin_hits(self, req, l, hits, nhits);
+    if (hits != stackhits)
+        free(hits);
+}
+
+//  Sends the lookup's answer (every key in wire order) and closes its
+//  bracket with the store.
+static void
+s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
+{
+    if (l->n) {
+        bool *hits = malloc(l->n * sizeof *hits);
+        pk_msg_t *m = hits ? pk_msg_new(PK_MSG_LOOKUP_RESP) : NULL;
+        if (m) {
+            for (size_t i = 0; i < l->n; i++)
+                hits[i] = pk_keymap_find(&l->state, &l->keys[i])->a == S_HIT;
+            if (pk_msg_set_string(m, PK_F_KV_REQUEST_ID, req->kv) == 0
+                && pk_msg_set_keys(m, l->keys, l->n) == 0
+                && pk_msg_set_hits(m, hits, l->n) == 0)
+                pk_msg_set_uint(m, PK_F_ROUND_SEQ, l->round_seq);
+            else
+                pk_msg_destroy(&m);
+        }
+        //  without memory for the answer the consumer's load timeout covers it
+        s_send(self, m);
+        free(hits);
+    }
+    pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
+    self->parent.on_request_finished(self->parent.self, &ctx);
+}
+
+static void
+s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
+{
+    s_lookup_t *l = calloc(1, sizeof *l);
+    size_t *uniq = l ? malloc((raw->n ? raw->n : 1) * sizeof *uniq) : NULL;
+    if (l)
+        l->pending = malloc((raw->n ? raw->n : 1) * sizeof *l->pending);
+    if (!l || !uniq || !l->pending) {
+        //  the consumer's load timeout covers a lookup we cannot hold
+        free(uniq);
+        if (l)
+            free(l->pending);
+        free(l);
+        free(raw->keys);
+        return;
+    }
+    l->id = ++self->lookup_counter;
+    l->round_seq = raw->round_seq;
+    l->deadline = raw->enqueued_at + self->config.lookup_timeout;
+    l->keys = raw->keys;
+    l->n = raw->n;
+    pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
+    self->parent.on_new_request(self->parent.self, &ctx);
+    self->parked++;
+    size_t nuniq = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        int rc = pk_keymap_put(&l->state, &l->keys[i], S_PENDING, 0);
+        if (rc == 1)
+            uniq[nuniq++] = i;
+        else if (rc < 0) {
+            //  no room to track the key: poll it anyway, answer it a miss
+            l->n = i;
+            break;
+        }
+    }
+    s_poll_keys(self, req, l, uniq, nuniq);
+    free(uniq);
+    if (l->npending) {
+        if (req->parked_tail)
+            req->parked_tail->next = l;
+        else
+            req->parked_head = l;
+        req->parked_tail = l;
+        return;
+    }
+    self->parked--;
+    s_lookup_answer(self, req, l);
+    s_lookup_free(l);
+}
+
+static void
+s_resolve_parked(pk_server_role_t *self, s_request_t *req)
+{
+    double now = s_now(self);
+    for (s_lookup_t *l = req->parked_head; l; l = l->next) {
+        s_poll_keys(self, req, l, l->pending, l->npending);
+        if (l->npending && now >= l->deadline) {
+            for (size_t i = 0; i < l->npending; i++)
+                pk_keymap_find(&l->state, &l->keys[l->pending[i]])->a = S_MISS;
+            l->npending = 0;
+        }
+    }
+    s_lookup_t **at = &req->parked_head;
+    req->parked_tail = NULL;
+    while (*at) {
+        s_lookup_t *l = *at;
+        if (l->npending) {
+            req->parked_tail = l;
+            at = &l->next;
+            continue;
+        }
+        *at = l->next;
+        self->parked--;
+        s_lookup_answer(self, req, l);
+        s_lookup_free(l);
+    }
+}
+
+void
+pk_server_role_serve(pk_server_role_t *self)
+{
+    if (self->closed)
+        return;
+    //  Requests that join the list while it is walked wait for the next
+    //  serve, as the seed's snapshot of _serve_pending does.
+    s_request_t *last = self->serve_tail;
+    for (s_request_t *req = self->serve_head, *next; req; req = next) {
+        bool was_last = req == last;
+        next = req->snext;
+        while (req->raw_head) {
+            s_raw_lookup_t *raw = req->raw_head;
+            req->raw_head = raw->next;
+            if (!req->raw_head)
+                req->raw_tail = NULL;
+            s_process_lookup(self, req, raw);
+            free(raw);
+        }
+        s_resolve_parked(self, req);
+        if (!req->raw_head && !req->parked_head) {
+            s_serve_remove(self, req);
+            s_request_prune(self, req);
+        }
+        if (was_last)
+            break;
+    }
+    while (self->finished_head) {
+        s_finished_ctx_t *f = self->finished_head;
+        self->finished_head = f->next;
+        pk_lookup_ctx_t ctx = { f->kv, f->round_seq, f->lookup_id };
+        self->parked--;
+        self->parent.on_request_finished(self->parent.self, &ctx);
+        free(f->kv);
+        free(f);
+    }
+    self->finished_tail = NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Public API: collect, drain, close
+
+static void
+s_store_timeouts(pk_server_role_t *self)
+{
+    double now = s_now(self);
+    while (self->timeout_head
+           && now >= self->timeout_head->t0 + self->config.store_timeout) {
+        s_job_t *job = self->timeout_head;
+        //  Out of the FIFO; the job's result comes with its round's failure.
+        LIST_REMOVE(self->timeout_head, self->timeout_tail, job, tprev, tnext);
+        job->in_fifo = false;
+        s_request_t *req = job->round->req;
+        if (!job->round->failed)
+            s_round_fail(self, job->round, FAIL_TIMEOUT);
+        s_request_prune(self, req);
+    }
+}
+
+static void
+s_on_transfer(void *arg, uint64_t tid, bool ok)
+{
+    pk_server_role_t *self = arg;
+    pk_key_t key = pk_key_make((const uint8_t *) &tid, sizeof tid);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->xfers, &key);
+    if (!e)
+        return;         //  released by a cancel, or never ours
+    s_xfer_t *x = (s_xfer_t *) (uintptr_t) e->a;
+    s_round_t *r = x->round;
+    s_request_t *req = r->req;
+    size_t blocks = x->blocks;
+    if (ok) {
+        r->landing += blocks;
+        if (!r->failed)
+            for (size_t i = 0; i < x->njobs; i++)
+                if (!x->jobs[i]->decided)
+                    s_result(self, x->jobs[i], true);
+    }
+    s_xfer_release(self, x);
+    if (r->failed) {
+        if (r->inflight == 0)
+            s_round_publish_failure(self, r);
+    }
+    else if (!ok)
+        s_round_fail(self, r, FAIL_ERROR);
+    else {
+        assert(r->remaining >= blocks);
+        r->remaining -= blocks;
+        if (r->remaining == 0)
+            s_round_finalize(self, r, true, true);
+        else if (r->finishing && r->inflight == 0)
+            s_round_finalize(self, r, false, true);
+    }
+    s_request_prune(self, req);
+}
+
+void
+pk_server_role_collect(pk_server_role_t *self)
+{
+    if (self->closed)
+        return;
+    s_store_timeouts(self);
+    self->transport.poll(self->transport.self, s_on_transfer, self);
+    s_kept_expire(self);
+    s_flush_results(self);
+}
+
+void
+pk_server_role_collect_idle(pk_server_role_t *self)
+{
+    if (self->closed)
+        return;
+    s_store_timeouts(self);
+    s_kept_expire(self);
+    s_flush_results(self);
+}
+
+void
+pk_server_role_drain(pk_server_role_t *self)
+{
+    if (self->closed)
+        return;
+    //  Rounds that fail during the pass are cancelled by their own failure.
+    s_round_t *last = self->drain_tail;
+    for (s_round_t *r = self->drain_head, *next; r; r = next) {
+        bool was_last = r == last;
+        next = r->dnext;
+        s_request_t *req = r->req;
+        s_round_drain_once(self, r);
+        s_request_prune(self, req);
+        if (was_last)
+            break;
+    }
+}
+
+static int
+s_cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *) a, y = *(const uint64_t *) b;
+    return x < y ? -1 : x > y;
+}
+
+int
+pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njobs_p, size_t *owed_p)
+{
+    if (self->closed)
+        return -EPIPE;
+    self->closed = true;
+    *jobs_p = NULL;
+    *njobs_p = 0;
+    *owed_p = self->parked;
+    size_t n = pk_keymap_size(&self->xfers);
+    if (n) {
+        uint64_t *tids = malloc(n * sizeof *tids);
+        if (!tids)
+            return -ENOMEM;
+        size_t i = 0;
+        for (size_t s = 0; s <= self->xfers.mask; s++)
+            if (self->xfers.slots[s].key.bytes)
+                tids[i++] = ((s_xfer_t *) (uintptr_t) self->xfers.slots[s].a)->tid;
+        qsort(tids, n, sizeof *tids, s_cmp_u64);
+        self->transport.cancel(self->transport.self, tids, n, PK_CANCEL_IMMEDIATE, tids);
+        free(tids);
+    }
+    s_flush_results(self);
+    //  Jobs still owed a result: every undecided job, wherever it sits.
+    size_t owed = self->undecided, i = 0;
+    uint64_t *jobs = owed ? malloc(owed * sizeof *jobs) : NULL;
+    if (owed && !jobs)
+        return -ENOMEM;
+    for (size_t s = 0; self->requests.slots && s <= self->requests.mask; s++) {
+        if (!self->requests.slots[s].key.bytes)
+            continue;
+        s_request_t *req = (s_request_t *) (uintptr_t) self->requests.slots[s].a;
+        for (s_round_t *r = req->rounds_head; r; r = r->next)
+            for (s_job_t *job = r->jobs; job; job = job->next)
+                if (!job->decided && i < owed)
+                    jobs[i++] = job->id;
+    }
+    qsort(jobs, i, sizeof *jobs, s_cmp_u64);
+    s_free_everything(self);
+    self->undecided = self->aborts = self->parked = 0;
+    self->serve_count = 0;
+    *jobs_p = jobs;
+    *njobs_p = i;
+    return 0;
+}
+
+bool
+pk_server_role_has_inflight(const pk_server_role_t *self)
+{
+    return pk_keymap_size(&self->xfers) > 0;
+}
+
+void
+pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state)
+{
+    state->requests = pk_keymap_size(&self->requests);
+    state->inflight = pk_keymap_size(&self->xfers);
+    state->store_jobs = self->undecided;
+    state->aborts = self->aborts;
+    state->serve_pending = self->serve_count;
+    state->kept = pk_keymap_size(&self->kept);
+}
+
+bool
+pk_server_role_take_forced(pk_server_role_t *self)
+{
+    bool forced = self->forced;
+    self->forced = false;
+    return forced;
+}

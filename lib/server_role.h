@@ -1,0 +1,129 @@
+/*  server_role.h: the producer side of one peer session (the seed's
+    ServerRole, with the fixes of doc/architecture.md), as a pure state
+    machine.
+
+    It matches supply (blocks the local engine stored for a request, or
+    blocks pinned for a lookup's hits) against the peer's fetch demand,
+    round by round, and drives writes through the transport.  It owns no
+    socket, thread or clock: everything outside comes through the four
+    seams below, so the daemon, p2pkv-replay and the unit tests run the
+    same code.  The exact rules are doc/replay.md's.  Not thread-safe: one
+    actor owns one role.
+*/
+#ifndef PK_SERVER_ROLE_H_INCLUDED
+#define PK_SERVER_ROLE_H_INCLUDED
+
+#include "protocol.h"
+#include "transport.h"
+
+typedef enum {
+    PK_LOOKUP_HIT,
+    PK_LOOKUP_MISS,
+    PK_LOOKUP_HIT_PENDING,      //  being written: ask again later
+    PK_LOOKUP_RETRY             //  busy: ask again later
+} pk_lookup_result_t;
+
+/*  Names one lookup for the store's per-request bookkeeping.  */
+typedef struct {
+    const char *kv_request_id;
+    uint64_t round_seq;
+    uint64_t lookup_id;         //  unique within the role
+} pk_lookup_ctx_t;
+
+typedef struct {
+    void *self;
+    pk_lookup_result_t (*lookup)(void *self, const pk_key_t *key, const pk_lookup_ctx_t *ctx);
+    /*  Pins the blocks of n keys as one job.  Fills *job_id, blocks[i] (the
+        local block of key i) and pinned[i]: false for a key that could not
+        be pinned (evicted since its lookup), which the role answers as a
+        miss.  Returns 0 or a negative error (then nothing is pinned).  */
+    int (*create_store_job)(void *self, const pk_lookup_ctx_t *ctx, const pk_key_t *keys,
+                            size_t n, uint64_t *job_id, uint32_t *blocks, bool *pinned);
+    /*  Bracket every lookup: each on_new_request gets one
+        on_request_finished.  */
+    void (*on_new_request)(void *self, const pk_lookup_ctx_t *ctx);
+    void (*on_request_finished)(void *self, const pk_lookup_ctx_t *ctx);
+    /*  A job's result: success or failure, once per job; unpins it.  */
+    void (*store_result)(void *self, uint64_t job_id, bool success);
+} pk_parent_t;
+
+typedef struct {
+    void *self;
+    double (*now)(void *self);              //  monotonic seconds
+} pk_clock_t;
+
+typedef struct {
+    void *self;
+    /*  One message to the peer, without epochs (the session adds them).  */
+    void (*send)(void *self, const pk_msg_t *msg);
+} pk_sender_t;
+
+typedef struct {
+    double lookup_timeout;      //  parked lookup keys answer miss after this (5 s)
+    double store_timeout;       //  a store job fails its round after this (30 s)
+    double drain_timeout;       //  then cancel in immediate mode (10 s)
+} pk_server_role_config_t;
+
+#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0 }
+
+typedef struct {
+    size_t requests;            //  live requests (kept ones not counted)
+    size_t inflight;            //  transfers in flight
+    size_t store_jobs;          //  jobs whose result is not decided yet
+    size_t aborts;              //  aborts not yet acked
+    size_t serve_pending;       //  requests with lookup work for the next serve
+    size_t kept;                //  kept rounds and requests (replay.md "Kept state")
+} pk_server_role_state_t;
+
+typedef struct _pk_server_role_t pk_server_role_t;
+
+pk_server_role_t *pk_server_role_new(const char *peer_id, const pk_server_role_config_t *config,
+                                     pk_clock_t clock, pk_sender_t sender,
+                                     pk_transport_t transport, pk_parent_t parent);
+void pk_server_role_destroy(pk_server_role_t **self_p);
+
+/*  The local engine stored blocks for a request (prefill/decode).  With
+    has_round the supply joins that round, else replay.md's unbound-supply
+    rule applies.  Job ids are the store's, unique.  Returns 0 or -ENOMEM.  */
+int pk_server_role_store(pk_server_role_t *self, const char *kv_request_id,
+                         const pk_key_t *keys, const uint32_t *blocks, size_t n,
+                         uint64_t job_id, bool has_round, uint64_t round_seq);
+
+/*  Messages from the peer.  on_fetch returns -EPROTO for a duplicate fetch
+    (a protocol violation; the role is left as it was).  */
+int pk_server_role_on_lookup(pk_server_role_t *self, const char *kv_request_id,
+                             const pk_key_t *keys, size_t n, uint64_t round_seq);
+int pk_server_role_on_fetch(pk_server_role_t *self, const char *kv_request_id,
+                            const pk_key_t *keys, const uint32_t *remote, size_t n,
+                            uint64_t round_seq);
+int pk_server_role_on_abort(pk_server_role_t *self, const char *kv_request_id,
+                            uint64_t round_seq);
+
+/*  The local engine finished the request.  */
+int pk_server_role_finish(pk_server_role_t *self, const char *kv_request_id);
+
+/*  One serve window: resolve queued and parked lookups against the parent.  */
+void pk_server_role_serve(pk_server_role_t *self);
+/*  Store-job timeouts, this peer's finished transfers, expiry of kept
+    state, then every queued result to the parent.  */
+void pk_server_role_collect(pk_server_role_t *self);
+/*  The sweep while no connection is up: collect without the transport.  */
+void pk_server_role_collect_idle(pk_server_role_t *self);
+/*  Re-cancel every draining round (immediate once its deadline passed).  */
+void pk_server_role_drain(pk_server_role_t *self);
+
+/*  Tears down: cancels every transfer in immediate mode, hands every queued
+    result to the parent, and reports the jobs still owed a result (failed
+    by the teardown, ascending, malloc'd into *jobs_p) and the number of
+    lookups still owed on_request_finished.  The role is then closed: every
+    other call is refused with -EPIPE.  */
+int pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njobs_p,
+                         size_t *owed_p);
+
+bool pk_server_role_has_inflight(const pk_server_role_t *self);
+void pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state);
+/*  The transport was cancelled in immediate mode since the last call: the
+    session must retire (bytes already queued may still land).  */
+bool pk_server_role_take_forced(pk_server_role_t *self);
+
+#endif

@@ -1,0 +1,61 @@
+/*  transport.h: the data-plane seam, and an in-memory transport for tests.
+
+    A role never touches libfabric: it is given a pk_transport_t, a table of
+    functions over one peer's channel.  The daemon's comes from
+    transports/ofi; tests and p2pkv-replay use pk_memtransport, whose
+    transfers finish only when the test says so.
+*/
+#ifndef PK_TRANSPORT_H_INCLUDED
+#define PK_TRANSPORT_H_INCLUDED
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    PK_CANCEL_WAIT,         //  release what is not posted; report what still is
+    PK_CANCEL_IMMEDIATE     //  on return the source memory is no longer read
+} pk_cancel_mode_t;
+
+typedef void (pk_transfer_fn)(void *arg, uint64_t tid, bool ok);
+
+typedef struct {
+    void *self;
+    /*  One write of n blocks (local[i] -> the peer's remote[i]) for a round,
+        whose low 20 bits tag the writes' immediates.  Returns a transfer id
+        (> 0) or a negative error when the write is refused.  */
+    int64_t (*write_blocks)(void *self, uint64_t round_seq, const uint32_t *local,
+                            const uint32_t *remote, size_t n);
+    /*  Reports this peer's finished transfers, each once: every successful
+        one in ascending id, then every failed one in ascending id.  */
+    void (*poll)(void *self, pk_transfer_fn *each, void *arg);
+    /*  Cancels transfers.  In wait mode, writes it could stop are released
+        (never reported by poll) and those still in flight are written to
+        still[] (n slots) and counted in the return value; in immediate mode
+        all are released and 0 is returned.  */
+    size_t (*cancel)(void *self, const uint64_t *tids, size_t n, pk_cancel_mode_t mode,
+                     uint64_t *still);
+} pk_transport_t;
+
+//  --------------------------------------------------------------------------
+//  The in-memory transport: ids 1, 2, 3, ... in successful-submission order.
+
+typedef struct _pk_memtransport_t pk_memtransport_t;
+
+pk_memtransport_t *pk_memtransport_new(void);
+void pk_memtransport_destroy(pk_memtransport_t **self_p);
+pk_transport_t pk_memtransport_iface(pk_memtransport_t *self);
+
+/*  These transfers finished; the next poll reports them.  Ids not in
+    flight are ignored.  */
+void pk_memtransport_complete(pk_memtransport_t *self, const uint64_t *tids, size_t n, bool ok);
+/*  These transfers ignore a cancel in wait mode.  */
+void pk_memtransport_hold(pk_memtransport_t *self, const uint64_t *tids, size_t n);
+/*  The next n submissions are refused.  */
+void pk_memtransport_refuse(pk_memtransport_t *self, size_t n);
+/*  Transfers submitted and neither reported nor released.  */
+size_t pk_memtransport_inflight(const pk_memtransport_t *self);
+/*  The id the next accepted write will get.  */
+uint64_t pk_memtransport_next_tid(const pk_memtransport_t *self);
+
+#endif
