@@ -5,9 +5,16 @@
     runs on a shared 2-core machine are not comparable.
 
       codec   decode+validate of a 65,536-key fetch vs jansson's json_loadb
+      role    the server role in process: keys per second, and memory per
+              10,000 live requests
 */
+#include "keymap.h"
 #include "protocol.h"
+#include "server_role.h"
+#include "transport.h"
 #include "version.h"
+
+#include <malloc.h>
 
 #include <jansson.h>
 #include <sodium.h>
@@ -118,16 +125,171 @@ s_bench_codec(int reps)
     return 0;
 }
 
+
+//  --------------------------------------------------------------------------
+//  role: lookup 32 keys (all hit) -> serve -> fetch -> complete -> collect ->
+//  terminal fetch, for many requests, 64 requests per tick as an actor would
+//  batch them.  The store and transport are the in-memory ones, so this is
+//  the role's own cost.
+
+#define ROLE_KEYS 32
+#define ROLE_BATCH 64
+#define ROLE_KEYPOOL (ROLE_KEYS * 1024)
+
+typedef struct {
+    pk_keymap_t table;
+    uint64_t next_job;
+    size_t sent, results;
+} s_role_world_t;
+
+static double
+s_role_now(void *arg)
+{
+    return 1000.0;
+}
+
+static void
+s_role_send(void *arg, const pk_msg_t *m)
+{
+    ((s_role_world_t *) arg)->sent++;
+}
+
+static pk_lookup_result_t
+s_role_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    pk_keymap_entry_t *e = pk_keymap_find(&((s_role_world_t *) arg)->table, key);
+    return e ? PK_LOOKUP_HIT : PK_LOOKUP_MISS;
+}
+
+static int
+s_role_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
+           uint64_t *job, uint32_t *blocks, bool *pinned)
+{
+    s_role_world_t *w = arg;
+    *job = w->next_job++;
+    for (size_t i = 0; i < n; i++) {
+        blocks[i] = (uint32_t) pk_keymap_find(&w->table, &keys[i])->b;
+        pinned[i] = true;
+    }
+    return 0;
+}
+
+static void
+s_role_bracket(void *arg, const pk_lookup_ctx_t *ctx)
+{
+}
+
+static void
+s_role_result(void *arg, uint64_t job, bool success)
+{
+    ((s_role_world_t *) arg)->results++;
+}
+
+static size_t
+s_heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+static int
+s_bench_role(long requests)
+{
+    s_role_world_t w = { PK_KEYMAP_INIT, 1, 0, 0 };
+    uint8_t *bytes = malloc(ROLE_KEYPOOL * 32);
+    pk_key_t *pool = malloc(ROLE_KEYPOOL * sizeof *pool);
+    uint32_t *idx = malloc(ROLE_KEYS * sizeof *idx);
+    randombytes_buf(bytes, ROLE_KEYPOOL * 32);
+    for (size_t i = 0; i < ROLE_KEYPOOL; i++) {
+        pool[i] = pk_key_make(bytes + 32 * i, 32);
+        pk_keymap_put(&w.table, &pool[i], 0, i);
+    }
+    for (uint32_t i = 0; i < ROLE_KEYS; i++)
+        idx[i] = i;
+    pk_memtransport_t *mem = pk_memtransport_new();
+    pk_server_role_t *role = pk_server_role_new(
+        "bench", NULL, (pk_clock_t) { &w, s_role_now }, (pk_sender_t) { &w, s_role_send },
+        pk_memtransport_iface(mem),
+        (pk_parent_t) { &w, s_role_lookup, s_role_pin, s_role_bracket, s_role_bracket,
+                        s_role_result });
+    char kv[ROLE_BATCH][32];
+    long done = 0;
+    double t0 = s_now();
+    while (done < requests) {
+        int batch = requests - done < ROLE_BATCH ? (int) (requests - done) : ROLE_BATCH;
+        for (int b = 0; b < batch; b++) {
+            long r = done + b;
+            snprintf(kv[b], sizeof kv[b], "req-%ld", r);
+            const pk_key_t *keys = &pool[(size_t) (r % 1024) * ROLE_KEYS];
+            pk_server_role_on_lookup(role, kv[b], keys, ROLE_KEYS, 1);
+        }
+        pk_server_role_serve(role);
+        uint64_t first = pk_memtransport_next_tid(mem);
+        for (int b = 0; b < batch; b++) {
+            long r = done + b;
+            const pk_key_t *keys = &pool[(size_t) (r % 1024) * ROLE_KEYS];
+            pk_server_role_on_fetch(role, kv[b], keys, idx, ROLE_KEYS, 1);
+        }
+        uint64_t last = pk_memtransport_next_tid(mem);
+        for (uint64_t tid = first; tid < last; tid++)
+            pk_memtransport_complete(mem, &tid, 1, true);
+        pk_server_role_collect(role);
+        for (int b = 0; b < batch; b++)
+            pk_server_role_on_fetch(role, kv[b], NULL, NULL, 0, 2);
+        done += batch;
+    }
+    double t1 = s_now();
+    pk_server_role_collect(role);
+    pk_server_role_state_t st;
+    pk_server_role_state(role, &st);
+    if (w.results != (size_t) requests || st.requests || st.inflight || st.store_jobs) {
+        fprintf(stderr, "p2pkv-bench: role scenario did not complete (%zu results)\n",
+                w.results);
+        return 2;
+    }
+    double keys_per_s = (double) requests * ROLE_KEYS / (t1 - t0);
+
+    //  Memory: 10,000 requests held live (lookups answered and pinned, no
+    //  fetch yet), measured as heap growth.
+    size_t before = s_heap_in_use();
+    for (long r = 0; r < 10000; r++) {
+        char id[32];
+        snprintf(id, sizeof id, "live-%ld", r);
+        pk_server_role_on_lookup(role, id, &pool[(size_t) (r % 1024) * ROLE_KEYS], ROLE_KEYS, 1);
+        if (r % ROLE_BATCH == ROLE_BATCH - 1)
+            pk_server_role_serve(role);
+    }
+    pk_server_role_serve(role);
+    size_t after = s_heap_in_use();
+    pk_server_role_state(role, &st);
+
+    printf("role: %ld requests of %d keys (lookup all hit -> serve -> fetch -> complete -> "
+           "collect -> terminal fetch), %d requests per tick\n", requests, ROLE_KEYS, ROLE_BATCH);
+    printf("  %.2f million keys/s, %.0f requests/s\n", keys_per_s / 1e6,
+           (double) requests / (t1 - t0));
+    printf("  %zu live requests (looked up and pinned, %zu jobs) hold %.1f MiB: %.0f bytes each\n",
+           st.requests, st.store_jobs, (after - before) / 1048576.0,
+           (double) (after - before) / (double) st.requests);
+    pk_server_role_destroy(&role);
+    pk_memtransport_destroy(&mem);
+    pk_keymap_fini(&w.table);
+    free(bytes);
+    free(pool);
+    free(idx);
+    return 0;
+}
+
 int
 main(int argc, char *argv[])
 {
     if (sodium_init() < 0)
         return 2;
     const char *what = argc > 1 ? argv[1] : "codec";
-    int reps = argc > 2 ? atoi(argv[2]) : 15;
+    int reps = argc > 2 ? atoi(argv[2]) : strcmp(what, "role") == 0 ? 200000 : 15;
     if (strcmp(what, "--help") == 0 || strcmp(what, "-h") == 0) {
-        printf("usage: p2pkv-bench [codec [REPETITIONS]]\n"
-               "  codec  decode+validate of a 65,536-key fetch vs jansson's json_loadb\n");
+        printf("usage: p2pkv-bench [codec [REPETITIONS] | role [REQUESTS]]\n"
+               "  codec  decode+validate of a 65,536-key fetch vs jansson's json_loadb\n"
+               "  role   the server role in process: keys/s, memory per live request\n");
         return 0;
     }
     if (strcmp(what, "--version") == 0) {
@@ -140,6 +302,8 @@ main(int argc, char *argv[])
     }
     if (strcmp(what, "codec") == 0)
         return s_bench_codec(reps);
+    if (strcmp(what, "role") == 0)
+        return s_bench_role(reps);
     fprintf(stderr, "p2pkv-bench: unknown benchmark '%s' (see --help)\n", what);
     return 2;
 }

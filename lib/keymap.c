@@ -17,8 +17,8 @@ pk_keymap_fini(pk_keymap_t *self)
 void
 pk_keymap_clear(pk_keymap_t *self)
 {
-    if (self->slots && self->count)
-        memset(self->slots, 0, (self->mask + 1) * sizeof *self->slots);
+    for (size_t i = 0; self->slots && self->count && i <= self->mask; i++)
+        self->slots[i].key.bytes = NULL;
     self->count = 0;
 }
 
@@ -43,12 +43,15 @@ pk_keymap_find(const pk_keymap_t *self, const pk_key_t *key)
 }
 
 static int
-s_grow(pk_keymap_t *self)
+s_resize(pk_keymap_t *self, size_t cap)
 {
-    size_t cap = self->slots ? 2 * (self->mask + 1) : 8;
-    pk_keymap_entry_t *slots = calloc(cap, sizeof *slots);
+    //  Only the key pointer marks a slot empty: clearing just it writes a
+    //  fifth of what calloc would.
+    pk_keymap_entry_t *slots = malloc(cap * sizeof *slots);
     if (!slots)
         return -ENOMEM;
+    for (size_t i = 0; i < cap; i++)
+        slots[i].key.bytes = NULL;
     pk_keymap_t bigger = { slots, cap - 1, self->count };
     for (size_t i = 0; self->slots && i <= self->mask; i++) {
         pk_keymap_entry_t *e = &self->slots[i];
@@ -65,26 +68,48 @@ s_grow(pk_keymap_t *self)
 }
 
 int
-pk_keymap_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uint64_t b)
+pk_keymap_reserve(pk_keymap_t *self, size_t n)
 {
-    pk_keymap_entry_t *e = pk_keymap_find(self, key);
-    if (e) {
-        e->key = *key;
-        e->a = a;
-        e->b = b;
-        return 0;
-    }
+    size_t cap = self->slots ? self->mask + 1 : 8;
+    while (cap < 2 * n)
+        cap *= 2;
+    return !self->slots || cap > self->mask + 1 ? s_resize(self, cap) : 0;
+}
+
+int
+pk_keymap_get_or_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uint64_t b,
+                     pk_keymap_entry_t **entry_p)
+{
     if (!self->slots || 2 * (self->count + 1) > self->mask + 1) {
-        int rc = s_grow(self);
+        int rc = s_resize(self, self->slots ? 2 * (self->mask + 1) : 8);
         if (rc)
             return rc;
     }
+    //  One probe run finds the key or the empty slot it belongs in.
     size_t at = s_home(self, key->hash);
-    while (self->slots[at].key.bytes)
-        at = (at + 1) & self->mask;
+    for (;; at = (at + 1) & self->mask) {
+        pk_keymap_entry_t *e = &self->slots[at];
+        if (!e->key.bytes)
+            break;
+        if (pk_key_eq(&e->key, key)) {
+            *entry_p = e;
+            return 0;
+        }
+    }
     self->slots[at] = (pk_keymap_entry_t) { *key, a, b };
     self->count++;
+    *entry_p = &self->slots[at];
     return 1;
+}
+
+int
+pk_keymap_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uint64_t b)
+{
+    pk_keymap_entry_t *e;
+    int rc = pk_keymap_get_or_put(self, key, a, b, &e);
+    if (rc == 0)
+        *e = (pk_keymap_entry_t) { *key, a, b };
+    return rc;
 }
 
 bool

@@ -32,8 +32,17 @@ void pk_keymap_clear(pk_keymap_t *self);
     or removal.  */
 pk_keymap_entry_t *pk_keymap_find(const pk_keymap_t *self, const pk_key_t *key);
 
+/*  Makes room for n entries at once (one allocation instead of several
+    doublings).  Returns 0 or -ENOMEM.  */
+int pk_keymap_reserve(pk_keymap_t *self, size_t n);
+
 /*  Inserts or replaces; returns 1 when inserted, 0 when replaced, -ENOMEM.  */
 int pk_keymap_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uint64_t b);
+
+/*  The entry for key if present (returns 0), else inserts it with (a, b)
+    and returns 1; -ENOMEM.  *entry_p points at the entry either way.  */
+int pk_keymap_get_or_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uint64_t b,
+                         pk_keymap_entry_t **entry_p);
 
 /*  Removes key; returns true and its values (a_p, b_p may be NULL) if it
     was there.  */

@@ -242,16 +242,24 @@ pk_key_hash(const uint8_t *bytes, size_t len)
     return h;
 }
 
+uint64_t
+pk_hash_id(uint64_t a, uint64_t b)
+{
+    S_INIT();
+    //  A keyed multiply-xorshift mix: ids are ours or bounded per session,
+    //  so this needs to spread them, not to resist a chosen-input attack
+    //  as key hashing must.
+    uint64_t h = (a ^ s_index_mult) * UINT64_C(0x9e3779b97f4a7c15);
+    h ^= h >> 32;
+    h = (h ^ b) * s_index_mult;
+    h ^= h >> 29;
+    return h * UINT64_C(0xbf58476d1ce4e5b9) ^ (h >> 32);
+}
+
 pk_key_t
 pk_key_make(const uint8_t *bytes, size_t len)
 {
     return (pk_key_t) { bytes, (uint32_t) len, pk_key_hash(bytes, len) };
-}
-
-bool
-pk_key_eq(const pk_key_t *a, const pk_key_t *b)
-{
-    return a->hash == b->hash && a->len == b->len && memcmp(a->bytes, b->bytes, a->len) == 0;
 }
 
 static uint64_t
@@ -433,7 +441,7 @@ pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count)
     uint8_t *at = copy.arena;
     for (size_t i = 0; i < count; i++) {
         memcpy(at, keys[i].bytes, keys[i].len);
-        copy.v[i] = pk_key_make(at, keys[i].len);
+        copy.v[i] = (pk_key_t) { at, keys[i].len, keys[i].hash };
         at += keys[i].len;
     }
     s_keys_free(&self->keys);

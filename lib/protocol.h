@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define PK_WIRE_MAJOR 1
 #define PK_WIRE_MINOR 0
@@ -75,7 +76,29 @@ typedef struct {
     process, unpredictable to peers (the key is drawn at start).  */
 uint64_t pk_key_hash(const uint8_t *bytes, size_t len);
 pk_key_t pk_key_make(const uint8_t *bytes, size_t len);
-bool pk_key_eq(const pk_key_t *a, const pk_key_t *b);
+/*  A fast keyed hash of two 64-bit ids, for tables keyed by our own ids
+    (transfer ids, rounds); not for keys a peer chooses freely.  */
+uint64_t pk_hash_id(uint64_t a, uint64_t b);
+static inline bool
+pk_key_eq(const pk_key_t *a, const pk_key_t *b)
+{
+    if (a->hash != b->hash || a->len != b->len)
+        return false;
+    //  Word by word, inlined: an equal hash almost always means equal
+    //  keys, so this runs on every successful table lookup.
+    uint32_t i = 0;
+    for (; i + 8 <= a->len; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a->bytes + i, 8);
+        memcpy(&y, b->bytes + i, 8);
+        if (x != y)
+            return false;
+    }
+    for (; i < a->len; i++)
+        if (a->bytes[i] != b->bytes[i])
+            return false;
+    return true;
+}
 
 typedef struct {
     size_t count;
@@ -149,7 +172,8 @@ pk_msg_t *pk_msg_new(pk_msg_type_t type);
 void pk_msg_destroy(pk_msg_t **self_p);
 
 /*  Setters copy their input and mark the field present.  They return 0 or
-    -ENOMEM.  pk_msg_set_keys copies count keys into one arena.  */
+    -ENOMEM.  pk_msg_set_keys copies count keys into one arena, hashes
+    included (keys come from pk_key_make or the decoder).  */
 int pk_msg_set_string(pk_msg_t *self, pk_field_t field, const char *value);
 int pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count);
 int pk_msg_set_block_indexes(pk_msg_t *self, const uint32_t *idx, size_t count);

@@ -85,7 +85,8 @@ struct s_lookup {
     double deadline;
     pk_key_t *keys;                 //  wire order, duplicates included
     size_t n;
-    pk_keymap_t state;              //  unique key -> a: S_PENDING/S_HIT/S_MISS
+    uint32_t *first;                //  position of each key's first occurrence
+    uint8_t *st;                    //  at first positions: S_PENDING/S_HIT/S_MISS
     size_t *pending;                //  positions of unique pending keys, parked order
     size_t npending;
     s_lookup_t *next;
@@ -150,6 +151,7 @@ struct _pk_server_role_t {
     pk_keymap_t rounds;
     pk_keymap_t xfers;
     pk_keymap_t kept;
+    pk_keymap_t scratch;            //  one lookup's de-duplication, empty between uses
     s_kept_t *kept_head, *kept_tail;
     s_request_t *serve_head, *serve_tail;
     size_t serve_count;
@@ -179,6 +181,13 @@ struct _pk_server_role_t {
         if ((node)->prev) (node)->prev->next = (node)->next; else (head) = (node)->next; \
         if ((node)->next) (node)->next->prev = (node)->prev; else (tail) = (node)->prev; \
         (node)->prev = (node)->next = NULL; } while (0)
+
+//  The key of an id-keyed table entry: its bytes, with the cheap id hash.
+static pk_key_t
+s_id_key(const void *bytes, size_t len, uint64_t a, uint64_t b)
+{
+    return (pk_key_t) { bytes, (uint32_t) len, pk_hash_id(a, b) };
+}
 
 static double
 s_now(pk_server_role_t *self)
@@ -241,36 +250,27 @@ s_flush_results(pk_server_role_t *self)
 //  --------------------------------------------------------------------------
 //  Messages to the peer
 
-static void
-s_send(pk_server_role_t *self, pk_msg_t *msg)
-{
-    if (msg)
-        self->sender.send(self->sender.self, msg);
-    pk_msg_destroy(&msg);
-}
-
+//  Messages are built on the stack over borrowed fields: the sender gets a
+//  const view for the duration of the call, so nothing is copied.
 static void
 s_send_done(pk_server_role_t *self, const char *kv, bool success, uint64_t seq,
             uint64_t landing)
 {
-    pk_msg_t *m = pk_msg_new(PK_MSG_TRANSFER_DONE);
-    if (m && pk_msg_set_string(m, PK_F_KV_REQUEST_ID, kv) == 0) {
-        pk_msg_set_bool(m, PK_F_SUCCESS, success);
-        pk_msg_set_uint(m, PK_F_ROUND_SEQ, seq);
-        pk_msg_set_uint(m, PK_F_LANDING, landing);
-    }
-    s_send(self, m);
+    pk_msg_t m = { .type = PK_MSG_TRANSFER_DONE, .kv_request_id = (char *) kv, .success = success,
+                   .round_seq = seq, .landing = landing,
+                   .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_SUCCESS)
+                              | PK_BIT(PK_F_ROUND_SEQ) | PK_BIT(PK_F_LANDING) };
+    self->sender.send(self->sender.self, &m);
 }
 
 static void
 s_send_ack(pk_server_role_t *self, const char *kv, uint64_t seq, uint64_t landing)
 {
-    pk_msg_t *m = pk_msg_new(PK_MSG_ABORT_ACK);
-    if (m && pk_msg_set_string(m, PK_F_KV_REQUEST_ID, kv) == 0) {
-        pk_msg_set_uint(m, PK_F_ROUND_SEQ, seq);
-        pk_msg_set_uint(m, PK_F_LANDING, landing);
-    }
-    s_send(self, m);
+    pk_msg_t m = { .type = PK_MSG_ABORT_ACK, .kv_request_id = (char *) kv, .round_seq = seq,
+                   .landing = landing,
+                   .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_ROUND_SEQ)
+                              | PK_BIT(PK_F_LANDING) };
+    self->sender.send(self->sender.self, &m);
 }
 
 //  --------------------------------------------------------------------------
@@ -419,8 +419,11 @@ s_round_find(pk_server_role_t *self, s_request_t *req, uint64_t seq)
 {
     if (!req)
         return NULL;
-    struct { s_request_t *req; uint64_t seq; } id = { req, seq };
-    pk_key_t key = pk_key_make((const uint8_t *) &id, sizeof id);
+    struct { s_request_t *req; uint64_t seq; } id;
+    memset(&id, 0, sizeof id);
+    id.req = req;
+    id.seq = seq;
+    pk_key_t key = s_id_key(&id, sizeof id, (uintptr_t) req, seq);
     pk_keymap_entry_t *e = pk_keymap_find(&self->rounds, &key);
     return e ? (s_round_t *) (uintptr_t) e->a : NULL;
 }
@@ -431,7 +434,7 @@ s_round_bind(pk_server_role_t *self, s_round_t *r, uint64_t seq)
     memset(&r->id, 0, sizeof r->id);
     r->id.req = r->req;
     r->id.seq = seq;
-    pk_key_t key = pk_key_make((const uint8_t *) &r->id, sizeof r->id);
+    pk_key_t key = s_id_key(&r->id, sizeof r->id, (uintptr_t) r->req, seq);
     int rc = pk_keymap_put(&self->rounds, &key, (uintptr_t) r, 0);
     if (rc < 0)
         return rc;
@@ -472,7 +475,7 @@ s_round_free(pk_server_role_t *self, s_round_t *r)
     assert(r->inflight == 0 && !r->xfers && !r->draining);
     s_request_t *req = r->req;
     if (r->bound) {
-        pk_key_t key = pk_key_make((const uint8_t *) &r->id, sizeof r->id);
+        pk_key_t key = s_id_key(&r->id, sizeof r->id, (uintptr_t) r->req, r->id.seq);
         pk_keymap_take(&self->rounds, &key, NULL, NULL);
     }
     if (req->unbound == r)
@@ -535,7 +538,7 @@ static void
 s_xfer_release(pk_server_role_t *self, s_xfer_t *x)
 {
     s_round_t *r = x->round;
-    pk_key_t key = pk_key_make((const uint8_t *) &x->tid, sizeof x->tid);
+    pk_key_t key = s_id_key(&x->tid, sizeof x->tid, x->tid, 0);
     pk_keymap_take(&self->xfers, &key, NULL, NULL);
     if (x->prev)
         x->prev->next = x->next;
@@ -657,7 +660,7 @@ s_submit(pk_server_role_t *self, s_round_t *r, size_t npairs, size_t njobs)
         x->jobs = malloc((njobs ? njobs : 1) * sizeof *x->jobs);
         pk_key_t key;
         x->tid = (uint64_t) tid;
-        key = pk_key_make((const uint8_t *) &x->tid, sizeof x->tid);
+        key = s_id_key(&x->tid, sizeof x->tid, x->tid, 0);
         if (!x->jobs || pk_keymap_put(&self->xfers, &key, (uintptr_t) x, 0) < 0) {
             //  the write is out; cut it off rather than lose track of it
             uint64_t t = x->tid;
@@ -702,6 +705,8 @@ s_add_supply(pk_server_role_t *self, s_round_t *r, s_job_t *job, const uint32_t 
     int rc = s_scratch(self, n);
     if (rc)
         return rc;
+    if (pk_keymap_reserve(&r->available, pk_keymap_size(&r->available) + n) < 0)
+        return -ENOMEM;
     size_t npairs = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t remote;
@@ -761,10 +766,8 @@ pk_server_role_new(const char *peer_id, const pk_server_role_config_t *config, p
 static void
 s_lookup_free(s_lookup_t *l)
 {
-    pk_keymap_fini(&l->state);
     free(l->keys);
-    free(l->pending);
-    free(l);
+    free(l);        //  its arrays live in the same allocation
 }
 
 static void
@@ -816,6 +819,7 @@ s_free_everything(pk_server_role_t *self)
     while (self->kept_head)
         s_kept_drop(self, self->kept_head);
     pk_keymap_fini(&self->kept);
+    pk_keymap_fini(&self->scratch);
     while (self->finished_head) {
         s_finished_ctx_t *f = self->finished_head;
         self->finished_head = f->next;
@@ -1129,26 +1133,31 @@ pk_server_role_on_lookup(pk_server_role_t *self, const char *kv, const pk_key_t 
 //  Pins a lookup's new hits as one job and files them as the supply of
 //  the lookup's round; keys the store could not pin become misses.
 static void
-s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hits, size_t n)
+s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hits,
+           const size_t *hitpos, size_t n)
 {
     pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
-    uint32_t *blocks = malloc(n * sizeof *blocks);
-    bool *pinned = malloc(n * sizeof *pinned);
+    uint32_t stackblocks[64];
+    bool stackpinned[64];
+    size_t stackpos[64];
+    bool small = n <= 64;
+    uint32_t *blocks = small ? stackblocks : malloc(n * sizeof *blocks);
+    bool *pinned = small ? stackpinned : malloc(n * sizeof *pinned);
+    size_t *pos = small ? stackpos : malloc(n * sizeof *pos);
     uint64_t job_id = 0;
-    int rc = blocks && pinned
+    int rc = blocks && pinned && pos
              ? self->parent.create_store_job(self->parent.self, &ctx, hits, n, &job_id, blocks,
                                              pinned)
              : -ENOMEM;
     size_t npinned = 0;
     for (size_t i = 0; i < n; i++) {
         bool ok = rc == 0 && pinned[i];
-        if (!ok) {
-            pk_keymap_entry_t *e = pk_keymap_find(&l->state, &hits[i]);
-            e->a = S_MISS;
-        }
+        if (!ok)
+            l->st[hitpos[i]] = S_MISS;
         else {
             //  compact the pinned keys and their blocks to the front
             hits[npinned] = hits[i];
+            pos[npinned] = hitpos[i];
             blocks[npinned++] = blocks[i];
         }
     }
@@ -1165,11 +1174,14 @@ s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hi
             //  cannot track the job: hand the pins straight back
             self->parent.store_result(self->parent.self, job_id, false);
             for (size_t i = 0; i < npinned; i++)
-                pk_keymap_find(&l->state, &hits[i])->a = S_MISS;
+                l->st[pos[i]] = S_MISS;
         }
     }
-    free(blocks);
-    free(pinned);
+    if (!small) {
+        free(blocks);
+        free(pinned);
+        free(pos);
+    }
 }
 
 //  Polls keys (positions into l->keys) against the store; new hits are
@@ -1180,26 +1192,31 @@ s_poll_keys(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, const size_
 {
     pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
     pk_key_t stackhits[64];
+    size_t stackpos[64];
     pk_key_t *hits = n <= 64 ? stackhits : malloc(n * sizeof *hits);
+    size_t *hitpos = n <= 64 ? stackpos : malloc(n * sizeof *hitpos);
     size_t nhits = 0, npending = 0;
     for (size_t i = 0; i < n; i++) {
-        const pk_key_t *key = &l->keys[pos[i]];
-        pk_keymap_entry_t *e = pk_keymap_find(&l->state, key);
+        size_t p = pos[i];
+        const pk_key_t *key = &l->keys[p];
         pk_lookup_result_t res = self->parent.lookup(self->parent.self, key, &ctx);
-        if (res == PK_LOOKUP_HIT && hits) {
-            e->a = S_HIT;
+        if (res == PK_LOOKUP_HIT && hits && hitpos) {
+            l->st[p] = S_HIT;
+            hitpos[nhits] = p;
             hits[nhits++] = *key;
         }
         else if (res == PK_LOOKUP_MISS || res == PK_LOOKUP_HIT)
-            e->a = S_MISS;      //  a hit we cannot record is a miss
+            l->st[p] = S_MISS;      //  a hit we cannot record is a miss
         else
-            l->pending[npending++] = pos[i];
+            l->pending[npending++] = p;
     }
     l->npending = npending;
     if (nhits)
-        s_pin_hits(self, req, l, hits, nhits);
+        s_pin_hits(self, req, l, hits, hitpos, nhits);
     if (hits != stackhits)
         free(hits);
+    if (hitpos != stackpos)
+        free(hitpos);
 }
 
 //  Sends the lookup's answer (every key in wire order) and closes its
@@ -1207,23 +1224,21 @@ s_poll_keys(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, const size_
 static void
 s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
 {
-    if (l->n) {
-        bool *hits = malloc(l->n * sizeof *hits);
-        pk_msg_t *m = hits ? pk_msg_new(PK_MSG_LOOKUP_RESP) : NULL;
-        if (m) {
-            for (size_t i = 0; i < l->n; i++)
-                hits[i] = pk_keymap_find(&l->state, &l->keys[i])->a == S_HIT;
-            if (pk_msg_set_string(m, PK_F_KV_REQUEST_ID, req->kv) == 0
-                && pk_msg_set_keys(m, l->keys, l->n) == 0
-                && pk_msg_set_hits(m, hits, l->n) == 0)
-                pk_msg_set_uint(m, PK_F_ROUND_SEQ, l->round_seq);
-            else
-                pk_msg_destroy(&m);
-        }
-        //  without memory for the answer the consumer's load timeout covers it
-        s_send(self, m);
-        free(hits);
+    bool stackhits[64];
+    bool *hits = l->n <= 64 ? stackhits : malloc(l->n * sizeof *hits);
+    //  without memory for the answer the consumer's load timeout covers it
+    if (l->n && hits) {
+        for (size_t i = 0; i < l->n; i++)
+            hits[i] = l->st[l->first[i]] == S_HIT;
+        pk_msg_t m = { .type = PK_MSG_LOOKUP_RESP, .kv_request_id = req->kv,
+                       .keys = { l->n, l->keys, NULL }, .hits = hits,
+                       .round_seq = l->round_seq,
+                       .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
+                                  | PK_BIT(PK_F_HITS) | PK_BIT(PK_F_ROUND_SEQ) };
+        self->sender.send(self->sender.self, &m);
     }
+    if (hits != stackhits)
+        free(hits);
     pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
     self->parent.on_request_finished(self->parent.self, &ctx);
 }
@@ -1231,19 +1246,25 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
 static void
 s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
 {
-    s_lookup_t *l = calloc(1, sizeof *l);
-    size_t *uniq = l ? malloc((raw->n ? raw->n : 1) * sizeof *uniq) : NULL;
-    if (l)
-        l->pending = malloc((raw->n ? raw->n : 1) * sizeof *l->pending);
-    if (!l || !uniq || !l->pending) {
+    //  The lookup and its per-key arrays in one allocation.
+    size_t cap = raw->n ? raw->n : 1;
+    size_t stackuniq[64];
+    size_t *uniq = cap <= 64 ? stackuniq : malloc(cap * sizeof *uniq);
+    s_lookup_t *l = malloc(sizeof *l + cap * (sizeof *l->pending + sizeof *l->first
+                                              + sizeof *l->st));
+    if (!l || !uniq || pk_keymap_reserve(&self->scratch, raw->n) < 0) {
         //  the consumer's load timeout covers a lookup we cannot hold
-        free(uniq);
-        if (l)
-            free(l->pending);
+        if (uniq != stackuniq)
+            free(uniq);
         free(l);
         free(raw->keys);
         return;
     }
+    memset(l, 0, sizeof *l);
+    l->pending = (size_t *) (l + 1);
+    l->first = (uint32_t *) (l->pending + cap);
+    l->st = (uint8_t *) (l->first + cap);
+    memset(l->st, S_PENDING, cap);
     l->id = ++self->lookup_counter;
     l->round_seq = raw->round_seq;
     l->deadline = raw->enqueued_at + self->config.lookup_timeout;
@@ -1252,19 +1273,25 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
     pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
     self->parent.on_new_request(self->parent.self, &ctx);
     self->parked++;
+    //  De-duplicate in wire order with the role's scratch table (reserved
+    //  above, so no insert fails), then empty it: whole when it is small
+    //  next to this lookup, else key by key (its size is the largest
+    //  lookup's, and clearing that for every small lookup would dominate).
     size_t nuniq = 0;
     for (size_t i = 0; i < l->n; i++) {
-        int rc = pk_keymap_put(&l->state, &l->keys[i], S_PENDING, 0);
-        if (rc == 1)
+        pk_keymap_entry_t *e;
+        if (pk_keymap_get_or_put(&self->scratch, &l->keys[i], i, 0, &e) == 1)
             uniq[nuniq++] = i;
-        else if (rc < 0) {
-            //  no room to track the key: poll it anyway, answer it a miss
-            l->n = i;
-            break;
-        }
+        l->first[i] = (uint32_t) e->a;
     }
+    if (self->scratch.mask + 1 <= 8 * nuniq)
+        pk_keymap_clear(&self->scratch);
+    else
+        for (size_t i = 0; i < nuniq; i++)
+            pk_keymap_take(&self->scratch, &l->keys[uniq[i]], NULL, NULL);
     s_poll_keys(self, req, l, uniq, nuniq);
-    free(uniq);
+    if (uniq != stackuniq)
+        free(uniq);
     if (l->npending) {
         if (req->parked_tail)
             req->parked_tail->next = l;
@@ -1286,7 +1313,7 @@ s_resolve_parked(pk_server_role_t *self, s_request_t *req)
         s_poll_keys(self, req, l, l->pending, l->npending);
         if (l->npending && now >= l->deadline) {
             for (size_t i = 0; i < l->npending; i++)
-                pk_keymap_find(&l->state, &l->keys[l->pending[i]])->a = S_MISS;
+                l->st[l->pending[i]] = S_MISS;
             l->npending = 0;
         }
     }
@@ -1369,7 +1396,7 @@ static void
 s_on_transfer(void *arg, uint64_t tid, bool ok)
 {
     pk_server_role_t *self = arg;
-    pk_key_t key = pk_key_make((const uint8_t *) &tid, sizeof tid);
+    pk_key_t key = s_id_key(&tid, sizeof tid, tid, 0);
     pk_keymap_entry_t *e = pk_keymap_find(&self->xfers, &key);
     if (!e)
         return;         //  released by a cancel, or never ours

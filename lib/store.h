@@ -1,0 +1,131 @@
+/*  store.h: the block store, the node's pool of KV-cache blocks and the
+    server role's parent.
+
+    The pool is num_blocks x block_len bytes in a POSIX shared-memory object
+    that the local engine maps and writes into; the store keeps the index
+    from key to block and each block's state: FREE, WRITING (reserved by the
+    engine, under a lease) or READY.  Remote lookups pin READY blocks for as
+    long as a transfer may read them; unpinned READY blocks are evicted
+    least recently used when the engine needs room.  All actors of a node
+    share one store: every call is thread-safe and holds one short critical
+    section, and costs in proportion to its own input.
+
+    Keys are copied into the store (up to PK_MAX_KEY_BYTES bytes); the
+    caller's pk_key_t must carry pk_key_make's hash.
+*/
+#ifndef PK_STORE_H_INCLUDED
+#define PK_STORE_H_INCLUDED
+
+#include "protocol.h"
+#include "server_role.h"
+
+/*  blocks[i] of a key that was not pinned.  */
+#define PK_STORE_NO_BLOCK UINT32_MAX
+
+/*  The owner under which pk_store_put holds its reservation while it
+    copies; reserve, commit and release_owner refuse it.  */
+#define PK_STORE_OWNER_PUT UINT64_MAX
+
+typedef struct {
+    double lease_timeout;       //  a reservation not committed by then is freed (30 s)
+} pk_store_config_t;
+
+#define PK_STORE_CONFIG_DEFAULT { 30.0 }
+
+typedef struct {
+    size_t free;                //  blocks by state: free + writing + ready = num_blocks
+    size_t writing;
+    size_t ready;
+    size_t pinned;              //  READY blocks with at least one pin
+    size_t jobs;                //  pin jobs not yet released
+    size_t open_lookups;        //  the parent's on_new_request minus on_request_finished
+    uint64_t evictions;
+    uint64_t lookups;           //  = hits + pending + misses
+    uint64_t hits;
+    uint64_t pending;           //  answered HIT_PENDING
+    uint64_t misses;
+    uint64_t expired;           //  leases that ran out
+} pk_store_stats_t;
+
+typedef struct _pk_store_t pk_store_t;
+
+/*  Creates the pool in a new shared-memory object called name (as for
+    shm_open: "/p2pkv-<something>"; it must not exist yet), or in anonymous
+    shared memory if name is NULL, pre-faulted, and an empty index.
+    num_blocks is 1..2^31, block_len at least 1, and the pool must fit in an
+    off_t.  config NULL means PK_STORE_CONFIG_DEFAULT; a clock without now
+    means CLOCK_MONOTONIC.  Returns NULL on failure with the reason in *rc_p
+    (may be NULL): -EINVAL, -EEXIST (the name is taken), -ENOMEM, or what
+    shm_open, ftruncate or mmap said.  */
+pk_store_t *pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
+                         const pk_store_config_t *config, pk_clock_t clock, int *rc_p);
+
+/*  Unmaps the pool and removes its shared-memory object.  Pins and
+    reservations still held die with it.  */
+void pk_store_destroy(pk_store_t **self_p);
+
+void *pk_store_base(const pk_store_t *self);
+uint64_t pk_store_num_blocks(const pk_store_t *self);
+uint64_t pk_store_block_len(const pk_store_t *self);
+const char *pk_store_name(const pk_store_t *self);      //  NULL for anonymous memory
+
+/*  HIT (READY; counts as a use for the LRU), HIT_PENDING (WRITING) or MISS.  */
+pk_lookup_result_t pk_store_lookup(pk_store_t *self, const pk_key_t *key);
+
+/*  The engine's write path.  reserve takes n blocks in WRITING state for n
+    new keys, under owner's lease, evicting LRU blocks if nothing is free,
+    and returns them in blocks[]; all or nothing: -EEXIST if a key is
+    present (or repeated), -ENOSPC at once if fewer than n blocks are free
+    or evictable, -EINVAL for a bad key or PK_STORE_OWNER_PUT.  commit
+    makes them READY; all or nothing: -ENOENT if a key is not WRITING under
+    owner (its lease may have expired).  */
+int pk_store_reserve(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n,
+                     uint32_t *blocks);
+int pk_store_commit(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n);
+
+/*  Reserve, copy and commit one block by value; len must be block_len
+    (-EINVAL).  The copy runs outside the lock.  -ETIMEDOUT if the lease ran
+    out during the copy.  */
+int pk_store_put(pk_store_t *self, const pk_key_t *key, const void *data, size_t len);
+
+/*  Removes READY keys; absent keys are ignored.  All or nothing: -EBUSY if
+    a key is pinned or WRITING (a reservation ends by commit, lease or
+    release_owner, never by drop).  */
+int pk_store_drop(pk_store_t *self, const pk_key_t *keys, size_t n);
+
+/*  Pins the READY keys of keys[] as one new job: *job_id is the next id
+    of the store's one counter, and for each key pinned[i] and blocks[i]
+    (PK_STORE_NO_BLOCK when not pinned: absent or still WRITING, e.g.
+    evicted since the caller's lookup).  The job exists even if nothing was
+    pinned.  Returns 0, or -EINVAL / -ENOMEM with nothing pinned.  */
+int pk_store_pin(pk_store_t *self, const pk_key_t *keys, size_t n, uint64_t *job_id,
+                 uint32_t *blocks, bool *pinned);
+
+/*  The same under an id from pk_store_new_job_id (the engine's
+    prefill/decode stores): -EINVAL if the counter never gave it, -EEXIST
+    if a job with that id is live.  */
+int pk_store_pin_job(pk_store_t *self, uint64_t job_id, const pk_key_t *keys, size_t n,
+                     uint32_t *blocks, bool *pinned);
+
+/*  Takes the next id from the counter pk_store_pin uses (the first is 1).  */
+uint64_t pk_store_new_job_id(pk_store_t *self);
+
+/*  Unpins every block of the job and forgets it; -ENOENT for an unknown job.  */
+int pk_store_release_job(pk_store_t *self, uint64_t job_id);
+
+/*  Frees every reservation whose lease ran out; returns how many.  Reserve,
+    commit, lookup and pin sweep too.  */
+size_t pk_store_expire_leases(pk_store_t *self);
+
+/*  Frees every WRITING block of owner (its engine connection went away);
+    returns how many.  */
+size_t pk_store_release_owner(pk_store_t *self, uint64_t owner);
+
+void pk_store_stats(pk_store_t *self, pk_store_stats_t *out);
+
+/*  The server role's parent seam, served by this store: lookup is
+    pk_store_lookup, create_store_job pk_store_pin, store_result
+    pk_store_release_job, and the request brackets keep open_lookups.  */
+pk_parent_t pk_store_parent(pk_store_t *self);
+
+#endif

@@ -1,0 +1,813 @@
+/*  test_store.c: the block store against doc/architecture.md's "The block
+    store" and the parent seam of server_role.h.
+
+    Each test builds a small store on a virtual clock, so leases expire by
+    moving the clock, never by sleeping; named pools use a shared-memory
+    name unique to the test's process.  The last test hammers one store
+    from four threads and then checks that the books balance and that no
+    pinned block was ever rewritten under its reader.
+*/
+#include "store.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+
+typedef struct {
+    double t;
+} s_clock_t;
+
+static double
+s_clock_now(void *self)
+{
+    return ((s_clock_t *) self)->t;
+}
+
+//  One key per small integer; the bytes live in a static table so views
+//  stay valid for the whole test.
+#define S_KEYS 256
+static uint8_t s_key_bytes[S_KEYS][8];
+
+static pk_key_t
+s_key(unsigned i)
+{
+    ck_assert_uint_lt(i, S_KEYS);
+    memcpy(s_key_bytes[i], "key-", 4);
+    s_key_bytes[i][4] = (uint8_t) i;
+    s_key_bytes[i][5] = (uint8_t) (i >> 8);
+    s_key_bytes[i][6] = s_key_bytes[i][7] = 0xa5;
+    return pk_key_make(s_key_bytes[i], sizeof s_key_bytes[i]);
+}
+
+static void
+s_name(char *buf, size_t len)
+{
+    static unsigned n;
+    snprintf(buf, len, "/p2pkv-test-%d-%u", (int) getpid(), n++);
+}
+
+static pk_store_t *
+s_store(s_clock_t *clock, uint64_t num_blocks, uint64_t block_len, double lease)
+{
+    pk_store_config_t config = { lease };
+    int rc = 1;
+    pk_store_t *store = pk_store_new(NULL, num_blocks, block_len, &config,
+                                     (pk_clock_t) { clock, s_clock_now }, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_ptr_nonnull(store);
+    return store;
+}
+
+//  put of key i with every byte = i
+static int
+s_put(pk_store_t *store, unsigned i)
+{
+    size_t len = (size_t) pk_store_block_len(store);
+    uint8_t *data = malloc(len);
+    memset(data, (int) (i & 0xff), len);
+    pk_key_t key = s_key(i);
+    int rc = pk_store_put(store, &key, data, len);
+    free(data);
+    return rc;
+}
+
+static pk_lookup_result_t
+s_lookup(pk_store_t *store, unsigned i)
+{
+    pk_key_t key = s_key(i);
+    return pk_store_lookup(store, &key);
+}
+
+static int
+s_reserve(pk_store_t *store, uint64_t owner, unsigned i, uint32_t *block)
+{
+    pk_key_t key = s_key(i);
+    return pk_store_reserve(store, owner, &key, 1, block);
+}
+
+static int
+s_commit(pk_store_t *store, uint64_t owner, unsigned i)
+{
+    pk_key_t key = s_key(i);
+    return pk_store_commit(store, owner, &key, 1);
+}
+
+static void
+s_check_counts(pk_store_t *store)
+{
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.free + st.writing + st.ready, pk_store_num_blocks(store));
+    ck_assert_uint_le(st.pinned, st.ready);
+    ck_assert_uint_eq(st.lookups, st.hits + st.pending + st.misses);
+}
+
+//  ---------------------------------------------------------------------------
+
+START_TEST(test_state_transitions)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 4, 16, 30);
+    pk_store_stats_t st;
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    uint32_t block = PK_STORE_NO_BLOCK;
+    ck_assert_int_eq(s_reserve(store, 7, 1, &block), 0);
+    ck_assert_uint_lt(block, 4);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.free, 3);
+    ck_assert_uint_eq(st.writing, 1);
+    ck_assert_uint_eq(st.ready, 0);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(s_commit(store, 7, 1), 0);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.free, 3);
+    ck_assert_uint_eq(st.writing, 0);
+    ck_assert_uint_eq(st.ready, 1);
+    ck_assert_uint_eq(st.lookups, 3);
+    ck_assert_uint_eq(st.misses, 1);
+    ck_assert_uint_eq(st.pending, 1);
+    ck_assert_uint_eq(st.hits, 1);
+    //  committing again: the key is no longer WRITING
+    ck_assert_int_eq(s_commit(store, 7, 1), -ENOENT);
+    pk_store_destroy(&store);
+    ck_assert_ptr_null(store);
+}
+END_TEST
+
+START_TEST(test_writing_key_lookup_and_commit_rules)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 4, 16, 30);
+    pk_key_t keys[2] = { s_key(1), s_key(2) };
+    uint32_t blocks[2];
+    ck_assert_int_eq(pk_store_reserve(store, 7, keys, 2, blocks), 0);
+    ck_assert_uint_ne(blocks[0], blocks[1]);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT_PENDING);
+    //  a WRITING key cannot be pinned, dropped or reserved again
+    uint64_t job = 0;
+    uint32_t pb = 0;
+    bool pinned = true;
+    ck_assert_int_eq(pk_store_pin(store, &keys[1], 1, &job, &pb, &pinned), 0);
+    ck_assert(!pinned);
+    ck_assert_uint_eq(pb, PK_STORE_NO_BLOCK);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    ck_assert_int_eq(pk_store_drop(store, &keys[1], 1), -EBUSY);
+    ck_assert_int_eq(s_reserve(store, 8, 2, &pb), -EEXIST);
+    //  commit is the owner's, and all or nothing
+    ck_assert_int_eq(pk_store_commit(store, 8, keys, 2), -ENOENT);
+    pk_key_t mixed[2] = { s_key(1), s_key(3) };
+    ck_assert_int_eq(pk_store_commit(store, 7, mixed, 2), -ENOENT);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(pk_store_commit(store, 7, keys, 2), 0);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
+    s_check_counts(store);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_pin_and_release)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 4, 16, 30);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    pk_key_t keys[3] = { s_key(1), s_key(9), s_key(2) };
+    uint32_t blocks[3];
+    bool pinned[3];
+    uint64_t job1 = 0, job2 = 0;
+    ck_assert_int_eq(pk_store_pin(store, keys, 3, &job1, blocks, pinned), 0);
+    ck_assert(pinned[0] && !pinned[1] && pinned[2]);
+    ck_assert_uint_lt(blocks[0], 4);
+    ck_assert_uint_eq(blocks[1], PK_STORE_NO_BLOCK);
+    ck_assert_uint_lt(blocks[2], 4);
+    //  a second job on the same block: the block stays pinned until both end
+    ck_assert_int_eq(pk_store_pin(store, keys, 1, &job2, blocks, pinned), 0);
+    ck_assert_uint_ne(job1, job2);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.pinned, 2);
+    ck_assert_uint_eq(st.jobs, 2);
+    ck_assert_int_eq(pk_store_release_job(store, job1), 0);
+    ck_assert_int_eq(pk_store_drop(store, &keys[0], 1), -EBUSY);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.pinned, 1);
+    ck_assert_int_eq(pk_store_release_job(store, job2), 0);
+    ck_assert_int_eq(pk_store_release_job(store, job2), -ENOENT);
+    ck_assert_int_eq(pk_store_release_job(store, 12345), -ENOENT);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.pinned, 0);
+    ck_assert_uint_eq(st.jobs, 0);
+    ck_assert_int_eq(pk_store_drop(store, keys, 3), 0);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.free, 4);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_pin_reports_key_evicted_since_lookup)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 16, 30);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
+    //  another actor's put evicts key 1, the older of the two
+    ck_assert_int_eq(s_put(store, 3), 0);
+    pk_key_t keys[2] = { s_key(1), s_key(2) };
+    uint32_t blocks[2];
+    bool pinned[2];
+    uint64_t job = 0;
+    ck_assert_int_eq(pk_store_pin(store, keys, 2, &job, blocks, pinned), 0);
+    ck_assert(!pinned[0]);
+    ck_assert_uint_eq(blocks[0], PK_STORE_NO_BLOCK);
+    ck_assert(pinned[1]);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_eviction_is_lru)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 3, 16, 30);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    ck_assert_int_eq(s_put(store, 3), 0);
+    //  1 is the oldest, but a lookup makes it the most recently used
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(s_put(store, 4), 0);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
+    //  a pin is a use too: pin and release 3, so 1 is now the oldest
+    pk_key_t key = s_key(3);
+    uint32_t block;
+    bool pinned;
+    uint64_t job;
+    ck_assert_int_eq(pk_store_pin(store, &key, 1, &job, &block, &pinned), 0);
+    ck_assert(pinned);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    ck_assert_int_eq(s_put(store, 5), 0);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_HIT);
+    ck_assert_int_eq(s_lookup(store, 4), PK_LOOKUP_HIT);
+    ck_assert_int_eq(s_lookup(store, 5), PK_LOOKUP_HIT);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.evictions, 2);
+    ck_assert_uint_eq(st.ready, 3);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_pinned_block_never_evicted)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 32, 30);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    pk_key_t key = s_key(1);
+    uint32_t block;
+    bool pinned;
+    uint64_t job;
+    ck_assert_int_eq(pk_store_pin(store, &key, 1, &job, &block, &pinned), 0);
+    ck_assert(pinned);
+    //  1 is the least recently used, but pinned: 2 goes instead
+    uint32_t got;
+    ck_assert_int_eq(s_reserve(store, 7, 3, &got), 0);
+    ck_assert_uint_ne(got, block);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
+    //  nothing left to evict: the pinned block is not taken either
+    ck_assert_int_eq(s_reserve(store, 7, 4, &got), -ENOSPC);
+    ck_assert_int_eq(s_put(store, 4), -ENOSPC);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    const uint8_t *bytes = (const uint8_t *) pk_store_base(store) + (size_t) block * 32;
+    for (size_t i = 0; i < 32; i++)
+        ck_assert_uint_eq(bytes[i], 1);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    //  once released it is evictable again
+    ck_assert_int_eq(s_reserve(store, 7, 4, &got), 0);
+    ck_assert_uint_eq(got, block);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_reserve_all_pinned_enospc)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 4, 8, 30);
+    pk_key_t keys[4] = { s_key(1), s_key(2), s_key(3), s_key(4) };
+    for (unsigned i = 1; i <= 4; i++)
+        ck_assert_int_eq(s_put(store, i), 0);
+    uint32_t blocks[4];
+    bool pinned[4];
+    uint64_t job;
+    ck_assert_int_eq(pk_store_pin(store, keys, 4, &job, blocks, pinned), 0);
+    uint32_t got;
+    ck_assert_int_eq(s_reserve(store, 7, 5, &got), -ENOSPC);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.pinned, 4);
+    ck_assert_uint_eq(st.evictions, 0);
+    ck_assert_uint_eq(st.writing, 0);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    //  the same with every block WRITING
+    pk_store_destroy(&store);
+    store = s_store(&clock, 4, 8, 30);
+    ck_assert_int_eq(pk_store_reserve(store, 7, keys, 4, blocks), 0);
+    ck_assert_int_eq(s_reserve(store, 8, 5, &got), -ENOSPC);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_reserve_all_or_nothing)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 4, 8, 30);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    pk_key_t keys[3] = { s_key(1), s_key(2), s_key(3) };
+    uint32_t blocks[3];
+    ck_assert_int_eq(pk_store_reserve(store, 7, keys, 3, blocks), -EEXIST);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_MISS);
+    //  a key repeated in one batch is present by its second time
+    pk_key_t twice[3] = { s_key(5), s_key(6), s_key(5) };
+    ck_assert_int_eq(pk_store_reserve(store, 7, twice, 3, blocks), -EEXIST);
+    ck_assert_int_eq(s_lookup(store, 5), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 6), PK_LOOKUP_MISS);
+    //  four new keys do not fit beside a pinned one
+    pk_key_t key2 = s_key(2);
+    uint32_t b2;
+    bool p2;
+    uint64_t job;
+    ck_assert_int_eq(pk_store_pin(store, &key2, 1, &job, &b2, &p2), 0);
+    pk_key_t four[4] = { s_key(10), s_key(11), s_key(12), s_key(13) };
+    uint32_t blocks4[4];
+    ck_assert_int_eq(pk_store_reserve(store, 7, four, 4, blocks4), -ENOSPC);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.free, 3);
+    ck_assert_uint_eq(st.writing, 0);
+    ck_assert_uint_eq(st.ready, 1);
+    ck_assert_int_eq(pk_store_reserve(store, 7, four, 3, blocks4), 0);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    s_check_counts(store);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_put_rejects_wrong_length)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 64, 30);
+    uint8_t data[65] = { 0 };
+    pk_key_t key = s_key(1);
+    ck_assert_int_eq(pk_store_put(store, &key, data, 63), -EINVAL);
+    ck_assert_int_eq(pk_store_put(store, &key, data, 65), -EINVAL);
+    ck_assert_int_eq(pk_store_put(store, &key, data, 0), -EINVAL);
+    ck_assert_int_eq(pk_store_put(store, &key, NULL, 64), -EINVAL);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_put(store, &key, data, 64), 0);
+    ck_assert_int_eq(pk_store_put(store, &key, data, 64), -EEXIST);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_drop_pinned_ebusy)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 4, 8, 30);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    pk_key_t keys[3] = { s_key(1), s_key(2), s_key(99) };
+    uint32_t block;
+    bool pinned;
+    uint64_t job;
+    ck_assert_int_eq(pk_store_pin(store, &keys[1], 1, &job, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_drop(store, keys, 3), -EBUSY);
+    //  nothing dropped, not even the unpinned key
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    ck_assert_int_eq(pk_store_drop(store, keys, 3), 0);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.free, 4);
+    ck_assert_uint_eq(st.evictions, 0);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_lease_expiry_and_release_owner)
+{
+    s_clock_t clock = { 100 };
+    pk_store_t *store = s_store(&clock, 8, 8, 10);
+    uint32_t b;
+    ck_assert_int_eq(s_reserve(store, 1, 1, &b), 0);
+    clock.t = 105;
+    ck_assert_int_eq(s_reserve(store, 1, 2, &b), 0);
+    clock.t = 109.5;
+    ck_assert_uint_eq(pk_store_expire_leases(store), 0);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    clock.t = 110;
+    ck_assert_uint_eq(pk_store_expire_leases(store), 1);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(s_commit(store, 1, 1), -ENOENT);
+    //  a late commit after the deadline fails even without a sweep between
+    clock.t = 115;
+    ck_assert_int_eq(s_commit(store, 1, 2), -ENOENT);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.expired, 2);
+    ck_assert_uint_eq(st.free, 8);
+
+    //  release_owner frees that owner's reservations and no one else's
+    pk_key_t keys[3] = { s_key(10), s_key(11), s_key(12) };
+    uint32_t blocks[3];
+    ck_assert_int_eq(pk_store_reserve(store, 2, keys, 2, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve(store, 3, &keys[2], 1, blocks), 0);
+    ck_assert_int_eq(s_reserve(store, 2, 13, &b), 0);
+    ck_assert_int_eq(s_commit(store, 2, 13), 0);
+    ck_assert_uint_eq(pk_store_release_owner(store, 2), 2);
+    ck_assert_uint_eq(pk_store_release_owner(store, 2), 0);
+    ck_assert_int_eq(s_lookup(store, 10), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 11), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 12), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(s_lookup(store, 13), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_commit(store, 2, &keys[2], 1), -ENOENT);
+    ck_assert_int_eq(pk_store_commit(store, 3, &keys[2], 1), 0);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.writing, 0);
+    ck_assert_uint_eq(st.ready, 2);
+    ck_assert_uint_eq(st.free, 6);
+    ck_assert_uint_eq(st.expired, 2);
+    //  committed blocks do not expire
+    clock.t = 1000;
+    ck_assert_uint_eq(pk_store_expire_leases(store), 0);
+    ck_assert_int_eq(s_lookup(store, 12), PK_LOOKUP_HIT);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_job_ids_one_counter)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 8, 30);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    pk_key_t key = s_key(1);
+    uint32_t block;
+    bool pinned;
+    uint64_t j1 = 0, j3 = 0;
+    ck_assert_int_eq(pk_store_pin(store, &key, 1, &j1, &block, &pinned), 0);
+    ck_assert_uint_eq(j1, 1);
+    uint64_t j2 = pk_store_new_job_id(store);
+    ck_assert_uint_eq(j2, 2);
+    ck_assert_int_eq(pk_store_pin(store, &key, 1, &j3, &block, &pinned), 0);
+    ck_assert_uint_eq(j3, 3);
+    //  the engine's store path pins under the id it was given
+    ck_assert_int_eq(pk_store_pin_job(store, j2, &key, 1, &block, &pinned), 0);
+    ck_assert(pinned);
+    ck_assert_int_eq(pk_store_pin_job(store, j2, &key, 1, &block, &pinned), -EEXIST);
+    ck_assert_int_eq(pk_store_pin_job(store, 4, &key, 1, &block, &pinned), -EINVAL);
+    ck_assert_int_eq(pk_store_pin_job(store, 0, &key, 1, &block, &pinned), -EINVAL);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.jobs, 3);
+    ck_assert_uint_eq(st.pinned, 1);
+    ck_assert_int_eq(pk_store_release_job(store, j1), 0);
+    ck_assert_int_eq(pk_store_release_job(store, j2), 0);
+    ck_assert_int_eq(pk_store_release_job(store, j3), 0);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.pinned, 0);
+    ck_assert_uint_eq(pk_store_new_job_id(store), 4);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_shm_lifetime_and_layout)
+{
+    char name[64];
+    s_name(name, sizeof name);
+    s_clock_t clock = { 0 };
+    int rc = 1;
+    pk_store_t *store = pk_store_new(name, 4, 4096, NULL,
+                                     (pk_clock_t) { &clock, s_clock_now }, &rc);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_ptr_nonnull(store);
+    ck_assert_str_eq(pk_store_name(store), name);
+    ck_assert_uint_eq(pk_store_num_blocks(store), 4);
+    ck_assert_uint_eq(pk_store_block_len(store), 4096);
+    //  the name is taken while the store lives
+    ck_assert_ptr_null(pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, &rc));
+    ck_assert_int_eq(rc, -EEXIST);
+
+    //  the engine's view: a second mapping of the same object
+    int fd = shm_open(name, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    uint8_t *engine = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(engine, MAP_FAILED);
+    close(fd);
+
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    pk_key_t keys[2] = { s_key(1), s_key(2) };
+    uint32_t blocks[2];
+    bool pinned[2];
+    uint64_t job;
+    ck_assert_int_eq(pk_store_pin(store, keys, 2, &job, blocks, pinned), 0);
+    const uint8_t *base = pk_store_base(store);
+    for (unsigned k = 0; k < 2; k++) {
+        ck_assert(pinned[k]);
+        for (size_t i = 0; i < 4096; i++) {
+            ck_assert_uint_eq(base[(size_t) blocks[k] * 4096 + i], k + 1);
+            ck_assert_uint_eq(engine[(size_t) blocks[k] * 4096 + i], k + 1);
+        }
+    }
+    //  what the engine writes after a reserve is what the pool holds
+    uint32_t b;
+    ck_assert_int_eq(s_reserve(store, 9, 3, &b), 0);
+    memset(engine + (size_t) b * 4096, 0x33, 4096);
+    ck_assert_int_eq(s_commit(store, 9, 3), 0);
+    ck_assert_uint_eq(base[(size_t) b * 4096 + 4095], 0x33);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    munmap(engine, 4 * 4096);
+
+    pk_store_destroy(&store);
+    errno = 0;
+    ck_assert_int_eq(shm_open(name, O_RDWR, 0), -1);
+    ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
+START_TEST(test_invalid_arguments)
+{
+    pk_clock_t clock = { 0 };
+    int rc = 0;
+    ck_assert_ptr_null(pk_store_new(NULL, 0, 8, NULL, clock, &rc));
+    ck_assert_int_eq(rc, -EINVAL);
+    rc = 0;
+    ck_assert_ptr_null(pk_store_new(NULL, (UINT64_C(1) << 31) + 1, 8, NULL, clock, &rc));
+    ck_assert_int_eq(rc, -EINVAL);
+    rc = 0;
+    ck_assert_ptr_null(pk_store_new(NULL, 4, 0, NULL, clock, &rc));
+    ck_assert_int_eq(rc, -EINVAL);
+    rc = 0;
+    //  2^31 * 2^33 wraps 64 bits; 2^31 * 2^32 does not fit an off_t
+    ck_assert_ptr_null(pk_store_new(NULL, UINT64_C(1) << 31, UINT64_C(1) << 33, NULL, clock,
+                                    &rc));
+    ck_assert_int_eq(rc, -EINVAL);
+    rc = 0;
+    ck_assert_ptr_null(pk_store_new(NULL, UINT64_C(1) << 31, UINT64_C(1) << 32, NULL, clock,
+                                    &rc));
+    ck_assert_int_eq(rc, -EINVAL);
+    rc = 0;
+    pk_store_config_t bad = { 0 };
+    ck_assert_ptr_null(pk_store_new(NULL, 4, 8, &bad, clock, &rc));
+    ck_assert_int_eq(rc, -EINVAL);
+    rc = 0;
+    ck_assert_ptr_null(pk_store_new("no-slash/inside/", 4, 8, NULL, clock, &rc));
+    ck_assert_int_lt(rc, 0);
+    pk_store_destroy(NULL);
+
+    //  the default clock and config
+    pk_store_t *store = pk_store_new(NULL, 4, 8, NULL, clock, NULL);
+    ck_assert_ptr_nonnull(store);
+    ck_assert_ptr_null(pk_store_name(store));
+    pk_key_t empty = { (const uint8_t *) "", 0, 0 };
+    static uint8_t big[PK_MAX_KEY_BYTES + 1];
+    pk_key_t huge = pk_key_make(big, sizeof big);
+    pk_key_t longest = pk_key_make(big, PK_MAX_KEY_BYTES);
+    uint32_t b;
+    bool pinned;
+    uint64_t job;
+    ck_assert_int_eq(pk_store_reserve(store, 1, &empty, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve(store, 1, &huge, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve(store, 1, NULL, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve(store, PK_STORE_OWNER_PUT, &longest, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_commit(store, 1, &huge, 1), -EINVAL);
+    ck_assert_int_eq(pk_store_drop(store, &empty, 1), -EINVAL);
+    ck_assert_int_eq(pk_store_pin(store, &huge, 1, &job, &b, &pinned), -EINVAL);
+    ck_assert_int_eq(pk_store_pin(store, &longest, 1, NULL, &b, &pinned), -EINVAL);
+    ck_assert_int_eq(pk_store_lookup(store, &huge), PK_LOOKUP_MISS);
+    //  the longest key is fine, and kept by copy
+    ck_assert_int_eq(pk_store_reserve(store, 1, &longest, 1, &b), 0);
+    ck_assert_int_eq(pk_store_commit(store, 1, &longest, 1), 0);
+    static uint8_t copy[PK_MAX_KEY_BYTES];
+    memcpy(copy, big, sizeof copy);
+    big[0] = 1;
+    pk_key_t same = pk_key_make(copy, sizeof copy);
+    ck_assert_int_eq(pk_store_lookup(store, &same), PK_LOOKUP_HIT);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_parent_seam)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 4, 8, 30);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    pk_parent_t parent = pk_store_parent(store);
+    pk_lookup_ctx_t ctx = { "req", 0, 1 };
+    pk_store_stats_t st;
+    parent.on_new_request(parent.self, &ctx);
+    parent.on_new_request(parent.self, &ctx);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.open_lookups, 2);
+    pk_key_t keys[2] = { s_key(1), s_key(2) };
+    ck_assert_int_eq(parent.lookup(parent.self, &keys[0], &ctx), PK_LOOKUP_HIT);
+    ck_assert_int_eq(parent.lookup(parent.self, &keys[1], &ctx), PK_LOOKUP_MISS);
+    uint64_t job = 0;
+    uint32_t blocks[2];
+    bool pinned[2];
+    ck_assert_int_eq(parent.create_store_job(parent.self, &ctx, keys, 2, &job, blocks, pinned),
+                     0);
+    ck_assert(pinned[0] && !pinned[1]);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.pinned, 1);
+    parent.store_result(parent.self, job, false);
+    parent.on_request_finished(parent.self, &ctx);
+    parent.on_request_finished(parent.self, &ctx);
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.pinned, 0);
+    ck_assert_uint_eq(st.jobs, 0);
+    ck_assert_uint_eq(st.open_lookups, 0);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+//  ---------------------------------------------------------------------------
+//  Four actors on one store.  Each block's bytes name the key written into
+//  it; while a reader holds a pin, those bytes must not change.
+
+#define S_THREADS 4
+#define S_ITERS 4000
+#define S_POOL 16
+#define S_HOT 40                //  keys shared by every thread
+#define S_BLEN 64
+
+//  Made before the threads start: the workers only read it.
+static pk_key_t s_shared[S_HOT + S_POOL];
+
+typedef struct {
+    pk_store_t *store;
+    unsigned id;
+    unsigned seed;
+    unsigned corrupt;
+    unsigned pins, hits;
+} s_worker_t;
+
+static void
+s_fill(uint8_t *block, unsigned key)
+{
+    for (size_t i = 0; i < S_BLEN; i++)
+        block[i] = (uint8_t) (key * 7 + i);
+}
+
+static bool
+s_holds(const uint8_t *block, unsigned key)
+{
+    for (size_t i = 0; i < S_BLEN; i++)
+        if (block[i] != (uint8_t) (key * 7 + i))
+            return false;
+    return true;
+}
+
+typedef struct {
+    uint64_t job;
+    unsigned keys[2];
+    uint32_t blocks[2];
+    bool pinned[2];
+} s_held_t;
+
+static void
+s_release(s_worker_t *w, s_held_t *held)
+{
+    uint8_t *base = pk_store_base(w->store);
+    for (int k = 0; k < 2; k++)
+        if (held->pinned[k] && !s_holds(base + (size_t) held->blocks[k] * S_BLEN, held->keys[k]))
+            w->corrupt++;
+    if (pk_store_release_job(w->store, held->job))
+        w->corrupt++;
+    held->job = 0;
+}
+
+static void *
+s_worker(void *arg)
+{
+    s_worker_t *w = arg;
+    uint8_t *base = pk_store_base(w->store);
+    s_held_t held[2] = { { 0 } };
+    for (unsigned it = 0; it < S_ITERS; it++) {
+        unsigned a = (unsigned) rand_r(&w->seed) % S_HOT;
+        unsigned b = (unsigned) rand_r(&w->seed) % S_HOT;
+        pk_key_t keys[2] = { s_shared[a], s_shared[b] };
+        switch (rand_r(&w->seed) % 6) {
+        case 0:
+        case 1: {
+            //  the engine's path: reserve, write, commit (or walk away)
+            uint32_t blk;
+            if (pk_store_reserve(w->store, w->id, &keys[0], 1, &blk) == 0) {
+                s_fill(base + (size_t) blk * S_BLEN, a);
+                if (rand_r(&w->seed) % 8)
+                    pk_store_commit(w->store, w->id, &keys[0], 1);
+                else
+                    pk_store_release_owner(w->store, w->id);
+            }
+            break;
+        }
+        case 2:
+            if (pk_store_lookup(w->store, &keys[0]) == PK_LOOKUP_HIT)
+                w->hits++;
+            break;
+        case 3:
+        case 4: {
+            //  a remote lookup's pin, held across a few iterations
+            s_held_t *h = &held[rand_r(&w->seed) % 2];
+            if (h->job)
+                s_release(w, h);
+            h->keys[0] = a;
+            h->keys[1] = b;
+            if (pk_store_pin(w->store, keys, 2, &h->job, h->blocks, h->pinned))
+                w->corrupt++;
+            w->pins += h->pinned[0] + h->pinned[1];
+            break;
+        }
+        default:
+            pk_store_drop(w->store, &keys[0], 1);
+            break;
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        if (held[k].job)
+            s_release(w, &held[k]);
+    return NULL;
+}
+
+START_TEST(test_concurrent_actors)
+{
+    pk_store_t *store = pk_store_new(NULL, S_POOL, S_BLEN, NULL, (pk_clock_t) { 0 }, NULL);
+    ck_assert_ptr_nonnull(store);
+    for (unsigned i = 0; i < S_HOT + S_POOL; i++)
+        s_shared[i] = s_key(i);
+    s_worker_t workers[S_THREADS];
+    pthread_t threads[S_THREADS];
+    for (unsigned i = 0; i < S_THREADS; i++) {
+        workers[i] = (s_worker_t) { store, i + 1, 12345u * (i + 1), 0, 0, 0 };
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, s_worker, &workers[i]), 0);
+    }
+    unsigned pins = 0, hits = 0;
+    for (unsigned i = 0; i < S_THREADS; i++) {
+        ck_assert_int_eq(pthread_join(threads[i], NULL), 0);
+        ck_assert_uint_eq(workers[i].corrupt, 0);
+        pins += workers[i].pins;
+        hits += workers[i].hits;
+    }
+    //  the run exercised what it claims to
+    ck_assert_uint_gt(pins, 100);
+    ck_assert_uint_gt(hits, 100);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.free + st.writing + st.ready, S_POOL);
+    ck_assert_uint_eq(st.pinned, 0);
+    ck_assert_uint_eq(st.jobs, 0);
+    ck_assert_uint_eq(st.writing, 0);
+    ck_assert_uint_gt(st.evictions, 0);
+    //  with every pin gone, every READY block is evictable again
+    uint32_t blocks[S_POOL];
+    ck_assert_int_eq(pk_store_reserve(store, 99, &s_shared[S_HOT], S_POOL, blocks), 0);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+int
+main(void)
+{
+    Suite *s = suite_create("store");
+    TCase *tc = tcase_create("store");
+    tcase_add_test(tc, test_state_transitions);
+    tcase_add_test(tc, test_writing_key_lookup_and_commit_rules);
+    tcase_add_test(tc, test_pin_and_release);
+    tcase_add_test(tc, test_pin_reports_key_evicted_since_lookup);
+    tcase_add_test(tc, test_eviction_is_lru);
+    tcase_add_test(tc, test_pinned_block_never_evicted);
+    tcase_add_test(tc, test_reserve_all_pinned_enospc);
+    tcase_add_test(tc, test_reserve_all_or_nothing);
+    tcase_add_test(tc, test_put_rejects_wrong_length);
+    tcase_add_test(tc, test_drop_pinned_ebusy);
+    tcase_add_test(tc, test_lease_expiry_and_release_owner);
+    tcase_add_test(tc, test_job_ids_one_counter);
+    tcase_add_test(tc, test_shm_lifetime_and_layout);
+    tcase_add_test(tc, test_invalid_arguments);
+    tcase_add_test(tc, test_parent_seam);
+    tcase_add_test(tc, test_concurrent_actors);
+    suite_add_tcase(s, tc);
+    return pk_test_run("store", s);
+}
