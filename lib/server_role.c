@@ -195,19 +195,27 @@ s_now(pk_server_role_t *self)
     return self->clock.now(self->clock.self);
 }
 
-//  Copies n keys into one allocation (array followed by the bytes).
+//  Copies n keys into one allocation (array followed by the bytes).  Keys
+//  from a decoded frame lie back to back in its arena: their bytes are
+//  then copied in one go.
 static pk_key_t *
 s_keys_copy(const pk_key_t *keys, size_t n)
 {
     size_t total = 0;
-    for (size_t i = 0; i < n; i++)
+    bool contiguous = true;
+    for (size_t i = 0; i < n; i++) {
+        contiguous &= i == 0 || keys[i].bytes == keys[i - 1].bytes + keys[i - 1].len;
         total += keys[i].len;
+    }
     pk_key_t *copy = malloc(n * sizeof *copy + total + 1);
     if (!copy)
         return NULL;
     uint8_t *at = (uint8_t *) (copy + n);
+    if (contiguous && n)
+        memcpy(at, keys[0].bytes, total);
     for (size_t i = 0; i < n; i++) {
-        memcpy(at, keys[i].bytes, keys[i].len);
+        if (!contiguous)
+            memcpy(at, keys[i].bytes, keys[i].len);
         copy[i] = keys[i];
         copy[i].bytes = at;
         at += keys[i].len;
