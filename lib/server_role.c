@@ -1520,7 +1520,8 @@ pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njobs_p,
                 if (!job->decided && i < owed)
                     jobs[i++] = job->id;
     }
-    qsort(jobs, i, sizeof *jobs, s_cmp_u64);
+    if (i)
+        qsort(jobs, i, sizeof *jobs, s_cmp_u64);
     s_free_everything(self);
     self->undecided = self->aborts = self->parked = 0;
     self->serve_count = 0;
