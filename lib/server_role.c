@@ -32,6 +32,15 @@ typedef struct s_xfer s_xfer_t;
 typedef struct s_lookup s_lookup_t;
 typedef struct s_kept s_kept_t;
 
+//  A copied key list, shared by whoever points into its bytes (a lookup and
+//  the jobs its hits pinned), freed by the last of them: the role copies a
+//  key's bytes once however many tables hold it.
+typedef struct {
+    size_t refs;
+    size_t n;
+    pk_key_t keys[];                //  then the bytes
+} s_keybuf_t;
+
 //  A store job: the supply of one store or one lookup's pin batch.
 struct s_job {
     uint64_t id;
@@ -40,7 +49,7 @@ struct s_job {
     bool decided;
     bool in_fifo;                   //  in the timeout FIFO
     uint64_t mark;                  //  de-duplicates jobs within one write
-    pk_key_t *keys;                 //  copies: the round's maps point here
+    s_keybuf_t *buf;                //  the bytes the round's maps point into
     s_job_t *next;                  //  the round's jobs
     s_job_t *tprev, *tnext;         //  the timeout FIFO, while undecided
 };
@@ -71,7 +80,7 @@ struct s_round {
     size_t inflight;
     pk_keymap_t available;          //  key -> (job, local block)
     pk_keymap_t demanded;           //  key -> remote block
-    pk_key_t *demand_keys;          //  copy of the fetch's keys
+    s_keybuf_t *demand_buf;         //  the fetch's unpaired keys
     s_job_t *jobs;
     s_xfer_t *xfers;
     s_round_t *prev, *next;         //  the request's rounds, oldest first
@@ -80,10 +89,11 @@ struct s_round {
 };
 
 struct s_lookup {
+    s_keybuf_t *buf;
     uint64_t id;
     uint64_t round_seq;
     double deadline;
-    pk_key_t *keys;                 //  wire order, duplicates included
+    pk_key_t *keys;                 //  buf->keys: wire order, duplicates included
     size_t n;
     uint32_t *first;                //  position of each key's first occurrence
     uint8_t *st;                    //  at first positions: S_PENDING/S_HIT/S_MISS
@@ -95,7 +105,7 @@ struct s_lookup {
 enum { S_PENDING = 0, S_HIT = 1, S_MISS = 2 };
 
 typedef struct s_raw_lookup {
-    pk_key_t *keys;
+    s_keybuf_t *buf;
     size_t n;
     uint64_t round_seq;
     double enqueued_at;
@@ -198,8 +208,8 @@ s_now(pk_server_role_t *self)
 //  Copies n keys into one allocation (array followed by the bytes).  Keys
 //  from a decoded frame lie back to back in its arena: their bytes are
 //  then copied in one go.
-static pk_key_t *
-s_keys_copy(const pk_key_t *keys, size_t n)
+static s_keybuf_t *
+s_keybuf_new(const pk_key_t *keys, size_t n)
 {
     size_t total = 0;
     bool contiguous = true;
@@ -207,9 +217,12 @@ s_keys_copy(const pk_key_t *keys, size_t n)
         contiguous &= i == 0 || keys[i].bytes == keys[i - 1].bytes + keys[i - 1].len;
         total += keys[i].len;
     }
-    pk_key_t *copy = malloc(n * sizeof *copy + total + 1);
-    if (!copy)
+    s_keybuf_t *buf = malloc(sizeof *buf + n * sizeof *buf->keys + total + 1);
+    if (!buf)
         return NULL;
+    buf->refs = 1;
+    buf->n = n;
+    pk_key_t *copy = buf->keys;
     uint8_t *at = (uint8_t *) (copy + n);
     if (contiguous && n)
         memcpy(at, keys[0].bytes, total);
@@ -220,7 +233,21 @@ s_keys_copy(const pk_key_t *keys, size_t n)
         copy[i].bytes = at;
         at += keys[i].len;
     }
-    return copy;
+    return buf;
+}
+
+static s_keybuf_t *
+s_keybuf_ref(s_keybuf_t *buf)
+{
+    buf->refs++;
+    return buf;
+}
+
+static void
+s_keybuf_unref(s_keybuf_t *buf)
+{
+    if (buf && --buf->refs == 0)
+        free(buf);
 }
 
 static int
@@ -492,12 +519,12 @@ s_round_free(pk_server_role_t *self, s_round_t *r)
     for (s_job_t *job = r->jobs, *next; job; job = next) {
         next = job->next;
         assert(job->decided);
-        free(job->keys);
+        s_keybuf_unref(job->buf);
         free(job);
     }
     pk_keymap_fini(&r->available);
     pk_keymap_fini(&r->demanded);
-    free(r->demand_keys);
+    s_keybuf_unref(r->demand_buf);
     free(r);
 }
 
@@ -698,8 +725,8 @@ s_submit(pk_server_role_t *self, s_round_t *r, size_t npairs, size_t njobs)
 //  Adds a job's supply to a round: keys already demanded pair at once and
 //  go out as one write (when demand is there); the others wait.
 static int
-s_add_supply(pk_server_role_t *self, s_round_t *r, s_job_t *job, const uint32_t *blocks,
-             size_t n)
+s_add_supply(pk_server_role_t *self, s_round_t *r, s_job_t *job, const pk_key_t *keys,
+             const uint32_t *blocks, size_t n)
 {
     job->round = r;
     job->next = r->jobs;
@@ -718,11 +745,11 @@ s_add_supply(pk_server_role_t *self, s_round_t *r, s_job_t *job, const uint32_t 
     size_t npairs = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t remote;
-        if (pk_keymap_take(&r->demanded, &job->keys[i], &remote, NULL)) {
+        if (pk_keymap_take(&r->demanded, &keys[i], &remote, NULL)) {
             self->local[npairs] = blocks[i];
             self->remote[npairs++] = (uint32_t) remote;
         }
-        else if (pk_keymap_put(&r->available, &job->keys[i], (uintptr_t) job, blocks[i]) < 0)
+        else if (pk_keymap_put(&r->available, &keys[i], (uintptr_t) job, blocks[i]) < 0)
             return -ENOMEM;
     }
     if (npairs && r->demand_received) {
@@ -732,18 +759,17 @@ s_add_supply(pk_server_role_t *self, s_round_t *r, s_job_t *job, const uint32_t 
     return 0;
 }
 
+//  A job holding a reference on the buffer its keys' bytes live in.
 static s_job_t *
-s_job_new(uint64_t id, const pk_key_t *keys, size_t n)
+s_job_new(uint64_t id, s_keybuf_t *buf)
 {
-    s_job_t *job = calloc(1, sizeof *job);
-    if (!job)
-        return NULL;
-    job->id = id;
-    job->keys = s_keys_copy(keys, n);
-    if (!job->keys) {
-        free(job);
+    s_job_t *job = buf ? calloc(1, sizeof *job) : NULL;
+    if (!job) {
+        s_keybuf_unref(buf);
         return NULL;
     }
+    job->id = id;
+    job->buf = buf;
     return job;
 }
 
@@ -774,7 +800,7 @@ pk_server_role_new(const char *peer_id, const pk_server_role_config_t *config, p
 static void
 s_lookup_free(s_lookup_t *l)
 {
-    free(l->keys);
+    s_keybuf_unref(l->buf);
     free(l);        //  its arrays live in the same allocation
 }
 
@@ -784,7 +810,7 @@ s_request_free_all(pk_server_role_t *self, s_request_t *req)
     while (req->raw_head) {
         s_raw_lookup_t *raw = req->raw_head;
         req->raw_head = raw->next;
-        free(raw->keys);
+        s_keybuf_unref(raw->buf);
         free(raw);
     }
     while (req->parked_head) {
@@ -882,14 +908,14 @@ pk_server_role_store(pk_server_role_t *self, const char *kv, const pk_key_t *key
         if (!r)
             r = req->unbound ? req->unbound : s_round_new(self, req, false, 0);
     }
-    s_job_t *job = r ? s_job_new(job_id, keys, n) : NULL;
+    s_job_t *job = r ? s_job_new(job_id, s_keybuf_new(keys, n)) : NULL;
     if (!job) {
         if (r && !r->jobs && !r->demand_received && !r->inflight)
             s_round_free(self, r);
         s_request_prune(self, req);
         return -ENOMEM;
     }
-    int rc = s_add_supply(self, r, job, blocks, n);
+    int rc = s_add_supply(self, r, job, job->buf->keys, blocks, n);
     s_request_prune(self, req);
     return rc;
 }
@@ -941,7 +967,11 @@ pk_server_role_on_fetch(pk_server_role_t *self, const char *kv, const pk_key_t *
         s_request_prune(self, req);
         return -ENOMEM;
     }
-    if (!(r->demand_keys = s_keys_copy(keys, n)) || s_scratch(self, n) < 0) {
+    size_t stackunpaired[64];
+    size_t *unpaired = n <= 64 ? stackunpaired : malloc(n * sizeof *unpaired);
+    if (!unpaired || s_scratch(self, n) < 0) {
+        if (unpaired != stackunpaired)
+            free(unpaired);
         s_round_fail(self, r, FAIL_ERROR);
         s_request_prune(self, req);
         return -ENOMEM;
@@ -949,10 +979,10 @@ pk_server_role_on_fetch(pk_server_role_t *self, const char *kv, const pk_key_t *
     r->demand_received = true;
     r->remaining = n;
     uint64_t mark = ++self->mark_counter;
-    size_t npairs = 0, njobs = 0;
+    size_t npairs = 0, njobs = 0, nunpaired = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t job, local;
-        if (pk_keymap_take(&r->available, &r->demand_keys[i], &job, &local)) {
+        if (pk_keymap_take(&r->available, &keys[i], &job, &local)) {
             s_job_t *j = (s_job_t *) (uintptr_t) job;
             self->local[npairs] = (uint32_t) local;
             self->remote[npairs++] = remote[i];
@@ -961,11 +991,32 @@ pk_server_role_on_fetch(pk_server_role_t *self, const char *kv, const pk_key_t *
                 self->wjobs[njobs++] = j;
             }
         }
-        else if (pk_keymap_put(&r->demanded, &r->demand_keys[i], remote[i], 0) < 0) {
-            s_round_fail(self, r, FAIL_ERROR);
-            s_request_prune(self, req);
-            return -ENOMEM;
+        else
+            unpaired[nunpaired++] = i;
+    }
+    //  Only demand that waits for supply needs its own copy of the keys.
+    int rc = 0;
+    if (nunpaired) {
+        pk_key_t stackkeys[64];
+        pk_key_t *gather = nunpaired <= 64 ? stackkeys : malloc(nunpaired * sizeof *gather);
+        if (gather) {
+            for (size_t j = 0; j < nunpaired; j++)
+                gather[j] = keys[unpaired[j]];
+            r->demand_buf = s_keybuf_new(gather, nunpaired);
         }
+        for (size_t j = 0; r->demand_buf && j < nunpaired && rc >= 0; j++)
+            rc = pk_keymap_put(&r->demanded, &r->demand_buf->keys[j], remote[unpaired[j]], 0);
+        if (!r->demand_buf)
+            rc = -ENOMEM;
+        if (gather != stackkeys)
+            free(gather);
+    }
+    if (unpaired != stackunpaired)
+        free(unpaired);
+    if (rc < 0) {
+        s_round_fail(self, r, FAIL_ERROR);
+        s_request_prune(self, req);
+        return -ENOMEM;
     }
     if (r->lookup_supplied && pk_keymap_size(&r->demanded)) {
         //  A symmetric round's supply always precedes its fetch: demand
@@ -1045,7 +1096,7 @@ s_close_lookups(pk_server_role_t *self, s_request_t *req)
     while (req->raw_head) {
         s_raw_lookup_t *raw = req->raw_head;
         req->raw_head = raw->next;
-        free(raw->keys);
+        s_keybuf_unref(raw->buf);
         free(raw);
     }
     req->raw_tail = NULL;
@@ -1115,8 +1166,8 @@ pk_server_role_on_lookup(pk_server_role_t *self, const char *kv, const pk_key_t 
     s_request_t *req = s_request_get(self, kv);
     s_raw_lookup_t *raw = req ? calloc(1, sizeof *raw) : NULL;
     if (raw)
-        raw->keys = s_keys_copy(keys, n);
-    if (!raw || !raw->keys) {
+        raw->buf = s_keybuf_new(keys, n);
+    if (!raw || !raw->buf) {
         free(raw);
         if (req)
             s_request_prune(self, req);
@@ -1173,10 +1224,10 @@ s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hi
         s_round_t *r = s_round_find(self, req, l->round_seq);
         if (!r)
             r = s_round_new(self, req, true, l->round_seq);
-        s_job_t *job = r ? s_job_new(job_id, hits, npinned) : NULL;
+        s_job_t *job = r ? s_job_new(job_id, s_keybuf_ref(l->buf)) : NULL;
         if (job) {
             r->lookup_supplied = true;
-            s_add_supply(self, r, job, blocks, npinned);
+            s_add_supply(self, r, job, hits, blocks, npinned);
         }
         else {
             //  cannot track the job: hand the pins straight back
@@ -1265,7 +1316,7 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
         if (uniq != stackuniq)
             free(uniq);
         free(l);
-        free(raw->keys);
+        s_keybuf_unref(raw->buf);
         return;
     }
     memset(l, 0, sizeof *l);
@@ -1276,7 +1327,8 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
     l->id = ++self->lookup_counter;
     l->round_seq = raw->round_seq;
     l->deadline = raw->enqueued_at + self->config.lookup_timeout;
-    l->keys = raw->keys;
+    l->buf = raw->buf;
+    l->keys = raw->buf->keys;
     l->n = raw->n;
     pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
     self->parent.on_new_request(self->parent.self, &ctx);
