@@ -1,0 +1,95 @@
+/*  ofi.h: the data plane over libfabric RMA (protocol.md section 7).
+
+    A pk_ofi_t is one side's fabric, domain and block pool, registered once
+    for local use.  Each peer gets its own pk_ofi_channel_t: an endpoint,
+    completion queue and address vector of its own, so one actor polls one
+    channel and a dead peer is torn down without touching the others.  A
+    channel that exposes the pool (the consumer side) registers it again
+    under a key never reused in the process, so closing that channel cuts
+    that one server off.
+
+    Writers merge runs of blocks contiguous on both sides, split them at
+    4 MiB or 4,095 blocks, keep at most the provider's transmit depth
+    posted, and tag every write with the 32-bit immediate of protocol.md:
+    the low 20 bits of the round in the high 20 bits, the block count in
+    the low 12.  The target counts landed blocks per round tag.
+
+    Not thread-safe: one actor owns a channel; a pk_ofi_t is shared only
+    for channel creation, which callers serialise.
+*/
+#ifndef PK_OFI_H_INCLUDED
+#define PK_OFI_H_INCLUDED
+
+#include "transport.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PK_OFI_ERRLEN 256
+#define PK_OFI_MAX_WRITE_BYTES (4u << 20)
+#define PK_OFI_MAX_WRITE_BLOCKS 4095u
+#define PK_OFI_TAG_MASK 0xfffffu
+
+typedef struct _pk_ofi_t pk_ofi_t;
+typedef struct _pk_ofi_channel_t pk_ofi_channel_t;
+
+typedef struct {
+    const char *provider;       //  NULL: verbs, then efa, then tcp
+    const char *node;           //  address to bind, e.g. "127.0.0.1"; NULL: any
+    double eagain_timeout;      //  a write refused with -FI_EAGAIN this long fails (5 s)
+} pk_ofi_config_t;
+
+typedef struct {
+    uint64_t writes_posted;     //  fi_writedata calls that were accepted
+    uint64_t blocks_written;
+    uint64_t cq_errors;         //  error entries drained with fi_cq_readerr
+    uint64_t blocks_landed;     //  announced by immediates (target side)
+    size_t transfers;           //  transfers not yet reported by poll
+} pk_ofi_stats_t;
+
+/*  Opens the fabric and registers the pool (num_blocks * block_len bytes at
+    base).  On failure returns NULL with *rc_p a negative error and err a
+    message naming what failed (an unavailable provider is never replaced
+    by another).  */
+pk_ofi_t *pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks,
+                     uint64_t block_len, int *rc_p, char *err);
+void pk_ofi_destroy(pk_ofi_t **self_p);
+const char *pk_ofi_provider(const pk_ofi_t *self);
+uint32_t pk_ofi_mr_mode(const pk_ofi_t *self);
+
+/*  A channel for one peer; expose: register the pool for this peer's
+    remote writes under a fresh key (the consumer side).  */
+pk_ofi_channel_t *pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err);
+void pk_ofi_channel_destroy(pk_ofi_channel_t **self_p);
+
+/*  The address blob (agent_metadata): provider, libfabric version,
+    endpoint address, key, base, block count and length.  malloc'd.  */
+int pk_ofi_channel_blob(pk_ofi_channel_t *self, uint8_t **blob_p, size_t *len_p);
+
+/*  Imports the peer's blob; refused with -EPROTO and a message when it
+    names another provider or libfabric version or cannot be parsed.  */
+int pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, char *err);
+
+/*  The transport seam over this channel (write_blocks, poll, cancel).  */
+pk_transport_t pk_ofi_channel_transport(pk_ofi_channel_t *self);
+
+/*  Reads the completion queue and posts queued writes.  Returns the number
+    of completions read.  A channel must be progressed all the time, also
+    when idle: a target that stops reading its queue stalls its writers.  */
+int pk_ofi_channel_progress(pk_ofi_channel_t *self);
+
+/*  Blocks announced by immediates for a round (its low 20 bits).  */
+uint64_t pk_ofi_channel_landed(pk_ofi_channel_t *self, uint64_t round_seq);
+
+/*  Closes the exposed registration: nothing written by the peer lands
+    afterwards.  */
+void pk_ofi_channel_revoke(pk_ofi_channel_t *self);
+
+/*  True once cancel(immediate) closed the endpoint: the owning session
+    retires; further writes are refused.  */
+bool pk_ofi_channel_closed(const pk_ofi_channel_t *self);
+
+void pk_ofi_channel_stats(const pk_ofi_channel_t *self, pk_ofi_stats_t *stats);
+
+#endif
