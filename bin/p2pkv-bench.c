@@ -7,14 +7,21 @@
       codec   decode+validate of a 65,536-key fetch vs jansson's json_loadb
       role    the server role in process: keys per second, and memory per
               10,000 live requests
+      fabric  a bare fi_writedata loop against write_blocks over the tcp
+              provider on 127.0.0.1, GB/s side by side
 */
 #include "keymap.h"
+#include "ofi.h"
 #include "protocol.h"
 #include "server_role.h"
 #include "transport.h"
 #include "version.h"
 
 #include <malloc.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 
 #include <jansson.h>
 #include <sodium.h>
@@ -282,6 +289,177 @@ s_bench_role(long requests)
     return 0;
 }
 
+//  --------------------------------------------------------------------------
+//  fabric: the same process pair (a writer and a target, each its own
+//  fabric and domain, over tcp on 127.0.0.1), the same blocks, two ways:
+//  a bare loop posting one fi_writedata per block at depth 16, and
+//  write_blocks (merging, splitting, its own depth).  Each configuration
+//  moves at least 256 MiB (or 64 batches) both ways, interleaved.
+
+#define FAB_POOL 256
+#define FAB_DEPTH 16
+
+typedef struct {
+    uint8_t *pool;
+    pk_ofi_t *ofi;
+    pk_ofi_channel_t *ch;
+} s_fab_side_t;
+
+static int
+s_fab_open(s_fab_side_t *side, uint64_t block, bool expose)
+{
+    char err[PK_OFI_ERRLEN];
+    int rc;
+    side->pool = aligned_alloc(4096, FAB_POOL * block);
+    if (!side->pool)
+        return -ENOMEM;
+    memset(side->pool, expose ? 0 : 0x5a, FAB_POOL * block);
+    pk_ofi_config_t config = { "tcp", "127.0.0.1", 5.0 };
+    side->ofi = pk_ofi_new(&config, side->pool, FAB_POOL, block, &rc, err);
+    if (side->ofi)
+        side->ch = pk_ofi_channel_new(side->ofi, expose, &rc, err);
+    if (!side->ofi || !side->ch) {
+        fprintf(stderr, "p2pkv-bench: %s\n", err);
+        return rc;
+    }
+    return 0;
+}
+
+static void
+s_fab_close(s_fab_side_t *side)
+{
+    pk_ofi_channel_destroy(&side->ch);
+    pk_ofi_destroy(&side->ofi);
+    free(side->pool);
+}
+
+static void
+s_fab_count(void *arg, uint64_t tid, bool ok)
+{
+    int *n = arg;
+    *n += ok ? 1 : 1000000;
+}
+
+//  One batch through write_blocks; returns 0 when it completed and landed.
+static int
+s_fab_transport(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *local,
+                const uint32_t *remote, size_t n)
+{
+    pk_transport_t tr = pk_ofi_channel_transport(w->ch);
+    uint64_t before = pk_ofi_channel_landed(t->ch, round);
+    if (tr.write_blocks(tr.self, round, local, remote, n) <= 0)
+        return -EIO;
+    int done = 0;
+    while (done == 0 || pk_ofi_channel_landed(t->ch, round) < before + n) {
+        pk_ofi_channel_progress(t->ch);
+        tr.poll(tr.self, s_fab_count, &done);
+    }
+    return done == 1 ? 0 : -EIO;
+}
+
+//  The same batch as a bare loop: one fi_writedata per block.
+static int
+s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *local,
+          const uint32_t *remote, size_t n)
+{
+    pk_ofi_raw_t raw;
+    if (pk_ofi_channel_raw(w->ch, &raw) != 0)
+        return -ENOTCONN;
+    uint64_t before = pk_ofi_channel_landed(t->ch, round);
+    struct fi_context ctx[FAB_DEPTH];
+    size_t posted = 0, completed = 0, inflight = 0;
+    while (completed < n || pk_ofi_channel_landed(t->ch, round) < before + n) {
+        while (posted < n && inflight < FAB_DEPTH) {
+            uint64_t imm = ((round & PK_OFI_TAG_MASK) << 12) | 1;
+            ssize_t rc = fi_writedata(raw.ep, raw.base + local[posted] * raw.block_len,
+                                      raw.block_len, raw.desc, imm, raw.peer,
+                                      raw.remote_base + remote[posted] * raw.block_len, raw.key,
+                                      &ctx[posted % FAB_DEPTH]);
+            if (rc == -FI_EAGAIN)
+                break;
+            if (rc)
+                return (int) rc;
+            posted++;
+            inflight++;
+        }
+        struct fi_cq_data_entry e[16];
+        ssize_t got = fi_cq_read(raw.cq, e, 16);
+        if (got > 0) {
+            completed += (size_t) got;
+            inflight -= (size_t) got;
+        }
+        else if (got == -FI_EAVAIL)
+            return -EIO;
+        pk_ofi_channel_progress(t->ch);
+    }
+    return 0;
+}
+
+static int
+s_bench_fabric(void)
+{
+    static const uint64_t sizes[] = { 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20 };
+    static const size_t batches[] = { 1, 32, 256 };
+    uint32_t local[FAB_POOL], contiguous[FAB_POOL], scattered[FAB_POOL];
+    for (uint32_t i = 0; i < FAB_POOL; i++) {
+        local[i] = i;
+        contiguous[i] = i;
+        scattered[i] = (i * 101) % FAB_POOL;      //  no two neighbours adjacent
+    }
+    printf("fabric: tcp provider on 127.0.0.1, bare fi_writedata loop (depth %d, one write "
+           "per block) vs write_blocks\n", FAB_DEPTH);
+    printf("  %8s %6s %-10s %10s %10s %7s\n", "block", "batch", "layout", "raw GB/s",
+           "ours GB/s", "ratio");
+    uint64_t round = 1;
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        s_fab_side_t w = { 0 }, t = { 0 };
+        if (s_fab_open(&w, sizes[si], false) || s_fab_open(&t, sizes[si], true))
+            return 2;
+        uint8_t *blob;
+        size_t len;
+        char err[PK_OFI_ERRLEN];
+        if (pk_ofi_channel_blob(t.ch, &blob, &len) || pk_ofi_channel_connect(w.ch, blob, len, err))
+            return 2;
+        free(blob);
+        if (pk_ofi_channel_blob(w.ch, &blob, &len) || pk_ofi_channel_connect(t.ch, blob, len, err))
+            return 2;
+        free(blob);
+        s_fab_transport(&w, &t, round++, local, contiguous, 1);      //  connection warm-up
+        for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+            for (int layout = 0; layout < 2; layout++) {
+                size_t n = batches[bi];
+                if (n == 1 && layout == 1)
+                    continue;
+                const uint32_t *remote = layout ? scattered : contiguous;
+                uint64_t bytes = n * sizes[si];
+                int reps = (int) ((256u << 20) / bytes);
+                if (reps < 64)
+                    reps = 64;
+                double traw = 0, tours = 0;
+                for (int r = 0; r < reps; r++) {
+                    double t0 = s_now();
+                    if (s_fab_raw(&w, &t, round++, local, remote, n))
+                        return 2;
+                    double t1 = s_now();
+                    if (s_fab_transport(&w, &t, round++, local, remote, n))
+                        return 2;
+                    double t2 = s_now();
+                    traw += t1 - t0;
+                    tours += t2 - t1;
+                }
+                double graw = bytes * reps / traw / 1e9, gours = bytes * reps / tours / 1e9;
+                printf("  %7lluK %6zu %-10s %10.2f %10.2f %6.2fx\n",
+                       (unsigned long long) (sizes[si] >> 10), n,
+                       layout ? "scattered" : "contiguous", graw, gours, gours / graw);
+                fflush(stdout);
+            }
+        }
+        s_fab_close(&w);
+        s_fab_close(&t);
+    }
+    return 0;
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -290,9 +468,10 @@ main(int argc, char *argv[])
     const char *what = argc > 1 ? argv[1] : "codec";
     int reps = argc > 2 ? atoi(argv[2]) : strcmp(what, "role") == 0 ? 200000 : 15;
     if (strcmp(what, "--help") == 0 || strcmp(what, "-h") == 0) {
-        printf("usage: p2pkv-bench [codec [REPETITIONS] | role [REQUESTS]]\n"
+        printf("usage: p2pkv-bench [codec [REPETITIONS] | role [REQUESTS] | fabric]\n"
                "  codec  decode+validate of a 65,536-key fetch vs jansson's json_loadb\n"
-               "  role   the server role in process: keys/s, memory per live request\n");
+               "  role   the server role in process: keys/s, memory per live request\n"
+               "  fabric bare fi_writedata loop vs write_blocks over tcp on 127.0.0.1\n");
         return 0;
     }
     if (strcmp(what, "--version") == 0) {
@@ -307,6 +486,8 @@ main(int argc, char *argv[])
         return s_bench_codec(reps);
     if (strcmp(what, "role") == 0)
         return s_bench_role(reps);
+    if (strcmp(what, "fabric") == 0)
+        return s_bench_fabric();
     fprintf(stderr, "p2pkv-bench: unknown benchmark '%s' (see --help)\n", what);
     return 2;
 }

@@ -833,3 +833,13 @@ pk_ofi_channel_stats(const pk_ofi_channel_t *self, pk_ofi_stats_t *stats)
     *stats = self->stats;
     stats->transfers = pk_keymap_size(&self->xfers);
 }
+
+int
+pk_ofi_channel_raw(pk_ofi_channel_t *self, pk_ofi_raw_t *raw)
+{
+    if (self->closed || !self->connected)
+        return -ENOTCONN;
+    *raw = (pk_ofi_raw_t) { self->ep, self->cq, self->peer, self->peer_key, self->peer_base,
+                            self->desc, self->ofi->base, self->ofi->block_len };
+    return 0;
+}

@@ -92,4 +92,20 @@ bool pk_ofi_channel_closed(const pk_ofi_channel_t *self);
 
 void pk_ofi_channel_stats(const pk_ofi_channel_t *self, pk_ofi_stats_t *stats);
 
+/*  For p2pkv-bench only: the channel's own libfabric objects, so that a
+    bare fi_writedata loop can be measured on the same endpoint as
+    write_blocks.  */
+struct fid_ep;
+struct fid_cq;
+typedef struct {
+    struct fid_ep *ep;
+    struct fid_cq *cq;
+    uint64_t peer;              //  fi_addr_t
+    uint64_t key, remote_base;
+    void *desc;
+    uint8_t *base;
+    uint64_t block_len;
+} pk_ofi_raw_t;
+int pk_ofi_channel_raw(pk_ofi_channel_t *self, pk_ofi_raw_t *raw);
+
 #endif
