@@ -54,8 +54,9 @@ struct s_op {
     uint64_t imm;
     uint32_t blocks;
     bool posted;
-    double eagain_since;
-    s_op_t *prev, *next;            //  the queue of ops not yet posted
+    double since;                   //  first -FI_EAGAIN, then the time posted
+    s_op_t *prev, *next;            //  the queue of ops not yet posted, then
+                                    //  the list of posted ones, oldest first
 };
 
 struct s_xfer {
@@ -93,6 +94,7 @@ struct _pk_ofi_channel_t {
 
     size_t depth, credits;
     s_op_t *queue_head, *queue_tail;
+    s_op_t *posted_head, *posted_tail;
     uint64_t next_tid;
     pk_keymap_t xfers;              //  tid -> transfer, until reported or released
     s_finished_t *finished;
@@ -181,6 +183,10 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
     self->block_len = block_len;
     if (!base || !num_blocks || !block_len) {
         rc = s_fail(err, -EINVAL, "ofi: no pool to register");
+        goto fail_self;
+    }
+    if (!(self->config.stall_timeout > 0)) {
+        rc = s_fail(err, -EINVAL, "ofi: stall_timeout must be positive");
         goto fail_self;
     }
     if (self->config.provider) {
@@ -481,18 +487,27 @@ s_xfer_forget(pk_ofi_channel_t *self, s_xfer_t *x)
     free(x);
 }
 
+//  Unlinks an op from the list it is on: the queue, or the posted list.
 static void
-s_unqueue(pk_ofi_channel_t *self, s_op_t *op)
+s_unlink(pk_ofi_channel_t *self, s_op_t *op)
 {
+    s_op_t **head = op->posted ? &self->posted_head : &self->queue_head;
+    s_op_t **tail = op->posted ? &self->posted_tail : &self->queue_tail;
     if (op->prev)
         op->prev->next = op->next;
     else
-        self->queue_head = op->next;
+        *head = op->next;
     if (op->next)
         op->next->prev = op->prev;
     else
-        self->queue_tail = op->prev;
+        *tail = op->prev;
     op->prev = op->next = NULL;
+}
+
+static bool
+s_queued(const pk_ofi_channel_t *self, const s_op_t *op)
+{
+    return !op->posted && (op->prev || op->next || self->queue_head == op);
 }
 
 //  A transfer whose ops have all ended: reported by the next poll, or
@@ -520,8 +535,10 @@ static void
 s_op_end(pk_ofi_channel_t *self, s_op_t *op, bool ok)
 {
     s_xfer_t *x = op->xfer;
-    if (op->posted)
+    if (op->posted) {
+        s_unlink(self, op);
         self->credits++;
+    }
     op->posted = false;
     if (!ok)
         x->failed = true;
@@ -539,23 +556,28 @@ s_post(pk_ofi_channel_t *self)
         ssize_t rc = fi_writedata(self->ep, ofi->base + op->local_off, op->len, self->desc,
                                   op->imm, self->peer, remote, self->peer_key, &op->ctx);
         if (rc == 0) {
-            s_unqueue(self, op);
+            s_unlink(self, op);
             op->posted = true;
+            op->since = s_now();
+            op->prev = self->posted_tail;
+            if (self->posted_tail)
+                self->posted_tail->next = op;
+            else
+                self->posted_head = op;
+            self->posted_tail = op;
             self->credits--;
             self->stats.writes_posted++;
             self->stats.blocks_written += op->blocks;
             continue;
         }
         if (rc == -FI_EAGAIN) {
-            //  progress, then retry; give up past the deadline (a peer that
-            //  died leaves -FI_EAGAIN forever)
-            double now = s_now();
-            if (op->eagain_since == 0)
-                op->eagain_since = now;
-            if (now - op->eagain_since < ofi->config.eagain_timeout)
-                return;
+            //  progress, then retry, until the stall deadline (a peer that
+            //  died leaves -FI_EAGAIN forever); see pk_ofi_channel_progress
+            if (op->since == 0)
+                op->since = s_now();
+            return;
         }
-        s_unqueue(self, op);
+        s_unlink(self, op);
         s_op_end(self, op, false);
     }
 }
@@ -628,6 +650,8 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     return (int64_t) x->tid;
 }
 
+static void s_close_endpoint(pk_ofi_channel_t *self);
+
 int
 pk_ofi_channel_progress(pk_ofi_channel_t *self)
 {
@@ -677,6 +701,14 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
             break;
     }
     s_post(self);
+    //  Deadlines are ours to keep: a dead peer's writes neither fail nor
+    //  complete, and fi_cancel does not stop RMA writes, so a write stalled
+    //  past the deadline closes the endpoint and every transfer ends failed.
+    double now = s_now(), limit = self->ofi->config.stall_timeout;
+    if ((self->posted_head && now - self->posted_head->since > limit)
+        || (self->queue_head && self->queue_head->since > 0
+            && now - self->queue_head->since > limit))
+        s_close_endpoint(self);
     return total;
 }
 
@@ -741,6 +773,7 @@ s_close_endpoint(pk_ofi_channel_t *self)
     }
     free(open);
     self->queue_head = self->queue_tail = NULL;
+    self->posted_head = self->posted_tail = NULL;
     self->credits = self->depth;
 }
 
@@ -776,8 +809,8 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             s_op_t *op = &x->ops[k];
             if (op->posted)
                 posted++;
-            else if (op->prev || op->next || self->queue_head == op) {
-                s_unqueue(self, op);
+            else if (s_queued(self, op)) {
+                s_unlink(self, op);
                 x->failed = true;
                 x->ended++;
             }

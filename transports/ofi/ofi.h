@@ -37,7 +37,8 @@ typedef struct _pk_ofi_channel_t pk_ofi_channel_t;
 typedef struct {
     const char *provider;       //  NULL: verbs, then efa, then tcp
     const char *node;           //  address to bind, e.g. "127.0.0.1"; NULL: any
-    double eagain_timeout;      //  a write refused with -FI_EAGAIN this long fails (5 s)
+    double stall_timeout;       //  a write neither posted (-FI_EAGAIN) nor completed
+                                //  this long closes the channel (5 s)
 } pk_ofi_config_t;
 
 typedef struct {
@@ -86,8 +87,10 @@ uint64_t pk_ofi_channel_landed(pk_ofi_channel_t *self, uint64_t round_seq);
     afterwards.  */
 void pk_ofi_channel_revoke(pk_ofi_channel_t *self);
 
-/*  True once cancel(immediate) closed the endpoint: the owning session
-    retires; further writes are refused.  */
+/*  True once the endpoint is closed, by cancel(immediate) or because a
+    write stalled past stall_timeout (a dead peer: the provider reports
+    nothing for writes posted to it): the owning session retires, further
+    writes are refused, and the peer is added again as a new channel.  */
 bool pk_ofi_channel_closed(const pk_ofi_channel_t *self);
 
 void pk_ofi_channel_stats(const pk_ofi_channel_t *self, pk_ofi_stats_t *stats);
