@@ -406,10 +406,8 @@ s_bench_fabric(void)
         contiguous[i] = i;
         scattered[i] = (i * 101) % FAB_POOL;      //  no two neighbours adjacent
     }
-    printf("fabric: tcp provider on 127.0.0.1, bare fi_writedata loop (depth %d, one write "
-           "per block) vs write_blocks\n", FAB_DEPTH);
-    printf("  %8s %6s %-10s %10s %10s %7s\n", "block", "batch", "layout", "raw GB/s",
-           "ours GB/s", "ratio");
+    printf("fabric: tcp provider on 127.0.0.1, one process, bare fi_writedata loop (depth %d, "
+           "one write per block) vs write_blocks\n", FAB_DEPTH);
     uint64_t round = 1;
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         s_fab_side_t w = { 0 }, t = { 0 };
@@ -424,6 +422,13 @@ s_bench_fabric(void)
         if (pk_ofi_channel_blob(w.ch, &blob, &len) || pk_ofi_channel_connect(t.ch, blob, len, err))
             return 2;
         free(blob);
+        if (si == 0) {
+            char line[256];
+            pk_ofi_describe(w.ofi, line, sizeof line);
+            printf("  %s\n", line);
+            printf("  %8s %6s %-10s %10s %10s %7s\n", "block", "batch", "layout", "raw GB/s",
+                   "ours GB/s", "ratio");
+        }
         s_fab_transport(&w, &t, round++, local, contiguous, 1);      //  connection warm-up
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
             for (int layout = 0; layout < 2; layout++) {

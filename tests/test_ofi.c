@@ -204,6 +204,25 @@ START_TEST(test_write_split_over_4mib)
 }
 END_TEST
 
+START_TEST(test_describe)
+{
+    char line[256];
+    pk_ofi_describe(S.ofi, line, sizeof line);
+    ck_assert_msg(strstr(line, "provider tcp;ofi_rxm") != NULL, "%s", line);
+    ck_assert_msg(strstr(line, "remote CQ data") != NULL, "%s", line);
+    ck_assert(pk_ofi_has_cq_data(S.ofi));
+    //  tcp asks for no mr_mode bit in 1.17: offset addressing, our keys
+    ck_assert_uint_eq(pk_ofi_mr_mode(S.ofi), 0);
+    //  a provider asked for by name is never replaced by another
+    char err[PK_OFI_ERRLEN] = "";
+    int rc;
+    pk_ofi_config_t config = { "no-such-provider", "127.0.0.1", 2.0 };
+    ck_assert_ptr_null(pk_ofi_new(&config, S.pool, BLOCKS, BLOCK, &rc, err));
+    ck_assert_int_lt(rc, 0);
+    ck_assert_msg(strstr(err, "provider \"no-such-provider\" is not available") != NULL, "%s", err);
+}
+END_TEST
+
 START_TEST(test_remote_index_out_of_range)
 {
     uint32_t local[2] = { 0, 1 }, remote[2] = { 5, BLOCKS };
@@ -560,6 +579,7 @@ main(void)
     tcase_add_test(tc, test_write_1000_contiguous);
     tcase_add_test(tc, test_write_1000_scattered);
     tcase_add_test(tc, test_write_split_over_4mib);
+    tcase_add_test(tc, test_describe);
     tcase_add_test(tc, test_remote_index_out_of_range);
     tcase_add_test(tc, test_landed_per_round);
     tcase_add_test(tc, test_revoked_registration);

@@ -41,6 +41,7 @@ struct _pk_ofi_t {
     struct fid_mr *local_mr;        //  for FI_MR_LOCAL, unless FI_MR_ENDPOINT
     uint8_t *base;
     uint64_t num_blocks, block_len;
+    bool cq_data;                   //  4 bytes of remote CQ data at least
     char provider[64];
 };
 
@@ -207,6 +208,7 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
         }
     }
     snprintf(self->provider, sizeof self->provider, "%s", self->info->fabric_attr->prov_name);
+    self->cq_data = self->info->domain_attr->cq_data_size >= 4;
     rc = fi_fabric(self->info->fabric_attr, &self->fabric, NULL);
     if (rc) {
         s_fail(err, rc, "ofi: fi_fabric: %s", fi_strerror(-rc));
@@ -264,6 +266,25 @@ const char *
 pk_ofi_provider(const pk_ofi_t *self)
 {
     return self->provider;
+}
+
+bool
+pk_ofi_has_cq_data(const pk_ofi_t *self)
+{
+    return self->cq_data;
+}
+
+void
+pk_ofi_describe(const pk_ofi_t *self, char *buf, size_t len)
+{
+    uint64_t m = self->info->domain_attr->mr_mode;
+    snprintf(buf, len, "libfabric %u.%u provider %s domain %s mr_mode 0x%llx%s%s%s%s%s, %s",
+             FI_MAJOR(fi_version()), FI_MINOR(fi_version()), self->provider,
+             self->info->domain_attr->name, (unsigned long long) m,
+             m & FI_MR_LOCAL ? " LOCAL" : "", m & FI_MR_VIRT_ADDR ? " VIRT_ADDR" : "",
+             m & FI_MR_ALLOCATED ? " ALLOCATED" : "", m & FI_MR_PROV_KEY ? " PROV_KEY" : "",
+             m & FI_MR_ENDPOINT ? " ENDPOINT" : "",
+             self->cq_data ? "remote CQ data" : "FI_DELIVERY_COMPLETE (no remote CQ data)");
 }
 
 uint32_t
@@ -553,8 +574,18 @@ s_post(pk_ofi_channel_t *self)
     while (self->queue_head && self->credits > 0 && !self->closed) {
         s_op_t *op = self->queue_head;
         uint64_t remote = self->peer_base + op->remote_off;
-        ssize_t rc = fi_writedata(self->ep, ofi->base + op->local_off, op->len, self->desc,
-                                  op->imm, self->peer, remote, self->peer_key, &op->ctx);
+        ssize_t rc;
+        if (ofi->cq_data)
+            rc = fi_writedata(self->ep, ofi->base + op->local_off, op->len, self->desc, op->imm,
+                              self->peer, remote, self->peer_key, &op->ctx);
+        else {
+            //  Without an immediate the target cannot count: make the
+            //  writer's completion mean delivered instead.
+            struct iovec iov = { ofi->base + op->local_off, op->len };
+            struct fi_rma_iov rma = { remote, op->len, self->peer_key };
+            struct fi_msg_rma msg = { &iov, &self->desc, 1, self->peer, &rma, 1, &op->ctx, 0 };
+            rc = fi_writemsg(self->ep, &msg, FI_DELIVERY_COMPLETE);
+        }
         if (rc == 0) {
             s_unlink(self, op);
             op->posted = true;

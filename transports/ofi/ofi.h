@@ -58,6 +58,12 @@ pk_ofi_t *pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blo
 void pk_ofi_destroy(pk_ofi_t **self_p);
 const char *pk_ofi_provider(const pk_ofi_t *self);
 uint32_t pk_ofi_mr_mode(const pk_ofi_t *self);
+/*  False where the provider carries no remote CQ data: writes then use
+    FI_DELIVERY_COMPLETE (completed means landed) and the target counts
+    nothing (pk_ofi_channel_landed stays 0).  */
+bool pk_ofi_has_cq_data(const pk_ofi_t *self);
+/*  One line for the log: provider, domain, mr_mode bits, completion mode.  */
+void pk_ofi_describe(const pk_ofi_t *self, char *buf, size_t len);
 
 /*  A channel for one peer; expose: register the pool for this peer's
     remote writes under a fresh key (the consumer side).  */
@@ -75,9 +81,14 @@ int pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t l
 /*  The transport seam over this channel (write_blocks, poll, cancel).  */
 pk_transport_t pk_ofi_channel_transport(pk_ofi_channel_t *self);
 
-/*  Reads the completion queue and posts queued writes.  Returns the number
-    of completions read.  A channel must be progressed all the time, also
-    when idle: a target that stops reading its queue stalls its writers.  */
+/*  Reads the completion queue, posts queued writes and keeps the stall
+    deadline.  Returns the number of completions read.  A channel must be
+    progressed all the time, also when idle: over tcp a target that does
+    not read its queue stalls its writers (they see -FI_EAGAIN), and one
+    that stops leaves bytes in socket buffers.  An idle target should call
+    it at least every few milliseconds (the actors use a 1-5 ms timer when
+    nothing is in flight, and spin while transfers run); the queue is
+    opened without a wait object, so a short timer is the waiting.  */
 int pk_ofi_channel_progress(pk_ofi_channel_t *self);
 
 /*  Blocks announced by immediates for a round (its low 20 bits).  */
