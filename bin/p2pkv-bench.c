@@ -10,6 +10,7 @@
       fabric  a bare fi_writedata loop against write_blocks over the tcp
               provider on 127.0.0.1, GB/s side by side
 */
+#include "clock.h"
 #include "keymap.h"
 #include "ofi.h"
 #include "protocol.h"
@@ -29,14 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double
-s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int
 s_cmp_double(const void *a, const void *b)
@@ -102,18 +95,18 @@ s_bench_codec(int reps)
     double *tp = calloc((size_t) reps, sizeof *tp);
     char err[PK_ERRLEN];
     for (int r = -1; r < reps; r++) {       //  r = -1 warms up both paths
-        double t0 = s_now();
+        double t0 = pk_clock_monotonic();
         json_error_t jerr;
         json_t *root = json_loadb(text, len, 0, &jerr);
-        double t1 = s_now();
+        double t1 = pk_clock_monotonic();
         json_decref(root);
-        double t2 = s_now();
+        double t2 = pk_clock_monotonic();
         pk_msg_t *msg = NULL;
         if (pk_msg_decode(text, len, &msg, err) != 0 || !root) {
             fprintf(stderr, "p2pkv-bench: decode failed: %s\n", err);
             return 2;
         }
-        double t3 = s_now();
+        double t3 = pk_clock_monotonic();
         pk_msg_destroy(&msg);
         if (r >= 0) {
             tj[r] = t1 - t0;
@@ -224,7 +217,7 @@ s_bench_role(long requests)
                         s_role_result });
     char kv[ROLE_BATCH][32];
     long done = 0;
-    double t0 = s_now();
+    double t0 = pk_clock_monotonic();
     while (done < requests) {
         int batch = requests - done < ROLE_BATCH ? (int) (requests - done) : ROLE_BATCH;
         for (int b = 0; b < batch; b++) {
@@ -248,7 +241,7 @@ s_bench_role(long requests)
             pk_server_role_on_fetch(role, kv[b], NULL, NULL, 0, 2);
         done += batch;
     }
-    double t1 = s_now();
+    double t1 = pk_clock_monotonic();
     pk_server_role_collect(role);
     pk_server_role_state_t st;
     pk_server_role_state(role, &st);
@@ -442,13 +435,13 @@ s_bench_fabric(void)
                     reps = 64;
                 double traw = 0, tours = 0;
                 for (int r = 0; r < reps; r++) {
-                    double t0 = s_now();
+                    double t0 = pk_clock_monotonic();
                     if (s_fab_raw(&w, &t, round++, local, remote, n))
                         return 2;
-                    double t1 = s_now();
+                    double t1 = pk_clock_monotonic();
                     if (s_fab_transport(&w, &t, round++, local, remote, n))
                         return 2;
-                    double t2 = s_now();
+                    double t2 = pk_clock_monotonic();
                     traw += t1 - t0;
                     tours += t2 - t1;
                 }

@@ -13,6 +13,7 @@
 #ifndef PK_SERVER_ROLE_H_INCLUDED
 #define PK_SERVER_ROLE_H_INCLUDED
 
+#include "clock.h"
 #include "protocol.h"
 #include "transport.h"
 
@@ -46,11 +47,6 @@ typedef struct {
     /*  A job's result: success or failure, once per job; unpins it.  */
     void (*store_result)(void *self, uint64_t job_id, bool success);
 } pk_parent_t;
-
-typedef struct {
-    void *self;
-    double (*now)(void *self);              //  monotonic seconds
-} pk_clock_t;
 
 typedef struct {
     void *self;

@@ -295,14 +295,6 @@ s_unpin(pk_store_t *self, uint32_t b)
 //  ---------------------------------------------------------------------------
 //  Construction
 
-static double
-s_monotonic(void *unused)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec / 1e9;
-}
-
 pk_store_t *
 pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
              const pk_store_config_t *config, pk_clock_t clock, int *rc_p)
@@ -323,7 +315,7 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
     self = calloc(1, sizeof *self);
     if (!self)
         goto fail;
-    self->clock = clock.now ? clock : (pk_clock_t) { NULL, s_monotonic };
+    self->clock = clock.now ? clock : pk_clock_system();
     self->lease_timeout = config->lease_timeout;
     self->num_blocks = num_blocks;
     self->block_len = block_len;

@@ -9,6 +9,7 @@
     name.
 */
 #include "ofi.h"
+#include "clock.h"
 #include "keymap.h"
 
 #include <rdma/fabric.h>
@@ -116,14 +117,6 @@ s_fail(char *err, int rc, const char *fmt, ...)
         va_end(ap);
     }
     return rc;
-}
-
-static double
-s_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 //  --------------------------------------------------------------------------
@@ -589,7 +582,7 @@ s_post(pk_ofi_channel_t *self)
         if (rc == 0) {
             s_unlink(self, op);
             op->posted = true;
-            op->since = s_now();
+            op->since = pk_clock_monotonic();
             op->prev = self->posted_tail;
             if (self->posted_tail)
                 self->posted_tail->next = op;
@@ -605,7 +598,7 @@ s_post(pk_ofi_channel_t *self)
             //  progress, then retry, until the stall deadline (a peer that
             //  died leaves -FI_EAGAIN forever); see pk_ofi_channel_progress
             if (op->since == 0)
-                op->since = s_now();
+                op->since = pk_clock_monotonic();
             return;
         }
         s_unlink(self, op);
@@ -735,7 +728,7 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
     //  Deadlines are ours to keep: a dead peer's writes neither fail nor
     //  complete, and fi_cancel does not stop RMA writes, so a write stalled
     //  past the deadline closes the endpoint and every transfer ends failed.
-    double now = s_now(), limit = self->ofi->config.stall_timeout;
+    double now = pk_clock_monotonic(), limit = self->ofi->config.stall_timeout;
     if ((self->posted_head && now - self->posted_head->since > limit)
         || (self->queue_head && self->queue_head->since > 0
             && now - self->queue_head->since > limit))
