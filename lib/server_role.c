@@ -79,6 +79,17 @@ struct s_round {
     uint64_t landing;               //  blocks whose writes completed here
     size_t inflight;
     pk_keymap_t available;          //  key -> (job, local block)
+    //  The round's first supply, when it is one batch of distinct keys (a
+    //  lookup's pins), is held as a list until something needs the map: a
+    //  fetch naming those keys in the same order, the common case, then
+    //  pairs them by position without hashing.  Positions [next, n) are
+    //  still available.
+    struct {
+        s_job_t *job;
+        pk_key_t *keys;
+        uint32_t *blocks;
+        size_t n, next;
+    } list;
     pk_keymap_t demanded;           //  key -> remote block
     s_keybuf_t *demand_buf;         //  the fetch's unpaired keys
     s_job_t *jobs;
@@ -524,6 +535,7 @@ s_round_free(pk_server_role_t *self, s_round_t *r)
     }
     pk_keymap_fini(&r->available);
     pk_keymap_fini(&r->demanded);
+    free(r->list.keys);
     s_keybuf_unref(r->demand_buf);
     free(r);
 }
@@ -650,6 +662,8 @@ s_round_fail(pk_server_role_t *self, s_round_t *r, s_cause_t cause)
     r->send_done_on_fail = cause == FAIL_ERROR || cause == FAIL_TIMEOUT;
     pk_keymap_clear(&r->available);
     pk_keymap_clear(&r->demanded);
+    free(r->list.keys);
+    memset(&r->list, 0, sizeof r->list);
     if (r->inflight) {
         r->draining = true;
         LIST_APPEND(self->drain_head, self->drain_tail, r, dprev, dnext);
@@ -722,11 +736,28 @@ s_submit(pk_server_role_t *self, s_round_t *r, size_t npairs, size_t njobs)
     return true;
 }
 
+//  Moves what is left of the round's supply list into its map.
+static int
+s_supply_to_map(s_round_t *r)
+{
+    if (!r->list.keys)
+        return 0;
+    int rc = pk_keymap_reserve(&r->available, pk_keymap_size(&r->available) + r->list.n);
+    for (size_t i = r->list.next; rc == 0 && i < r->list.n; i++)
+        if (pk_keymap_put(&r->available, &r->list.keys[i], (uintptr_t) r->list.job,
+                          r->list.blocks[i]) < 0)
+            rc = -ENOMEM;
+    free(r->list.keys);
+    memset(&r->list, 0, sizeof r->list);
+    return rc;
+}
+
 //  Adds a job's supply to a round: keys already demanded pair at once and
-//  go out as one write (when demand is there); the others wait.
+//  go out as one write (when demand is there); the others wait.  distinct:
+//  no key twice in keys (a lookup's pins), so the batch may wait as a list.
 static int
 s_add_supply(pk_server_role_t *self, s_round_t *r, s_job_t *job, const pk_key_t *keys,
-             const uint32_t *blocks, size_t n)
+             const uint32_t *blocks, size_t n, bool distinct)
 {
     job->round = r;
     job->next = r->jobs;
@@ -737,7 +768,21 @@ s_add_supply(pk_server_role_t *self, s_round_t *r, s_job_t *job, const pk_key_t 
     self->undecided++;
     if (r->failed)
         return 0;       //  a draining round takes no supply; the job fails with it
+    if (distinct && !r->demand_received && !r->list.keys && !pk_keymap_size(&r->available)) {
+        r->list.keys = malloc(n * (sizeof *r->list.keys + sizeof *r->list.blocks) + 1);
+        if (r->list.keys) {
+            r->list.blocks = (uint32_t *) (r->list.keys + n);
+            memcpy(r->list.keys, keys, n * sizeof *keys);
+            memcpy(r->list.blocks, blocks, n * sizeof *blocks);
+            r->list.job = job;
+            r->list.n = n;
+            r->list.next = 0;
+            return 0;
+        }
+    }
     int rc = s_scratch(self, n);
+    if (rc == 0)
+        rc = s_supply_to_map(r);
     if (rc)
         return rc;
     if (pk_keymap_reserve(&r->available, pk_keymap_size(&r->available) + n) < 0)
@@ -915,7 +960,7 @@ pk_server_role_store(pk_server_role_t *self, const char *kv, const pk_key_t *key
         s_request_prune(self, req);
         return -ENOMEM;
     }
-    int rc = s_add_supply(self, r, job, job->buf->keys, blocks, n);
+    int rc = s_add_supply(self, r, job, job->buf->keys, blocks, n, false);
     s_request_prune(self, req);
     return rc;
 }
@@ -982,6 +1027,26 @@ pk_server_role_on_fetch(pk_server_role_t *self, const char *kv, const pk_key_t *
     size_t npairs = 0, njobs = 0, nunpaired = 0;
     for (size_t i = 0; i < n; i++) {
         uint64_t job, local;
+        if (r->list.keys) {
+            if (r->list.next < r->list.n && pk_key_eq(&keys[i], &r->list.keys[r->list.next])) {
+                s_job_t *j = r->list.job;
+                self->local[npairs] = r->list.blocks[r->list.next++];
+                self->remote[npairs++] = remote[i];
+                if (j->mark != mark) {
+                    j->mark = mark;
+                    self->wjobs[njobs++] = j;
+                }
+                continue;
+            }
+            //  out of order: fall back to the map for the rest
+            if (s_supply_to_map(r) < 0) {
+                if (unpaired != stackunpaired)
+                    free(unpaired);
+                s_round_fail(self, r, FAIL_ERROR);
+                s_request_prune(self, req);
+                return -ENOMEM;
+            }
+        }
         if (pk_keymap_take(&r->available, &keys[i], &job, &local)) {
             s_job_t *j = (s_job_t *) (uintptr_t) job;
             self->local[npairs] = (uint32_t) local;
@@ -1227,7 +1292,7 @@ s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hi
         s_job_t *job = r ? s_job_new(job_id, s_keybuf_ref(l->buf)) : NULL;
         if (job) {
             r->lookup_supplied = true;
-            s_add_supply(self, r, job, hits, blocks, npinned);
+            s_add_supply(self, r, job, hits, blocks, npinned, true);
         }
         else {
             //  cannot track the job: hand the pins straight back

@@ -572,6 +572,34 @@ START_TEST(test_unbound_joins_oldest_demand)
 }
 END_TEST
 
+START_TEST(test_fetch_order_differs_from_lookup)
+{
+    //  pins wait as a list; a fetch in another order, or of a subset,
+    //  pairs exactly as the map would
+    s_set("aa", PK_LOOKUP_HIT, 1);
+    s_set("bb", PK_LOOKUP_HIT, 2);
+    s_set("cc", PK_LOOKUP_HIT, 3);
+    s_lookup_ev("r1", 1, 3, "aa", "bb", "cc");
+    s_lookup_ev("r2", 1, 3, "aa", "bb", "cc");
+    s_lookup_ev("r3", 1, 3, "aa", "bb", "cc");
+    pk_server_role_serve(H->role);
+    H->nlog = 0;
+    s_fetch("r1", 1, 3, "aa", 0, "cc", 1, "bb", 2);
+    EXPECT("write 1 round=1 1>0,3>1,2>2");
+    s_fetch("r2", 1, 2, "bb", 5, "cc", 6);
+    EXPECT("write 2 round=1 2>5,3>6");
+    //  a key the lookup did not pin fails the round at once, as with the map
+    s_fetch("r3", 1, 2, "aa", 0, "dd", 1);
+    EXPECT("transfer_done r3 round=1 failed landing=0");
+    s_complete(1, true);
+    s_complete(2, true);
+    pk_server_role_collect(H->role);
+    EXPECT("transfer_done r1 round=1 ok landing=3", "transfer_done r2 round=1 ok landing=2",
+           "result 1002 failed", "result 1000 ok", "result 1001 ok");
+    s_settle();
+}
+END_TEST
+
 START_TEST(test_symmetric_unpinned_fails_at_once)
 {
     s_set("aa", PK_LOOKUP_HIT, 1);
@@ -930,6 +958,7 @@ main(void)
     tcase_add_test(tc, test_partial_matches);
     tcase_add_test(tc, test_overlapping_rounds);
     tcase_add_test(tc, test_unbound_joins_oldest_demand);
+    tcase_add_test(tc, test_fetch_order_differs_from_lookup);
     tcase_add_test(tc, test_symmetric_unpinned_fails_at_once);
     tcase_add_test(tc, test_terminal_fetch);
     tcase_add_test(tc, test_terminal_fetch_with_writes_in_flight);
