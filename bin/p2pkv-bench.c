@@ -19,6 +19,9 @@
 #include "version.h"
 
 #include <malloc.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
@@ -283,10 +286,11 @@ s_bench_role(long requests)
 }
 
 //  --------------------------------------------------------------------------
-//  fabric: the same process pair (a writer and a target, each its own
-//  fabric and domain, over tcp on 127.0.0.1), the same blocks, two ways:
-//  a bare loop posting one fi_writedata per block at depth 16, and
-//  write_blocks (merging, splitting, its own depth).  Each configuration
+//  fabric: the same process pair (a writer, and a target in a child process
+//  that progresses its channel all the time, over tcp on 127.0.0.1), the
+//  same blocks, two ways: a bare loop posting one fi_writedata per block at
+//  depth 16, and write_blocks (merging, splitting, its own depth).  A batch
+//  counts as done when the writer's completions say so.  Each configuration
 //  moves at least 256 MiB (or 64 batches) both ways, interleaved.
 
 #define FAB_POOL 256
@@ -339,12 +343,12 @@ s_fab_transport(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t
                 const uint32_t *remote, size_t n)
 {
     pk_transport_t tr = pk_ofi_channel_transport(w->ch);
-    uint64_t before = pk_ofi_channel_landed(t->ch, round);
     if (tr.write_blocks(tr.self, round, local, remote, n) <= 0)
         return -EIO;
     int done = 0;
-    while (done == 0 || pk_ofi_channel_landed(t->ch, round) < before + n) {
-        pk_ofi_channel_progress(t->ch);
+    while (done == 0) {
+        if (t)
+            pk_ofi_channel_progress(t->ch);
         tr.poll(tr.self, s_fab_count, &done);
     }
     return done == 1 ? 0 : -EIO;
@@ -358,10 +362,9 @@ s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *loca
     pk_ofi_raw_t raw;
     if (pk_ofi_channel_raw(w->ch, &raw) != 0)
         return -ENOTCONN;
-    uint64_t before = pk_ofi_channel_landed(t->ch, round);
     struct fi_context ctx[FAB_DEPTH];
     size_t posted = 0, completed = 0, inflight = 0;
-    while (completed < n || pk_ofi_channel_landed(t->ch, round) < before + n) {
+    while (completed < n) {
         while (posted < n && inflight < FAB_DEPTH) {
             uint64_t imm = ((round & PK_OFI_TAG_MASK) << 12) | 1;
             ssize_t rc = fi_writedata(raw.ep, raw.base + local[posted] * raw.block_len,
@@ -383,9 +386,55 @@ s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *loca
         }
         else if (got == -FI_EAVAIL)
             return -EIO;
-        pk_ofi_channel_progress(t->ch);
+        if (t)
+            pk_ofi_channel_progress(t->ch);
     }
     return 0;
+}
+
+static int
+s_fab_send_blob(int fd, pk_ofi_channel_t *ch)
+{
+    uint8_t *blob;
+    size_t len;
+    if (pk_ofi_channel_blob(ch, &blob, &len))
+        return -1;
+    uint32_t l32 = (uint32_t) len;
+    int rc = write(fd, &l32, 4) == 4 && write(fd, blob, len) == (ssize_t) len ? 0 : -1;
+    free(blob);
+    return rc;
+}
+
+static int
+s_fab_recv_connect(int fd, pk_ofi_channel_t *ch)
+{
+    uint32_t len;
+    uint8_t blob[1024];
+    char err[PK_OFI_ERRLEN];
+    if (read(fd, &len, 4) != 4 || len > sizeof blob || read(fd, blob, len) != (ssize_t) len)
+        return -1;
+    if (pk_ofi_channel_connect(ch, blob, len, err)) {
+        fprintf(stderr, "p2pkv-bench: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+//  The target: progress until the writer closes its pipe.
+static void __attribute__((noreturn))
+s_fab_target(uint64_t block, int in, int out)
+{
+    s_fab_side_t t = { 0 };
+    if (s_fab_open(&t, block, true) || s_fab_send_blob(out, t.ch) || s_fab_recv_connect(in, t.ch))
+        _exit(2);
+    struct pollfd pfd = { in, POLLIN, 0 };
+    for (unsigned i = 0;; i++) {
+        pk_ofi_channel_progress(t.ch);
+        if (i % 4096 == 0 && poll(&pfd, 1, 0) > 0)
+            break;
+    }
+    s_fab_close(&t);
+    _exit(0);
 }
 
 static int
@@ -399,22 +448,29 @@ s_bench_fabric(void)
         contiguous[i] = i;
         scattered[i] = (i * 101) % FAB_POOL;      //  no two neighbours adjacent
     }
-    printf("fabric: tcp provider on 127.0.0.1, one process, bare fi_writedata loop (depth %d, "
-           "one write per block) vs write_blocks\n", FAB_DEPTH);
+    printf("fabric: tcp provider on 127.0.0.1, writer and target in two processes, bare "
+           "fi_writedata loop (depth %d, one write per block) vs write_blocks\n", FAB_DEPTH);
     uint64_t round = 1;
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-        s_fab_side_t w = { 0 }, t = { 0 };
-        if (s_fab_open(&w, sizes[si], false) || s_fab_open(&t, sizes[si], true))
+        int down[2], up[2];
+        if (pipe(down) || pipe(up))
             return 2;
-        uint8_t *blob;
-        size_t len;
-        char err[PK_OFI_ERRLEN];
-        if (pk_ofi_channel_blob(t.ch, &blob, &len) || pk_ofi_channel_connect(w.ch, blob, len, err))
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid < 0)
             return 2;
-        free(blob);
-        if (pk_ofi_channel_blob(w.ch, &blob, &len) || pk_ofi_channel_connect(t.ch, blob, len, err))
+        if (pid == 0) {
+            close(down[1]);
+            close(up[0]);
+            s_fab_target(sizes[si], down[0], up[1]);
+        }
+        close(down[0]);
+        close(up[1]);
+        s_fab_side_t w = { 0 };
+        if (s_fab_open(&w, sizes[si], false) || s_fab_recv_connect(up[0], w.ch)
+            || s_fab_send_blob(down[1], w.ch))
             return 2;
-        free(blob);
+        s_fab_side_t *t = NULL;
         if (si == 0) {
             char line[256];
             pk_ofi_describe(w.ofi, line, sizeof line);
@@ -422,7 +478,7 @@ s_bench_fabric(void)
             printf("  %8s %6s %-10s %10s %10s %7s\n", "block", "batch", "layout", "raw GB/s",
                    "ours GB/s", "ratio");
         }
-        s_fab_transport(&w, &t, round++, local, contiguous, 1);      //  connection warm-up
+        s_fab_transport(&w, t, round++, local, contiguous, 1);       //  connection warm-up
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
             for (int layout = 0; layout < 2; layout++) {
                 size_t n = batches[bi];
@@ -436,10 +492,10 @@ s_bench_fabric(void)
                 double traw = 0, tours = 0;
                 for (int r = 0; r < reps; r++) {
                     double t0 = pk_clock_monotonic();
-                    if (s_fab_raw(&w, &t, round++, local, remote, n))
+                    if (s_fab_raw(&w, t, round++, local, remote, n))
                         return 2;
                     double t1 = pk_clock_monotonic();
-                    if (s_fab_transport(&w, &t, round++, local, remote, n))
+                    if (s_fab_transport(&w, t, round++, local, remote, n))
                         return 2;
                     double t2 = pk_clock_monotonic();
                     traw += t1 - t0;
@@ -453,7 +509,9 @@ s_bench_fabric(void)
             }
         }
         s_fab_close(&w);
-        s_fab_close(&t);
+        close(down[1]);         //  the target's cue to stop
+        close(up[0]);
+        waitpid(pid, NULL, 0);
     }
     return 0;
 }

@@ -1,7 +1,7 @@
 /*  ofi.c: the libfabric transport.
 
     A transfer is one write_blocks call: its pairs are merged into runs
-    contiguous on both sides, each run (at most 4 MiB and 4,095 blocks) is
+    contiguous on both sides, each run (at most 1 MiB and 4,095 blocks) is
     one op, one fi_writedata.  Ops wait in a FIFO until a transmit credit
     frees; completions come back on the channel's own queue with the op as
     context.  A transfer is reported by poll once all its ops ended.
