@@ -127,6 +127,7 @@ struct s_request {
     char *kv;
     size_t kvlen;
     bool finished;
+    size_t nrounds;
     s_round_t *rounds_head, *rounds_tail;
     s_round_t *unbound;
     s_raw_lookup_t *raw_head, *raw_tail;    //  queued since the last serve
@@ -181,6 +182,7 @@ struct _pk_server_role_t {
     size_t undecided;
     size_t aborts;
     size_t parked;                  //  lookups owing on_request_finished
+    size_t lookup_keys;             //  keys of lookups not yet answered or dropped
     uint64_t lookup_counter;
     uint64_t mark_counter;
     s_finished_ctx_t *finished_head, *finished_tail;
@@ -511,6 +513,7 @@ s_round_new(pk_server_role_t *self, s_request_t *req, bool bound, uint64_t seq)
     else
         req->unbound = r;
     LIST_APPEND(req->rounds_head, req->rounds_tail, r, prev, next);
+    req->nrounds++;
     return r;
 }
 
@@ -527,6 +530,7 @@ s_round_free(pk_server_role_t *self, s_round_t *r)
     if (req->unbound == r)
         req->unbound = NULL;
     LIST_REMOVE(req->rounds_head, req->rounds_tail, r, prev, next);
+    req->nrounds--;
     for (s_job_t *job = r->jobs, *next; job; job = next) {
         next = job->next;
         assert(job->decided);
@@ -843,10 +847,20 @@ pk_server_role_new(const char *peer_id, const pk_server_role_config_t *config, p
 }
 
 static void
-s_lookup_free(s_lookup_t *l)
+s_lookup_free(pk_server_role_t *self, s_lookup_t *l)
 {
+    self->lookup_keys -= l->n;
     s_keybuf_unref(l->buf);
     free(l);        //  its arrays live in the same allocation
+}
+
+//  A queued lookup dropped before it was processed.
+static void
+s_raw_free(pk_server_role_t *self, s_raw_lookup_t *raw)
+{
+    self->lookup_keys -= raw->n;
+    s_keybuf_unref(raw->buf);
+    free(raw);
 }
 
 static void
@@ -855,13 +869,12 @@ s_request_free_all(pk_server_role_t *self, s_request_t *req)
     while (req->raw_head) {
         s_raw_lookup_t *raw = req->raw_head;
         req->raw_head = raw->next;
-        s_keybuf_unref(raw->buf);
-        free(raw);
+        s_raw_free(self, raw);
     }
     while (req->parked_head) {
         s_lookup_t *l = req->parked_head;
         req->parked_head = l->next;
-        s_lookup_free(l);
+        s_lookup_free(self, l);
     }
     while (req->rounds_head) {
         s_round_t *r = req->rounds_head;
@@ -1161,8 +1174,7 @@ s_close_lookups(pk_server_role_t *self, s_request_t *req)
     while (req->raw_head) {
         s_raw_lookup_t *raw = req->raw_head;
         req->raw_head = raw->next;
-        s_keybuf_unref(raw->buf);
-        free(raw);
+        s_raw_free(self, raw);
     }
     req->raw_tail = NULL;
     while (req->parked_head) {
@@ -1185,7 +1197,7 @@ s_close_lookups(pk_server_role_t *self, s_request_t *req)
             pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
             self->parent.on_request_finished(self->parent.self, &ctx);
         }
-        s_lookup_free(l);
+        s_lookup_free(self, l);
     }
     req->parked_tail = NULL;
     s_serve_remove(self, req);
@@ -1239,6 +1251,7 @@ pk_server_role_on_lookup(pk_server_role_t *self, const char *kv, const pk_key_t 
         return -ENOMEM;
     }
     raw->n = n;
+    self->lookup_keys += n;
     raw->round_seq = seq;
     raw->enqueued_at = s_now(self);
     if (req->raw_tail)
@@ -1381,6 +1394,7 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
         if (uniq != stackuniq)
             free(uniq);
         free(l);
+        self->lookup_keys -= raw->n;
         s_keybuf_unref(raw->buf);
         return;
     }
@@ -1427,7 +1441,7 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
     }
     self->parked--;
     s_lookup_answer(self, req, l);
-    s_lookup_free(l);
+    s_lookup_free(self, l);
 }
 
 static void
@@ -1454,7 +1468,7 @@ s_resolve_parked(pk_server_role_t *self, s_request_t *req)
         *at = l->next;
         self->parked--;
         s_lookup_answer(self, req, l);
-        s_lookup_free(l);
+        s_lookup_free(self, l);
     }
 }
 
@@ -1640,7 +1654,7 @@ pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njobs_p,
     if (i)
         qsort(jobs, i, sizeof *jobs, s_cmp_u64);
     s_free_everything(self);
-    self->undecided = self->aborts = self->parked = 0;
+    self->undecided = self->aborts = self->parked = self->lookup_keys = 0;
     self->serve_count = 0;
     *jobs_p = jobs;
     *njobs_p = i;
@@ -1662,6 +1676,16 @@ pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state
     state->aborts = self->aborts;
     state->serve_pending = self->serve_count;
     state->kept = pk_keymap_size(&self->kept);
+    state->lookup_keys = self->lookup_keys;
+}
+
+size_t
+pk_server_role_rounds(const pk_server_role_t *self, const char *kv, bool *exists_p)
+{
+    s_request_t *req = s_request_find((pk_server_role_t *) self, kv);
+    if (exists_p)
+        *exists_p = req != NULL;
+    return req ? req->nrounds : 0;
 }
 
 bool

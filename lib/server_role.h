@@ -69,6 +69,7 @@ typedef struct {
     size_t aborts;              //  aborts not yet acked
     size_t serve_pending;       //  requests with lookup work for the next serve
     size_t kept;                //  kept rounds and requests (replay.md "Kept state")
+    size_t lookup_keys;         //  keys of lookups not yet answered (a session limit)
 } pk_server_role_state_t;
 
 typedef struct _pk_server_role_t pk_server_role_t;
@@ -117,6 +118,9 @@ int pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njob
                          size_t *owed_p);
 
 bool pk_server_role_has_inflight(const pk_server_role_t *self);
+/*  Live rounds of a request (the unbound one included); *exists_p tells
+    whether the request is live at all.  For the session's limits.  */
+size_t pk_server_role_rounds(const pk_server_role_t *self, const char *kv, bool *exists_p);
 void pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state);
 /*  The transport was cancelled in immediate mode since the last call: the
     session must retire (bytes already queued may still land).  */

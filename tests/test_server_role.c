@@ -244,6 +244,9 @@ s_settle(void)
     pk_server_role_serve(H->role);
     H->nlog = 0;
     s_state(0, 0, 0, 0, 0, 0);
+    pk_server_role_state_t st;
+    pk_server_role_state(H->role, &st);
+    ck_assert_uint_eq(st.lookup_keys, 0);
     ck_assert_int_eq(H->opened, H->finished);
 }
 
@@ -347,6 +350,14 @@ START_TEST(test_lookup_mixed_pending_resolves)
     pk_server_role_serve(H->role);
     EXPECT("open r1 round=3", "pin r1 round=3 job=1000 n=1 pinned=1");
     s_state(1, 0, 1, 0, 1, 0);
+    pk_server_role_state_t st;
+    pk_server_role_state(H->role, &st);
+    ck_assert_uint_eq(st.lookup_keys, 4);       //  held until answered
+    bool exists;
+    ck_assert_uint_eq(pk_server_role_rounds(H->role, "r1", &exists), 1);
+    ck_assert(exists);
+    ck_assert_uint_eq(pk_server_role_rounds(H->role, "nobody", &exists), 0);
+    ck_assert(!exists);
     H->now += 1;
     pk_server_role_serve(H->role);
     EXPECT(NONE);
