@@ -1,0 +1,613 @@
+/*  session.c: the consumer's session on a server, between the wire and the
+    server role.
+
+    Everything the role says during one entry point is held in a queue and
+    sent when the entry point returns.  That is what lets the session keep
+    its promise of protocol.md section 7: when the role had to cancel
+    writes in immediate mode, bytes already queued may still land, so the
+    session drops what the role published in that call and sends
+    `disconnect retired` instead; the consumer then closes this server's
+    endpoint and registration before it reuses anything.
+*/
+#include "session.h"
+#include "keymap.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *frame;
+    size_t len;
+} s_out_t;
+
+struct _pk_session_t {
+    pk_server_identity_t id;
+    pk_session_config_t config;
+    pk_clock_t clock;
+    pk_session_out_fn *out;
+    void *out_arg;
+    pk_parent_t parent;             //  the store's seam, wrapped for the pin quota
+    pk_server_role_t *role;
+
+    char *consumer_id;
+    uint8_t consumer_epoch[PK_EPOCH_LEN];
+    uint8_t epoch[PK_EPOCH_LEN];    //  ours
+    uint64_t consumer_blocks;
+    char *connect_canon;            //  the connect, canonical, target epoch zeroed
+
+    double last_heard;
+    pk_session_status_t status;
+    char reason[PK_ERRLEN];
+    pk_session_counters_t counters;
+
+    uint64_t pinned;                //  blocks pinned for this session
+    pk_keymap_t job_pins;           //  job id -> blocks it pinned (quota accounting)
+    s_out_t *queue;
+    size_t nqueue, capqueue;
+};
+
+static double
+s_now(pk_session_t *self)
+{
+    return self->clock.now(self->clock.self);
+}
+
+//  --------------------------------------------------------------------------
+//  Frames that need no session
+
+int
+pk_session_description(const pk_server_identity_t *id, char **frame_p, size_t *len_p)
+{
+    pk_msg_t m = { .type = PK_MSG_DESCRIPTION, .wire_major = PK_WIRE_MAJOR,
+                   .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
+                   .block_len = id->block_len, .config_fingerprint = (char *) id->fingerprint,
+                   .hash_seed = (char *) id->hash_seed, .provider = (char *) id->provider,
+                   .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
+                              | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
+                              | PK_BIT(PK_F_CONFIG_FINGERPRINT) | PK_BIT(PK_F_HASH_SEED)
+                              | PK_BIT(PK_F_PROVIDER) };
+    return pk_msg_encode(&m, frame_p, len_p, NULL);
+}
+
+int
+pk_session_check_connect(const pk_server_identity_t *id, const pk_msg_t *c, char *reason,
+                         size_t len)
+{
+    if (c->wire_major != PK_WIRE_MAJOR)
+        snprintf(reason, len, "wire_major: server %d, consumer %llu", PK_WIRE_MAJOR,
+                 (unsigned long long) c->wire_major);
+    else if (c->block_len != id->block_len)
+        snprintf(reason, len, "block_len: server %llu, consumer %llu",
+                 (unsigned long long) id->block_len, (unsigned long long) c->block_len);
+    else if (strcmp(c->config_fingerprint, id->fingerprint) != 0)
+        snprintf(reason, len, "config_fingerprint: server \"%.100s\", consumer \"%.100s\"",
+                 id->fingerprint, c->config_fingerprint);
+    else if (strcmp(c->hash_seed, id->hash_seed) != 0)
+        snprintf(reason, len, "hash_seed: server \"%.100s\", consumer \"%.100s\"", id->hash_seed,
+                 c->hash_seed);
+    else
+        return 0;
+    return -EPROTO;
+}
+
+int
+pk_session_disconnect_frame(const pk_server_identity_t *id, pk_disconnect_code_t code,
+                            const char *reason, const uint8_t *source_epoch,
+                            const uint8_t *target_epoch, char **frame_p, size_t *len_p)
+{
+    pk_msg_t m = { .type = PK_MSG_DISCONNECT, .code = code, .reason = (char *) reason,
+                   .present = PK_BIT(PK_F_CODE) | PK_BIT(PK_F_REASON) };
+    if (code == PK_DISC_INCOMPATIBLE) {
+        m.wire_major = PK_WIRE_MAJOR;
+        m.wire_minor = PK_WIRE_MINOR;
+        m.block_len = id->block_len;
+        m.config_fingerprint = (char *) id->fingerprint;
+        m.hash_seed = (char *) id->hash_seed;
+        m.present |= PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR) | PK_BIT(PK_F_BLOCK_LEN)
+                     | PK_BIT(PK_F_CONFIG_FINGERPRINT) | PK_BIT(PK_F_HASH_SEED);
+    }
+    if (source_epoch && target_epoch)
+        pk_msg_set_epochs(&m, source_epoch, target_epoch);
+    return pk_msg_encode(&m, frame_p, len_p, NULL);
+}
+
+//  --------------------------------------------------------------------------
+//  Output
+
+static void
+s_queue(pk_session_t *self, char *frame, size_t len)
+{
+    if (self->nqueue == self->capqueue) {
+        size_t cap = self->capqueue ? 2 * self->capqueue : 16;
+        s_out_t *q = realloc(self->queue, cap * sizeof *q);
+        if (!q) {
+            free(frame);        //  the consumer's timeouts cover a lost answer
+            return;
+        }
+        self->queue = q;
+        self->capqueue = cap;
+    }
+    self->queue[self->nqueue++] = (s_out_t) { frame, len };
+}
+
+//  The role's sender: stamp epochs, encode, hold until the entry point ends.
+static void
+s_role_send(void *arg, const pk_msg_t *msg)
+{
+    pk_session_t *self = arg;
+    pk_msg_t m = *msg;
+    pk_msg_set_epochs(&m, self->epoch, self->consumer_epoch);
+    char *frame;
+    size_t len;
+    if (pk_msg_encode(&m, &frame, &len, NULL) == 0)
+        s_queue(self, frame, len);
+}
+
+//  Ends an entry point: flush what it queued, or, when the role had to
+//  cancel in immediate mode, drop it and retire.
+static pk_session_status_t
+s_finish_call(pk_session_t *self)
+{
+    if (self->role && pk_server_role_take_forced(self->role)) {
+        for (size_t i = 0; i < self->nqueue; i++)
+            free(self->queue[i].frame);
+        self->nqueue = 0;
+        pk_session_retire(self, PK_DISC_RETIRED,
+                          "writes cancelled in immediate mode; bytes may still land");
+    }
+    for (size_t i = 0; i < self->nqueue; i++) {
+        self->out(self->out_arg, self->queue[i].frame, self->queue[i].len);
+        free(self->queue[i].frame);
+    }
+    self->nqueue = 0;
+    return self->status;
+}
+
+//  --------------------------------------------------------------------------
+//  The parent seam, wrapped: the pin quota is the session's.
+
+static pk_lookup_result_t
+s_parent_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    pk_session_t *self = arg;
+    return self->parent.lookup(self->parent.self, key, ctx);
+}
+
+static int
+s_parent_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
+             uint64_t *job_id, uint32_t *blocks, bool *pinned)
+{
+    pk_session_t *self = arg;
+    //  Keys beyond the quota are not offered to the store: they answer as
+    //  misses (protocol.md section 6).
+    uint64_t room = self->pinned < self->config.pin_quota
+                    ? self->config.pin_quota - self->pinned : 0;
+    size_t ask = n < room ? n : (size_t) room;
+    int rc = self->parent.create_store_job(self->parent.self, ctx, keys, ask, job_id, blocks,
+                                           pinned);
+    if (rc)
+        return rc;
+    uint64_t got = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i >= ask)
+            pinned[i] = false;
+        got += pinned[i];
+    }
+    pk_key_t key = pk_key_make((const uint8_t *) job_id, sizeof *job_id);
+    uint64_t *id = malloc(sizeof *id);
+    if (id) {
+        *id = *job_id;
+        key.bytes = (const uint8_t *) id;
+        if (pk_keymap_put(&self->job_pins, &key, got, (uintptr_t) id) < 0)
+            free(id);
+        else
+            self->pinned += got;
+    }
+    return 0;
+}
+
+static void
+s_parent_open(void *arg, const pk_lookup_ctx_t *ctx)
+{
+    pk_session_t *self = arg;
+    self->parent.on_new_request(self->parent.self, ctx);
+}
+
+static void
+s_parent_finished(void *arg, const pk_lookup_ctx_t *ctx)
+{
+    pk_session_t *self = arg;
+    self->parent.on_request_finished(self->parent.self, ctx);
+}
+
+static void
+s_parent_result(void *arg, uint64_t job_id, bool success)
+{
+    pk_session_t *self = arg;
+    pk_key_t key = pk_key_make((const uint8_t *) &job_id, sizeof job_id);
+    uint64_t got, id;
+    if (pk_keymap_take(&self->job_pins, &key, &got, &id)) {
+        self->pinned -= got;
+        free((uint64_t *) (uintptr_t) id);
+    }
+    self->parent.store_result(self->parent.self, job_id, success);
+}
+
+//  --------------------------------------------------------------------------
+//  Construction
+
+static char *
+s_canonical_connect(const pk_msg_t *connect)
+{
+    pk_msg_t m = *connect;
+    memset(m.target_epoch, 0, sizeof m.target_epoch);
+    char *text = NULL;
+    if (pk_msg_encode(&m, &text, NULL, NULL) != 0)
+        return NULL;
+    return text;
+}
+
+pk_session_t *
+pk_session_new(const pk_server_identity_t *id, const pk_session_config_t *config,
+               const pk_msg_t *connect, pk_clock_t clock, pk_transport_t transport,
+               pk_parent_t parent, pk_session_out_fn *out, void *out_arg)
+{
+    pk_session_t *self = calloc(1, sizeof *self);
+    if (!self)
+        goto fail;
+    self->id = *id;
+    self->config = *config;
+    self->clock = clock;
+    self->out = out;
+    self->out_arg = out_arg;
+    self->parent = parent;
+    self->consumer_id = strdup(connect->peer_id);
+    self->connect_canon = s_canonical_connect(connect);
+    if (!self->consumer_id || !self->connect_canon)
+        goto fail_strings;
+    memcpy(self->consumer_epoch, connect->source_epoch, PK_EPOCH_LEN);
+    self->consumer_blocks = connect->num_blocks;
+    do
+        randombytes_buf(self->epoch, sizeof self->epoch);
+    while (sodium_is_zero(self->epoch, sizeof self->epoch));
+    self->last_heard = s_now(self);
+    self->role = pk_server_role_new(
+        self->consumer_id, &config->role, clock, (pk_sender_t) { self, s_role_send }, transport,
+        (pk_parent_t) { self, s_parent_lookup, s_parent_pin, s_parent_open, s_parent_finished,
+                        s_parent_result });
+    if (!self->role)
+        goto fail_strings;
+    pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
+                     .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
+                     .block_len = id->block_len, .num_blocks = id->num_blocks,
+                     .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
+                                | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
+                                | PK_BIT(PK_F_NUM_BLOCKS) };
+    s_role_send(self, &ack);
+    s_finish_call(self);
+    return self;
+
+fail_strings:
+    free(self->consumer_id);
+    free(self->connect_canon);
+    free(self);
+fail:
+    return NULL;
+}
+
+void
+pk_session_destroy(pk_session_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    pk_session_t *self = *self_p;
+    pk_session_retire(self, PK_DISC_SHUTDOWN, "server shutting down");
+    for (size_t i = 0; self->job_pins.slots && i <= self->job_pins.mask; i++)
+        if (self->job_pins.slots[i].key.bytes)
+            free((uint64_t *) (uintptr_t) self->job_pins.slots[i].b);
+    pk_keymap_fini(&self->job_pins);
+    for (size_t i = 0; i < self->nqueue; i++)
+        free(self->queue[i].frame);
+    free(self->queue);
+    free(self->consumer_id);
+    free(self->connect_canon);
+    free(self);
+    *self_p = NULL;
+}
+
+//  --------------------------------------------------------------------------
+//  Retirement
+
+static void
+s_close_role(pk_session_t *self)
+{
+    if (!self->role)
+        return;
+    uint64_t *jobs;
+    size_t njobs, owed;
+    if (pk_server_role_close(self->role, &jobs, &njobs, &owed) == 0) {
+        //  every job still owed a result fails, so the store unpins it
+        for (size_t i = 0; i < njobs; i++)
+            s_parent_result(self, jobs[i], false);
+        free(jobs);
+    }
+    pk_server_role_destroy(&self->role);
+}
+
+void
+pk_session_retire(pk_session_t *self, pk_disconnect_code_t code, const char *reason)
+{
+    if (self->status == PK_SESSION_RETIRED)
+        return;
+    self->status = PK_SESSION_RETIRED;
+    snprintf(self->reason, sizeof self->reason, "%s: %s", pk_disconnect_code_name(code), reason);
+    s_close_role(self);
+    char *frame;
+    size_t len;
+    if (pk_session_disconnect_frame(&self->id, code, reason, self->epoch, self->consumer_epoch,
+                                    &frame, &len) == 0) {
+        self->out(self->out_arg, frame, len);
+        free(frame);
+    }
+}
+
+static pk_session_status_t
+s_violation(pk_session_t *self, const char *fmt, ...)
+{
+    char reason[PK_ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    va_end(ap);
+    self->counters.violations++;
+    for (size_t i = 0; i < self->nqueue; i++)
+        free(self->queue[i].frame);
+    self->nqueue = 0;
+    pk_session_retire(self, PK_DISC_VIOLATION, reason);
+    return self->status;
+}
+
+//  --------------------------------------------------------------------------
+//  Frames from the consumer
+
+static bool
+s_epochs_match(const pk_session_t *self, const pk_msg_t *m)
+{
+    return memcmp(m->source_epoch, self->consumer_epoch, PK_EPOCH_LEN) == 0
+           && memcmp(m->target_epoch, self->epoch, PK_EPOCH_LEN) == 0;
+}
+
+pk_session_status_t
+pk_session_on_frame(pk_session_t *self, const void *data, size_t len)
+{
+    if (self->status == PK_SESSION_RETIRED)
+        return self->status;
+    self->counters.frames++;
+    char err[PK_ERRLEN];
+    pk_msg_t *m = NULL;
+    int rc = pk_msg_decode(data, len, &m, err);
+    if (rc == -EBADMSG || rc == -ENOMEM) {
+        self->counters.dropped_bad++;
+        return self->status;
+    }
+    if (rc == -ENOMSG) {
+        self->counters.dropped_unknown++;
+        return self->status;
+    }
+    if (rc)
+        return s_violation(self, "%s", err);
+    switch (m->type) {
+        case PK_MSG_DESCRIBE: {
+            char *frame;
+            size_t flen;
+            if (pk_session_description(&self->id, &frame, &flen) == 0)
+                s_queue(self, frame, flen);
+            break;
+        }
+        case PK_MSG_CONNECT:
+            //  a repeat of this session's connect gets the same answer; a
+            //  new epoch (a restarted consumer) is the node's to handle
+            if (memcmp(m->source_epoch, self->consumer_epoch, PK_EPOCH_LEN) != 0) {
+                self->counters.dropped_stale++;
+                break;
+            }
+            if (!pk_session_same_connect(self, m)) {
+                s_violation(self, "connect repeated with different fields");
+                goto done;
+            }
+            {
+                pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
+                                 .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) self->id.peer_id,
+                                 .block_len = self->id.block_len, .num_blocks = self->id.num_blocks,
+                                 .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
+                                            | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
+                                            | PK_BIT(PK_F_NUM_BLOCKS) };
+                s_role_send(self, &ack);
+            }
+            break;
+        case PK_MSG_DESCRIPTION:
+        case PK_MSG_CONNECT_ACK:
+        case PK_MSG_PONG:
+        case PK_MSG_LOOKUP_RESP:
+        case PK_MSG_TRANSFER_DONE:
+        case PK_MSG_ABORT_ACK:
+            s_violation(self, "%s flows from server to consumer only",
+                                 pk_msg_type_name(m->type));
+            goto done;
+        default:
+            break;
+    }
+    if (m->type == PK_MSG_DESCRIBE || m->type == PK_MSG_CONNECT)
+        goto done;
+
+    //  State messages: only this session's epochs are applied.
+    if (m->type == PK_MSG_DISCONNECT && !(m->present & PK_BIT(PK_F_SOURCE_EPOCH))) {
+        self->counters.dropped_stale++;
+        goto done;
+    }
+    if (!s_epochs_match(self, m)) {
+        self->counters.dropped_stale++;
+        goto done;
+    }
+    self->last_heard = s_now(self);
+    switch (m->type) {
+        case PK_MSG_PING: {
+            pk_msg_t pong = { .type = PK_MSG_PONG };
+            s_role_send(self, &pong);
+            break;
+        }
+        case PK_MSG_DISCONNECT:
+            //  the consumer leaves: nothing to tell it
+            self->status = PK_SESSION_RETIRED;
+            snprintf(self->reason, sizeof self->reason, "consumer disconnected: %s", m->reason);
+            s_close_role(self);
+            break;
+        case PK_MSG_LOOKUP: {
+            pk_server_role_state_t st;
+            pk_server_role_state(self->role, &st);
+            bool exists;
+            pk_server_role_rounds(self->role, m->kv_request_id, &exists);
+            if (!exists && st.requests >= self->config.max_requests) {
+                s_violation(self, "limit: more than %llu live requests",
+                                     (unsigned long long) self->config.max_requests);
+                goto done;
+            }
+            if (st.lookup_keys + m->keys.count > self->config.max_parked_keys) {
+                s_violation(self, "limit: more than %llu keys in lookups",
+                                     (unsigned long long) self->config.max_parked_keys);
+                goto done;
+            }
+            self->counters.lookups++;
+            self->counters.keys += m->keys.count;
+            pk_server_role_on_lookup(self->role, m->kv_request_id, m->keys.v, m->keys.count,
+                                     m->round_seq);
+            //  resolved right after dispatch: no tick latency
+            pk_server_role_serve(self->role);
+            break;
+        }
+        case PK_MSG_FETCH: {
+            for (size_t i = 0; i < m->keys.count; i++)
+                if (m->block_indexes[i] >= self->consumer_blocks) {
+                    s_violation(self, "fetch.block_indexes[%zu]: %u is outside the "
+                                         "consumer's pool of %llu blocks", i,
+                                         m->block_indexes[i],
+                                         (unsigned long long) self->consumer_blocks);
+                    goto done;
+                }
+            pk_server_role_state_t st;
+            pk_server_role_state(self->role, &st);
+            bool exists;
+            size_t rounds = pk_server_role_rounds(self->role, m->kv_request_id, &exists);
+            if (!exists && st.requests >= self->config.max_requests) {
+                s_violation(self, "limit: more than %llu live requests",
+                                     (unsigned long long) self->config.max_requests);
+                goto done;
+            }
+            if (rounds >= self->config.max_rounds) {
+                s_violation(self, "limit: more than %llu rounds in request %.64s",
+                                     (unsigned long long) self->config.max_rounds,
+                                     m->kv_request_id);
+                goto done;
+            }
+            self->counters.fetches++;
+            rc = pk_server_role_on_fetch(self->role, m->kv_request_id, m->keys.v,
+                                         m->block_indexes, m->keys.count, m->round_seq);
+            if (rc == -EPROTO) {
+                s_violation(self, "duplicate fetch for %.64s round %llu",
+                                     m->kv_request_id, (unsigned long long) m->round_seq);
+                goto done;
+            }
+            break;
+        }
+        case PK_MSG_ABORT_FETCH:
+            self->counters.aborts++;
+            pk_server_role_on_abort(self->role, m->kv_request_id, m->round_seq);
+            break;
+        default:
+            break;
+    }
+done:
+    pk_msg_destroy(&m);
+    return s_finish_call(self);
+}
+
+pk_session_status_t
+pk_session_tick(pk_session_t *self)
+{
+    if (self->status == PK_SESSION_RETIRED)
+        return self->status;
+    if (s_now(self) >= self->last_heard + self->config.silence_timeout) {
+        char reason[64];
+        snprintf(reason, sizeof reason, "nothing heard for %.1f s", self->config.silence_timeout);
+        pk_session_retire(self, PK_DISC_SILENT, reason);
+        return self->status;
+    }
+    pk_server_role_collect(self->role);
+    pk_server_role_drain(self->role);
+    pk_server_role_serve(self->role);
+    return s_finish_call(self);
+}
+
+int
+pk_session_store(pk_session_t *self, const char *kv, const pk_key_t *keys, const uint32_t *blocks,
+                 size_t n, uint64_t job_id, bool has_round, uint64_t round)
+{
+    if (self->status == PK_SESSION_RETIRED)
+        return -EPIPE;
+    int rc = pk_server_role_store(self->role, kv, keys, blocks, n, job_id, has_round, round);
+    s_finish_call(self);
+    return rc;
+}
+
+int
+pk_session_finish(pk_session_t *self, const char *kv)
+{
+    if (self->status == PK_SESSION_RETIRED)
+        return -EPIPE;
+    int rc = pk_server_role_finish(self->role, kv);
+    s_finish_call(self);
+    return rc;
+}
+
+bool
+pk_session_has_inflight(const pk_session_t *self)
+{
+    return self->role && pk_server_role_has_inflight(self->role);
+}
+
+const uint8_t *
+pk_session_consumer_epoch(const pk_session_t *self)
+{
+    return self->consumer_epoch;
+}
+
+const char *
+pk_session_consumer_id(const pk_session_t *self)
+{
+    return self->consumer_id;
+}
+
+bool
+pk_session_same_connect(const pk_session_t *self, const pk_msg_t *connect)
+{
+    char *canon = s_canonical_connect(connect);
+    bool same = canon && strcmp(canon, self->connect_canon) == 0;
+    free(canon);
+    return same;
+}
+
+void
+pk_session_counters(const pk_session_t *self, pk_session_counters_t *out)
+{
+    *out = self->counters;
+}
+
+const char *
+pk_session_reason(const pk_session_t *self)
+{
+    return self->reason;
+}
