@@ -1,0 +1,71 @@
+/*  p2pkv-server: the daemon launched beside each inference engine.
+
+    Parses the settings (flags, --config file), creates the block pool and
+    the node (lib/node), prints one line when it serves so scripts can wait
+    for it, and runs until SIGINT or SIGTERM.  The first signal shuts down
+    cleanly within --shutdown-timeout (sessions get `disconnect shutdown`,
+    writes drain, the shared-memory pool is unlinked); a second exits at
+    once, still unlinking the pool.
+*/
+#include "node.h"
+#include "server_config.h"
+
+#include <czmq.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t s_stop;
+static char s_pool_name[256];
+
+static void
+s_on_signal(int sig)
+{
+    if (s_stop) {
+        //  the second signal: no more waiting, but leave no pool behind
+        if (s_pool_name[0])
+            shm_unlink(s_pool_name);
+        _exit(PK_EXIT_RUNTIME);
+    }
+    s_stop = 1;
+}
+
+int
+main(int argc, char *argv[])
+{
+    pk_server_config_t config;
+    char err[512];
+    int rc = pk_server_config_parse(&config, argc, argv, stdout, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf(stderr, "p2pkv-server: %s\n", err);
+        pk_server_config_fini(&config);
+        return rc < 0 ? PK_EXIT_USAGE : PK_EXIT_OK;
+    }
+    //  Our handlers, not czmq's: the node decides how to stop.
+    zsys_handler_set(NULL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = s_on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    snprintf(s_pool_name, sizeof s_pool_name, "%s", config.pool_name);
+    char nerr[256] = "";
+    pk_node_t *node = pk_node_new(&config, &rc, nerr);
+    if (!node) {
+        fprintf(stderr, "p2pkv-server: %s\n", nerr);
+        pk_server_config_fini(&config);
+        return PK_EXIT_RUNTIME;
+    }
+    printf("%s\n", pk_node_ready_line(node));
+    fflush(stdout);
+    pk_node_run(node, &s_stop);
+    pk_node_destroy(&node);
+    fprintf(stderr, "p2pkv-server: stopped\n");
+    pk_server_config_fini(&config);
+    return PK_EXIT_OK;
+}

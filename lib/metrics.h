@@ -1,0 +1,117 @@
+/*  metrics.h: the daemon's counters, gauges and latency histograms, and
+    the two ways to read them: Prometheus text (served by an optional HTTP
+    listener, --metrics-bind) and JSON for the local API's stats command.
+
+    A registry holds metric families, each declared once with a name, a
+    type and help text.  A sample carries at most one label, peer; NULL
+    means the family's unlabelled total.  Every labelled add to a counter
+    and every labelled observation of a histogram also lands in the total,
+    so pk_metrics_forget_peer can drop a retired peer's samples (the state
+    stays bounded by the live peers) without any total going down.  A
+    gauge's total is only what is set with peer NULL: a sum of per-peer
+    gauges is not always meaningful, so the caller sets it when it is.
+    In PromQL the total is the series without a peer label ({peer=""});
+    summing a whole counter family would count every labelled add twice.
+
+    The main thread and every peer actor share one registry: every call is
+    thread-safe, and an update is one short critical section (a hash probe
+    for the name, a binary search for the peer).  The first update of a
+    (family, peer) pair allocates its sample.  render and json hold the
+    lock one family at a time, so a scrape delays an update by at most one
+    family's formatting: each family reads consistently (its total agrees
+    with its peers), the registry as a whole is not one snapshot.
+
+    Histograms have fixed buckets suited to latencies in seconds: 0.0005,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10
+    and +Inf, each bound inclusive.
+*/
+#ifndef PK_METRICS_H_INCLUDED
+#define PK_METRICS_H_INCLUDED
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*  Bytes of a peer label value (UTF-8, not empty).  */
+#define PK_METRICS_MAX_PEER 255
+
+/*  Histogram buckets, +Inf included.  */
+#define PK_METRICS_BUCKETS 15
+
+typedef enum {
+    PK_METRIC_COUNTER = 0,
+    PK_METRIC_GAUGE,
+    PK_METRIC_HISTOGRAM
+} pk_metric_type_t;
+
+typedef struct _pk_metrics_t pk_metrics_t;
+
+/*  An empty registry, or NULL when out of memory.  */
+pk_metrics_t *pk_metrics_new(void);
+
+/*  Destroy any HTTP listener serving it first.  */
+void pk_metrics_destroy(pk_metrics_t **self_p);
+
+/*  Declares a family.  name follows Prometheus ([a-zA-Z_:][a-zA-Z0-9_:]*),
+    help is UTF-8 text.  Returns 0, -EINVAL (a bad name, help or type),
+    -EEXIST (the name is taken, or its samples would collide with a
+    histogram's _bucket, _sum or _count series) or -ENOMEM.  */
+int pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
+                       const char *help);
+
+/*  Updates the sample of peer (NULL: the total) in family name.  add is
+    for counters (a labelled add also adds to the total), set for gauges,
+    observe for histograms (seconds, finite and not negative; a labelled
+    observation also counts in the total).  A peer's first update creates
+    its sample; a peer name is UTF-8 of 1..PK_METRICS_MAX_PEER bytes.
+    Returns 0, -ENOENT (no such family), -EINVAL (another type, a bad peer
+    name or observation) or -ENOMEM.  */
+int pk_metrics_add(pk_metrics_t *self, const char *name, const char *peer, uint64_t delta);
+int pk_metrics_set(pk_metrics_t *self, const char *name, const char *peer, double value);
+int pk_metrics_observe(pk_metrics_t *self, const char *name, const char *peer, double seconds);
+
+/*  Drops every sample labelled peer (a retired session's); the totals stay.
+    Returns how many samples it dropped.  */
+size_t pk_metrics_forget_peer(pk_metrics_t *self, const char *peer);
+
+/*  The registry in the Prometheus text exposition format 0.0.4: families
+    in declaration order, each with # HELP and # TYPE, its total first and
+    then its peers in byte order of their names.  A counter's and a
+    histogram's total is always there; a gauge's once it has been set.
+    *text_p (NUL-terminated, *len_p bytes without the NUL; len_p may be
+    NULL) is the caller's to free().  Returns 0, -EINVAL or -ENOMEM.  */
+int pk_metrics_render(pk_metrics_t *self, char **text_p, size_t *len_p);
+
+/*  The registry as {"name": {"total": v, "peers": {"peer": v, ...}}, ...}:
+    a counter's v an integer, a gauge's a real (null when not finite; no
+    "total" until set), a histogram's {"count": n, "sum": s}.  The caller
+    owns the object; NULL when out of memory.  */
+json_t *pk_metrics_json(pk_metrics_t *self);
+
+//  --------------------------------------------------------------------------
+//  The HTTP listener
+
+typedef struct _pk_metrics_http_t pk_metrics_http_t;
+
+/*  Binds a TCP listener on addr_port ("HOST:PORT"; HOST an IPv4 address, a
+    bracketed IPv6 address, a host name, or empty or "*" for every
+    interface; PORT 0 picks a free port) and serves it from its own thread:
+    GET (or HEAD) /metrics answers pk_metrics_render's text as
+    "text/plain; version=0.0.4; charset=utf-8", another path 404, another
+    method 405, one request per connection.  The caller never waits on a
+    client, and idle clients cannot lock a scrape out.  On failure returns
+    NULL with *rc_p (may be NULL) a negative error (-EINVAL for an address
+    that is malformed or does not resolve, else what socket or bind said,
+    e.g. -EADDRINUSE) and err (256 bytes, may be NULL) a sentence naming
+    the address.  metrics must outlive the listener.  */
+pk_metrics_http_t *pk_metrics_http_new(pk_metrics_t *metrics, const char *addr_port,
+                                       int *rc_p, char *err);
+
+/*  Stops the listener at once, closing its connections whatever their
+    state.  Call it from the thread that created it.  */
+void pk_metrics_http_destroy(pk_metrics_http_t **self_p);
+
+/*  The bound port (the one chosen when PORT was 0).  */
+int pk_metrics_http_port(const pk_metrics_http_t *self);
+
+#endif

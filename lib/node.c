@@ -1,0 +1,992 @@
+/*  node.c: the daemon's front door, its peer actors and the engine's API.
+
+    The main thread never parses a frame from a peer that has a session: it
+    routes by routing id to the peer's actor and forwards what actors emit.
+    It answers `describe` and `connect` from unknown routing ids itself (a
+    connect costs one endpoint and one address-vector insert, a few
+    milliseconds), and keeps a bound on each actor's backlog, so one peer
+    never stalls the door (protocol.md section 6).
+
+    Actor pipe messages, main -> actor: "F" frame, "S" held-store pointer,
+    "X" kv (finish), "V" reason (violation by flooding), "Q" (shutdown);
+    actor -> main: "O" frame, "J" job success (a prefill job's result for
+    the engine), "D" (retired).
+*/
+#include "node.h"
+#include "keymap.h"
+#include "ofi.h"
+#include "protocol.h"
+#include "session.h"
+#include "store.h"
+#include "version.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <jansson.h>
+#include <sodium.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct s_peer s_peer_t;
+
+//  A prefill store or finish for a consumer, held until its session runs.
+typedef struct s_held {
+    char *consumer;
+    char *kv;
+    bool finish;
+    uint64_t job;
+    bool has_round;
+    uint64_t round;
+    pk_key_t *keys;             //  bytes follow the array
+    uint32_t *blocks;
+    size_t n;
+    double expires;
+    struct s_held *next;
+} s_held_t;
+
+struct s_peer {
+    pk_node_t *node;
+    uint8_t rid[256];
+    size_t rlen;
+    char *consumer;
+    pk_msg_t *connect;
+    pk_ofi_channel_t *channel;
+    zactor_t *actor;
+    atomic_uint_fast64_t consumed;
+    uint64_t sent;
+    bool flooding, retired;
+};
+
+typedef struct {
+    uint64_t job;
+    uint8_t rid[256];
+    size_t rlen;
+} s_engine_job_t;
+
+struct _pk_node_t {
+    const pk_server_config_t *config;
+    pk_server_identity_t id;
+    pk_session_config_t session_config;
+    pk_store_t *store;
+    pk_ofi_t *ofi;
+    zsock_t *router;
+    zsock_t *local;
+    zactor_t *auth;
+    zpoller_t *poller;
+    char endpoint[256];
+    char ready[1024];
+    pk_keymap_t by_rid;             //  routing id -> peer
+    pk_keymap_t by_consumer;        //  consumer peer_id -> peer
+    pk_keymap_t engine_jobs;        //  prefill job id -> the engine that stored it
+    s_held_t *held;
+    size_t nheld;
+    size_t npeers;
+};
+
+#define S_MAX_HELD 1024
+
+static void
+s_log(const pk_node_t *self, int level, const char *fmt, ...)
+{
+    if (level > self->config->log_level)
+        return;
+    static const char *names[] = { "error", "warn", "info", "debug" };
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "p2pkv-server %s: ", names[level]);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static pk_key_t
+s_bytes_key(const void *bytes, size_t len)
+{
+    return pk_key_make(bytes, len);
+}
+
+//  --------------------------------------------------------------------------
+//  The peer actor
+
+typedef struct {
+    s_peer_t *peer;
+    zsock_t *pipe;
+    pk_parent_t store_parent;
+} s_actor_t;
+
+static void
+s_actor_out(void *arg, const char *frame, size_t len)
+{
+    s_actor_t *a = arg;
+    zsock_send(a->pipe, "sb", "O", frame, len);
+}
+
+static pk_lookup_result_t
+s_actor_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    s_actor_t *a = arg;
+    return a->store_parent.lookup(a->store_parent.self, key, ctx);
+}
+
+static int
+s_actor_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
+            uint64_t *job, uint32_t *blocks, bool *pinned)
+{
+    s_actor_t *a = arg;
+    return a->store_parent.create_store_job(a->store_parent.self, ctx, keys, n, job, blocks,
+                                            pinned);
+}
+
+static void
+s_actor_open(void *arg, const pk_lookup_ctx_t *ctx)
+{
+    s_actor_t *a = arg;
+    a->store_parent.on_new_request(a->store_parent.self, ctx);
+}
+
+static void
+s_actor_finished(void *arg, const pk_lookup_ctx_t *ctx)
+{
+    s_actor_t *a = arg;
+    a->store_parent.on_request_finished(a->store_parent.self, ctx);
+}
+
+//  A job's result unpins it, and the main thread tells the engine when the
+//  job was its prefill store.
+static void
+s_actor_result(void *arg, uint64_t job, bool success)
+{
+    s_actor_t *a = arg;
+    a->store_parent.store_result(a->store_parent.self, job, success);
+    char text[24];
+    snprintf(text, sizeof text, "%llu", (unsigned long long) job);
+    zsock_send(a->pipe, "sss", "J", text, success ? "1" : "0");
+}
+
+static void
+s_held_free(s_held_t *h)
+{
+    free(h->consumer);
+    free(h->kv);
+    free(h->keys);
+    free(h->blocks);
+    free(h);
+}
+
+static void
+s_peer_actor(zsock_t *pipe, void *args)
+{
+    s_peer_t *peer = args;
+    pk_node_t *node = peer->node;
+    s_actor_t a = { peer, pipe, pk_store_parent(node->store) };
+    pk_session_t *session = pk_session_new(
+        &node->id, &node->session_config, peer->connect, pk_clock_system(),
+        pk_ofi_channel_transport(peer->channel),
+        (pk_parent_t) { &a, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
+                        s_actor_result },
+        s_actor_out, &a);
+    zsock_signal(pipe, 0);
+    zpoller_t *poller = zpoller_new(pipe, NULL);
+    bool reported = false, quitting = false;
+    double quit_deadline = 0;
+    while (session && poller) {
+        //  spin while writes run, else a short timer keeps the endpoint
+        //  progressing while idle (a tcp target must read its queue)
+        int timeout = pk_session_has_inflight(session) ? 0 : 2;
+        zsock_t *which = zpoller_wait(poller, timeout);
+        if (which == pipe) {
+            zmsg_t *msg = zmsg_recv(pipe);
+            if (!msg)
+                break;
+            char *cmd = zmsg_popstr(msg);
+            bool term = cmd && streq(cmd, "$TERM");
+            if (cmd && streq(cmd, "F")) {
+                zframe_t *f = zmsg_pop(msg);
+                atomic_fetch_add(&peer->consumed, 1);
+                if (f)
+                    pk_session_on_frame(session, zframe_data(f), zframe_size(f));
+                zframe_destroy(&f);
+            }
+            else if (cmd && streq(cmd, "S")) {
+                zframe_t *f = zmsg_pop(msg);
+                s_held_t *h = NULL;
+                if (f && zframe_size(f) == sizeof h)
+                    memcpy(&h, zframe_data(f), sizeof h);
+                zframe_destroy(&f);
+                if (!h)
+                    goto next;
+                if (h->finish)
+                    pk_session_finish(session, h->kv);
+                else if (pk_session_store(session, h->kv, h->keys, h->blocks, h->n, h->job,
+                                          h->has_round, h->round) < 0)
+                    s_actor_result(&a, h->job, false);
+                s_held_free(h);
+            }
+            else if (cmd && streq(cmd, "V")) {
+                char *reason = zmsg_popstr(msg);
+                pk_session_retire(session, PK_DISC_VIOLATION, reason ? reason : "flood");
+                zstr_free(&reason);
+            }
+            else if (cmd && streq(cmd, "Q")) {
+                quitting = true;
+                quit_deadline = zclock_mono() / 1e3 + node->config->shutdown_timeout;
+            }
+        next:
+            zstr_free(&cmd);
+            zmsg_destroy(&msg);
+            if (term)
+                break;
+        }
+        else if (zpoller_terminated(poller))
+            break;
+        pk_ofi_channel_progress(peer->channel);
+        pk_session_tick(session);
+        //  at shutdown, writes in flight drain (bounded), then `shutdown`
+        if (quitting && (!pk_session_has_inflight(session)
+                         || zclock_mono() / 1e3 >= quit_deadline))
+            pk_session_retire(session, PK_DISC_SHUTDOWN, "server shutting down");
+        if (!reported && pk_session_reason(session)[0]) {
+            s_log(node, PK_LOG_INFO, "session %s closed: %s", peer->consumer,
+                  pk_session_reason(session));
+            zsock_send(pipe, "s", "D");
+            reported = true;
+        }
+    }
+    zpoller_destroy(&poller);
+    pk_session_destroy(&session);
+}
+
+//  --------------------------------------------------------------------------
+//  Peers
+
+static void
+s_peer_destroy(pk_node_t *self, s_peer_t *peer)
+{
+    pk_key_t rk = s_bytes_key(peer->rid, peer->rlen);
+    pk_keymap_take(&self->by_rid, &rk, NULL, NULL);
+    pk_key_t ck = s_bytes_key(peer->consumer, strlen(peer->consumer));
+    pk_keymap_entry_t *e = pk_keymap_find(&self->by_consumer, &ck);
+    if (e && (s_peer_t *) (uintptr_t) e->a == peer)
+        pk_keymap_take(&self->by_consumer, &ck, NULL, NULL);
+    if (peer->actor) {
+        zpoller_remove(self->poller, peer->actor);
+        zactor_destroy(&peer->actor);
+    }
+    pk_ofi_channel_destroy(&peer->channel);
+    pk_msg_destroy(&peer->connect);
+    free(peer->consumer);
+    free(peer);
+    self->npeers--;
+}
+
+static s_peer_t *
+s_peer_by_rid(pk_node_t *self, const void *rid, size_t rlen)
+{
+    pk_key_t k = s_bytes_key(rid, rlen);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->by_rid, &k);
+    return e ? (s_peer_t *) (uintptr_t) e->a : NULL;
+}
+
+static s_peer_t *
+s_peer_by_consumer(pk_node_t *self, const char *consumer)
+{
+    pk_key_t k = s_bytes_key(consumer, strlen(consumer));
+    pk_keymap_entry_t *e = pk_keymap_find(&self->by_consumer, &k);
+    return e ? (s_peer_t *) (uintptr_t) e->a : NULL;
+}
+
+static void
+s_reply(pk_node_t *self, const void *rid, size_t rlen, const char *frame, size_t len)
+{
+    zmsg_t *msg = zmsg_new();
+    zmsg_addmem(msg, rid, rlen);
+    zmsg_addmem(msg, frame, len);
+    zmsg_send(&msg, self->router);
+}
+
+static void
+s_reply_disconnect(pk_node_t *self, const void *rid, size_t rlen, pk_disconnect_code_t code,
+                   const char *reason)
+{
+    char *frame;
+    size_t len;
+    if (pk_session_disconnect_frame(&self->id, code, reason, NULL, NULL, &frame, &len) == 0) {
+        s_reply(self, rid, rlen, frame, len);
+        free(frame);
+    }
+}
+
+static void s_deliver_held(pk_node_t *self, s_peer_t *peer);
+
+//  describe and connect from a routing id without a session.
+static void
+s_handshake(pk_node_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t len)
+{
+    char err[PK_ERRLEN];
+    pk_msg_t *m = NULL;
+    if (pk_msg_decode(data, len, &m, err) != 0) {
+        s_log(self, PK_LOG_DEBUG, "frame from an unknown peer dropped: %s", err);
+        return;
+    }
+    if (m->type == PK_MSG_DESCRIBE) {
+        char *frame;
+        size_t flen;
+        if (pk_session_description(&self->id, &frame, &flen) == 0) {
+            s_reply(self, rid, rlen, frame, flen);
+            free(frame);
+        }
+        goto done;
+    }
+    if (m->type != PK_MSG_CONNECT) {
+        s_reply_disconnect(self, rid, rlen, PK_DISC_NO_SESSION, "no session: send connect");
+        goto done;
+    }
+    char reason[PK_ERRLEN];
+    if (pk_session_check_connect(&self->id, m, reason, sizeof reason) != 0) {
+        s_log(self, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, reason);
+        s_reply_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
+        goto done;
+    }
+    //  A consumer that restarted: its old session is retired first.
+    s_peer_t *old = s_peer_by_consumer(self, m->peer_id);
+    if (old) {
+        s_log(self, PK_LOG_INFO, "consumer %s restarted: retiring its old session", m->peer_id);
+        s_peer_destroy(self, old);
+    }
+    if (self->npeers >= self->config->max_sessions) {
+        s_reply_disconnect(self, rid, rlen, PK_DISC_NO_SESSION, "too many sessions");
+        goto done;
+    }
+    int rc;
+    pk_ofi_channel_t *ch = pk_ofi_channel_new(self->ofi, false, &rc, err);
+    if (!ch || pk_ofi_channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
+        s_log(self, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, err);
+        s_reply_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, err);
+        pk_ofi_channel_destroy(&ch);
+        goto done;
+    }
+    s_peer_t *peer = calloc(1, sizeof *peer);
+    if (!peer || rlen > sizeof peer->rid || !(peer->consumer = strdup(m->peer_id))) {
+        free(peer);
+        pk_ofi_channel_destroy(&ch);
+        goto done;
+    }
+    peer->node = self;
+    memcpy(peer->rid, rid, rlen);
+    peer->rlen = rlen;
+    peer->channel = ch;
+    peer->connect = m;
+    m = NULL;
+    pk_key_t rk = s_bytes_key(peer->rid, peer->rlen);
+    pk_key_t ck = s_bytes_key(peer->consumer, strlen(peer->consumer));
+    pk_keymap_put(&self->by_rid, &rk, (uintptr_t) peer, 0);
+    pk_keymap_put(&self->by_consumer, &ck, (uintptr_t) peer, 0);
+    self->npeers++;
+    peer->actor = zactor_new(s_peer_actor, peer);
+    if (!peer->actor) {
+        s_peer_destroy(self, peer);
+        goto done;
+    }
+    zpoller_add(self->poller, peer->actor);
+    s_log(self, PK_LOG_INFO, "session %s opened", peer->consumer);
+    s_deliver_held(self, peer);
+done:
+    pk_msg_destroy(&m);
+}
+
+static void
+s_from_peer(pk_node_t *self)
+{
+    zmsg_t *msg = zmsg_recv(self->router);
+    if (!msg)
+        return;
+    if (zmsg_size(msg) != 2) {
+        zmsg_destroy(&msg);
+        return;         //  one routing id, one JSON frame: anything else is dropped
+    }
+    zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
+    s_peer_t *peer = s_peer_by_rid(self, zframe_data(rid), zframe_size(rid));
+    if (!peer)
+        s_handshake(self, zframe_data(rid), zframe_size(rid), zframe_data(frame),
+                    zframe_size(frame));
+    else if (!peer->retired && !peer->flooding) {
+        uint64_t backlog = peer->sent - atomic_load(&peer->consumed);
+        if (backlog >= self->config->max_queued_frames) {
+            //  the door never waits for one peer: a flood ends its session
+            peer->flooding = true;
+            char reason[96];
+            snprintf(reason, sizeof reason, "limit: more than %llu frames queued",
+                     (unsigned long long) self->config->max_queued_frames);
+            zsock_send(peer->actor, "ss", "V", reason);
+        }
+        else {
+            peer->sent++;
+            zsock_send(peer->actor, "sb", "F", zframe_data(frame), zframe_size(frame));
+        }
+    }
+    zframe_destroy(&rid);
+    zframe_destroy(&frame);
+    zmsg_destroy(&msg);
+}
+
+static void
+s_engine_event(pk_node_t *self, uint64_t job, bool success);
+
+static void
+s_from_actor(pk_node_t *self, s_peer_t *peer)
+{
+    zmsg_t *msg = zmsg_recv(peer->actor);
+    if (!msg)
+        return;
+    char *cmd = zmsg_popstr(msg);
+    if (cmd && streq(cmd, "O")) {
+        zframe_t *f = zmsg_pop(msg);
+        if (f)
+            s_reply(self, peer->rid, peer->rlen, (const char *) zframe_data(f), zframe_size(f));
+        zframe_destroy(&f);
+    }
+    else if (cmd && streq(cmd, "J")) {
+        char *job = zmsg_popstr(msg), *ok = zmsg_popstr(msg);
+        if (job && ok)
+            s_engine_event(self, strtoull(job, NULL, 10), streq(ok, "1"));
+        zstr_free(&job);
+        zstr_free(&ok);
+    }
+    else if (cmd && streq(cmd, "D"))
+        peer->retired = true;
+    zstr_free(&cmd);
+    zmsg_destroy(&msg);
+}
+
+//  --------------------------------------------------------------------------
+//  The engine's API
+
+static void
+s_engine_send(pk_node_t *self, const void *rid, size_t rlen, json_t *answer)
+{
+    char *text = json_dumps(answer, JSON_COMPACT);
+    json_decref(answer);
+    if (!text)
+        return;
+    zmsg_t *msg = zmsg_new();
+    zmsg_addmem(msg, rid, rlen);
+    zmsg_addstr(msg, text);
+    zmsg_send(&msg, self->local);
+    free(text);
+}
+
+static json_t *
+s_error(const char *fmt, ...)
+{
+    char text[PK_ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return json_pack("{s:b, s:s}", "ok", 0, "error", text);
+}
+
+static void
+s_engine_event(pk_node_t *self, uint64_t job, bool success)
+{
+    pk_key_t k = s_bytes_key(&job, sizeof job);
+    uint64_t ptr;
+    if (!pk_keymap_take(&self->engine_jobs, &k, &ptr, NULL))
+        return;         //  a lookup's pin job: nobody to tell
+    s_engine_job_t *ej = (s_engine_job_t *) (uintptr_t) ptr;
+    s_engine_send(self, ej->rid, ej->rlen,
+                  json_pack("{s:s, s:I, s:b}", "event", "store_result", "job", (json_int_t) job,
+                            "success", success));
+    free(ej);
+}
+
+//  Parses "keys" (hex strings) into one allocation of keys then bytes.
+static pk_key_t *
+s_json_keys(const json_t *arr, size_t *n_p, char *err)
+{
+    if (!json_is_array(arr) || json_array_size(arr) == 0 || json_array_size(arr) > PK_MAX_LIST) {
+        snprintf(err, PK_ERRLEN, "keys: expected an array of 1..%d hex strings", PK_MAX_LIST);
+        return NULL;
+    }
+    size_t n = json_array_size(arr), total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *k = json_array_get(arr, i);
+        size_t len = json_string_length(k);
+        if (!json_is_string(k) || len == 0 || len % 2 || len > PK_MAX_KEY_HEX) {
+            snprintf(err, PK_ERRLEN, "keys[%zu]: expected lowercase hex of even length", i);
+            return NULL;
+        }
+        total += len / 2;
+    }
+    pk_key_t *keys = malloc(n * sizeof *keys + total + 1);
+    uint8_t *at = keys ? (uint8_t *) (keys + n) : NULL;
+    for (size_t i = 0; keys && i < n; i++) {
+        const json_t *k = json_array_get(arr, i);
+        int got = pk_hex_decode(json_string_value(k), json_string_length(k), at);
+        if (got < 0) {
+            snprintf(err, PK_ERRLEN, "keys[%zu]: expected lowercase hex of even length", i);
+            free(keys);
+            return NULL;
+        }
+        keys[i] = pk_key_make(at, (size_t) got);
+        at += got;
+    }
+    if (!keys)
+        snprintf(err, PK_ERRLEN, "out of memory");
+    *n_p = n;
+    return keys;
+}
+
+static void
+s_deliver(pk_node_t *self, s_peer_t *peer, s_held_t *h)
+{
+    zsock_send(peer->actor, "sp", "S", h);
+}
+
+static void
+s_deliver_held(pk_node_t *self, s_peer_t *peer)
+{
+    s_held_t **at = &self->held;
+    while (*at) {
+        s_held_t *h = *at;
+        if (strcmp(h->consumer, peer->consumer) != 0) {
+            at = &h->next;
+            continue;
+        }
+        *at = h->next;
+        self->nheld--;
+        s_deliver(self, peer, h);
+    }
+}
+
+//  Held stores for consumers that never connected fail at the store-job
+//  timeout, like any store job.
+static void
+s_expire_held(pk_node_t *self)
+{
+    double now = zclock_mono() / 1e3;
+    s_held_t **at = &self->held;
+    while (*at) {
+        s_held_t *h = *at;
+        if (now < h->expires) {
+            at = &h->next;
+            continue;
+        }
+        *at = h->next;
+        self->nheld--;
+        if (!h->finish) {
+            pk_store_release_job(self->store, h->job);
+            s_engine_event(self, h->job, false);
+        }
+        s_held_free(h);
+    }
+}
+
+static json_t *
+s_cmd_store(pk_node_t *self, const json_t *req, const void *rid, size_t rlen, bool finish)
+{
+    const char *consumer = json_string_value(json_object_get(req, "peer"));
+    const char *kv = json_string_value(json_object_get(req, "kv"));
+    if (!consumer || !kv || !*kv)
+        return s_error("%s: expected \"peer\" and \"kv\" strings", finish ? "finish" : "store");
+    s_held_t *h = calloc(1, sizeof *h);
+    if (!h || !(h->consumer = strdup(consumer)) || !(h->kv = strdup(kv))) {
+        if (h)
+            s_held_free(h);
+        return s_error("out of memory");
+    }
+    h->finish = finish;
+    h->expires = zclock_mono() / 1e3 + self->config->store_timeout;
+    if (!finish) {
+        char err[PK_ERRLEN];
+        h->keys = s_json_keys(json_object_get(req, "keys"), &h->n, err);
+        const json_t *round = json_object_get(req, "round");
+        if (!h->keys || (round && (!json_is_integer(round) || json_integer_value(round) < 0))) {
+            json_t *answer = s_error("store: %s", h->keys ? "round: expected an integer >= 0" : err);
+            s_held_free(h);
+            return answer;
+        }
+        h->has_round = round != NULL;
+        h->round = round ? (uint64_t) json_integer_value(round) : 0;
+        h->blocks = calloc(h->n, sizeof *h->blocks);
+        bool *pinned = calloc(h->n, sizeof *pinned);
+        h->job = pk_store_new_job_id(self->store);
+        int rc = h->blocks && pinned
+                 ? pk_store_pin_job(self->store, h->job, h->keys, h->n, h->blocks, pinned) : -ENOMEM;
+        size_t missing = h->n;
+        for (size_t i = 0; rc == 0 && i < h->n; i++)
+            if (!pinned[i]) {
+                missing = i;
+                break;
+            }
+        free(pinned);
+        if (rc || missing < h->n) {
+            char hex[2 * PK_MAX_KEY_BYTES + 1] = "";
+            if (!rc)
+                pk_hex_encode(h->keys[missing].bytes, h->keys[missing].len, hex);
+            pk_store_release_job(self->store, h->job);
+            free(h->blocks);
+            h->blocks = NULL;
+            s_held_free(h);
+            return rc ? s_error("store: %s", strerror(-rc))
+                      : s_error("store: key %.64s is not ready in the pool", hex);
+        }
+        //  h->blocks lives inside no other allocation: keep it with the keys
+        s_engine_job_t *ej = calloc(1, sizeof *ej);
+        if (ej && rlen <= sizeof ej->rid) {
+            ej->job = h->job;
+            memcpy(ej->rid, rid, rlen);
+            ej->rlen = rlen;
+            pk_key_t k = s_bytes_key(&ej->job, sizeof ej->job);
+            pk_keymap_put(&self->engine_jobs, &k, (uintptr_t) ej, 0);
+        }
+        else
+            free(ej);
+    }
+    json_t *answer = finish ? json_pack("{s:b}", "ok", 1)
+                            : json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t) h->job);
+    s_peer_t *peer = s_peer_by_consumer(self, consumer);
+    if (peer && !peer->retired)
+        s_deliver(self, peer, h);
+    else if (self->nheld < S_MAX_HELD) {
+        h->next = self->held;
+        self->held = h;
+        self->nheld++;
+    }
+    else {
+        if (!finish) {
+            pk_store_release_job(self->store, h->job);
+            pk_key_t k = s_bytes_key(&h->job, sizeof h->job);
+            uint64_t ptr;
+            if (pk_keymap_take(&self->engine_jobs, &k, &ptr, NULL))
+                free((void *) (uintptr_t) ptr);
+        }
+        s_held_free(h);
+        json_decref(answer);
+        return s_error("too many stores held for consumers not connected (%d)", S_MAX_HELD);
+    }
+    return answer;
+}
+
+static json_t *
+s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
+{
+    const char *cmd = json_string_value(json_object_get(req, "cmd"));
+    if (!cmd)
+        return s_error("expected a JSON object with a \"cmd\" string");
+    uint64_t owner = pk_key_hash(rid, rlen) & ~(UINT64_C(1) << 63);
+    char err[PK_ERRLEN];
+    if (streq(cmd, "describe"))
+        return json_pack("{s:b, s:s, s:s, s:I, s:I, s:s}", "ok", 1, "peer_id",
+                         self->config->peer_id, "pool_name", pk_store_name(self->store),
+                         "num_blocks", (json_int_t) pk_store_num_blocks(self->store),
+                         "block_len", (json_int_t) pk_store_block_len(self->store), "endpoint",
+                         self->endpoint);
+    if (streq(cmd, "reserve") || streq(cmd, "commit") || streq(cmd, "drop")) {
+        size_t n;
+        pk_key_t *keys = s_json_keys(json_object_get(req, "keys"), &n, err);
+        if (!keys)
+            return s_error("%s: %s", cmd, err);
+        json_t *answer;
+        int rc;
+        if (streq(cmd, "reserve")) {
+            uint32_t *blocks = calloc(n, sizeof *blocks);
+            rc = blocks ? pk_store_reserve(self->store, owner, keys, n, blocks) : -ENOMEM;
+            answer = rc ? NULL : json_pack("{s:b, s:[]}", "ok", 1, "blocks");
+            for (size_t i = 0; answer && i < n; i++)
+                json_array_append_new(json_object_get(answer, "blocks"), json_integer(blocks[i]));
+            free(blocks);
+        }
+        else {
+            rc = streq(cmd, "commit") ? pk_store_commit(self->store, owner, keys, n)
+                                      : pk_store_drop(self->store, keys, n);
+            answer = rc ? NULL : json_pack("{s:b}", "ok", 1);
+        }
+        free(keys);
+        if (rc == -ENOSPC)
+            return s_error("%s: every block is pinned or being written", cmd);
+        if (rc == -EEXIST)
+            return s_error("%s: a key is already in the pool", cmd);
+        if (rc == -EBUSY)
+            return s_error("%s: a key is pinned by a transfer", cmd);
+        if (rc == -ENOENT)
+            return s_error("%s: a key is not reserved by this connection", cmd);
+        return rc ? s_error("%s: %s", cmd, strerror(-rc)) : answer;
+    }
+    if (streq(cmd, "put")) {
+        const char *hex = json_string_value(json_object_get(req, "key"));
+        const char *b64 = json_string_value(json_object_get(req, "data"));
+        uint8_t key[PK_MAX_KEY_BYTES];
+        int klen = hex ? pk_hex_decode(hex, strlen(hex), key) : -EINVAL;
+        if (klen <= 0 || !b64)
+            return s_error("put: expected \"key\" (lowercase hex) and \"data\" (base64)");
+        size_t cap = strlen(b64) / 4 * 3 + 3, len = 0;
+        uint8_t *data = malloc(cap);
+        if (!data || sodium_base642bin(data, cap, b64, strlen(b64), NULL, &len, NULL,
+                                       sodium_base64_VARIANT_ORIGINAL) != 0) {
+            free(data);
+            return s_error("put: data is not base64");
+        }
+        pk_key_t k = pk_key_make(key, (size_t) klen);
+        int rc = pk_store_put(self->store, &k, data, len);
+        free(data);
+        if (rc == -EINVAL)
+            return s_error("put: data is %zu bytes, blocks are %llu", len,
+                           (unsigned long long) pk_store_block_len(self->store));
+        if (rc == -EEXIST)
+            return json_pack("{s:b, s:b}", "ok", 1, "existed", 1);
+        return rc ? s_error("put: %s", strerror(-rc)) : json_pack("{s:b}", "ok", 1);
+    }
+    if (streq(cmd, "store"))
+        return s_cmd_store(self, req, rid, rlen, false);
+    if (streq(cmd, "finish"))
+        return s_cmd_store(self, req, rid, rlen, true);
+    if (streq(cmd, "stats")) {
+        pk_store_stats_t st;
+        pk_store_stats(self->store, &st);
+        json_t *peers = json_array();
+        for (size_t i = 0; self->by_consumer.slots && i <= self->by_consumer.mask; i++)
+            if (self->by_consumer.slots[i].key.bytes)
+                json_array_append_new(peers, json_string(
+                    ((s_peer_t *) (uintptr_t) self->by_consumer.slots[i].a)->consumer));
+        return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:o}", "ok", 1,
+                         "pool", "free", (json_int_t) st.free, "writing", (json_int_t) st.writing,
+                         "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
+                         "evictions", (json_int_t) st.evictions, "lookups",
+                         (json_int_t) st.lookups, "hits", (json_int_t) st.hits, "misses",
+                         (json_int_t) st.misses, "sessions", (json_int_t) self->npeers, "peers",
+                         peers);
+    }
+    return s_error("unknown cmd \"%.64s\"", cmd);
+}
+
+static void
+s_from_engine(pk_node_t *self)
+{
+    zmsg_t *msg = zmsg_recv(self->local);
+    if (!msg)
+        return;
+    zframe_t *rid = zmsg_pop(msg), *body = zmsg_pop(msg);
+    if (rid && body) {
+        json_error_t jerr;
+        json_t *req = json_loadb((const char *) zframe_data(body), zframe_size(body),
+                                 JSON_REJECT_DUPLICATES, &jerr);
+        json_t *answer = json_is_object(req) ? s_cmd(self, req, zframe_data(rid), zframe_size(rid))
+                                             : s_error("not a JSON object: %s", jerr.text);
+        json_decref(req);
+        s_engine_send(self, zframe_data(rid), zframe_size(rid), answer);
+    }
+    zframe_destroy(&rid);
+    zframe_destroy(&body);
+    zmsg_destroy(&msg);
+}
+
+//  --------------------------------------------------------------------------
+//  Construction and the loop
+
+pk_node_t *
+pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
+{
+    int rc = -ENOMEM;
+    pk_node_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        snprintf(err, PK_ERRLEN, "out of memory");
+        goto fail;
+    }
+    self->config = config;
+    self->store = pk_store_new(config->pool_name, config->pool_blocks, config->block_len,
+                               &(pk_store_config_t) { config->lease_timeout }, pk_clock_system(),
+                               &rc);
+    if (!self->store) {
+        snprintf(err, PK_ERRLEN, "pool %s (%llu x %llu bytes): %s", config->pool_name,
+                 (unsigned long long) config->pool_blocks,
+                 (unsigned long long) config->block_len, strerror(-rc));
+        goto fail_self;
+    }
+    char ofi_err[PK_OFI_ERRLEN];
+    pk_ofi_config_t ofi_config = { config->provider, NULL, config->stall_timeout };
+    self->ofi = pk_ofi_new(&ofi_config, pk_store_base(self->store), config->pool_blocks,
+                           config->block_len, &rc, ofi_err);
+    if (!self->ofi) {
+        snprintf(err, PK_ERRLEN, "%s", ofi_err);
+        goto fail_store;
+    }
+    self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
+                                        config->fingerprint, config->hash_seed,
+                                        pk_ofi_provider(self->ofi) };
+    self->session_config = (pk_session_config_t) {
+        { config->lookup_timeout, config->store_timeout, config->drain_timeout },
+        config->silence_timeout, config->max_requests, config->max_parked_keys,
+        config->max_rounds, pk_server_config_pin_quota(config) };
+    if (config->nallow) {
+        //  zauth admits only the listed addresses once any is allowed
+        self->auth = zactor_new(zauth, NULL);
+        for (size_t i = 0; self->auth && i < config->nallow; i++)
+            zstr_sendx(self->auth, "ALLOW", config->allow[i], NULL);
+        if (self->auth)
+            zsock_wait(self->auth);
+    }
+    self->router = zsock_new(ZMQ_ROUTER);
+    self->local = zsock_new(ZMQ_ROUTER);
+    if (!self->router || !self->local) {
+        snprintf(err, PK_ERRLEN, "cannot create sockets");
+        goto fail_sockets;
+    }
+    zsock_set_router_handover(self->router, 1);
+    zsock_set_maxmsgsize(self->router, (int64_t) config->max_frame);
+    if (config->nallow)
+        zsock_set_zap_domain(self->router, "p2pkv");
+    if (zsock_bind(self->router, "%s", config->bind) < 0) {
+        snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->bind, zmq_strerror(zmq_errno()));
+        rc = -EADDRINUSE;
+        goto fail_sockets;
+    }
+    if (zsock_bind(self->local, "%s", config->local) < 0) {
+        snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->local, zmq_strerror(zmq_errno()));
+        rc = -EADDRINUSE;
+        goto fail_sockets;
+    }
+    const char *last = zsock_endpoint(self->router);
+    snprintf(self->endpoint, sizeof self->endpoint, "%s", last ? last : config->bind);
+    self->poller = zpoller_new(self->router, self->local, NULL);
+    if (!self->poller)
+        goto fail_sockets;
+    char fabric[256];
+    pk_ofi_describe(self->ofi, fabric, sizeof fabric);
+    snprintf(self->ready, sizeof self->ready,
+             "p2pkv-server %s ready: peer %s, peers at %s, engine at %s, pool %s "
+             "(%llu blocks of %llu bytes), %s",
+             PK_VERSION, config->peer_id, self->endpoint, config->local, config->pool_name,
+             (unsigned long long) config->pool_blocks, (unsigned long long) config->block_len,
+             fabric);
+    if (rc_p)
+        *rc_p = 0;
+    return self;
+
+fail_sockets:
+    zsock_destroy(&self->local);
+    zsock_destroy(&self->router);
+    zactor_destroy(&self->auth);
+    pk_ofi_destroy(&self->ofi);
+fail_store:
+    pk_store_destroy(&self->store);
+fail_self:
+    free(self);
+fail:
+    if (rc_p)
+        *rc_p = rc < 0 ? rc : -EIO;
+    return NULL;
+}
+
+const char *
+pk_node_ready_line(const pk_node_t *self)
+{
+    return self->ready;
+}
+
+const char *
+pk_node_endpoint(const pk_node_t *self)
+{
+    return self->endpoint;
+}
+
+static void
+s_reap(pk_node_t *self)
+{
+    //  Retired peers are torn down outside the walk of the table.
+    s_peer_t *dead[64];
+    size_t n = 0;
+    for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask && n < 64; i++) {
+        if (!self->by_rid.slots[i].key.bytes)
+            continue;
+        s_peer_t *p = (s_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
+        if (p->retired)
+            dead[n++] = p;
+    }
+    for (size_t i = 0; i < n; i++) {
+        //  what the actor still had to say (its disconnect) goes out first
+        while (zsock_events(zactor_sock(dead[i]->actor)) & ZMQ_POLLIN)
+            s_from_actor(self, dead[i]);
+        s_peer_destroy(self, dead[i]);
+    }
+}
+
+int
+pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
+{
+    double next_sweep = 0;
+    double quit_deadline = 0;
+    while (true) {
+        if (*stop && quit_deadline == 0) {
+            quit_deadline = zclock_mono() / 1e3 + self->config->shutdown_timeout + 1;
+            for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++)
+                if (self->by_rid.slots[i].key.bytes)
+                    zstr_send(((s_peer_t *) (uintptr_t) self->by_rid.slots[i].a)->actor, "Q");
+            s_log(self, PK_LOG_INFO, "shutting down: %zu sessions", self->npeers);
+        }
+        if (quit_deadline && (self->npeers == 0 || zclock_mono() / 1e3 >= quit_deadline))
+            break;
+        void *which = zpoller_wait(self->poller, 100);
+        if (which == self->router)
+            s_from_peer(self);
+        else if (which == self->local)
+            s_from_engine(self);
+        else if (which) {
+            for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
+                if (!self->by_rid.slots[i].key.bytes)
+                    continue;
+                s_peer_t *p = (s_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
+                if (p->actor == which) {
+                    s_from_actor(self, p);
+                    break;
+                }
+            }
+        }
+        else if (zpoller_terminated(self->poller) && !*stop)
+            *stop = 1;
+        s_reap(self);
+        double now = zclock_mono() / 1e3;
+        if (now >= next_sweep) {
+            s_expire_held(self);
+            pk_store_expire_leases(self->store);
+            next_sweep = now + 0.5;
+        }
+    }
+    return 0;
+}
+
+void
+pk_node_destroy(pk_node_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    pk_node_t *self = *self_p;
+    while (self->by_rid.count) {
+        for (size_t i = 0; i <= self->by_rid.mask; i++)
+            if (self->by_rid.slots[i].key.bytes) {
+                s_peer_destroy(self, (s_peer_t *) (uintptr_t) self->by_rid.slots[i].a);
+                break;
+            }
+    }
+    while (self->held) {
+        s_held_t *h = self->held;
+        self->held = h->next;
+        s_held_free(h);
+    }
+    for (size_t i = 0; self->engine_jobs.slots && i <= self->engine_jobs.mask; i++)
+        if (self->engine_jobs.slots[i].key.bytes)
+            free((void *) (uintptr_t) self->engine_jobs.slots[i].a);
+    pk_keymap_fini(&self->engine_jobs);
+    pk_keymap_fini(&self->by_rid);
+    pk_keymap_fini(&self->by_consumer);
+    zpoller_destroy(&self->poller);
+    zsock_destroy(&self->local);
+    zsock_destroy(&self->router);
+    zactor_destroy(&self->auth);
+    pk_ofi_destroy(&self->ofi);
+    pk_store_destroy(&self->store);
+    free(self);
+    *self_p = NULL;
+}

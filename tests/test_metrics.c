@@ -1,0 +1,1180 @@
+/*  test_metrics.c: the metrics registry, its Prometheus text and JSON, and
+    the HTTP listener, against doc/architecture.md's "Observability".
+
+    The text is checked two ways: byte for byte for a small registry, and,
+    for a bigger one with hostile peer names and extreme values, line by
+    line by s_validate, which knows the exposition format's grammar
+    (version 0.0.4) and what a histogram's series must satisfy.  Four
+    threads update one registry while the main thread renders and forgets
+    a peer; the totals must come out exact.  The listener is spoken to over
+    raw TCP sockets; nothing waits on a timer.
+*/
+#include "metrics.h"
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <czmq.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+static pk_metrics_t *
+s_metrics(void)
+{
+    pk_metrics_t *metrics = pk_metrics_new();
+    ck_assert_ptr_nonnull(metrics);
+    return metrics;
+}
+
+static char *
+s_render(pk_metrics_t *metrics)
+{
+    char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(pk_metrics_render(metrics, &text, &len), 0);
+    ck_assert_ptr_nonnull(text);
+    ck_assert_uint_eq(len, strlen(text));
+    return text;
+}
+
+static double
+s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+//  ---------------------------------------------------------------------------
+//  The exposition format's grammar, plus the rules of its histograms:
+//  every line is HELP, TYPE or a sample; names and labels are well formed,
+//  label values and help use only their escapes; a family's TYPE comes
+//  once and before its samples; no series repeats; a histogram's buckets
+//  per label set rise with le, end at +Inf, and are followed by _sum and a
+//  _count equal to the +Inf bucket.
+
+static char s_fault[512];
+
+#define S_FAIL(...) do { snprintf(s_fault, sizeof s_fault, __VA_ARGS__); return s_fault; } while (0)
+
+static bool
+s_is_name_char(char c, bool first, bool colon)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':')
+           || (!first && c >= '0' && c <= '9');
+}
+
+//  The length of the name at s (0 if there is none).
+static size_t
+s_name_len(const char *s, const char *end, bool colon)
+{
+    size_t n = 0;
+    while (s + n < end && s_is_name_char(s[n], n == 0, colon))
+        n++;
+    return n;
+}
+
+static bool
+s_is_float(const char *s, size_t n)
+{
+    if ((n == 3 && !memcmp(s, "NaN", 3)) || (n == 4 && (!memcmp(s, "+Inf", 4) || !memcmp(s, "-Inf", 4))))
+        return true;
+    if (n == 0 || n > 60 || strspn(s, "0123456789.eE+-") < n)
+        return false;
+    char buf[64];
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    char *stop;
+    strtod(buf, &stop);
+    return stop == buf + n;
+}
+
+//  Escaped text up to end: a backslash only before a backslash, an n, or
+//  (in a label value) a double quote.
+static bool
+s_escapes_ok(const char *s, const char *end, bool label)
+{
+    for (; s < end; s++) {
+        if (*s == '\\') {
+            if (++s == end || !(*s == '\\' || *s == 'n' || (label && *s == '"')))
+                return false;
+        }
+        else if (label && *s == '"')
+            return false;
+    }
+    return true;
+}
+
+typedef struct {
+    char family[256];           //  the family of the last TYPE line
+    char type[16];
+    zhashx_t *typed;            //  families that had their TYPE
+    zhashx_t *helped;
+    zhashx_t *series;
+    //  the histogram label set being walked
+    char group[600];
+    double last_le;
+    uint64_t last_bucket;
+    int stage;                  //  0 none, 1 buckets, 2 +Inf seen, 3 _sum seen
+} s_check_t;
+
+static const char *
+s_check_comment(s_check_t *check, const char *line, const char *end)
+{
+    bool help = end - line > 7 && !memcmp(line, "# HELP ", 7);
+    bool type = end - line > 7 && !memcmp(line, "# TYPE ", 7);
+    if (!help && !type)
+        S_FAIL("a comment that is neither HELP nor TYPE: %.*s", (int) (end - line), line);
+    const char *name = line + 7;
+    size_t n = s_name_len(name, end, true);
+    if (n == 0 || n >= sizeof check->family || name + n == end || name[n] != ' ')
+        S_FAIL("bad metric name in: %.*s", (int) (end - line), line);
+    char family[256];
+    memcpy(family, name, n);
+    family[n] = '\0';
+    const char *rest = name + n + 1;
+    if (help) {
+        if (!s_escapes_ok(rest, end, false))
+            S_FAIL("bad escape in help: %.*s", (int) (end - line), line);
+        if (zhashx_insert(check->helped, family, (void *) 1))
+            S_FAIL("second HELP for %s", family);
+        return NULL;
+    }
+    size_t tn = (size_t) (end - rest);
+    const char *types[] = { "counter", "gauge", "histogram", "summary", "untyped" };
+    bool known = false;
+    for (size_t i = 0; i < 5; i++)
+        known |= tn == strlen(types[i]) && !memcmp(rest, types[i], tn);
+    if (!known)
+        S_FAIL("unknown type: %.*s", (int) (end - line), line);
+    if (zhashx_insert(check->typed, family, (void *) 1))
+        S_FAIL("second TYPE for %s", family);
+    if (check->stage != 0)
+        S_FAIL("histogram %s ends without _sum and _count", check->family);
+    strcpy(check->family, family);
+    memcpy(check->type, rest, tn);
+    check->type[tn] = '\0';
+    return NULL;
+}
+
+static const char *
+s_check_sample(s_check_t *check, const char *line, const char *end)
+{
+    const char *p = line;
+    size_t n = s_name_len(p, end, true);
+    if (n == 0)
+        S_FAIL("no metric name: %.*s", (int) (end - line), line);
+    char name[300];
+    snprintf(name, sizeof name, "%.*s", (int) n, p);
+    p += n;
+    //  labels: name="value" separated by commas, a trailing comma allowed
+    char group[600] = "", le[64] = "", seen[8][64];
+    size_t nseen = 0;
+    bool has_le = false;
+    if (p < end && *p == '{') {
+        p++;
+        while (p < end && *p != '}') {
+            size_t ln = s_name_len(p, end, false);
+            if (ln == 0 || ln >= 64 || p + ln + 1 >= end || p[ln] != '=' || p[ln + 1] != '"')
+                S_FAIL("bad label: %.*s", (int) (end - line), line);
+            if (ln >= 2 && p[0] == '_' && p[1] == '_')
+                S_FAIL("reserved label name: %.*s", (int) (end - line), line);
+            for (size_t i = 0; i < nseen; i++)
+                if (strlen(seen[i]) == ln && !memcmp(seen[i], p, ln))
+                    S_FAIL("repeated label: %.*s", (int) (end - line), line);
+            if (nseen == 8)
+                S_FAIL("too many labels: %.*s", (int) (end - line), line);
+            snprintf(seen[nseen++], 64, "%.*s", (int) ln, p);
+            const char *label = p;
+            const char *value = p + ln + 2, *q = value;
+            while (q < end && *q != '"')
+                q += *q == '\\' && q + 1 < end ? 2 : 1;
+            if (q >= end || !s_escapes_ok(value, q, true))
+                S_FAIL("bad label value: %.*s", (int) (end - line), line);
+            if (ln == 2 && !memcmp(label, "le", 2)) {
+                has_le = true;
+                snprintf(le, sizeof le, "%.*s", (int) (q - value), value);
+            }
+            else {
+                size_t used = strlen(group);
+                snprintf(group + used, sizeof group - used, "%.*s,", (int) (q + 1 - label), label);
+            }
+            p = q + 1;
+            if (p < end && *p == ',')
+                p++;
+            else if (p < end && *p != '}')
+                S_FAIL("labels not separated by commas: %.*s", (int) (end - line), line);
+        }
+        if (p == end)
+            S_FAIL("unclosed labels: %.*s", (int) (end - line), line);
+        p++;
+    }
+    if (p == end || *p != ' ')
+        S_FAIL("no space before the value: %.*s", (int) (end - line), line);
+    p++;
+    const char *space = memchr(p, ' ', (size_t) (end - p));
+    const char *vend = space ? space : end;
+    if (!s_is_float(p, (size_t) (vend - p)))
+        S_FAIL("bad value: %.*s", (int) (end - line), line);
+    if (space) {
+        //  an optional timestamp, an integer of milliseconds
+        const char *t = space + 1 + (space[1] == '-');
+        if (t == end || strspn(t, "0123456789") < (size_t) (end - t))
+            S_FAIL("bad timestamp: %.*s", (int) (end - line), line);
+    }
+    double value = strtod(p, NULL);
+
+    //  The series is new, and belongs to the family last typed.
+    char series[1000];
+    snprintf(series, sizeof series, "%s{%s%s}", name, group, le);
+    if (zhashx_insert(check->series, series, (void *) 1))
+        S_FAIL("repeated series: %.*s", (int) (end - line), line);
+    if (strcmp(check->type, "histogram")) {
+        if (strcmp(name, check->family) || has_le)
+            S_FAIL("sample outside its family %s: %.*s", check->family, (int) (end - line), line);
+        return NULL;
+    }
+    size_t fn = strlen(check->family);
+    const char *suffix = name + fn;
+    if (strncmp(name, check->family, fn))
+        S_FAIL("sample outside its family %s: %.*s", check->family, (int) (end - line), line);
+    if (!strcmp(suffix, "_bucket")) {
+        if (!has_le || !s_is_float(le, strlen(le)) || isnan(strtod(le, NULL)))
+            S_FAIL("a bucket needs a numeric le: %.*s", (int) (end - line), line);
+        double bound = strtod(le, NULL);
+        if (check->stage == 0 || check->stage == 3) {
+            if (check->stage == 3)
+                S_FAIL("histogram %s: buckets after _sum", check->family);
+            strcpy(check->group, group);
+            check->stage = 1;
+            check->last_le = -INFINITY;
+            check->last_bucket = 0;
+        }
+        if (check->stage != 1 || strcmp(group, check->group))
+            S_FAIL("histogram %s: buckets of two label sets interleave: %.*s", check->family,
+                   (int) (end - line), line);
+        if (!(bound > check->last_le) || value < (double) check->last_bucket
+            || value != floor(value) || value < 0)
+            S_FAIL("histogram %s: buckets not cumulative in rising le: %.*s", check->family,
+                   (int) (end - line), line);
+        check->last_le = bound;
+        check->last_bucket = (uint64_t) value;
+        if (isinf(bound))
+            check->stage = 2;
+        return NULL;
+    }
+    if (has_le)
+        S_FAIL("le outside a bucket: %.*s", (int) (end - line), line);
+    if (strcmp(group, check->group))
+        S_FAIL("histogram %s: %s of another label set: %.*s", check->family, suffix,
+               (int) (end - line), line);
+    if (!strcmp(suffix, "_sum") && check->stage == 2)
+        check->stage = 3;
+    else if (!strcmp(suffix, "_count") && check->stage == 3) {
+        if (value != (double) check->last_bucket)
+            S_FAIL("histogram %s: _count is not the +Inf bucket: %.*s", check->family,
+                   (int) (end - line), line);
+        check->stage = 0;
+        check->group[0] = '\0';
+    }
+    else
+        S_FAIL("histogram %s: unexpected %.*s", check->family, (int) (end - line), line);
+    return NULL;
+}
+
+//  NULL if text is valid, else a description of its first fault.
+static const char *
+s_validate(const char *text, size_t len)
+{
+    if (len && text[len - 1] != '\n')
+        S_FAIL("the text does not end with a newline");
+    if (strlen(text) != len)
+        S_FAIL("a NUL in the text");
+    s_check_t check = { .typed = zhashx_new(), .helped = zhashx_new(), .series = zhashx_new() };
+    const char *fault = NULL;
+    for (const char *line = text; !fault && line < text + len;) {
+        const char *end = memchr(line, '\n', (size_t) (text + len - line));
+        if (end == line)
+            fault = "an empty line";
+        else if (*line == '#')
+            fault = s_check_comment(&check, line, end);
+        else if (!check.family[0])
+            fault = "a sample before any TYPE";
+        else
+            fault = s_check_sample(&check, line, end);
+        line = end + 1;
+    }
+    if (!fault && check.stage != 0)
+        fault = "the last histogram ends without _sum and _count";
+    zhashx_destroy(&check.typed);
+    zhashx_destroy(&check.helped);
+    zhashx_destroy(&check.series);
+    return fault;
+}
+
+static void
+s_assert_valid(const char *text)
+{
+    const char *fault = s_validate(text, strlen(text));
+    ck_assert_msg(fault == NULL, "%s\n--- in ---\n%s", fault, text);
+}
+
+//  ---------------------------------------------------------------------------
+
+START_TEST(test_render_exact)
+{
+    pk_metrics_t *metrics = s_metrics();
+    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_lookups_total", PK_METRIC_COUNTER,
+                                        "Lookups answered."), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_pool_free_blocks", PK_METRIC_GAUGE,
+                                        "Free blocks in the pool."), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_fetch_seconds", PK_METRIC_HISTOGRAM,
+                                        "Fetch latency."), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_inflight", PK_METRIC_GAUGE,
+                                        "Transfers in flight."), 0);
+    //  b before a: samples come out sorted by peer whatever the order in
+    //  which they appeared; the labelled adds count in the total too
+    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", "b", 2), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", "a", 3), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", NULL, 1), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "p2pkv_pool_free_blocks", NULL, 7), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "p2pkv_pool_free_blocks", NULL, 12.5), 0);
+    //  binary fractions, so the sum is exact; 0.25 sits on a bound, which
+    //  is inclusive
+    ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", "a", 0.00390625), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", "a", 0.25), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", NULL, 16), 0);
+    //  a gauge's total is only what is set without a peer
+    ck_assert_int_eq(pk_metrics_set(metrics, "p2pkv_inflight", "a", 3), 0);
+    const char *expected =
+        "# HELP p2pkv_lookups_total Lookups answered.\n"
+        "# TYPE p2pkv_lookups_total counter\n"
+        "p2pkv_lookups_total 6\n"
+        "p2pkv_lookups_total{peer=\"a\"} 3\n"
+        "p2pkv_lookups_total{peer=\"b\"} 2\n"
+        "# HELP p2pkv_pool_free_blocks Free blocks in the pool.\n"
+        "# TYPE p2pkv_pool_free_blocks gauge\n"
+        "p2pkv_pool_free_blocks 12.5\n"
+        "# HELP p2pkv_fetch_seconds Fetch latency.\n"
+        "# TYPE p2pkv_fetch_seconds histogram\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.0005\"} 0\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.001\"} 0\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.0025\"} 0\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.005\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.01\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.025\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.05\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.1\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.25\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{le=\"0.5\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{le=\"1\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{le=\"2.5\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{le=\"5\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{le=\"10\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{le=\"+Inf\"} 3\n"
+        "p2pkv_fetch_seconds_sum 16.25390625\n"
+        "p2pkv_fetch_seconds_count 3\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.0005\"} 0\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.001\"} 0\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.0025\"} 0\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.005\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.01\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.025\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.05\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.1\"} 1\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.25\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"0.5\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"1\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"2.5\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"5\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"10\"} 2\n"
+        "p2pkv_fetch_seconds_bucket{peer=\"a\",le=\"+Inf\"} 2\n"
+        "p2pkv_fetch_seconds_sum{peer=\"a\"} 0.25390625\n"
+        "p2pkv_fetch_seconds_count{peer=\"a\"} 2\n"
+        "# HELP p2pkv_inflight Transfers in flight.\n"
+        "# TYPE p2pkv_inflight gauge\n"
+        "p2pkv_inflight{peer=\"a\"} 3\n";
+    char *text = s_render(metrics);
+    ck_assert_str_eq(text, expected);
+    s_assert_valid(text);
+    //  rendering changes nothing
+    char *again = s_render(metrics);
+    ck_assert_str_eq(again, text);
+    free(again);
+    free(text);
+    pk_metrics_destroy(&metrics);
+    ck_assert_ptr_null(metrics);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+START_TEST(test_empty_and_unused)
+{
+    pk_metrics_t *metrics = s_metrics();
+    char *text = s_render(metrics);
+    ck_assert_str_eq(text, "");
+    free(text);
+    //  declared, never updated: a counter and a histogram show zero totals,
+    //  a gauge nothing (its value is unknown, not zero)
+    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, ""), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    text = s_render(metrics);
+    s_assert_valid(text);
+    ck_assert_ptr_nonnull(strstr(text, "# HELP c \n# TYPE c counter\nc 0\n# HELP g g\n"
+                                       "# TYPE g gauge\n# HELP h h\n# TYPE h histogram\n"
+                                       "h_bucket{le=\"0.0005\"} 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "h_bucket{le=\"+Inf\"} 0\nh_sum 0\nh_count 0\n"));
+    free(text);
+    //  a peer's first add of 0 makes its sample appear
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "x", 0), 0);
+    text = s_render(metrics);
+    ck_assert_ptr_nonnull(strstr(text, "c 0\nc{peer=\"x\"} 0\n"));
+    free(text);
+    //  len_p may be NULL
+    ck_assert_int_eq(pk_metrics_render(metrics, &text, NULL), 0);
+    free(text);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+START_TEST(test_escaping_and_values)
+{
+    pk_metrics_t *metrics = s_metrics();
+    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE,
+                                        "a \\ backslash,\na newline and \"quotes\""), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "a\"b\\c\nd", 1), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "n\xc5\x93ud", 0.1), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x1", NAN), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x2", INFINITY), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x3", -INFINITY), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x4", 1e300), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x5", -2.5e-300), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x6", 1.0 / 3), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x7", 123456789012.0), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "max", UINT64_MAX), 0);
+    const char *expected =
+        "# HELP g a \\\\ backslash,\\na newline and \"quotes\"\n"
+        "# TYPE g gauge\n"
+        "g{peer=\"a\\\"b\\\\c\\nd\"} 1\n"
+        "g{peer=\"n\xc5\x93ud\"} 0.1\n"
+        "g{peer=\"x1\"} NaN\n"
+        "g{peer=\"x2\"} +Inf\n"
+        "g{peer=\"x3\"} -Inf\n"
+        "g{peer=\"x4\"} 1e+300\n"
+        "g{peer=\"x5\"} -2.5e-300\n"
+        "g{peer=\"x6\"} 0.3333333333333333\n"
+        "g{peer=\"x7\"} 123456789012\n"
+        "# HELP c c\n"
+        "# TYPE c counter\n"
+        "c 18446744073709551615\n"
+        "c{peer=\"max\"} 18446744073709551615\n";
+    char *text = s_render(metrics);
+    ck_assert_str_eq(text, expected);
+    s_assert_valid(text);
+    free(text);
+    //  every double printed reads back as itself
+    ck_assert_double_eq(strtod("0.3333333333333333", NULL), 1.0 / 3);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+START_TEST(test_errors)
+{
+    pk_metrics_t *metrics = s_metrics();
+    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "p", 1), 0);
+    char *before = s_render(metrics);
+
+    //  undeclared names
+    ck_assert_int_eq(pk_metrics_add(metrics, "nope", NULL, 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_add(metrics, "nope", "p", 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_set(metrics, "nope", NULL, 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "nope", NULL, 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "nope", NULL, -1), -ENOENT);
+    //  wrong types
+    ck_assert_int_eq(pk_metrics_set(metrics, "c", NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "c", "p", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, "g", NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "g", NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, "h", NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_set(metrics, "h", "q", 1), -EINVAL);
+    //  observations that would make _sum fall or stick
+    ck_assert_int_eq(pk_metrics_observe(metrics, "h", NULL, -0.001), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "h", NULL, NAN), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "h", "p", INFINITY), -EINVAL);
+    //  peer names
+    char longest[PK_METRICS_MAX_PEER + 2];
+    memset(longest, 'x', sizeof longest);
+    longest[PK_METRICS_MAX_PEER + 1] = '\0';
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", longest, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "bad\xff", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "overlong\xc0\xaf", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "surrogate\xed\xa0\x80", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "cut\xe2\x82", 1), -EINVAL);
+    //  NULL arguments
+    ck_assert_int_eq(pk_metrics_add(NULL, "c", NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, NULL, NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_render(NULL, &(char *) { NULL }, NULL), -EINVAL);
+    ck_assert_int_eq(pk_metrics_render(metrics, NULL, NULL), -EINVAL);
+    ck_assert_ptr_null(pk_metrics_json(NULL));
+    ck_assert_uint_eq(pk_metrics_forget_peer(metrics, NULL), 0);
+    ck_assert_uint_eq(pk_metrics_forget_peer(NULL, "p"), 0);
+    //  declarations
+    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "again"), -EEXIST);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_GAUGE, "again"), -EEXIST);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "h_bucket", PK_METRIC_COUNTER, "x"), -EEXIST);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "h_sum", PK_METRIC_GAUGE, "x"), -EEXIST);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "h_count", PK_METRIC_HISTOGRAM, "x"), -EEXIST);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "x_count", PK_METRIC_COUNTER, "x"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "x", PK_METRIC_HISTOGRAM, "x"), -EEXIST);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "x", PK_METRIC_GAUGE, "x"), 0);
+    const char *bad_names[] = { "", "1abc", "a-b", "a b", "caf\xc3\xa9", "a{b}", "a\"" };
+    for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++)
+        ck_assert_int_eq(pk_metrics_declare(metrics, bad_names[i], PK_METRIC_COUNTER, "x"),
+                         -EINVAL);
+    char long_name[300];
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    ck_assert_int_eq(pk_metrics_declare(metrics, long_name, PK_METRIC_COUNTER, "x"), -EINVAL);
+    ck_assert_int_eq(pk_metrics_declare(metrics, NULL, PK_METRIC_COUNTER, "x"), -EINVAL);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "ok", PK_METRIC_COUNTER, NULL), -EINVAL);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "ok", PK_METRIC_COUNTER, "bad\xff"), -EINVAL);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "ok", (pk_metric_type_t) 7, "x"), -EINVAL);
+    ck_assert_int_eq(pk_metrics_declare(NULL, "ok", PK_METRIC_COUNTER, "x"), -EINVAL);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "ns:sub_name:2", PK_METRIC_COUNTER, "x"), 0);
+
+    //  nothing that failed left a trace
+    char *after = s_render(metrics);
+    ck_assert_ptr_nonnull(strstr(after, before));
+    ck_assert_ptr_null(strstr(after, "ok"));
+    ck_assert_ptr_null(strstr(after, "q\""));
+    ck_assert_ptr_null(strstr(after, "bad"));
+    s_assert_valid(after);
+    free(before);
+    free(after);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+START_TEST(test_forget_peer_keeps_totals)
+{
+    pk_metrics_t *metrics = s_metrics();
+    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    const char *peers[] = { "p1", "p2", "p3" };
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(pk_metrics_add(metrics, "c", peers[i], 10u + (unsigned) i), 0);
+        ck_assert_int_eq(pk_metrics_set(metrics, "g", peers[i], i), 0);
+        ck_assert_int_eq(pk_metrics_observe(metrics, "h", peers[i], 0.5 * i), 0);
+    }
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", NULL, 3), 0);
+    ck_assert_uint_eq(pk_metrics_forget_peer(metrics, "p2"), 3);
+    ck_assert_uint_eq(pk_metrics_forget_peer(metrics, "p2"), 0);
+    ck_assert_uint_eq(pk_metrics_forget_peer(metrics, "unknown"), 0);
+
+    char *text = s_render(metrics);
+    s_assert_valid(text);
+    ck_assert_ptr_null(strstr(text, "p2"));
+    ck_assert_ptr_nonnull(strstr(text, "c 33\nc{peer=\"p1\"} 10\nc{peer=\"p3\"} 12\n"));
+    ck_assert_ptr_nonnull(strstr(text, "g 3\ng{peer=\"p1\"} 0\ng{peer=\"p3\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "h_sum 1.5\nh_count 3\n"));
+    ck_assert_ptr_nonnull(strstr(text, "h_count{peer=\"p1\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "h_count{peer=\"p3\"} 1\n"));
+    free(text);
+
+    //  a peer that comes back starts from zero; the total goes on
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "p2", 1), 0);
+    json_t *json = pk_metrics_json(metrics);
+    ck_assert_ptr_nonnull(json);
+    json_t *c = json_object_get(json, "c");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "total")), 34);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(c, "peers"), "p2")), 1);
+    json_decref(json);
+    //  forgetting every peer leaves the totals alone
+    for (int i = 0; i < 3; i++)
+        pk_metrics_forget_peer(metrics, peers[i]);
+    text = s_render(metrics);
+    ck_assert_str_eq(strstr(text, "# HELP c"), "# HELP c c\n# TYPE c counter\nc 34\n"
+                                              "# HELP g g\n# TYPE g gauge\ng 3\n"
+                                              "# HELP h h\n# TYPE h histogram\n"
+                                              "h_bucket{le=\"0.0005\"} 1\n"
+                                              "h_bucket{le=\"0.001\"} 1\n"
+                                              "h_bucket{le=\"0.0025\"} 1\n"
+                                              "h_bucket{le=\"0.005\"} 1\n"
+                                              "h_bucket{le=\"0.01\"} 1\n"
+                                              "h_bucket{le=\"0.025\"} 1\n"
+                                              "h_bucket{le=\"0.05\"} 1\n"
+                                              "h_bucket{le=\"0.1\"} 1\n"
+                                              "h_bucket{le=\"0.25\"} 1\n"
+                                              "h_bucket{le=\"0.5\"} 2\n"
+                                              "h_bucket{le=\"1\"} 3\n"
+                                              "h_bucket{le=\"2.5\"} 3\n"
+                                              "h_bucket{le=\"5\"} 3\n"
+                                              "h_bucket{le=\"10\"} 3\n"
+                                              "h_bucket{le=\"+Inf\"} 3\n"
+                                              "h_sum 1.5\nh_count 3\n");
+    free(text);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+START_TEST(test_json)
+{
+    pk_metrics_t *metrics = s_metrics();
+    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "g2", PK_METRIC_GAUGE, "g2"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "b", 2), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, "c", "a\"x", 5), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", NULL, 1.5), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g", "b", NAN), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, "g2", "a", 4), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "h", "a", 0.5), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "h", "a", 0.25), 0);
+    json_t *json = pk_metrics_json(metrics);
+    ck_assert_ptr_nonnull(json);
+    char *dump = json_dumps(json, JSON_SORT_KEYS | JSON_COMPACT);
+    ck_assert_str_eq(dump,
+                     "{\"c\":{\"peers\":{\"a\\\"x\":5,\"b\":2},\"total\":7},"
+                     "\"g\":{\"peers\":{\"b\":null},\"total\":1.5},"
+                     "\"g2\":{\"peers\":{\"a\":4.0}},"
+                     "\"h\":{\"peers\":{\"a\":{\"count\":2,\"sum\":0.75}},"
+                     "\"total\":{\"count\":2,\"sum\":0.75}}}");
+    free(dump);
+    json_decref(json);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+//  The same updates in another order give the same text, and a bigger
+//  registry with hostile names and extreme values passes the validator.
+static const char *s_peer_names[] = {
+    "node-01", "node-02", "node-10", "a\"b", "back\\slash", "new\nline", "\\n", "\"",
+    "n\xc5\x93ud-\xc3\xa9t\xc3\xa9", "{}=,", "le", "  spaces  ", "#", "peer=\"x\"",
+    "\xf0\x9f\x94\x91", "tab\there", "Z", "z", "0"
+};
+#define S_NPEERS (sizeof s_peer_names / sizeof *s_peer_names)
+
+static void
+s_fill(pk_metrics_t *metrics, bool reverse)
+{
+    char name[64];
+    for (int f = 0; f < 24; f++) {
+        pk_metric_type_t type = (pk_metric_type_t) (f % 3);
+        snprintf(name, sizeof name, "p2pkv_family_%d%s", f,
+                 type == PK_METRIC_COUNTER ? "_total" : "");
+        ck_assert_int_eq(pk_metrics_declare(metrics, name, type, "help \\ with\nescapes \"q\""),
+                         0);
+    }
+    for (size_t k = 0; k < 24 * S_NPEERS; k++) {
+        size_t i = reverse ? 24 * S_NPEERS - 1 - k : k;
+        int f = (int) (i / S_NPEERS);
+        const char *peer = s_peer_names[i % S_NPEERS];
+        snprintf(name, sizeof name, "p2pkv_family_%d%s", f, f % 3 == 0 ? "_total" : "");
+        if (f % 3 == 0)
+            ck_assert_int_eq(pk_metrics_add(metrics, name, peer, i * 1000003u), 0);
+        else if (f % 3 == 1) {
+            const double values[] = { NAN, INFINITY, -INFINITY, 1e300, -0.0, 5e-324, 0.1, -7 };
+            ck_assert_int_eq(pk_metrics_set(metrics, name, peer, values[i % 8] * (double) f),
+                             0);
+        }
+        else {
+            //  bounds, values between them, zero and beyond the last bound;
+            //  sums of multiples of 1/1024 stay exact in any order
+            for (int j = 0; j < 12; j++) {
+                double seconds = ((double) ((i * 7 + (size_t) j * 13) % 12000)) / 1024.0;
+                ck_assert_int_eq(pk_metrics_observe(metrics, name, peer, seconds), 0);
+            }
+        }
+    }
+}
+
+START_TEST(test_render_validates_big_registry)
+{
+    pk_metrics_t *forward = s_metrics();
+    pk_metrics_t *backward = s_metrics();
+    s_fill(forward, false);
+    s_fill(backward, true);
+    char *text = s_render(forward);
+    char *other = s_render(backward);
+    ck_assert_str_eq(text, other);
+    s_assert_valid(text);
+    //  every family, every peer and its totals line
+    size_t lines = 0;
+    for (const char *p = text; *p; p++)
+        lines += *p == '\n';
+    ck_assert_uint_eq(lines, 8 * 2 + 8 * (1 + S_NPEERS) + 8 * 2 + 8 * S_NPEERS
+                             + 8 * 2 + 8 * (1 + S_NPEERS) * (PK_METRICS_BUCKETS + 2));
+    free(other);
+    free(text);
+
+    //  after forgetting peers, still valid
+    for (size_t i = 0; i < S_NPEERS; i += 2)
+        ck_assert_uint_eq(pk_metrics_forget_peer(forward, s_peer_names[i]), 24);
+    text = s_render(forward);
+    s_assert_valid(text);
+    free(text);
+
+    //  the validator is not a rubber stamp
+    const char *bad[] = {
+        "x 1",                                          //  no final newline
+        "# TYPE x counter\nx{peer=\"a\"b\"} 1\n",       //  unescaped quote
+        "# TYPE x counter\nx{peer=\"a\\tb\"} 1\n",      //  unknown escape
+        "# TYPE x counter\nx 1\nx 2\n",                 //  repeated series
+        "# TYPE x counter\nx one\n",                    //  bad value
+        "# TYPE x counter\nx{peer=\"a\"} 1\n# TYPE x counter\n",
+        "x 1\n",                                        //  no TYPE
+        "# TYPE x gauge\ny 1\n",                        //  outside its family
+        "# TYPE x gauge\n1x 1\n",
+        "# TYPE x gauge\nx{1a=\"v\"} 1\n",
+        "# TYPE x histogram\nx_bucket{le=\"1\"} 2\nx_bucket{le=\"+Inf\"} 1\nx_sum 1\nx_count 1\n",
+        "# TYPE x histogram\nx_bucket{le=\"1\"} 1\nx_bucket{le=\"+Inf\"} 1\nx_sum 1\nx_count 2\n",
+        "# TYPE x histogram\nx_bucket{le=\"1\"} 1\nx_sum 1\nx_count 1\n",
+        "# HELP x bad \\escape\n",
+        "# TYPE x counter\n\nx 1\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        ck_assert_msg(s_validate(bad[i], strlen(bad[i])) != NULL, "accepted: %s", bad[i]);
+    const char *good = "# HELP x ok \\\\ \\n\n# TYPE x histogram\n"
+                       "x_bucket{a=\"\\\"\",le=\"0.5\",} 1\nx_bucket{a=\"\\\"\",le=\"+Inf\"} 1\n"
+                       "x_sum{a=\"\\\"\"} 0.5 1712000000000\nx_count{a=\"\\\"\"} 1\n";
+    ck_assert_ptr_null(s_validate(good, strlen(good)));
+    pk_metrics_destroy(&forward);
+    pk_metrics_destroy(&backward);
+}
+END_TEST
+
+//  ---------------------------------------------------------------------------
+//  Four actors update one registry while the main thread renders it and
+//  forgets a peer they all write to.
+
+#define S_THREADS 4
+#define S_ITERS 20000
+
+typedef struct {
+    pk_metrics_t *metrics;
+    int id;
+    int failures;
+} s_worker_t;
+
+static atomic_int s_running;
+
+static void *
+s_worker(void *arg)
+{
+    s_worker_t *w = arg;
+    char peer[16];
+    snprintf(peer, sizeof peer, "peer-%d", w->id);
+    for (int i = 0; i < S_ITERS; i++) {
+        w->failures += pk_metrics_add(w->metrics, "c", peer, 1) != 0;
+        w->failures += pk_metrics_add(w->metrics, "c", "shared", 2) != 0;
+        w->failures += pk_metrics_add(w->metrics, "c", "ghost", 3) != 0;
+        w->failures += pk_metrics_observe(w->metrics, "h", peer, (i % 8) / 1024.0) != 0;
+        w->failures += pk_metrics_set(w->metrics, "g", peer, i) != 0;
+    }
+    atomic_fetch_sub(&s_running, 1);
+    return NULL;
+}
+
+START_TEST(test_concurrent_updates)
+{
+    pk_metrics_t *metrics = s_metrics();
+    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    s_worker_t workers[S_THREADS];
+    pthread_t threads[S_THREADS];
+    atomic_store(&s_running, S_THREADS);
+    for (int i = 0; i < S_THREADS; i++) {
+        workers[i] = (s_worker_t) { metrics, i, 0 };
+        ck_assert_int_eq(pthread_create(&threads[i], NULL, s_worker, &workers[i]), 0);
+    }
+    size_t renders = 0;
+    while (atomic_load(&s_running) > 0) {
+        char *text = s_render(metrics);
+        free(text);
+        json_decref(pk_metrics_json(metrics));
+        pk_metrics_forget_peer(metrics, "ghost");
+        renders++;
+    }
+    for (int i = 0; i < S_THREADS; i++) {
+        ck_assert_int_eq(pthread_join(threads[i], NULL), 0);
+        ck_assert_int_eq(workers[i].failures, 0);
+    }
+    ck_assert_uint_gt(renders, 0);
+    json_t *json = pk_metrics_json(metrics);
+    json_t *c = json_object_get(json, "c");
+    json_t *cp = json_object_get(c, "peers");
+    ck_assert_int_eq(json_integer_value(json_object_get(c, "total")), S_THREADS * S_ITERS * 6);
+    ck_assert_int_eq(json_integer_value(json_object_get(cp, "shared")), S_THREADS * S_ITERS * 2);
+    ck_assert_int_le(json_integer_value(json_object_get(cp, "ghost")), S_THREADS * S_ITERS * 3);
+    json_t *h = json_object_get(json, "h");
+    json_t *hp = json_object_get(h, "peers");
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(h, "total"), "count")),
+                     S_THREADS * S_ITERS);
+    //  multiples of 1/1024 add up exactly whatever the interleaving
+    ck_assert_double_eq(json_real_value(json_object_get(json_object_get(h, "total"), "sum")),
+                        S_THREADS * (S_ITERS / 8) * 28 / 1024.0);
+    json_t *gp = json_object_get(json_object_get(json, "g"), "peers");
+    for (int i = 0; i < S_THREADS; i++) {
+        char peer[16];
+        snprintf(peer, sizeof peer, "peer-%d", i);
+        ck_assert_int_eq(json_integer_value(json_object_get(cp, peer)), S_ITERS);
+        ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(hp, peer), "count")),
+                         S_ITERS);
+        ck_assert_double_eq(json_real_value(json_object_get(gp, peer)), S_ITERS - 1);
+    }
+    json_decref(json);
+    char *text = s_render(metrics);
+    s_assert_valid(text);
+    free(text);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+//  ---------------------------------------------------------------------------
+//  The HTTP listener, over raw TCP
+
+static int
+s_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    //  a safety net against a hung listener, not a timing assumption
+    struct timeval tv = { 10, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *) &addr, sizeof addr), 0);
+    return fd;
+}
+
+static void
+s_send(int fd, const char *data)
+{
+    size_t len = strlen(data);
+    ck_assert_int_eq(send(fd, data, len, MSG_NOSIGNAL), (ssize_t) len);
+}
+
+//  Everything up to the server's close.
+static char *
+s_read_all(int fd, size_t *len_p)
+{
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap + 1);
+    while (true) {
+        if (len == cap)
+            buf = realloc(buf, (cap *= 2) + 1);
+        ssize_t n = recv(fd, buf + len, cap - len, 0);
+        ck_assert_int_ge(n, 0);
+        if (n == 0)
+            break;
+        len += (size_t) n;
+    }
+    buf[len] = '\0';
+    if (len_p)
+        *len_p = len;
+    return buf;
+}
+
+static char *
+s_exchange(int port, const char *request, size_t *len_p)
+{
+    int fd = s_connect(port);
+    s_send(fd, request);
+    char *answer = s_read_all(fd, len_p);
+    close(fd);
+    return answer;
+}
+
+static int
+s_status(const char *answer)
+{
+    int status = 0;
+    ck_assert_int_eq(sscanf(answer, "HTTP/1.1 %d ", &status), 1);
+    return status;
+}
+
+static const char *
+s_body(const char *answer)
+{
+    const char *end = strstr(answer, "\r\n\r\n");
+    ck_assert_ptr_nonnull(end);
+    return end + 4;
+}
+
+static pk_metrics_http_t *
+s_listener(pk_metrics_t *metrics)
+{
+    int rc = 1;
+    char err[256] = "untouched";
+    pk_metrics_http_t *http = pk_metrics_http_new(metrics, "127.0.0.1:0", &rc, err);
+    ck_assert_msg(http != NULL, "%s", err);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_int_gt(pk_metrics_http_port(http), 0);
+    return http;
+}
+
+static pk_metrics_t *
+s_small_registry(void)
+{
+    pk_metrics_t *metrics = s_metrics();
+    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_lookups_total", PK_METRIC_COUNTER,
+                                        "Lookups."), 0);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_fetch_seconds", PK_METRIC_HISTOGRAM,
+                                        "Fetch latency."), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", "a\"b", 5), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", "a\"b", 0.02), 0);
+    return metrics;
+}
+
+START_TEST(test_http_get_metrics)
+{
+    pk_metrics_t *metrics = s_small_registry();
+    //  enough samples that the answer takes several sends
+    char peer[32];
+    for (int i = 0; i < 2000; i++) {
+        snprintf(peer, sizeof peer, "peer-%04d", i);
+        ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", peer, 0.001), 0);
+    }
+    pk_metrics_http_t *http = s_listener(metrics);
+    int port = pk_metrics_http_port(http);
+    char *text = s_render(metrics);
+    ck_assert_uint_gt(strlen(text), 1 << 20);
+
+    size_t len = 0;
+    char *answer = s_exchange(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n",
+                              &len);
+    ck_assert_int_eq(s_status(answer), 200);
+    ck_assert_ptr_nonnull(strstr(answer, "\r\nContent-Type: text/plain; version=0.0.4"));
+    char length[64];
+    snprintf(length, sizeof length, "\r\nContent-Length: %zu\r\n", strlen(text));
+    ck_assert_ptr_nonnull(strstr(answer, length));
+    ck_assert_str_eq(s_body(answer), text);
+    s_assert_valid(s_body(answer));
+    free(answer);
+
+    //  a query string, HTTP/1.0, bare LFs: still the metrics
+    answer = s_exchange(port, "GET /metrics?x=1 HTTP/1.0\n\n", NULL);
+    ck_assert_int_eq(s_status(answer), 200);
+    ck_assert_str_eq(s_body(answer), text);
+    free(answer);
+    //  HEAD: the headers alone
+    answer = s_exchange(port, "HEAD /metrics HTTP/1.1\r\n\r\n", NULL);
+    ck_assert_int_eq(s_status(answer), 200);
+    ck_assert_ptr_nonnull(strstr(answer, length));
+    ck_assert_str_eq(s_body(answer), "");
+    free(answer);
+    free(text);
+
+    //  the answer follows the registry
+    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", NULL, 1), 0);
+    text = s_render(metrics);
+    answer = s_exchange(port, "GET /metrics HTTP/1.1\r\n\r\n", NULL);
+    ck_assert_str_eq(s_body(answer), text);
+    free(answer);
+    free(text);
+
+    double t0 = s_now();
+    pk_metrics_http_destroy(&http);
+    ck_assert_double_lt(s_now() - t0, 0.5);
+    ck_assert_ptr_null(http);
+    pk_metrics_http_destroy(&http);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+START_TEST(test_http_errors)
+{
+    pk_metrics_t *metrics = s_small_registry();
+    pk_metrics_http_t *http = s_listener(metrics);
+    int port = pk_metrics_http_port(http);
+    struct {
+        const char *request;
+        int status;
+    } cases[] = {
+        { "GET /other HTTP/1.1\r\n\r\n", 404 },
+        { "GET / HTTP/1.1\r\n\r\n", 404 },
+        { "GET /metricsx HTTP/1.1\r\n\r\n", 404 },
+        { "HEAD /other HTTP/1.1\r\n\r\n", 404 },
+        { "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", 405 },
+        { "PUT /metrics HTTP/1.1\r\n\r\n", 405 },
+        { "DELETE /other HTTP/1.1\r\n\r\n", 405 },
+        { "GET /metrics\r\n\r\n", 400 },
+        { "GET  /metrics HTTP/1.1\r\n\r\n", 400 },
+        { "GET /metrics HTTP/2.0\r\n\r\n", 400 },
+        { "garbage\r\n\r\n", 400 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *answer = s_exchange(port, cases[i].request, NULL);
+        ck_assert_msg(s_status(answer) == cases[i].status, "%s -> %s", cases[i].request, answer);
+        if (cases[i].status == 405)
+            ck_assert_ptr_nonnull(strstr(answer, "\r\nAllow: GET, HEAD\r\n"));
+        free(answer);
+    }
+    //  a head that never ends
+    int fd = s_connect(port);
+    char chunk[1024];
+    memset(chunk, 'a', sizeof chunk - 1);
+    chunk[sizeof chunk - 1] = '\0';
+    s_send(fd, "GET /metrics HTTP/1.1\r\nX-Long: ");
+    for (int i = 0; i < 5; i++)
+        send(fd, chunk, strlen(chunk), MSG_NOSIGNAL);
+    char *answer = s_read_all(fd, NULL);
+    ck_assert_int_eq(s_status(answer), 431);
+    free(answer);
+    close(fd);
+    //  a client that closes without a request costs nothing
+    close(s_connect(port));
+    answer = s_exchange(port, "GET /metrics HTTP/1.1\r\n\r\n", NULL);
+    ck_assert_int_eq(s_status(answer), 200);
+    free(answer);
+    pk_metrics_http_destroy(&http);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+START_TEST(test_http_several_connections)
+{
+    pk_metrics_t *metrics = s_small_registry();
+    pk_metrics_http_t *http = s_listener(metrics);
+    int port = pk_metrics_http_port(http);
+    char *text = s_render(metrics);
+
+    //  five clients, each with half a request; finished in reverse order
+    int fds[5];
+    for (int i = 0; i < 5; i++) {
+        fds[i] = s_connect(port);
+        s_send(fds[i], "GET /met");
+    }
+    //  a complete request meanwhile is answered at once
+    char *answer = s_exchange(port, "GET /metrics HTTP/1.1\r\n\r\n", NULL);
+    ck_assert_str_eq(s_body(answer), text);
+    free(answer);
+    for (int i = 4; i >= 0; i--) {
+        s_send(fds[i], i % 2 ? "rics HTTP/1.1\r\n\r\n" : "a HTTP/1.1\r\n\r\n");
+        answer = s_read_all(fds[i], NULL);
+        ck_assert_int_eq(s_status(answer), i % 2 ? 200 : 404);
+        if (i % 2)
+            ck_assert_str_eq(s_body(answer), text);
+        free(answer);
+        close(fds[i]);
+    }
+
+    //  more idle clients than the listener serves at once: the oldest
+    //  give way, and a scrape still gets through
+    int idle[24];
+    for (int i = 0; i < 24; i++) {
+        idle[i] = s_connect(port);
+        s_send(idle[i], "GET");
+    }
+    answer = s_exchange(port, "GET /metrics HTTP/1.1\r\n\r\n", NULL);
+    ck_assert_str_eq(s_body(answer), text);
+    free(answer);
+    //  the first idle clients were closed to make room (reset if the
+    //  listener closed before reading what they sent)
+    char byte;
+    ssize_t n = recv(idle[0], &byte, 1, 0);
+    ck_assert(n == 0 || (n < 0 && errno == ECONNRESET));
+    for (int i = 1; i < 24; i++)
+        close(idle[i]);
+    close(idle[0]);
+
+    //  destroy does not wait for a client that says nothing
+    int fd = s_connect(port);
+    s_send(fd, "GET /metrics HTTP/1.1\r\n");
+    answer = s_exchange(port, "GET /metrics HTTP/1.1\r\n\r\n", NULL);
+    ck_assert_int_eq(s_status(answer), 200);
+    free(answer);
+    double t0 = s_now();
+    pk_metrics_http_destroy(&http);
+    ck_assert_double_lt(s_now() - t0, 0.5);
+    n = recv(fd, &byte, 1, 0);
+    ck_assert(n == 0 || (n < 0 && errno == ECONNRESET));
+    close(fd);
+    //  and nothing listens on the port any more
+    int probe = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in addr = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(probe, (struct sockaddr *) &addr, sizeof addr), -1);
+    ck_assert_int_eq(errno, ECONNREFUSED);
+    close(probe);
+    free(text);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+START_TEST(test_http_bad_address)
+{
+    pk_metrics_t *metrics = s_metrics();
+    const char *bad[] = { NULL, "", "127.0.0.1", "127.0.0.1:", "127.0.0.1:99999",
+                          "127.0.0.1:80x", "127.0.0.1:-1", "::1:80", "[::1:80", "[]:80" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = 0;
+        char err[256] = "";
+        ck_assert_ptr_null(pk_metrics_http_new(metrics, bad[i], &rc, err));
+        ck_assert_msg(rc == -EINVAL, "%s: %d", bad[i] ? bad[i] : "NULL", rc);
+        ck_assert_msg(strstr(err, "metrics address") != NULL, "%s", err);
+    }
+    int rc = 0;
+    char err[256] = "";
+    ck_assert_ptr_null(pk_metrics_http_new(NULL, "127.0.0.1:0", &rc, err));
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_str_ne(err, "");
+    //  a port in use
+    pk_metrics_http_t *http = s_listener(metrics);
+    char taken[64];
+    snprintf(taken, sizeof taken, "127.0.0.1:%d", pk_metrics_http_port(http));
+    ck_assert_ptr_null(pk_metrics_http_new(metrics, taken, &rc, err));
+    ck_assert_int_eq(rc, -EADDRINUSE);
+    ck_assert_ptr_nonnull(strstr(err, taken));
+    //  err and rc_p may be NULL
+    ck_assert_ptr_null(pk_metrics_http_new(metrics, taken, NULL, NULL));
+    pk_metrics_http_destroy(&http);
+    //  the wildcard and the bracketed loopback
+    http = pk_metrics_http_new(metrics, ":0", &rc, err);
+    ck_assert_msg(http != NULL, "%s", err);
+    pk_metrics_http_destroy(&http);
+    http = pk_metrics_http_new(metrics, "[::1]:0", &rc, err);
+    if (http) {
+        ck_assert_int_gt(pk_metrics_http_port(http), 0);
+        pk_metrics_http_destroy(&http);
+    }
+    else    //  a host without IPv6
+        ck_assert_int_ne(rc, -EINVAL);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
+int
+main(void)
+{
+    Suite *s = suite_create("metrics");
+    TCase *tc = tcase_create("metrics");
+    tcase_add_test(tc, test_render_exact);
+    tcase_add_test(tc, test_empty_and_unused);
+    tcase_add_test(tc, test_escaping_and_values);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_forget_peer_keeps_totals);
+    tcase_add_test(tc, test_json);
+    tcase_add_test(tc, test_render_validates_big_registry);
+    tcase_add_test(tc, test_concurrent_updates);
+    tcase_add_test(tc, test_http_get_metrics);
+    tcase_add_test(tc, test_http_errors);
+    tcase_add_test(tc, test_http_several_connections);
+    tcase_add_test(tc, test_http_bad_address);
+    suite_add_tcase(s, tc);
+    return pk_test_run("metrics", s);
+}

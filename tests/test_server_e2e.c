@@ -1,0 +1,445 @@
+/*  test_server_e2e.c: the real p2pkv-server, started as a process, with
+    test consumers (tests/consumer.c) over the tcp provider on 127.0.0.1
+    and the engine's JSON API on the local socket.
+
+    Each test starts its own server with short timeouts and its own pool
+    and sockets, and stops it with SIGTERM.
+*/
+#include "consumer.h"
+#include "clock.h"
+#include "testutil.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BLOCK 4096
+
+typedef struct {
+    pid_t pid;
+    char endpoint[256];
+    char local[256];
+    char pool[96];
+    zsock_t *engine;
+} s_server_t;
+
+static int s_serial;
+
+static void
+s_server_start(s_server_t *s)
+{
+    memset(s, 0, sizeof *s);
+    int n = ++s_serial;
+    char peer[64];
+    snprintf(peer, sizeof peer, "srv-%d-%d", getpid(), n);
+    snprintf(s->local, sizeof s->local, "ipc:///tmp/p2pkv-e2e-%d-%d.sock", getpid(), n);
+    snprintf(s->pool, sizeof s->pool, "/p2pkv-e2e-%d-%d", getpid(), n);
+    int out[2];
+    ck_assert_int_eq(pipe(out), 0);
+    s->pid = fork();
+    ck_assert_int_ge(s->pid, 0);
+    if (s->pid == 0) {
+        dup2(out[1], 1);
+        close(out[0]);
+        const char *bin = getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server";
+        execl(bin, bin, "--peer-id", peer, "--bind", "tcp://127.0.0.1:*", "--local", s->local,
+              "--pool-name", s->pool, "--pool-blocks", "256", "--block-len", "4096",
+              "--fingerprint", "fp", "--hash-seed", "7", "--provider", "tcp",
+              "--silence-timeout", "1.5", "--store-timeout", "3", "--shutdown-timeout", "2",
+              "--log-level", "warn", (char *) NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    //  the ready line says where peers reach it
+    char line[2048] = "";
+    size_t got = 0;
+    struct pollfd pfd = { out[0], POLLIN, 0 };
+    while (!strchr(line, '\n') && got < sizeof line - 1 && poll(&pfd, 1, 20000) > 0) {
+        ssize_t r = read(out[0], line + got, sizeof line - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t) r;
+        line[got] = '\0';
+    }
+    close(out[0]);
+    const char *at = strstr(line, "peers at ");
+    ck_assert_msg(at != NULL, "no ready line from p2pkv-server: \"%s\"", line);
+    sscanf(at + 9, "%255[^,]", s->endpoint);
+    s->engine = zsock_new_dealer(s->local);
+    ck_assert_ptr_nonnull(s->engine);
+    zsock_set_rcvtimeo(s->engine, 10000);
+}
+
+//  SIGTERM, then the exit status within the shutdown bound.
+static int
+s_server_stop(s_server_t *s)
+{
+    zsock_destroy(&s->engine);
+    kill(s->pid, SIGTERM);
+    double deadline = pk_clock_monotonic() + 10;
+    int status = -1;
+    while (pk_clock_monotonic() < deadline) {
+        if (waitpid(s->pid, &status, WNOHANG) == s->pid)
+            return status;
+        zclock_sleep(5);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, &status, 0);
+    ck_abort_msg("p2pkv-server did not stop within 10 s of SIGTERM");
+    return status;
+}
+
+static json_t *
+s_engine(s_server_t *s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    json_t *req = json_vpack_ex(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    zstr_send(s->engine, text);
+    free(text);
+    //  skip events (store_result) that arrive before the answer
+    for (;;) {
+        char *answer = zstr_recv(s->engine);
+        ck_assert_msg(answer != NULL, "no answer from the engine API");
+        json_t *j = json_loads(answer, 0, NULL);
+        zstr_free(&answer);
+        ck_assert_ptr_nonnull(j);
+        if (!json_object_get(j, "event"))
+            return j;
+        json_decref(j);
+    }
+}
+
+static json_t *
+s_engine_event(s_server_t *s)
+{
+    char *text = zstr_recv(s->engine);
+    ck_assert_msg(text != NULL, "no event from the engine API");
+    json_t *j = json_loads(text, 0, NULL);
+    zstr_free(&text);
+    return j;
+}
+
+//  Puts n blocks of known content; keys[i] are their SHA-256.
+static uint8_t s_data[32][BLOCK];
+static uint8_t s_hash[32][32];
+
+static void
+s_put_blocks(s_server_t *s, int n, pk_key_t *keys)
+{
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < BLOCK; k++)
+            s_data[i][k] = (uint8_t) (i * 31 + k * 7 + 1);
+        crypto_hash_sha256(s_hash[i], s_data[i], BLOCK);
+        keys[i] = pk_key_make(s_hash[i], 32);
+        char hex[65], b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
+        pk_hex_encode(s_hash[i], 32, hex);
+        sodium_bin2base64(b64, sizeof b64, s_data[i], BLOCK, sodium_base64_VARIANT_ORIGINAL);
+        json_t *a = s_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64);
+        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "put failed");
+        json_decref(a);
+    }
+}
+
+static tc_t *
+s_consumer(s_server_t *s, const char *id, uint64_t block_len, const char *fp, const char *seed,
+           pk_msg_t **answer_p)
+{
+    tc_config_t c = { s->endpoint, id, 64, block_len, fp, seed, 0 };
+    tc_t *tc = tc_new(&c);
+    ck_assert_ptr_nonnull(tc);
+    pk_msg_t *answer = tc_connect(tc, 10);
+    ck_assert_msg(answer != NULL, "no answer to connect");
+    if (answer_p)
+        *answer_p = answer;
+    else {
+        ck_assert_int_eq(answer->type, PK_MSG_CONNECT_ACK);
+        pk_msg_destroy(&answer);
+    }
+    return tc;
+}
+
+//  The next message of a type, skipping pongs.
+static pk_msg_t *
+s_expect(tc_t *tc, pk_msg_type_t type, double timeout)
+{
+    pk_msg_t *m = tc_recv(tc, timeout);
+    ck_assert_msg(m != NULL, "no %s within %.1f s", pk_msg_type_name(type), timeout);
+    ck_assert_msg(m->type == type, "got %s, want %s%s%s", pk_msg_type_name(m->type),
+                  pk_msg_type_name(type), m->type == PK_MSG_DISCONNECT ? ": " : "",
+                  m->type == PK_MSG_DISCONNECT ? m->reason : "");
+    return m;
+}
+
+//  Lookup then fetch n blocks into indexes 10.., verify every byte landed.
+static void
+s_symmetric(tc_t *tc, const char *kv, uint64_t round, const pk_key_t *keys, int n)
+{
+    ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round, keys, (size_t) n)), 0);
+    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    ck_assert_uint_eq(resp->round_seq, round);
+    for (int i = 0; i < n; i++)
+        ck_assert(resp->hits[i]);
+    pk_msg_destroy(&resp);
+    uint32_t idx[32];
+    for (int i = 0; i < n; i++)
+        idx[i] = 10 + (uint32_t) i;
+    ck_assert_int_eq(tc_send(tc, tc_fetch(kv, round, keys, idx, (size_t) n)), 0);
+    pk_msg_t *done = s_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    ck_assert(done->success);
+    ck_assert_uint_eq(done->landing, (uint64_t) n);
+    pk_msg_destroy(&done);
+    double deadline = pk_clock_monotonic() + 5;
+    while (tc_landed(tc, round) < (uint64_t) n && pk_clock_monotonic() < deadline)
+        tc_progress(tc, 0.01);
+    ck_assert_uint_eq(tc_landed(tc, round), (uint64_t) n);
+    for (int i = 0; i < n; i++)
+        ck_assert_mem_eq(tc_pool(tc) + (size_t) idx[i] * BLOCK, s_data[i], BLOCK);
+}
+
+//  ---------------------------------------------------------------------------
+
+START_TEST(test_handshake_and_mismatches)
+{
+    s_server_t s;
+    s_server_start(&s);
+    struct { uint64_t len; const char *fp, *seed, *reason; } cases[] = {
+        { 512, "fp", "7", "block_len: server 4096, consumer 512" },
+        { BLOCK, "other", "7", "config_fingerprint: server \"fp\", consumer \"other\"" },
+        { BLOCK, "fp", "8", "hash_seed: server \"7\", consumer \"8\"" },
+    };
+    for (int i = 0; i < 3; i++) {
+        pk_msg_t *answer;
+        tc_t *tc = s_consumer(&s, "c-bad", cases[i].len, cases[i].fp, cases[i].seed, &answer);
+        ck_assert_int_eq(answer->type, PK_MSG_DISCONNECT);
+        ck_assert_int_eq(answer->code, PK_DISC_INCOMPATIBLE);
+        ck_assert_str_eq(answer->reason, cases[i].reason);
+        ck_assert_uint_eq(answer->block_len, BLOCK);
+        pk_msg_destroy(&answer);
+        tc_destroy(&tc);
+    }
+    pk_msg_t *answer;
+    tc_t *tc = s_consumer(&s, "c-good", BLOCK, "fp", "7", &answer);
+    ck_assert_int_eq(answer->type, PK_MSG_CONNECT_ACK);
+    ck_assert_uint_eq(answer->block_len, BLOCK);
+    ck_assert_uint_eq(answer->num_blocks, 256);
+    pk_msg_destroy(&answer);
+    //  a state message with a stale epoch is dropped; the session lives on
+    pk_msg_t *stale = pk_msg_new(PK_MSG_PING);
+    uint8_t old[PK_EPOCH_LEN] = { 1 }, other[PK_EPOCH_LEN] = { 2 };
+    pk_msg_set_epochs(stale, old, other);
+    tc_send(tc, stale);
+    ck_assert_ptr_null(tc_recv(tc, 0.3));
+    tc_send(tc, pk_msg_new(PK_MSG_PING));
+    pk_msg_t *pong = s_expect(tc, PK_MSG_PONG, 5);
+    pk_msg_destroy(&pong);
+    tc_destroy(&tc);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(test_symmetric_transfer)
+{
+    s_server_t s;
+    s_server_start(&s);
+    pk_key_t keys[8];
+    s_put_blocks(&s, 8, keys);
+    tc_t *tc = s_consumer(&s, "c-sym", BLOCK, "fp", "7", NULL);
+    s_symmetric(tc, "r1", 1, keys, 8);
+    tc_destroy(&tc);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(test_bad_peer_does_not_disturb_another)
+{
+    s_server_t s;
+    s_server_start(&s);
+    pk_key_t keys[8];
+    s_put_blocks(&s, 8, keys);
+    tc_t *good = s_consumer(&s, "c-good", BLOCK, "fp", "7", NULL);
+    tc_t *bad = s_consumer(&s, "c-bad", BLOCK, "fp", "7", NULL);
+    //  garbage, a non-object, an unknown type: dropped and counted
+    const char *junk[] = { "\xff\xfe garbage", "[1,2,3]", "{\"type\":\"teleport\"}" };
+    for (int i = 0; i < 3; i++)
+        tc_send_raw(bad, junk[i], strlen(junk[i]));
+    //  and the good consumer's transfer runs meanwhile
+    s_symmetric(good, "r1", 1, keys, 8);
+    //  a wrong type is a violation: only the bad session ends
+    const char *wrong = "{\"type\":\"lookup\",\"kv_request_id\":7,\"keys\":[\"aa\"],\"round_seq\":1,"
+                        "\"source_epoch\":\"0123456789abcdef0123456789abcdef\","
+                        "\"target_epoch\":\"0123456789abcdef0123456789abcdef\"}";
+    tc_send_raw(bad, wrong, strlen(wrong));
+    pk_msg_t *d = s_expect(bad, PK_MSG_DISCONNECT, 5);
+    ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
+    ck_assert_str_eq(d->reason, "lookup.kv_request_id: expected string, got 7");
+    pk_msg_destroy(&d);
+    s_symmetric(good, "r2", 2, keys, 8);
+    tc_destroy(&bad);
+    tc_destroy(&good);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(test_duplicate_fetch_ends_only_that_session)
+{
+    s_server_t s;
+    s_server_start(&s);
+    pk_key_t keys[2];
+    s_put_blocks(&s, 2, keys);
+    tc_t *a = s_consumer(&s, "c-a", BLOCK, "fp", "7", NULL);
+    tc_t *b = s_consumer(&s, "c-b", BLOCK, "fp", "7", NULL);
+    uint32_t idx[1] = { 0 };
+    tc_send(a, tc_fetch("r1", 1, keys, idx, 1));
+    tc_send(a, tc_fetch("r1", 1, keys, idx, 1));
+    pk_msg_t *d = s_expect(a, PK_MSG_DISCONNECT, 5);
+    ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
+    ck_assert_str_eq(d->reason, "duplicate fetch for r1 round 1");
+    pk_msg_destroy(&d);
+    s_symmetric(b, "r1", 1, keys, 2);
+    tc_destroy(&a);
+    tc_destroy(&b);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(test_silent_consumer_retired_pins_released)
+{
+    s_server_t s;
+    s_server_start(&s);
+    pk_key_t keys[4];
+    s_put_blocks(&s, 4, keys);
+    tc_t *tc = s_consumer(&s, "c-silent", BLOCK, "fp", "7", NULL);
+    tc_send(tc, tc_lookup("r1", 1, keys, 4));
+    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    pk_msg_destroy(&resp);
+    json_t *st = s_engine(&s, "{s:s}", "cmd", "stats");
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "pinned")), 4);
+    json_decref(st);
+    //  silent for the silence timeout (1.5 s here)
+    pk_msg_t *d = s_expect(tc, PK_MSG_DISCONNECT, 5);
+    ck_assert_int_eq(d->code, PK_DISC_SILENT);
+    pk_msg_destroy(&d);
+    double deadline = pk_clock_monotonic() + 5;
+    json_int_t pinned = -1, sessions = -1;
+    while (pk_clock_monotonic() < deadline && (pinned || sessions)) {
+        st = s_engine(&s, "{s:s}", "cmd", "stats");
+        pinned = json_integer_value(json_object_get(json_object_get(st, "pool"), "pinned"));
+        sessions = json_integer_value(json_object_get(st, "sessions"));
+        json_decref(st);
+    }
+    ck_assert_int_eq(pinned, 0);
+    ck_assert_int_eq(sessions, 0);
+    tc_destroy(&tc);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
+{
+    s_server_t s;
+    s_server_start(&s);
+    pk_key_t keys[4];
+    s_put_blocks(&s, 4, keys);
+    char hex[4][65];
+    for (int i = 0; i < 4; i++)
+        pk_hex_encode(s_hash[i], 32, hex[i]);
+    //  stored before the consumer even connected: held, then bound
+    json_t *a = s_engine(&s, "{s:s, s:s, s:s, s:[s,s]}", "cmd", "store", "peer", "c-pd", "kv",
+                         "req-1", "keys", hex[0], hex[1]);
+    ck_assert(json_is_true(json_object_get(a, "ok")));
+    json_int_t job = json_integer_value(json_object_get(a, "job"));
+    json_decref(a);
+    tc_t *tc = s_consumer(&s, "c-pd", BLOCK, "fp", "7", NULL);
+    uint32_t idx[2] = { 3, 4 };
+    tc_send(tc, tc_fetch("req-1", 5, keys, idx, 2));
+    pk_msg_t *done = s_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    ck_assert(done->success);
+    ck_assert_uint_eq(done->round_seq, 5);
+    pk_msg_destroy(&done);
+    json_t *ev = s_engine_event(&s);
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "store_result");
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "job")), job);
+    ck_assert(json_is_true(json_object_get(ev, "success")));
+    json_decref(ev);
+    tc_progress(tc, 0.1);
+    ck_assert_mem_eq(tc_pool(tc) + 3 * BLOCK, s_data[0], BLOCK);
+    ck_assert_mem_eq(tc_pool(tc) + 4 * BLOCK, s_data[1], BLOCK);
+    //  fetch first, then the engine stores
+    uint32_t idx2[2] = { 20, 21 };
+    tc_send(tc, tc_fetch("req-2", 6, keys + 2, idx2, 2));
+    ck_assert_ptr_null(tc_recv(tc, 0.2));
+    a = s_engine(&s, "{s:s, s:s, s:s, s:[s,s]}", "cmd", "store", "peer", "c-pd", "kv", "req-2",
+                 "keys", hex[2], hex[3]);
+    ck_assert(json_is_true(json_object_get(a, "ok")));
+    json_decref(a);
+    done = s_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    ck_assert(done->success);
+    ck_assert_uint_eq(done->round_seq, 6);
+    pk_msg_destroy(&done);
+    tc_progress(tc, 0.1);
+    ck_assert_mem_eq(tc_pool(tc) + 20 * BLOCK, s_data[2], BLOCK);
+    ck_assert_mem_eq(tc_pool(tc) + 21 * BLOCK, s_data[3], BLOCK);
+    tc_destroy(&tc);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(test_sigterm_during_transfers_leaves_no_pool)
+{
+    s_server_t s;
+    s_server_start(&s);
+    pk_key_t keys[32];
+    s_put_blocks(&s, 32, keys);
+    tc_t *tc = s_consumer(&s, "c-term", BLOCK, "fp", "7", NULL);
+    tc_send(tc, tc_lookup("r1", 1, keys, 32));
+    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    pk_msg_destroy(&resp);
+    uint32_t idx[32];
+    for (int i = 0; i < 32; i++)
+        idx[i] = (uint32_t) (i * 2);
+    tc_send(tc, tc_fetch("r1", 1, keys, idx, 32));
+    char path[128];
+    snprintf(path, sizeof path, "/dev/shm%s", s.pool);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    int status = s_server_stop(&s);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert_int_eq(stat(path, &sb), -1);
+    ck_assert_int_eq(errno, ENOENT);
+    tc_destroy(&tc);
+}
+END_TEST
+
+int
+main(void)
+{
+    if (access(getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server", X_OK)) {
+        printf("SKIP: bin/p2pkv-server not built here\n");
+        return 77;
+    }
+    if (sodium_init() < 0)
+        return 1;
+    zsys_handler_set(NULL);
+    Suite *s = suite_create("server_e2e");
+    TCase *tc = tcase_create("e2e");
+    tcase_add_test(tc, test_handshake_and_mismatches);
+    tcase_add_test(tc, test_symmetric_transfer);
+    tcase_add_test(tc, test_bad_peer_does_not_disturb_another);
+    tcase_add_test(tc, test_duplicate_fetch_ends_only_that_session);
+    tcase_add_test(tc, test_silent_consumer_retired_pins_released);
+    tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
+    tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
+    suite_add_tcase(s, tc);
+    return pk_test_run("server_e2e", s);
+}
