@@ -73,7 +73,7 @@ struct _pk_node_t {
     pk_ofi_t *ofi;
     zsock_t *router;
     zsock_t *local;
-    zactor_t *auth;
+    zsock_t *zap;                   //  our ZAP handler: --allow with CIDR ranges
     zpoller_t *poller;
     char endpoint[256];
     char ready[1024];
@@ -783,6 +783,34 @@ s_from_engine(pk_node_t *self)
     zmsg_destroy(&msg);
 }
 
+//  One ZAP request (RFC 27): version, request id, domain, address,
+//  identity, mechanism, credentials.  Admit the address if --allow does.
+static void
+s_zap(pk_node_t *self)
+{
+    zmsg_t *req = zmsg_recv(self->zap);
+    if (!req)
+        return;
+    char *version = zmsg_popstr(req), *id = zmsg_popstr(req), *domain = zmsg_popstr(req);
+    char *address = zmsg_popstr(req);
+    bool ok = address && pk_server_config_allows(self->config, address);
+    if (!ok)
+        s_log(self, PK_LOG_INFO, "connection from %s refused (--allow)", address ? address : "?");
+    zmsg_t *rep = zmsg_new();
+    zmsg_addstr(rep, "1.0");
+    zmsg_addstr(rep, id ? id : "");
+    zmsg_addstr(rep, ok ? "200" : "400");
+    zmsg_addstr(rep, ok ? "OK" : "address not allowed");
+    zmsg_addstr(rep, "");
+    zmsg_addmem(rep, NULL, 0);
+    zmsg_send(&rep, self->zap);
+    zstr_free(&version);
+    zstr_free(&id);
+    zstr_free(&domain);
+    zstr_free(&address);
+    zmsg_destroy(&req);
+}
+
 //  --------------------------------------------------------------------------
 //  Construction and the loop
 
@@ -821,12 +849,13 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         config->silence_timeout, config->max_requests, config->max_parked_keys,
         config->max_rounds, pk_server_config_pin_quota(config) };
     if (config->nallow) {
-        //  zauth admits only the listed addresses once any is allowed
-        self->auth = zactor_new(zauth, NULL);
-        for (size_t i = 0; self->auth && i < config->nallow; i++)
-            zstr_sendx(self->auth, "ALLOW", config->allow[i], NULL);
-        if (self->auth)
-            zsock_wait(self->auth);
+        //  czmq's zauth matches whole address strings only, so CIDR ranges
+        //  need our own handler on libzmq's ZAP endpoint (RFC 27).
+        self->zap = zsock_new_rep("inproc://zeromq.zap.01");
+        if (!self->zap) {
+            snprintf(err, PK_ERRLEN, "cannot start the --allow filter (ZAP handler)");
+            goto fail_sockets;
+        }
     }
     self->router = zsock_new(ZMQ_ROUTER);
     self->local = zsock_new(ZMQ_ROUTER);
@@ -850,7 +879,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     }
     const char *last = zsock_endpoint(self->router);
     snprintf(self->endpoint, sizeof self->endpoint, "%s", last ? last : config->bind);
-    self->poller = zpoller_new(self->router, self->local, NULL);
+    self->poller = zpoller_new(self->router, self->local, self->zap, NULL);
     if (!self->poller)
         goto fail_sockets;
     char fabric[256];
@@ -868,7 +897,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 fail_sockets:
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
-    zactor_destroy(&self->auth);
+    zsock_destroy(&self->zap);
     pk_ofi_destroy(&self->ofi);
 fail_store:
     pk_store_destroy(&self->store);
@@ -933,6 +962,8 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
             s_from_peer(self);
         else if (which == self->local)
             s_from_engine(self);
+        else if (which && which == self->zap)
+            s_zap(self);
         else if (which) {
             for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
                 if (!self->by_rid.slots[i].key.bytes)
@@ -984,7 +1015,7 @@ pk_node_destroy(pk_node_t **self_p)
     zpoller_destroy(&self->poller);
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
-    zactor_destroy(&self->auth);
+    zsock_destroy(&self->zap);
     pk_ofi_destroy(&self->ofi);
     pk_store_destroy(&self->store);
     free(self);

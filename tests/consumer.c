@@ -68,8 +68,12 @@ tc_destroy(tc_t **self_p)
 int
 tc_send_raw(tc_t *self, const void *data, size_t len)
 {
+    //  never block: a DEALER with no connected server (not up yet, or
+    //  refused by --allow) would wait forever
     zframe_t *f = zframe_new(data, len);
-    return zframe_send(&f, self->dealer, 0);
+    int rc = zframe_send(&f, self->dealer, ZFRAME_DONTWAIT);
+    zframe_destroy(&f);
+    return rc;
 }
 
 int

@@ -32,8 +32,9 @@ typedef struct {
 
 static int s_serial;
 
+//  extra: one more flag and its value, or NULLs.
 static void
-s_server_start(s_server_t *s)
+s_server_start_with(s_server_t *s, const char *flag, const char *value)
 {
     memset(s, 0, sizeof *s);
     int n = ++s_serial;
@@ -53,7 +54,7 @@ s_server_start(s_server_t *s)
               "--pool-name", s->pool, "--pool-blocks", "256", "--block-len", "4096",
               "--fingerprint", "fp", "--hash-seed", "7", "--provider", "tcp",
               "--silence-timeout", "1.5", "--store-timeout", "3", "--shutdown-timeout", "2",
-              "--log-level", "warn", (char *) NULL);
+              "--log-level", "warn", flag, value, (char *) NULL);
         _exit(127);
     }
     close(out[1]);
@@ -78,6 +79,12 @@ s_server_start(s_server_t *s)
 }
 
 //  SIGTERM, then the exit status within the shutdown bound.
+static void
+s_server_start(s_server_t *s)
+{
+    s_server_start_with(s, NULL, NULL);
+}
+
 static int
 s_server_stop(s_server_t *s)
 {
@@ -395,6 +402,24 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
 }
 END_TEST
 
+START_TEST(test_allow_list)
+{
+    //  a CIDR range that does not hold 127.0.0.1: never answered
+    s_server_t s;
+    s_server_start_with(&s, "--allow", "10.0.0.0/8");
+    tc_config_t c = { s.endpoint, "c-out", 64, BLOCK, "fp", "7", 0 };
+    tc_t *tc = tc_new(&c);
+    ck_assert_ptr_null(tc_connect(tc, 1.5));
+    tc_destroy(&tc);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+    //  one that does: served
+    s_server_start_with(&s, "--allow", "192.168.0.0/16,127.0.0.0/8");
+    tc = s_consumer(&s, "c-in", BLOCK, "fp", "7", NULL);
+    tc_destroy(&tc);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_sigterm_during_transfers_leaves_no_pool)
 {
     s_server_t s;
@@ -439,6 +464,7 @@ main(void)
     tcase_add_test(tc, test_duplicate_fetch_ends_only_that_session);
     tcase_add_test(tc, test_silent_consumer_retired_pins_released);
     tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
+    tcase_add_test(tc, test_allow_list);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
     suite_add_tcase(s, tc);
     return pk_test_run("server_e2e", s);
