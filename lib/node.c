@@ -14,6 +14,7 @@
 */
 #include "node.h"
 #include "keymap.h"
+#include "metrics.h"
 #include "ofi.h"
 #include "protocol.h"
 #include "session.h"
@@ -83,6 +84,39 @@ struct _pk_node_t {
     s_held_t *held;
     size_t nheld;
     size_t npeers;
+    pk_metrics_t *metrics;
+    pk_metrics_http_t *http;
+};
+
+//  The metric families (architecture.md, Observability).
+static const struct {
+    const char *name;
+    pk_metric_type_t type;
+    const char *help;
+} s_families[] = {
+    { "p2pkv_frames_total", PK_METRIC_COUNTER, "Frames received from peers with a session" },
+    { "p2pkv_frames_dropped_total", PK_METRIC_COUNTER,
+      "Frames dropped: not one JSON object, unknown type, or a stale epoch" },
+    { "p2pkv_lookups_total", PK_METRIC_COUNTER, "Lookup messages" },
+    { "p2pkv_lookup_keys_total", PK_METRIC_COUNTER, "Keys in lookup messages" },
+    { "p2pkv_fetches_total", PK_METRIC_COUNTER, "Fetch messages (rounds)" },
+    { "p2pkv_aborts_total", PK_METRIC_COUNTER, "Abort messages" },
+    { "p2pkv_violations_total", PK_METRIC_COUNTER, "Sessions ended for a protocol violation" },
+    { "p2pkv_writes_total", PK_METRIC_COUNTER, "RMA writes posted" },
+    { "p2pkv_blocks_written_total", PK_METRIC_COUNTER, "Blocks written to consumers" },
+    { "p2pkv_bytes_written_total", PK_METRIC_COUNTER, "Bytes written to consumers" },
+    { "p2pkv_write_errors_total", PK_METRIC_COUNTER, "Completion-queue error entries" },
+    { "p2pkv_transfers_in_flight", PK_METRIC_GAUGE, "Transfers in flight" },
+    { "p2pkv_sessions_opened_total", PK_METRIC_COUNTER, "Sessions opened" },
+    { "p2pkv_sessions_retired_total", PK_METRIC_COUNTER, "Sessions retired" },
+    { "p2pkv_sessions", PK_METRIC_GAUGE, "Live sessions" },
+    { "p2pkv_pool_free_blocks", PK_METRIC_GAUGE, "Pool blocks free" },
+    { "p2pkv_pool_writing_blocks", PK_METRIC_GAUGE, "Pool blocks reserved by the engine" },
+    { "p2pkv_pool_ready_blocks", PK_METRIC_GAUGE, "Pool blocks holding a key" },
+    { "p2pkv_pool_pinned_blocks", PK_METRIC_GAUGE, "Pool blocks pinned by transfers" },
+    { "p2pkv_pool_evicted_blocks", PK_METRIC_GAUGE, "Blocks evicted from the pool since start" },
+    { "p2pkv_lookup_seconds", PK_METRIC_HISTOGRAM, "Lookup receipt to lookup_resp" },
+    { "p2pkv_fetch_seconds", PK_METRIC_HISTOGRAM, "Fetch receipt to transfer_done or abort_ack" },
 };
 
 #define S_MAX_HELD 1024
@@ -175,6 +209,41 @@ s_held_free(s_held_t *h)
     free(h);
 }
 
+//  The actor's counters, as deltas since the last push, labelled with the
+//  consumer's peer_id.
+static void
+s_push_metrics(pk_node_t *node, s_peer_t *peer, pk_session_t *session,
+               pk_session_counters_t *last, pk_ofi_stats_t *flast)
+{
+    pk_session_counters_t c;
+    pk_ofi_stats_t f;
+    pk_session_counters(session, &c);
+    pk_ofi_channel_stats(peer->channel, &f);
+    pk_metrics_t *m = node->metrics;
+    const char *p = peer->consumer;
+#define S_PUSH(name, now, before) \
+    if ((now) != (before)) \
+        pk_metrics_add(m, name, p, (now) - (before))
+    S_PUSH("p2pkv_frames_total", c.frames, last->frames);
+    S_PUSH("p2pkv_frames_dropped_total", c.dropped_bad + c.dropped_unknown + c.dropped_stale,
+           last->dropped_bad + last->dropped_unknown + last->dropped_stale);
+    S_PUSH("p2pkv_lookups_total", c.lookups, last->lookups);
+    S_PUSH("p2pkv_lookup_keys_total", c.keys, last->keys);
+    S_PUSH("p2pkv_fetches_total", c.fetches, last->fetches);
+    S_PUSH("p2pkv_aborts_total", c.aborts, last->aborts);
+    S_PUSH("p2pkv_violations_total", c.violations, last->violations);
+    S_PUSH("p2pkv_writes_total", f.writes_posted, flast->writes_posted);
+    S_PUSH("p2pkv_blocks_written_total", f.blocks_written, flast->blocks_written);
+    S_PUSH("p2pkv_bytes_written_total", f.blocks_written * node->config->block_len,
+           flast->blocks_written * node->config->block_len);
+    S_PUSH("p2pkv_write_errors_total", f.cq_errors, flast->cq_errors);
+#undef S_PUSH
+    if (f.transfers != flast->transfers)
+        pk_metrics_set(m, "p2pkv_transfers_in_flight", p, (double) f.transfers);
+    *last = c;
+    *flast = f;
+}
+
 static void
 s_peer_actor(zsock_t *pipe, void *args)
 {
@@ -187,6 +256,10 @@ s_peer_actor(zsock_t *pipe, void *args)
         (pk_parent_t) { &a, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
                         s_actor_result },
         s_actor_out, &a);
+    if (session)
+        pk_session_set_metrics(session, node->metrics);
+    pk_session_counters_t last = { 0 };
+    pk_ofi_stats_t flast = { 0 };
     zsock_signal(pipe, 0);
     zpoller_t *poller = zpoller_new(pipe, NULL);
     bool reported = false, quitting = false;
@@ -243,6 +316,7 @@ s_peer_actor(zsock_t *pipe, void *args)
             break;
         pk_ofi_channel_progress(peer->channel);
         pk_session_tick(session);
+        s_push_metrics(node, peer, session, &last, &flast);
         //  at shutdown, writes in flight drain (bounded), then `shutdown`
         if (quitting && (!pk_session_has_inflight(session)
                          || zclock_mono() / 1e3 >= quit_deadline))
@@ -261,9 +335,12 @@ s_peer_actor(zsock_t *pipe, void *args)
 //  --------------------------------------------------------------------------
 //  Peers
 
+static s_peer_t *s_peer_by_consumer(pk_node_t *self, const char *consumer);
+
 static void
 s_peer_destroy(pk_node_t *self, s_peer_t *peer)
 {
+    pk_metrics_add(self->metrics, "p2pkv_sessions_retired_total", NULL, 1);
     pk_key_t rk = s_bytes_key(peer->rid, peer->rlen);
     pk_keymap_take(&self->by_rid, &rk, NULL, NULL);
     pk_key_t ck = s_bytes_key(peer->consumer, strlen(peer->consumer));
@@ -276,6 +353,9 @@ s_peer_destroy(pk_node_t *self, s_peer_t *peer)
     }
     pk_ofi_channel_destroy(&peer->channel);
     pk_msg_destroy(&peer->connect);
+    //  bounded state: a retired peer's series go (the totals stay)
+    if (!s_peer_by_consumer(self, peer->consumer))
+        pk_metrics_forget_peer(self->metrics, peer->consumer);
     free(peer->consumer);
     free(peer);
     self->npeers--;
@@ -391,6 +471,7 @@ s_handshake(pk_node_t *self, const uint8_t *rid, size_t rlen, const void *data, 
     }
     zpoller_add(self->poller, peer->actor);
     s_log(self, PK_LOG_INFO, "session %s opened", peer->consumer);
+    pk_metrics_add(self->metrics, "p2pkv_sessions_opened_total", NULL, 1);
     s_deliver_held(self, peer);
 done:
     pk_msg_destroy(&m);
@@ -403,6 +484,7 @@ s_from_peer(pk_node_t *self)
     if (!msg)
         return;
     if (zmsg_size(msg) != 2) {
+        pk_metrics_add(self->metrics, "p2pkv_frames_dropped_total", NULL, 1);
         zmsg_destroy(&msg);
         return;         //  one routing id, one JSON frame: anything else is dropped
     }
@@ -751,13 +833,13 @@ s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
             if (self->by_consumer.slots[i].key.bytes)
                 json_array_append_new(peers, json_string(
                     ((s_peer_t *) (uintptr_t) self->by_consumer.slots[i].a)->consumer));
-        return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:o}", "ok", 1,
+        return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:o, s:o}", "ok", 1,
                          "pool", "free", (json_int_t) st.free, "writing", (json_int_t) st.writing,
                          "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
                          "evictions", (json_int_t) st.evictions, "lookups",
                          (json_int_t) st.lookups, "hits", (json_int_t) st.hits, "misses",
                          (json_int_t) st.misses, "sessions", (json_int_t) self->npeers, "peers",
-                         peers);
+                         peers, "metrics", pk_metrics_json(self->metrics));
     }
     return s_error("unknown cmd \"%.64s\"", cmd);
 }
@@ -824,6 +906,14 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail;
     }
     self->config = config;
+    self->metrics = pk_metrics_new();
+    for (size_t i = 0; self->metrics && i < sizeof s_families / sizeof s_families[0]; i++)
+        pk_metrics_declare(self->metrics, s_families[i].name, s_families[i].type,
+                           s_families[i].help);
+    if (!self->metrics) {
+        snprintf(err, PK_ERRLEN, "out of memory");
+        goto fail_self;
+    }
     self->store = pk_store_new(config->pool_name, config->pool_blocks, config->block_len,
                                &(pk_store_config_t) { config->lease_timeout }, pk_clock_system(),
                                &rc);
@@ -882,6 +972,14 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     self->poller = zpoller_new(self->router, self->local, self->zap, NULL);
     if (!self->poller)
         goto fail_sockets;
+    if (config->metrics_bind) {
+        char merr[256];
+        self->http = pk_metrics_http_new(self->metrics, config->metrics_bind, &rc, merr);
+        if (!self->http) {
+            snprintf(err, PK_ERRLEN, "--metrics-bind: %.200s", merr);
+            goto fail_poller;
+        }
+    }
     char fabric[256];
     pk_ofi_describe(self->ofi, fabric, sizeof fabric);
     snprintf(self->ready, sizeof self->ready,
@@ -894,6 +992,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         *rc_p = 0;
     return self;
 
+fail_poller:
+    zpoller_destroy(&self->poller);
 fail_sockets:
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
@@ -902,6 +1002,7 @@ fail_sockets:
 fail_store:
     pk_store_destroy(&self->store);
 fail_self:
+    pk_metrics_destroy(&self->metrics);
     free(self);
 fail:
     if (rc_p)
@@ -940,6 +1041,20 @@ s_reap(pk_node_t *self)
             s_from_actor(self, dead[i]);
         s_peer_destroy(self, dead[i]);
     }
+}
+
+//  Pool occupancy, refreshed by the main loop twice a second.
+static void
+s_pool_gauges(pk_node_t *self)
+{
+    pk_store_stats_t st;
+    pk_store_stats(self->store, &st);
+    pk_metrics_set(self->metrics, "p2pkv_pool_free_blocks", NULL, (double) st.free);
+    pk_metrics_set(self->metrics, "p2pkv_pool_writing_blocks", NULL, (double) st.writing);
+    pk_metrics_set(self->metrics, "p2pkv_pool_ready_blocks", NULL, (double) st.ready);
+    pk_metrics_set(self->metrics, "p2pkv_pool_pinned_blocks", NULL, (double) st.pinned);
+    pk_metrics_set(self->metrics, "p2pkv_pool_evicted_blocks", NULL, (double) st.evictions);
+    pk_metrics_set(self->metrics, "p2pkv_sessions", NULL, (double) self->npeers);
 }
 
 int
@@ -982,6 +1097,7 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
         if (now >= next_sweep) {
             s_expire_held(self);
             pk_store_expire_leases(self->store);
+            s_pool_gauges(self);
             next_sweep = now + 0.5;
         }
     }
@@ -1016,8 +1132,10 @@ pk_node_destroy(pk_node_t **self_p)
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
+    pk_metrics_http_destroy(&self->http);
     pk_ofi_destroy(&self->ofi);
     pk_store_destroy(&self->store);
+    pk_metrics_destroy(&self->metrics);
     free(self);
     *self_p = NULL;
 }

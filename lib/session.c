@@ -48,7 +48,65 @@ struct _pk_session_t {
     pk_keymap_t job_pins;           //  job id -> blocks it pinned (quota accounting)
     s_out_t *queue;
     size_t nqueue, capqueue;
+    pk_metrics_t *metrics;
+    pk_keymap_t started;            //  (lookup|fetch, kv, round) -> time received
 };
+
+//  The key of a latency timer: kind byte, round, then the request id.
+static pk_key_t
+s_timer_key(uint8_t *buf, size_t cap, char kind, const char *kv, uint64_t round, size_t *len_p)
+{
+    size_t kvlen = strlen(kv);
+    if (kvlen > cap - 9)
+        kvlen = cap - 9;
+    buf[0] = (uint8_t) kind;
+    memcpy(buf + 1, &round, 8);
+    memcpy(buf + 9, kv, kvlen);
+    *len_p = kvlen + 9;
+    return pk_key_make(buf, kvlen + 9);
+}
+
+static void
+s_timer_start(pk_session_t *self, char kind, const char *kv, uint64_t round)
+{
+    if (!self->metrics)
+        return;
+    uint8_t tmp[256];
+    size_t len;
+    pk_key_t key = s_timer_key(tmp, sizeof tmp, kind, kv, round, &len);
+    //  bounded: lookups dropped unanswered leave their timer until the end
+    if (pk_keymap_find(&self->started, &key)
+        || pk_keymap_size(&self->started) >= 2 * self->config.max_requests)
+        return;
+    uint8_t *copy = malloc(len);
+    if (!copy)
+        return;
+    memcpy(copy, tmp, len);
+    key.bytes = copy;
+    double now = self->clock.now(self->clock.self);
+    uint64_t bits;
+    memcpy(&bits, &now, sizeof bits);
+    if (pk_keymap_put(&self->started, &key, bits, (uintptr_t) copy) < 0)
+        free(copy);
+}
+
+static void
+s_timer_stop(pk_session_t *self, char kind, const char *kv, uint64_t round, const char *name)
+{
+    if (!self->metrics)
+        return;
+    uint8_t tmp[256];
+    size_t len;
+    pk_key_t key = s_timer_key(tmp, sizeof tmp, kind, kv, round, &len);
+    uint64_t bits, copy;
+    if (!pk_keymap_take(&self->started, &key, &bits, &copy))
+        return;
+    double t0;
+    memcpy(&t0, &bits, sizeof t0);
+    free((void *) (uintptr_t) copy);
+    double dt = self->clock.now(self->clock.self) - t0;
+    pk_metrics_observe(self->metrics, name, self->consumer_id, dt > 0 ? dt : 0);
+}
 
 static double
 s_now(pk_session_t *self)
@@ -139,6 +197,10 @@ static void
 s_role_send(void *arg, const pk_msg_t *msg)
 {
     pk_session_t *self = arg;
+    if (msg->type == PK_MSG_LOOKUP_RESP)
+        s_timer_stop(self, 'l', msg->kv_request_id, msg->round_seq, "p2pkv_lookup_seconds");
+    else if (msg->type == PK_MSG_TRANSFER_DONE || msg->type == PK_MSG_ABORT_ACK)
+        s_timer_stop(self, 'f', msg->kv_request_id, msg->round_seq, "p2pkv_fetch_seconds");
     pk_msg_t m = *msg;
     pk_msg_set_epochs(&m, self->epoch, self->consumer_epoch);
     char *frame;
@@ -310,6 +372,10 @@ pk_session_destroy(pk_session_t **self_p)
         if (self->job_pins.slots[i].key.bytes)
             free((uint64_t *) (uintptr_t) self->job_pins.slots[i].b);
     pk_keymap_fini(&self->job_pins);
+    for (size_t i = 0; self->started.slots && i <= self->started.mask; i++)
+        if (self->started.slots[i].key.bytes)
+            free((void *) (uintptr_t) self->started.slots[i].b);
+    pk_keymap_fini(&self->started);
     for (size_t i = 0; i < self->nqueue; i++)
         free(self->queue[i].frame);
     free(self->queue);
@@ -483,6 +549,7 @@ pk_session_on_frame(pk_session_t *self, const void *data, size_t len)
             }
             self->counters.lookups++;
             self->counters.keys += m->keys.count;
+            s_timer_start(self, 'l', m->kv_request_id, m->round_seq);
             pk_server_role_on_lookup(self->role, m->kv_request_id, m->keys.v, m->keys.count,
                                      m->round_seq);
             //  resolved right after dispatch: no tick latency
@@ -514,6 +581,8 @@ pk_session_on_frame(pk_session_t *self, const void *data, size_t len)
                 goto done;
             }
             self->counters.fetches++;
+            if (m->keys.count)
+                s_timer_start(self, 'f', m->kv_request_id, m->round_seq);
             rc = pk_server_role_on_fetch(self->role, m->kv_request_id, m->keys.v,
                                          m->block_indexes, m->keys.count, m->round_seq);
             if (rc == -EPROTO) {
@@ -598,6 +667,12 @@ pk_session_same_connect(const pk_session_t *self, const pk_msg_t *connect)
     bool same = canon && strcmp(canon, self->connect_canon) == 0;
     free(canon);
     return same;
+}
+
+void
+pk_session_set_metrics(pk_session_t *self, pk_metrics_t *metrics)
+{
+    self->metrics = metrics;
 }
 
 void

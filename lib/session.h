@@ -12,6 +12,7 @@
 #define PK_SESSION_H_INCLUDED
 
 #include "clock.h"
+#include "metrics.h"
 #include "protocol.h"
 #include "server_role.h"
 #include "transport.h"
@@ -78,6 +79,11 @@ pk_session_status_t pk_session_on_frame(pk_session_t *self, const void *data, si
 /*  The periodic work: role timeouts and completions, drains, parked
     lookups, silence.  */
 pk_session_status_t pk_session_tick(pk_session_t *self);
+
+/*  Lookup and fetch latencies (receipt to lookup_resp, fetch to
+    transfer_done) go to these histograms of metrics, labelled with the
+    consumer's peer_id ("p2pkv_lookup_seconds", "p2pkv_fetch_seconds").  */
+void pk_session_set_metrics(pk_session_t *self, pk_metrics_t *metrics);
 
 /*  The local engine's prefill store and finish for this consumer.  */
 int pk_session_store(pk_session_t *self, const char *kv, const pk_key_t *keys,

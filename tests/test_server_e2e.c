@@ -16,6 +16,9 @@
 #include <signal.h>
 #include <sodium.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -420,6 +423,69 @@ START_TEST(test_allow_list)
 }
 END_TEST
 
+//  GET url from 127.0.0.1:port; returns the body (malloc'd) or NULL.
+static char *
+s_http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *) &sa, sizeof sa) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    ck_assert_int_eq(write(fd, req, (size_t) n), n);
+    size_t cap = 1 << 20, got = 0;
+    char *buf = malloc(cap);
+    ssize_t r;
+    while ((r = read(fd, buf + got, cap - 1 - got)) > 0)
+        got += (size_t) r;
+    buf[got] = '\0';
+    close(fd);
+    return buf;
+}
+
+START_TEST(test_metrics_endpoint)
+{
+    s_server_t s;
+    char bind[64];
+    int port = 20000 + getpid() % 20000;
+    snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
+    s_server_start_with(&s, "--metrics-bind", bind);
+    pk_key_t keys[4];
+    s_put_blocks(&s, 4, keys);
+    tc_t *tc = s_consumer(&s, "c-metrics", BLOCK, "fp", "7", NULL);
+    s_symmetric(tc, "r1", 1, keys, 4);
+    //  counters reach the registry at the actor's next tick
+    char *text = NULL;
+    double deadline = pk_clock_monotonic() + 5;
+    while (pk_clock_monotonic() < deadline) {
+        free(text);
+        text = s_http_get(port, "/metrics");
+        if (text && strstr(text, "p2pkv_blocks_written_total{peer=\"c-metrics\"} 4"))
+            break;
+        zclock_sleep(20);
+    }
+    ck_assert_ptr_nonnull(text);
+    ck_assert_msg(strstr(text, "HTTP/1.0 200") || strstr(text, "HTTP/1.1 200"), "%.200s", text);
+    ck_assert_msg(strstr(text, "p2pkv_blocks_written_total{peer=\"c-metrics\"} 4"), "%s", text);
+    ck_assert(strstr(text, "# TYPE p2pkv_lookup_seconds histogram"));
+    ck_assert(strstr(text, "p2pkv_lookup_seconds_count{peer=\"c-metrics\"} 1"));
+    ck_assert(strstr(text, "p2pkv_fetch_seconds_count{peer=\"c-metrics\"} 1"));
+    ck_assert(strstr(text, "p2pkv_sessions_opened_total 1"));
+    free(text);
+    //  the same counters through the engine API's stats
+    json_t *st = s_engine(&s, "{s:s}", "cmd", "stats");
+    json_t *m = json_object_get(json_object_get(st, "metrics"), "p2pkv_lookup_keys_total");
+    ck_assert_int_eq(json_integer_value(json_object_get(m, "total")), 4);
+    json_decref(st);
+    tc_destroy(&tc);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_sigterm_during_transfers_leaves_no_pool)
 {
     s_server_t s;
@@ -465,6 +531,7 @@ main(void)
     tcase_add_test(tc, test_silent_consumer_retired_pins_released);
     tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
     tcase_add_test(tc, test_allow_list);
+    tcase_add_test(tc, test_metrics_endpoint);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
     suite_add_tcase(s, tc);
     return pk_test_run("server_e2e", s);
