@@ -295,6 +295,25 @@ START_TEST(test_bad_peer_does_not_disturb_another)
     ck_assert_str_eq(d->reason, "lookup.kv_request_id: expected string, got 7");
     pk_msg_destroy(&d);
     s_symmetric(good, "r2", 2, keys, 8);
+    //  an oversize list from a third peer: a violation, and the good one goes on
+    tc_t *big = s_consumer(&s, "c-big", BLOCK, "fp", "7", NULL);
+    size_t n = PK_MAX_LIST + 1, cap = 256 + n * 8, at = 0;
+    char *frame = malloc(cap);
+    at += (size_t) snprintf(frame, cap, "{\"type\":\"lookup\",\"kv_request_id\":\"r\","
+                            "\"round_seq\":1,\"source_epoch\":\"%s\",\"target_epoch\":\"%s\","
+                            "\"keys\":[", "0123456789abcdef0123456789abcdef",
+                            "0123456789abcdef0123456789abcdef");
+    for (size_t i = 0; i < n; i++)
+        at += (size_t) snprintf(frame + at, cap - at, "%s\"%04zx\"", i ? "," : "", i % 65536);
+    snprintf(frame + at, cap - at, "]}");
+    tc_send_raw(big, frame, strlen(frame));
+    free(frame);
+    d = s_expect(big, PK_MSG_DISCONNECT, 10);
+    ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
+    ck_assert_str_eq(d->reason, "lookup.keys: expected at most 65536 items, got 65537");
+    pk_msg_destroy(&d);
+    s_symmetric(good, "r3", 3, keys, 8);
+    tc_destroy(&big);
     tc_destroy(&bad);
     tc_destroy(&good);
     ck_assert_int_eq(s_server_stop(&s), 0);
