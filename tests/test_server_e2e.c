@@ -505,6 +505,58 @@ START_TEST(test_metrics_endpoint)
 }
 END_TEST
 
+//  p2pkv put and stats against the daemon's engine socket.
+START_TEST(test_cli_put_and_stats)
+{
+    s_server_t s;
+    s_server_start(&s);
+    char dir[] = "/tmp/p2pkv-e2e-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char block[BLOCK], path[128], cmd[512];
+    for (int i = 0; i < BLOCK; i++)
+        block[i] = (char) (i * 13);
+    snprintf(path, sizeof path, "%s/block", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_uint_eq(fwrite(block, 1, BLOCK, f), BLOCK);
+    fclose(f);
+    uint8_t hash[32];
+    crypto_hash_sha256(hash, (const uint8_t *) block, BLOCK);
+    char hex[65], want[256];
+    pk_hex_encode(hash, 32, hex);
+    snprintf(want, sizeof want, "%s %s\n", hex, path);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv put --local %s %s", s.local, path);
+    FILE *p = popen(cmd, "r");
+    char line[256] = "";
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
+    ck_assert_int_eq(pclose(p), 0);
+    ck_assert_str_eq(line, want);
+    //  a file that is not one block long: a clear error, exit 2
+    snprintf(path, sizeof path, "%s/short", dir);
+    f = fopen(path, "wb");
+    fputs("short", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv put --local %s %s 2>&1", s.local, path);
+    p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
+    ck_assert_int_eq(WEXITSTATUS(pclose(p)), 2);
+    ck_assert_msg(strstr(line, "5 bytes, blocks are 4096 bytes"), "%s", line);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv stats --json --local %s", s.local);
+    p = popen(cmd, "r");
+    char stats[65536];
+    size_t got = fread(stats, 1, sizeof stats - 1, p);
+    stats[got] = '\0';
+    ck_assert_int_eq(pclose(p), 0);
+    json_t *j = json_loads(stats, 0, NULL);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "pool"), "ready")), 1);
+    json_decref(j);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/block", dir);
+    unlink(path);
+    rmdir(dir);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_sigterm_during_transfers_leaves_no_pool)
 {
     s_server_t s;
@@ -551,6 +603,7 @@ main(void)
     tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
     tcase_add_test(tc, test_allow_list);
     tcase_add_test(tc, test_metrics_endpoint);
+    tcase_add_test(tc, test_cli_put_and_stats);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
     suite_add_tcase(s, tc);
     return pk_test_run("server_e2e", s);
