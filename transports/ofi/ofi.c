@@ -132,7 +132,9 @@ s_getinfo(const pk_ofi_config_t *config, const char *provider, struct fi_info **
     hints->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE;
     hints->mode = FI_CONTEXT;
     hints->domain_attr->mr_mode = S_MR_MODES;
-    hints->domain_attr->threading = FI_THREAD_DOMAIN;
+    //  One actor per peer drives its own endpoint while others create and
+    //  close theirs in the same domain: the provider must serialise.
+    hints->domain_attr->threading = FI_THREAD_SAFE;
     hints->fabric_attr->prov_name = strdup(provider);
     int rc = fi_getinfo(FI_VERSION(1, 17), config->node, NULL, config->node ? FI_SOURCE : 0,
                         hints, info_p);

@@ -14,8 +14,9 @@
     the low 20 bits of the round in the high 20 bits, the block count in
     the low 12.  The target counts landed blocks per round tag.
 
-    Not thread-safe: one actor owns a channel; a pk_ofi_t is shared only
-    for channel creation, which callers serialise.
+    Threads: one thread at a time uses a channel (its actor); channels of
+    one pk_ofi_t may be created, used and closed from different threads at
+    once (the domain is opened FI_THREAD_SAFE).
 */
 #ifndef PK_OFI_H_INCLUDED
 #define PK_OFI_H_INCLUDED
