@@ -86,6 +86,11 @@ struct _pk_node_t {
     size_t npeers;
     pk_metrics_t *metrics;
     pk_metrics_http_t *http;
+    zactor_t *handshake;
+    bool quitting;
+    pk_keymap_t pending;            //  routing ids with a frame at the handshake actor
+    uint64_t handshakes_sent;
+    atomic_uint_fast64_t handshakes_done;
 };
 
 //  The metric families (architecture.md, Observability).
@@ -400,50 +405,66 @@ s_reply_disconnect(pk_node_t *self, const void *rid, size_t rlen, pk_disconnect_
 
 static void s_deliver_held(pk_node_t *self, s_peer_t *peer);
 
-//  describe and connect from a routing id without a session.
+//  --------------------------------------------------------------------------
+//  The handshake actor: describe and connect from routing ids without a
+//  session.  It decodes, checks compatibility and opens the peer's channel
+//  (an endpoint and an address-vector insert); the main thread only
+//  registers what it hands back.  Main -> actor: "H" rid frame; actor ->
+//  main, exactly one per "H": "R" rid frame (a reply, or empty for none)
+//  or "P" rid peer (a peer ready to start).
+
 static void
-s_handshake(pk_node_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t len)
+s_handshake_reply(zsock_t *pipe, const uint8_t *rid, size_t rlen, const char *frame, size_t len)
+{
+    zsock_send(pipe, "sbb", "R", rid, rlen, frame, len);
+}
+
+static void
+s_handshake_disconnect(pk_node_t *self, zsock_t *pipe, const uint8_t *rid, size_t rlen,
+                       pk_disconnect_code_t code, const char *reason)
+{
+    char *frame = NULL;
+    size_t len = 0;
+    pk_session_disconnect_frame(&self->id, code, reason, NULL, NULL, &frame, &len);
+    s_handshake_reply(pipe, rid, rlen, frame ? frame : "", frame ? len : 0);
+    free(frame);
+}
+
+static void
+s_handshake_one(pk_node_t *self, zsock_t *pipe, const uint8_t *rid, size_t rlen,
+                const void *data, size_t len)
 {
     char err[PK_ERRLEN];
     pk_msg_t *m = NULL;
     if (pk_msg_decode(data, len, &m, err) != 0) {
         s_log(self, PK_LOG_DEBUG, "frame from an unknown peer dropped: %s", err);
+        s_handshake_reply(pipe, rid, rlen, "", 0);
         return;
     }
     if (m->type == PK_MSG_DESCRIBE) {
-        char *frame;
-        size_t flen;
-        if (pk_session_description(&self->id, &frame, &flen) == 0) {
-            s_reply(self, rid, rlen, frame, flen);
-            free(frame);
-        }
+        char *frame = NULL;
+        size_t flen = 0;
+        pk_session_description(&self->id, &frame, &flen);
+        s_handshake_reply(pipe, rid, rlen, frame ? frame : "", frame ? flen : 0);
+        free(frame);
         goto done;
     }
     if (m->type != PK_MSG_CONNECT) {
-        s_reply_disconnect(self, rid, rlen, PK_DISC_NO_SESSION, "no session: send connect");
+        s_handshake_disconnect(self, pipe, rid, rlen, PK_DISC_NO_SESSION,
+                               "no session: send connect");
         goto done;
     }
     char reason[PK_ERRLEN];
     if (pk_session_check_connect(&self->id, m, reason, sizeof reason) != 0) {
         s_log(self, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, reason);
-        s_reply_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
-        goto done;
-    }
-    //  A consumer that restarted: its old session is retired first.
-    s_peer_t *old = s_peer_by_consumer(self, m->peer_id);
-    if (old) {
-        s_log(self, PK_LOG_INFO, "consumer %s restarted: retiring its old session", m->peer_id);
-        s_peer_destroy(self, old);
-    }
-    if (self->npeers >= self->config->max_sessions) {
-        s_reply_disconnect(self, rid, rlen, PK_DISC_NO_SESSION, "too many sessions");
+        s_handshake_disconnect(self, pipe, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
         goto done;
     }
     int rc;
     pk_ofi_channel_t *ch = pk_ofi_channel_new(self->ofi, false, &rc, err);
     if (!ch || pk_ofi_channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
         s_log(self, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, err);
-        s_reply_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, err);
+        s_handshake_disconnect(self, pipe, rid, rlen, PK_DISC_INCOMPATIBLE, err);
         pk_ofi_channel_destroy(&ch);
         goto done;
     }
@@ -451,6 +472,7 @@ s_handshake(pk_node_t *self, const uint8_t *rid, size_t rlen, const void *data, 
     if (!peer || rlen > sizeof peer->rid || !(peer->consumer = strdup(m->peer_id))) {
         free(peer);
         pk_ofi_channel_destroy(&ch);
+        s_handshake_reply(pipe, rid, rlen, "", 0);
         goto done;
     }
     peer->node = self;
@@ -459,22 +481,107 @@ s_handshake(pk_node_t *self, const uint8_t *rid, size_t rlen, const void *data, 
     peer->channel = ch;
     peer->connect = m;
     m = NULL;
+    zsock_send(pipe, "sbp", "P", rid, rlen, peer);
+done:
+    pk_msg_destroy(&m);
+}
+
+static void
+s_handshake_actor(zsock_t *pipe, void *args)
+{
+    pk_node_t *self = args;
+    zsock_signal(pipe, 0);
+    while (true) {
+        zmsg_t *msg = zmsg_recv(pipe);
+        if (!msg)
+            break;
+        char *cmd = zmsg_popstr(msg);
+        bool term = !cmd || streq(cmd, "$TERM");
+        if (cmd && streq(cmd, "H")) {
+            zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
+            atomic_fetch_add(&self->handshakes_done, 1);
+            if (rid && frame)
+                s_handshake_one(self, pipe, zframe_data(rid), zframe_size(rid),
+                                zframe_data(frame), zframe_size(frame));
+            zframe_destroy(&rid);
+            zframe_destroy(&frame);
+        }
+        else if (cmd && streq(cmd, "STOP"))
+            zstr_send(pipe, "STOPPED");         //  nothing follows it
+        zstr_free(&cmd);
+        zmsg_destroy(&msg);
+        if (term)
+            break;
+    }
+}
+
+//  A peer the handshake actor opened: retire a restarted consumer's old
+//  session first, then start the new one's actor.
+static void
+s_peer_register(pk_node_t *self, s_peer_t *peer)
+{
+    if (self->quitting) {
+        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_SHUTDOWN, "server shutting down");
+        pk_ofi_channel_destroy(&peer->channel);
+        pk_msg_destroy(&peer->connect);
+        free(peer->consumer);
+        free(peer);
+        return;
+    }
+    s_peer_t *old = s_peer_by_consumer(self, peer->consumer);
+    if (old) {
+        s_log(self, PK_LOG_INFO, "consumer %s restarted: retiring its old session",
+              peer->consumer);
+        s_peer_destroy(self, old);
+    }
     pk_key_t rk = s_bytes_key(peer->rid, peer->rlen);
     pk_key_t ck = s_bytes_key(peer->consumer, strlen(peer->consumer));
     pk_keymap_put(&self->by_rid, &rk, (uintptr_t) peer, 0);
     pk_keymap_put(&self->by_consumer, &ck, (uintptr_t) peer, 0);
     self->npeers++;
+    if (self->npeers > self->config->max_sessions) {
+        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION, "too many sessions");
+        s_peer_destroy(self, peer);
+        return;
+    }
     peer->actor = zactor_new(s_peer_actor, peer);
     if (!peer->actor) {
         s_peer_destroy(self, peer);
-        goto done;
+        return;
     }
     zpoller_add(self->poller, peer->actor);
     s_log(self, PK_LOG_INFO, "session %s opened", peer->consumer);
     pk_metrics_add(self->metrics, "p2pkv_sessions_opened_total", NULL, 1);
     s_deliver_held(self, peer);
-done:
-    pk_msg_destroy(&m);
+}
+
+//  What the handshake actor handed back.
+static void
+s_from_handshake(pk_node_t *self)
+{
+    zmsg_t *msg = zmsg_recv(self->handshake);
+    if (!msg)
+        return;
+    char *cmd = zmsg_popstr(msg);
+    zframe_t *rid = zmsg_pop(msg), *what = zmsg_pop(msg);
+    if (rid) {
+        pk_key_t k = s_bytes_key(zframe_data(rid), zframe_size(rid));
+        uint64_t copy;
+        if (pk_keymap_take(&self->pending, &k, NULL, &copy))
+            free((void *) (uintptr_t) copy);
+    }
+    if (cmd && rid && what && streq(cmd, "R") && zframe_size(what))
+        s_reply(self, zframe_data(rid), zframe_size(rid), (const char *) zframe_data(what),
+                zframe_size(what));
+    else if (cmd && what && streq(cmd, "P") && zframe_size(what) == sizeof(void *)) {
+        s_peer_t *peer;
+        memcpy(&peer, zframe_data(what), sizeof peer);
+        s_peer_register(self, peer);
+    }
+    zstr_free(&cmd);
+    zframe_destroy(&rid);
+    zframe_destroy(&what);
+    zmsg_destroy(&msg);
 }
 
 static void
@@ -490,9 +597,26 @@ s_from_peer(pk_node_t *self)
     }
     zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
     s_peer_t *peer = s_peer_by_rid(self, zframe_data(rid), zframe_size(rid));
-    if (!peer)
-        s_handshake(self, zframe_data(rid), zframe_size(rid), zframe_data(frame),
-                    zframe_size(frame));
+    if (!peer) {
+        //  One frame per unknown routing id at a time (a consumer repeats
+        //  its connect until answered), and a bounded backlog overall.
+        pk_key_t k = s_bytes_key(zframe_data(rid), zframe_size(rid));
+        uint64_t backlog = self->handshakes_sent - atomic_load(&self->handshakes_done);
+        uint8_t *copy = NULL;
+        if (pk_keymap_find(&self->pending, &k) || backlog >= self->config->max_queued_frames
+            || !(copy = malloc(zframe_size(rid) + 1)))
+            pk_metrics_add(self->metrics, "p2pkv_frames_dropped_total", NULL, 1);
+        else {
+            memcpy(copy, zframe_data(rid), zframe_size(rid));
+            k.bytes = copy;
+            if (pk_keymap_put(&self->pending, &k, 0, (uintptr_t) copy) < 0)
+                free(copy);
+            else {
+                self->handshakes_sent++;
+                zsock_send(self->handshake, "sff", "H", rid, frame);
+            }
+        }
+    }
     else if (!peer->retired && !peer->flooding) {
         uint64_t backlog = peer->sent - atomic_load(&peer->consumed);
         if (backlog >= self->config->max_queued_frames) {
@@ -969,7 +1093,10 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     }
     const char *last = zsock_endpoint(self->router);
     snprintf(self->endpoint, sizeof self->endpoint, "%s", last ? last : config->bind);
-    self->poller = zpoller_new(self->router, self->local, self->zap, NULL);
+    self->handshake = zactor_new(s_handshake_actor, self);
+    self->poller = self->handshake
+                   ? zpoller_new(self->router, self->local, self->handshake, self->zap, NULL)
+                   : NULL;
     if (!self->poller)
         goto fail_sockets;
     if (config->metrics_bind) {
@@ -995,6 +1122,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 fail_poller:
     zpoller_destroy(&self->poller);
 fail_sockets:
+    zactor_destroy(&self->handshake);
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
@@ -1064,6 +1192,7 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
     double quit_deadline = 0;
     while (true) {
         if (*stop && quit_deadline == 0) {
+            self->quitting = true;
             quit_deadline = zclock_mono() / 1e3 + self->config->shutdown_timeout + 1;
             for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++)
                 if (self->by_rid.slots[i].key.bytes)
@@ -1079,6 +1208,8 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
             s_from_engine(self);
         else if (which && which == self->zap)
             s_zap(self);
+        else if (which && which == self->handshake)
+            s_from_handshake(self);
         else if (which) {
             for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
                 if (!self->by_rid.slots[i].key.bytes)
@@ -1128,6 +1259,35 @@ pk_node_destroy(pk_node_t **self_p)
     pk_keymap_fini(&self->engine_jobs);
     pk_keymap_fini(&self->by_rid);
     pk_keymap_fini(&self->by_consumer);
+    //  The handshake actor first, drained: a peer it handed back that was
+    //  never registered is freed here, not leaked.
+    if (self->handshake && zstr_send(self->handshake, "STOP") == 0) {
+        zmsg_t *msg;
+        while ((msg = zmsg_recv(self->handshake))) {
+            char *cmd = zmsg_popstr(msg);
+            bool stopped = !cmd || streq(cmd, "STOPPED");
+            zframe_t *rid = zmsg_pop(msg), *what = zmsg_pop(msg);
+            if (cmd && streq(cmd, "P") && what && zframe_size(what) == sizeof(void *)) {
+                s_peer_t *peer;
+                memcpy(&peer, zframe_data(what), sizeof peer);
+                pk_ofi_channel_destroy(&peer->channel);
+                pk_msg_destroy(&peer->connect);
+                free(peer->consumer);
+                free(peer);
+            }
+            zstr_free(&cmd);
+            zframe_destroy(&rid);
+            zframe_destroy(&what);
+            zmsg_destroy(&msg);
+            if (stopped)
+                break;
+        }
+    }
+    zactor_destroy(&self->handshake);
+    for (size_t i = 0; self->pending.slots && i <= self->pending.mask; i++)
+        if (self->pending.slots[i].key.bytes)
+            free((void *) (uintptr_t) self->pending.slots[i].b);
+    pk_keymap_fini(&self->pending);
     zpoller_destroy(&self->poller);
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
