@@ -1,0 +1,569 @@
+/*  client_role.c: the consumer's side of a session (see client_role.h).
+
+    Rounds are unique within the session, so every table here is keyed by
+    round alone: open lookups, loads, and the short memory of ended rounds
+    that tells a late abort_ack or transfer_done (either may follow the
+    other, protocol.md section 3) from a second transfer_done (a
+    violation).
+*/
+#include "client_role.h"
+#include "keymap.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { L_SENT, L_ABORTING, L_LANDING } s_load_state_t;
+
+typedef struct s_load {
+    uint64_t id, round;
+    char *kv;
+    size_t n;
+    s_load_state_t state;
+    double deadline;                //  SENT: load timeout; ABORTING, LANDING: abort-ack timeout
+    uint64_t want_landed;           //  LANDING: blocks that may still arrive
+    pk_load_status_t status;        //  LANDING: what the load ends as
+    bool aborted, done_seen, ack_seen;
+    struct s_load *prev, *next;
+} s_load_t;
+
+typedef struct s_ended {
+    uint64_t round;
+    bool done_seen, ack_seen;
+    double expires;
+    struct s_ended *next;
+} s_ended_t;
+
+typedef struct s_lookup {
+    uint64_t round;
+    char *kv;
+    pk_key_t *keys;                 //  bytes follow the array
+    size_t n;
+} s_lookup_t;
+
+typedef struct {
+    char *kv;
+    pk_key_t *probe;                //  keys queued, each owning its bytes in probe_bytes
+    uint8_t *probe_bytes;
+    size_t nprobe, probe_bytes_len;
+    pk_keymap_t sent;               //  keys already asked about (views into sent_bufs)
+    uint8_t **sent_bufs;
+    size_t nsent_bufs;
+    uint64_t answered_round;        //  the latest answered lookup not yet fetched, or 0
+    uint64_t open_round;            //  the latest lookup sent, for the terminal fetch
+    bool looked_up;
+} s_request_t;
+
+struct _pk_client_role_t {
+    pk_client_role_config_t config;
+    pk_clock_t clock;
+    pk_sender_t sender;
+    pk_client_transport_t transport;
+    pk_client_events_t events;
+    uint64_t next_round, next_load;
+    bool cut;
+    pk_keymap_t requests;           //  kv -> request
+    pk_keymap_t lookups;            //  round -> open lookup
+    pk_keymap_t loads;              //  round -> load
+    s_load_t *loads_head, *loads_tail;
+    pk_keymap_t ended;              //  round -> ended record
+    s_ended_t *ended_head, *ended_tail;
+};
+
+static double
+s_now(pk_client_role_t *self)
+{
+    return self->clock.now(self->clock.self);
+}
+
+static pk_key_t
+s_round_key(const uint64_t *round)
+{
+    return (pk_key_t) { (const uint8_t *) round, sizeof *round, pk_hash_id(*round, 3) };
+}
+
+pk_client_role_t *
+pk_client_role_new(const pk_client_role_config_t *config, pk_clock_t clock, pk_sender_t sender,
+                   pk_client_transport_t transport, pk_client_events_t events)
+{
+    pk_client_role_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    pk_client_role_config_t dflt = PK_CLIENT_ROLE_CONFIG_DEFAULT;
+    self->config = config ? *config : dflt;
+    self->clock = clock;
+    self->sender = sender;
+    self->transport = transport;
+    self->events = events;
+    self->next_round = 1;
+    self->next_load = 1;
+    return self;
+}
+
+static void
+s_request_free(s_request_t *r)
+{
+    free(r->kv);
+    free(r->probe);
+    free(r->probe_bytes);
+    pk_keymap_fini(&r->sent);
+    for (size_t i = 0; i < r->nsent_bufs; i++)
+        free(r->sent_bufs[i]);
+    free(r->sent_bufs);
+    free(r);
+}
+
+static void
+s_lookup_free(s_lookup_t *l)
+{
+    free(l->kv);
+    free(l->keys);
+    free(l);
+}
+
+void
+pk_client_role_destroy(pk_client_role_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    pk_client_role_t *self = *self_p;
+    for (size_t i = 0; self->requests.slots && i <= self->requests.mask; i++)
+        if (self->requests.slots[i].key.bytes)
+            s_request_free((s_request_t *) (uintptr_t) self->requests.slots[i].a);
+    for (size_t i = 0; self->lookups.slots && i <= self->lookups.mask; i++)
+        if (self->lookups.slots[i].key.bytes)
+            s_lookup_free((s_lookup_t *) (uintptr_t) self->lookups.slots[i].a);
+    while (self->loads_head) {
+        s_load_t *l = self->loads_head;
+        self->loads_head = l->next;
+        free(l->kv);
+        free(l);
+    }
+    while (self->ended_head) {
+        s_ended_t *e = self->ended_head;
+        self->ended_head = e->next;
+        free(e);
+    }
+    pk_keymap_fini(&self->requests);
+    pk_keymap_fini(&self->lookups);
+    pk_keymap_fini(&self->loads);
+    pk_keymap_fini(&self->ended);
+    free(self);
+    *self_p = NULL;
+}
+
+static s_request_t *
+s_request(pk_client_role_t *self, const char *kv, bool create)
+{
+    pk_key_t k = pk_key_make((const uint8_t *) kv, strlen(kv));
+    pk_keymap_entry_t *e = pk_keymap_find(&self->requests, &k);
+    if (e || !create)
+        return e ? (s_request_t *) (uintptr_t) e->a : NULL;
+    s_request_t *r = calloc(1, sizeof *r);
+    if (!r || !(r->kv = strdup(kv))) {
+        free(r);
+        return NULL;
+    }
+    k.bytes = (const uint8_t *) r->kv;
+    if (pk_keymap_put(&self->requests, &k, (uintptr_t) r, 0) < 0) {
+        s_request_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+//  --------------------------------------------------------------------------
+//  Lookups
+
+int
+pk_client_role_probe(pk_client_role_t *self, const char *kv, const pk_key_t *keys, size_t n)
+{
+    s_request_t *r = s_request(self, kv, true);
+    if (!r)
+        return -ENOMEM;
+    //  keys already asked about, or already queued, are not asked again
+    for (size_t i = 0; i < n; i++) {
+        if (pk_keymap_find(&r->sent, &keys[i]))
+            continue;
+        //  queued keys hold their offset into probe_bytes (which moves as
+        //  it grows), not a pointer
+        bool queued = false;
+        for (size_t j = 0; j < r->nprobe && !queued; j++) {
+            pk_key_t q = r->probe[j];
+            q.bytes = r->probe_bytes + (uintptr_t) r->probe[j].bytes;
+            queued = pk_key_eq(&q, &keys[i]);
+        }
+        if (queued)
+            continue;
+        pk_key_t *probe = realloc(r->probe, (r->nprobe + 1) * sizeof *probe);
+        uint8_t *bytes = probe ? realloc(r->probe_bytes, r->probe_bytes_len + keys[i].len) : NULL;
+        if (probe)
+            r->probe = probe;
+        if (!bytes)
+            return -ENOMEM;
+        r->probe_bytes = bytes;
+        memcpy(bytes + r->probe_bytes_len, keys[i].bytes, keys[i].len);
+        r->probe[r->nprobe] = keys[i];
+        r->probe[r->nprobe].bytes = (const uint8_t *) (uintptr_t) r->probe_bytes_len;
+        r->probe_bytes_len += keys[i].len;
+        r->nprobe++;
+    }
+    return 0;
+}
+
+void
+pk_client_role_flush(pk_client_role_t *self)
+{
+    for (size_t i = 0; self->requests.slots && i <= self->requests.mask; i++) {
+        if (!self->requests.slots[i].key.bytes)
+            continue;
+        s_request_t *r = (s_request_t *) (uintptr_t) self->requests.slots[i].a;
+        if (!r->nprobe)
+            continue;
+        s_lookup_t *l = calloc(1, sizeof *l);
+        size_t n = r->nprobe;
+        if (!l || !(l->kv = strdup(r->kv))
+            || !(l->keys = malloc(n * sizeof *l->keys + r->probe_bytes_len + 1))) {
+            if (l)
+                free(l->kv);
+            free(l);
+            continue;       //  try again at the next flush
+        }
+        uint8_t *bytes = (uint8_t *) (l->keys + n);
+        memcpy(bytes, r->probe_bytes, r->probe_bytes_len);
+        for (size_t j = 0; j < n; j++) {
+            l->keys[j] = r->probe[j];
+            l->keys[j].bytes = bytes + (uintptr_t) r->probe[j].bytes;
+        }
+        l->n = n;
+        l->round = self->next_round++;
+        pk_key_t rk = s_round_key(&l->round);
+        if (pk_keymap_put(&self->lookups, &rk, (uintptr_t) l, 0) < 0) {
+            s_lookup_free(l);
+            continue;
+        }
+        //  remember what was asked: its bytes move to the request
+        uint8_t **bufs = realloc(r->sent_bufs, (r->nsent_bufs + 1) * sizeof *bufs);
+        if (bufs) {
+            r->sent_bufs = bufs;
+            r->sent_bufs[r->nsent_bufs++] = r->probe_bytes;
+            for (size_t j = 0; j < n; j++) {
+                pk_key_t k = r->probe[j];
+                k.bytes = r->probe_bytes + (uintptr_t) r->probe[j].bytes;
+                pk_keymap_put(&r->sent, &k, 0, 0);
+            }
+        }
+        else
+            free(r->probe_bytes);
+        r->probe_bytes = NULL;
+        r->probe_bytes_len = 0;
+        r->nprobe = 0;
+        r->looked_up = true;
+        r->open_round = l->round;
+        pk_msg_t m = { .type = PK_MSG_LOOKUP, .kv_request_id = r->kv,
+                       .keys = { n, l->keys, NULL }, .round_seq = l->round,
+                       .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
+                                  | PK_BIT(PK_F_ROUND_SEQ) };
+        self->sender.send(self->sender.self, &m);
+    }
+}
+
+static void
+s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
+{
+    uint64_t round = m->round_seq;
+    pk_key_t rk = s_round_key(&round);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->lookups, &rk);
+    s_lookup_t *l = e ? (s_lookup_t *) (uintptr_t) e->a : NULL;
+    //  stale: a round we never asked, asked for another request, or
+    //  already answered
+    if (!l || strcmp(l->kv, m->kv_request_id) != 0 || m->keys.count != l->n)
+        return;
+    pk_keymap_take(&self->lookups, &rk, NULL, NULL);
+    s_request_t *r = s_request(self, l->kv, false);
+    if (r)
+        r->answered_round = round;
+    self->events.lookup_done(self->events.self, l->kv, round, m->keys.v, m->hits, m->keys.count);
+    s_lookup_free(l);
+}
+
+//  --------------------------------------------------------------------------
+//  Loads
+
+static void
+s_remember_ended(pk_client_role_t *self, s_load_t *l)
+{
+    s_ended_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return;
+    e->round = l->round;
+    e->done_seen = l->done_seen;
+    e->ack_seen = l->ack_seen;
+    e->expires = s_now(self) + self->config.load_timeout + self->config.abort_ack_timeout;
+    pk_key_t k = s_round_key(&e->round);
+    if (pk_keymap_put(&self->ended, &k, (uintptr_t) e, 0) < 0) {
+        free(e);
+        return;
+    }
+    if (self->ended_tail)
+        self->ended_tail->next = e;
+    else
+        self->ended_head = e;
+    self->ended_tail = e;
+}
+
+static void
+s_load_end(pk_client_role_t *self, s_load_t *l, pk_load_status_t status, const char *reason)
+{
+    pk_key_t k = s_round_key(&l->round);
+    pk_keymap_take(&self->loads, &k, NULL, NULL);
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        self->loads_head = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    else
+        self->loads_tail = l->prev;
+    s_remember_ended(self, l);
+    uint64_t id = l->id;
+    free(l->kv);
+    free(l);
+    self->events.load_done(self->events.self, id, status, reason);
+}
+
+static void
+s_cut_off(pk_client_role_t *self)
+{
+    if (!self->cut) {
+        self->cut = true;
+        self->transport.cut_off(self->transport.self);
+    }
+}
+
+//  A load waiting for its landing blocks ends once they are counted, or at
+//  once when nothing from this server can land any more.
+static bool
+s_check_landing(pk_client_role_t *self, s_load_t *l)
+{
+    if (l->state != L_LANDING)
+        return false;
+    uint64_t landed = self->transport.landed(self->transport.self, l->round);
+    if (landed >= l->want_landed)
+        s_load_end(self, l, l->status, l->status == PK_LOAD_LANDED ? "landed"
+                                       : l->status == PK_LOAD_ABORTED ? "aborted"
+                                       : "the server could not serve the round");
+    else if (self->cut)
+        s_load_end(self, l, l->status == PK_LOAD_LANDED ? PK_LOAD_FAILED : l->status,
+                   "cut off before every block landed");
+    else
+        return false;
+    return true;
+}
+
+int
+pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
+                     const uint32_t *dest, size_t n, uint64_t round, double deadline,
+                     uint64_t *load_id_p)
+{
+    if (self->cut || n == 0)
+        return self->cut ? -ENOTCONN : -EINVAL;
+    s_request_t *r = s_request(self, kv, round == 0);
+    if (round) {
+        //  the hits of an answered lookup go under that lookup's round
+        if (!r || r->answered_round != round)
+            return -EINVAL;
+        r->answered_round = 0;
+        if (r->open_round == round)
+            r->open_round = 0;
+    }
+    else {
+        if (!r)
+            return -ENOMEM;
+        round = self->next_round++;
+    }
+    s_load_t *l = calloc(1, sizeof *l);
+    if (!l || !(l->kv = strdup(kv))) {
+        free(l);
+        return -ENOMEM;
+    }
+    l->id = self->next_load++;
+    l->round = round;
+    l->n = n;
+    l->state = L_SENT;
+    l->deadline = s_now(self) + (deadline > 0 ? deadline : self->config.load_timeout);
+    pk_key_t k = s_round_key(&l->round);
+    if (pk_keymap_put(&self->loads, &k, (uintptr_t) l, 0) < 0) {
+        free(l->kv);
+        free(l);
+        return -ENOMEM;
+    }
+    l->prev = self->loads_tail;
+    if (self->loads_tail)
+        self->loads_tail->next = l;
+    else
+        self->loads_head = l;
+    self->loads_tail = l;
+    pk_msg_t m = { .type = PK_MSG_FETCH, .kv_request_id = (char *) kv,
+                   .keys = { n, (pk_key_t *) keys, NULL }, .block_indexes = (uint32_t *) dest,
+                   .round_seq = round,
+                   .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
+                              | PK_BIT(PK_F_BLOCK_INDEXES) | PK_BIT(PK_F_ROUND_SEQ) };
+    self->sender.send(self->sender.self, &m);
+    *load_id_p = l->id;
+    return 0;
+}
+
+int
+pk_client_role_finish(pk_client_role_t *self, const char *kv)
+{
+    s_request_t *r = s_request(self, kv, false);
+    if (!r)
+        return 0;
+    if (r->looked_up && !self->cut) {
+        //  the terminal fetch carries the open lookup's round, or a fresh one
+        uint64_t round = r->answered_round ? r->answered_round
+                         : r->open_round ? r->open_round : self->next_round++;
+        pk_msg_t m = { .type = PK_MSG_FETCH, .kv_request_id = r->kv, .keys = { 0, NULL, NULL },
+                       .round_seq = round,
+                       .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
+                                  | PK_BIT(PK_F_BLOCK_INDEXES) | PK_BIT(PK_F_ROUND_SEQ) };
+        self->sender.send(self->sender.self, &m);
+    }
+    //  open lookups of the request are answered no more (their answers
+    //  would be stale)
+    for (size_t i = 0; self->lookups.slots && i <= self->lookups.mask; i++) {
+        if (!self->lookups.slots[i].key.bytes)
+            continue;
+        s_lookup_t *l = (s_lookup_t *) (uintptr_t) self->lookups.slots[i].a;
+        if (strcmp(l->kv, kv) == 0) {
+            pk_key_t k = s_round_key(&l->round);
+            pk_keymap_take(&self->lookups, &k, NULL, NULL);
+            s_lookup_free(l);
+            i = (size_t) -1;        //  the table moved: walk it again
+            if (!self->lookups.slots)
+                break;
+        }
+    }
+    pk_key_t k = pk_key_make((const uint8_t *) kv, strlen(kv));
+    pk_keymap_take(&self->requests, &k, NULL, NULL);
+    s_request_free(r);
+    return 0;
+}
+
+static int
+s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
+{
+    bool done = m->type == PK_MSG_TRANSFER_DONE;
+    uint64_t round = m->round_seq;
+    pk_key_t k = s_round_key(&round);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->loads, &k);
+    s_load_t *l = e ? (s_load_t *) (uintptr_t) e->a : NULL;
+    if (!l) {
+        //  the other of the two may follow the first, once
+        pk_keymap_entry_t *ee = pk_keymap_find(&self->ended, &k);
+        s_ended_t *ended = ee ? (s_ended_t *) (uintptr_t) ee->a : NULL;
+        if (ended && done) {
+            if (ended->done_seen)
+                return -EPROTO;
+            ended->done_seen = true;
+        }
+        else if (ended)
+            ended->ack_seen = true;
+        return 0;
+    }
+    if (strcmp(l->kv, m->kv_request_id) != 0)
+        return 0;
+    if (done && l->done_seen)
+        return -EPROTO;
+    if (l->state == L_LANDING) {
+        //  the second answer while the first waits for its blocks
+        if (done)
+            l->done_seen = true;
+        else
+            l->ack_seen = true;
+        return 0;
+    }
+    l->state = L_LANDING;
+    l->deadline = s_now(self) + self->config.abort_ack_timeout;
+    if (done) {
+        l->done_seen = true;
+        l->status = m->success ? PK_LOAD_LANDED : PK_LOAD_FAILED;
+        l->want_landed = m->success ? l->n : m->landing;
+    }
+    else {
+        l->ack_seen = true;
+        l->status = PK_LOAD_ABORTED;
+        l->want_landed = m->landing;
+    }
+    s_check_landing(self, l);
+    return 0;
+}
+
+int
+pk_client_role_on_message(pk_client_role_t *self, const pk_msg_t *m)
+{
+    switch (m->type) {
+        case PK_MSG_LOOKUP_RESP:
+            s_on_lookup_resp(self, m);
+            return 0;
+        case PK_MSG_TRANSFER_DONE:
+        case PK_MSG_ABORT_ACK:
+            return s_on_end_message(self, m);
+        default:
+            return 0;
+    }
+}
+
+void
+pk_client_role_tick(pk_client_role_t *self)
+{
+    double now = s_now(self);
+    for (s_load_t *l = self->loads_head, *next; l; l = next) {
+        next = l->next;
+        if (s_check_landing(self, l))
+            continue;
+        if (now < l->deadline)
+            continue;
+        if (l->state == L_SENT) {
+            //  the deadline passed without an answer: ask the server to stop
+            l->state = L_ABORTING;
+            l->aborted = true;
+            l->deadline = now + self->config.abort_ack_timeout;
+            pk_msg_t m = { .type = PK_MSG_ABORT_FETCH, .kv_request_id = l->kv,
+                           .round_seq = l->round,
+                           .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_ROUND_SEQ) };
+            self->sender.send(self->sender.self, &m);
+            continue;
+        }
+        //  no ack, or the landing blocks never came: cut the server off
+        //  first, then the destination is free
+        s_cut_off(self);
+        s_load_end(self, l, PK_LOAD_FAILED, l->state == L_ABORTING
+                   ? "abort not acknowledged in time" : "landing blocks did not arrive in time");
+    }
+    while (self->ended_head && now >= self->ended_head->expires) {
+        s_ended_t *e = self->ended_head;
+        self->ended_head = e->next;
+        if (!self->ended_head)
+            self->ended_tail = NULL;
+        pk_key_t k = s_round_key(&e->round);
+        pk_keymap_take(&self->ended, &k, NULL, NULL);
+        free(e);
+    }
+}
+
+void
+pk_client_role_server_gone(pk_client_role_t *self, const char *reason)
+{
+    s_cut_off(self);
+    while (self->loads_head)
+        s_load_end(self, self->loads_head, PK_LOAD_FAILED, reason);
+}
+
+size_t
+pk_client_role_open_loads(const pk_client_role_t *self)
+{
+    return pk_keymap_size(&self->loads);
+}

@@ -1,0 +1,90 @@
+/*  client_role.h: the consumer side of one server session, the mirror of
+    the server role, as a pure state machine (protocol.md sections 3 and 7).
+
+    It batches probes into one lookup per request, numbers rounds from one
+    counter, matches answers by (kv_request_id, round_seq), runs loads
+    (fetches) with their timeouts, and keeps the fence of section 7: a
+    load's destination is released only once the blocks the server says
+    may still be landing have landed, or after this server's endpoint and
+    registration were cut off.  Clock, sender, transport and the caller's
+    events are injected; one thread owns one role.
+*/
+#ifndef PK_CLIENT_ROLE_H_INCLUDED
+#define PK_CLIENT_ROLE_H_INCLUDED
+
+#include "clock.h"
+#include "protocol.h"
+#include "server_role.h"
+
+typedef struct {
+    void *self;
+    /*  Blocks of this round (its low 20 bits) announced by immediates on
+        this server's endpoint.  */
+    uint64_t (*landed)(void *self, uint64_t round_seq);
+    /*  Closes this server's endpoint and registration: nothing from it
+        lands afterwards.  */
+    void (*cut_off)(void *self);
+} pk_client_transport_t;
+
+typedef enum {
+    PK_LOAD_LANDED = 0,         //  every block of the round is in the destination
+    PK_LOAD_FAILED,             //  the destination may be reused; nothing landed for sure
+    PK_LOAD_ABORTED             //  ended by the caller's deadline (abort_fetch)
+} pk_load_status_t;
+
+typedef struct {
+    void *self;
+    /*  A lookup's answer: keys in the order probed, hits parallel.  */
+    void (*lookup_done)(void *self, const char *kv, uint64_t round_seq, const pk_key_t *keys,
+                        const bool *hits, size_t n);
+    /*  A load ended; its destination blocks may be reused from now on.  */
+    void (*load_done)(void *self, uint64_t load_id, pk_load_status_t status, const char *reason);
+} pk_client_events_t;
+
+typedef struct {
+    double load_timeout;        //  a load without transfer_done is aborted (30 s)
+    double abort_ack_timeout;   //  then cut off and failed (10 s)
+} pk_client_role_config_t;
+
+#define PK_CLIENT_ROLE_CONFIG_DEFAULT { 30.0, 10.0 }
+
+typedef struct _pk_client_role_t pk_client_role_t;
+
+pk_client_role_t *pk_client_role_new(const pk_client_role_config_t *config, pk_clock_t clock,
+                                     pk_sender_t sender, pk_client_transport_t transport,
+                                     pk_client_events_t events);
+void pk_client_role_destroy(pk_client_role_t **self_p);
+
+/*  Queues keys to ask about for a request; pk_client_role_flush sends one
+    lookup per request with the keys not yet sent, each under a new round.  */
+int pk_client_role_probe(pk_client_role_t *self, const char *kv, const pk_key_t *keys, size_t n);
+void pk_client_role_flush(pk_client_role_t *self);
+
+/*  Starts a load: keys into the consumer's blocks dest[].  round_seq is the
+    answered lookup's round whose hits these are, or 0 for a fresh round;
+    deadline is seconds from now (0: the load timeout).  *load_id_p names
+    the load in load_done.  -EINVAL for a round that is not this request's
+    answered lookup or already fetched.  */
+int pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
+                         const uint32_t *dest, size_t n, uint64_t round_seq, double deadline,
+                         uint64_t *load_id_p);
+
+/*  The request is done: the terminal empty fetch when it looked up.  */
+int pk_client_role_finish(pk_client_role_t *self, const char *kv);
+
+/*  A message from the server (epochs already checked by the session).
+    Returns -EPROTO for a violation (a second transfer_done for a round),
+    0 otherwise; stale answers are ignored.  */
+int pk_client_role_on_message(pk_client_role_t *self, const pk_msg_t *msg);
+
+/*  Timeouts, and loads waiting for their landing blocks.  */
+void pk_client_role_tick(pk_client_role_t *self);
+
+/*  The server is gone (disconnect, silence): cut off first, then every
+    open load fails; reason is reported with each.  */
+void pk_client_role_server_gone(pk_client_role_t *self, const char *reason);
+
+/*  Loads not ended yet.  */
+size_t pk_client_role_open_loads(const pk_client_role_t *self);
+
+#endif
