@@ -1,14 +1,19 @@
 /*  p2pkv: the command line.
 
     `put` and `stats` talk to the local p2pkv-server over its engine socket;
-    `codec` decodes control-plane frames (one JSON object per line) and
-    prints each one's canonical encoding or the exact rule it breaks, so an
-    operator can check a frame from a log against the protocol.  (`lookup`
-    and `get` against a remote server come with the client library.)
+    `lookup` and `get` ask a (remote) server through the client library
+    (p2pkv.h), `get` having the blocks written into its own registered
+    memory; `codec` decodes control-plane frames and prints each one's
+    canonical encoding or the exact rule it breaks.
 */
+#include "clock.h"
+#include "p2pkv.h"
 #include "protocol.h"
 #include "server_config.h"
 #include "version.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <czmq.h>
 #include <jansson.h>
@@ -36,12 +41,20 @@ s_usage(FILE *out)
             "                    KEY FILE per block\n"
             "  stats [--local EP] [--json]\n"
             "                    the local server's pool, sessions and counters\n"
+            "  lookup --server tcp://HOST:PORT [--json] KEY...\n"
+            "                    prints KEY hit|miss\n"
+            "  get --server tcp://HOST:PORT [-o DIR] [--json] KEY...\n"
+            "                    fetches the blocks into this process's memory over the\n"
+            "                    data plane and writes DIR/KEY for each (DIR: .)\n"
+            "    with --fingerprint F --hash-seed S (the server's, learnt by default),\n"
+            "    --provider P (tcp), --timeout SECONDS (30)\n"
             "  codec [FILE...]   decode control-plane frames, one JSON object per line\n"
             "                    (from the files, or standard input), and print each\n"
             "                    one's canonical encoding, or why it is refused\n"
             "\n"
             "EP defaults to p2pkv-server's default --local endpoint on this host.\n"
-            "exit status: 0 all done (all frames valid), 1 some refused, 2 error\n");
+            "exit status: 0 all done (all found, all fetched, all frames valid),\n"
+            "             1 some missing or refused, 2 error\n");
 }
 
 static int
@@ -277,6 +290,257 @@ s_cmd_put(int argc, char *argv[])
     return rc;
 }
 
+//  --------------------------------------------------------------------------
+//  lookup and get: the client library against a server
+
+typedef struct {
+    const char *server, *outdir, *fingerprint, *hash_seed, *provider;
+    double timeout;
+    bool json;
+    int first;
+} s_remote_opts_t;
+
+static int
+s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
+{
+    static const struct option opts[] = {
+        { "server", required_argument, NULL, 's' },
+        { "output", required_argument, NULL, 'o' },
+        { "fingerprint", required_argument, NULL, 'f' },
+        { "hash-seed", required_argument, NULL, 'H' },
+        { "provider", required_argument, NULL, 'p' },
+        { "timeout", required_argument, NULL, 't' },
+        { "json", no_argument, NULL, 'j' },
+        { NULL, 0, NULL, 0 }
+    };
+    optind = 0;
+    o->outdir = ".";
+    o->provider = "tcp";
+    o->timeout = 30;
+    int c;
+    while ((c = getopt_long(argc, argv, "+s:o:j", opts, NULL)) != -1) {
+        switch (c) {
+            case 's': o->server = optarg; break;
+            case 'o': o->outdir = optarg; break;
+            case 'f': o->fingerprint = optarg; break;
+            case 'H': o->hash_seed = optarg; break;
+            case 'p': o->provider = streq(optarg, "auto") ? NULL : optarg; break;
+            case 't': o->timeout = atof(optarg); break;
+            case 'j': o->json = true; break;
+            default: return -EINVAL;
+        }
+    }
+    o->first = optind;
+    return o->server && o->first < argc && o->timeout > 0 ? 0 : -EINVAL;
+}
+
+typedef struct {
+    size_t n;
+    pk_key_t *keys;
+    uint8_t *bytes;
+    bool *hit;
+    int answered, fetched_ok, fetched_bad;
+    uint64_t round;
+    char reason[256];
+} s_get_t;
+
+static void
+s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_key_t *keys,
+            const bool *hits, size_t n)
+{
+    s_get_t *g = arg;
+    for (size_t i = 0; i < n && i < g->n; i++)
+        g->hit[i] = hits[i];
+    g->round = round;
+    g->answered = 1;
+}
+
+static void
+s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
+{
+    s_get_t *g = arg;
+    if (status == P2PKV_LANDED)
+        g->fetched_ok = 1;
+    else {
+        g->fetched_bad = 1;
+        snprintf(g->reason, sizeof g->reason, "%s", reason);
+    }
+}
+
+static int
+s_parse_keys(char *argv[], int first, int argc, s_get_t *g)
+{
+    g->n = (size_t) (argc - first);
+    g->keys = calloc(g->n, sizeof *g->keys);
+    g->bytes = calloc(g->n, PK_MAX_KEY_BYTES);
+    g->hit = calloc(g->n, sizeof *g->hit);
+    if (!g->keys || !g->bytes || !g->hit)
+        return -ENOMEM;
+    for (size_t i = 0; i < g->n; i++) {
+        const char *hex = argv[first + (int) i];
+        uint8_t *at = g->bytes + i * PK_MAX_KEY_BYTES;
+        int len = strlen(hex) <= PK_MAX_KEY_HEX ? pk_hex_decode(hex, strlen(hex), at) : -EINVAL;
+        if (len <= 0) {
+            fprintf(stderr, "p2pkv: \"%s\" is not a key (lowercase hex of even length)\n", hex);
+            return -EINVAL;
+        }
+        g->keys[i] = pk_key_make(at, (size_t) len);
+    }
+    return 0;
+}
+
+static int
+s_cmd_remote(int argc, char *argv[], bool get)
+{
+    s_remote_opts_t o = { 0 };
+    if (s_remote_opts(argc, argv, &o)) {
+        fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT%s [--json] KEY...\n",
+                get ? "get" : "lookup", get ? " [-o DIR]" : "");
+        return EXIT_ERROR;
+    }
+    s_get_t g = { 0 };
+    int rc = EXIT_ERROR;
+    p2pkv_client_t *client = NULL;
+    if (s_parse_keys(argv, o.first, argc, &g))
+        goto done;
+    char err[256] = "";
+    p2pkv_description_t d;
+    if (p2pkv_describe(o.server, o.timeout < 10 ? o.timeout : 10, &d, err)) {
+        fprintf(stderr, "p2pkv %s: %s\n", get ? "get" : "lookup", err);
+        goto done;
+    }
+    //  learn the block length (and, unless given, the fingerprint and seed)
+    char name[64];
+    snprintf(name, sizeof name, "p2pkv-cli-%d", (int) getpid());
+    p2pkv_config_t cfg = { name, o.fingerprint ? o.fingerprint : d.fingerprint,
+                           o.hash_seed ? o.hash_seed : d.hash_seed, o.provider, NULL,
+                           o.timeout, 10, 2, 10 };
+    client = p2pkv_client_new(&cfg, NULL, g.n, d.block_len,
+                              (p2pkv_callbacks_t) { &g, s_on_lookup, s_on_fetch }, err);
+    if (!client) {
+        fprintf(stderr, "p2pkv: %s\n", err);
+        goto done;
+    }
+    int server = p2pkv_client_connect(client, o.server, o.timeout, err);
+    if (server < 0) {
+        fprintf(stderr, "p2pkv: %s\n", err);
+        goto done;
+    }
+    p2pkv_key_t *pk = calloc(g.n, sizeof *pk);
+    size_t *slot = calloc(g.n, sizeof *slot);       //  pool block of each fetched key
+    bool *done = calloc(g.n, sizeof *done);
+    p2pkv_key_t *ask = calloc(g.n, sizeof *ask);
+    size_t *askpos = calloc(g.n, sizeof *askpos);
+    uint32_t *dest = calloc(g.n, sizeof *dest);
+    for (size_t i = 0; i < g.n; i++)
+        pk[i] = (p2pkv_key_t) { g.keys[i].bytes, g.keys[i].len };
+    //  A server pins at most its quota of blocks per session; keys beyond
+    //  it answer as misses.  So: look up what is left, fetch the hits (their
+    //  pins end with the fetch), and ask again while that makes progress.
+    size_t nhit = 0, next_slot = 0;
+    double t0 = pk_clock_monotonic(), seconds = 0;
+    for (int batch = 0; nhit < g.n; batch++) {
+        char kv[64];
+        snprintf(kv, sizeof kv, "p2pkv-cli-%d", batch);
+        size_t nask = 0;
+        for (size_t i = 0; i < g.n; i++)
+            if (!done[i]) {
+                askpos[nask] = i;
+                ask[nask++] = pk[i];
+            }
+        g.answered = 0;
+        memset(g.hit, 0, g.n * sizeof *g.hit);
+        p2pkv_client_lookup(client, server, kv, ask, nask);
+        double deadline = pk_clock_monotonic() + o.timeout;
+        while (!g.answered && pk_clock_monotonic() < deadline)
+            p2pkv_client_poll(client, 0.05);
+        if (!g.answered) {
+            fprintf(stderr, "p2pkv: no answer to the lookup within %.0f s\n", o.timeout);
+            break;
+        }
+        size_t nnew = 0;
+        for (size_t a = 0; a < nask; a++)
+            if (g.hit[a]) {
+                ask[nnew] = ask[a];
+                askpos[nnew] = askpos[a];
+                dest[nnew] = (uint32_t) (next_slot + nnew);
+                nnew++;
+            }
+        if (nnew == 0) {
+            p2pkv_client_finish(client, server, kv);
+            break;
+        }
+        if (get) {
+            uint64_t id;
+            g.fetched_ok = g.fetched_bad = 0;
+            if (p2pkv_client_fetch(client, server, kv, ask, dest, nnew, g.round, o.timeout,
+                                   &id) != 0)
+                g.fetched_bad = 1;
+            while (!g.fetched_ok && !g.fetched_bad)
+                p2pkv_client_poll(client, 0.05);
+            if (g.fetched_bad) {
+                fprintf(stderr, "p2pkv get: the fetch failed: %s\n", g.reason);
+                break;
+            }
+        }
+        p2pkv_client_finish(client, server, kv);
+        for (size_t a = 0; a < nnew; a++) {
+            done[askpos[a]] = true;
+            slot[askpos[a]] = next_slot + a;
+        }
+        next_slot += nnew;
+        nhit += nnew;
+        if (!get)
+            break;      //  a lookup asks once: beyond the quota is a miss to report
+    }
+    seconds = pk_clock_monotonic() - t0;
+    p2pkv_client_poll(client, 0);
+    //  report, and write DIR/KEY for each fetched block
+    json_t *out = json_array();
+    rc = g.fetched_bad ? EXIT_ERROR : nhit == g.n ? EXIT_SUCCESS : EXIT_SOME_INVALID;
+    for (size_t i = 0; i < g.n; i++) {
+        const char *hex = argv[o.first + (int) i];
+        const char *what = done[i] ? (get ? "fetched" : "hit") : (get ? "missing" : "miss");
+        if (get && done[i]) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", o.outdir, hex);
+            FILE *f = fopen(path, "wb");
+            size_t w = f ? fwrite(p2pkv_client_pool(client) + slot[i] * d.block_len, 1,
+                                  d.block_len, f) : 0;
+            if (!f || w != d.block_len || fclose(f) != 0) {
+                fprintf(stderr, "p2pkv get: %s: %s\n", path, strerror(errno));
+                rc = EXIT_ERROR;
+            }
+        }
+        if (o.json)
+            json_array_append_new(out, json_pack("{s:s, s:s}", "key", hex, "status", what));
+        else
+            printf("%s %s\n", hex, what);
+    }
+    if (o.json) {
+        char *text = json_dumps(out, JSON_COMPACT);
+        puts(text);
+        free(text);
+    }
+    else if (get && nhit)
+        fprintf(stderr, "p2pkv get: %zu of %zu blocks (%.1f MiB) in %.3f s, %.2f GB/s\n", nhit,
+                g.n, nhit * (double) d.block_len / 1048576.0, seconds,
+                seconds > 0 ? nhit * (double) d.block_len / seconds / 1e9 : 0.0);
+    json_decref(out);
+    free(pk);
+    free(slot);
+    free(done);
+    free(ask);
+    free(askpos);
+    free(dest);
+done:
+    p2pkv_client_destroy(&client);
+    free(g.keys);
+    free(g.bytes);
+    free(g.hit);
+    return rc;
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -313,6 +577,10 @@ main(int argc, char *argv[])
         return s_cmd_put(argc - optind, argv + optind);
     if (strcmp(cmd, "stats") == 0)
         return s_cmd_stats(argc - optind, argv + optind);
+    if (strcmp(cmd, "lookup") == 0)
+        return s_cmd_remote(argc - optind, argv + optind, false);
+    if (strcmp(cmd, "get") == 0)
+        return s_cmd_remote(argc - optind, argv + optind, true);
     fprintf(stderr, "p2pkv: unknown command '%s' (see p2pkv --help)\n", cmd);
     return EXIT_ERROR;
 }
