@@ -559,6 +559,61 @@ START_TEST(test_cli_put_and_stats)
 }
 END_TEST
 
+//  p2pkv put on the server, p2pkv get from it: every byte comes back, more
+//  blocks than the server's pin quota (a quarter of 256), one key missing.
+START_TEST(test_cli_get_verifies_bytes)
+{
+    s_server_t s;
+    s_server_start(&s);
+    char dir[] = "/tmp/p2pkv-get-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    enum { N = 150 };
+    static uint8_t blocks[N][BLOCK];
+    char cmd[N * 140 + 512];
+    int at = snprintf(cmd, sizeof cmd, "bin/p2pkv put --local %s", s.local);
+    for (int i = 0; i < N; i++) {
+        randombytes_buf(blocks[i], BLOCK);
+        char path[128];
+        snprintf(path, sizeof path, "%s/in-%03d", dir, i);
+        FILE *f = fopen(path, "wb");
+        ck_assert_uint_eq(fwrite(blocks[i], 1, BLOCK, f), BLOCK);
+        fclose(f);
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", path);
+    }
+    FILE *p = popen(cmd, "r");
+    char keys[N][65];
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(fscanf(p, "%64s %*s", keys[i]), 1);
+    ck_assert_int_eq(pclose(p), 0);
+    char out[128];
+    snprintf(out, sizeof out, "%s/out", dir);
+    ck_assert_int_eq(mkdir(out, 0700), 0);
+    at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --server %s -o %s 00aa", s.endpoint, out);
+    for (int i = 0; i < N; i++)
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", keys[i]);
+    at += snprintf(cmd + at, sizeof cmd - (size_t) at, " > %s/report 2>&1", dir);
+    int status = system(cmd);
+    ck_assert_int_eq(WEXITSTATUS(status), 1);       //  one key missing
+    for (int i = 0; i < N; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%.64s", out, keys[i]);
+        FILE *f = fopen(path, "rb");
+        ck_assert_msg(f != NULL, "%s not written", path);
+        static uint8_t got[BLOCK];
+        ck_assert_uint_eq(fread(got, 1, BLOCK, f), BLOCK);
+        fclose(f);
+        ck_assert_mem_eq(got, blocks[i], BLOCK);
+        unlink(path);
+    }
+    snprintf(cmd, sizeof cmd, "grep -c ' fetched$' %s/report | grep -qx %d && "
+             "grep -q '^00aa missing$' %s/report", dir, N, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(s_server_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_sigterm_during_transfers_leaves_no_pool)
 {
     s_server_t s;
@@ -606,6 +661,7 @@ main(void)
     tcase_add_test(tc, test_allow_list);
     tcase_add_test(tc, test_metrics_endpoint);
     tcase_add_test(tc, test_cli_put_and_stats);
+    tcase_add_test(tc, test_cli_get_verifies_bytes);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
     suite_add_tcase(s, tc);
     return pk_test_run("server_e2e", s);
