@@ -598,7 +598,6 @@ s_xfer_release(pk_server_role_t *self, s_xfer_t *x)
     if (x->next)
         x->next->prev = x->prev;
     r->inflight--;
-    free(x->jobs);
     free(x);
 }
 
@@ -708,18 +707,18 @@ s_submit(pk_server_role_t *self, s_round_t *r, size_t npairs, size_t njobs)
 {
     int64_t tid = self->transport.write_blocks(self->transport.self, r->id.seq, self->local,
                                                self->remote, npairs);
-    s_xfer_t *x = tid > 0 ? calloc(1, sizeof *x) : NULL;
+    //  the transfer and its job list in one allocation
+    s_xfer_t *x = tid > 0 ? calloc(1, sizeof *x + (njobs ? njobs : 1) * sizeof *x->jobs) : NULL;
     if (x) {
-        x->jobs = malloc((njobs ? njobs : 1) * sizeof *x->jobs);
+        x->jobs = (s_job_t **) (x + 1);
         pk_key_t key;
         x->tid = (uint64_t) tid;
         key = s_id_key(&x->tid, sizeof x->tid, x->tid, 0);
-        if (!x->jobs || pk_keymap_put(&self->xfers, &key, (uintptr_t) x, 0) < 0) {
+        if (pk_keymap_put(&self->xfers, &key, (uintptr_t) x, 0) < 0) {
             //  the write is out; cut it off rather than lose track of it
             uint64_t t = x->tid;
             self->transport.cancel(self->transport.self, &t, 1, PK_CANCEL_IMMEDIATE, &t);
             self->forced = true;
-            free(x->jobs);
             free(x);
             x = NULL;
         }
@@ -1127,9 +1126,8 @@ s_terminal_fetch(pk_server_role_t *self, const char *kv, uint64_t seq)
     }
     //  The terminal fetch's own round gets empty demand, so its pins
     //  succeed (remaining is 0).
+    //  (a round that does not exist has no pins: nothing to create)
     s_round_t *own = s_round_find(self, req, seq);
-    if (!own)
-        own = s_round_new(self, req, true, seq);
     if (own)
         own->demand_received = true;
     s_close_lookups(self, req);
