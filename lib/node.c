@@ -255,6 +255,10 @@ s_peer_actor(zsock_t *pipe, void *args)
     s_peer_t *peer = args;
     pk_node_t *node = peer->node;
     s_actor_t a = { peer, pipe, pk_store_parent(node->store) };
+    //  Signal first: zactor_new's wait discards whatever else comes down
+    //  the pipe before the signal, and the session's first words (its
+    //  connect_ack) go down the pipe.
+    zsock_signal(pipe, 0);
     pk_session_t *session = pk_session_new(
         &node->id, &node->session_config, peer->connect, pk_clock_system(),
         pk_ofi_channel_transport(peer->channel),
@@ -265,7 +269,6 @@ s_peer_actor(zsock_t *pipe, void *args)
         pk_session_set_metrics(session, node->metrics);
     pk_session_counters_t last = { 0 };
     pk_ofi_stats_t flast = { 0 };
-    zsock_signal(pipe, 0);
     zpoller_t *poller = zpoller_new(pipe, NULL);
     bool reported = false, quitting = false;
     double quit_deadline = 0;
