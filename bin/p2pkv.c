@@ -41,6 +41,9 @@ s_usage(FILE *out)
             "                    KEY FILE per block\n"
             "  stats [--local EP] [--json]\n"
             "                    the local server's pool, sessions and counters\n"
+            "  pull [--local EP] --server tcp://HOST:PORT KEY...\n"
+            "                    the local server fetches the keys from that server into\n"
+            "                    its own pool; prints KEY landed|present|missing\n"
             "  lookup --server tcp://HOST:PORT [--json] KEY...\n"
             "                    prints KEY hit|miss\n"
             "  get --server tcp://HOST:PORT [-o DIR] [--json] KEY...\n"
@@ -541,6 +544,82 @@ done:
     return rc;
 }
 
+static int
+s_cmd_pull(int argc, char *argv[])
+{
+    //  --server is ours; --local and --json go to s_local_opts
+    const char *server = NULL;
+    char **rest = calloc((size_t) argc + 1, sizeof *rest);
+    int nrest = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--server") == 0 && i + 1 < argc)
+            server = argv[++i];
+        else
+            rest[nrest++] = argv[i];
+    }
+    s_local_opts_t o = { 0 };
+    char *dflt = NULL;
+    if (!server || s_local_opts(nrest, rest, &o, &dflt) || o.first >= nrest) {
+        free(rest);
+        free(dflt);
+        fprintf(stderr, "usage: p2pkv pull [--local ENDPOINT] --server tcp://HOST:PORT KEY...\n");
+        return EXIT_ERROR;
+    }
+    zsock_t *sock = s_local_connect(o.local);
+    json_t *keys = json_array();
+    for (int i = o.first; i < nrest; i++)
+        json_array_append_new(keys, json_string(rest[i]));
+    json_t *a = sock ? s_ask(sock, json_pack("{s:s, s:s, s:o}", "cmd", "pull", "server", server,
+                                             "keys", keys))
+                     : (json_decref(keys), NULL);
+    int rc = EXIT_ERROR;
+    if (!a || !json_is_true(json_object_get(a, "ok"))) {
+        if (a)
+            fprintf(stderr, "p2pkv pull: %s\n", json_string_value(json_object_get(a, "error")));
+        goto done;
+    }
+    json_int_t id = json_integer_value(json_object_get(a, "pull"));
+    //  the result comes as an event, after the fetches
+    json_t *ev = NULL;
+    double deadline = pk_clock_monotonic() + 120;
+    while (!ev && pk_clock_monotonic() < deadline) {
+        char *text = zstr_recv(sock);
+        json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+        zstr_free(&text);
+        if (j && json_integer_value(json_object_get(j, "pull")) == id
+            && json_object_get(j, "event"))
+            ev = j;
+        else
+            json_decref(j);
+    }
+    if (!ev) {
+        fprintf(stderr, "p2pkv pull: no result within 120 s\n");
+        goto done;
+    }
+    json_t *missing = json_object_get(ev, "missing"), *present = json_object_get(a, "present");
+    size_t nmissing = json_array_size(missing);
+    for (int i = o.first; i < nrest; i++) {
+        const char *what = "landed";
+        for (size_t k = 0; k < json_array_size(present); k++)
+            if (streq(json_string_value(json_array_get(present, k)), rest[i]))
+                what = "present";
+        for (size_t k = 0; k < nmissing; k++)
+            if (streq(json_string_value(json_array_get(missing, k)), rest[i]))
+                what = "missing";
+        printf("%s %s\n", rest[i], what);
+    }
+    if (json_object_get(ev, "reason"))
+        fprintf(stderr, "p2pkv pull: %s\n", json_string_value(json_object_get(ev, "reason")));
+    rc = nmissing ? EXIT_SOME_INVALID : EXIT_SUCCESS;
+    json_decref(ev);
+done:
+    json_decref(a);
+    zsock_destroy(&sock);
+    free(dflt);
+    free(rest);
+    return rc;
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -577,6 +656,8 @@ main(int argc, char *argv[])
         return s_cmd_put(argc - optind, argv + optind);
     if (strcmp(cmd, "stats") == 0)
         return s_cmd_stats(argc - optind, argv + optind);
+    if (strcmp(cmd, "pull") == 0)
+        return s_cmd_pull(argc - optind, argv + optind);
     if (strcmp(cmd, "lookup") == 0)
         return s_cmd_remote(argc - optind, argv + optind, false);
     if (strcmp(cmd, "get") == 0)

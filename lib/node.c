@@ -13,9 +13,11 @@
     the engine), "D" (retired).
 */
 #include "node.h"
+#include "clock.h"
 #include "keymap.h"
 #include "metrics.h"
 #include "ofi.h"
+#include "p2pkv.h"
 #include "protocol.h"
 #include "session.h"
 #include "store.h"
@@ -66,6 +68,23 @@ typedef struct {
     size_t rlen;
 } s_engine_job_t;
 
+//  A pull: keys fetched from a remote server into blocks reserved in our
+//  pool, committed (READY) once their bytes have landed.
+typedef struct {
+    uint64_t id, owner;
+    char *server;
+    pk_key_t *keys;                 //  bytes follow the array
+    uint32_t *blocks;
+    bool *landed;
+    size_t n;
+    uint8_t rid[256];               //  the engine that asked
+    size_t rlen;
+    char reason[256];
+} s_pull_t;
+
+//  Owners of pull reservations: a range no engine connection hashes into.
+#define S_PULL_OWNER (UINT64_C(1) << 63)
+
 struct _pk_node_t {
     const pk_server_config_t *config;
     pk_server_identity_t id;
@@ -87,6 +106,8 @@ struct _pk_node_t {
     pk_metrics_t *metrics;
     pk_metrics_http_t *http;
     zactor_t *handshake;
+    zactor_t *puller;
+    uint64_t next_pull;
     bool quitting;
     pk_keymap_t pending;            //  routing ids with a frame at the handshake actor
     uint64_t handshakes_sent;
@@ -670,6 +691,196 @@ s_from_actor(pk_node_t *self, s_peer_t *peer)
 }
 
 //  --------------------------------------------------------------------------
+//  The puller: the daemon acting as a consumer for its engine.  One actor
+//  with one client over the store's own pool handles one pull at a time:
+//  look up what is left, fetch the hits into their reserved blocks, and ask
+//  again while that makes progress (a server pins at most its quota).
+
+typedef struct {
+    int answered, fetched;
+    bool *hit;
+    uint64_t round;
+    p2pkv_status_t status;
+    char reason[256];
+} s_pull_wait_t;
+
+static void
+s_pull_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_key_t *keys,
+                 const bool *hits, size_t n)
+{
+    s_pull_wait_t *w = arg;
+    memcpy(w->hit, hits, n * sizeof *hits);
+    w->round = round;
+    w->answered = 1;
+}
+
+static void
+s_pull_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
+{
+    s_pull_wait_t *w = arg;
+    w->status = status;
+    snprintf(w->reason, sizeof w->reason, "%s", reason);
+    w->fetched = 1;
+}
+
+static void
+s_pull_run(pk_node_t *node, p2pkv_client_t *client, s_pull_wait_t *w, s_pull_t *p)
+{
+    char err[256] = "";
+    int server = p2pkv_client_connect(client, p->server, node->config->load_timeout, err);
+    if (server < 0) {
+        snprintf(p->reason, sizeof p->reason, "%s", err);
+        return;
+    }
+    p2pkv_key_t *ask = calloc(p->n, sizeof *ask);
+    size_t *pos = calloc(p->n, sizeof *pos);
+    uint32_t *dest = calloc(p->n, sizeof *dest);
+    w->hit = calloc(p->n, sizeof *w->hit);
+    for (int batch = 0; ask && pos && dest && w->hit; batch++) {
+        size_t nask = 0;
+        for (size_t i = 0; i < p->n; i++)
+            if (!p->landed[i]) {
+                pos[nask] = i;
+                ask[nask++] = (p2pkv_key_t) { p->keys[i].bytes, p->keys[i].len };
+            }
+        if (!nask)
+            break;
+        char kv[64];
+        snprintf(kv, sizeof kv, "pull-%llu-%d", (unsigned long long) p->id, batch);
+        w->answered = w->fetched = 0;
+        if (p2pkv_client_lookup(client, server, kv, ask, nask) != 0)
+            break;
+        double deadline = pk_clock_monotonic() + node->config->load_timeout;
+        while (!w->answered && pk_clock_monotonic() < deadline)
+            p2pkv_client_poll(client, 0.01);
+        size_t nhit = 0;
+        for (size_t a = 0; w->answered && a < nask; a++)
+            if (w->hit[a]) {
+                ask[nhit] = ask[a];
+                pos[nhit] = pos[a];
+                dest[nhit++] = p->blocks[pos[a]];
+            }
+        uint64_t fid;
+        if (!nhit || p2pkv_client_fetch(client, server, kv, ask, dest, nhit, w->round, 0, &fid)) {
+            p2pkv_client_finish(client, server, kv);
+            break;
+        }
+        while (!w->fetched)
+            p2pkv_client_poll(client, 0.01);
+        p2pkv_client_finish(client, server, kv);
+        if (w->status != P2PKV_LANDED) {
+            snprintf(p->reason, sizeof p->reason, "%s", w->reason);
+            break;
+        }
+        for (size_t a = 0; a < nhit; a++)
+            p->landed[pos[a]] = true;
+    }
+    p2pkv_client_poll(client, 0);
+    free(ask);
+    free(pos);
+    free(dest);
+    free(w->hit);
+    w->hit = NULL;
+}
+
+static void
+s_puller_actor(zsock_t *pipe, void *args)
+{
+    pk_node_t *node = args;
+    zsock_signal(pipe, 0);
+    s_pull_wait_t w = { 0 };
+    p2pkv_client_t *client = NULL;
+    while (true) {
+        zmsg_t *msg = zmsg_recv(pipe);
+        if (!msg)
+            break;
+        char *cmd = zmsg_popstr(msg);
+        bool term = !cmd || streq(cmd, "$TERM");
+        zframe_t *f = zmsg_pop(msg);
+        s_pull_t *p = NULL;
+        if (cmd && streq(cmd, "PULL") && f && zframe_size(f) == sizeof p) {
+            memcpy(&p, zframe_data(f), sizeof p);
+            //  one client for the daemon's life: a new session per pull is
+            //  cheap, a new registration of the pool is not
+            if (!client) {
+                char name[320], err[256] = "";
+                snprintf(name, sizeof name, "%s-pull", node->config->peer_id);
+                p2pkv_config_t cfg = { name, node->config->fingerprint, node->config->hash_seed,
+                                       node->config->provider, NULL, node->config->load_timeout,
+                                       node->config->abort_ack_timeout,
+                                       node->config->keepalive_interval,
+                                       node->config->silence_timeout };
+                client = p2pkv_client_new(&cfg, pk_store_base(node->store),
+                                          pk_store_num_blocks(node->store),
+                                          pk_store_block_len(node->store),
+                                          (p2pkv_callbacks_t) { &w, s_pull_on_lookup,
+                                                                s_pull_on_fetch }, err);
+                if (!client)
+                    snprintf(p->reason, sizeof p->reason, "%s", err);
+            }
+            if (client)
+                s_pull_run(node, client, &w, p);
+            zsock_send(pipe, "sp", "U", p);
+        }
+        zframe_destroy(&f);
+        zstr_free(&cmd);
+        zmsg_destroy(&msg);
+        if (term)
+            break;
+    }
+    p2pkv_client_destroy(&client);
+}
+
+static void
+s_pull_free(s_pull_t *p)
+{
+    free(p->server);
+    free(p->keys);
+    free(p->blocks);
+    free(p->landed);
+    free(p);
+}
+
+static void s_engine_send(pk_node_t *self, const void *rid, size_t rlen, json_t *answer);
+
+//  A pull ended: commit what landed, free the rest, tell the engine.
+static void
+s_from_puller(pk_node_t *self)
+{
+    zmsg_t *msg = zmsg_recv(self->puller);
+    char *cmd = msg ? zmsg_popstr(msg) : NULL;
+    zframe_t *f = msg ? zmsg_pop(msg) : NULL;
+    s_pull_t *p = NULL;
+    if (cmd && streq(cmd, "U") && f && zframe_size(f) == sizeof p)
+        memcpy(&p, zframe_data(f), sizeof p);
+    if (p) {
+        json_t *missing = json_array();
+        size_t nlanded = 0;
+        for (size_t i = 0; i < p->n; i++) {
+            if (p->landed[i]) {
+                if (pk_store_commit(self->store, p->owner, &p->keys[i], 1) == 0)
+                    nlanded++;
+                continue;
+            }
+            char hex[2 * PK_MAX_KEY_BYTES + 1];
+            pk_hex_encode(p->keys[i].bytes, p->keys[i].len, hex);
+            json_array_append_new(missing, json_string(hex));
+        }
+        pk_store_release_owner(self->store, p->owner);
+        json_t *ev = json_pack("{s:s, s:I, s:I, s:o}", "event", "pull_result", "pull",
+                               (json_int_t) p->id, "landed", (json_int_t) nlanded, "missing",
+                               missing);
+        if (p->reason[0])
+            json_object_set_new(ev, "reason", json_string(p->reason));
+        s_engine_send(self, p->rid, p->rlen, ev);
+        s_pull_free(p);
+    }
+    zstr_free(&cmd);
+    zframe_destroy(&f);
+    zmsg_destroy(&msg);
+}
+
+//  --------------------------------------------------------------------------
 //  The engine's API
 
 static void
@@ -879,6 +1090,70 @@ s_cmd_store(pk_node_t *self, const json_t *req, const void *rid, size_t rlen, bo
     return answer;
 }
 
+//  {"cmd":"pull","server":EP,"keys":[...]}: keys already here are
+//  "present"; the others get blocks reserved now (all or nothing) and are
+//  fetched by the puller; a pull_result event follows.
+static json_t *
+s_cmd_pull(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
+{
+    const char *server = json_string_value(json_object_get(req, "server"));
+    char err[PK_ERRLEN];
+    size_t n;
+    if (!server || !*server)
+        return s_error("pull: expected \"server\" (an endpoint) and \"keys\"");
+    pk_key_t *keys = s_json_keys(json_object_get(req, "keys"), &n, err);
+    if (!keys)
+        return s_error("pull: %s", err);
+    s_pull_t *p = calloc(1, sizeof *p);
+    json_t *present = json_array();
+    if (!p || !(p->server = strdup(server)) || rlen > sizeof p->rid
+        || !(p->keys = malloc(n * (sizeof *p->keys + PK_MAX_KEY_BYTES)))
+        || !(p->blocks = calloc(n, sizeof *p->blocks)) || !(p->landed = calloc(n, sizeof *p->landed))) {
+        if (p)
+            s_pull_free(p);
+        free(keys);
+        json_decref(present);
+        return s_error("out of memory");
+    }
+    uint8_t *at = (uint8_t *) (p->keys + n);
+    for (size_t i = 0; i < n; i++) {
+        if (pk_store_lookup(self->store, &keys[i]) != PK_LOOKUP_MISS) {
+            char hex[2 * PK_MAX_KEY_BYTES + 1];
+            pk_hex_encode(keys[i].bytes, keys[i].len, hex);
+            json_array_append_new(present, json_string(hex));
+            continue;
+        }
+        memcpy(at, keys[i].bytes, keys[i].len);
+        p->keys[p->n++] = pk_key_make(at, keys[i].len);
+        at += keys[i].len;
+    }
+    free(keys);
+    p->id = ++self->next_pull;
+    p->owner = S_PULL_OWNER | p->id;
+    memcpy(p->rid, rid, rlen);
+    p->rlen = rlen;
+    int rc = p->n ? pk_store_reserve(self->store, p->owner, p->keys, p->n, p->blocks) : 0;
+    if (rc) {
+        s_pull_free(p);
+        json_decref(present);
+        return s_error("pull: %s", rc == -ENOSPC ? "every block is pinned or being written"
+                                   : rc == -EEXIST ? "a key is already in the pool"
+                                   : strerror(-rc));
+    }
+    if (!self->puller && (self->puller = zactor_new(s_puller_actor, self)))
+        zpoller_add(self->poller, self->puller);
+    if (!self->puller) {
+        pk_store_release_owner(self->store, p->owner);
+        s_pull_free(p);
+        json_decref(present);
+        return s_error("pull: cannot start the puller");
+    }
+    json_t *answer = json_pack("{s:b, s:I, s:I, s:o}", "ok", 1, "pull", (json_int_t) p->id,
+                               "fetching", (json_int_t) p->n, "present", present);
+    zsock_send(self->puller, "sp", "PULL", p);
+    return answer;
+}
+
 static json_t *
 s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
 {
@@ -948,6 +1223,8 @@ s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
             return json_pack("{s:b, s:b}", "ok", 1, "existed", 1);
         return rc ? s_error("put: %s", strerror(-rc)) : json_pack("{s:b}", "ok", 1);
     }
+    if (streq(cmd, "pull"))
+        return s_cmd_pull(self, req, rid, rlen);
     if (streq(cmd, "store"))
         return s_cmd_store(self, req, rid, rlen, false);
     if (streq(cmd, "finish"))
@@ -1213,6 +1490,8 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
             s_zap(self);
         else if (which && which == self->handshake)
             s_from_handshake(self);
+        else if (which && which == self->puller)
+            s_from_puller(self);
         else if (which) {
             for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
                 if (!self->by_rid.slots[i].key.bytes)
@@ -1287,6 +1566,9 @@ pk_node_destroy(pk_node_t **self_p)
         }
     }
     zactor_destroy(&self->handshake);
+    if (self->puller)
+        zpoller_remove(self->poller, self->puller);
+    zactor_destroy(&self->puller);
     for (size_t i = 0; self->pending.slots && i <= self->pending.mask; i++)
         if (self->pending.slots[i].key.bytes)
             free((void *) (uintptr_t) self->pending.slots[i].b);
