@@ -614,6 +614,46 @@ START_TEST(test_cli_get_verifies_bytes)
 }
 END_TEST
 
+//  The daemon as consumer: b pulls keys from a into its own pool; they are
+//  READY there and a consumer of b gets the same bytes.
+START_TEST(test_pull_between_servers)
+{
+    s_server_t a, b;
+    s_server_start(&a);
+    s_server_start(&b);
+    pk_key_t keys[8];
+    s_put_blocks(&a, 8, keys);
+    json_t *hexes = json_array();
+    for (int i = 0; i < 8; i++) {
+        char hex[65];
+        pk_hex_encode(s_hash[i], 32, hex);
+        json_array_append_new(hexes, json_string(hex));
+    }
+    json_array_append_new(hexes, json_string("00ff"));         //  a has no such key
+    json_t *ans = s_engine(&b, "{s:s, s:s, s:o}", "cmd", "pull", "server", a.endpoint, "keys",
+                           hexes);
+    ck_assert_msg(json_is_true(json_object_get(ans, "ok")), "%s",
+                  json_string_value(json_object_get(ans, "error")));
+    ck_assert_int_eq(json_integer_value(json_object_get(ans, "fetching")), 9);
+    json_decref(ans);
+    json_t *ev = s_engine_event(&b);
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "pull_result");
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "landed")), 8);
+    ck_assert_int_eq(json_array_size(json_object_get(ev, "missing")), 1);
+    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(ev, "missing"), 0)), "00ff");
+    json_decref(ev);
+    json_t *st = s_engine(&b, "{s:s}", "cmd", "stats");
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "ready")), 8);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "writing")), 0);
+    json_decref(st);
+    tc_t *tc = s_consumer(&b, "c-of-b", BLOCK, "fp", "7", NULL);
+    s_symmetric(tc, "r1", 1, keys, 8);
+    tc_destroy(&tc);
+    ck_assert_int_eq(s_server_stop(&b), 0);
+    ck_assert_int_eq(s_server_stop(&a), 0);
+}
+END_TEST
+
 START_TEST(test_sigterm_during_transfers_leaves_no_pool)
 {
     s_server_t s;
@@ -662,6 +702,7 @@ main(void)
     tcase_add_test(tc, test_metrics_endpoint);
     tcase_add_test(tc, test_cli_put_and_stats);
     tcase_add_test(tc, test_cli_get_verifies_bytes);
+    tcase_add_test(tc, test_pull_between_servers);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
     suite_add_tcase(s, tc);
     return pk_test_run("server_e2e", s);
