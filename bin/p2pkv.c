@@ -28,36 +28,76 @@
 #define EXIT_SOME_INVALID 1
 #define EXIT_ERROR 2
 
+//  One entry per command: its synopsis and what it does, for --help and
+//  for COMMAND --help.
+static const struct {
+    const char *name, *synopsis, *text;
+} s_commands[] = {
+    { "put", "put [--local EP] [--json] FILE...",
+      "publish each file (exactly one block long) on the local\n"
+      "server, keyed by the SHA-256 of its content; prints\n"
+      "KEY FILE per block" },
+    { "stats", "stats [--local EP] [--json]",
+      "the local server's pool, sessions and counters" },
+    { "pull", "pull [--local EP] --server tcp://HOST:PORT KEY...",
+      "the local server fetches the keys from that server into\n"
+      "its own pool; prints KEY landed|present|missing" },
+    { "lookup", "lookup --server tcp://HOST:PORT [--json] KEY...",
+      "prints KEY hit|miss\n"
+      "(with --fingerprint, --hash-seed, --provider, --timeout as for get)" },
+    { "get", "get --server tcp://HOST:PORT [-o DIR] [--json] KEY...",
+      "fetches the blocks into this process's memory over the\n"
+      "data plane and writes DIR/KEY for each (DIR: .); on a\n"
+      "terminal, a progress line on standard error\n"
+      "--fingerprint F --hash-seed S (the server's, learnt by\n"
+      "default), --provider P (tcp), --timeout SECONDS (30)" },
+    { "codec", "codec [FILE...]",
+      "decode control-plane frames, one JSON object per line\n"
+      "(from the files, or standard input), and print each\n"
+      "one's canonical encoding, or why it is refused" },
+};
+#define S_NCOMMANDS (sizeof s_commands / sizeof s_commands[0])
+
+static void
+s_print_text(FILE *out, const char *text, const char *indent)
+{
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        int len = nl ? (int) (nl - line) : (int) strlen(line);
+        fprintf(out, "%s%.*s\n", indent, len, line);
+        line += len + (nl ? 1 : 0);
+    }
+}
+
 static void
 s_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: p2pkv [--help] [--version] COMMAND [ARGS]\n"
-            "\n"
-            "commands:\n"
-            "  put [--local EP] [--json] FILE...\n"
-            "                    publish each file (exactly one block long) on the local\n"
-            "                    server, keyed by the SHA-256 of its content; prints\n"
-            "                    KEY FILE per block\n"
-            "  stats [--local EP] [--json]\n"
-            "                    the local server's pool, sessions and counters\n"
-            "  pull [--local EP] --server tcp://HOST:PORT KEY...\n"
-            "                    the local server fetches the keys from that server into\n"
-            "                    its own pool; prints KEY landed|present|missing\n"
-            "  lookup --server tcp://HOST:PORT [--json] KEY...\n"
-            "                    prints KEY hit|miss\n"
-            "  get --server tcp://HOST:PORT [-o DIR] [--json] KEY...\n"
-            "                    fetches the blocks into this process's memory over the\n"
-            "                    data plane and writes DIR/KEY for each (DIR: .)\n"
-            "    with --fingerprint F --hash-seed S (the server's, learnt by default),\n"
-            "    --provider P (tcp), --timeout SECONDS (30)\n"
-            "  codec [FILE...]   decode control-plane frames, one JSON object per line\n"
-            "                    (from the files, or standard input), and print each\n"
-            "                    one's canonical encoding, or why it is refused\n"
-            "\n"
+    fprintf(out, "usage: p2pkv [--help] [--version] COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < S_NCOMMANDS; i++) {
+        fprintf(out, "  %s\n", s_commands[i].synopsis);
+        s_print_text(out, s_commands[i].text, "                    ");
+    }
+    fprintf(out, "\n"
             "EP defaults to p2pkv-server's default --local endpoint on this host.\n"
             "exit status: 0 all done (all found, all fetched, all frames valid),\n"
             "             1 some missing or refused, 2 error\n");
+}
+
+//  p2pkv COMMAND --help
+static bool
+s_command_help(const char *cmd, int argc, char *argv[])
+{
+    for (int i = 1; i < argc; i++)
+        if (streq(argv[i], "--help") || streq(argv[i], "-h")) {
+            for (size_t c = 0; c < S_NCOMMANDS; c++)
+                if (streq(s_commands[c].name, cmd)) {
+                    printf("usage: p2pkv %s\n", s_commands[c].synopsis);
+                    s_print_text(stdout, s_commands[c].text, "  ");
+                    printf("exit status: 0 all done, 1 some missing or refused, 2 error\n");
+                    return true;
+                }
+        }
+    return false;
 }
 
 static int
@@ -441,6 +481,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
     //  it answer as misses.  So: look up what is left, fetch the hits (their
     //  pins end with the fetch), and ask again while that makes progress.
     size_t nhit = 0, next_slot = 0;
+    bool progress = get && !o.json && isatty(STDERR_FILENO);
     double t0 = pk_clock_monotonic(), seconds = 0;
     for (int batch = 0; nhit < g.n; batch++) {
         char kv[64];
@@ -495,7 +536,11 @@ s_cmd_remote(int argc, char *argv[], bool get)
         nhit += nnew;
         if (!get)
             break;      //  a lookup asks once: beyond the quota is a miss to report
+        if (progress)
+            fprintf(stderr, "\r%zu of %zu blocks fetched", nhit, g.n);
     }
+    if (progress)
+        fprintf(stderr, "\r\033[K");
     seconds = pk_clock_monotonic() - t0;
     p2pkv_client_poll(client, 0);
     //  report, and write DIR/KEY for each fetched block
@@ -648,6 +693,8 @@ main(int argc, char *argv[])
         return EXIT_ERROR;
     }
     const char *cmd = argv[optind];
+    if (s_command_help(cmd, argc - optind, argv + optind))
+        return EXIT_SUCCESS;
     if (strcmp(cmd, "codec") == 0)
         return s_cmd_codec(argc - optind, argv + optind);
     if (sodium_init() < 0)
