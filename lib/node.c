@@ -366,6 +366,18 @@ s_peer_actor(zsock_t *pipe, void *args)
 
 static s_peer_t *s_peer_by_consumer(pk_node_t *self, const char *consumer);
 
+//  Frees what a peer owns; s_peer_destroy also unregisters it.
+static void
+s_peer_free(s_peer_t *peer)
+{
+    if (peer->actor)
+        zactor_destroy(&peer->actor);
+    pk_ofi_channel_destroy(&peer->channel);
+    pk_msg_destroy(&peer->connect);
+    free(peer->consumer);
+    free(peer);
+}
+
 static void
 s_peer_destroy(pk_node_t *self, s_peer_t *peer)
 {
@@ -376,17 +388,12 @@ s_peer_destroy(pk_node_t *self, s_peer_t *peer)
     pk_keymap_entry_t *e = pk_keymap_find(&self->by_consumer, &ck);
     if (e && (s_peer_t *) (uintptr_t) e->a == peer)
         pk_keymap_take(&self->by_consumer, &ck, NULL, NULL);
-    if (peer->actor) {
+    if (peer->actor)
         zpoller_remove(self->poller, peer->actor);
-        zactor_destroy(&peer->actor);
-    }
-    pk_ofi_channel_destroy(&peer->channel);
-    pk_msg_destroy(&peer->connect);
     //  bounded state: a retired peer's series go (the totals stay)
     if (!s_peer_by_consumer(self, peer->consumer))
         pk_metrics_forget_peer(self->metrics, peer->consumer);
-    free(peer->consumer);
-    free(peer);
+    s_peer_free(peer);
     self->npeers--;
 }
 
@@ -546,10 +553,7 @@ s_peer_register(pk_node_t *self, s_peer_t *peer)
 {
     if (self->quitting) {
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_SHUTDOWN, "server shutting down");
-        pk_ofi_channel_destroy(&peer->channel);
-        pk_msg_destroy(&peer->connect);
-        free(peer->consumer);
-        free(peer);
+        s_peer_free(peer);
         return;
     }
     s_peer_t *old = s_peer_by_consumer(self, peer->consumer);
@@ -1552,10 +1556,7 @@ pk_node_destroy(pk_node_t **self_p)
             if (cmd && streq(cmd, "P") && what && zframe_size(what) == sizeof(void *)) {
                 s_peer_t *peer;
                 memcpy(&peer, zframe_data(what), sizeof peer);
-                pk_ofi_channel_destroy(&peer->channel);
-                pk_msg_destroy(&peer->connect);
-                free(peer->consumer);
-                free(peer);
+                s_peer_free(peer);
             }
             zstr_free(&cmd);
             zframe_destroy(&rid);
