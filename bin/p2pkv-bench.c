@@ -392,32 +392,17 @@ s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *loca
     return 0;
 }
 
+//  Wires a channel to the other process: exchange address blobs.
 static int
-s_fab_send_blob(int fd, pk_ofi_channel_t *ch)
+s_fab_wire(pk_ofi_channel_t *ch, int in, int out, bool send_first)
 {
-    uint8_t *blob;
-    size_t len;
-    if (pk_ofi_channel_blob(ch, &blob, &len))
-        return -1;
-    uint32_t l32 = (uint32_t) len;
-    int rc = write(fd, &l32, 4) == 4 && write(fd, blob, len) == (ssize_t) len ? 0 : -1;
-    free(blob);
-    return rc;
-}
-
-static int
-s_fab_recv_connect(int fd, pk_ofi_channel_t *ch)
-{
-    uint32_t len;
-    uint8_t blob[1024];
     char err[PK_OFI_ERRLEN];
-    if (read(fd, &len, 4) != 4 || len > sizeof blob || read(fd, blob, len) != (ssize_t) len)
-        return -1;
-    if (pk_ofi_channel_connect(ch, blob, len, err)) {
-        fprintf(stderr, "p2pkv-bench: %s\n", err);
-        return -1;
-    }
-    return 0;
+    int rc = send_first ? pk_ofi_channel_send_blob_fd(ch, out) : pk_ofi_channel_connect_fd(ch, in, err);
+    if (rc == 0)
+        rc = send_first ? pk_ofi_channel_connect_fd(ch, in, err) : pk_ofi_channel_send_blob_fd(ch, out);
+    if (rc)
+        fprintf(stderr, "p2pkv-bench: cannot wire the two processes' channels\n");
+    return rc;
 }
 
 //  The target: progress until the writer closes its pipe.
@@ -425,7 +410,7 @@ static void __attribute__((noreturn))
 s_fab_target(uint64_t block, int in, int out)
 {
     s_fab_side_t t = { 0 };
-    if (s_fab_open(&t, block, true) || s_fab_send_blob(out, t.ch) || s_fab_recv_connect(in, t.ch))
+    if (s_fab_open(&t, block, true) || s_fab_wire(t.ch, in, out, true))
         _exit(2);
     struct pollfd pfd = { in, POLLIN, 0 };
     for (unsigned i = 0;; i++) {
@@ -467,8 +452,7 @@ s_bench_fabric(void)
         close(down[0]);
         close(up[1]);
         s_fab_side_t w = { 0 };
-        if (s_fab_open(&w, sizes[si], false) || s_fab_recv_connect(up[0], w.ch)
-            || s_fab_send_blob(down[1], w.ch))
+        if (s_fab_open(&w, sizes[si], false) || s_fab_wire(w.ch, up[0], down[1], false))
             return 2;
         s_fab_side_t *t = NULL;
         if (si == 0) {

@@ -357,44 +357,6 @@ typedef struct {
     int to_child, from_child;
 } s_child_t;
 
-static int
-s_read_full(int fd, void *buf, size_t len)
-{
-    uint8_t *at = buf;
-    while (len) {
-        ssize_t n = read(fd, at, len);
-        if (n <= 0)
-            return -1;
-        at += n;
-        len -= (size_t) n;
-    }
-    return 0;
-}
-
-static int
-s_send_blob(int fd, pk_ofi_channel_t *ch)
-{
-    uint8_t *blob;
-    size_t len;
-    if (pk_ofi_channel_blob(ch, &blob, &len))
-        return -1;
-    uint32_t l32 = (uint32_t) len;
-    int rc = write(fd, &l32, 4) == 4 && write(fd, blob, len) == (ssize_t) len ? 0 : -1;
-    free(blob);
-    return rc;
-}
-
-static int
-s_recv_connect(int fd, pk_ofi_channel_t *ch)
-{
-    uint32_t len;
-    uint8_t blob[1024];
-    char err[PK_OFI_ERRLEN];
-    if (s_read_full(fd, &len, 4) || len > sizeof blob || s_read_full(fd, blob, len))
-        return -1;
-    return pk_ofi_channel_connect(ch, blob, len, err);
-}
-
 //  The child: expose a pool, then progress until `expect` blocks of round
 //  1 landed (exit 0 if every landed block holds the writer's pattern at
 //  its permuted place, 1 otherwise), or forever when expect is 0.
@@ -403,7 +365,8 @@ s_child_main(int in, int out, uint32_t expect)
 {
     s_side_t side = { 0 };
     s_open(&side, true, 0xee);
-    if (s_send_blob(out, side.ch) || s_recv_connect(in, side.ch))
+    char err[PK_OFI_ERRLEN];
+    if (pk_ofi_channel_send_blob_fd(side.ch, out) || pk_ofi_channel_connect_fd(side.ch, in, err))
         _exit(3);
     for (;;) {
         pk_ofi_channel_progress(side.ch);
@@ -442,8 +405,8 @@ s_writer_channel(s_child_t *child)
     char err[PK_OFI_ERRLEN];
     pk_ofi_channel_t *ch = pk_ofi_channel_new(S.ofi, false, &rc, err);
     ck_assert_ptr_nonnull(ch);
-    ck_assert_int_eq(s_recv_connect(child->from_child, ch), 0);
-    ck_assert_int_eq(s_send_blob(child->to_child, ch), 0);
+    ck_assert_int_eq(pk_ofi_channel_connect_fd(ch, child->from_child, err), 0);
+    ck_assert_int_eq(pk_ofi_channel_send_blob_fd(ch, child->to_child), 0);
     return ch;
 }
 

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 //  The mr_mode bits this code honours; a provider demanding others
 //  (FI_MR_RAW: keys too wide for 64 bits) is not offered to us.
@@ -901,4 +902,42 @@ pk_ofi_channel_raw(pk_ofi_channel_t *self, pk_ofi_raw_t *raw)
     *raw = (pk_ofi_raw_t) { self->ep, self->cq, self->peer, self->peer_key, self->peer_base,
                             self->desc, self->ofi->base, self->ofi->block_len };
     return 0;
+}
+
+int
+pk_ofi_channel_send_blob_fd(pk_ofi_channel_t *self, int fd)
+{
+    uint8_t *blob;
+    size_t len;
+    int rc = pk_ofi_channel_blob(self, &blob, &len);
+    if (rc)
+        return rc;
+    uint32_t l32 = (uint32_t) len;
+    rc = write(fd, &l32, 4) == 4 && write(fd, blob, len) == (ssize_t) len ? 0 : -EIO;
+    free(blob);
+    return rc;
+}
+
+static int
+s_read_full(int fd, void *buf, size_t len)
+{
+    uint8_t *at = buf;
+    while (len) {
+        ssize_t n = read(fd, at, len);
+        if (n <= 0)
+            return -EIO;
+        at += n;
+        len -= (size_t) n;
+    }
+    return 0;
+}
+
+int
+pk_ofi_channel_connect_fd(pk_ofi_channel_t *self, int fd, char *err)
+{
+    uint32_t len;
+    uint8_t blob[1024];
+    if (s_read_full(fd, &len, 4) || len > sizeof blob || s_read_full(fd, blob, len))
+        return s_fail(err, -EIO, "ofi: no address blob from the peer");
+    return pk_ofi_channel_connect(self, blob, len, err);
 }

@@ -82,6 +82,13 @@ int pk_ofi_channel_blob(pk_ofi_channel_t *self, uint8_t **blob_p, size_t *len_p)
     names another provider or libfabric version or cannot be parsed.  */
 int pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, char *err);
 
+/*  The blob over a file descriptor (a pipe or socket between two
+    processes, as the tests and p2pkv-bench wire them): send ours as a
+    4-byte length and the bytes; read the peer's and connect to it.  0 or a
+    negative error (err for the connect).  */
+int pk_ofi_channel_send_blob_fd(pk_ofi_channel_t *self, int fd);
+int pk_ofi_channel_connect_fd(pk_ofi_channel_t *self, int fd, char *err);
+
 /*  The transport seam over this channel (write_blocks, poll, cancel).  */
 pk_transport_t pk_ofi_channel_transport(pk_ofi_channel_t *self);
 
