@@ -10,6 +10,10 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -195,6 +199,57 @@ START_TEST(test_write_split_over_4mib)
 {
     //  1,500 contiguous 4 KiB blocks: six 1 MiB writes (5 x 256 + 220)
     s_write_and_verify(1500, true, 5);
+}
+END_TEST
+
+static atomic_bool s_target_asleep;
+
+//  The writer on its own thread, progressing only its side.
+static void *
+s_writer_thread(void *arg)
+{
+    s_seen_t *seen = arg;
+    uint32_t local[64], remote[64];
+    for (uint32_t i = 0; i < 64; i++) {
+        local[i] = i * 3;
+        remote[i] = 1000 + i * 5;
+    }
+    //  write only once the target sleeps on its wait object
+    while (!atomic_load(&s_target_asleep))
+        sched_yield();
+    ck_assert_int_gt(T.write_blocks(T.self, 6, local, remote, 64), 0);
+    double deadline = pk_clock_monotonic() + 20;
+    while (!seen->count && pk_clock_monotonic() < deadline)
+        T.poll(T.self, s_each, seen);
+    return NULL;
+}
+
+//  An idle target sleeps on its queue's wait object, and the writes of
+//  its peer wake it: every sleep ends by the fd, none by the 10 s limit.
+START_TEST(test_wait_fd_wakes_idle_target)
+{
+    int fd = pk_ofi_channel_wait_fd(C.ch);
+    ck_assert_msg(fd >= 0, "the tcp provider's completion queue has no wait fd");
+    s_seen_t seen = { 0, false, 0 };
+    pthread_t writer;
+    ck_assert_int_eq(pthread_create(&writer, NULL, s_writer_thread, &seen), 0);
+    int sleeps = 0;
+    double deadline = pk_clock_monotonic() + 20;
+    while (pk_ofi_channel_landed(C.ch, 6) < 64 && pk_clock_monotonic() < deadline) {
+        if (pk_ofi_channel_trywait(C.ch)) {
+            struct pollfd p = { fd, POLLIN, 0 };
+            atomic_store(&s_target_asleep, true);
+            ck_assert_msg(poll(&p, 1, 10000) == 1, "slept 10 s on the wait fd while written to");
+            sleeps++;
+        }
+        pk_ofi_channel_progress(C.ch);
+    }
+    pthread_join(writer, NULL);
+    ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, 6), 64);
+    ck_assert(seen.ok);
+    ck_assert_int_ge(sleeps, 1);
+    for (uint32_t i = 0; i < 64; i++)
+        ck_assert(s_block_is(1000 + i * 5, i * 3));
 }
 END_TEST
 
@@ -536,6 +591,7 @@ main(void)
     tcase_add_test(tc, test_write_1000_contiguous);
     tcase_add_test(tc, test_write_1000_scattered);
     tcase_add_test(tc, test_write_split_over_4mib);
+    tcase_add_test(tc, test_wait_fd_wakes_idle_target);
     tcase_add_test(tc, test_describe);
     tcase_add_test(tc, test_remote_index_out_of_range);
     tcase_add_test(tc, test_landed_per_round);

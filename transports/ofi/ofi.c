@@ -83,6 +83,7 @@ struct _pk_ofi_channel_t {
     pk_ofi_t *ofi;
     struct fid_ep *ep;
     struct fid_cq *cq;
+    int wait_fd;                    //  the CQ's wait object, or -1
     struct fid_av *av;
     struct fid_mr *expose_mr;       //  the pool, for this peer's remote writes
     struct fid_mr *local_mr;        //  per endpoint when FI_MR_ENDPOINT
@@ -307,9 +308,21 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
     if (self->depth == 0)
         self->depth = 1;
     self->credits = self->depth;
-    struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_NONE,
+    //  A file descriptor to sleep on while idle, where the provider has
+    //  one; else the owner's short timer is the waiting.
+    struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
                                   .size = 4 * S_MAX_DEPTH + 1024 };
+    self->wait_fd = -1;
     rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
+    if (rc == 0 && fi_control(&self->cq->fid, FI_GETWAIT, &self->wait_fd) != 0) {
+        fi_close(&self->cq->fid);
+        self->wait_fd = -1;
+        rc = -FI_ENOSYS;
+    }
+    if (rc) {
+        cq_attr.wait_obj = FI_WAIT_NONE;
+        rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
+    }
     if (rc) {
         s_fail(err, rc, "ofi: fi_cq_open: %s", fi_strerror(-rc));
         goto fail_self;
@@ -737,6 +750,24 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
             && now - self->queue_head->since > limit))
         s_close_endpoint(self);
     return total;
+}
+
+int
+pk_ofi_channel_wait_fd(const pk_ofi_channel_t *self)
+{
+    return self->closed ? -1 : self->wait_fd;
+}
+
+bool
+pk_ofi_channel_trywait(pk_ofi_channel_t *self)
+{
+    if (self->closed || self->wait_fd < 0)
+        return self->closed;
+    //  writes of ours still queued need progress, not sleep
+    if (self->queue_head)
+        return false;
+    struct fid *fids[1] = { &self->cq->fid };
+    return fi_trywait(self->ofi->fabric, fids, 1) == FI_SUCCESS;
 }
 
 static int

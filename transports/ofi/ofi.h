@@ -96,11 +96,20 @@ pk_transport_t pk_ofi_channel_transport(pk_ofi_channel_t *self);
     deadline.  Returns the number of completions read.  A channel must be
     progressed all the time, also when idle: over tcp a target that does
     not read its queue stalls its writers (they see -FI_EAGAIN), and one
-    that stops leaves bytes in socket buffers.  An idle target should call
-    it at least every few milliseconds (the actors use a 1-5 ms timer when
-    nothing is in flight, and spin while transfers run); the queue is
-    opened without a wait object, so a short timer is the waiting.  */
+    that stops leaves bytes in socket buffers.  Between calls an owner
+    sleeps on pk_ofi_channel_wait_fd (after pk_ofi_channel_trywait says it
+    may), or, where the provider has no wait object, calls it at least
+    every few milliseconds; while its own writes are in flight it spins.  */
 int pk_ofi_channel_progress(pk_ofi_channel_t *self);
+
+/*  The completion queue's wait object: readable when progress is due.
+    -1 where the provider has none (then poll on a short timer) or once
+    the endpoint is closed.  */
+int pk_ofi_channel_wait_fd(const pk_ofi_channel_t *self);
+
+/*  True when the owner may block on the wait fd now (fi_trywait): nothing
+    is queued or already completed.  False: progress first.  */
+bool pk_ofi_channel_trywait(pk_ofi_channel_t *self);
 
 /*  Blocks announced by immediates for a round (its low 20 bits).  */
 uint64_t pk_ofi_channel_landed(pk_ofi_channel_t *self, uint64_t round_seq);
