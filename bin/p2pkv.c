@@ -455,11 +455,16 @@ s_cmd_remote(int argc, char *argv[], bool get)
     //  learn the block length (and, unless given, the fingerprint and seed)
     char name[64];
     snprintf(name, sizeof name, "p2pkv-cli-%d", (int) getpid());
-    p2pkv_config_t cfg = { name, o.fingerprint ? o.fingerprint : d.fingerprint,
-                           o.hash_seed ? o.hash_seed : d.hash_seed, o.provider, NULL,
-                           o.timeout, 10, 2, 10 };
+    //  a one-shot tool: a server that goes away fails the get
+    p2pkv_config_t cfg = { .peer_id = name,
+                           .fingerprint = o.fingerprint ? o.fingerprint : d.fingerprint,
+                           .hash_seed = o.hash_seed ? o.hash_seed : d.hash_seed,
+                           .provider = o.provider, .load_timeout = o.timeout,
+                           .abort_ack_timeout = 10, .keepalive = 2, .silence = 10,
+                           .no_reconnect = true };
     client = p2pkv_client_new(&cfg, NULL, g.n, d.block_len,
-                              (p2pkv_callbacks_t) { &g, s_on_lookup, s_on_fetch }, err);
+                              (p2pkv_callbacks_t) { .arg = &g, .on_lookup = s_on_lookup,
+                                                    .on_fetch = s_on_fetch }, err);
     if (!client) {
         fprintf(stderr, "p2pkv: %s\n", err);
         goto done;
@@ -496,10 +501,15 @@ s_cmd_remote(int argc, char *argv[], bool get)
         memset(g.hit, 0, g.n * sizeof *g.hit);
         p2pkv_client_lookup(client, server, kv, ask, nask);
         double deadline = pk_clock_monotonic() + o.timeout;
-        while (!g.answered && pk_clock_monotonic() < deadline)
+        char why[256] = "";
+        while (!g.answered && pk_clock_monotonic() < deadline
+               && p2pkv_client_server_state(client, server, why) == P2PKV_SERVER_UP)
             p2pkv_client_poll(client, 0.05);
         if (!g.answered) {
-            fprintf(stderr, "p2pkv: no answer to the lookup within %.0f s\n", o.timeout);
+            if (*why)
+                fprintf(stderr, "p2pkv: no answer to the lookup: %s\n", why);
+            else
+                fprintf(stderr, "p2pkv: no answer to the lookup within %.0f s\n", o.timeout);
             break;
         }
         size_t nnew = 0;

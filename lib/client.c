@@ -17,6 +17,13 @@
 
 #include <czmq.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,13 +34,22 @@
 typedef struct {
     p2pkv_client_t *client;
     int index;
+    char *endpoint;
+    p2pkv_server_state_t state;
+    bool announced;                 //  connect returned it: on_server may report it
+    //  the session: a new one at each (re)connect
     zsock_t *dealer;
     pk_ofi_channel_t *channel;
+    int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
     uint8_t epoch[PK_EPOCH_LEN];
     uint8_t server_epoch[PK_EPOCH_LEN];
-    bool live;
+    uint8_t *blob;                  //  our address blob, sent in connect
+    size_t bloblen;
+    double next_connect;            //  CONNECTING: when to send connect again
+    double reconnect_at;            //  DOWN: when to start a new session
     double last_sent, last_heard;
+    char reason[PK_ERRLEN + 64];
 } s_server_t;
 
 struct _p2pkv_client_t {
@@ -45,8 +61,13 @@ struct _p2pkv_client_t {
     pk_ofi_t *ofi;
     p2pkv_callbacks_t callbacks;
     s_server_t *servers[S_MAX_SERVERS];
-    int nservers;
-    int ran;                        //  callbacks run in the current poll
+    int nservers;                   //  slots in use are below this
+    int ran;                        //  callbacks run in the current step
+    pthread_mutex_t lock;           //  recursive: callbacks may call in
+    int epoll_fd, timer_fd, wake_fd;
+    pthread_t thread;
+    bool thread_running;
+    atomic_bool stopping;
 };
 
 static void
@@ -128,6 +149,68 @@ p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, c
 }
 
 //  --------------------------------------------------------------------------
+//  What wakes the client: each server's socket and completion queue, and
+//  one timer for everything due later (keepalive, deadlines, reconnects,
+//  and progress where a provider has no wait object)
+
+static void
+s_watch(p2pkv_client_t *self, int fd, bool on)
+{
+    if (fd < 0)
+        return;
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+    epoll_ctl(self->epoll_fd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, &ev);
+}
+
+//  The timer fires at the earliest moment a step has work that no fd
+//  announces; a ZeroMQ socket's fd only signals changes, so unread
+//  messages and a queue the provider says needs progress fire it at once.
+static void
+s_arm(p2pkv_client_t *self)
+{
+    double now = pk_clock_monotonic(), due = now + 1.0;
+    for (int i = 0; i < self->nservers; i++) {
+        s_server_t *s = self->servers[i];
+        if (!s)
+            continue;
+        if (s->state == P2PKV_SERVER_DOWN) {
+            if (!self->config.no_reconnect && s->reconnect_at < due)
+                due = s->reconnect_at;
+            continue;
+        }
+        if (s->state == P2PKV_SERVER_STOPPED)
+            continue;
+        if (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN))
+            due = now;
+        if (s->channel && !pk_ofi_channel_trywait(s->channel))
+            due = now;
+        if (s->channel && s->wait_fd < 0 && now + 0.002 < due)
+            due = now + 0.002;
+        if (s->state == P2PKV_SERVER_CONNECTING) {
+            if (s->next_connect < due)
+                due = s->next_connect;
+            continue;
+        }
+        double t = s->last_sent + self->config.keepalive;
+        if (s->last_heard + self->config.silence < t)
+            t = s->last_heard + self->config.silence;
+        //  load deadlines are coarse (seconds): a 10 ms look is enough
+        if (pk_client_role_open_loads(s->role) && now + 0.01 < t)
+            t = now + 0.01;
+        if (t < due)
+            due = t;
+    }
+    double wait = due - now;
+    if (wait < 1e-6)
+        wait = 1e-6;        //  zero would disarm the timer
+    struct itimerspec its = { .it_value = { (time_t) wait,
+                                            (long) ((wait - (time_t) wait) * 1e9) } };
+    if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0)
+        its.it_value.tv_nsec = 1000;
+    timerfd_settime(self->timer_fd, 0, &its, NULL);
+}
+
+//  --------------------------------------------------------------------------
 //  The role's seams, per server
 
 static double
@@ -159,6 +242,8 @@ static void
 s_cut_off(void *arg)
 {
     s_server_t *s = arg;
+    s_watch(s->client, s->wait_fd, false);
+    s->wait_fd = -1;
     pk_ofi_channel_destroy(&s->channel);
 }
 
@@ -197,6 +282,8 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
 //  --------------------------------------------------------------------------
 //  Construction
 
+static void *s_progress_thread(void *arg);
+
 p2pkv_client_t *
 p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
                  uint64_t block_len, p2pkv_callbacks_t callbacks, char *err)
@@ -213,6 +300,7 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     p2pkv_client_t *self = calloc(1, sizeof *self);
     if (!self)
         goto fail;
+    self->epoll_fd = self->timer_fd = self->wake_fd = -1;
     self->config = *config;
     self->peer_id = strdup(config->peer_id);
     self->fingerprint = strdup(config->fingerprint ? config->fingerprint : "");
@@ -229,6 +317,8 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
         self->config.keepalive = 2;
     if (!(self->config.silence > 0))
         self->config.silence = 10;
+    if (!(self->config.reconnect_interval > 0))
+        self->config.reconnect_interval = 0.5;
     self->num_blocks = num_blocks;
     self->block_len = block_len;
     self->callbacks = callbacks;
@@ -250,8 +340,39 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
         s_err(err, "%s", ofi_err);
         goto fail_pool;
     }
+    self->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    self->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (self->epoll_fd < 0 || self->timer_fd < 0 || self->wake_fd < 0) {
+        s_err(err, "cannot create the client's file descriptors: %s", strerror(errno));
+        goto fail_fds;
+    }
+    s_watch(self, self->timer_fd, true);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&self->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    if (self->config.progress_thread) {
+        s_watch(self, self->wake_fd, true);
+        if (pthread_create(&self->thread, NULL, s_progress_thread, self) != 0) {
+            s_err(err, "cannot start the progress thread");
+            goto fail_lock;
+        }
+        self->thread_running = true;
+    }
     return self;
 
+fail_lock:
+    pthread_mutex_destroy(&self->lock);
+fail_fds:
+    if (self->epoll_fd >= 0)
+        close(self->epoll_fd);
+    if (self->timer_fd >= 0)
+        close(self->timer_fd);
+    if (self->wake_fd >= 0)
+        close(self->wake_fd);
+    pk_ofi_destroy(&self->ofi);
 fail_pool:
     if (self->own_pool)
         free(self->pool);
@@ -268,17 +389,39 @@ fail:
     return NULL;
 }
 
+//  Ends the current session's objects (not the server's slot): the role
+//  first, which cuts off and fails what is open when the caller asked it.
+static void
+s_session_close(s_server_t *s)
+{
+    pk_client_role_destroy(&s->role);
+    s_cut_off(s);
+    if (s->dealer)
+        s_watch(s->client, zsock_fd(s->dealer), false);
+    zsock_destroy(&s->dealer);
+    free(s->blob);
+    s->blob = NULL;
+}
+
 static void
 s_server_free(s_server_t **s_p)
 {
     s_server_t *s = *s_p;
     if (!s)
         return;
-    pk_client_role_destroy(&s->role);
-    pk_ofi_channel_destroy(&s->channel);
-    zsock_destroy(&s->dealer);
+    s_session_close(s);
+    free(s->endpoint);
     free(s);
     *s_p = NULL;
+}
+
+static void
+s_send_disconnect(s_server_t *s, pk_disconnect_code_t code, const char *reason)
+{
+    pk_msg_t d = { .type = PK_MSG_DISCONNECT, .code = code, .reason = (char *) reason,
+                   .present = PK_BIT(PK_F_CODE) | PK_BIT(PK_F_REASON) };
+    pk_msg_set_epochs(&d, s->epoch, s->server_epoch);
+    s_send_frame(s->dealer, &d);
 }
 
 void
@@ -287,18 +430,25 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
     if (!self_p || !*self_p)
         return;
     p2pkv_client_t *self = *self_p;
+    if (self->thread_running) {
+        atomic_store(&self->stopping, true);
+        uint64_t one = 1;
+        if (write(self->wake_fd, &one, sizeof one) < 0) {
+            //  the thread still sees stopping within its 100 ms wait
+        }
+        pthread_join(self->thread, NULL);
+    }
     for (int i = 0; i < self->nservers; i++) {
         s_server_t *s = self->servers[i];
-        if (s && s->live) {
-            pk_msg_t d = { .type = PK_MSG_DISCONNECT, .code = PK_DISC_SHUTDOWN,
-                           .reason = "client closing",
-                           .present = PK_BIT(PK_F_CODE) | PK_BIT(PK_F_REASON) };
-            pk_msg_set_epochs(&d, s->epoch, s->server_epoch);
-            s_send_frame(s->dealer, &d);
-        }
+        if (s && s->state == P2PKV_SERVER_UP)
+            s_send_disconnect(s, PK_DISC_SHUTDOWN, "client closing");
         s_server_free(&self->servers[i]);
     }
     pk_ofi_destroy(&self->ofi);
+    close(self->epoll_fd);
+    close(self->timer_fd);
+    close(self->wake_fd);
+    pthread_mutex_destroy(&self->lock);
     if (self->own_pool)
         free(self->pool);
     free(self->peer_id);
@@ -316,55 +466,78 @@ p2pkv_client_pool(p2pkv_client_t *self)
     return self->pool;
 }
 
+int
+p2pkv_client_fd(p2pkv_client_t *self)
+{
+    return self->epoll_fd;
+}
+
 //  --------------------------------------------------------------------------
 //  Sessions
 
-int
-p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout, char *err)
+static void
+s_state(s_server_t *s, p2pkv_server_state_t state, const char *reason)
 {
-    if (self->nservers == S_MAX_SERVERS) {
-        s_err(err, "at most %d servers", S_MAX_SERVERS);
-        return -ENOSPC;
+    s->state = state;
+    if (reason)
+        snprintf(s->reason, sizeof s->reason, "%s", reason);
+    p2pkv_client_t *c = s->client;
+    if (s->announced && c->callbacks.on_server) {
+        c->ran++;
+        c->callbacks.on_server(c->callbacks.arg, s->index, state, s->reason);
     }
-    s_server_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        s_err(err, "out of memory");
-        return -ENOMEM;
-    }
-    s->client = self;
-    s->index = self->nservers;
+}
+
+//  A new session: fresh epoch, endpoint, registration and socket; connect
+//  goes out at the next step.
+static int
+s_session_open(s_server_t *s, char *err)
+{
+    p2pkv_client_t *self = s->client;
     do
         randombytes_buf(s->epoch, sizeof s->epoch);
     while (sodium_is_zero(s->epoch, sizeof s->epoch));
+    memset(s->server_epoch, 0, sizeof s->server_epoch);
     char ofi_err[PK_OFI_ERRLEN];
     int rc;
     s->channel = pk_ofi_channel_new(self->ofi, true, &rc, ofi_err);
+    if (!s->channel) {
+        s_err(err, "%s", ofi_err);
+        return rc < 0 ? rc : -EIO;
+    }
+    s->wait_fd = pk_ofi_channel_wait_fd(s->channel);
+    s_watch(self, s->wait_fd, true);
+    if (pk_ofi_channel_blob(s->channel, &s->blob, &s->bloblen)) {
+        s_err(err, "cannot describe the local endpoint");
+        return -EIO;
+    }
     s->dealer = zsock_new(ZMQ_DEALER);
-    if (!s->channel || !s->dealer) {
-        s_err(err, "%s", s->channel ? "cannot create a socket" : ofi_err);
-        s_server_free(&s);
+    if (!s->dealer) {
+        s_err(err, "cannot create a socket");
         return -ENOMEM;
     }
     //  a stable routing id: a TCP reconnect keeps the session's id
     uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
     memcpy(rid + 1, s->epoch, PK_EPOCH_LEN);
     zmq_setsockopt(zsock_resolve(s->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
-    if (zsock_connect(s->dealer, "%s", endpoint) < 0) {
-        s_err(err, "cannot connect to %s", endpoint);
-        s_server_free(&s);
+    if (zsock_connect(s->dealer, "%s", s->endpoint) < 0) {
+        s_err(err, "cannot connect to %s", s->endpoint);
         return -EINVAL;
     }
-    uint8_t *blob;
-    size_t bloblen;
-    if (pk_ofi_channel_blob(s->channel, &blob, &bloblen)) {
-        s_err(err, "cannot describe the local endpoint");
-        s_server_free(&s);
-        return -EIO;
-    }
+    s_watch(self, zsock_fd(s->dealer), true);
+    s->next_connect = 0;
+    s->state = P2PKV_SERVER_CONNECTING;
+    return 0;
+}
+
+static void
+s_send_connect(s_server_t *s)
+{
+    p2pkv_client_t *self = s->client;
     static const uint8_t zero[PK_EPOCH_LEN];
     pk_msg_t c = { .type = PK_MSG_CONNECT, .wire_major = PK_WIRE_MAJOR,
                    .wire_minor = PK_WIRE_MINOR, .peer_id = self->peer_id,
-                   .agent_metadata = blob, .agent_metadata_len = bloblen, .base_addr = 0,
+                   .agent_metadata = s->blob, .agent_metadata_len = s->bloblen, .base_addr = 0,
                    .num_blocks = self->num_blocks, .block_len = self->block_len,
                    .config_fingerprint = self->fingerprint, .hash_seed = self->hash_seed,
                    .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
@@ -373,131 +546,62 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
                               | PK_BIT(PK_F_BLOCK_LEN) | PK_BIT(PK_F_CONFIG_FINGERPRINT)
                               | PK_BIT(PK_F_HASH_SEED) };
     pk_msg_set_epochs(&c, s->epoch, zero);
-    //  connect, repeated every 0.5 s until its connect_ack (the server may
-    //  not be up yet) or a disconnect
-    double deadline = pk_clock_monotonic() + timeout, next = 0;
-    rc = -ETIMEDOUT;
-    while (rc == -ETIMEDOUT && pk_clock_monotonic() < deadline) {
-        if (pk_clock_monotonic() >= next) {
-            //  not connected yet at the socket level: try again very soon
-            bool sent = s_send_frame(s->dealer, &c) == 0;
-            next = pk_clock_monotonic() + (sent ? 0.5 : 0.005);
-        }
-        pk_ofi_channel_progress(s->channel);
-        pk_msg_t *m = s_recv_msg(s->dealer);
-        if (m && m->type == PK_MSG_CONNECT_ACK
-            && memcmp(m->target_epoch, s->epoch, PK_EPOCH_LEN) == 0) {
-            memcpy(s->server_epoch, m->source_epoch, PK_EPOCH_LEN);
-            rc = 0;
-        }
-        else if (m && m->type == PK_MSG_DISCONNECT) {
-            s_err(err, "%s refused the connection (%s): %s", endpoint,
-                  pk_disconnect_code_name(m->code), m->reason);
-            rc = m->code == PK_DISC_INCOMPATIBLE ? -EPROTO : -ECONNREFUSED;
-        }
-        else if (!m)
-            zclock_sleep(1);
-        pk_msg_destroy(&m);
+    //  repeated every reconnect_interval until answered (the server may not
+    //  be up yet); a socket not connected yet is tried again very soon
+    bool sent = s_send_frame(s->dealer, &c) == 0;
+    s->next_connect = pk_clock_monotonic() + (sent ? s->client->config.reconnect_interval : 0.005);
+}
+
+static void
+s_on_connect_answer(s_server_t *s, pk_msg_t *m)
+{
+    p2pkv_client_t *self = s->client;
+    if (m->type == PK_MSG_DISCONNECT && m->code == PK_DISC_INCOMPATIBLE) {
+        char reason[PK_ERRLEN + 64];
+        snprintf(reason, sizeof reason, "%s refused us as incompatible: %s", s->endpoint,
+                 m->reason);
+        s_session_close(s);
+        s_state(s, P2PKV_SERVER_STOPPED, reason);
+        return;
     }
-    free(blob);
-    if (rc) {
-        if (rc == -ETIMEDOUT)
-            s_err(err, "no answer from %s within %.1f s", endpoint, timeout);
-        s_server_free(&s);
-        return rc;
+    if (m->type == PK_MSG_DISCONNECT) {
+        //  retiring an older session of ours, say: keep asking
+        snprintf(s->reason, sizeof s->reason, "%s refused the connection (%s): %s", s->endpoint,
+                 pk_disconnect_code_name(m->code), m->reason);
+        return;
     }
+    if (m->type != PK_MSG_CONNECT_ACK || memcmp(m->target_epoch, s->epoch, PK_EPOCH_LEN) != 0)
+        return;
+    memcpy(s->server_epoch, m->source_epoch, PK_EPOCH_LEN);
     pk_client_role_config_t rc_cfg = { self->config.load_timeout, self->config.abort_ack_timeout };
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
                                  (pk_client_transport_t) { s, s_landed, s_cut_off },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
     if (!s->role) {
-        s_err(err, "out of memory");
-        s_server_free(&s);
-        return -ENOMEM;
+        s_session_close(s);
+        s->reconnect_at = pk_clock_monotonic() + self->config.reconnect_interval;
+        s_state(s, P2PKV_SERVER_DOWN, "out of memory");
+        return;
     }
-    s->live = true;
     s->last_sent = s->last_heard = pk_clock_monotonic();
-    self->servers[self->nservers++] = s;
-    return s->index;
+    s_state(s, P2PKV_SERVER_UP, "");
 }
 
-static s_server_t *
-s_server(p2pkv_client_t *self, int server)
-{
-    if (server < 0 || server >= self->nservers)
-        return NULL;
-    s_server_t *s = self->servers[server];
-    return s && s->live ? s : NULL;
-}
-
-//  The server is gone: cut off first, then its open fetches fail.
+//  The server is gone: cut off first, then its open fetches fail; a new
+//  session follows after reconnect_interval.
 static void
 s_gone(s_server_t *s, const char *reason)
 {
-    if (!s->live)
+    if (s->state != P2PKV_SERVER_UP)
         return;
-    s->live = false;
     pk_client_role_server_gone(s->role, reason);
+    s_session_close(s);
+    s->reconnect_at = pk_clock_monotonic() + s->client->config.reconnect_interval;
+    s_state(s, P2PKV_SERVER_DOWN, reason);
 }
 
-static void
-s_keys(const p2pkv_key_t *in, size_t n, pk_key_t *out)
-{
-    for (size_t i = 0; i < n; i++)
-        out[i] = pk_key_make(in[i].bytes, in[i].len);
-}
-
-int
-p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
-                    size_t n)
-{
-    s_server_t *s = s_server(self, server);
-    if (!s)
-        return -ENOTCONN;
-    if (n == 0 || n > PK_MAX_LIST)
-        return -EINVAL;
-    pk_key_t *k = malloc(n * sizeof *k);
-    if (!k)
-        return -ENOMEM;
-    s_keys(keys, n, k);
-    int rc = pk_client_role_probe(s->role, kv, k, n);
-    free(k);
-    if (rc == 0)
-        pk_client_role_flush(s->role);
-    return rc;
-}
-
-int
-p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
-                   const uint32_t *dest, size_t n, uint64_t round, double deadline,
-                   uint64_t *fetch_id_p)
-{
-    s_server_t *s = s_server(self, server);
-    if (!s)
-        return -ENOTCONN;
-    if (n == 0 || n > PK_MAX_LIST)
-        return -EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if (dest[i] >= self->num_blocks)
-            return -ERANGE;
-    pk_key_t *k = malloc(n * sizeof *k);
-    if (!k)
-        return -ENOMEM;
-    s_keys(keys, n, k);
-    int rc = pk_client_role_fetch(s->role, kv, k, dest, n, round, deadline, fetch_id_p);
-    free(k);
-    return rc;
-}
-
-int
-p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
-{
-    s_server_t *s = s_server(self, server);
-    return s ? pk_client_role_finish(s->role, kv) : -ENOTCONN;
-}
-
-//  What the server said: epochs checked, then the role's.
+//  What the server said in a live session: epochs checked, then the role's.
 static void
 s_on_frame(s_server_t *s, pk_msg_t *m)
 {
@@ -517,11 +621,7 @@ s_on_frame(s_server_t *s, pk_msg_t *m)
         return;     //  stale
     s->last_heard = pk_clock_monotonic();
     if (pk_client_role_on_message(s->role, m) == -EPROTO) {
-        pk_msg_t d = { .type = PK_MSG_DISCONNECT, .code = PK_DISC_VIOLATION,
-                       .reason = "two transfer_done for one round",
-                       .present = PK_BIT(PK_F_CODE) | PK_BIT(PK_F_REASON) };
-        pk_msg_set_epochs(&d, s->epoch, s->server_epoch);
-        s_send_frame(s->dealer, &d);
+        s_send_disconnect(s, PK_DISC_VIOLATION, "two transfer_done for one round");
         s_gone(s, "protocol violation by the server: two transfer_done for one round");
     }
 }
@@ -529,19 +629,39 @@ s_on_frame(s_server_t *s, pk_msg_t *m)
 static void
 s_server_step(p2pkv_client_t *self, s_server_t *s)
 {
+    double now = pk_clock_monotonic();
+    if (s->state == P2PKV_SERVER_DOWN && !self->config.no_reconnect && now >= s->reconnect_at) {
+        char err[256] = "";
+        if (s_session_open(s, err) != 0) {
+            s_session_close(s);
+            s->reconnect_at = now + self->config.reconnect_interval;
+            snprintf(s->reason, sizeof s->reason, "%s", err);
+            return;
+        }
+        s_state(s, P2PKV_SERVER_CONNECTING, s->reason);
+    }
     if (s->channel)
         pk_ofi_channel_progress(s->channel);
-    if (!s->live)
+    if (s->state == P2PKV_SERVER_CONNECTING) {
+        if (now >= s->next_connect)
+            s_send_connect(s);
+        pk_msg_t *m;
+        while (s->state == P2PKV_SERVER_CONNECTING && (m = s_recv_msg(s->dealer))) {
+            s_on_connect_answer(s, m);
+            pk_msg_destroy(&m);
+        }
+    }
+    if (s->state != P2PKV_SERVER_UP)
         return;
     pk_msg_t *m;
-    while (s->live && (m = s_recv_msg(s->dealer))) {
+    while (s->state == P2PKV_SERVER_UP && (m = s_recv_msg(s->dealer))) {
         s_on_frame(s, m);
         pk_msg_destroy(&m);
     }
-    if (!s->live)
+    if (s->state != P2PKV_SERVER_UP)
         return;
     pk_client_role_tick(s->role);
-    double now = pk_clock_monotonic();
+    now = pk_clock_monotonic();
     if (now - s->last_heard >= self->config.silence) {
         s_gone(s, "server silent");
         return;
@@ -553,29 +673,262 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
 }
 
 int
-p2pkv_client_poll(p2pkv_client_t *self, double timeout)
+p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout, char *err)
 {
+    pthread_mutex_lock(&self->lock);
+    int slot = -1;
+    for (int i = 0; i < self->nservers; i++) {
+        s_server_t *s = self->servers[i];
+        if (s && strcmp(s->endpoint, endpoint) == 0 && s->state != P2PKV_SERVER_STOPPED) {
+            pthread_mutex_unlock(&self->lock);
+            return i;
+        }
+        if (!s && slot < 0)
+            slot = i;
+    }
+    if (slot < 0 && self->nservers == S_MAX_SERVERS) {
+        pthread_mutex_unlock(&self->lock);
+        s_err(err, "at most %d servers", S_MAX_SERVERS);
+        return -ENOSPC;
+    }
+    if (slot < 0)
+        slot = self->nservers;
+    s_server_t *s = calloc(1, sizeof *s);
+    if (!s || !(s->endpoint = strdup(endpoint))) {
+        free(s);
+        pthread_mutex_unlock(&self->lock);
+        s_err(err, "out of memory");
+        return -ENOMEM;
+    }
+    s->client = self;
+    s->index = slot;
+    s->wait_fd = -1;
+    int rc = s_session_open(s, err);
+    if (rc) {
+        s_server_free(&s);
+        pthread_mutex_unlock(&self->lock);
+        return rc;
+    }
+    self->servers[slot] = s;
+    if (slot == self->nservers)
+        self->nservers++;
+    pthread_mutex_unlock(&self->lock);
+
+    //  the handshake, servicing only this server (and the progress thread
+    //  the others), the lock released between steps
     double deadline = pk_clock_monotonic() + timeout;
+    rc = -ETIMEDOUT;
+    while (true) {
+        pthread_mutex_lock(&self->lock);
+        if (s->state == P2PKV_SERVER_CONNECTING)
+            s_server_step(self, s);
+        if (s->state == P2PKV_SERVER_UP)
+            rc = 0;
+        else if (s->state == P2PKV_SERVER_STOPPED) {
+            s_err(err, "%s", s->reason);
+            rc = -EPROTO;
+        }
+        bool done = rc != -ETIMEDOUT || pk_clock_monotonic() >= deadline;
+        if (done && rc == 0)
+            s->announced = true;
+        else if (done) {
+            if (rc == -ETIMEDOUT)
+                s_err(err, "no answer from %s within %.1f s%s%s", endpoint, timeout,
+                      *s->reason ? ": " : "", s->reason);
+            self->servers[slot] = NULL;
+            while (self->nservers && !self->servers[self->nservers - 1])
+                self->nservers--;
+            s_server_free(&s);
+        }
+        s_arm(self);
+        pthread_mutex_unlock(&self->lock);
+        if (done)
+            return rc ? rc : slot;
+        zclock_sleep(1);
+    }
+}
+
+int
+p2pkv_client_disconnect(p2pkv_client_t *self, int server)
+{
+    pthread_mutex_lock(&self->lock);
+    int rc = -EINVAL;
+    if (server >= 0 && server < self->nservers && self->servers[server]) {
+        s_server_t *s = self->servers[server];
+        if (s->state == P2PKV_SERVER_UP) {
+            s_send_disconnect(s, PK_DISC_SHUTDOWN, "client disconnecting");
+            pk_client_role_server_gone(s->role, "disconnected by the client");
+        }
+        s_server_free(&self->servers[server]);
+        while (self->nservers && !self->servers[self->nservers - 1])
+            self->nservers--;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&self->lock);
+    return rc;
+}
+
+int
+p2pkv_client_server_state(p2pkv_client_t *self, int server, char *reason)
+{
+    pthread_mutex_lock(&self->lock);
+    int rc = -EINVAL;
+    if (server >= 0 && server < self->nservers && self->servers[server]) {
+        rc = (int) self->servers[server]->state;
+        if (reason)
+            snprintf(reason, 256, "%.255s", self->servers[server]->reason);
+    }
+    pthread_mutex_unlock(&self->lock);
+    return rc;
+}
+
+static s_server_t *
+s_server(p2pkv_client_t *self, int server)
+{
+    if (server < 0 || server >= self->nservers)
+        return NULL;
+    s_server_t *s = self->servers[server];
+    return s && s->state == P2PKV_SERVER_UP ? s : NULL;
+}
+
+static void
+s_keys(const p2pkv_key_t *in, size_t n, pk_key_t *out)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = pk_key_make(in[i].bytes, in[i].len);
+}
+
+int
+p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                    size_t n)
+{
+    if (n == 0 || n > PK_MAX_LIST)
+        return -EINVAL;
+    pk_key_t *k = malloc(n * sizeof *k);
+    if (!k)
+        return -ENOMEM;
+    s_keys(keys, n, k);
+    pthread_mutex_lock(&self->lock);
+    s_server_t *s = s_server(self, server);
+    int rc = s ? pk_client_role_probe(s->role, kv, k, n) : -ENOTCONN;
+    if (rc == 0)
+        pk_client_role_flush(s->role);
+    s_arm(self);
+    pthread_mutex_unlock(&self->lock);
+    free(k);
+    return rc;
+}
+
+int
+p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                   const uint32_t *dest, size_t n, uint64_t round, double deadline,
+                   uint64_t *fetch_id_p)
+{
+    if (n == 0 || n > PK_MAX_LIST)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (dest[i] >= self->num_blocks)
+            return -ERANGE;
+    pk_key_t *k = malloc(n * sizeof *k);
+    if (!k)
+        return -ENOMEM;
+    s_keys(keys, n, k);
+    pthread_mutex_lock(&self->lock);
+    s_server_t *s = s_server(self, server);
+    int rc = s ? pk_client_role_fetch(s->role, kv, k, dest, n, round, deadline, fetch_id_p)
+               : -ENOTCONN;
+    s_arm(self);
+    pthread_mutex_unlock(&self->lock);
+    free(k);
+    return rc;
+}
+
+int
+p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
+{
+    pthread_mutex_lock(&self->lock);
+    s_server_t *s = s_server(self, server);
+    int rc = s ? pk_client_role_finish(s->role, kv) : -ENOTCONN;
+    pthread_mutex_unlock(&self->lock);
+    return rc;
+}
+
+//  One pass over every server; the timer is read (so it stops signalling)
+//  and set again for what is due next.
+static int
+s_step(p2pkv_client_t *self)
+{
+    uint64_t expirations;
+    if (read(self->timer_fd, &expirations, sizeof expirations) < 0) {
+        //  not expired: nothing to clear
+    }
     self->ran = 0;
-    do {
-        for (int i = 0; i < self->nservers; i++)
-            if (self->servers[i])
-                s_server_step(self, self->servers[i]);
-        if (self->ran || pk_clock_monotonic() >= deadline)
-            break;
-        //  spin while fetches run, else a short sleep
-        if (!p2pkv_client_open_fetches(self))
-            zclock_sleep(1);
-    } while (true);
+    for (int i = 0; i < self->nservers; i++)
+        if (self->servers[i])
+            s_server_step(self, self->servers[i]);
+    s_arm(self);
     return self->ran;
 }
 
-size_t
-p2pkv_client_open_fetches(const p2pkv_client_t *self)
+static size_t
+s_open_fetches(const p2pkv_client_t *self)
 {
     size_t n = 0;
     for (int i = 0; i < self->nservers; i++)
         if (self->servers[i] && self->servers[i]->role)
             n += pk_client_role_open_loads(self->servers[i]->role);
     return n;
+}
+
+int
+p2pkv_client_poll(p2pkv_client_t *self, double timeout)
+{
+    double deadline = pk_clock_monotonic() + timeout;
+    while (true) {
+        pthread_mutex_lock(&self->lock);
+        int ran = s_step(self);
+        bool busy = s_open_fetches(self) > 0;
+        pthread_mutex_unlock(&self->lock);
+        double left = deadline - pk_clock_monotonic();
+        if (ran || left <= 0)
+            return ran;
+        //  spin while fetches run (their completions come fast), else
+        //  sleep until something is due
+        if (!busy) {
+            struct epoll_event ev[8];
+            int ms = (int) (left * 1000) + 1;
+            epoll_wait(self->epoll_fd, ev, 8, ms > 100 ? 100 : ms);
+        }
+    }
+}
+
+size_t
+p2pkv_client_open_fetches(const p2pkv_client_t *self)
+{
+    pthread_mutex_t *lock = (pthread_mutex_t *) &self->lock;
+    pthread_mutex_lock(lock);
+    size_t n = s_open_fetches(self);
+    pthread_mutex_unlock(lock);
+    return n;
+}
+
+static void *
+s_progress_thread(void *arg)
+{
+    p2pkv_client_t *self = arg;
+    while (!atomic_load(&self->stopping)) {
+        struct epoll_event ev[8];
+        //  a fetch's blocks land faster than a wakeup: spin while they run
+        pthread_mutex_lock(&self->lock);
+        bool busy = s_open_fetches(self) > 0;
+        pthread_mutex_unlock(&self->lock);
+        if (!busy)
+            epoll_wait(self->epoll_fd, ev, 8, 100);
+        else
+            sched_yield();
+        pthread_mutex_lock(&self->lock);
+        s_step(self);
+        pthread_mutex_unlock(&self->lock);
+    }
+    return NULL;
 }

@@ -755,7 +755,8 @@ s_pull_run(pk_node_t *node, p2pkv_client_t *client, s_pull_wait_t *w, s_pull_t *
         if (p2pkv_client_lookup(client, server, kv, ask, nask) != 0)
             break;
         double deadline = pk_clock_monotonic() + node->config->load_timeout;
-        while (!w->answered && pk_clock_monotonic() < deadline)
+        while (!w->answered && pk_clock_monotonic() < deadline
+               && p2pkv_client_server_state(client, server, p->reason) == P2PKV_SERVER_UP)
             p2pkv_client_poll(client, 0.01);
         size_t nhit = 0;
         for (size_t a = 0; w->answered && a < nask; a++)
@@ -779,7 +780,8 @@ s_pull_run(pk_node_t *node, p2pkv_client_t *client, s_pull_wait_t *w, s_pull_t *
         for (size_t a = 0; a < nhit; a++)
             p->landed[pos[a]] = true;
     }
-    p2pkv_client_poll(client, 0);
+    //  a session per pull: between pulls nobody would keep it alive
+    p2pkv_client_disconnect(client, server);
     free(ask);
     free(pos);
     free(dest);
@@ -809,16 +811,22 @@ s_puller_actor(zsock_t *pipe, void *args)
             if (!client) {
                 char name[320], err[256] = "";
                 snprintf(name, sizeof name, "%s-pull", node->config->peer_id);
-                p2pkv_config_t cfg = { name, node->config->fingerprint, node->config->hash_seed,
-                                       node->config->provider, NULL, node->config->load_timeout,
-                                       node->config->abort_ack_timeout,
-                                       node->config->keepalive_interval,
-                                       node->config->silence_timeout };
+                p2pkv_config_t cfg = { .peer_id = name,
+                                       .fingerprint = node->config->fingerprint,
+                                       .hash_seed = node->config->hash_seed,
+                                       .provider = node->config->provider,
+                                       .load_timeout = node->config->load_timeout,
+                                       .abort_ack_timeout = node->config->abort_ack_timeout,
+                                       .keepalive = node->config->keepalive_interval,
+                                       .silence = node->config->silence_timeout,
+                                       .no_reconnect = true };
                 client = p2pkv_client_new(&cfg, pk_store_base(node->store),
                                           pk_store_num_blocks(node->store),
                                           pk_store_block_len(node->store),
-                                          (p2pkv_callbacks_t) { &w, s_pull_on_lookup,
-                                                                s_pull_on_fetch }, err);
+                                          (p2pkv_callbacks_t) { .arg = &w,
+                                                                .on_lookup = s_pull_on_lookup,
+                                                                .on_fetch = s_pull_on_fetch },
+                                          err);
                 if (!client)
                     snprintf(p->reason, sizeof p->reason, "%s", err);
             }

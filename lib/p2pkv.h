@@ -9,12 +9,25 @@
     from p2pkv_client_poll, as landed (every byte is in the pool), failed
     or aborted, and only then may its destination blocks be reused.
 
-    Threads: a client is driven by one thread at a time, the one calling
-    p2pkv_client_poll (which runs the callbacks); every other call must
-    come from that thread too.  Nothing runs in the background: poll at
-    least every few milliseconds while fetches are open, and keep polling
-    while idle (a target that does not progress its endpoint stalls
-    writers; heartbeats need it too).
+    A server that goes away (disconnect, silence, a violation) is cut off
+    first (its endpoint and registration closed, so nothing from it lands
+    any more), then its open fetches fail and its unanswered lookups are
+    dropped; on_server reports it DOWN, and the client connects again on
+    its own, as a new session, every reconnect_interval until it is UP.
+    A server that refuses us as incompatible (block length, fingerprint,
+    hash seed, wire version, provider) is STOPPED: never retried, with the
+    reason.
+
+    Threads: every function may be called from any thread; one lock
+    serializes them.  Callbacks run with that lock held, on the thread
+    that drives the client (p2pkv_client_poll, or the progress thread),
+    and may call client functions.  Nothing runs in the background unless
+    config.progress_thread is set: then a thread of the client's sleeps on
+    p2pkv_client_fd and keeps every endpoint, socket and timer serviced,
+    also while idle, and runs the callbacks.  Without it, call
+    p2pkv_client_poll whenever p2pkv_client_fd is readable (or at least
+    every few milliseconds), also while idle: a target that does not
+    progress its endpoint stalls writers, and heartbeats need it too.
 */
 #ifndef P2PKV_H_INCLUDED
 #define P2PKV_H_INCLUDED
@@ -36,6 +49,13 @@ typedef enum {
     P2PKV_ABORTED
 } p2pkv_status_t;
 
+typedef enum {
+    P2PKV_SERVER_CONNECTING = 0,    //  handshaking, first time or again
+    P2PKV_SERVER_UP,                //  a live session: lookup and fetch work
+    P2PKV_SERVER_DOWN,              //  gone; connecting again
+    P2PKV_SERVER_STOPPED            //  refused as incompatible, or disconnected by us
+} p2pkv_server_state_t;
+
 typedef struct {
     char peer_id[256];
     uint64_t block_len;
@@ -52,6 +72,9 @@ typedef struct {
     /*  A fetch ended; its destination blocks may be reused now.  */
     void (*on_fetch)(void *arg, int server, uint64_t fetch_id, p2pkv_status_t status,
                      const char *reason);
+    /*  A server's session changed state (after p2pkv_client_connect
+        returned it): DOWN with why, UP again, STOPPED with why.  */
+    void (*on_server)(void *arg, int server, p2pkv_server_state_t state, const char *reason);
 } p2pkv_callbacks_t;
 
 typedef struct {
@@ -64,6 +87,9 @@ typedef struct {
     double abort_ack_timeout;       //  10 s
     double keepalive;               //  2 s
     double silence;                 //  10 s
+    double reconnect_interval;      //  0.5 s: connect repeated until answered
+    bool no_reconnect;              //  a server gone stays DOWN
+    bool progress_thread;           //  a thread of the client's drives it
 } p2pkv_config_t;
 
 /*  Learns a server's block length, fingerprint and hash seed (so a tool
@@ -79,9 +105,20 @@ void p2pkv_client_destroy(p2pkv_client_t **self_p);
 uint8_t *p2pkv_client_pool(p2pkv_client_t *self);
 
 /*  Connects to a server, waiting up to timeout for its connect_ack.
-    Returns the server's index (>= 0) or a negative errno with err (a
-    refused handshake names the field that differs).  */
+    Returns the server's index (>= 0; the same index again for an
+    endpoint already connected) or a negative errno with err: -EPROTO when
+    refused as incompatible (err names the field that differs),
+    -ETIMEDOUT.  While it waits, only this server is serviced (unless the
+    progress thread runs).  */
 int p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout, char *err);
+
+/*  Ends the session with a server (its open fetches fail, cut off first)
+    and frees its index for another connect.  */
+int p2pkv_client_disconnect(p2pkv_client_t *self, int server);
+
+/*  A server's state, and why it is DOWN or STOPPED (reason: 256 bytes, or
+    NULL).  -EINVAL for an index that names no server.  */
+int p2pkv_client_server_state(p2pkv_client_t *self, int server, char *reason);
 
 /*  Asks the server about keys; the answer comes to on_lookup.  */
 int p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv,
@@ -97,9 +134,14 @@ int p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p
 /*  The request is done on that server.  */
 int p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv);
 
+/*  A file descriptor that is readable whenever p2pkv_client_poll has
+    work (a message, a completion, a timer), for an event loop's poll or
+    epoll.  Owned by the client.  */
+int p2pkv_client_fd(p2pkv_client_t *self);
+
 /*  Drives everything for up to timeout seconds (0: once, without
-    waiting): sockets, endpoints, timers, callbacks.  Returns the number
-    of callbacks run, or a negative errno.  */
+    waiting): sockets, endpoints, timers, callbacks.  Returns as soon as
+    callbacks ran: their number, or a negative errno.  */
 int p2pkv_client_poll(p2pkv_client_t *self, double timeout);
 
 /*  Fetches not ended yet, on all servers.  */
