@@ -621,8 +621,11 @@ s_on_frame(s_server_t *s, pk_msg_t *m)
         return;     //  stale
     s->last_heard = pk_clock_monotonic();
     if (pk_client_role_on_message(s->role, m) == -EPROTO) {
-        s_send_disconnect(s, PK_DISC_VIOLATION, "two transfer_done for one round");
-        s_gone(s, "protocol violation by the server: two transfer_done for one round");
+        const char *why = pk_client_role_violation(s->role);
+        char reason[PK_ERRLEN];
+        snprintf(reason, sizeof reason, "protocol violation by the server: %s", why);
+        s_send_disconnect(s, PK_DISC_VIOLATION, why);
+        s_gone(s, reason);
     }
 }
 

@@ -1,10 +1,14 @@
 /*  client_role.c: the consumer's side of a session (see client_role.h).
 
     Rounds are unique within the session, so every table here is keyed by
-    round alone: open lookups, loads, and the short memory of ended rounds
-    that tells a late abort_ack or transfer_done (either may follow the
-    other, protocol.md section 3) from a second transfer_done (a
-    violation).
+    round alone: lookups not yet fetched, loads, and two short memories.
+    Ended loads tell a late abort_ack or transfer_done (either may follow
+    the other, protocol.md section 3) from a second transfer_done (a
+    violation); answered lookups tell a harmless repeat of an answer from
+    a conflicting one (a violation, section 6).  Both memories keep only
+    hashes and forget after the longest a load may live (load timeout plus
+    abort-ack timeout), so what a session holds stays bounded however long
+    it lives.
 */
 #include "client_role.h"
 #include "keymap.h"
@@ -28,18 +32,27 @@ typedef struct s_load {
     struct s_load *prev, *next;
 } s_load_t;
 
+//  What is remembered of a round after it ended, until it expires.
 typedef struct s_ended {
     uint64_t round;
-    bool done_seen, ack_seen;
     double expires;
     struct s_ended *next;
+    bool done_seen, ack_seen;       //  an ended load
+    uint64_t ask, answer;           //  an answered lookup: hashes of question and hits
 } s_ended_t;
+
+//  Expiry order is insertion order, since every record lives equally long.
+typedef struct {
+    pk_keymap_t map;                //  round -> record
+    s_ended_t *head, *tail;
+} s_memory_t;
 
 typedef struct s_lookup {
     uint64_t round;
     char *kv;
-    pk_key_t *keys;                 //  bytes follow the array
+    pk_key_t *keys;                 //  bytes follow the array; NULL once answered
     size_t n;
+    bool answered;                  //  kept until its hits are fetched or the request ends
 } s_lookup_t;
 
 typedef struct {
@@ -50,8 +63,6 @@ typedef struct {
     pk_keymap_t sent;               //  keys already asked about (views into sent_bufs)
     uint8_t **sent_bufs;
     size_t nsent_bufs;
-    uint64_t answered_round;        //  the latest answered lookup not yet fetched, or 0
-    uint64_t open_round;            //  the latest lookup sent, for the terminal fetch
     bool looked_up;
 } s_request_t;
 
@@ -64,11 +75,12 @@ struct _pk_client_role_t {
     uint64_t next_round, next_load;
     bool cut;
     pk_keymap_t requests;           //  kv -> request
-    pk_keymap_t lookups;            //  round -> open lookup
+    pk_keymap_t lookups;            //  round -> lookup, open or answered and not fetched
     pk_keymap_t loads;              //  round -> load
     s_load_t *loads_head, *loads_tail;
-    pk_keymap_t ended;              //  round -> ended record
-    s_ended_t *ended_head, *ended_tail;
+    s_memory_t ended;               //  loads that ended
+    s_memory_t answered;            //  lookups that were answered
+    const char *violation;          //  why on_message last returned -EPROTO
 };
 
 static double
@@ -81,6 +93,57 @@ static pk_key_t
 s_round_key(const uint64_t *round)
 {
     return (pk_key_t) { (const uint8_t *) round, sizeof *round, pk_hash_id(*round, 3) };
+}
+
+//  --------------------------------------------------------------------------
+//  The memories of ended rounds
+
+static s_ended_t *
+s_memory_add(pk_client_role_t *self, s_memory_t *mem, uint64_t round)
+{
+    s_ended_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->round = round;
+    e->expires = s_now(self) + self->config.load_timeout + self->config.abort_ack_timeout;
+    pk_key_t k = s_round_key(&e->round);
+    pk_keymap_entry_t *entry;
+    int rc = pk_keymap_get_or_put(&mem->map, &k, (uintptr_t) e, 0, &entry);
+    if (rc != 1) {
+        //  out of memory: forgetting is safe, a late message is then only
+        //  stale; and a round ends once, but should it end again the
+        //  first record stands
+        free(e);
+        return rc == 0 ? (s_ended_t *) (uintptr_t) entry->a : NULL;
+    }
+    if (mem->tail)
+        mem->tail->next = e;
+    else
+        mem->head = e;
+    mem->tail = e;
+    return e;
+}
+
+static s_ended_t *
+s_memory_find(const s_memory_t *mem, uint64_t round)
+{
+    pk_key_t k = s_round_key(&round);
+    pk_keymap_entry_t *e = pk_keymap_find(&mem->map, &k);
+    return e ? (s_ended_t *) (uintptr_t) e->a : NULL;
+}
+
+static void
+s_memory_expire(s_memory_t *mem, double now, bool all)
+{
+    while (mem->head && (all || now >= mem->head->expires)) {
+        s_ended_t *e = mem->head;
+        mem->head = e->next;
+        if (!mem->head)
+            mem->tail = NULL;
+        pk_key_t k = s_round_key(&e->round);
+        pk_keymap_take(&mem->map, &k, NULL, NULL);
+        free(e);
+    }
 }
 
 pk_client_role_t *
@@ -140,15 +203,13 @@ pk_client_role_destroy(pk_client_role_t **self_p)
         free(l->kv);
         free(l);
     }
-    while (self->ended_head) {
-        s_ended_t *e = self->ended_head;
-        self->ended_head = e->next;
-        free(e);
-    }
+    s_memory_expire(&self->ended, 0, true);
+    s_memory_expire(&self->answered, 0, true);
     pk_keymap_fini(&self->requests);
     pk_keymap_fini(&self->lookups);
     pk_keymap_fini(&self->loads);
-    pk_keymap_fini(&self->ended);
+    pk_keymap_fini(&self->ended.map);
+    pk_keymap_fini(&self->answered.map);
     free(self);
     *self_p = NULL;
 }
@@ -260,7 +321,6 @@ pk_client_role_flush(pk_client_role_t *self)
         r->probe_bytes_len = 0;
         r->nprobe = 0;
         r->looked_up = true;
-        r->open_round = l->round;
         pk_msg_t m = { .type = PK_MSG_LOOKUP, .kv_request_id = r->kv,
                        .keys = { n, l->keys, NULL }, .round_seq = l->round,
                        .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
@@ -269,49 +329,64 @@ pk_client_role_flush(pk_client_role_t *self)
     }
 }
 
-static void
+//  The question of a lookup (request and keys in order) and its answer, as
+//  hashes: a repeat of the question with another answer is a conflict.
+//  Key hashes are keyed (pk_key_hash), so folding them cannot be steered.
+static uint64_t
+s_ask_hash(const char *kv, const pk_key_t *keys, size_t n)
+{
+    uint64_t h = pk_hash_id(pk_key_hash((const uint8_t *) kv, strlen(kv)), n);
+    for (size_t i = 0; i < n; i++)
+        h = pk_hash_id(h, keys[i].hash);
+    return h;
+}
+
+static uint64_t
+s_answer_hash(const bool *hits, size_t n)
+{
+    //  a bool's object representation is 0 or 1, so the bytes are the bits
+    return pk_key_hash((const uint8_t *) hits, n * sizeof *hits);
+}
+
+static int
 s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
 {
     uint64_t round = m->round_seq;
     pk_key_t rk = s_round_key(&round);
     pk_keymap_entry_t *e = pk_keymap_find(&self->lookups, &rk);
     s_lookup_t *l = e ? (s_lookup_t *) (uintptr_t) e->a : NULL;
-    //  stale: a round we never asked, asked for another request, or
-    //  already answered
-    if (!l || strcmp(l->kv, m->kv_request_id) != 0 || m->keys.count != l->n)
-        return;
-    pk_keymap_take(&self->lookups, &rk, NULL, NULL);
-    s_request_t *r = s_request(self, l->kv, false);
-    if (r)
-        r->answered_round = round;
+    if (!l || l->answered) {
+        //  Answered before: the same answer again is harmless, another
+        //  answer to the same question is a violation; a round we never
+        //  asked, or asked for another request or keys, is stale.
+        s_ended_t *a = s_memory_find(&self->answered, round);
+        if (!a || a->ask != s_ask_hash(m->kv_request_id, m->keys.v, m->keys.count)
+            || a->answer == s_answer_hash(m->hits, m->keys.count))
+            return 0;
+        self->violation = "a conflicting duplicate lookup_resp";
+        return -EPROTO;
+    }
+    //  stale: asked for another request, or not the keys we asked
+    if (strcmp(l->kv, m->kv_request_id) != 0 || m->keys.count != l->n)
+        return 0;
+    for (size_t i = 0; i < l->n; i++)
+        if (!pk_key_eq(&l->keys[i], &m->keys.v[i]))
+            return 0;
+    s_ended_t *a = s_memory_add(self, &self->answered, round);
+    if (a) {
+        a->ask = s_ask_hash(l->kv, l->keys, l->n);
+        a->answer = s_answer_hash(m->hits, m->keys.count);
+    }
+    //  the lookup stays until its hits are fetched under its round
+    l->answered = true;
+    free(l->keys);
+    l->keys = NULL;
     self->events.lookup_done(self->events.self, l->kv, round, m->keys.v, m->hits, m->keys.count);
-    s_lookup_free(l);
+    return 0;
 }
 
 //  --------------------------------------------------------------------------
 //  Loads
-
-static void
-s_remember_ended(pk_client_role_t *self, s_load_t *l)
-{
-    s_ended_t *e = calloc(1, sizeof *e);
-    if (!e)
-        return;
-    e->round = l->round;
-    e->done_seen = l->done_seen;
-    e->ack_seen = l->ack_seen;
-    e->expires = s_now(self) + self->config.load_timeout + self->config.abort_ack_timeout;
-    pk_key_t k = s_round_key(&e->round);
-    if (pk_keymap_put(&self->ended, &k, (uintptr_t) e, 0) < 0) {
-        free(e);
-        return;
-    }
-    if (self->ended_tail)
-        self->ended_tail->next = e;
-    else
-        self->ended_head = e;
-    self->ended_tail = e;
-}
 
 static void
 s_load_end(pk_client_role_t *self, s_load_t *l, pk_load_status_t status, const char *reason)
@@ -326,7 +401,11 @@ s_load_end(pk_client_role_t *self, s_load_t *l, pk_load_status_t status, const c
         l->next->prev = l->prev;
     else
         self->loads_tail = l->prev;
-    s_remember_ended(self, l);
+    s_ended_t *e = s_memory_add(self, &self->ended, l->round);
+    if (e) {
+        e->done_seen = l->done_seen;
+        e->ack_seen = l->ack_seen;
+    }
     uint64_t id = l->id;
     free(l->kv);
     free(l);
@@ -369,17 +448,18 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
 {
     if (self->cut || n == 0)
         return self->cut ? -ENOTCONN : -EINVAL;
-    s_request_t *r = s_request(self, kv, round == 0);
     if (round) {
-        //  the hits of an answered lookup go under that lookup's round
-        if (!r || r->answered_round != round)
+        //  the hits of an answered lookup go under that lookup's round, once
+        pk_key_t rk = s_round_key(&round);
+        pk_keymap_entry_t *e = pk_keymap_find(&self->lookups, &rk);
+        s_lookup_t *lk = e ? (s_lookup_t *) (uintptr_t) e->a : NULL;
+        if (!lk || !lk->answered || strcmp(lk->kv, kv) != 0)
             return -EINVAL;
-        r->answered_round = 0;
-        if (r->open_round == round)
-            r->open_round = 0;
+        pk_keymap_take(&self->lookups, &rk, NULL, NULL);
+        s_lookup_free(lk);
     }
     else {
-        if (!r)
+        if (!s_request(self, kv, true))
             return -ENOMEM;
         round = self->next_round++;
     }
@@ -422,9 +502,19 @@ pk_client_role_finish(pk_client_role_t *self, const char *kv)
     if (!r)
         return 0;
     if (r->looked_up && !self->cut) {
-        //  the terminal fetch carries the open lookup's round, or a fresh one
-        uint64_t round = r->answered_round ? r->answered_round
-                         : r->open_round ? r->open_round : self->next_round++;
+        //  the terminal fetch carries the round of a lookup still open (the
+        //  latest, answered or not, whose hits were not fetched), or a
+        //  fresh one
+        uint64_t round = 0;
+        for (size_t i = 0; self->lookups.slots && i <= self->lookups.mask; i++) {
+            if (!self->lookups.slots[i].key.bytes)
+                continue;
+            s_lookup_t *l = (s_lookup_t *) (uintptr_t) self->lookups.slots[i].a;
+            if (l->round > round && strcmp(l->kv, kv) == 0)
+                round = l->round;
+        }
+        if (!round)
+            round = self->next_round++;
         pk_msg_t m = { .type = PK_MSG_FETCH, .kv_request_id = r->kv, .keys = { 0, NULL, NULL },
                        .round_seq = round,
                        .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
@@ -432,7 +522,7 @@ pk_client_role_finish(pk_client_role_t *self, const char *kv)
         self->sender.send(self->sender.self, &m);
     }
     //  open lookups of the request are answered no more (their answers
-    //  would be stale)
+    //  would be stale), and answered ones are not fetched any more
     for (size_t i = 0; self->lookups.slots && i <= self->lookups.mask; i++) {
         if (!self->lookups.slots[i].key.bytes)
             continue;
@@ -462,11 +552,12 @@ s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
     s_load_t *l = e ? (s_load_t *) (uintptr_t) e->a : NULL;
     if (!l) {
         //  the other of the two may follow the first, once
-        pk_keymap_entry_t *ee = pk_keymap_find(&self->ended, &k);
-        s_ended_t *ended = ee ? (s_ended_t *) (uintptr_t) ee->a : NULL;
+        s_ended_t *ended = s_memory_find(&self->ended, round);
         if (ended && done) {
-            if (ended->done_seen)
+            if (ended->done_seen) {
+                self->violation = "two transfer_done for one round";
                 return -EPROTO;
+            }
             ended->done_seen = true;
         }
         else if (ended)
@@ -475,8 +566,10 @@ s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
     }
     if (strcmp(l->kv, m->kv_request_id) != 0)
         return 0;
-    if (done && l->done_seen)
+    if (done && l->done_seen) {
+        self->violation = "two transfer_done for one round";
         return -EPROTO;
+    }
     if (l->state == L_LANDING) {
         //  the second answer while the first waits for its blocks
         if (done)
@@ -506,8 +599,7 @@ pk_client_role_on_message(pk_client_role_t *self, const pk_msg_t *m)
 {
     switch (m->type) {
         case PK_MSG_LOOKUP_RESP:
-            s_on_lookup_resp(self, m);
-            return 0;
+            return s_on_lookup_resp(self, m);
         case PK_MSG_TRANSFER_DONE:
         case PK_MSG_ABORT_ACK:
             return s_on_end_message(self, m);
@@ -543,15 +635,8 @@ pk_client_role_tick(pk_client_role_t *self)
         s_load_end(self, l, PK_LOAD_FAILED, l->state == L_ABORTING
                    ? "abort not acknowledged in time" : "landing blocks did not arrive in time");
     }
-    while (self->ended_head && now >= self->ended_head->expires) {
-        s_ended_t *e = self->ended_head;
-        self->ended_head = e->next;
-        if (!self->ended_head)
-            self->ended_tail = NULL;
-        pk_key_t k = s_round_key(&e->round);
-        pk_keymap_take(&self->ended, &k, NULL, NULL);
-        free(e);
-    }
+    s_memory_expire(&self->ended, now, false);
+    s_memory_expire(&self->answered, now, false);
 }
 
 void
@@ -560,6 +645,12 @@ pk_client_role_server_gone(pk_client_role_t *self, const char *reason)
     s_cut_off(self);
     while (self->loads_head)
         s_load_end(self, self->loads_head, PK_LOAD_FAILED, reason);
+}
+
+const char *
+pk_client_role_violation(const pk_client_role_t *self)
+{
+    return self->violation;
 }
 
 size_t

@@ -63,19 +63,32 @@ void pk_client_role_flush(pk_client_role_t *self);
 /*  Starts a load: keys into the consumer's blocks dest[].  round_seq is the
     answered lookup's round whose hits these are, or 0 for a fresh round;
     deadline is seconds from now (0: the load timeout).  *load_id_p names
-    the load in load_done.  -EINVAL for a round that is not this request's
-    answered lookup or already fetched.  */
+    the load in load_done.  -EINVAL for a round that is not one of this
+    request's answered lookups or was already fetched; -ENOTCONN once the
+    server was cut off.  */
 int pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
                          const uint32_t *dest, size_t n, uint64_t round_seq, double deadline,
                          uint64_t *load_id_p);
 
-/*  The request is done: the terminal empty fetch when it looked up.  */
+/*  The request is done: the terminal empty fetch when it looked up,
+    under the latest lookup whose hits were not fetched, else a fresh
+    round.  */
 int pk_client_role_finish(pk_client_role_t *self, const char *kv);
 
 /*  A message from the server (epochs already checked by the session).
-    Returns -EPROTO for a violation (a second transfer_done for a round),
-    0 otherwise; stale answers are ignored.  */
+    Returns -EPROTO for a violation, 0 otherwise.  Violations: a second
+    transfer_done for a round (also after its load ended), and a
+    conflicting duplicate answer, a lookup_resp for an answered round of
+    the same request and keys whose hits differ.  Ignored: stale answers
+    (a round not asked, another request, other keys than asked), and a
+    repeat of an answer with the same hits.  Ended loads and answered
+    lookups are remembered, as hashes, for load_timeout +
+    abort_ack_timeout; after that a late message is only stale.  */
 int pk_client_role_on_message(pk_client_role_t *self, const pk_msg_t *msg);
+
+/*  Why pk_client_role_on_message last returned -EPROTO (static text), or
+    NULL.  */
+const char *pk_client_role_violation(const pk_client_role_t *self);
 
 /*  Timeouts, and loads waiting for their landing blocks.  */
 void pk_client_role_tick(pk_client_role_t *self);

@@ -10,8 +10,8 @@
 typedef struct {
     double now;
     pk_client_role_t *role;
-    //  sent messages: type, kv, round, key count
-    struct { pk_msg_type_t type; char kv[16]; uint64_t round; size_t n; } sent[32];
+    //  sent messages: type, kv, round, key count, the first key bytes
+    struct { pk_msg_type_t type; char kv[16]; uint64_t round; size_t n; uint8_t keys[8]; } sent[32];
     int nsent;
     uint64_t landed[64];
     bool cut;
@@ -20,6 +20,8 @@ typedef struct {
     int ndone;
     int lookups_done;
     uint64_t last_lookup_round;
+    //  every lookup_done: kv, round, keys (their one byte), hits
+    struct { char kv[16]; uint64_t round; size_t n; uint8_t keys[8]; bool hits[8]; } answers[8];
     uint8_t bytes[16];
 } s_h_t;
 
@@ -46,6 +48,8 @@ s_send(void *a, const pk_msg_t *m)
     snprintf(H->sent[H->nsent].kv, sizeof H->sent[0].kv, "%s", m->kv_request_id);
     H->sent[H->nsent].round = m->round_seq;
     H->sent[H->nsent].n = m->keys.count;
+    for (size_t i = 0; i < m->keys.count && i < 8; i++)
+        H->sent[H->nsent].keys[i] = m->keys.v[i].bytes[0];
     H->nsent++;
 }
 
@@ -65,6 +69,15 @@ static void
 s_lookup_done(void *a, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
               size_t n)
 {
+    ck_assert_int_lt(H->lookups_done, 8);
+    ck_assert_uint_le(n, 8);
+    snprintf(H->answers[H->lookups_done].kv, sizeof H->answers[0].kv, "%s", kv);
+    H->answers[H->lookups_done].round = round;
+    H->answers[H->lookups_done].n = n;
+    for (size_t i = 0; i < n; i++) {
+        H->answers[H->lookups_done].keys[i] = keys[i].bytes[0];
+        H->answers[H->lookups_done].hits[i] = hits[i];
+    }
     H->lookups_done++;
     H->last_lookup_round = round;
 }
@@ -124,19 +137,48 @@ s_deliver(pk_msg_t *m)
     return rc;
 }
 
+//  A lookup_resp for keys K(first_key)...; hit i is bit i of hitbits.
 static pk_msg_t *
-s_resp(const char *kv, uint64_t round, int n, int first_key)
+s_resp_hits(const char *kv, uint64_t round, int n, int first_key, unsigned hitbits)
 {
     pk_msg_t *m = s_msg(PK_MSG_LOOKUP_RESP, kv, round);
     pk_key_t keys[8];
     bool hits[8];
     for (int i = 0; i < n; i++) {
         keys[i] = K(first_key + i);
-        hits[i] = true;
+        hits[i] = (hitbits >> i) & 1;
     }
     pk_msg_set_keys(m, keys, (size_t) n);
     pk_msg_set_hits(m, hits, (size_t) n);
     return m;
+}
+
+static pk_msg_t *
+s_resp(const char *kv, uint64_t round, int n, int first_key)
+{
+    return s_resp_hits(kv, round, n, first_key, 0xff);
+}
+
+static void
+s_probe(const char *kv, int first_key, int n)
+{
+    pk_key_t keys[8];
+    for (int i = 0; i < n; i++)
+        keys[i] = K(first_key + i);
+    ck_assert_int_eq(pk_client_role_probe(H->role, kv, keys, (size_t) n), 0);
+}
+
+static int
+s_try_fetch(const char *kv, int first_key, int n, uint64_t round)
+{
+    pk_key_t keys[8];
+    uint32_t dest[8];
+    for (int i = 0; i < n; i++) {
+        keys[i] = K(first_key + i);
+        dest[i] = (uint32_t) i;
+    }
+    uint64_t id = 0;
+    return pk_client_role_fetch(H->role, kv, keys, dest, (size_t) n, round, 0, &id);
 }
 
 static pk_msg_t *
@@ -368,6 +410,362 @@ START_TEST(test_terminal_fetch_on_finish)
 }
 END_TEST
 
+START_TEST(test_probe_sets_are_per_request)
+{
+    s_probe("r1", 0, 2);
+    s_probe("r2", 0, 1);            //  the same key for another request
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(H->nsent, 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(H->sent[i].type, PK_MSG_LOOKUP);
+        ck_assert_uint_eq(H->sent[i].keys[0], 0xa0);
+        ck_assert_uint_eq(H->sent[i].n, strcmp(H->sent[i].kv, "r1") == 0 ? 2 : 1);
+    }
+    //  asked already, for each request: nothing goes out
+    s_probe("r1", 0, 2);
+    s_probe("r2", 0, 1);
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(H->nsent, 2);
+}
+END_TEST
+
+START_TEST(test_split_lookups_answered_in_reverse)
+{
+    s_probe("r1", 0, 2);            //  K0 K1
+    pk_client_role_flush(H->role);
+    s_probe("r1", 1, 3);            //  K1 K2 K3: K1 was asked already
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(H->nsent, 2);
+    ck_assert_uint_eq(H->sent[0].round, 1);
+    ck_assert_uint_eq(H->sent[1].round, 2);
+    ck_assert_uint_eq(H->sent[1].n, 2);
+    ck_assert_uint_eq(H->sent[1].keys[0], 0xa2);
+    ck_assert_uint_eq(H->sent[1].keys[1], 0xa3);
+    //  the second lookup is answered first
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 2, 2, 2, 0x1)), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    ck_assert_str_eq(H->answers[0].kv, "r1");
+    ck_assert_uint_eq(H->answers[0].round, 2);
+    ck_assert_uint_eq(H->answers[0].n, 2);
+    ck_assert_uint_eq(H->answers[0].keys[0], 0xa2);
+    ck_assert_uint_eq(H->answers[0].keys[1], 0xa3);
+    ck_assert(H->answers[0].hits[0] && !H->answers[0].hits[1]);
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 2, 0, 0x2)), 0);
+    ck_assert_int_eq(H->lookups_done, 2);
+    ck_assert_uint_eq(H->answers[1].round, 1);
+    ck_assert_uint_eq(H->answers[1].n, 2);
+    ck_assert_uint_eq(H->answers[1].keys[0], 0xa0);
+    ck_assert_uint_eq(H->answers[1].keys[1], 0xa1);
+    ck_assert(!H->answers[1].hits[0] && H->answers[1].hits[1]);
+    //  each is delivered once
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 2, 2, 2, 0x1)), 0);
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 2, 0, 0x2)), 0);
+    ck_assert_int_eq(H->lookups_done, 2);
+    //  the hits of each go under its own round, both loads in flight
+    s_fetch("r1", 2, 1, 2, 0);
+    s_fetch("r1", 1, 1, 1, 0);
+    ck_assert_int_eq(H->sent[2].type, PK_MSG_FETCH);
+    ck_assert_uint_eq(H->sent[2].round, 2);
+    ck_assert_int_eq(H->sent[3].type, PK_MSG_FETCH);
+    ck_assert_uint_eq(H->sent[3].round, 1);
+    ck_assert_uint_eq(pk_client_role_open_loads(H->role), 2);
+    ck_assert_int_eq(s_try_fetch("r1", 2, 1, 2), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_split_transfer_partial_landing)
+{
+    uint64_t id = s_fetch("r1", 0, 4, 0, 0);
+    uint64_t round = H->sent[0].round;
+    H->landed[round] = 2;           //  part of the round is in
+    ck_assert_int_eq(s_deliver(s_done("r1", round, false, 3)), 0);
+    ck_assert_int_eq(H->ndone, 0);  //  a third block may still land
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 0);
+    H->landed[round] = 3;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, id);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_FAILED);   //  part of it is not a load
+    ck_assert_str_eq(H->done[0].reason, "the server could not serve the round");
+    ck_assert(!H->cut);
+    //  nothing can still land: released at once
+    s_fetch("r2", 0, 2, 0, 0);
+    ck_assert_int_eq(s_deliver(s_done("r2", H->sent[1].round, false, 0)), 0);
+    ck_assert_int_eq(H->ndone, 2);
+    ck_assert_int_eq(H->done[1].status, PK_LOAD_FAILED);
+    ck_assert(!H->cut);
+}
+END_TEST
+
+START_TEST(test_lookup_resp_other_keys_stale)
+{
+    s_probe("r1", 0, 2);
+    pk_client_role_flush(H->role);
+    uint64_t round = H->sent[0].round;
+    ck_assert_int_eq(s_deliver(s_resp("r1", round, 1, 0)), 0);     //  fewer keys
+    ck_assert_int_eq(s_deliver(s_resp("r1", round, 3, 0)), 0);     //  more keys
+    ck_assert_int_eq(s_deliver(s_resp("r1", round, 2, 1)), 0);     //  other keys
+    ck_assert_int_eq(H->lookups_done, 0);
+    ck_assert_int_eq(s_deliver(s_resp("r1", round, 2, 0)), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    //  a load's round is no lookup
+    s_fetch("r1", 5, 1, 0, 0);
+    ck_assert_int_eq(s_deliver(s_resp("r1", H->sent[1].round, 1, 5)), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+}
+END_TEST
+
+START_TEST(test_conflicting_duplicate_answer)
+{
+    s_probe("r1", 0, 3);
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 3, 0, 0x5)), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    //  the same answer again is harmless
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 3, 0, 0x5)), 0);
+    //  another request or other keys: stale, not a conflict
+    ck_assert_int_eq(s_deliver(s_resp_hits("r2", 1, 3, 0, 0x2)), 0);
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 2, 0, 0x2)), 0);
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 3, 1, 0x2)), 0);
+    ck_assert_ptr_null(pk_client_role_violation(H->role));
+    //  other hits for the same question: a violation
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 3, 0, 0x4)), -EPROTO);
+    ck_assert_str_eq(pk_client_role_violation(H->role), "a conflicting duplicate lookup_resp");
+    ck_assert_int_eq(H->lookups_done, 1);
+    //  still once the hits were fetched and the request finished
+    s_fetch("r1", 0, 1, 1, 0);
+    pk_client_role_finish(H->role, "r1");
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 3, 0, 0x5)), 0);
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 3, 0, 0x7)), -EPROTO);
+    ck_assert_int_eq(H->lookups_done, 1);
+}
+END_TEST
+
+START_TEST(test_remembered_rounds_expire)
+{
+    s_probe("r1", 0, 1);
+    pk_client_role_flush(H->role);
+    s_deliver(s_resp_hits("r1", 1, 1, 0, 0x1));
+    ck_assert_int_eq(H->lookups_done, 1);
+    s_fetch("r2", 0, 1, 0, 0);
+    H->landed[2] = 1;
+    s_deliver(s_done("r2", 2, true, 1));
+    ck_assert_int_eq(H->ndone, 1);
+    //  both remembered for load_timeout + abort_ack_timeout (40 s)
+    H->now = 89.9;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 1, 0, 0x0)), -EPROTO);
+    ck_assert_int_eq(s_deliver(s_done("r2", 2, true, 1)), -EPROTO);
+    H->now = 90;
+    pk_client_role_tick(H->role);
+    //  forgotten: a late duplicate is only stale
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 1, 0, 0x0)), 0);
+    ck_assert_int_eq(s_deliver(s_done("r2", 2, true, 1)), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    ck_assert_int_eq(H->ndone, 1);
+}
+END_TEST
+
+START_TEST(test_overlapping_rounds_any_order)
+{
+    s_probe("r1", 0, 2);
+    pk_client_role_flush(H->role);
+    s_deliver(s_resp("r1", 1, 2, 0));
+    uint64_t a = s_fetch("r1", 0, 2, 1, 0);
+    uint64_t b = s_fetch("r1", 2, 3, 0, 0);
+    uint64_t c = s_fetch("r1", 5, 1, 0, 0);
+    ck_assert_uint_eq(H->sent[1].round, 1);
+    ck_assert_uint_eq(H->sent[2].round, 2);
+    ck_assert_uint_eq(H->sent[3].round, 3);
+    ck_assert_uint_eq(pk_client_role_open_loads(H->role), 3);
+    //  round 3's blocks land first, but without transfer_done it is not done
+    H->landed[3] = 1;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 0);
+    //  round 2 answered, its blocks not all counted yet (a success waits
+    //  for every block of the round, whatever its landing says)
+    s_deliver(s_done("r1", 2, true, 2));
+    H->landed[2] = 2;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 0);
+    s_deliver(s_done("r1", 1, false, 0));
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, a);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_FAILED);
+    s_deliver(s_done("r1", 3, true, 1));
+    ck_assert_int_eq(H->ndone, 2);
+    ck_assert_uint_eq(H->done[1].id, c);
+    ck_assert_int_eq(H->done[1].status, PK_LOAD_LANDED);
+    H->landed[2] = 3;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 3);
+    ck_assert_uint_eq(H->done[2].id, b);
+    ck_assert_int_eq(H->done[2].status, PK_LOAD_LANDED);
+    ck_assert_uint_eq(pk_client_role_open_loads(H->role), 0);
+    ck_assert(!H->cut);
+}
+END_TEST
+
+START_TEST(test_rounds_from_one_counter)
+{
+    s_probe("r1", 0, 1);
+    pk_client_role_flush(H->role);                  //  lookup, round 1
+    s_fetch("r2", 0, 1, 0, 0);                      //  fresh, round 2
+    s_probe("r2", 1, 1);
+    pk_client_role_flush(H->role);                  //  lookup, round 3
+    s_deliver(s_resp("r1", 1, 1, 0));
+    s_fetch("r1", 0, 1, 1, 0);                      //  the lookup's round 1
+    s_fetch("r1", 0, 1, 0, 0);                      //  fresh, round 4
+    ck_assert_int_eq(s_try_fetch("r1", 0, 1, 1), -EINVAL);     //  fetched already
+    ck_assert_int_eq(s_try_fetch("r2", 1, 1, 3), -EINVAL);     //  not answered yet
+    s_deliver(s_resp("r2", 3, 1, 1));
+    ck_assert_int_eq(s_try_fetch("r1", 1, 1, 3), -EINVAL);     //  another request's
+    //  r2 holds an answered lookup not fetched: its round; r1 none: fresh
+    pk_client_role_finish(H->role, "r2");
+    pk_client_role_finish(H->role, "r1");
+    ck_assert_int_eq(H->nsent, 7);
+    static const uint64_t rounds[7] = { 1, 2, 3, 1, 4, 3, 5 };
+    static const pk_msg_type_t types[7] = { PK_MSG_LOOKUP, PK_MSG_FETCH, PK_MSG_LOOKUP,
+                                            PK_MSG_FETCH, PK_MSG_FETCH, PK_MSG_FETCH,
+                                            PK_MSG_FETCH };
+    for (int i = 0; i < 7; i++) {
+        ck_assert_int_eq(H->sent[i].type, types[i]);
+        ck_assert_uint_eq(H->sent[i].round, rounds[i]);
+    }
+    ck_assert_uint_eq(H->sent[5].n, 0);
+    ck_assert_str_eq(H->sent[5].kv, "r2");
+    ck_assert_uint_eq(H->sent[6].n, 0);
+    ck_assert_str_eq(H->sent[6].kv, "r1");
+}
+END_TEST
+
+START_TEST(test_done_then_ack_while_landing)
+{
+    uint64_t id = s_fetch("r1", 0, 2, 0, 0);
+    ck_assert_int_eq(s_deliver(s_done("r1", 1, true, 2)), 0);
+    ck_assert_int_eq(s_deliver(s_ack("r1", 1, 0)), 0);        //  crossed it: no conflict
+    ck_assert_int_eq(H->ndone, 0);
+    ck_assert_int_eq(s_deliver(s_done("r1", 1, true, 2)), -EPROTO);
+    ck_assert_str_eq(pk_client_role_violation(H->role), "two transfer_done for one round");
+    H->landed[1] = 2;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, id);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);    //  the first answer decides
+    //  after it ended: an ack is harmless, a transfer_done a violation
+    ck_assert_int_eq(s_deliver(s_ack("r1", 1, 0)), 0);
+    ck_assert_int_eq(s_deliver(s_done("r1", 1, false, 0)), -EPROTO);
+    ck_assert_int_eq(H->ndone, 1);
+}
+END_TEST
+
+START_TEST(test_abort_ack_waits_for_landing)
+{
+    uint64_t a = s_fetch("r1", 0, 3, 0, 0);
+    H->now = 80;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->sent[1].type, PK_MSG_ABORT_FETCH);
+    ck_assert_int_eq(s_deliver(s_ack("r1", 1, 2)), 0);
+    H->landed[1] = 1;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 0);      //  a second block may still land
+    ck_assert_int_eq(s_deliver(s_done("r1", 1, false, 2)), 0);
+    ck_assert_int_eq(s_deliver(s_done("r1", 1, false, 2)), -EPROTO);
+    H->landed[1] = 2;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, a);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
+    ck_assert(!H->cut);
+    //  an ack whose landing blocks never come: cut off first, then failed
+    uint64_t b = s_fetch("r1", 0, 1, 0, 0);
+    H->now = 110;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->sent[3].type, PK_MSG_ABORT_FETCH);
+    ck_assert_uint_eq(H->sent[3].round, 2);
+    s_deliver(s_ack("r1", 2, 1));
+    H->now = 119.9;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert(!H->cut);
+    H->now = 120;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 2);
+    ck_assert_uint_eq(H->done[1].id, b);
+    ck_assert_int_eq(H->done[1].status, PK_LOAD_FAILED);
+    ck_assert(H->done[1].cut_before);
+    ck_assert_str_eq(H->done[1].reason, "landing blocks did not arrive in time");
+}
+END_TEST
+
+START_TEST(test_load_timeout_config_or_deadline)
+{
+    s_fetch("r1", 0, 1, 0, 0);      //  round 1: the configured 30 s
+    s_fetch("r1", 1, 1, 0, 60);     //  round 2: its own 60 s
+    s_fetch("r1", 2, 1, 0, 5);      //  round 3: its own 5 s
+    H->now = 54.9;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->nsent, 3);
+    H->now = 55;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->nsent, 4);
+    ck_assert_int_eq(H->sent[3].type, PK_MSG_ABORT_FETCH);
+    ck_assert_uint_eq(H->sent[3].round, 3);
+    s_deliver(s_ack("r1", 3, 0));
+    H->now = 79.9;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->nsent, 4);
+    H->now = 80;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->nsent, 5);
+    ck_assert_int_eq(H->sent[4].type, PK_MSG_ABORT_FETCH);
+    ck_assert_uint_eq(H->sent[4].round, 1);
+    s_deliver(s_ack("r1", 1, 0));
+    H->now = 109.9;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->nsent, 5);
+    H->now = 110;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->nsent, 6);
+    ck_assert_uint_eq(H->sent[5].round, 2);
+    ck_assert_int_eq(H->ndone, 2);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
+    ck_assert_int_eq(H->done[1].status, PK_LOAD_ABORTED);
+    ck_assert(!H->cut);
+}
+END_TEST
+
+START_TEST(test_server_gone_fails_every_state)
+{
+    s_probe("r1", 0, 1);
+    pk_client_role_flush(H->role);
+    uint64_t a = s_fetch("r1", 0, 1, 0, 0);        //  waiting for an answer
+    uint64_t b = s_fetch("r1", 1, 2, 0, 5);        //  to be aborted
+    uint64_t c = s_fetch("r2", 0, 2, 0, 0);        //  waiting for its blocks
+    s_deliver(s_done("r2", 4, true, 2));
+    H->landed[4] = 1;
+    H->now = 55;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->sent[4].type, PK_MSG_ABORT_FETCH);
+    ck_assert_int_eq(H->ndone, 0);
+    pk_client_role_server_gone(H->role, "server silent");
+    ck_assert_int_eq(H->ndone, 3);
+    uint64_t ids[3] = { a, b, c };
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(H->done[i].id, ids[i]);
+        ck_assert_int_eq(H->done[i].status, PK_LOAD_FAILED);
+        ck_assert(H->done[i].cut_before);
+        ck_assert_str_eq(H->done[i].reason, "server silent");
+    }
+    ck_assert_uint_eq(pk_client_role_open_loads(H->role), 0);
+    //  nothing goes to a server cut off, not even the terminal fetch
+    ck_assert_int_eq(s_try_fetch("r1", 0, 1, 0), -ENOTCONN);
+    pk_client_role_finish(H->role, "r1");
+    ck_assert_int_eq(H->nsent, 5);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -383,6 +781,18 @@ main(void)
     tcase_add_test(tc, test_server_gone_cuts_off_first);
     tcase_add_test(tc, test_loads_matched_by_round);
     tcase_add_test(tc, test_terminal_fetch_on_finish);
+    tcase_add_test(tc, test_probe_sets_are_per_request);
+    tcase_add_test(tc, test_split_lookups_answered_in_reverse);
+    tcase_add_test(tc, test_split_transfer_partial_landing);
+    tcase_add_test(tc, test_lookup_resp_other_keys_stale);
+    tcase_add_test(tc, test_conflicting_duplicate_answer);
+    tcase_add_test(tc, test_remembered_rounds_expire);
+    tcase_add_test(tc, test_overlapping_rounds_any_order);
+    tcase_add_test(tc, test_rounds_from_one_counter);
+    tcase_add_test(tc, test_done_then_ack_while_landing);
+    tcase_add_test(tc, test_abort_ack_waits_for_landing);
+    tcase_add_test(tc, test_load_timeout_config_or_deadline);
+    tcase_add_test(tc, test_server_gone_fails_every_state);
     suite_add_tcase(s, tc);
     return pk_test_run("client_role", s);
 }
