@@ -44,13 +44,15 @@ static const struct {
       "its own pool; prints KEY landed|present|missing" },
     { "lookup", "lookup --server tcp://HOST:PORT [--json] KEY...",
       "prints KEY hit|miss\n"
-      "(with --fingerprint, --hash-seed, --provider, --timeout as for get)" },
+      "(with --fingerprint, --hash-seed, --provider, --fabric-addr,\n"
+      "--timeout as for get)" },
     { "get", "get --server tcp://HOST:PORT [-o DIR] [--json] KEY...",
       "fetches the blocks into this process's memory over the\n"
       "data plane and writes DIR/KEY for each (DIR: .); on a\n"
       "terminal, a progress line on standard error\n"
       "--fingerprint F --hash-seed S (the server's, learnt by\n"
-      "default), --provider P (tcp), --timeout SECONDS (30)" },
+      "default), --provider P (tcp), --fabric-addr ADDR (the\n"
+      "data plane's local address), --timeout SECONDS (30)" },
     { "codec", "codec [FILE...]",
       "decode control-plane frames, one JSON object per line\n"
       "(from the files, or standard input), and print each\n"
@@ -337,7 +339,7 @@ s_cmd_put(int argc, char *argv[])
 //  lookup and get: the client library against a server
 
 typedef struct {
-    const char *server, *outdir, *fingerprint, *hash_seed, *provider;
+    const char *server, *outdir, *fingerprint, *hash_seed, *provider, *fabric_addr;
     double timeout;
     bool json;
     int first;
@@ -352,6 +354,7 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
         { "fingerprint", required_argument, NULL, 'f' },
         { "hash-seed", required_argument, NULL, 'H' },
         { "provider", required_argument, NULL, 'p' },
+        { "fabric-addr", required_argument, NULL, 'a' },
         { "timeout", required_argument, NULL, 't' },
         { "json", no_argument, NULL, 'j' },
         { NULL, 0, NULL, 0 }
@@ -368,6 +371,7 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
             case 'f': o->fingerprint = optarg; break;
             case 'H': o->hash_seed = optarg; break;
             case 'p': o->provider = streq(optarg, "auto") ? NULL : optarg; break;
+            case 'a': o->fabric_addr = optarg; break;
             case 't': o->timeout = atof(optarg); break;
             case 'j': o->json = true; break;
             default: return -EINVAL;
@@ -459,7 +463,8 @@ s_cmd_remote(int argc, char *argv[], bool get)
     p2pkv_config_t cfg = { .peer_id = name,
                            .fingerprint = o.fingerprint ? o.fingerprint : d.fingerprint,
                            .hash_seed = o.hash_seed ? o.hash_seed : d.hash_seed,
-                           .provider = o.provider, .load_timeout = o.timeout,
+                           .provider = o.provider, .node = o.fabric_addr,
+                           .load_timeout = o.timeout,
                            .abort_ack_timeout = 10, .keepalive = 2, .silence = 10,
                            .no_reconnect = true };
     client = p2pkv_client_new(&cfg, NULL, g.n, d.block_len,

@@ -815,6 +815,7 @@ s_puller_actor(zsock_t *pipe, void *args)
                                        .fingerprint = node->config->fingerprint,
                                        .hash_seed = node->config->hash_seed,
                                        .provider = node->config->provider,
+                                       .node = node->config->fabric_addr,
                                        .load_timeout = node->config->load_timeout,
                                        .abort_ack_timeout = node->config->abort_ack_timeout,
                                        .keepalive = node->config->keepalive_interval,
@@ -1340,7 +1341,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail_self;
     }
     char ofi_err[PK_OFI_ERRLEN];
-    pk_ofi_config_t ofi_config = { config->provider, NULL, config->stall_timeout };
+    pk_ofi_config_t ofi_config = { config->provider, config->fabric_addr,
+                                   config->stall_timeout };
     self->ofi = pk_ofi_new(&ofi_config, pk_store_base(self->store), config->pool_blocks,
                            config->block_len, &rc, ofi_err);
     if (!self->ofi) {

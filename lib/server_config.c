@@ -63,6 +63,7 @@ typedef enum {
     S_SECONDS,
     S_POOL_NAME,
     S_PROVIDER,
+    S_FABRIC_ADDR,
     S_FINGERPRINT,
     S_HASH_SEED,
     S_METRICS,
@@ -87,6 +88,7 @@ static const s_setting_t s_settings[] = {
     { "block-len",          S_UINT,        S_FIELD(block_len), 1, INT64_MAX },
     { "pool-name",          S_POOL_NAME,   S_FIELD(pool_name), 0, 0 },
     { "provider",           S_PROVIDER,    S_FIELD(provider), 0, 0 },
+    { "fabric-addr",        S_FABRIC_ADDR, S_FIELD(fabric_addr), 0, 0 },
     { "fingerprint",        S_FINGERPRINT, S_FIELD(fingerprint), 0, 0 },
     { "hash-seed",          S_HASH_SEED,   S_FIELD(hash_seed), 0, 0 },
     { "metrics-bind",       S_METRICS,     S_FIELD(metrics_bind), 0, 0 },
@@ -154,6 +156,8 @@ static const char s_usage[] =
     "                               . _ - become _)\n"
     "      --provider NAME          libfabric provider (tcp, verbs, efa, ...), or\n"
     "                               auto: the first of verbs, efa, tcp; default tcp\n"
+    "      --fabric-addr ADDR       local address (IPv4, IPv6 or host name) of the\n"
+    "                               data plane; default: the provider's choice\n"
     "      --fingerprint STRING     model and cache layout; peers must match it\n"
     "                               exactly; default empty\n"
     "      --hash-seed STRING       seed of the block hashes; peers must match it;\n"
@@ -373,30 +377,29 @@ s_provider_ok(const char *v)
     return true;
 }
 
-//  ADDR:PORT where ADDR is an IPv4 address, [IPv6], a host name or *.
+//  An IPv4 address, [IPv6] (bare when !bracketed), a host name (RFC 1123),
+//  or * when star.
 static bool
-s_metrics_ok(const char *v)
+s_host_ok(const char *host, bool bracketed, bool star)
 {
-    const char *colon = strrchr(v, ':');
-    if (!colon || colon == v || !s_port_ok(colon + 1))
+    size_t len = strlen(host);
+    if (len == 0 || len > 255)
         return false;
-    size_t len = (size_t) (colon - v);
-    char host[256];
-    if (len >= sizeof host)
-        return false;
-    memcpy(host, v, len);
-    host[len] = 0;
-    if (host[0] == '[') {
-        struct in6_addr a6;
+    char buf[256];
+    struct in6_addr a6;
+    if (bracketed && host[0] == '[') {
         if (len < 3 || host[len - 1] != ']')
             return false;
-        host[len - 1] = 0;
-        return inet_pton(AF_INET6, host + 1, &a6) == 1;
+        memcpy(buf, host + 1, len - 2);
+        buf[len - 2] = 0;
+        return inet_pton(AF_INET6, buf, &a6) == 1;
     }
+    if (!bracketed && strchr(host, ':'))
+        return inet_pton(AF_INET6, host, &a6) == 1;
     if (strcmp(host, "*") == 0)
-        return true;
-    //  A dotted IPv4 address, or a host name (RFC 1123); a bare IPv6
-    //  address has colons and fails here.
+        return star;
+    //  A dotted IPv4 address, or a host name; a bare IPv6 address has
+    //  colons and fails here.
     if (strspn(host, "0123456789.") == len) {
         struct in_addr a4;
         return inet_pton(AF_INET, host, &a4) == 1;
@@ -410,6 +413,22 @@ s_metrics_ok(const char *v)
             return false;
     }
     return true;
+}
+
+//  ADDR:PORT where ADDR is an IPv4 address, [IPv6], a host name or *.
+static bool
+s_metrics_ok(const char *v)
+{
+    const char *colon = strrchr(v, ':');
+    if (!colon || colon == v || !s_port_ok(colon + 1))
+        return false;
+    size_t len = (size_t) (colon - v);
+    char host[256];
+    if (len >= sizeof host)
+        return false;
+    memcpy(host, v, len);
+    host[len] = 0;
+    return s_host_ok(host, true, true);
 }
 
 //  An IPv4 or IPv6 address, optionally /PREFIX within the family's bits,
@@ -557,6 +576,7 @@ pk_server_config_fini(pk_server_config_t *self)
     free(self->peer_id);
     free(self->pool_name);
     free(self->provider);
+    free(self->fabric_addr);
     free(self->fingerprint);
     free(self->hash_seed);
     free(self->metrics_bind);
@@ -722,6 +742,16 @@ s_apply(s_parser_t *p, const s_setting_t *s, const char *value, const char *wher
             c->provider = NULL;
             return 0;
         }
+        return s_set_string(p, (char **) base, value);
+    case S_FABRIC_ADDR:
+        //  Empty gives the choice back to the provider.
+        if (!*value) {
+            free(c->fabric_addr);
+            c->fabric_addr = NULL;
+            return 0;
+        }
+        if (!s_host_ok(value, false, false))
+            return s_bad(p, where, "an IPv4 or IPv6 address or a host name", value);
         return s_set_string(p, (char **) base, value);
     case S_METRICS:
         //  Empty turns the listener off, so a command line can undo a file.

@@ -46,6 +46,7 @@ typedef struct {
     uint64_t block_len;         //  65536
     char *pool_name;            //  shm name: "/p2pkv-ID" (ID sanitised)
     char *provider;             //  "tcp"; NULL = automatic (verbs, efa, tcp)
+    char *fabric_addr;          //  the data plane's local address; NULL = the provider's
     char *fingerprint;          //  ""
     char *hash_seed;            //  "0"
     char *metrics_bind;         //  "ADDR:PORT", NULL = no metrics listener

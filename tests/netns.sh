@@ -99,10 +99,10 @@ fi
 work=$(mktemp -d /tmp/p2pkv-netns-XXXXXX) || fail "mktemp failed"
 
 # start NAME NS IFACE IP POOL: a server in NS bound to IP, its libfabric tcp
-# endpoint on IFACE; sets $endpoint
+# endpoint on IP (so on IFACE); sets $endpoint
 start() {
-    FI_TCP_IFACE=$3 ip netns exec "$2" "$bin/p2pkv-server" --peer-id "netns-$1-$$" \
-        --bind "tcp://$4:*" --local "ipc://$work/$1.sock" --pool-name "$5" \
+    ip netns exec "$2" "$bin/p2pkv-server" --peer-id "netns-$1-$$" \
+        --bind "tcp://$4:*" --fabric-addr "$4" --local "ipc://$work/$1.sock" --pool-name "$5" \
         --pool-blocks $((blocks + 64)) --pin-quota $((blocks + 64)) \
         --block-len "$block_len" --provider tcp --log-level warn \
         --lookup-timeout 2 --silence-timeout 5 --stall-timeout 5 --load-timeout 10 \
@@ -117,10 +117,10 @@ start() {
     grep -q " domain $3 " "$work/$1.ready" || fail "server $1's fabric is not on $3"
     endpoint=$(sed -n 's/.*peers at \([^,]*\),.*/\1/p' "$work/$1.ready")
 }
-# run NS IFACE ARG...: p2pkv in namespace NS, its fabric on IFACE, bounded
+# run NS ARG...: p2pkv in namespace NS, bounded
 run() {
-    ns=$1 iface=$2; shift 2
-    FI_TCP_IFACE=$iface timeout 60 ip netns exec "$ns" "$bin/p2pkv" "$@"
+    ns=$1; shift
+    timeout 60 ip netns exec "$ns" "$bin/p2pkv" "$@"
 }
 # counter NS DEV rx|tx
 counter() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3_bytes"; }
@@ -147,27 +147,27 @@ while [ "$i" -lt "$blocks" ]; do
     head -c "$block_len" /dev/urandom > "$work/in/block-$i"
     i=$((i + 1))
 done
-run "$ns_a" va put --local "ipc://$work/a.sock" "$work"/in/block-* > "$work/keys" \
+run "$ns_a" put --local "ipc://$work/a.sock" "$work"/in/block-* > "$work/keys" \
     || fail "p2pkv put on a failed"
 cut -d' ' -f1 "$work/keys" > "$work/key-list"
 [ "$(wc -l < "$work/keys")" -eq "$blocks" ] || fail "put published $(wc -l < "$work/keys") of $blocks blocks"
 keys=$(cat "$work/key-list")
 
 # shellcheck disable=SC2086
-run "$ns_c" br0 lookup --server "$ep_b" $keys > "$work/lookup-b1"
+run "$ns_c" lookup --fabric-addr "$ip_c" --server "$ep_b" $keys > "$work/lookup-b1"
 [ "$(count "$work/lookup-b1" miss)" -eq "$blocks" ] || fail "b holds some blocks before the pull"
 
 say "b pulls them from a over the veths"
 { a_tx=$(counter "$ns_a" va tx) && b_rx=$(counter "$ns_b" vb rx); } || fail "cannot read the veth counters"
 # shellcheck disable=SC2086
-run "$ns_b" vb pull --local "ipc://$work/b.sock" --server "$ep_a" $keys > "$work/pulled" \
+run "$ns_b" pull --local "ipc://$work/b.sock" --server "$ep_a" $keys > "$work/pulled" \
     || { cat "$work/pulled" "$work/a.log" "$work/b.log"; fail "p2pkv pull on b from a failed"; }
 [ "$(count "$work/pulled" landed)" -eq "$blocks" ] || fail "only $(count "$work/pulled" landed) of $blocks blocks landed on b"
 crossed "pull a -> b" "$ns_a" va tx "$a_tx"
 crossed "pull a -> b" "$ns_b" vb rx "$b_rx"
 
 # shellcheck disable=SC2086
-run "$ns_c" br0 lookup --server "$ep_b" $keys > "$work/lookup-b2" \
+run "$ns_c" lookup --fabric-addr "$ip_c" --server "$ep_b" $keys > "$work/lookup-b2" \
     || { cat "$work/lookup-b2"; fail "lookup on b from c failed"; }
 [ "$(count "$work/lookup-b2" hit)" -eq "$blocks" ] || fail "lookup on b after the pull: $(count "$work/lookup-b2" hit) of $blocks hit"
 
@@ -187,7 +187,7 @@ verify() {
 say "c gets them from b"
 b_tx=$(counter "$ns_b" vb tx) || fail "cannot read the veth counters"
 # shellcheck disable=SC2086
-run "$ns_c" br0 get --server "$ep_b" --timeout 30 -o "$work/from-b" $keys > "$work/got-b" \
+run "$ns_c" get --fabric-addr "$ip_c" --server "$ep_b" --timeout 30 -o "$work/from-b" $keys > "$work/got-b" \
     || { cat "$work/got-b" "$work/b.log"; fail "p2pkv get from b in c failed"; }
 [ "$(count "$work/got-b" fetched)" -eq "$blocks" ] || fail "fetched $(count "$work/got-b" fetched) of $blocks blocks from b"
 crossed "get b -> c" "$ns_b" vb tx "$b_tx"
@@ -196,7 +196,7 @@ verify "$work/from-b" b
 say "c gets them straight from a"
 a_tx=$(counter "$ns_a" va tx) || fail "cannot read the veth counters"
 # shellcheck disable=SC2086
-run "$ns_c" br0 get --server "$ep_a" --timeout 30 -o "$work/from-a" $keys > "$work/got-a" \
+run "$ns_c" get --fabric-addr "$ip_c" --server "$ep_a" --timeout 30 -o "$work/from-a" $keys > "$work/got-a" \
     || { cat "$work/got-a" "$work/a.log"; fail "p2pkv get from a in c failed"; }
 [ "$(count "$work/got-a" fetched)" -eq "$blocks" ] || fail "fetched $(count "$work/got-a" fetched) of $blocks blocks from a"
 crossed "get a -> c" "$ns_a" va tx "$a_tx"

@@ -23,13 +23,13 @@
 //  the man page.
 static const char *const s_options[] = {
     "bind", "local", "peer-id", "pool-blocks", "block-len", "pool-name", "provider",
-    "fingerprint", "hash-seed", "metrics-bind", "allow", "log-level", "lookup-timeout",
+    "fabric-addr", "fingerprint", "hash-seed", "metrics-bind", "allow", "log-level", "lookup-timeout",
     "store-timeout", "drain-timeout", "silence-timeout", "lease-timeout", "stall-timeout",
     "shutdown-timeout", "max-requests", "max-parked-keys", "max-rounds", "pin-quota",
     "max-queued-frames", "max-frame", "max-sessions", "load-timeout", "abort-ack-timeout",
     "connect-retry", "keepalive-interval", "config", "help", "version",
 };
-#define S_NSETTINGS 30      //  the leading ones that are settings
+#define S_NSETTINGS 31      //  the leading ones that are settings
 
 static char s_err[S_ERRLEN];
 
@@ -132,6 +132,7 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c.pool_blocks, 1024);
     ck_assert_uint_eq(c.block_len, 65536);
     ck_assert_str_eq(c.provider, "tcp");
+    ck_assert_ptr_null(c.fabric_addr);
     ck_assert_str_eq(c.fingerprint, "");
     ck_assert_str_eq(c.hash_seed, "0");
     ck_assert_ptr_null(c.metrics_bind);
@@ -201,7 +202,8 @@ START_TEST(test_every_option)
     ck_assert_int_eq(
         s_parse(&c, "--bind", "tcp://10.1.2.3:6000", "--local", "ipc:///run/p2pkv/engine.sock",
                 "--peer-id", "node-7", "--pool-blocks", "4096", "--block-len", "1048576",
-                "--pool-name", "/kv.pool_1", "--provider", "verbs;ofi_rxm", "--fingerprint",
+                "--pool-name", "/kv.pool_1", "--provider", "verbs;ofi_rxm",
+                "--fabric-addr", "10.1.2.3", "--fingerprint",
                 "llama-3-70b/bf16", "--hash-seed", "42", "--metrics-bind", "127.0.0.1:9100",
                 "--allow", "10.0.0.0/8", "--log-level", "debug", "--lookup-timeout", "0.5",
                 "--store-timeout", "31", "--drain-timeout", "11", "--silence-timeout", "12.25",
@@ -218,6 +220,7 @@ START_TEST(test_every_option)
     ck_assert_uint_eq(c.block_len, 1048576);
     ck_assert_str_eq(c.pool_name, "/kv.pool_1");
     ck_assert_str_eq(c.provider, "verbs;ofi_rxm");
+    ck_assert_str_eq(c.fabric_addr, "10.1.2.3");
     ck_assert_str_eq(c.fingerprint, "llama-3-70b/bf16");
     ck_assert_str_eq(c.hash_seed, "42");
     ck_assert_str_eq(c.metrics_bind, "127.0.0.1:9100");
@@ -252,8 +255,9 @@ START_TEST(test_every_option)
                              "--lookup-timeout", "0.001", "--store-timeout", "1000000",
                              "--metrics-bind", "[::1]:0", "--bind", "inproc://peers",
                              "--local", "tcp://*:!", "--max-frame", "9223372036854775807",
-                             "--pool-blocks", "1", "--pin-quota", "1"),
+                             "--pool-blocks", "1", "--pin-quota", "1", "--fabric-addr", "::1"),
                      0);
+    ck_assert_str_eq(c.fabric_addr, "::1");
     ck_assert_uint_eq(c.pool_blocks, 1);
     ck_assert_uint_eq(c.block_len, 1);
     ck_assert_ptr_null(c.provider);
@@ -437,6 +441,13 @@ START_TEST(test_invalid_values)
     s_refuse("--provider: expected a libfabric provider name (tcp, verbs, efa, ...) or auto, "
              "got \"tcp verbs\"",
              "--provider", "tcp verbs");
+    const char *bad_addrs[] = { "*", "[::1]", "300.1.1.1", "host_name", "-host", "1:2:3" };
+    for (size_t i = 0; i < sizeof bad_addrs / sizeof *bad_addrs; i++) {
+        snprintf(msg, sizeof msg,
+                 "--fabric-addr: expected an IPv4 or IPv6 address or a host name, got \"%s\"",
+                 bad_addrs[i]);
+        s_refuse(msg, "--fabric-addr", bad_addrs[i]);
+    }
     s_refuse("--log-level: expected error, warn, info or debug, got \"INFO\"", "--log-level",
              "INFO");
     s_refuse("--log-level: expected error, warn, info or debug, got \"2\"", "--log-level", "2");
