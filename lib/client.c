@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "ofi.h"
 #include "protocol.h"
+#include "thread.h"
 #include "version.h"
 
 #include <czmq.h>
@@ -919,6 +920,7 @@ static void *
 s_progress_thread(void *arg)
 {
     p2pkv_client_t *self = arg;
+    pk_thread_block_signals();      //  the application's signals are not ours
     while (!atomic_load(&self->stopping)) {
         struct epoll_event ev[8];
         //  a fetch's blocks land faster than a wakeup: spin while they run

@@ -18,6 +18,7 @@
     so no client can hold the listener or grow its memory.
 */
 #include "metrics.h"
+#include "thread.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -929,6 +930,7 @@ s_accept(pk_metrics_http_t *self, int64_t now)
 static void
 s_http_actor(zsock_t *pipe, void *args)
 {
+    pk_thread_block_signals();
     pk_metrics_http_t *self = args;
     zsock_signal(pipe, 0);
     zmq_pollitem_t items[2 + S_MAX_CONNS];

@@ -13,6 +13,7 @@
     the engine), "D" (retired).
 */
 #include "node.h"
+#include "thread.h"
 #include "clock.h"
 #include "keymap.h"
 #include "metrics.h"
@@ -273,6 +274,7 @@ s_push_metrics(pk_node_t *node, s_peer_t *peer, pk_session_t *session,
 static void
 s_peer_actor(zsock_t *pipe, void *args)
 {
+    pk_thread_block_signals();
     s_peer_t *peer = args;
     pk_node_t *node = peer->node;
     s_actor_t a = { peer, pipe, pk_store_parent(node->store) };
@@ -520,6 +522,7 @@ done:
 static void
 s_handshake_actor(zsock_t *pipe, void *args)
 {
+    pk_thread_block_signals();
     pk_node_t *self = args;
     zsock_signal(pipe, 0);
     while (true) {
@@ -792,6 +795,7 @@ s_pull_run(pk_node_t *node, p2pkv_client_t *client, s_pull_wait_t *w, s_pull_t *
 static void
 s_puller_actor(zsock_t *pipe, void *args)
 {
+    pk_thread_block_signals();
     pk_node_t *node = args;
     zsock_signal(pipe, 0);
     s_pull_wait_t w = { 0 };
