@@ -352,6 +352,25 @@ START_TEST(test_blob_mismatch_refused)
     ck_assert_int_eq(pk_ofi_channel_connect(C.ch, blob, len, err), -EPROTO);
     ck_assert_msg(strstr(err, "libfabric 1.1, ours is") != NULL, "%s", err);
     ck_assert_int_eq(pk_ofi_channel_connect(C.ch, blob, 7, err), -EPROTO);
+    ck_assert_int_eq(pk_ofi_channel_connect(C.ch, blob, len - 1, err), -EPROTO);
+    ck_assert_msg(strstr(err, "truncated") != NULL, "%s", err);
+    free(blob);
+    //  a raw key where the domain has no FI_MR_RAW (tcp): refused, and a
+    //  raw key longer than the blob is truncation
+    ck_assert_int_eq(pk_ofi_channel_blob(C.ch, &blob, &len), 0);
+    uint16_t rawlen;
+    memcpy(&rawlen, blob + len - 2, 2);
+    ck_assert_uint_eq(rawlen, 0);
+    uint8_t *raw = malloc(len + 4);
+    memcpy(raw, blob, len);
+    rawlen = 4;
+    memcpy(raw + len - 2, &rawlen, 2);
+    memcpy(raw + len, "\1\2\3\4", 4);
+    ck_assert_int_eq(pk_ofi_channel_connect(S.ch, raw, len + 3, err), -EPROTO);
+    ck_assert_msg(strstr(err, "truncated") != NULL, "%s", err);
+    ck_assert_int_eq(pk_ofi_channel_connect(S.ch, raw, len + 4, err), -EPROTO);
+    ck_assert_msg(strstr(err, "an unexpected raw memory key") != NULL, "%s", err);
+    free(raw);
     free(blob);
 }
 END_TEST

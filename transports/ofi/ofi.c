@@ -28,10 +28,12 @@
 #include <time.h>
 #include <unistd.h>
 
-//  The mr_mode bits this code honours; a provider demanding others
-//  (FI_MR_RAW: keys too wide for 64 bits) is not offered to us.
+//  The mr_mode bits this code honours.  FI_MR_RAW (keys wider than 64
+//  bits, mapped by the writer with fi_mr_map_raw) is written to the
+//  manual but untested: no provider here demands it.
 #define S_MR_MODES (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY \
-                    | FI_MR_ENDPOINT)
+                    | FI_MR_ENDPOINT | FI_MR_RAW)
+#define S_MAX_RAW_KEY 256
 #define S_MAX_DEPTH 64
 #define S_BLOB_MAGIC "PKOF"
 
@@ -89,12 +91,16 @@ struct _pk_ofi_channel_t {
     struct fid_mr *local_mr;        //  per endpoint when FI_MR_ENDPOINT
     void *desc;
     uint64_t expose_key;
+    uint8_t raw_key[S_MAX_RAW_KEY]; //  FI_MR_RAW: the exposed key's bytes
+    size_t raw_key_len;
+    uint64_t raw_base;              //  FI_MR_RAW: the address the peer uses
     bool closed;
 
     bool connected;
     fi_addr_t peer;
     uint64_t peer_key, peer_base, peer_blocks, peer_block_len;
     bool peer_exposed;
+    bool peer_key_mapped;           //  peer_key came from fi_mr_map_raw
 
     size_t depth, credits;
     s_op_t *queue_head, *queue_tail;
@@ -364,11 +370,22 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
             goto fail_local;
         }
         self->expose_key = fi_mr_key(self->expose_mr);
+        if (mr_mode & FI_MR_RAW) {
+            size_t size = sizeof self->raw_key;
+            rc = fi_mr_raw_attr(self->expose_mr, &self->raw_base, self->raw_key, &size, 0);
+            if (rc) {
+                s_fail(err, rc, "ofi: the raw key of the pool: %s", fi_strerror(-rc));
+                goto fail_expose;
+            }
+            self->raw_key_len = size;
+        }
     }
     if (rc_p)
         *rc_p = 0;
     return self;
 
+fail_expose:
+    fi_close(&self->expose_mr->fid);
 fail_local:
     if (self->local_mr)
         fi_close(&self->local_mr->fid);
@@ -409,6 +426,8 @@ pk_ofi_channel_destroy(pk_ofi_channel_t **self_p)
         fi_close(&self->local_mr->fid);
     if (self->ep)
         fi_close(&self->ep->fid);
+    if (self->peer_key_mapped)
+        fi_mr_unmap_key(self->ofi->domain, self->peer_key);
     fi_close(&self->av->fid);
     fi_close(&self->cq->fid);
     s_free_transfers(self);
@@ -422,7 +441,8 @@ pk_ofi_channel_destroy(pk_ofi_channel_t **self_p)
 }
 
 //  Blob: "PKOF", u32 libfabric version, u16 + provider, u16 + address,
-//  u64 key, base, num_blocks, block_len, u8 exposed.
+//  u64 key, base, num_blocks, block_len, u8 exposed, u16 + raw key (empty
+//  unless FI_MR_RAW; then base is the one fi_mr_raw_attr gave).
 int
 pk_ofi_channel_blob(pk_ofi_channel_t *self, uint8_t **blob_p, size_t *len_p)
 {
@@ -436,9 +456,12 @@ pk_ofi_channel_blob(pk_ofi_channel_t *self, uint8_t **blob_p, size_t *len_p)
     uint32_t version = fi_version();
     uint64_t base = (self->ofi->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR)
                     ? (uint64_t) (uintptr_t) self->ofi->base : 0;
+    if (self->raw_key_len)
+        base = self->raw_base;
     uint64_t fields[4] = { self->expose_key, base, self->ofi->num_blocks, self->ofi->block_len };
     uint8_t exposed = self->expose_mr != NULL;
-    size_t len = 4 + 4 + 2 + provlen + 2 + addrlen + sizeof fields + 1;
+    uint16_t rawlen = (uint16_t) self->raw_key_len;
+    size_t len = 4 + 4 + 2 + provlen + 2 + addrlen + sizeof fields + 1 + 2 + rawlen;
     uint8_t *blob = malloc(len), *at = blob;
     if (!blob)
         return -ENOMEM;
@@ -449,7 +472,9 @@ pk_ofi_channel_blob(pk_ofi_channel_t *self, uint8_t **blob_p, size_t *len_p)
     memcpy(at, &alen, 2), at += 2;
     memcpy(at, addr, addrlen), at += addrlen;
     memcpy(at, fields, sizeof fields), at += sizeof fields;
-    *at = exposed;
+    *at++ = exposed;
+    memcpy(at, &rawlen, 2), at += 2;
+    memcpy(at, self->raw_key, rawlen);
     *blob_p = blob;
     *len_p = len;
     return 0;
@@ -473,7 +498,11 @@ pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, 
     snprintf(prov, sizeof prov, "%.*s", (int) provlen, (const char *) at);
     at += provlen;
     memcpy(&addrlen, at, 2), at += 2;
-    if ((size_t) (end - at) != addrlen + sizeof fields + 1)
+    uint16_t rawlen;
+    if ((size_t) (end - at) < addrlen + sizeof fields + 1 + 2)
+        return s_fail(err, -EPROTO, "agent_metadata: truncated");
+    memcpy(&rawlen, at + addrlen + sizeof fields + 1, 2);
+    if ((size_t) (end - at) != addrlen + sizeof fields + 1 + 2 + rawlen)
         return s_fail(err, -EPROTO, "agent_metadata: truncated");
     if (strcmp(prov, self->ofi->provider) != 0)
         return s_fail(err, -EPROTO, "agent_metadata: provider %s, ours is %s", prov,
@@ -485,11 +514,26 @@ pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, 
     const uint8_t *addr = at;
     at += addrlen;
     memcpy(fields, at, sizeof fields), at += sizeof fields;
+    const uint8_t *raw = at + 1 + 2;
+    bool want_raw = (self->ofi->info->domain_attr->mr_mode & FI_MR_RAW) && *at;
+    if (want_raw != (rawlen > 0))
+        return s_fail(err, -EPROTO, "agent_metadata: %s raw memory key",
+                      rawlen ? "an unexpected" : "no");
     if (self->connected)
         return s_fail(err, -EISCONN, "ofi: channel already has a peer");
     if (fi_av_insert(self->av, addr, 1, &self->peer, 0, NULL) != 1)
         return s_fail(err, -EPROTO, "agent_metadata: address not accepted by the fabric");
     self->peer_key = fields[0];
+    if (rawlen) {
+        uint64_t key;
+        int rc = fi_mr_map_raw(self->ofi->domain, fields[1], (uint8_t *) raw, rawlen, &key, 0);
+        if (rc) {
+            fi_av_remove(self->av, &self->peer, 1, 0);
+            return s_fail(err, rc, "agent_metadata: raw key not accepted: %s", fi_strerror(-rc));
+        }
+        self->peer_key = key;
+        self->peer_key_mapped = true;
+    }
     self->peer_base = fields[1];
     self->peer_blocks = fields[2];
     self->peer_block_len = fields[3];
