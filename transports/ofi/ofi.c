@@ -314,18 +314,20 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
     if (self->depth == 0)
         self->depth = 1;
     self->credits = self->depth;
-    //  A file descriptor to sleep on while idle, where the provider has
-    //  one; else the owner's short timer is the waiting.
-    struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
+    //  A target (it exposes its pool) gets a file descriptor to sleep on
+    //  while idle, where the provider has one; a writer spins while its
+    //  writes run and needs none (signalling it costs every completion).
+    struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA,
+                                  .wait_obj = expose ? FI_WAIT_FD : FI_WAIT_NONE,
                                   .size = 4 * S_MAX_DEPTH + 1024 };
     self->wait_fd = -1;
     rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
-    if (rc == 0 && fi_control(&self->cq->fid, FI_GETWAIT, &self->wait_fd) != 0) {
+    if (rc == 0 && expose && fi_control(&self->cq->fid, FI_GETWAIT, &self->wait_fd) != 0) {
         fi_close(&self->cq->fid);
         self->wait_fd = -1;
         rc = -FI_ENOSYS;
     }
-    if (rc) {
+    if (rc && expose) {
         cq_attr.wait_obj = FI_WAIT_NONE;
         rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
     }

@@ -103,8 +103,9 @@ pk_transport_t pk_ofi_channel_transport(pk_ofi_channel_t *self);
 int pk_ofi_channel_progress(pk_ofi_channel_t *self);
 
 /*  The completion queue's wait object: readable when progress is due.
-    -1 where the provider has none (then poll on a short timer) or once
-    the endpoint is closed.  */
+    Targets (channels that expose the pool) have one where the provider
+    does; -1 for writers, where the provider has none (then poll on a
+    short timer), and once the endpoint is closed.  */
 int pk_ofi_channel_wait_fd(const pk_ofi_channel_t *self);
 
 /*  True when the owner may block on the wait fd now (fi_trywait): nothing
