@@ -331,7 +331,7 @@ s_fab_close(s_fab_side_t *side)
 }
 
 static void
-s_fab_count(void *arg, uint64_t tid, bool ok)
+s_fab_count(void *arg, uint64_t tid, bool ok, uint64_t landed)
 {
     int *n = arg;
     *n += ok ? 1 : 1000000;

@@ -1530,7 +1530,7 @@ s_store_timeouts(pk_server_role_t *self)
 }
 
 static void
-s_on_transfer(void *arg, uint64_t tid, bool ok)
+s_on_transfer(void *arg, uint64_t tid, bool ok, uint64_t landed)
 {
     pk_server_role_t *self = arg;
     pk_key_t key = s_id_key(&tid, sizeof tid, tid, 0);
@@ -1541,8 +1541,10 @@ s_on_transfer(void *arg, uint64_t tid, bool ok)
     s_round_t *r = x->round;
     s_request_t *req = r->req;
     size_t blocks = x->blocks;
+    //  what completed here may still be arriving at the consumer, whether
+    //  or not the whole transfer did
+    r->landing += ok ? blocks : landed;
     if (ok) {
-        r->landing += blocks;
         if (!r->failed)
             for (size_t i = 0; i < x->njobs; i++)
                 if (!x->jobs[i]->decided)

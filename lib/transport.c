@@ -98,7 +98,7 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
                 continue;
             *st = S_GONE;
             self->inflight--;
-            each(each_arg, list[i], want == S_DONE);
+            each(each_arg, list[i], want == S_DONE, 0);
         }
     }
     free(list);

@@ -17,7 +17,9 @@ typedef enum {
     PK_CANCEL_IMMEDIATE     //  on return the source memory is no longer read
 } pk_cancel_mode_t;
 
-typedef void (pk_transfer_fn)(void *arg, uint64_t tid, bool ok);
+/*  landed: blocks of the transfer whose writes completed (all of them
+    when ok; a failed transfer may have landed part).  */
+typedef void (pk_transfer_fn)(void *arg, uint64_t tid, bool ok, uint64_t landed);
 
 typedef struct {
     void *self;
@@ -29,16 +31,20 @@ typedef struct {
     /*  Reports this peer's finished transfers, each once: every successful
         one in ascending id, then every failed one in ascending id.  */
     void (*poll)(void *self, pk_transfer_fn *each, void *arg);
-    /*  Cancels transfers.  In wait mode, writes it could stop are released
-        (never reported by poll) and those still in flight are written to
-        still[] (n slots) and counted in the return value; in immediate mode
-        all are released and 0 is returned.  */
+    /*  Cancels transfers.  In wait mode, writes it could stop are dropped;
+        a transfer none of whose writes were posted is released (never
+        reported by poll), and one that has writes in flight or completed
+        is written to still[] (n slots), counted in the return value, and
+        reported by poll once nothing of it runs, with what landed (so the
+        target can be told how many blocks may still arrive).  In
+        immediate mode all are released and 0 is returned.  */
     size_t (*cancel)(void *self, const uint64_t *tids, size_t n, pk_cancel_mode_t mode,
                      uint64_t *still);
 } pk_transport_t;
 
 //  --------------------------------------------------------------------------
 //  The in-memory transport: ids 1, 2, 3, ... in successful-submission order.
+//  It has no partial progress: a failed transfer landed nothing.
 
 typedef struct _pk_memtransport_t pk_memtransport_t;
 

@@ -84,14 +84,16 @@ typedef struct {
     uint64_t tid;
     bool ok;
     int count;
+    uint64_t landed;
 } s_seen_t;
 
 static void
-s_each(void *arg, uint64_t tid, bool ok)
+s_each(void *arg, uint64_t tid, bool ok, uint64_t landed)
 {
     s_seen_t *seen = arg;
     seen->tid = tid;
     seen->ok = ok;
+    seen->landed = landed;
     seen->count++;
 }
 
@@ -101,7 +103,7 @@ s_each(void *arg, uint64_t tid, bool ok)
 static s_seen_t
 s_wait(uint64_t round, uint64_t want_landed, bool poll_target)
 {
-    s_seen_t seen = { 0, false, 0 };
+    s_seen_t seen = { 0, false, 0, 0 };
     double deadline = pk_clock_monotonic() + 20;
     while (pk_clock_monotonic() < deadline) {
         if (poll_target)
@@ -230,7 +232,7 @@ START_TEST(test_wait_fd_wakes_idle_target)
 {
     int fd = pk_ofi_channel_wait_fd(C.ch);
     ck_assert_msg(fd >= 0, "the tcp provider's completion queue has no wait fd");
-    s_seen_t seen = { 0, false, 0 };
+    s_seen_t seen = { 0, false, 0, 0 };
     pthread_t writer;
     ck_assert_int_eq(pthread_create(&writer, NULL, s_writer_thread, &seen), 0);
     int sleeps = 0;
@@ -294,7 +296,7 @@ START_TEST(test_landed_per_round)
     int64_t t2 = T.write_blocks(T.self, 11, local + 2, remote + 2, 1);
     ck_assert_int_gt(t1, 0);
     ck_assert_int_gt(t2, t1);
-    s_seen_t seen = { 0, false, 0 };
+    s_seen_t seen = { 0, false, 0, 0 };
     double deadline = pk_clock_monotonic() + 20;
     while (pk_clock_monotonic() < deadline && (seen.count < 2 || pk_ofi_channel_landed(C.ch, 10) < 2
                                     || pk_ofi_channel_landed(C.ch, 11) < 1)) {
@@ -402,6 +404,27 @@ START_TEST(test_cancel_wait_and_immediate)
     ck_assert_int_eq(seen.count, 1);
     ck_assert(!seen.ok);                            //  not every block was written
     ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, 7), st.blocks_written - 1);
+    //  the failed transfer says how many of its blocks completed: what the
+    //  target may still see arrive (the server's `landing`)
+    ck_assert_uint_eq(seen.landed, st.blocks_written - 1);
+
+    //  a transfer that completed before the cancel is reported, not
+    //  forgotten: its blocks landed
+    ck_assert_int_gt(tid = T.write_blocks(T.self, 11, local, remote, 5), 0);
+    double until = pk_clock_monotonic() + 20;
+    while (pk_ofi_channel_landed(C.ch, 11) < 5 && pk_clock_monotonic() < until) {
+        pk_ofi_channel_progress(S.ch);
+        pk_ofi_channel_progress(C.ch);
+    }
+    tids[0] = (uint64_t) tid;
+    ck_assert_uint_eq(T.cancel(T.self, tids, 1, PK_CANCEL_WAIT, still), 1);
+    seen = (s_seen_t) { 0, false, 0, 0 };
+    until = pk_clock_monotonic() + 20;
+    while (!seen.count && pk_clock_monotonic() < until)
+        T.poll(T.self, s_each, &seen);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(seen.ok);
+    ck_assert_uint_eq(seen.landed, 5);
 
     //  immediate: the endpoint closes, listed transfers are released, the
     //  others end failed, and the channel takes no more writes
@@ -410,7 +433,7 @@ START_TEST(test_cancel_wait_and_immediate)
     tids[0] = (uint64_t) a;
     ck_assert_uint_eq(T.cancel(T.self, tids, 1, PK_CANCEL_IMMEDIATE, still), 0);
     ck_assert(pk_ofi_channel_closed(S.ch));
-    seen = (s_seen_t) { 0, false, 0 };
+    seen = (s_seen_t) { 0, false, 0, 0 };
     T.poll(T.self, s_each, &seen);
     ck_assert_int_eq(seen.count, 1);
     ck_assert_uint_eq(seen.tid, (uint64_t) b);
@@ -504,7 +527,7 @@ s_teardown_writer(void)
 static s_seen_t
 s_wait_writer(pk_transport_t *t, double seconds)
 {
-    s_seen_t seen = { 0, false, 0 };
+    s_seen_t seen = { 0, false, 0, 0 };
     double deadline = pk_clock_monotonic() + seconds;
     while (!seen.count && pk_clock_monotonic() < deadline)
         t->poll(t->self, s_each, &seen);

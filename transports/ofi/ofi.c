@@ -67,6 +67,7 @@ struct s_op {
 struct s_xfer {
     uint64_t tid;
     size_t nops, ended;
+    uint64_t landed;                //  blocks of completed writes
     bool failed, released;
     s_op_t ops[];
 };
@@ -79,6 +80,7 @@ typedef struct {
 typedef struct {
     uint64_t tid;
     bool ok;
+    uint64_t landed;
 } s_finished_t;
 
 struct _pk_ofi_channel_t {
@@ -603,7 +605,7 @@ s_xfer_finish(pk_ofi_channel_t *self, s_xfer_t *x)
         self->finished = f;
         self->capfinished = cap;
     }
-    self->finished[self->nfinished++] = (s_finished_t) { x->tid, !x->failed };
+    self->finished[self->nfinished++] = (s_finished_t) { x->tid, !x->failed, x->landed };
 }
 
 //  An op ended (completed, failed, or dropped before posting).
@@ -618,6 +620,8 @@ s_op_end(pk_ofi_channel_t *self, s_op_t *op, bool ok)
     op->posted = false;
     if (!ok)
         x->failed = true;
+    else
+        x->landed += op->blocks;
     if (++x->ended == x->nops)
         s_xfer_finish(self, x);
 }
@@ -842,7 +846,7 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
         if (!x || x->released)
             continue;
         s_xfer_forget(self, x);
-        each(each_arg, list[i].tid, list[i].ok);
+        each(each_arg, list[i].tid, list[i].ok, list[i].landed);
     }
     free(list);
 }
@@ -908,7 +912,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
         s_xfer_t *x = s_xfer_find(self, tids[i]);
         if (!x || x->released)
             continue;
-        size_t posted = 0;
+        size_t posted = 0, dropped = 0;
         for (size_t k = 0; k < x->nops; k++) {
             s_op_t *op = &x->ops[k];
             if (op->posted)
@@ -916,15 +920,21 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             else if (s_queued(self, op)) {
                 s_unlink(self, op);
                 x->failed = true;
-                x->ended++;
+                dropped++;
             }
         }
-        if (posted) {
-            x->released = false;
+        //  ended through s_op_end's bookkeeping, so the transfer is
+        //  finished (and reported) when its last write ends
+        if (dropped && (x->ended += dropped) == x->nops)
+            s_xfer_finish(self, x);
+        if (posted || x->landed) {
+            //  writes still run, or some landed: reported by poll, with
+            //  how many landed
             still[nstill++] = x->tid;
         }
         else {
-            //  nothing of it can still read the source: gone, unreported
+            //  nothing of it can still read the source or has landed:
+            //  gone, unreported
             for (size_t f = 0; f < self->nfinished; f++)
                 if (self->finished[f].tid == x->tid)
                     self->finished[f] = self->finished[--self->nfinished];
