@@ -2,10 +2,11 @@
     test consumers (tests/consumer.c) over the tcp provider on 127.0.0.1
     and the engine's JSON API on the local socket.
 
-    Each test starts its own server with short timeouts and its own pool
-    and sockets, and stops it with SIGTERM.
+    Each test starts its own server (tests/daemon.c) with short timeouts
+    and its own pool and sockets, and stops it with SIGTERM.
 */
 #include "consumer.h"
+#include "daemon.h"
 #include "clock.h"
 #include "testutil.h"
 
@@ -25,129 +26,12 @@
 
 #define BLOCK 4096
 
-typedef struct {
-    pid_t pid;
-    char endpoint[256];
-    char local[256];
-    char pool[96];
-    zsock_t *engine;
-} s_server_t;
-
-static int s_serial;
-
-//  extra: one more flag and its value, or NULLs.
-static void
-s_server_start_with(s_server_t *s, const char *flag, const char *value)
-{
-    memset(s, 0, sizeof *s);
-    int n = ++s_serial;
-    char peer[64];
-    snprintf(peer, sizeof peer, "srv-%d-%d", getpid(), n);
-    snprintf(s->local, sizeof s->local, "ipc:///tmp/p2pkv-e2e-%d-%d.sock", getpid(), n);
-    snprintf(s->pool, sizeof s->pool, "/p2pkv-e2e-%d-%d", getpid(), n);
-    int out[2];
-    ck_assert_int_eq(pipe(out), 0);
-    s->pid = fork();
-    ck_assert_int_ge(s->pid, 0);
-    if (s->pid == 0) {
-        dup2(out[1], 1);
-        close(out[0]);
-        const char *bin = getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server";
-        execl(bin, bin, "--peer-id", peer, "--bind", "tcp://127.0.0.1:*", "--local", s->local,
-              "--pool-name", s->pool, "--pool-blocks", "256", "--block-len", "4096",
-              "--fingerprint", "fp", "--hash-seed", "7", "--provider", "tcp",
-              "--silence-timeout", "1.5", "--store-timeout", "3", "--shutdown-timeout", "2",
-              "--log-level", "warn", flag, value, (char *) NULL);
-        _exit(127);
-    }
-    close(out[1]);
-    //  the ready line says where peers reach it
-    char line[2048] = "";
-    size_t got = 0;
-    struct pollfd pfd = { out[0], POLLIN, 0 };
-    while (!strchr(line, '\n') && got < sizeof line - 1 && poll(&pfd, 1, 20000) > 0) {
-        ssize_t r = read(out[0], line + got, sizeof line - 1 - got);
-        if (r <= 0)
-            break;
-        got += (size_t) r;
-        line[got] = '\0';
-    }
-    close(out[0]);
-    const char *at = strstr(line, "peers at ");
-    ck_assert_msg(at != NULL, "no ready line from p2pkv-server: \"%s\"", line);
-    sscanf(at + 9, "%255[^,]", s->endpoint);
-    s->engine = zsock_new_dealer(s->local);
-    ck_assert_ptr_nonnull(s->engine);
-    zsock_set_rcvtimeo(s->engine, 10000);
-}
-
-//  SIGTERM, then the exit status within the shutdown bound.
-static void
-s_server_start(s_server_t *s)
-{
-    s_server_start_with(s, NULL, NULL);
-}
-
-static int
-s_server_stop(s_server_t *s)
-{
-    zsock_destroy(&s->engine);
-    kill(s->pid, SIGTERM);
-    //  10 s, or longer when the server runs under valgrind (P2PKV_STOP_BOUND)
-    const char *bound = getenv("P2PKV_STOP_BOUND");
-    double deadline = pk_clock_monotonic() + (bound ? atof(bound) : 10);
-    int status = -1;
-    while (pk_clock_monotonic() < deadline) {
-        if (waitpid(s->pid, &status, WNOHANG) == s->pid)
-            return status;
-        zclock_sleep(5);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, &status, 0);
-    ck_abort_msg("p2pkv-server did not stop within %s s of SIGTERM", bound ? bound : "10");
-    return status;
-}
-
-static json_t *
-s_engine(s_server_t *s, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    json_t *req = json_vpack_ex(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *text = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
-    zstr_send(s->engine, text);
-    free(text);
-    //  skip events (store_result) that arrive before the answer
-    for (;;) {
-        char *answer = zstr_recv(s->engine);
-        ck_assert_msg(answer != NULL, "no answer from the engine API");
-        json_t *j = json_loads(answer, 0, NULL);
-        zstr_free(&answer);
-        ck_assert_ptr_nonnull(j);
-        if (!json_object_get(j, "event"))
-            return j;
-        json_decref(j);
-    }
-}
-
-static json_t *
-s_engine_event(s_server_t *s)
-{
-    char *text = zstr_recv(s->engine);
-    ck_assert_msg(text != NULL, "no event from the engine API");
-    json_t *j = json_loads(text, 0, NULL);
-    zstr_free(&text);
-    return j;
-}
-
 //  Puts n blocks of known content; keys[i] are their SHA-256.
 static uint8_t s_data[32][BLOCK];
 static uint8_t s_hash[32][32];
 
 static void
-s_put_blocks(s_server_t *s, int n, pk_key_t *keys)
+s_put_blocks(td_t *s, int n, pk_key_t *keys)
 {
     for (int i = 0; i < n; i++) {
         for (int k = 0; k < BLOCK; k++)
@@ -157,14 +41,14 @@ s_put_blocks(s_server_t *s, int n, pk_key_t *keys)
         char hex[65], b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
         pk_hex_encode(s_hash[i], 32, hex);
         sodium_bin2base64(b64, sizeof b64, s_data[i], BLOCK, sodium_base64_VARIANT_ORIGINAL);
-        json_t *a = s_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64);
+        json_t *a = td_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64);
         ck_assert_msg(json_is_true(json_object_get(a, "ok")), "put failed");
         json_decref(a);
     }
 }
 
 static tc_t *
-s_consumer(s_server_t *s, const char *id, uint64_t block_len, const char *fp, const char *seed,
+s_consumer(td_t *s, const char *id, uint64_t block_len, const char *fp, const char *seed,
            pk_msg_t **answer_p)
 {
     tc_config_t c = { s->endpoint, id, 64, block_len, fp, seed, 0 };
@@ -223,8 +107,8 @@ s_symmetric(tc_t *tc, const char *kv, uint64_t round, const pk_key_t *keys, int 
 
 START_TEST(test_handshake_and_mismatches)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     struct { uint64_t len; const char *fp, *seed, *reason; } cases[] = {
         { 512, "fp", "7", "block_len: server 4096, consumer 512" },
         { BLOCK, "other", "7", "config_fingerprint: server \"fp\", consumer \"other\"" },
@@ -256,27 +140,27 @@ START_TEST(test_handshake_and_mismatches)
     pk_msg_t *pong = s_expect(tc, PK_MSG_PONG, 5);
     pk_msg_destroy(&pong);
     tc_destroy(&tc);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
 START_TEST(test_symmetric_transfer)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     pk_key_t keys[8];
     s_put_blocks(&s, 8, keys);
     tc_t *tc = s_consumer(&s, "c-sym", BLOCK, "fp", "7", NULL);
     s_symmetric(tc, "r1", 1, keys, 8);
     tc_destroy(&tc);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
 START_TEST(test_bad_peer_does_not_disturb_another)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     pk_key_t keys[8];
     s_put_blocks(&s, 8, keys);
     tc_t *good = s_consumer(&s, "c-good", BLOCK, "fp", "7", NULL);
@@ -318,14 +202,14 @@ START_TEST(test_bad_peer_does_not_disturb_another)
     tc_destroy(&big);
     tc_destroy(&bad);
     tc_destroy(&good);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
 START_TEST(test_duplicate_fetch_ends_only_that_session)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     pk_key_t keys[2];
     s_put_blocks(&s, 2, keys);
     tc_t *a = s_consumer(&s, "c-a", BLOCK, "fp", "7", NULL);
@@ -340,21 +224,21 @@ START_TEST(test_duplicate_fetch_ends_only_that_session)
     s_symmetric(b, "r1", 1, keys, 2);
     tc_destroy(&a);
     tc_destroy(&b);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
 START_TEST(test_silent_consumer_retired_pins_released)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     pk_key_t keys[4];
     s_put_blocks(&s, 4, keys);
     tc_t *tc = s_consumer(&s, "c-silent", BLOCK, "fp", "7", NULL);
     tc_send(tc, tc_lookup("r1", 1, keys, 4));
     pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
     pk_msg_destroy(&resp);
-    json_t *st = s_engine(&s, "{s:s}", "cmd", "stats");
+    json_t *st = td_engine(&s, "{s:s}", "cmd", "stats");
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "pinned")), 4);
     json_decref(st);
     //  silent for the silence timeout (1.5 s here)
@@ -364,7 +248,7 @@ START_TEST(test_silent_consumer_retired_pins_released)
     double deadline = pk_clock_monotonic() + 5;
     json_int_t pinned = -1, sessions = -1;
     while (pk_clock_monotonic() < deadline && (pinned || sessions)) {
-        st = s_engine(&s, "{s:s}", "cmd", "stats");
+        st = td_engine(&s, "{s:s}", "cmd", "stats");
         pinned = json_integer_value(json_object_get(json_object_get(st, "pool"), "pinned"));
         sessions = json_integer_value(json_object_get(st, "sessions"));
         json_decref(st);
@@ -372,21 +256,21 @@ START_TEST(test_silent_consumer_retired_pins_released)
     ck_assert_int_eq(pinned, 0);
     ck_assert_int_eq(sessions, 0);
     tc_destroy(&tc);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
 START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     pk_key_t keys[4];
     s_put_blocks(&s, 4, keys);
     char hex[4][65];
     for (int i = 0; i < 4; i++)
         pk_hex_encode(s_hash[i], 32, hex[i]);
     //  stored before the consumer even connected: held, then bound
-    json_t *a = s_engine(&s, "{s:s, s:s, s:s, s:[s,s]}", "cmd", "store", "peer", "c-pd", "kv",
+    json_t *a = td_engine(&s, "{s:s, s:s, s:s, s:[s,s]}", "cmd", "store", "peer", "c-pd", "kv",
                          "req-1", "keys", hex[0], hex[1]);
     ck_assert(json_is_true(json_object_get(a, "ok")));
     json_int_t job = json_integer_value(json_object_get(a, "job"));
@@ -398,7 +282,7 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     ck_assert(done->success);
     ck_assert_uint_eq(done->round_seq, 5);
     pk_msg_destroy(&done);
-    json_t *ev = s_engine_event(&s);
+    json_t *ev = td_engine_event(&s);
     ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "store_result");
     ck_assert_int_eq(json_integer_value(json_object_get(ev, "job")), job);
     ck_assert(json_is_true(json_object_get(ev, "success")));
@@ -410,7 +294,7 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     uint32_t idx2[2] = { 20, 21 };
     tc_send(tc, tc_fetch("req-2", 6, keys + 2, idx2, 2));
     ck_assert_ptr_null(tc_recv(tc, 0.2));
-    a = s_engine(&s, "{s:s, s:s, s:s, s:[s,s]}", "cmd", "store", "peer", "c-pd", "kv", "req-2",
+    a = td_engine(&s, "{s:s, s:s, s:s, s:[s,s]}", "cmd", "store", "peer", "c-pd", "kv", "req-2",
                  "keys", hex[2], hex[3]);
     ck_assert(json_is_true(json_object_get(a, "ok")));
     json_decref(a);
@@ -422,25 +306,25 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     ck_assert_mem_eq(tc_pool(tc) + 20 * BLOCK, s_data[2], BLOCK);
     ck_assert_mem_eq(tc_pool(tc) + 21 * BLOCK, s_data[3], BLOCK);
     tc_destroy(&tc);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
 START_TEST(test_allow_list)
 {
     //  a CIDR range that does not hold 127.0.0.1: never answered
-    s_server_t s;
-    s_server_start_with(&s, "--allow", "10.0.0.0/8");
+    td_t s;
+    td_start(&s, (const char *[]) { "--allow", "10.0.0.0/8", NULL });
     tc_config_t c = { s.endpoint, "c-out", 64, BLOCK, "fp", "7", 0 };
     tc_t *tc = tc_new(&c);
     ck_assert_ptr_null(tc_connect(tc, 1.5));
     tc_destroy(&tc);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
     //  one that does: served
-    s_server_start_with(&s, "--allow", "192.168.0.0/16,127.0.0.0/8");
+    td_start(&s, (const char *[]) { "--allow", "192.168.0.0/16,127.0.0.0/8", NULL });
     tc = s_consumer(&s, "c-in", BLOCK, "fp", "7", NULL);
     tc_destroy(&tc);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
@@ -470,11 +354,11 @@ s_http_get(int port, const char *path)
 
 START_TEST(test_metrics_endpoint)
 {
-    s_server_t s;
+    td_t s;
     char bind[64];
     int port = 20000 + getpid() % 20000;
     snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
-    s_server_start_with(&s, "--metrics-bind", bind);
+    td_start(&s, (const char *[]) { "--metrics-bind", bind, NULL });
     pk_key_t keys[4];
     s_put_blocks(&s, 4, keys);
     tc_t *tc = s_consumer(&s, "c-metrics", BLOCK, "fp", "7", NULL);
@@ -498,20 +382,20 @@ START_TEST(test_metrics_endpoint)
     ck_assert(strstr(text, "p2pkv_sessions_opened_total 1"));
     free(text);
     //  the same counters through the engine API's stats
-    json_t *st = s_engine(&s, "{s:s}", "cmd", "stats");
+    json_t *st = td_engine(&s, "{s:s}", "cmd", "stats");
     json_t *m = json_object_get(json_object_get(st, "metrics"), "p2pkv_lookup_keys_total");
     ck_assert_int_eq(json_integer_value(json_object_get(m, "total")), 4);
     json_decref(st);
     tc_destroy(&tc);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
 //  p2pkv put and stats against the daemon's engine socket.
 START_TEST(test_cli_put_and_stats)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     char dir[] = "/tmp/p2pkv-e2e-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     char block[BLOCK], path[128], cmd[512];
@@ -555,7 +439,7 @@ START_TEST(test_cli_put_and_stats)
     snprintf(path, sizeof path, "%s/block", dir);
     unlink(path);
     rmdir(dir);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
@@ -563,8 +447,8 @@ END_TEST
 //  blocks than the server's pin quota (a quarter of 256), one key missing.
 START_TEST(test_cli_get_verifies_bytes)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     char dir[] = "/tmp/p2pkv-get-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     enum { N = 150 };
@@ -610,7 +494,7 @@ START_TEST(test_cli_get_verifies_bytes)
     ck_assert_int_eq(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
-    ck_assert_int_eq(s_server_stop(&s), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
@@ -618,9 +502,9 @@ END_TEST
 //  READY there and a consumer of b gets the same bytes.
 START_TEST(test_pull_between_servers)
 {
-    s_server_t a, b;
-    s_server_start(&a);
-    s_server_start(&b);
+    td_t a, b;
+    td_start(&a, NULL);
+    td_start(&b, NULL);
     pk_key_t keys[8];
     s_put_blocks(&a, 8, keys);
     json_t *hexes = json_array();
@@ -630,34 +514,34 @@ START_TEST(test_pull_between_servers)
         json_array_append_new(hexes, json_string(hex));
     }
     json_array_append_new(hexes, json_string("00ff"));         //  a has no such key
-    json_t *ans = s_engine(&b, "{s:s, s:s, s:o}", "cmd", "pull", "server", a.endpoint, "keys",
+    json_t *ans = td_engine(&b, "{s:s, s:s, s:o}", "cmd", "pull", "server", a.endpoint, "keys",
                            hexes);
     ck_assert_msg(json_is_true(json_object_get(ans, "ok")), "%s",
                   json_string_value(json_object_get(ans, "error")));
     ck_assert_int_eq(json_integer_value(json_object_get(ans, "fetching")), 9);
     json_decref(ans);
-    json_t *ev = s_engine_event(&b);
+    json_t *ev = td_engine_event(&b);
     ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "pull_result");
     ck_assert_int_eq(json_integer_value(json_object_get(ev, "landed")), 8);
     ck_assert_int_eq(json_array_size(json_object_get(ev, "missing")), 1);
     ck_assert_str_eq(json_string_value(json_array_get(json_object_get(ev, "missing"), 0)), "00ff");
     json_decref(ev);
-    json_t *st = s_engine(&b, "{s:s}", "cmd", "stats");
+    json_t *st = td_engine(&b, "{s:s}", "cmd", "stats");
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "ready")), 8);
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "writing")), 0);
     json_decref(st);
     tc_t *tc = s_consumer(&b, "c-of-b", BLOCK, "fp", "7", NULL);
     s_symmetric(tc, "r1", 1, keys, 8);
     tc_destroy(&tc);
-    ck_assert_int_eq(s_server_stop(&b), 0);
-    ck_assert_int_eq(s_server_stop(&a), 0);
+    ck_assert_int_eq(td_stop(&b), 0);
+    ck_assert_int_eq(td_stop(&a), 0);
 }
 END_TEST
 
 START_TEST(test_sigterm_during_transfers_leaves_no_pool)
 {
-    s_server_t s;
-    s_server_start(&s);
+    td_t s;
+    td_start(&s, NULL);
     pk_key_t keys[32];
     s_put_blocks(&s, 32, keys);
     tc_t *tc = s_consumer(&s, "c-term", BLOCK, "fp", "7", NULL);
@@ -672,7 +556,7 @@ START_TEST(test_sigterm_during_transfers_leaves_no_pool)
     snprintf(path, sizeof path, "/dev/shm%s", s.pool);
     struct stat sb;
     ck_assert_int_eq(stat(path, &sb), 0);
-    int status = s_server_stop(&s);
+    int status = td_stop(&s);
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     ck_assert_int_eq(stat(path, &sb), -1);
     ck_assert_int_eq(errno, ENOENT);

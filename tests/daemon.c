@@ -1,0 +1,205 @@
+/*  daemon.c: a real p2pkv-server for the end-to-end tests (see daemon.h).  */
+#include "daemon.h"
+#include "clock.h"
+#include "testutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int s_serial;
+
+static bool
+s_given(const char *const *extra, const char *flag)
+{
+    for (size_t i = 0; extra && extra[i] && extra[i + 1]; i += 2)
+        if (strcmp(extra[i], flag) == 0)
+            return true;
+    return false;
+}
+
+void
+td_start(td_t *self, const char *const *extra)
+{
+    memset(self, 0, sizeof *self);
+    int n = ++s_serial;
+    char peer[64];
+    snprintf(peer, sizeof peer, "srv-%d-%d", getpid(), n);
+    snprintf(self->local, sizeof self->local, "ipc:///tmp/p2pkv-e2e-%d-%d.sock", getpid(), n);
+    snprintf(self->pool, sizeof self->pool, "/p2pkv-e2e-%d-%d", getpid(), n);
+    const char *defaults[] = {
+        "--peer-id", peer, "--bind", "tcp://127.0.0.1:*", "--local", self->local,
+        "--pool-name", self->pool, "--pool-blocks", "256", "--block-len", "4096",
+        "--fingerprint", "fp", "--hash-seed", "7", "--provider", "tcp",
+        "--silence-timeout", "1.5", "--store-timeout", "3", "--shutdown-timeout", "2",
+        "--log-level", "warn", NULL
+    };
+    const char *bin = getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server";
+    const char *argv[128];
+    size_t argc = 0;
+    argv[argc++] = bin;
+    for (size_t i = 0; defaults[i]; i += 2)
+        if (!s_given(extra, defaults[i])) {
+            argv[argc++] = defaults[i];
+            argv[argc++] = defaults[i + 1];
+        }
+    for (size_t i = 0; extra && extra[i] && extra[i + 1]; i += 2) {
+        ck_assert_uint_lt(argc + 3, sizeof argv / sizeof argv[0]);
+        argv[argc++] = extra[i];
+        argv[argc++] = extra[i + 1];
+    }
+    argv[argc] = NULL;
+    int out[2];
+    ck_assert_int_eq(pipe(out), 0);
+    pid_t parent = getpid();
+    self->pid = fork();
+    ck_assert_int_ge(self->pid, 0);
+    if (self->pid == 0) {
+        //  a test that fails half-way leaves no server behind
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        dup2(out[1], 1);
+        close(out[0]);
+        close(out[1]);
+        execv(bin, (char *const *) argv);
+        _exit(127);
+    }
+    close(out[1]);
+    //  the ready line says where peers reach it
+    char line[2048] = "";
+    size_t got = 0;
+    struct pollfd pfd = { out[0], POLLIN, 0 };
+    while (!strchr(line, '\n') && got < sizeof line - 1 && poll(&pfd, 1, 20000) > 0) {
+        ssize_t r = read(out[0], line + got, sizeof line - 1 - got);
+        if (r <= 0)
+            break;
+        got += (size_t) r;
+        line[got] = '\0';
+    }
+    close(out[0]);
+    const char *at = strstr(line, "peers at ");
+    ck_assert_msg(at != NULL, "no ready line from p2pkv-server: \"%s\"", line);
+    sscanf(at + 9, "%255[^,]", self->endpoint);
+    self->engine = zsock_new_dealer(self->local);
+    ck_assert_ptr_nonnull(self->engine);
+    zsock_set_rcvtimeo(self->engine, 10000);
+}
+
+int
+td_stop(td_t *self)
+{
+    zsock_destroy(&self->engine);
+    kill(self->pid, SIGTERM);
+    //  10 s, or longer when the server runs under valgrind (P2PKV_STOP_BOUND)
+    const char *bound = getenv("P2PKV_STOP_BOUND");
+    double deadline = pk_clock_monotonic() + (bound ? atof(bound) : 10);
+    int status = -1;
+    while (pk_clock_monotonic() < deadline) {
+        if (waitpid(self->pid, &status, WNOHANG) == self->pid)
+            return status;
+        zclock_sleep(5);
+    }
+    kill(self->pid, SIGKILL);
+    waitpid(self->pid, &status, 0);
+    ck_abort_msg("p2pkv-server did not stop within %s s of SIGTERM", bound ? bound : "10");
+    return status;
+}
+
+void
+td_kill(td_t *self)
+{
+    zsock_destroy(&self->engine);
+    ck_assert_int_eq(kill(self->pid, SIGKILL), 0);
+    int status;
+    ck_assert_int_eq(waitpid(self->pid, &status, 0), self->pid);
+    ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    //  a killed server cleans nothing up
+    shm_unlink(self->pool);
+    if (strncmp(self->local, "ipc://", 6) == 0)
+        unlink(self->local + 6);
+}
+
+json_t *
+td_engine(td_t *self, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    json_t *req = json_vpack_ex(NULL, 0, fmt, ap);
+    va_end(ap);
+    ck_assert_ptr_nonnull(req);
+    char *text = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    zstr_send(self->engine, text);
+    free(text);
+    //  skip events (store_result) that arrive before the answer
+    for (;;) {
+        char *answer = zstr_recv(self->engine);
+        ck_assert_msg(answer != NULL, "no answer from the engine API");
+        json_t *j = json_loads(answer, 0, NULL);
+        zstr_free(&answer);
+        ck_assert_ptr_nonnull(j);
+        if (!json_object_get(j, "event"))
+            return j;
+        json_decref(j);
+    }
+}
+
+json_t *
+td_engine_event(td_t *self)
+{
+    char *text = zstr_recv(self->engine);
+    ck_assert_msg(text != NULL, "no event from the engine API");
+    json_t *j = json_loads(text, 0, NULL);
+    zstr_free(&text);
+    ck_assert_ptr_nonnull(j);
+    return j;
+}
+
+uint8_t *
+td_map_pool(td_t *self, size_t *len_p)
+{
+    json_t *d = td_engine(self, "{s:s}", "cmd", "describe");
+    ck_assert(json_is_true(json_object_get(d, "ok")));
+    size_t len = (size_t) json_integer_value(json_object_get(d, "num_blocks"))
+                 * (size_t) json_integer_value(json_object_get(d, "block_len"));
+    json_decref(d);
+    int fd = shm_open(self->pool, O_RDWR, 0);
+    ck_assert_msg(fd >= 0, "cannot open the pool %s", self->pool);
+    void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ck_assert(base != MAP_FAILED);
+    *len_p = len;
+    return base;
+}
+
+void
+td_sweep(void)
+{
+    //  /dev/shm/p2pkv-e2e-PID-N and /tmp/p2pkv-e2e-PID-N.sock of a PID gone
+    const char *dirs[] = { "/dev/shm", "/tmp" };
+    for (int d = 0; d < 2; d++) {
+        DIR *dir = opendir(dirs[d]);
+        struct dirent *e;
+        while (dir && (e = readdir(dir))) {
+            int pid, n, len = 0;
+            if (sscanf(e->d_name, "p2pkv-e2e-%d-%d%n", &pid, &n, &len) != 2 || pid <= 0
+                || (e->d_name[len] && strcmp(e->d_name + len, ".sock") != 0)
+                || kill(pid, 0) == 0 || errno != ESRCH)
+                continue;
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s", dirs[d], e->d_name);
+            unlink(path);
+        }
+        if (dir)
+            closedir(dir);
+    }
+}

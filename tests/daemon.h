@@ -1,0 +1,53 @@
+/*  daemon.h: a real p2pkv-server process for the end-to-end tests, and
+    its engine JSON API on the local socket.
+
+    td_start forks and execs bin/p2pkv-server (or $P2PKV_SERVER) on
+    127.0.0.1 over the tcp provider with short timeouts, waits for its
+    ready line and connects a DEALER to its engine socket.  The defaults
+    are a pool of 256 blocks of 4096 bytes, fingerprint "fp", hash seed
+    "7"; extra flags replace a default of the same name.  td_stop ends it
+    with SIGTERM within a bound; td_kill with SIGKILL, removing what a
+    killed server leaves behind (its pool in /dev/shm, its ipc socket).
+    Failures are Check assertions.
+*/
+#ifndef PK_TEST_DAEMON_H_INCLUDED
+#define PK_TEST_DAEMON_H_INCLUDED
+
+#include <czmq.h>
+#include <jansson.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    char endpoint[256];         //  where peers reach it (tcp://127.0.0.1:PORT)
+    char local[256];            //  its engine socket
+    char pool[96];              //  its pool's shared-memory name
+    zsock_t *engine;
+} td_t;
+
+/*  extra: "--flag", "value" pairs, NULL-terminated, or NULL.  */
+void td_start(td_t *self, const char *const *extra);
+
+/*  SIGTERM, then the exit status within the shutdown bound (10 s, or
+    $P2PKV_STOP_BOUND).  */
+int td_stop(td_t *self);
+
+/*  SIGKILL and reap; unlinks the pool and the ipc socket it left.  */
+void td_kill(td_t *self);
+
+/*  One engine request built by json_pack (fmt, ...); its answer, skipping
+    events that arrive before it.  Caller decrefs.  */
+json_t *td_engine(td_t *self, const char *fmt, ...);
+
+/*  The next engine event (e.g. store_result).  Caller decrefs.  */
+json_t *td_engine_event(td_t *self);
+
+/*  Maps the server's pool (num_blocks * block_len bytes) read-write, as a
+    local engine does; *len_p gets its size.  Unmap with munmap.  */
+uint8_t *td_map_pool(td_t *self, size_t *len_p);
+
+/*  Removes the pools and ipc sockets that servers of test processes no
+    longer running left behind (a test that failed half-way).  */
+void td_sweep(void);
+
+#endif

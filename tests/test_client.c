@@ -1,0 +1,314 @@
+/*  test_client.c: what the client library (p2pkv.h) adds to the client
+    role, against real p2pkv-server processes over the tcp provider on
+    127.0.0.1: the pollable fd, the progress thread, reconnecting to a
+    server that came back, stopping at an incompatible one, and the
+    server table (connect twice, disconnect).
+*/
+#include "p2pkv.h"
+#include "clock.h"
+#include "daemon.h"
+#include "protocol.h"
+#include "testutil.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <poll.h>
+#include <sodium.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define BLOCK 4096
+#define NKEYS 16
+
+//  What the callbacks saw; the progress thread writes it, so fields the
+//  test waits on are atomics.
+typedef struct {
+    atomic_int lookups, fetches, hits;
+    atomic_int status;
+    atomic_uint_fast64_t round;
+    atomic_int ups, downs, stops, connecting;
+    char reason[256];
+} s_seen_t;
+
+static uint8_t s_data[NKEYS][BLOCK];
+static uint8_t s_key[NKEYS][32];
+static p2pkv_key_t s_keys[NKEYS];
+
+static void
+s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_key_t *keys,
+            const bool *hits, size_t n)
+{
+    s_seen_t *seen = arg;
+    int h = 0;
+    for (size_t i = 0; i < n; i++)
+        h += hits[i];
+    atomic_store(&seen->hits, h);
+    atomic_store(&seen->round, round);
+    atomic_fetch_add(&seen->lookups, 1);
+}
+
+static void
+s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
+{
+    s_seen_t *seen = arg;
+    atomic_store(&seen->status, (int) status);
+    atomic_fetch_add(&seen->fetches, 1);
+}
+
+static void
+s_on_server(void *arg, int server, p2pkv_server_state_t state, const char *reason)
+{
+    s_seen_t *seen = arg;
+    snprintf(seen->reason, sizeof seen->reason, "%s", reason);
+    atomic_fetch_add(state == P2PKV_SERVER_UP ? &seen->ups
+                     : state == P2PKV_SERVER_DOWN ? &seen->downs
+                     : state == P2PKV_SERVER_STOPPED ? &seen->stops : &seen->connecting, 1);
+}
+
+//  NKEYS blocks of known content, published on the server.
+static void
+s_publish(td_t *s)
+{
+    for (int i = 0; i < NKEYS; i++) {
+        for (int k = 0; k < BLOCK; k++)
+            s_data[i][k] = (uint8_t) (i * 13 + k * 3 + 5);
+        crypto_hash_sha256(s_key[i], s_data[i], BLOCK);
+        s_keys[i] = (p2pkv_key_t) { s_key[i], 32 };
+        char hex[65], b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
+        pk_hex_encode(s_key[i], 32, hex);
+        sodium_bin2base64(b64, sizeof b64, s_data[i], BLOCK, sodium_base64_VARIANT_ORIGINAL);
+        json_t *a = td_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64);
+        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "put failed");
+        json_decref(a);
+    }
+}
+
+static p2pkv_client_t *
+s_client(s_seen_t *seen, bool thread)
+{
+    memset(seen, 0, sizeof *seen);
+    atomic_store(&seen->status, -1);
+    char err[256] = "";
+    p2pkv_config_t cfg = { .peer_id = "c-lib", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1", .load_timeout = 5,
+                           .abort_ack_timeout = 2, .keepalive = 0.3, .silence = 1.0,
+                           .reconnect_interval = 0.2, .progress_thread = thread };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
+                                         (p2pkv_callbacks_t) { .arg = seen,
+                                                               .on_lookup = s_on_lookup,
+                                                               .on_fetch = s_on_fetch,
+                                                               .on_server = s_on_server },
+                                         err);
+    ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
+    return c;
+}
+
+//  Drives the client until *counter reaches want: through its fd when
+//  by_fd (every wakeup must come from the fd, none from the 5 s limit),
+//  else by waiting for the progress thread.
+static void
+s_until(p2pkv_client_t *c, atomic_int *counter, int want, bool by_fd, double limit)
+{
+    double deadline = pk_clock_monotonic() + limit;
+    while (atomic_load(counter) < want) {
+        ck_assert_msg(pk_clock_monotonic() < deadline, "not within %.1f s", limit);
+        if (by_fd) {
+            struct pollfd p = { p2pkv_client_fd(c), POLLIN, 0 };
+            ck_assert_msg(poll(&p, 1, 5000) == 1, "the client's fd stayed silent for 5 s");
+            ck_assert_int_ge(p2pkv_client_poll(c, 0), 0);
+        }
+        else
+            zclock_sleep(1);
+    }
+}
+
+//  Lookup then fetch of every key, bytes checked.
+static void
+s_lookup_fetch(p2pkv_client_t *c, s_seen_t *seen, int server, const char *kv, bool by_fd)
+{
+    int lookups = atomic_load(&seen->lookups), fetches = atomic_load(&seen->fetches);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, kv, s_keys, NKEYS), 0);
+    s_until(c, &seen->lookups, lookups + 1, by_fd, 10);
+    ck_assert_int_eq(atomic_load(&seen->hits), NKEYS);
+    uint32_t dest[NKEYS];
+    for (int i = 0; i < NKEYS; i++)
+        dest[i] = (uint32_t) (63 - i * 2);
+    uint8_t *pool = p2pkv_client_pool(c);
+    memset(pool, 0, 64 * BLOCK);
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, kv, s_keys, dest, NKEYS,
+                                        atomic_load(&seen->round), 0, &id), 0);
+    s_until(c, &seen->fetches, fetches + 1, by_fd, 10);
+    ck_assert_int_eq(atomic_load(&seen->status), P2PKV_LANDED);
+    for (int i = 0; i < NKEYS; i++)
+        ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, s_data[i], BLOCK) == 0,
+                      "block %d", i);
+    ck_assert_int_eq(p2pkv_client_finish(c, server, kv), 0);
+}
+
+//  Only the fd says when to poll, and the session outlives three
+//  silence timeouts of idling that way (the timer in the fd sends pings).
+START_TEST(test_fd_drives_an_event_loop)
+{
+    td_t s;
+    td_start(&s, NULL);
+    s_publish(&s);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, false);
+    char err[256] = "";
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    s_lookup_fetch(c, &seen, server, "fd-1", true);
+    //  idle, polled only when the fd wakes us
+    double until = pk_clock_monotonic() + 3 * 1.5;
+    int wakeups = 0;
+    while (pk_clock_monotonic() < until) {
+        struct pollfd p = { p2pkv_client_fd(c), POLLIN, 0 };
+        ck_assert_msg(poll(&p, 1, 5000) == 1, "the client's fd stayed silent for 5 s");
+        p2pkv_client_poll(c, 0);
+        wakeups++;
+    }
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, err), P2PKV_SERVER_UP);
+    ck_assert_int_eq(atomic_load(&seen.downs), 0);
+    //  it slept between pings: far fewer wakeups than milliseconds
+    ck_assert_int_lt(wakeups, 1000);
+    s_lookup_fetch(c, &seen, server, "fd-2", true);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  Nobody polls: the progress thread keeps the session alive through
+//  three silence timeouts, and runs the callbacks.
+START_TEST(test_progress_thread_keeps_an_idle_session)
+{
+    td_t s;
+    td_start(&s, NULL);
+    s_publish(&s);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, true);
+    char err[256] = "";
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    zclock_sleep(3 * 1500);
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, err), P2PKV_SERVER_UP);
+    ck_assert_int_eq(atomic_load(&seen.downs), 0);
+    s_lookup_fetch(c, &seen, server, "thread-1", false);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  A server killed and started again on the same address: DOWN (its
+//  fetch failed first), then CONNECTING and UP on its own, same index,
+//  and blocks move again.
+START_TEST(test_reconnects_to_a_restarted_server)
+{
+    td_t s;
+    td_start(&s, NULL);
+    char endpoint[256];
+    snprintf(endpoint, sizeof endpoint, "%s", s.endpoint);
+    s_publish(&s);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, true);
+    char err[256] = "";
+    int server = p2pkv_client_connect(c, endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    s_lookup_fetch(c, &seen, server, "before", false);
+    //  a fetch open when the server dies fails
+    uint32_t dest[1] = { 0 };
+    uint64_t id;
+    int fetches = atomic_load(&seen.fetches);
+    td_kill(&s);
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, "dying", s_keys, dest, 1, 0, 0, &id), 0);
+    s_until(c, &seen.downs, 1, false, 5);
+    ck_assert_int_eq(atomic_load(&seen.fetches), fetches + 1);
+    ck_assert_int_eq(atomic_load(&seen.status), P2PKV_FAILED);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "down", s_keys, 1), -ENOTCONN);
+    //  the same address again
+    const char *again[] = { "--bind", endpoint, NULL };
+    td_start(&s, again);
+    s_publish(&s);
+    s_until(c, &seen.ups, 1, false, 10);
+    ck_assert_int_ge(atomic_load(&seen.connecting), 1);
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, err), P2PKV_SERVER_UP);
+    s_lookup_fetch(c, &seen, server, "after", false);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  The server came back with another block length: the client is refused
+//  as incompatible and stops trying, with the reason; a first connect to
+//  such a server fails at once naming the field.
+START_TEST(test_incompatible_server_stops_reconnecting)
+{
+    td_t s;
+    td_start(&s, NULL);
+    char endpoint[256];
+    snprintf(endpoint, sizeof endpoint, "%s", s.endpoint);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, true);
+    char err[256] = "";
+    int server = p2pkv_client_connect(c, endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    ck_assert_int_eq(td_stop(&s), 0);
+    s_until(c, &seen.downs, 1, false, 5);
+    const char *other[] = { "--bind", endpoint, "--block-len", "8192", NULL };
+    td_start(&s, other);
+    s_until(c, &seen.stops, 1, false, 10);
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, err), P2PKV_SERVER_STOPPED);
+    ck_assert_msg(strstr(err, "incompatible") && strstr(err, "block_len"), "reason: %s", err);
+    //  no more attempts: still stopped after many reconnect intervals
+    zclock_sleep(1000);
+    ck_assert_int_eq(atomic_load(&seen.ups), 0);
+    ck_assert_int_eq(atomic_load(&seen.stops), 1);
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, NULL), P2PKV_SERVER_STOPPED);
+    //  a stopped server may be connected again, as a new server
+    err[0] = '\0';
+    ck_assert_int_eq(p2pkv_client_connect(c, endpoint, 10, err), -EPROTO);
+    ck_assert_msg(strstr(err, "block_len"), "error: %s", err);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  Connecting twice to one address gives one server; disconnect frees
+//  its index, and nothing answers to it afterwards.
+START_TEST(test_connect_twice_and_disconnect)
+{
+    td_t s;
+    td_start(&s, NULL);
+    s_publish(&s);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, false);
+    char err[256] = "";
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    ck_assert_int_eq(p2pkv_client_connect(c, s.endpoint, 10, err), server);
+    ck_assert_int_eq(p2pkv_client_disconnect(c, server), 0);
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, NULL), -EINVAL);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "gone", s_keys, 1), -ENOTCONN);
+    ck_assert_int_eq(p2pkv_client_disconnect(c, server), -EINVAL);
+    //  a new session, in the freed slot, that works
+    int again = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_int_eq(again, server);
+    s_lookup_fetch(c, &seen, again, "again", true);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+int
+main(void)
+{
+    Suite *suite = suite_create("client");
+    TCase *tc = tcase_create("library");
+    tcase_add_test(tc, test_fd_drives_an_event_loop);
+    tcase_add_test(tc, test_progress_thread_keeps_an_idle_session);
+    tcase_add_test(tc, test_reconnects_to_a_restarted_server);
+    tcase_add_test(tc, test_incompatible_server_stops_reconnecting);
+    tcase_add_test(tc, test_connect_twice_and_disconnect);
+    suite_add_tcase(suite, tc);
+    return pk_test_run("client", suite);
+}
