@@ -16,6 +16,10 @@
 #include <sodium.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define BLOCK 4096
 #define NKEYS 16
@@ -25,9 +29,10 @@
 typedef struct {
     atomic_int lookups, fetches, hits;
     atomic_int status;
-    atomic_uint_fast64_t round;
+    atomic_uint_fast64_t round, round_of[8];
     atomic_int ups, downs, stops, connecting;
     char reason[256];
+    char fetch_reason[256];
 } s_seen_t;
 
 static uint8_t s_data[NKEYS][BLOCK];
@@ -44,6 +49,8 @@ s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_k
         h += hits[i];
     atomic_store(&seen->hits, h);
     atomic_store(&seen->round, round);
+    if (server >= 0 && server < 8)
+        atomic_store(&seen->round_of[server], round);
     atomic_fetch_add(&seen->lookups, 1);
 }
 
@@ -51,6 +58,7 @@ static void
 s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
 {
     s_seen_t *seen = arg;
+    snprintf(seen->fetch_reason, sizeof seen->fetch_reason, "%s", reason);
     atomic_store(&seen->status, (int) status);
     atomic_fetch_add(&seen->fetches, 1);
 }
@@ -63,6 +71,28 @@ s_on_server(void *arg, int server, p2pkv_server_state_t state, const char *reaso
     atomic_fetch_add(state == P2PKV_SERVER_UP ? &seen->ups
                      : state == P2PKV_SERVER_DOWN ? &seen->downs
                      : state == P2PKV_SERVER_STOPPED ? &seen->stops : &seen->connecting, 1);
+}
+
+//  An endpoint on a port that is free now, below the range ZeroMQ draws
+//  "*" ports from (49152 up, in order), so that a server of another
+//  suite running beside this one cannot take it while ours restarts.
+static void
+s_fixed_endpoint(char *endpoint, size_t size)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int port = 20000 + (int) randombytes_uniform(12000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(fd, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        bool free_now = bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
+        close(fd);
+        if (free_now) {
+            snprintf(endpoint, size, "tcp://127.0.0.1:%d", port);
+            return;
+        }
+    }
+    ck_abort_msg("no free port in 20000..31999");
 }
 
 //  NKEYS blocks of known content, published on the server.
@@ -205,9 +235,10 @@ END_TEST
 START_TEST(test_reconnects_to_a_restarted_server)
 {
     td_t s;
-    td_start(&s, NULL);
     char endpoint[256];
-    snprintf(endpoint, sizeof endpoint, "%s", s.endpoint);
+    s_fixed_endpoint(endpoint, sizeof endpoint);
+    const char *fixed[] = { "--bind", endpoint, NULL };
+    td_start(&s, fixed);
     s_publish(&s);
     s_seen_t seen;
     p2pkv_client_t *c = s_client(&seen, true);
@@ -226,8 +257,7 @@ START_TEST(test_reconnects_to_a_restarted_server)
     ck_assert_int_eq(atomic_load(&seen.status), P2PKV_FAILED);
     ck_assert_int_eq(p2pkv_client_lookup(c, server, "down", s_keys, 1), -ENOTCONN);
     //  the same address again
-    const char *again[] = { "--bind", endpoint, NULL };
-    td_start(&s, again);
+    td_start(&s, fixed);
     s_publish(&s);
     s_until(c, &seen.ups, 1, false, 10);
     ck_assert_int_ge(atomic_load(&seen.connecting), 1);
@@ -244,9 +274,10 @@ END_TEST
 START_TEST(test_incompatible_server_stops_reconnecting)
 {
     td_t s;
-    td_start(&s, NULL);
     char endpoint[256];
-    snprintf(endpoint, sizeof endpoint, "%s", s.endpoint);
+    s_fixed_endpoint(endpoint, sizeof endpoint);
+    const char *fixed[] = { "--bind", endpoint, NULL };
+    td_start(&s, fixed);
     s_seen_t seen;
     p2pkv_client_t *c = s_client(&seen, true);
     char err[256] = "";
@@ -299,6 +330,55 @@ START_TEST(test_connect_twice_and_disconnect)
 }
 END_TEST
 
+//  Two servers at once, each its own session: one fetch from each open
+//  together, into different blocks, and a server going away leaves the
+//  other's session alone.
+START_TEST(test_two_servers_at_once)
+{
+    td_t a, b;
+    td_start(&a, NULL);
+    td_start(&b, NULL);
+    s_publish(&a);
+    s_publish(&b);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, false);
+    char err[256] = "";
+    int sa = p2pkv_client_connect(c, a.endpoint, 10, err);
+    int sb = p2pkv_client_connect(c, b.endpoint, 10, err);
+    ck_assert_msg(sa >= 0 && sb >= 0 && sa != sb, "connect: %s", err);
+    uint32_t da[NKEYS], db[NKEYS];
+    for (int i = 0; i < NKEYS; i++) {
+        da[i] = (uint32_t) i;
+        db[i] = (uint32_t) (32 + i);
+    }
+    ck_assert_int_eq(p2pkv_client_lookup(c, sa, "two", s_keys, NKEYS), 0);
+    ck_assert_int_eq(p2pkv_client_lookup(c, sb, "two", s_keys, NKEYS), 0);
+    s_until(c, &seen.lookups, 2, true, 10);
+    uint64_t ia, ib;
+    ck_assert_int_eq(p2pkv_client_fetch(c, sa, "two", s_keys, da, NKEYS,
+                                        atomic_load(&seen.round_of[sa]), 0, &ia), 0);
+    ck_assert_int_eq(p2pkv_client_fetch(c, sb, "two", s_keys, db, NKEYS,
+                                        atomic_load(&seen.round_of[sb]), 0, &ib), 0);
+    ck_assert_uint_eq(p2pkv_client_open_fetches(c), 2);
+    s_until(c, &seen.fetches, 2, true, 10);
+    ck_assert_msg(atomic_load(&seen.status) == P2PKV_LANDED, "fetch: %s", seen.fetch_reason);
+    uint8_t *pool = p2pkv_client_pool(c);
+    for (int i = 0; i < NKEYS; i++) {
+        ck_assert(memcmp(pool + (size_t) da[i] * BLOCK, s_data[i], BLOCK) == 0);
+        ck_assert(memcmp(pool + (size_t) db[i] * BLOCK, s_data[i], BLOCK) == 0);
+    }
+    ck_assert_int_eq(p2pkv_client_finish(c, sa, "two"), 0);
+    ck_assert_int_eq(p2pkv_client_finish(c, sb, "two"), 0);
+    ck_assert_int_eq(td_stop(&a), 0);
+    s_until(c, &seen.downs, 1, true, 5);
+    ck_assert_int_eq(p2pkv_client_server_state(c, sa, NULL), P2PKV_SERVER_DOWN);
+    ck_assert_int_eq(p2pkv_client_server_state(c, sb, NULL), P2PKV_SERVER_UP);
+    s_lookup_fetch(c, &seen, sb, "still", true);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&b), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -309,6 +389,7 @@ main(void)
     tcase_add_test(tc, test_reconnects_to_a_restarted_server);
     tcase_add_test(tc, test_incompatible_server_stops_reconnecting);
     tcase_add_test(tc, test_connect_twice_and_disconnect);
+    tcase_add_test(tc, test_two_servers_at_once);
     suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
 }
