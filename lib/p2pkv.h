@@ -101,6 +101,9 @@ int p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *ou
     over a pool it allocates when pool is NULL.  */
 p2pkv_client_t *p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
                                  uint64_t block_len, p2pkv_callbacks_t callbacks, char *err);
+/*  Stops the progress thread, says goodbye to every server and frees
+    everything (the pool too, when the client allocated it).  Not from a
+    callback.  */
 void p2pkv_client_destroy(p2pkv_client_t **self_p);
 uint8_t *p2pkv_client_pool(p2pkv_client_t *self);
 
