@@ -1667,6 +1667,12 @@ pk_server_role_has_inflight(const pk_server_role_t *self)
     return pk_keymap_size(&self->xfers) > 0;
 }
 
+bool
+pk_server_role_has_parked(const pk_server_role_t *self)
+{
+    return self->parked > 0;
+}
+
 void
 pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state)
 {

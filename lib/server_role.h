@@ -118,6 +118,9 @@ int pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njob
                          size_t *owed_p);
 
 bool pk_server_role_has_inflight(const pk_server_role_t *self);
+/*  Lookups wait for keys the engine is still writing: they are resolved
+    when the serve window runs, so it should run often.  */
+bool pk_server_role_has_parked(const pk_server_role_t *self);
 /*  Live rounds of a request (the unbound one included); *exists_p tells
     whether the request is live at all.  For the session's limits.  */
 size_t pk_server_role_rounds(const pk_server_role_t *self, const char *kv, bool *exists_p);

@@ -648,6 +648,12 @@ pk_session_has_inflight(const pk_session_t *self)
     return self->role && pk_server_role_has_inflight(self->role);
 }
 
+bool
+pk_session_has_parked(const pk_session_t *self)
+{
+    return self->role && pk_server_role_has_parked(self->role);
+}
+
 const uint8_t *
 pk_session_consumer_epoch(const pk_session_t *self)
 {

@@ -97,6 +97,7 @@ int pk_session_finish(pk_session_t *self, const char *kv);
 void pk_session_retire(pk_session_t *self, pk_disconnect_code_t code, const char *reason);
 
 bool pk_session_has_inflight(const pk_session_t *self);
+bool pk_session_has_parked(const pk_session_t *self);
 const uint8_t *pk_session_consumer_epoch(const pk_session_t *self);
 const char *pk_session_consumer_id(const pk_session_t *self);
 /*  True when a connect frame repeats this session's (same epoch and

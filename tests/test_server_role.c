@@ -361,12 +361,15 @@ START_TEST(test_lookup_mixed_pending_resolves)
     H->now += 1;
     pk_server_role_serve(H->role);
     EXPECT(NONE);
+    //  parked: the owner ticks often until it is answered
+    ck_assert(pk_server_role_has_parked(H->role));
     s_set("cc", PK_LOOKUP_HIT, 3);
     pk_server_role_serve(H->role);
     EXPECT("pin r1 round=3 job=1001 n=1 pinned=1");
     s_set("bb", PK_LOOKUP_MISS, 2);
     pk_server_role_serve(H->role);
     EXPECT("lookup_resp r1 round=3 hits=1010", "finished r1 round=3");
+    ck_assert(!pk_server_role_has_parked(H->role));
     //  the fetch of the hits pairs both pin jobs' supply in one write
     s_fetch("r1", 3, 2, "aa", 7, "cc", 8);
     EXPECT("write 1 round=3 1>7,3>8");
