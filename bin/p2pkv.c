@@ -397,9 +397,9 @@ s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_k
 {
     s_get_t *g = arg;
     for (size_t i = 0; i < n && i < g->n; i++)
-        g->hit[i] = hits[i];
+        g->hit[i] = hits && hits[i];
     g->round = round;
-    g->answered = 1;
+    g->answered = hits ? 1 : -1;        //  -1: the server went away
 }
 
 static void
@@ -510,7 +510,8 @@ s_cmd_remote(int argc, char *argv[], bool get)
         while (!g.answered && pk_clock_monotonic() < deadline
                && p2pkv_client_server_state(client, server, why) == P2PKV_SERVER_UP)
             p2pkv_client_poll(client, 0.05);
-        if (!g.answered) {
+        if (g.answered != 1) {
+            p2pkv_client_server_state(client, server, why);
             if (*why)
                 fprintf(stderr, "p2pkv: no answer to the lookup: %s\n", why);
             else

@@ -645,6 +645,35 @@ pk_client_role_server_gone(pk_client_role_t *self, const char *reason)
     s_cut_off(self);
     while (self->loads_head)
         s_load_end(self, self->loads_head, PK_LOAD_FAILED, reason);
+    //  every lookup gets its one answer: none will come now; in round
+    //  order.
+    size_t n = 0, cap = pk_keymap_size(&self->lookups);
+    s_lookup_t **open = malloc((cap ? cap : 1) * sizeof *open);
+    for (size_t i = 0; open && self->lookups.slots && i <= self->lookups.mask; i++) {
+        if (!self->lookups.slots[i].key.bytes)
+            continue;
+        s_lookup_t *l = (s_lookup_t *) (uintptr_t) self->lookups.slots[i].a;
+        if (!l->answered)
+            open[n++] = l;
+    }
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && open[j - 1]->round > open[j]->round; j--) {
+            s_lookup_t *t = open[j];
+            open[j] = open[j - 1];
+            open[j - 1] = t;
+        }
+    //  out of the table before any callback, so that one finishing a
+    //  request cannot free what is still to be reported
+    for (size_t i = 0; i < n; i++) {
+        pk_key_t k = s_round_key(&open[i]->round);
+        pk_keymap_take(&self->lookups, &k, NULL, NULL);
+    }
+    for (size_t i = 0; i < n; i++) {
+        self->events.lookup_done(self->events.self, open[i]->kv, open[i]->round, open[i]->keys,
+                                 NULL, open[i]->n);
+        s_lookup_free(open[i]);
+    }
+    free(open);
 }
 
 const char *

@@ -34,7 +34,8 @@ typedef enum {
 
 typedef struct {
     void *self;
-    /*  A lookup's answer: keys in the order probed, hits parallel.  */
+    /*  A lookup's answer: keys in the order probed, hits parallel; hits
+        NULL when the server went away first.  */
     void (*lookup_done)(void *self, const char *kv, uint64_t round_seq, const pk_key_t *keys,
                         const bool *hits, size_t n);
     /*  A load ended; its destination blocks may be reused from now on.  */
@@ -94,7 +95,8 @@ const char *pk_client_role_violation(const pk_client_role_t *self);
 void pk_client_role_tick(pk_client_role_t *self);
 
 /*  The server is gone (disconnect, silence): cut off first, then every
-    open load fails; reason is reported with each.  */
+    open load fails (reason is reported with each), then every lookup not
+    answered yet gets lookup_done with hits NULL: no answer will come.  */
 void pk_client_role_server_gone(pk_client_role_t *self, const char *reason);
 
 /*  Loads not ended yet.  */

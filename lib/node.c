@@ -721,7 +721,10 @@ s_pull_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2
                  const bool *hits, size_t n)
 {
     s_pull_wait_t *w = arg;
-    memcpy(w->hit, hits, n * sizeof *hits);
+    if (hits)
+        memcpy(w->hit, hits, n * sizeof *hits);
+    else
+        memset(w->hit, 0, n * sizeof *w->hit);      //  the server went away
     w->round = round;
     w->answered = 1;
 }

@@ -12,7 +12,7 @@
     A server that goes away (disconnect, silence, a violation) is cut off
     first (its endpoint and registration closed, so nothing from it lands
     any more), then its open fetches fail and its unanswered lookups are
-    dropped; on_server reports it DOWN, and the client connects again on
+    answered with no hits (hits NULL); on_server reports it DOWN, and the client connects again on
     its own, as a new session, every reconnect_interval until it is UP.
     A server that refuses us as incompatible (block length, fingerprint,
     hash seed, wire version, provider) is STOPPED: never retried, with the
@@ -66,7 +66,9 @@ typedef struct {
 
 typedef struct {
     void *arg;
-    /*  A lookup's answer: keys in the order asked, hits parallel.  */
+    /*  A lookup's answer: keys in the order asked, hits parallel.  Every
+        lookup gets exactly one: hits is NULL when the server went away
+        before answering (after its open fetches failed).  */
     void (*on_lookup)(void *arg, int server, const char *kv, uint64_t round,
                       const p2pkv_key_t *keys, const bool *hits, size_t n);
     /*  A fetch ended; its destination blocks may be reused now.  */

@@ -31,6 +31,7 @@ typedef struct {
     atomic_int status;
     atomic_uint_fast64_t round, round_of[8];
     atomic_int ups, downs, stops, connecting;
+    atomic_int unanswered;          //  lookups ended by the server going away
     char reason[256];
     char fetch_reason[256];
 } s_seen_t;
@@ -44,6 +45,10 @@ s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_k
             const bool *hits, size_t n)
 {
     s_seen_t *seen = arg;
+    if (!hits) {
+        atomic_fetch_add(&seen->unanswered, 1);
+        return;
+    }
     int h = 0;
     for (size_t i = 0; i < n; i++)
         h += hits[i];
@@ -252,9 +257,14 @@ START_TEST(test_reconnects_to_a_restarted_server)
     int fetches = atomic_load(&seen.fetches);
     td_kill(&s);
     ck_assert_int_eq(p2pkv_client_fetch(c, server, "dying", s_keys, dest, 1, 0, 0, &id), 0);
+    //  and a lookup open then gets its answer, without hits
+    int lookups = atomic_load(&seen.lookups);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "dying-lookup", s_keys, NKEYS), 0);
     s_until(c, &seen.downs, 1, false, 5);
     ck_assert_int_eq(atomic_load(&seen.fetches), fetches + 1);
     ck_assert_int_eq(atomic_load(&seen.status), P2PKV_FAILED);
+    ck_assert_int_eq(atomic_load(&seen.unanswered), 1);
+    ck_assert_int_eq(atomic_load(&seen.lookups), lookups);
     ck_assert_int_eq(p2pkv_client_lookup(c, server, "down", s_keys, 1), -ENOTCONN);
     //  the same address again
     td_start(&s, fixed);

@@ -203,6 +203,9 @@ s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_k
             const bool *hits, size_t n)
 {
     s_client_t *c = arg;
+    //  no ck_assert here: the consumer process runs this outside a test
+    if (!hits)
+        return;         //  the server went away: the test sees no answer
     c->lookups++;
     c->round = round;
     snprintf(c->kv, sizeof c->kv, "%s", kv);

@@ -21,7 +21,14 @@ typedef struct {
     int lookups_done;
     uint64_t last_lookup_round;
     //  every lookup_done: kv, round, keys (their one byte), hits
-    struct { char kv[16]; uint64_t round; size_t n; uint8_t keys[8]; bool hits[8]; } answers[8];
+    struct {
+        char kv[16];
+        uint64_t round;
+        size_t n;
+        uint8_t keys[8];
+        bool hits[8];
+        bool unanswered;            //  hits NULL: the server went away
+    } answers[8];
     uint8_t bytes[16];
 } s_h_t;
 
@@ -74,9 +81,10 @@ s_lookup_done(void *a, const char *kv, uint64_t round, const pk_key_t *keys, con
     snprintf(H->answers[H->lookups_done].kv, sizeof H->answers[0].kv, "%s", kv);
     H->answers[H->lookups_done].round = round;
     H->answers[H->lookups_done].n = n;
+    H->answers[H->lookups_done].unanswered = hits == NULL;
     for (size_t i = 0; i < n; i++) {
         H->answers[H->lookups_done].keys[i] = keys[i].bytes[0];
-        H->answers[H->lookups_done].hits[i] = hits[i];
+        H->answers[H->lookups_done].hits[i] = hits && hits[i];
     }
     H->lookups_done++;
     H->last_lookup_round = round;
@@ -759,10 +767,48 @@ START_TEST(test_server_gone_fails_every_state)
         ck_assert_str_eq(H->done[i].reason, "server silent");
     }
     ck_assert_uint_eq(pk_client_role_open_loads(H->role), 0);
+    //  the unanswered lookup gets its one answer, without hits, after the
+    //  loads failed
+    ck_assert_int_eq(H->lookups_done, 1);
+    ck_assert(H->answers[0].unanswered);
+    ck_assert_str_eq(H->answers[0].kv, "r1");
+    ck_assert_uint_eq(H->answers[0].round, 1);
+    ck_assert_uint_eq(H->answers[0].n, 1);
+    ck_assert_uint_eq(H->answers[0].keys[0], K(0).bytes[0]);
     //  nothing goes to a server cut off, not even the terminal fetch
     ck_assert_int_eq(s_try_fetch("r1", 0, 1, 0), -ENOTCONN);
     pk_client_role_finish(H->role, "r1");
     ck_assert_int_eq(H->nsent, 5);
+}
+END_TEST
+
+//  Server gone: only lookups not answered get the answer without hits,
+//  in round order, each once.
+START_TEST(test_server_gone_answers_open_lookups_once)
+{
+    s_probe("r1", 0, 2);
+    s_probe("r2", 2, 1);
+    pk_client_role_flush(H->role);
+    s_probe("r1", 3, 1);
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(H->nsent, 3);
+    //  r2's lookup is answered; r1's two are not
+    uint64_t r2_round = strcmp(H->sent[0].kv, "r2") == 0 ? H->sent[0].round : H->sent[1].round;
+    ck_assert_int_eq(s_deliver(s_resp("r2", r2_round, 1, 2)), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    ck_assert(!H->answers[0].unanswered);
+    pk_client_role_server_gone(H->role, "server disconnected");
+    ck_assert_int_eq(H->lookups_done, 3);
+    ck_assert(H->answers[1].unanswered && H->answers[2].unanswered);
+    ck_assert_str_eq(H->answers[1].kv, "r1");
+    ck_assert_str_eq(H->answers[2].kv, "r1");
+    ck_assert_uint_lt(H->answers[1].round, H->answers[2].round);
+    ck_assert_uint_eq(H->answers[1].n + H->answers[2].n, 3);
+    ck_assert(!H->answers[1].hits[0] && !H->answers[2].hits[0]);
+    //  a late answer from the gone server changes nothing
+    ck_assert_int_eq(s_deliver(s_resp("r1", H->answers[1].round, 2, 0)), 0);
+    pk_client_role_server_gone(H->role, "again");
+    ck_assert_int_eq(H->lookups_done, 3);
 }
 END_TEST
 
@@ -793,6 +839,7 @@ main(void)
     tcase_add_test(tc, test_abort_ack_waits_for_landing);
     tcase_add_test(tc, test_load_timeout_config_or_deadline);
     tcase_add_test(tc, test_server_gone_fails_every_state);
+    tcase_add_test(tc, test_server_gone_answers_open_lookups_once);
     suite_add_tcase(s, tc);
     return pk_test_run("client_role", s);
 }
