@@ -422,8 +422,9 @@ s_fab_target(uint64_t block, int in, int out)
     _exit(0);
 }
 
+//  only_block, only_batch: run just those (0: all).
 static int
-s_bench_fabric(void)
+s_bench_fabric(uint64_t only_block, size_t only_batch)
 {
     static const uint64_t sizes[] = { 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20 };
     static const size_t batches[] = { 1, 32, 256 };
@@ -436,7 +437,10 @@ s_bench_fabric(void)
     printf("fabric: tcp provider on 127.0.0.1, writer and target in two processes, bare "
            "fi_writedata loop (depth %d, one write per block) vs write_blocks\n", FAB_DEPTH);
     uint64_t round = 1;
+    bool header = true;
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        if (only_block && sizes[si] != only_block)
+            continue;
         int down[2], up[2];
         if (pipe(down) || pipe(up))
             return 2;
@@ -455,7 +459,8 @@ s_bench_fabric(void)
         if (s_fab_open(&w, sizes[si], false) || s_fab_wire(w.ch, up[0], down[1], false))
             return 2;
         s_fab_side_t *t = NULL;
-        if (si == 0) {
+        if (header) {
+            header = false;
             char line[256];
             pk_ofi_describe(w.ofi, line, sizeof line);
             printf("  %s\n", line);
@@ -466,7 +471,7 @@ s_bench_fabric(void)
         for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
             for (int layout = 0; layout < 2; layout++) {
                 size_t n = batches[bi];
-                if (n == 1 && layout == 1)
+                if ((n == 1 && layout == 1) || (only_batch && n != only_batch))
                     continue;
                 const uint32_t *remote = layout ? scattered : contiguous;
                 uint64_t bytes = n * sizes[si];
@@ -508,7 +513,7 @@ main(int argc, char *argv[])
     const char *what = argc > 1 ? argv[1] : "codec";
     int reps = argc > 2 ? atoi(argv[2]) : strcmp(what, "role") == 0 ? 200000 : 15;
     if (strcmp(what, "--help") == 0 || strcmp(what, "-h") == 0) {
-        printf("usage: p2pkv-bench [codec [REPETITIONS] | role [REQUESTS] | fabric]\n"
+        printf("usage: p2pkv-bench [codec [REPETITIONS] | role [REQUESTS] | fabric [BLOCK_KIB [BATCH]]]\n"
                "  codec  decode+validate of a 65,536-key fetch vs jansson's json_loadb\n"
                "  role   the server role in process: keys/s, memory per live request\n"
                "  fabric bare fi_writedata loop vs write_blocks over tcp on 127.0.0.1\n");
@@ -526,8 +531,21 @@ main(int argc, char *argv[])
         return s_bench_codec(reps);
     if (strcmp(what, "role") == 0)
         return s_bench_role(reps);
-    if (strcmp(what, "fabric") == 0)
-        return s_bench_fabric();
+    if (strcmp(what, "fabric") == 0) {
+        //  fabric [BLOCK_KIB [BATCH]]: one block size, one batch size
+        uint64_t kib = argc > 2 ? strtoull(argv[2], NULL, 10) : 0;
+        size_t batch = argc > 3 ? (size_t) strtoull(argv[3], NULL, 10) : 0;
+        static const uint64_t known[] = { 16, 64, 256, 1024, 2048 };
+        bool ok = kib == 0;
+        for (size_t i = 0; i < 5; i++)
+            ok = ok || kib == known[i];
+        if (!ok || (batch && batch != 1 && batch != 32 && batch != 256)) {
+            fprintf(stderr, "p2pkv-bench fabric: BLOCK_KIB is one of 16 64 256 1024 2048, "
+                    "BATCH one of 1 32 256\n");
+            return 2;
+        }
+        return s_bench_fabric(kib << 10, batch);
+    }
     fprintf(stderr, "p2pkv-bench: unknown benchmark '%s' (see --help)\n", what);
     return 2;
 }
