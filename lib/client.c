@@ -11,6 +11,7 @@
 #include "p2pkv.h"
 #include "client_role.h"
 #include "clock.h"
+#include "keymap.h"
 #include "ofi.h"
 #include "protocol.h"
 #include "thread.h"
@@ -31,6 +32,16 @@
 #include <string.h>
 
 #define S_MAX_SERVERS 64
+#define S_MAX_UNREAD 65536          //  ended fetches kept for p2pkv_client_fetch_status
+
+//  A fetch, from p2pkv_client_fetch until its status is delivered: by
+//  on_fetch, or read with p2pkv_client_fetch_status.
+typedef struct s_fetch {
+    uint64_t id;
+    int status;                     //  -EINPROGRESS, then a p2pkv_status_t
+    char reason[128];
+    struct s_fetch *next;           //  ended and unread, oldest first
+} s_fetch_t;
 
 typedef struct {
     p2pkv_client_t *client;
@@ -64,6 +75,10 @@ struct _p2pkv_client_t {
     s_server_t *servers[S_MAX_SERVERS];
     int nservers;                   //  slots in use are below this
     int ran;                        //  callbacks run in the current step
+    uint64_t fetch_ids;             //  the roles draw fetch ids from it
+    pk_keymap_t fetches;            //  id -> s_fetch_t
+    s_fetch_t *unread_head, *unread_tail;
+    size_t nunread;
     pthread_mutex_t lock;           //  recursive: callbacks may call in
     int epoll_fd, timer_fd, wake_fd;
     pthread_t thread;
@@ -267,17 +282,53 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
         free(out);
 }
 
+static pk_key_t
+s_fetch_key(const uint64_t *id)
+{
+    return (pk_key_t) { (const uint8_t *) id, sizeof *id, pk_hash_id(*id, 5) };
+}
+
+static void
+s_fetch_forget(p2pkv_client_t *c, s_fetch_t *f)
+{
+    pk_key_t k = s_fetch_key(&f->id);
+    pk_keymap_take(&c->fetches, &k, NULL, NULL);
+    free(f);
+}
+
 static void
 s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
 {
     s_server_t *s = arg;
     p2pkv_client_t *c = s->client;
+    p2pkv_status_t st = status == PK_LOAD_LANDED ? P2PKV_LANDED
+                        : status == PK_LOAD_ABORTED ? P2PKV_ABORTED : P2PKV_FAILED;
     c->ran++;
-    if (c->callbacks.on_fetch)
-        c->callbacks.on_fetch(c->callbacks.arg, s->index, id,
-                              status == PK_LOAD_LANDED ? P2PKV_LANDED
-                              : status == PK_LOAD_ABORTED ? P2PKV_ABORTED : P2PKV_FAILED,
-                              reason);
+    pk_key_t k = s_fetch_key(&id);
+    pk_keymap_entry_t *e = pk_keymap_find(&c->fetches, &k);
+    s_fetch_t *f = e ? (s_fetch_t *) (uintptr_t) e->a : NULL;
+    if (c->callbacks.on_fetch) {
+        if (f)
+            s_fetch_forget(c, f);
+        c->callbacks.on_fetch(c->callbacks.arg, s->index, id, st, reason);
+        return;
+    }
+    if (!f)
+        return;
+    //  kept for p2pkv_client_fetch_status; the oldest unread go first
+    f->status = (int) st;
+    snprintf(f->reason, sizeof f->reason, "%s", reason ? reason : "");
+    if (c->unread_tail)
+        c->unread_tail->next = f;
+    else
+        c->unread_head = f;
+    c->unread_tail = f;
+    if (++c->nunread > S_MAX_UNREAD) {
+        s_fetch_t *old = c->unread_head;
+        c->unread_head = old->next;
+        c->nunread--;
+        s_fetch_forget(c, old);
+    }
 }
 
 //  --------------------------------------------------------------------------
@@ -445,6 +496,10 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
             s_send_disconnect(s, PK_DISC_SHUTDOWN, "client closing");
         s_server_free(&self->servers[i]);
     }
+    for (size_t i = 0; self->fetches.slots && i <= self->fetches.mask; i++)
+        if (self->fetches.slots[i].key.bytes)
+            free((s_fetch_t *) (uintptr_t) self->fetches.slots[i].a);
+    pk_keymap_fini(&self->fetches);
     pk_ofi_destroy(&self->ofi);
     close(self->epoll_fd);
     close(self->timer_fd);
@@ -574,7 +629,8 @@ s_on_connect_answer(s_server_t *s, pk_msg_t *m)
     if (m->type != PK_MSG_CONNECT_ACK || memcmp(m->target_epoch, s->epoch, PK_EPOCH_LEN) != 0)
         return;
     memcpy(s->server_epoch, m->source_epoch, PK_EPOCH_LEN);
-    pk_client_role_config_t rc_cfg = { self->config.load_timeout, self->config.abort_ack_timeout };
+    pk_client_role_config_t rc_cfg = { self->config.load_timeout, self->config.abort_ack_timeout,
+                                       &self->fetch_ids };
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
                                  (pk_client_transport_t) { s, s_landed, s_cut_off },
@@ -837,10 +893,27 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
     if (!k)
         return -ENOMEM;
     s_keys(keys, n, k);
+    s_fetch_t *f = calloc(1, sizeof *f);
+    if (!f) {
+        free(k);
+        return -ENOMEM;
+    }
+    f->status = -EINPROGRESS;
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
-    int rc = s ? pk_client_role_fetch(s->role, kv, k, dest, n, round, deadline, fetch_id_p)
+    uint64_t id = 0;
+    int rc = s ? pk_client_role_fetch(s->role, kv, k, dest, n, round, deadline, &id)
                : -ENOTCONN;
+    if (rc == 0) {
+        f->id = id;
+        pk_key_t key = s_fetch_key(&f->id);
+        if (pk_keymap_put(&self->fetches, &key, (uintptr_t) f, 0) < 0)
+            free(f);        //  its status then comes by callback only
+        f = NULL;
+        if (fetch_id_p)
+            *fetch_id_p = id;
+    }
+    free(f);
     s_arm(self);
     pthread_mutex_unlock(&self->lock);
     free(k);
@@ -904,6 +977,35 @@ p2pkv_client_poll(p2pkv_client_t *self, double timeout)
             epoll_wait(self->epoll_fd, ev, 8, ms > 100 ? 100 : ms);
         }
     }
+}
+
+int
+p2pkv_client_fetch_status(p2pkv_client_t *self, uint64_t fetch_id, char *reason)
+{
+    pthread_mutex_lock(&self->lock);
+    pk_key_t k = s_fetch_key(&fetch_id);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->fetches, &k);
+    s_fetch_t *f = e ? (s_fetch_t *) (uintptr_t) e->a : NULL;
+    int rc = f ? f->status : -ENOENT;
+    if (f && f->status != -EINPROGRESS) {
+        if (reason)
+            snprintf(reason, 256, "%s", f->reason);
+        //  read once: unlink it from the unread list
+        s_fetch_t **at = &self->unread_head, *prev = NULL;
+        while (*at && *at != f) {
+            prev = *at;
+            at = &(*at)->next;
+        }
+        if (*at) {
+            *at = f->next;
+            if (self->unread_tail == f)
+                self->unread_tail = prev;
+            self->nunread--;
+        }
+        s_fetch_forget(self, f);
+    }
+    pthread_mutex_unlock(&self->lock);
+    return rc;
 }
 
 size_t

@@ -468,7 +468,7 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
         free(l);
         return -ENOMEM;
     }
-    l->id = self->next_load++;
+    l->id = self->config.load_ids ? ++*self->config.load_ids : self->next_load++;
     l->round = round;
     l->n = n;
     l->state = L_SENT;

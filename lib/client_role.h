@@ -45,9 +45,11 @@ typedef struct {
 typedef struct {
     double load_timeout;        //  a load without transfer_done is aborted (30 s)
     double abort_ack_timeout;   //  then cut off and failed (10 s)
+    uint64_t *load_ids;         //  the owner's counter of load ids, so they are
+                                //  unique across its sessions (NULL: the role's)
 } pk_client_role_config_t;
 
-#define PK_CLIENT_ROLE_CONFIG_DEFAULT { 30.0, 10.0 }
+#define PK_CLIENT_ROLE_CONFIG_DEFAULT { 30.0, 10.0, NULL }
 
 typedef struct _pk_client_role_t pk_client_role_t;
 

@@ -136,6 +136,13 @@ int p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p
                        const uint32_t *dest, size_t n, uint64_t round, double deadline,
                        uint64_t *fetch_id_p);
 
+/*  Without an on_fetch callback, a fetch's end is read here, once:
+    P2PKV_LANDED, P2PKV_FAILED or P2PKV_ABORTED (reason: 256 bytes, or
+    NULL), -EINPROGRESS while it runs, -ENOENT for an id not issued,
+    already read, or among the oldest when more than 65,536 ended
+    unread.  Fetch ids are unique within the client.  */
+int p2pkv_client_fetch_status(p2pkv_client_t *self, uint64_t fetch_id, char *reason);
+
 /*  The request is done on that server.  */
 int p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv);
 

@@ -119,7 +119,7 @@ s_publish(td_t *s)
 }
 
 static p2pkv_client_t *
-s_client(s_seen_t *seen, bool thread)
+s_client_with(s_seen_t *seen, bool thread, bool fetch_callback)
 {
     memset(seen, 0, sizeof *seen);
     atomic_store(&seen->status, -1);
@@ -131,11 +131,18 @@ s_client(s_seen_t *seen, bool thread)
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
                                          (p2pkv_callbacks_t) { .arg = seen,
                                                                .on_lookup = s_on_lookup,
-                                                               .on_fetch = s_on_fetch,
+                                                               .on_fetch = fetch_callback
+                                                                           ? s_on_fetch : NULL,
                                                                .on_server = s_on_server },
                                          err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     return c;
+}
+
+static p2pkv_client_t *
+s_client(s_seen_t *seen, bool thread)
+{
+    return s_client_with(seen, thread, true);
 }
 
 //  Drives the client until *counter reaches want: through its fd when
@@ -369,6 +376,7 @@ START_TEST(test_two_servers_at_once)
                                         atomic_load(&seen.round_of[sa]), 0, &ia), 0);
     ck_assert_int_eq(p2pkv_client_fetch(c, sb, "two", s_keys, db, NKEYS,
                                         atomic_load(&seen.round_of[sb]), 0, &ib), 0);
+    ck_assert_uint_ne(ia, ib);      //  fetch ids are the client's, not a session's
     ck_assert_uint_eq(p2pkv_client_open_fetches(c), 2);
     s_until(c, &seen.fetches, 2, true, 10);
     ck_assert_msg(atomic_load(&seen.status) == P2PKV_LANDED, "fetch: %s", seen.fetch_reason);
@@ -389,6 +397,53 @@ START_TEST(test_two_servers_at_once)
 }
 END_TEST
 
+//  No on_fetch: the end of a fetch is read by polling its status, once.
+START_TEST(test_fetch_status_by_polling)
+{
+    td_t s;
+    td_start(&s, NULL);
+    s_publish(&s);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client_with(&seen, false, false);
+    char err[256] = "";
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "st", s_keys, NKEYS), 0);
+    s_until(c, &seen.lookups, 1, true, 10);
+    uint32_t dest[NKEYS];
+    for (int i = 0; i < NKEYS; i++)
+        dest[i] = (uint32_t) i;
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, "st", s_keys, dest, NKEYS,
+                                        atomic_load(&seen.round), 0, &id), 0);
+    ck_assert_int_eq(p2pkv_client_fetch_status(c, id, err), -EINPROGRESS);
+    double deadline = pk_clock_monotonic() + 10;
+    int st;
+    while ((st = p2pkv_client_fetch_status(c, id, err)) == -EINPROGRESS) {
+        ck_assert(pk_clock_monotonic() < deadline);
+        p2pkv_client_poll(c, 0.01);
+    }
+    ck_assert_msg(st == P2PKV_LANDED, "status %d: %s", st, err);
+    ck_assert_str_eq(err, "landed");
+    ck_assert_int_eq(atomic_load(&seen.fetches), 0);       //  no callback ran
+    for (int i = 0; i < NKEYS; i++)
+        ck_assert(memcmp(p2pkv_client_pool(c) + (size_t) i * BLOCK, s_data[i], BLOCK) == 0);
+    //  read once; ids never issued are unknown
+    ck_assert_int_eq(p2pkv_client_fetch_status(c, id, NULL), -ENOENT);
+    ck_assert_int_eq(p2pkv_client_fetch_status(c, id + 1000, NULL), -ENOENT);
+    //  a fetch failed by the server going away is read the same way
+    ck_assert_int_eq(p2pkv_client_finish(c, server, "st"), 0);
+    uint64_t id2;
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, "st2", s_keys, dest, 1, 0, 0, &id2), 0);
+    ck_assert_uint_gt(id2, id);
+    ck_assert_int_eq(p2pkv_client_disconnect(c, server), 0);
+    ck_assert_int_eq(p2pkv_client_fetch_status(c, id2, err), P2PKV_FAILED);
+    ck_assert_str_eq(err, "disconnected by the client");
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -400,6 +455,7 @@ main(void)
     tcase_add_test(tc, test_incompatible_server_stops_reconnecting);
     tcase_add_test(tc, test_connect_twice_and_disconnect);
     tcase_add_test(tc, test_two_servers_at_once);
+    tcase_add_test(tc, test_fetch_status_by_polling);
     suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
 }

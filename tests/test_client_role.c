@@ -108,7 +108,7 @@ s_setup(void)
     H->now = 50;
     for (int i = 0; i < 16; i++)
         H->bytes[i] = (uint8_t) (0xa0 + i);
-    pk_client_role_config_t cfg = { 30, 10 };
+    pk_client_role_config_t cfg = { 30, 10, NULL };
     H->role = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now }, (pk_sender_t) { NULL, s_send },
                                  (pk_client_transport_t) { NULL, s_landed, s_cut },
                                  (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
@@ -812,6 +812,41 @@ START_TEST(test_server_gone_answers_open_lookups_once)
 }
 END_TEST
 
+//  Load ids from the owner's counter: unique across its roles (sessions),
+//  where each role's own would start at 1.
+START_TEST(test_load_ids_from_the_owners_counter)
+{
+    uint64_t counter = 41;
+    pk_client_role_config_t cfg = { 30, 10, &counter };
+    pk_client_role_t *a = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
+                                             (pk_sender_t) { NULL, s_send },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut },
+                                             (pk_client_events_t) { NULL, s_lookup_done,
+                                                                    s_load_done });
+    pk_client_role_t *b = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
+                                             (pk_sender_t) { NULL, s_send },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut },
+                                             (pk_client_events_t) { NULL, s_lookup_done,
+                                                                    s_load_done });
+    pk_key_t k = K(0);
+    uint32_t dest = 0;
+    uint64_t ia, ib, ia2;
+    ck_assert_int_eq(pk_client_role_fetch(a, "r", &k, &dest, 1, 0, 0, &ia), 0);
+    ck_assert_int_eq(pk_client_role_fetch(b, "r", &k, &dest, 1, 0, 0, &ib), 0);
+    ck_assert_int_eq(pk_client_role_fetch(a, "s", &k, &dest, 1, 0, 0, &ia2), 0);
+    ck_assert_uint_eq(ia, 42);
+    ck_assert_uint_eq(ib, 43);
+    ck_assert_uint_eq(ia2, 44);
+    ck_assert_uint_eq(counter, 44);
+    //  the fixture's role counts on its own, from 1
+    uint64_t own;
+    ck_assert_int_eq(pk_client_role_fetch(H->role, "r", &k, &dest, 1, 0, 0, &own), 0);
+    ck_assert_uint_eq(own, 1);
+    pk_client_role_destroy(&a);
+    pk_client_role_destroy(&b);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -840,6 +875,7 @@ main(void)
     tcase_add_test(tc, test_load_timeout_config_or_deadline);
     tcase_add_test(tc, test_server_gone_fails_every_state);
     tcase_add_test(tc, test_server_gone_answers_open_lookups_once);
+    tcase_add_test(tc, test_load_ids_from_the_owners_counter);
     suite_add_tcase(s, tc);
     return pk_test_run("client_role", s);
 }
