@@ -99,6 +99,7 @@ struct _pk_node_t {
     char endpoint[256];
     char ready[1024];
     pk_keymap_t by_rid;             //  routing id -> peer
+    pk_keymap_t by_actor;           //  the peer actor's address -> peer
     pk_keymap_t by_consumer;        //  consumer peer_id -> peer
     pk_keymap_t engine_jobs;        //  prefill job id -> the engine that stored it
     s_held_t *held;
@@ -395,8 +396,11 @@ s_peer_destroy(pk_node_t *self, s_peer_t *peer)
     pk_keymap_entry_t *e = pk_keymap_find(&self->by_consumer, &ck);
     if (e && (s_peer_t *) (uintptr_t) e->a == peer)
         pk_keymap_take(&self->by_consumer, &ck, NULL, NULL);
-    if (peer->actor)
+    if (peer->actor) {
         zpoller_remove(self->poller, peer->actor);
+        pk_key_t ak = s_bytes_key((const uint8_t *) &peer->actor, sizeof peer->actor);
+        pk_keymap_take(&self->by_actor, &ak, NULL, NULL);
+    }
     //  bounded state: a retired peer's series go (the totals stay)
     if (!s_peer_by_consumer(self, peer->consumer))
         pk_metrics_forget_peer(self->metrics, peer->consumer);
@@ -582,6 +586,11 @@ s_peer_register(pk_node_t *self, s_peer_t *peer)
     }
     peer->actor = zactor_new(s_peer_actor, peer);
     if (!peer->actor) {
+        s_peer_destroy(self, peer);
+        return;
+    }
+    pk_key_t ak = s_bytes_key((const uint8_t *) &peer->actor, sizeof peer->actor);
+    if (pk_keymap_put(&self->by_actor, &ak, (uintptr_t) peer, 0) < 0) {
         s_peer_destroy(self, peer);
         return;
     }
@@ -1519,15 +1528,10 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
         else if (which && which == self->puller)
             s_from_puller(self);
         else if (which) {
-            for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
-                if (!self->by_rid.slots[i].key.bytes)
-                    continue;
-                s_peer_t *p = (s_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
-                if (p->actor == which) {
-                    s_from_actor(self, p);
-                    break;
-                }
-            }
+            pk_key_t ak = s_bytes_key((const uint8_t *) &which, sizeof which);
+            pk_keymap_entry_t *e = pk_keymap_find(&self->by_actor, &ak);
+            if (e)
+                s_from_actor(self, (s_peer_t *) (uintptr_t) e->a);
         }
         else if (zpoller_terminated(self->poller) && !*stop)
             *stop = 1;
@@ -1566,6 +1570,7 @@ pk_node_destroy(pk_node_t **self_p)
             free((void *) (uintptr_t) self->engine_jobs.slots[i].a);
     pk_keymap_fini(&self->engine_jobs);
     pk_keymap_fini(&self->by_rid);
+    pk_keymap_fini(&self->by_actor);
     pk_keymap_fini(&self->by_consumer);
     //  The handshake actor first, drained: a peer it handed back that was
     //  never registered is freed here, not leaked.
