@@ -116,14 +116,16 @@ s_send_frame(zsock_t *dealer, const pk_msg_t *m)
     return rc ? -EAGAIN : 0;
 }
 
+//  The next message, NULL when none waits.  A frame that does not decode
+//  comes back as NULL with err set (PK_ERRLEN), when err is given.
 static pk_msg_t *
-s_recv_msg(zsock_t *dealer)
+s_recv_msg(zsock_t *dealer, char *err)
 {
     if (!(zsock_events(dealer) & ZMQ_POLLIN))
         return NULL;
     zframe_t *f = zframe_recv(dealer);
     pk_msg_t *m = NULL;
-    if (f && pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL) != 0)
+    if (f && pk_msg_decode(zframe_data(f), zframe_size(f), &m, err) != 0)
         m = NULL;
     zframe_destroy(&f);
     return m;
@@ -145,7 +147,7 @@ p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, c
             bool sent = s_send_frame(dealer, &d) == 0;
             next = pk_clock_monotonic() + (sent ? 0.5 : 0.005);
         }
-        pk_msg_t *m = s_recv_msg(dealer);
+        pk_msg_t *m = s_recv_msg(dealer, NULL);
         if (m && m->type == PK_MSG_DESCRIPTION) {
             snprintf(out->peer_id, sizeof out->peer_id, "%s", m->peer_id);
             out->block_len = m->block_len;
@@ -677,6 +679,16 @@ s_on_frame(s_server_t *s, pk_msg_t *m)
     if (!epochs)
         return;     //  stale
     s->last_heard = pk_clock_monotonic();
+    if (m->type == PK_MSG_DESCRIBE || m->type == PK_MSG_CONNECT || m->type == PK_MSG_PING
+        || m->type == PK_MSG_LOOKUP || m->type == PK_MSG_FETCH || m->type == PK_MSG_ABORT_FETCH) {
+        //  a message that only flows the other way (protocol.md section 3)
+        char why[96], reason[160];
+        snprintf(why, sizeof why, "a %s from a server", pk_msg_type_name(m->type));
+        snprintf(reason, sizeof reason, "protocol violation by the server: %s", why);
+        s_send_disconnect(s, PK_DISC_VIOLATION, why);
+        s_gone(s, reason);
+        return;
+    }
     if (pk_client_role_on_message(s->role, m) == -EPROTO) {
         const char *why = pk_client_role_violation(s->role);
         char reason[PK_ERRLEN];
@@ -706,7 +718,7 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
         if (now >= s->next_connect)
             s_send_connect(s);
         pk_msg_t *m;
-        while (s->state == P2PKV_SERVER_CONNECTING && (m = s_recv_msg(s->dealer))) {
+        while (s->state == P2PKV_SERVER_CONNECTING && (m = s_recv_msg(s->dealer, NULL))) {
             s_on_connect_answer(s, m);
             pk_msg_destroy(&m);
         }
@@ -714,7 +726,17 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
     if (s->state != P2PKV_SERVER_UP)
         return;
     pk_msg_t *m;
-    while (s->state == P2PKV_SERVER_UP && (m = s_recv_msg(s->dealer))) {
+    char bad[PK_ERRLEN] = "";
+    while (s->state == P2PKV_SERVER_UP && ((m = s_recv_msg(s->dealer, bad)) || *bad)) {
+        if (!m) {
+            //  a server that breaks the protocol ends its session, as a
+            //  consumer's bad frame ends its own (protocol.md section 6)
+            char reason[PK_ERRLEN + 48];
+            snprintf(reason, sizeof reason, "protocol violation by the server: %s", bad);
+            s_send_disconnect(s, PK_DISC_VIOLATION, bad);
+            s_gone(s, reason);
+            break;
+        }
         s_on_frame(s, m);
         pk_msg_destroy(&m);
     }

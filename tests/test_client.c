@@ -13,6 +13,7 @@
 #include <czmq.h>
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sodium.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -444,6 +445,146 @@ START_TEST(test_fetch_status_by_polling)
 }
 END_TEST
 
+typedef struct {
+    p2pkv_client_t *c;
+    const char *ep;
+    int index;
+    char err[256];
+} s_connect_arg_t;
+
+static void *
+s_connect_thread(void *arg)
+{
+    s_connect_arg_t *a = arg;
+    a->index = p2pkv_client_connect(a->c, a->ep, 10, a->err);
+    return NULL;
+}
+
+//  A fake server on a ROUTER: answers the next connect with a
+//  connect_ack; returns the routing id (caller destroys) and the
+//  consumer's epoch.
+static zframe_t *
+s_fake_accept(zsock_t *router, uint8_t *consumer_epoch, const uint8_t *server_epoch)
+{
+    zsock_set_rcvtimeo(router, 10000);
+    for (;;) {
+        zframe_t *rid = zframe_recv(router);
+        ck_assert_msg(rid != NULL, "no connect reached the fake server");
+        zframe_t *f = zframe_recv(router);
+        ck_assert_ptr_nonnull(f);
+        pk_msg_t *m = NULL;
+        ck_assert_int_eq(pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+        zframe_destroy(&f);
+        if (m->type != PK_MSG_CONNECT) {
+            pk_msg_destroy(&m);
+            zframe_destroy(&rid);
+            continue;
+        }
+        memcpy(consumer_epoch, m->source_epoch, PK_EPOCH_LEN);
+        pk_msg_t *ack = pk_msg_new(PK_MSG_CONNECT_ACK);
+        pk_msg_set_uint(ack, PK_F_WIRE_MAJOR, PK_WIRE_MAJOR);
+        pk_msg_set_uint(ack, PK_F_WIRE_MINOR, PK_WIRE_MINOR);
+        pk_msg_set_string(ack, PK_F_PEER_ID, "fake");
+        pk_msg_set_uint(ack, PK_F_BLOCK_LEN, BLOCK);
+        pk_msg_set_uint(ack, PK_F_NUM_BLOCKS, 64);
+        pk_msg_set_epochs(ack, server_epoch, consumer_epoch);
+        char *text;
+        size_t len;
+        ck_assert_int_eq(pk_msg_encode(ack, &text, &len, NULL), 0);
+        zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
+        zmq_send(zsock_resolve(router), text, len, 0);
+        free(text);
+        pk_msg_destroy(&ack);
+        pk_msg_destroy(&m);
+        return rid;
+    }
+}
+
+//  The fake server's next disconnect from the client, its reason.
+static void
+s_fake_expect_disconnect(zsock_t *router, const char *code, const char *reason_part)
+{
+    for (;;) {
+        zmsg_t *msg = zmsg_recv(router);
+        ck_assert_msg(msg != NULL, "no disconnect reached the fake server");
+        zframe_t *rid = zmsg_pop(msg), *f = zmsg_pop(msg);
+        pk_msg_t *m = NULL;
+        bool ok = f && pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL) == 0;
+        zframe_destroy(&rid);
+        zframe_destroy(&f);
+        zmsg_destroy(&msg);
+        if (ok && m->type == PK_MSG_DISCONNECT) {
+            ck_assert_str_eq(pk_disconnect_code_name(m->code), code);
+            ck_assert_msg(strstr(m->reason, reason_part), "reason: %s", m->reason);
+            pk_msg_destroy(&m);
+            return;
+        }
+        pk_msg_destroy(&m);
+    }
+}
+
+//  A server that breaks the protocol ends its session (a violation,
+//  said to it, and DOWN here), not the client: a frame that does not
+//  decode, and a message that only flows the other way.
+START_TEST(test_server_violations_end_the_session)
+{
+    zsock_t *router = zsock_new(ZMQ_ROUTER);
+    int port = zsock_bind(router, "tcp://127.0.0.1:*");
+    ck_assert_int_gt(port, 0);
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, true);
+    uint8_t consumer[PK_EPOCH_LEN], server[PK_EPOCH_LEN] = { 0x5e, 1 };
+    char err[256] = "";
+    //  the client waits in connect; the fake answers from this thread
+    //  once the connect arrives, so connect runs on a helper thread
+    zframe_t *rid = NULL;
+    int index = -1;
+    {
+        s_connect_arg_t arg = { c, endpoint, -1, "" };
+        pthread_t t;
+        ck_assert_int_eq(pthread_create(&t, NULL, s_connect_thread, &arg), 0);
+        rid = s_fake_accept(router, consumer, server);
+        pthread_join(t, NULL);
+        index = arg.index;
+        ck_assert_msg(index >= 0, "connect: %s", arg.err);
+    }
+    //  not JSON
+    zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
+    zstr_send(router, "this is not json");
+    s_until(c, &seen.downs, 1, false, 5);
+    ck_assert_int_eq(p2pkv_client_server_state(c, index, err), P2PKV_SERVER_DOWN);
+    ck_assert_msg(strstr(err, "protocol violation by the server"), "reason: %s", err);
+    s_fake_expect_disconnect(router, "violation", "JSON");
+    zframe_destroy(&rid);
+    //  the client connects again, as a new session; now a lookup arrives
+    server[1] = 2;
+    rid = s_fake_accept(router, consumer, server);
+    s_until(c, &seen.ups, 1, false, 5);
+    pk_msg_t *bad = pk_msg_new(PK_MSG_LOOKUP);
+    pk_key_t k = pk_key_make(s_key[0], 32);
+    pk_msg_set_string(bad, PK_F_KV_REQUEST_ID, "x");
+    pk_msg_set_keys(bad, &k, 1);
+    pk_msg_set_uint(bad, PK_F_ROUND_SEQ, 1);
+    pk_msg_set_epochs(bad, server, consumer);
+    char *text;
+    size_t len;
+    ck_assert_int_eq(pk_msg_encode(bad, &text, &len, NULL), 0);
+    zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
+    zmq_send(zsock_resolve(router), text, len, 0);
+    free(text);
+    pk_msg_destroy(&bad);
+    s_until(c, &seen.downs, 2, false, 5);
+    ck_assert_int_eq(p2pkv_client_server_state(c, index, err), P2PKV_SERVER_DOWN);
+    ck_assert_msg(strstr(err, "a lookup from a server"), "reason: %s", err);
+    s_fake_expect_disconnect(router, "violation", "a lookup from a server");
+    zframe_destroy(&rid);
+    p2pkv_client_destroy(&c);
+    zsock_destroy(&router);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -456,6 +597,7 @@ main(void)
     tcase_add_test(tc, test_connect_twice_and_disconnect);
     tcase_add_test(tc, test_two_servers_at_once);
     tcase_add_test(tc, test_fetch_status_by_polling);
+    tcase_add_test(tc, test_server_violations_end_the_session);
     suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
 }
