@@ -57,9 +57,11 @@ typedef struct s_lookup {
 
 typedef struct {
     char *kv;
-    pk_key_t *probe;                //  keys queued, each owning its bytes in probe_bytes
-    uint8_t *probe_bytes;
-    size_t nprobe, probe_bytes_len;
+    pk_key_t *probe;                //  keys queued, in order (views into probe_bufs)
+    size_t nprobe;
+    pk_keymap_t queued;             //  the same keys, to ask each once
+    uint8_t **probe_bufs;           //  one per probe call: bytes that never move
+    size_t nprobe_bufs;
     pk_keymap_t sent;               //  keys already asked about (views into sent_bufs)
     uint8_t **sent_bufs;
     size_t nsent_bufs;
@@ -169,7 +171,10 @@ s_request_free(s_request_t *r)
 {
     free(r->kv);
     free(r->probe);
-    free(r->probe_bytes);
+    pk_keymap_fini(&r->queued);
+    for (size_t i = 0; i < r->nprobe_bufs; i++)
+        free(r->probe_bufs[i]);
+    free(r->probe_bufs);
     pk_keymap_fini(&r->sent);
     for (size_t i = 0; i < r->nsent_bufs; i++)
         free(r->sent_bufs[i]);
@@ -243,34 +248,43 @@ pk_client_role_probe(pk_client_role_t *self, const char *kv, const pk_key_t *key
     s_request_t *r = s_request(self, kv, true);
     if (!r)
         return -ENOMEM;
-    //  keys already asked about, or already queued, are not asked again
-    for (size_t i = 0; i < n; i++) {
-        if (pk_keymap_find(&r->sent, &keys[i]))
-            continue;
-        //  queued keys hold their offset into probe_bytes (which moves as
-        //  it grows), not a pointer
-        bool queued = false;
-        for (size_t j = 0; j < r->nprobe && !queued; j++) {
-            pk_key_t q = r->probe[j];
-            q.bytes = r->probe_bytes + (uintptr_t) r->probe[j].bytes;
-            queued = pk_key_eq(&q, &keys[i]);
-        }
-        if (queued)
-            continue;
-        pk_key_t *probe = realloc(r->probe, (r->nprobe + 1) * sizeof *probe);
-        uint8_t *bytes = probe ? realloc(r->probe_bytes, r->probe_bytes_len + keys[i].len) : NULL;
-        if (probe)
-            r->probe = probe;
-        if (!bytes)
-            return -ENOMEM;
-        r->probe_bytes = bytes;
-        memcpy(bytes + r->probe_bytes_len, keys[i].bytes, keys[i].len);
-        r->probe[r->nprobe] = keys[i];
-        r->probe[r->nprobe].bytes = (const uint8_t *) (uintptr_t) r->probe_bytes_len;
-        r->probe_bytes_len += keys[i].len;
-        r->nprobe++;
+    //  keys already asked about, or already queued, are not asked again;
+    //  the new ones' bytes go to one buffer for this call, which never
+    //  moves, so the tables can hold views into it
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += keys[i].len;
+    uint8_t *buf = malloc(bytes ? bytes : 1);
+    pk_key_t *probe = realloc(r->probe, (r->nprobe + n) * sizeof *probe);
+    if (probe)
+        r->probe = probe;
+    uint8_t **bufs = realloc(r->probe_bufs, (r->nprobe_bufs + 1) * sizeof *bufs);
+    if (bufs)
+        r->probe_bufs = bufs;
+    if (!buf || !probe || !bufs) {
+        free(buf);
+        return -ENOMEM;
     }
-    return 0;
+    size_t used = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (pk_keymap_find(&r->sent, &keys[i]) || pk_keymap_find(&r->queued, &keys[i]))
+            continue;
+        pk_key_t k = keys[i];
+        memcpy(buf + used, k.bytes, k.len);
+        k.bytes = buf + used;
+        if (pk_keymap_put(&r->queued, &k, 0, 0) < 0) {
+            rc = -ENOMEM;
+            break;
+        }
+        r->probe[r->nprobe++] = k;
+        used += k.len;
+    }
+    if (used)
+        r->probe_bufs[r->nprobe_bufs++] = buf;
+    else
+        free(buf);
+    return rc;
 }
 
 void
@@ -283,19 +297,22 @@ pk_client_role_flush(pk_client_role_t *self)
         if (!r->nprobe)
             continue;
         s_lookup_t *l = calloc(1, sizeof *l);
-        size_t n = r->nprobe;
+        size_t n = r->nprobe, bytes = 0;
+        for (size_t j = 0; j < n; j++)
+            bytes += r->probe[j].len;
         if (!l || !(l->kv = strdup(r->kv))
-            || !(l->keys = malloc(n * sizeof *l->keys + r->probe_bytes_len + 1))) {
+            || !(l->keys = malloc(n * sizeof *l->keys + bytes + 1))) {
             if (l)
                 free(l->kv);
             free(l);
             continue;       //  try again at the next flush
         }
-        uint8_t *bytes = (uint8_t *) (l->keys + n);
-        memcpy(bytes, r->probe_bytes, r->probe_bytes_len);
+        uint8_t *at = (uint8_t *) (l->keys + n);
         for (size_t j = 0; j < n; j++) {
             l->keys[j] = r->probe[j];
-            l->keys[j].bytes = bytes + (uintptr_t) r->probe[j].bytes;
+            memcpy(at, r->probe[j].bytes, r->probe[j].len);
+            l->keys[j].bytes = at;
+            at += r->probe[j].len;
         }
         l->n = n;
         l->round = self->next_round++;
@@ -304,21 +321,21 @@ pk_client_role_flush(pk_client_role_t *self)
             s_lookup_free(l);
             continue;
         }
-        //  remember what was asked: its bytes move to the request
-        uint8_t **bufs = realloc(r->sent_bufs, (r->nsent_bufs + 1) * sizeof *bufs);
+        //  remember what was asked: the buffers move to the request
+        uint8_t **bufs = realloc(r->sent_bufs, (r->nsent_bufs + r->nprobe_bufs) * sizeof *bufs);
+        pk_keymap_clear(&r->queued);
         if (bufs) {
             r->sent_bufs = bufs;
-            r->sent_bufs[r->nsent_bufs++] = r->probe_bytes;
-            for (size_t j = 0; j < n; j++) {
-                pk_key_t k = r->probe[j];
-                k.bytes = r->probe_bytes + (uintptr_t) r->probe[j].bytes;
-                pk_keymap_put(&r->sent, &k, 0, 0);
-            }
+            for (size_t j = 0; j < r->nprobe_bufs; j++)
+                r->sent_bufs[r->nsent_bufs++] = r->probe_bufs[j];
+            pk_keymap_reserve(&r->sent, pk_keymap_size(&r->sent) + n);
+            for (size_t j = 0; j < n; j++)
+                pk_keymap_put(&r->sent, &r->probe[j], 0, 0);
         }
         else
-            free(r->probe_bytes);
-        r->probe_bytes = NULL;
-        r->probe_bytes_len = 0;
+            for (size_t j = 0; j < r->nprobe_bufs; j++)
+                free(r->probe_bufs[j]);
+        r->nprobe_bufs = 0;
         r->nprobe = 0;
         r->looked_up = true;
         pk_msg_t m = { .type = PK_MSG_LOOKUP, .kv_request_id = r->kv,
