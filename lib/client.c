@@ -61,6 +61,7 @@ typedef struct {
     double next_connect;            //  CONNECTING: when to send connect again
     double reconnect_at;            //  DOWN: when to start a new session
     double last_sent, last_heard;
+    double last_landed;             //  when its queue last had completions
     char reason[PK_ERRLEN + 64];
 } s_server_t;
 
@@ -712,8 +713,8 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
         }
         s_state(s, P2PKV_SERVER_CONNECTING, s->reason);
     }
-    if (s->channel)
-        pk_ofi_channel_progress(s->channel);
+    if (s->channel && pk_ofi_channel_progress(s->channel) > 0)
+        s->last_landed = now;
     if (s->state == P2PKV_SERVER_CONNECTING) {
         if (now >= s->next_connect)
             s_send_connect(s);
@@ -979,6 +980,23 @@ s_open_fetches(const p2pkv_client_t *self)
     return n;
 }
 
+//  Spin while blocks are landing (a wakeup per write costs about 10% of
+//  the throughput), or while fetches run on a channel without a wait
+//  object; otherwise sleep on the fd: a fetch may wait seconds for a
+//  prefill store, and spinning then burns a core.
+static bool
+s_must_spin(const p2pkv_client_t *self)
+{
+    double now = pk_clock_monotonic();
+    for (int i = 0; i < self->nservers; i++) {
+        const s_server_t *s = self->servers[i];
+        if (s && s->role && s->channel && pk_client_role_open_loads(s->role)
+            && (s->wait_fd < 0 || now - s->last_landed < 0.002))
+            return true;
+    }
+    return false;
+}
+
 int
 p2pkv_client_poll(p2pkv_client_t *self, double timeout)
 {
@@ -986,14 +1004,13 @@ p2pkv_client_poll(p2pkv_client_t *self, double timeout)
     while (true) {
         pthread_mutex_lock(&self->lock);
         int ran = s_step(self);
-        bool busy = s_open_fetches(self) > 0;
+        bool spin = s_must_spin(self);
         pthread_mutex_unlock(&self->lock);
         double left = deadline - pk_clock_monotonic();
         if (ran || left <= 0)
             return ran;
-        //  spin while fetches run (their completions come fast), else
-        //  sleep until something is due
-        if (!busy) {
+        //  sleep until something is due, unless only spinning sees it
+        if (!spin) {
             struct epoll_event ev[8];
             int ms = (int) (left * 1000) + 1;
             epoll_wait(self->epoll_fd, ev, 8, ms > 100 ? 100 : ms);
@@ -1047,11 +1064,10 @@ s_progress_thread(void *arg)
     pk_thread_block_signals();      //  the application's signals are not ours
     while (!atomic_load(&self->stopping)) {
         struct epoll_event ev[8];
-        //  a fetch's blocks land faster than a wakeup: spin while they run
         pthread_mutex_lock(&self->lock);
-        bool busy = s_open_fetches(self) > 0;
+        bool spin = s_must_spin(self);
         pthread_mutex_unlock(&self->lock);
-        if (!busy)
+        if (!spin)
             epoll_wait(self->epoll_fd, ev, 8, 100);
         else
             sched_yield();
