@@ -40,7 +40,7 @@ typedef struct s_fetch {
     uint64_t id;
     int status;                     //  -EINPROGRESS, then a p2pkv_status_t
     char reason[128];
-    struct s_fetch *next;           //  ended and unread, oldest first
+    struct s_fetch *prev, *next;    //  ended and unread, oldest first
 } s_fetch_t;
 
 typedef struct {
@@ -291,9 +291,21 @@ s_fetch_key(const uint64_t *id)
     return (pk_key_t) { (const uint8_t *) id, sizeof *id, pk_hash_id(*id, 5) };
 }
 
+//  Forgets a fetch, unlinking it first when it is ended and unread.
 static void
 s_fetch_forget(p2pkv_client_t *c, s_fetch_t *f)
 {
+    if (f->status != -EINPROGRESS) {
+        if (f->prev)
+            f->prev->next = f->next;
+        else
+            c->unread_head = f->next;
+        if (f->next)
+            f->next->prev = f->prev;
+        else
+            c->unread_tail = f->prev;
+        c->nunread--;
+    }
     pk_key_t k = s_fetch_key(&f->id);
     pk_keymap_take(&c->fetches, &k, NULL, NULL);
     free(f);
@@ -321,17 +333,14 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     //  kept for p2pkv_client_fetch_status; the oldest unread go first
     f->status = (int) st;
     snprintf(f->reason, sizeof f->reason, "%s", reason ? reason : "");
+    f->prev = c->unread_tail;
     if (c->unread_tail)
         c->unread_tail->next = f;
     else
         c->unread_head = f;
     c->unread_tail = f;
-    if (++c->nunread > S_MAX_UNREAD) {
-        s_fetch_t *old = c->unread_head;
-        c->unread_head = old->next;
-        c->nunread--;
-        s_fetch_forget(c, old);
-    }
+    if (++c->nunread > S_MAX_UNREAD)
+        s_fetch_forget(c, c->unread_head);
 }
 
 //  --------------------------------------------------------------------------
@@ -1029,19 +1038,7 @@ p2pkv_client_fetch_status(p2pkv_client_t *self, uint64_t fetch_id, char *reason)
     if (f && f->status != -EINPROGRESS) {
         if (reason)
             snprintf(reason, 256, "%s", f->reason);
-        //  read once: unlink it from the unread list
-        s_fetch_t **at = &self->unread_head, *prev = NULL;
-        while (*at && *at != f) {
-            prev = *at;
-            at = &(*at)->next;
-        }
-        if (*at) {
-            *at = f->next;
-            if (self->unread_tail == f)
-                self->unread_tail = prev;
-            self->nunread--;
-        }
-        s_fetch_forget(self, f);
+        s_fetch_forget(self, f);        //  read once
     }
     pthread_mutex_unlock(&self->lock);
     return rc;
