@@ -146,6 +146,22 @@ s_client(s_seen_t *seen, bool thread)
     return s_client_with(seen, thread, true);
 }
 
+//  A server (flags: td_start's extra, or NULL), the blocks published on
+//  it when publish, and a client connected to it; *server_p is its index.
+static p2pkv_client_t *
+s_connected(td_t *s, const char *const *flags, bool publish, s_seen_t *seen, bool thread,
+            bool fetch_callback, int *server_p)
+{
+    td_start(s, flags);
+    if (publish)
+        s_publish(s);
+    p2pkv_client_t *c = s_client_with(seen, thread, fetch_callback);
+    char err[256] = "";
+    *server_p = p2pkv_client_connect(c, s->endpoint, 10, err);
+    ck_assert_msg(*server_p >= 0, "connect: %s", err);
+    return c;
+}
+
 //  Drives the client until *counter reaches want: through its fd when
 //  by_fd (every wakeup must come from the fd, none from the 5 s limit),
 //  else by waiting for the progress thread.
@@ -194,13 +210,10 @@ s_lookup_fetch(p2pkv_client_t *c, s_seen_t *seen, int server, const char *kv, bo
 START_TEST(test_fd_drives_an_event_loop)
 {
     td_t s;
-    td_start(&s, NULL);
-    s_publish(&s);
     s_seen_t seen;
-    p2pkv_client_t *c = s_client(&seen, false);
+    int server;
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, false, true, &server);
     char err[256] = "";
-    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
-    ck_assert_msg(server >= 0, "connect: %s", err);
     s_lookup_fetch(c, &seen, server, "fd-1", true);
     //  idle, polled only when the fd wakes us
     double until = pk_clock_monotonic() + 3 * 1.5;
@@ -226,13 +239,10 @@ END_TEST
 START_TEST(test_progress_thread_keeps_an_idle_session)
 {
     td_t s;
-    td_start(&s, NULL);
-    s_publish(&s);
     s_seen_t seen;
-    p2pkv_client_t *c = s_client(&seen, true);
+    int server;
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, true, true, &server);
     char err[256] = "";
-    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
-    ck_assert_msg(server >= 0, "connect: %s", err);
     zclock_sleep(3 * 1500);
     ck_assert_int_eq(p2pkv_client_server_state(c, server, err), P2PKV_SERVER_UP);
     ck_assert_int_eq(atomic_load(&seen.downs), 0);
@@ -251,13 +261,10 @@ START_TEST(test_reconnects_to_a_restarted_server)
     char endpoint[256];
     s_fixed_endpoint(endpoint, sizeof endpoint);
     const char *fixed[] = { "--bind", endpoint, NULL };
-    td_start(&s, fixed);
-    s_publish(&s);
     s_seen_t seen;
-    p2pkv_client_t *c = s_client(&seen, true);
+    int server;
+    p2pkv_client_t *c = s_connected(&s, fixed, true, &seen, true, true, &server);
     char err[256] = "";
-    int server = p2pkv_client_connect(c, endpoint, 10, err);
-    ck_assert_msg(server >= 0, "connect: %s", err);
     s_lookup_fetch(c, &seen, server, "before", false);
     //  a fetch open when the server dies fails
     uint32_t dest[1] = { 0 };
@@ -295,12 +302,10 @@ START_TEST(test_incompatible_server_stops_reconnecting)
     char endpoint[256];
     s_fixed_endpoint(endpoint, sizeof endpoint);
     const char *fixed[] = { "--bind", endpoint, NULL };
-    td_start(&s, fixed);
     s_seen_t seen;
-    p2pkv_client_t *c = s_client(&seen, true);
+    int server;
+    p2pkv_client_t *c = s_connected(&s, fixed, false, &seen, true, true, &server);
     char err[256] = "";
-    int server = p2pkv_client_connect(c, endpoint, 10, err);
-    ck_assert_msg(server >= 0, "connect: %s", err);
     ck_assert_int_eq(td_stop(&s), 0);
     s_until(c, &seen.downs, 1, false, 5);
     const char *other[] = { "--bind", endpoint, "--block-len", "8192", NULL };
@@ -327,13 +332,10 @@ END_TEST
 START_TEST(test_connect_twice_and_disconnect)
 {
     td_t s;
-    td_start(&s, NULL);
-    s_publish(&s);
     s_seen_t seen;
-    p2pkv_client_t *c = s_client(&seen, false);
+    int server;
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, false, true, &server);
     char err[256] = "";
-    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
-    ck_assert_msg(server >= 0, "connect: %s", err);
     ck_assert_int_eq(p2pkv_client_connect(c, s.endpoint, 10, err), server);
     ck_assert_int_eq(p2pkv_client_disconnect(c, server), 0);
     ck_assert_int_eq(p2pkv_client_server_state(c, server, NULL), -EINVAL);
@@ -402,13 +404,10 @@ END_TEST
 START_TEST(test_fetch_status_by_polling)
 {
     td_t s;
-    td_start(&s, NULL);
-    s_publish(&s);
     s_seen_t seen;
-    p2pkv_client_t *c = s_client_with(&seen, false, false);
+    int server;
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, false, false, &server);
     char err[256] = "";
-    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
-    ck_assert_msg(server >= 0, "connect: %s", err);
     ck_assert_int_eq(p2pkv_client_lookup(c, server, "st", s_keys, NKEYS), 0);
     s_until(c, &seen.lookups, 1, true, 10);
     uint32_t dest[NKEYS];
