@@ -210,6 +210,8 @@ s_arm(p2pkv_client_t *self)
                 due = s->next_connect;
             continue;
         }
+        if (pk_client_role_has_queued(s->role))
+            due = now;
         double t = s->last_sent + self->config.keepalive;
         if (s->last_heard + self->config.silence < t)
             t = s->last_heard + self->config.silence;
@@ -752,6 +754,7 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
     }
     if (s->state != P2PKV_SERVER_UP)
         return;
+    pk_client_role_flush(s->role);
     pk_client_role_tick(s->role);
     now = pk_clock_monotonic();
     if (now - s->last_heard >= self->config.silence) {
@@ -902,9 +905,9 @@ p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pk
     s_keys(keys, n, k);
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
+    //  flushed at the next step: lookups of a request made before it go
+    //  out as one
     int rc = s ? pk_client_role_probe(s->role, kv, k, n) : -ENOTCONN;
-    if (rc == 0)
-        pk_client_role_flush(s->role);
     s_arm(self);
     pthread_mutex_unlock(&self->lock);
     free(k);

@@ -76,6 +76,7 @@ struct _pk_client_role_t {
     pk_client_events_t events;
     uint64_t next_round, next_load;
     bool cut;
+    bool queued;                    //  some request has probes to flush
     pk_keymap_t requests;           //  kv -> request
     pk_keymap_t lookups;            //  round -> lookup, open or answered and not fetched
     pk_keymap_t loads;              //  round -> load
@@ -284,12 +285,17 @@ pk_client_role_probe(pk_client_role_t *self, const char *kv, const pk_key_t *key
         r->probe_bufs[r->nprobe_bufs++] = buf;
     else
         free(buf);
+    if (r->nprobe)
+        self->queued = true;
     return rc;
 }
 
 void
 pk_client_role_flush(pk_client_role_t *self)
 {
+    if (!self->queued)
+        return;
+    self->queued = false;
     for (size_t i = 0; self->requests.slots && i <= self->requests.mask; i++) {
         if (!self->requests.slots[i].key.bytes)
             continue;
@@ -305,6 +311,7 @@ pk_client_role_flush(pk_client_role_t *self)
             if (l)
                 free(l->kv);
             free(l);
+            self->queued = true;
             continue;       //  try again at the next flush
         }
         uint8_t *at = (uint8_t *) (l->keys + n);
@@ -319,6 +326,7 @@ pk_client_role_flush(pk_client_role_t *self)
         pk_key_t rk = s_round_key(&l->round);
         if (pk_keymap_put(&self->lookups, &rk, (uintptr_t) l, 0) < 0) {
             s_lookup_free(l);
+            self->queued = true;
             continue;
         }
         //  remember what was asked: the buffers move to the request
@@ -697,6 +705,12 @@ const char *
 pk_client_role_violation(const pk_client_role_t *self)
 {
     return self->violation;
+}
+
+bool
+pk_client_role_has_queued(const pk_client_role_t *self)
+{
+    return self->queued;
 }
 
 size_t

@@ -101,6 +101,9 @@ void pk_client_role_tick(pk_client_role_t *self);
     answered yet gets lookup_done with hits NULL: no answer will come.  */
 void pk_client_role_server_gone(pk_client_role_t *self, const char *reason);
 
+/*  Probes wait for pk_client_role_flush.  */
+bool pk_client_role_has_queued(const pk_client_role_t *self);
+
 /*  Loads not ended yet.  */
 size_t pk_client_role_open_loads(const pk_client_role_t *self);
 

@@ -125,7 +125,10 @@ int p2pkv_client_disconnect(p2pkv_client_t *self, int server);
     NULL).  -EINVAL for an index that names no server.  */
 int p2pkv_client_server_state(p2pkv_client_t *self, int server, char *reason);
 
-/*  Asks the server about keys; the answer comes to on_lookup.  */
+/*  Asks the server about keys; the answer comes to on_lookup.  The keys
+    go out at the next poll (or progress-thread step): a request's
+    lookups made before it travel as one lookup, keys already asked for
+    that request are not asked again.  */
 int p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv,
                         const p2pkv_key_t *keys, size_t n);
 

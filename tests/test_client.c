@@ -33,6 +33,7 @@ typedef struct {
     atomic_uint_fast64_t round, round_of[8];
     atomic_int ups, downs, stops, connecting;
     atomic_int unanswered;          //  lookups ended by the server going away
+    atomic_int keys_answered;
     char reason[256];
     char fetch_reason[256];
 } s_seen_t;
@@ -57,6 +58,7 @@ s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_k
     atomic_store(&seen->round, round);
     if (server >= 0 && server < 8)
         atomic_store(&seen->round_of[server], round);
+    atomic_fetch_add(&seen->keys_answered, (int) n);
     atomic_fetch_add(&seen->lookups, 1);
 }
 
@@ -400,6 +402,28 @@ START_TEST(test_two_servers_at_once)
 }
 END_TEST
 
+//  Lookups of one request made before the next poll travel as one, each
+//  key once; a later lookup asks only for keys not asked yet.
+START_TEST(test_lookups_of_a_request_batched)
+{
+    td_t s;
+    s_seen_t seen;
+    int server;
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, false, true, &server);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "batch", s_keys, 8), 0);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "batch", s_keys + 4, 8), 0);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "other", s_keys, 2), 0);
+    s_until(c, &seen.lookups, 2, true, 10);
+    ck_assert_int_eq(atomic_load(&seen.lookups), 2);      //  one per request
+    ck_assert_int_eq(atomic_load(&seen.keys_answered), 12 + 2);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "batch", s_keys, NKEYS), 0);
+    s_until(c, &seen.lookups, 3, true, 10);
+    ck_assert_int_eq(atomic_load(&seen.keys_answered), 12 + 2 + 4);   //  only the new 4
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  No on_fetch: the end of a fetch is read by polling its status, once.
 START_TEST(test_fetch_status_by_polling)
 {
@@ -595,6 +619,7 @@ main(void)
     tcase_add_test(tc, test_incompatible_server_stops_reconnecting);
     tcase_add_test(tc, test_connect_twice_and_disconnect);
     tcase_add_test(tc, test_two_servers_at_once);
+    tcase_add_test(tc, test_lookups_of_a_request_batched);
     tcase_add_test(tc, test_fetch_status_by_polling);
     tcase_add_test(tc, test_server_violations_end_the_session);
     suite_add_tcase(suite, tc);
