@@ -113,7 +113,7 @@ uint8_t *p2pkv_client_pool(p2pkv_client_t *self);
     Returns the server's index (>= 0; the same index again for an
     endpoint already connected) or a negative errno with err: -EPROTO when
     refused as incompatible (err names the field that differs),
-    -ETIMEDOUT.  While it waits, only this server is serviced (unless the
+    -ETIMEDOUT, -ENOSPC beyond 64 servers at once.  While it waits, only this server is serviced (unless the
     progress thread runs).  */
 int p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout, char *err);
 
