@@ -520,6 +520,40 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
     return 0;
 }
 
+static int
+s_cmp_round(const void *a, const void *b)
+{
+    const s_lookup_t *x = *(s_lookup_t *const *) a, *y = *(s_lookup_t *const *) b;
+    return x->round < y->round ? -1 : x->round > y->round;
+}
+
+//  Takes out of the table the lookups of request kv (NULL: of every
+//  request), only those not answered yet when open_only; returns them in
+//  round order (*n_p of them; the caller frees each and the array), or
+//  NULL.  Out of the table first, so a callback run for one of them
+//  cannot free another.
+static s_lookup_t **
+s_take_lookups(pk_client_role_t *self, const char *kv, bool open_only, size_t *n_p)
+{
+    size_t n = 0, cap = pk_keymap_size(&self->lookups);
+    s_lookup_t **taken = cap ? malloc(cap * sizeof *taken) : NULL;
+    for (size_t i = 0; taken && i <= self->lookups.mask; i++) {
+        if (!self->lookups.slots[i].key.bytes)
+            continue;
+        s_lookup_t *l = (s_lookup_t *) (uintptr_t) self->lookups.slots[i].a;
+        if ((!kv || strcmp(l->kv, kv) == 0) && !(open_only && l->answered))
+            taken[n++] = l;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pk_key_t k = s_round_key(&taken[i]->round);
+        pk_keymap_take(&self->lookups, &k, NULL, NULL);
+    }
+    if (n > 1)
+        qsort(taken, n, sizeof *taken, s_cmp_round);
+    *n_p = n;
+    return taken;
+}
+
 int
 pk_client_role_finish(pk_client_role_t *self, const char *kv)
 {
@@ -548,19 +582,11 @@ pk_client_role_finish(pk_client_role_t *self, const char *kv)
     }
     //  open lookups of the request are answered no more (their answers
     //  would be stale), and answered ones are not fetched any more
-    for (size_t i = 0; self->lookups.slots && i <= self->lookups.mask; i++) {
-        if (!self->lookups.slots[i].key.bytes)
-            continue;
-        s_lookup_t *l = (s_lookup_t *) (uintptr_t) self->lookups.slots[i].a;
-        if (strcmp(l->kv, kv) == 0) {
-            pk_key_t k = s_round_key(&l->round);
-            pk_keymap_take(&self->lookups, &k, NULL, NULL);
-            s_lookup_free(l);
-            i = (size_t) -1;        //  the table moved: walk it again
-            if (!self->lookups.slots)
-                break;
-        }
-    }
+    size_t n;
+    s_lookup_t **gone = s_take_lookups(self, kv, false, &n);
+    for (size_t i = 0; i < n; i++)
+        s_lookup_free(gone[i]);
+    free(gone);
     pk_key_t k = pk_key_make((const uint8_t *) kv, strlen(kv));
     pk_keymap_take(&self->requests, &k, NULL, NULL);
     s_request_free(r);
@@ -670,29 +696,9 @@ pk_client_role_server_gone(pk_client_role_t *self, const char *reason)
     s_cut_off(self);
     while (self->loads_head)
         s_load_end(self, self->loads_head, PK_LOAD_FAILED, reason);
-    //  every lookup gets its one answer: none will come now; in round
-    //  order.
-    size_t n = 0, cap = pk_keymap_size(&self->lookups);
-    s_lookup_t **open = malloc((cap ? cap : 1) * sizeof *open);
-    for (size_t i = 0; open && self->lookups.slots && i <= self->lookups.mask; i++) {
-        if (!self->lookups.slots[i].key.bytes)
-            continue;
-        s_lookup_t *l = (s_lookup_t *) (uintptr_t) self->lookups.slots[i].a;
-        if (!l->answered)
-            open[n++] = l;
-    }
-    for (size_t i = 1; i < n; i++)
-        for (size_t j = i; j > 0 && open[j - 1]->round > open[j]->round; j--) {
-            s_lookup_t *t = open[j];
-            open[j] = open[j - 1];
-            open[j - 1] = t;
-        }
-    //  out of the table before any callback, so that one finishing a
-    //  request cannot free what is still to be reported
-    for (size_t i = 0; i < n; i++) {
-        pk_key_t k = s_round_key(&open[i]->round);
-        pk_keymap_take(&self->lookups, &k, NULL, NULL);
-    }
+    //  every lookup gets its one answer: none will come now
+    size_t n;
+    s_lookup_t **open = s_take_lookups(self, NULL, true, &n);
     for (size_t i = 0; i < n; i++) {
         self->events.lookup_done(self->events.self, open[i]->kv, open[i]->round, open[i]->keys,
                                  NULL, open[i]->n);
