@@ -381,37 +381,18 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
     return o->server && o->first < argc && o->timeout > 0 ? 0 : -EINVAL;
 }
 
+//  The keys of a lookup or get, decoded from the command line.
 typedef struct {
     size_t n;
-    pk_key_t *keys;
+    p2pkv_key_t *keys;
     uint8_t *bytes;
-    bool *hit;
-    int answered, fetched_ok, fetched_bad;
-    uint64_t round;
-    char reason[256];
 } s_get_t;
 
+//  The progress line of a long get, on a terminal.
 static void
-s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_key_t *keys,
-            const bool *hits, size_t n)
+s_progress(void *arg, size_t landed, size_t n)
 {
-    s_get_t *g = arg;
-    for (size_t i = 0; i < n && i < g->n; i++)
-        g->hit[i] = hits && hits[i];
-    g->round = round;
-    g->answered = hits ? 1 : -1;        //  -1: the server went away
-}
-
-static void
-s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
-{
-    s_get_t *g = arg;
-    if (status == P2PKV_LANDED)
-        g->fetched_ok = 1;
-    else {
-        g->fetched_bad = 1;
-        snprintf(g->reason, sizeof g->reason, "%s", reason);
-    }
+    fprintf(stderr, "\r%zu of %zu blocks fetched", landed, n);
 }
 
 static int
@@ -420,8 +401,7 @@ s_parse_keys(char *argv[], int first, int argc, s_get_t *g)
     g->n = (size_t) (argc - first);
     g->keys = calloc(g->n, sizeof *g->keys);
     g->bytes = calloc(g->n, PK_MAX_KEY_BYTES);
-    g->hit = calloc(g->n, sizeof *g->hit);
-    if (!g->keys || !g->bytes || !g->hit)
+    if (!g->keys || !g->bytes)
         return -ENOMEM;
     for (size_t i = 0; i < g->n; i++) {
         const char *hex = argv[first + (int) i];
@@ -431,7 +411,7 @@ s_parse_keys(char *argv[], int first, int argc, s_get_t *g)
             fprintf(stderr, "p2pkv: \"%s\" is not a key (lowercase hex of even length)\n", hex);
             return -EINVAL;
         }
-        g->keys[i] = pk_key_make(at, (size_t) len);
+        g->keys[i] = (p2pkv_key_t) { at, (size_t) len };
     }
     return 0;
 }
@@ -467,9 +447,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
                            .load_timeout = o.timeout,
                            .abort_ack_timeout = 10, .keepalive = 2, .silence = 10,
                            .no_reconnect = true };
-    client = p2pkv_client_new(&cfg, NULL, g.n, d.block_len,
-                              (p2pkv_callbacks_t) { .arg = &g, .on_lookup = s_on_lookup,
-                                                    .on_fetch = s_on_fetch }, err);
+    client = p2pkv_client_new(&cfg, NULL, g.n, d.block_len, (p2pkv_callbacks_t) { 0 }, err);
     if (!client) {
         fprintf(stderr, "p2pkv: %s\n", err);
         goto done;
@@ -479,97 +457,39 @@ s_cmd_remote(int argc, char *argv[], bool get)
         fprintf(stderr, "p2pkv: %s\n", err);
         goto done;
     }
-    p2pkv_key_t *pk = calloc(g.n, sizeof *pk);
-    size_t *slot = calloc(g.n, sizeof *slot);       //  pool block of each fetched key
-    bool *done = calloc(g.n, sizeof *done);
-    p2pkv_key_t *ask = calloc(g.n, sizeof *ask);
-    size_t *askpos = calloc(g.n, sizeof *askpos);
+    bool *landed = calloc(g.n, sizeof *landed);
     uint32_t *dest = calloc(g.n, sizeof *dest);
-    for (size_t i = 0; i < g.n; i++)
-        pk[i] = (p2pkv_key_t) { g.keys[i].bytes, g.keys[i].len };
-    //  A server pins at most its quota of blocks per session; keys beyond
-    //  it answer as misses.  So: look up what is left, fetch the hits (their
-    //  pins end with the fetch), and ask again while that makes progress.
-    size_t nhit = 0, next_slot = 0;
-    bool progress = get && !o.json && isatty(STDERR_FILENO);
-    double t0 = pk_clock_monotonic(), seconds = 0;
-    for (int batch = 0; nhit < g.n; batch++) {
-        char kv[64];
-        snprintf(kv, sizeof kv, "p2pkv-cli-%d", batch);
-        size_t nask = 0;
-        for (size_t i = 0; i < g.n; i++)
-            if (!done[i]) {
-                askpos[nask] = i;
-                ask[nask++] = pk[i];
-            }
-        g.answered = 0;
-        memset(g.hit, 0, g.n * sizeof *g.hit);
-        p2pkv_client_lookup(client, server, kv, ask, nask);
-        double deadline = pk_clock_monotonic() + o.timeout;
-        char why[256] = "";
-        while (!g.answered && pk_clock_monotonic() < deadline
-               && p2pkv_client_server_state(client, server, why) == P2PKV_SERVER_UP)
-            p2pkv_client_poll(client, 0.05);
-        if (g.answered != 1) {
-            p2pkv_client_server_state(client, server, why);
-            if (*why)
-                fprintf(stderr, "p2pkv: no answer to the lookup: %s\n", why);
-            else
-                fprintf(stderr, "p2pkv: no answer to the lookup within %.0f s\n", o.timeout);
-            break;
-        }
-        size_t nnew = 0;
-        for (size_t a = 0; a < nask; a++)
-            if (g.hit[a]) {
-                ask[nnew] = ask[a];
-                askpos[nnew] = askpos[a];
-                dest[nnew] = (uint32_t) (next_slot + nnew);
-                nnew++;
-            }
-        if (nnew == 0) {
-            p2pkv_client_finish(client, server, kv);
-            break;
-        }
-        if (get) {
-            uint64_t id;
-            g.fetched_ok = g.fetched_bad = 0;
-            if (p2pkv_client_fetch(client, server, kv, ask, dest, nnew, g.round, o.timeout,
-                                   &id) != 0)
-                g.fetched_bad = 1;
-            while (!g.fetched_ok && !g.fetched_bad)
-                p2pkv_client_poll(client, 0.05);
-            if (g.fetched_bad) {
-                fprintf(stderr, "p2pkv get: the fetch failed: %s\n", g.reason);
-                break;
-            }
-        }
-        p2pkv_client_finish(client, server, kv);
-        for (size_t a = 0; a < nnew; a++) {
-            done[askpos[a]] = true;
-            slot[askpos[a]] = next_slot + a;
-        }
-        next_slot += nnew;
-        nhit += nnew;
-        if (!get)
-            break;      //  a lookup asks once: beyond the quota is a miss to report
-        if (progress)
-            fprintf(stderr, "\r%zu of %zu blocks fetched", nhit, g.n);
+    if (!landed || !dest) {
+        free(landed);
+        free(dest);
+        goto done;
     }
+    for (size_t i = 0; i < g.n; i++)
+        dest[i] = (uint32_t) i;             //  the pool has a block per key
+    bool progress = get && !o.json && isatty(STDERR_FILENO);
+    double t0 = pk_clock_monotonic();
+    int got = p2pkv_client_get(client, server, "p2pkv-cli", g.keys, dest, g.n, get, o.timeout, landed,
+                               progress ? s_progress : NULL, NULL, err);
+    double seconds = pk_clock_monotonic() - t0;
     if (progress)
         fprintf(stderr, "\r\033[K");
-    seconds = pk_clock_monotonic() - t0;
-    p2pkv_client_poll(client, 0);
+    bool failed = got == -EIO;
+    if (got < 0)
+        fprintf(stderr, "p2pkv%s: %s\n", failed ? " get" : "", err);
+    size_t nhit = 0;
+    for (size_t i = 0; i < g.n; i++)
+        nhit += landed[i];
     //  report, and write DIR/KEY for each fetched block
     json_t *out = json_array();
-    rc = g.fetched_bad ? EXIT_ERROR : nhit == g.n ? EXIT_SUCCESS : EXIT_SOME_INVALID;
+    rc = failed ? EXIT_ERROR : nhit == g.n ? EXIT_SUCCESS : EXIT_SOME_INVALID;
     for (size_t i = 0; i < g.n; i++) {
         const char *hex = argv[o.first + (int) i];
-        const char *what = done[i] ? (get ? "fetched" : "hit") : (get ? "missing" : "miss");
-        if (get && done[i]) {
+        const char *what = landed[i] ? (get ? "fetched" : "hit") : (get ? "missing" : "miss");
+        if (get && landed[i]) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", o.outdir, hex);
             FILE *f = fopen(path, "wb");
-            size_t w = f ? fwrite(p2pkv_client_pool(client) + slot[i] * d.block_len, 1,
+            size_t w = f ? fwrite(p2pkv_client_pool(client) + i * d.block_len, 1,
                                   d.block_len, f) : 0;
             if (!f || w != d.block_len || fclose(f) != 0) {
                 fprintf(stderr, "p2pkv get: %s: %s\n", path, strerror(errno));
@@ -591,17 +511,12 @@ s_cmd_remote(int argc, char *argv[], bool get)
                 g.n, nhit * (double) d.block_len / 1048576.0, seconds,
                 seconds > 0 ? nhit * (double) d.block_len / seconds / 1e9 : 0.0);
     json_decref(out);
-    free(pk);
-    free(slot);
-    free(done);
-    free(ask);
-    free(askpos);
+    free(landed);
     free(dest);
 done:
     p2pkv_client_destroy(&client);
     free(g.keys);
     free(g.bytes);
-    free(g.hit);
     return rc;
 }
 

@@ -43,6 +43,18 @@ typedef struct s_fetch {
     struct s_fetch *prev, *next;    //  ended and unread, oldest first
 } s_fetch_t;
 
+//  What p2pkv_client_get waits for: the answer to its batch's lookup and
+//  the end of its fetch, kept from the caller's callbacks.
+typedef struct s_sync {
+    int server;
+    char kv[PK_ERRLEN];
+    int answered;                   //  1, or -1 when the server went away
+    bool *hits;                     //  the batch's, parallel to its keys
+    uint64_t round, fetch_id;
+    int status;                     //  -EINPROGRESS until the fetch ends
+    char reason[256];
+} s_sync_t;
+
 typedef struct {
     p2pkv_client_t *client;
     int index;
@@ -76,6 +88,7 @@ struct _p2pkv_client_t {
     s_server_t *servers[S_MAX_SERVERS];
     int nservers;                   //  slots in use are below this
     int ran;                        //  callbacks run in the current step
+    struct s_sync *sync;            //  p2pkv_client_get's batch, answered here
     uint64_t fetch_ids;             //  the roles draw fetch ids from it
     pk_keymap_t fetches;            //  id -> s_fetch_t
     s_fetch_t *unread_head, *unread_tail;
@@ -274,6 +287,15 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
 {
     s_server_t *s = arg;
     p2pkv_client_t *c = s->client;
+    s_sync_t *sync = c->sync;
+    if (sync && sync->server == s->index && strcmp(sync->kv, kv) == 0) {
+        if (hits)
+            memcpy(sync->hits, hits, n * sizeof *hits);
+        sync->round = round;
+        sync->answered = hits ? 1 : -1;
+        c->ran++;
+        return;
+    }
     p2pkv_key_t stack[64];
     p2pkv_key_t *out = n <= 64 ? stack : malloc(n * sizeof *out);
     if (!out)
@@ -324,10 +346,16 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     pk_key_t k = s_fetch_key(&id);
     pk_keymap_entry_t *e = pk_keymap_find(&c->fetches, &k);
     s_fetch_t *f = e ? (s_fetch_t *) (uintptr_t) e->a : NULL;
-    if (c->callbacks.on_fetch) {
+    bool synced = c->sync && c->sync->fetch_id == id;
+    if (synced) {
+        c->sync->status = (int) st;
+        snprintf(c->sync->reason, sizeof c->sync->reason, "%s", reason ? reason : "");
+    }
+    if (synced || c->callbacks.on_fetch) {
         if (f)
             s_fetch_forget(c, f);
-        c->callbacks.on_fetch(c->callbacks.arg, s->index, id, st, reason);
+        if (!synced)
+            c->callbacks.on_fetch(c->callbacks.arg, s->index, id, st, reason);
         return;
     }
     if (!f)
@@ -1028,6 +1056,115 @@ p2pkv_client_poll(p2pkv_client_t *self, double timeout)
             epoll_wait(self->epoll_fd, ev, 8, ms > 100 ? 100 : ms);
         }
     }
+}
+
+//  The batch's state, read under the lock: the progress thread may be
+//  the one answering it.
+static int
+s_sync_read(p2pkv_client_t *self, const int *field)
+{
+    pthread_mutex_lock(&self->lock);
+    int v = *field;
+    pthread_mutex_unlock(&self->lock);
+    return v;
+}
+
+int
+p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                 const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
+                 p2pkv_progress_fn *progress, void *progress_arg, char *err)
+{
+    if (n == 0 || n > PK_MAX_LIST || strlen(kv) > PK_ERRLEN - 16)
+        return -EINVAL;
+    memset(landed, 0, n * sizeof *landed);
+    if (err)
+        *err = '\0';
+    s_sync_t sync = { .server = server };
+    p2pkv_key_t *ask = malloc(n * sizeof *ask);
+    size_t *pos = malloc(n * sizeof *pos);
+    uint32_t *to = malloc(n * sizeof *to);
+    sync.hits = malloc(n * sizeof *sync.hits);
+    int rc = ask && pos && to && sync.hits ? 0 : -ENOMEM;
+    size_t total = 0;
+    pthread_mutex_lock(&self->lock);
+    bool busy = self->sync != NULL;
+    if (!busy)
+        self->sync = &sync;
+    pthread_mutex_unlock(&self->lock);
+    if (busy)
+        rc = -EBUSY;
+    //  A server pins at most its quota of blocks per session; keys beyond
+    //  it answer as misses.  So: look up what is left, fetch the hits
+    //  (their pins end with the fetch), and ask again while that makes
+    //  progress.
+    for (int batch = 0; rc == 0 && total < n; batch++) {
+        size_t nask = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!landed[i]) {
+                pos[nask] = i;
+                ask[nask++] = keys[i];
+            }
+        pthread_mutex_lock(&self->lock);
+        snprintf(sync.kv, sizeof sync.kv, "%s-%d", kv, batch);
+        sync.answered = 0;
+        sync.status = -EINPROGRESS;
+        sync.fetch_id = 0;
+        pthread_mutex_unlock(&self->lock);
+        if ((rc = p2pkv_client_lookup(self, server, sync.kv, ask, nask)) != 0)
+            break;
+        double deadline = pk_clock_monotonic() + timeout;
+        while (!s_sync_read(self, &sync.answered) && pk_clock_monotonic() < deadline
+               && p2pkv_client_server_state(self, server, NULL) == P2PKV_SERVER_UP)
+            p2pkv_client_poll(self, 0.05);
+        if (s_sync_read(self, &sync.answered) != 1) {
+            char why[256] = "";
+            p2pkv_client_server_state(self, server, why);
+            if (*why)
+                s_err(err, "no answer to the lookup: %s", why);
+            else
+                s_err(err, "no answer to the lookup within %.0f s", timeout);
+            rc = *why ? -ENOTCONN : -ETIMEDOUT;
+            break;
+        }
+        size_t nhit = 0;
+        for (size_t a = 0; a < nask; a++)
+            if (sync.hits[a]) {
+                ask[nhit] = ask[a];
+                pos[nhit] = pos[a];
+                to[nhit++] = dest[pos[a]];
+            }
+        if (nhit && fetch) {
+            rc = p2pkv_client_fetch(self, server, sync.kv, ask, to, nhit, sync.round, timeout,
+                                    &sync.fetch_id);
+            while (rc == 0 && s_sync_read(self, &sync.status) == -EINPROGRESS)
+                p2pkv_client_poll(self, 0.05);
+            if (rc == 0 && sync.status != P2PKV_LANDED) {
+                s_err(err, "the fetch failed: %s", sync.reason);
+                rc = -EIO;
+            }
+        }
+        p2pkv_client_finish(self, server, sync.kv);
+        if (rc)
+            break;
+        for (size_t a = 0; a < nhit; a++)
+            landed[pos[a]] = true;
+        total += nhit;
+        if (progress && nhit)
+            progress(progress_arg, total, n);
+        if (!nhit || !fetch)
+            break;      //  nothing more to get; a lookup asks once
+    }
+    pthread_mutex_lock(&self->lock);
+    if (self->sync == &sync)
+        self->sync = NULL;
+    pthread_mutex_unlock(&self->lock);
+    free(ask);
+    free(pos);
+    free(to);
+    free(sync.hits);
+    if (rc && err && !*err)
+        s_err(err, "%s", strerror(-rc));
+    return rc ? rc : (int) total;
 }
 
 int

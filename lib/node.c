@@ -713,100 +713,28 @@ s_from_actor(pk_node_t *self, s_peer_t *peer)
 
 //  --------------------------------------------------------------------------
 //  The puller: the daemon acting as a consumer for its engine.  One actor
-//  with one client over the store's own pool handles one pull at a time:
-//  look up what is left, fetch the hits into their reserved blocks, and ask
-//  again while that makes progress (a server pins at most its quota).
-
-typedef struct {
-    int answered, fetched;
-    bool *hit;
-    uint64_t round;
-    p2pkv_status_t status;
-    char reason[256];
-} s_pull_wait_t;
+//  with one client over the store's own pool handles one pull at a time,
+//  getting the keys into their reserved blocks (p2pkv_client_get).
 
 static void
-s_pull_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_key_t *keys,
-                 const bool *hits, size_t n)
-{
-    s_pull_wait_t *w = arg;
-    if (hits)
-        memcpy(w->hit, hits, n * sizeof *hits);
-    else
-        memset(w->hit, 0, n * sizeof *w->hit);      //  the server went away
-    w->round = round;
-    w->answered = 1;
-}
-
-static void
-s_pull_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
-{
-    s_pull_wait_t *w = arg;
-    w->status = status;
-    snprintf(w->reason, sizeof w->reason, "%s", reason);
-    w->fetched = 1;
-}
-
-static void
-s_pull_run(pk_node_t *node, p2pkv_client_t *client, s_pull_wait_t *w, s_pull_t *p)
+s_pull_run(pk_node_t *node, p2pkv_client_t *client, s_pull_t *p)
 {
     char err[256] = "";
     int server = p2pkv_client_connect(client, p->server, node->config->load_timeout, err);
-    if (server < 0) {
-        snprintf(p->reason, sizeof p->reason, "%s", err);
-        return;
-    }
-    p2pkv_key_t *ask = calloc(p->n, sizeof *ask);
-    size_t *pos = calloc(p->n, sizeof *pos);
-    uint32_t *dest = calloc(p->n, sizeof *dest);
-    w->hit = calloc(p->n, sizeof *w->hit);
-    for (int batch = 0; ask && pos && dest && w->hit; batch++) {
-        size_t nask = 0;
+    p2pkv_key_t *keys = server >= 0 ? calloc(p->n, sizeof *keys) : NULL;
+    if (keys) {
         for (size_t i = 0; i < p->n; i++)
-            if (!p->landed[i]) {
-                pos[nask] = i;
-                ask[nask++] = (p2pkv_key_t) { p->keys[i].bytes, p->keys[i].len };
-            }
-        if (!nask)
-            break;
+            keys[i] = (p2pkv_key_t) { p->keys[i].bytes, p->keys[i].len };
         char kv[64];
-        snprintf(kv, sizeof kv, "pull-%llu-%d", (unsigned long long) p->id, batch);
-        w->answered = w->fetched = 0;
-        if (p2pkv_client_lookup(client, server, kv, ask, nask) != 0)
-            break;
-        double deadline = pk_clock_monotonic() + node->config->load_timeout;
-        while (!w->answered && pk_clock_monotonic() < deadline
-               && p2pkv_client_server_state(client, server, p->reason) == P2PKV_SERVER_UP)
-            p2pkv_client_poll(client, 0.01);
-        size_t nhit = 0;
-        for (size_t a = 0; w->answered && a < nask; a++)
-            if (w->hit[a]) {
-                ask[nhit] = ask[a];
-                pos[nhit] = pos[a];
-                dest[nhit++] = p->blocks[pos[a]];
-            }
-        uint64_t fid;
-        if (!nhit || p2pkv_client_fetch(client, server, kv, ask, dest, nhit, w->round, 0, &fid)) {
-            p2pkv_client_finish(client, server, kv);
-            break;
-        }
-        while (!w->fetched)
-            p2pkv_client_poll(client, 0.01);
-        p2pkv_client_finish(client, server, kv);
-        if (w->status != P2PKV_LANDED) {
-            snprintf(p->reason, sizeof p->reason, "%s", w->reason);
-            break;
-        }
-        for (size_t a = 0; a < nhit; a++)
-            p->landed[pos[a]] = true;
+        snprintf(kv, sizeof kv, "pull-%llu", (unsigned long long) p->id);
+        p2pkv_client_get(client, server, kv, keys, p->blocks, p->n, true,
+                         node->config->load_timeout, p->landed, NULL, NULL, err);
+        free(keys);
     }
+    snprintf(p->reason, sizeof p->reason, "%s", err);
     //  a session per pull: between pulls nobody would keep it alive
-    p2pkv_client_disconnect(client, server);
-    free(ask);
-    free(pos);
-    free(dest);
-    free(w->hit);
-    w->hit = NULL;
+    if (server >= 0)
+        p2pkv_client_disconnect(client, server);
 }
 
 static void
@@ -815,7 +743,6 @@ s_puller_actor(zsock_t *pipe, void *args)
     pk_thread_block_signals();
     pk_node_t *node = args;
     zsock_signal(pipe, 0);
-    s_pull_wait_t w = { 0 };
     p2pkv_client_t *client = NULL;
     while (true) {
         zmsg_t *msg = zmsg_recv(pipe);
@@ -845,15 +772,12 @@ s_puller_actor(zsock_t *pipe, void *args)
                 client = p2pkv_client_new(&cfg, pk_store_base(node->store),
                                           pk_store_num_blocks(node->store),
                                           pk_store_block_len(node->store),
-                                          (p2pkv_callbacks_t) { .arg = &w,
-                                                                .on_lookup = s_pull_on_lookup,
-                                                                .on_fetch = s_pull_on_fetch },
-                                          err);
+                                          (p2pkv_callbacks_t) { 0 }, err);
                 if (!client)
                     snprintf(p->reason, sizeof p->reason, "%s", err);
             }
             if (client)
-                s_pull_run(node, client, &w, p);
+                s_pull_run(node, client, p);
             zsock_send(pipe, "sp", "U", p);
         }
         zframe_destroy(&f);

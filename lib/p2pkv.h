@@ -139,6 +139,24 @@ int p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p
                        const uint32_t *dest, size_t n, uint64_t round, double deadline,
                        uint64_t *fetch_id_p);
 
+typedef void (p2pkv_progress_fn)(void *arg, size_t landed, size_t n);
+
+/*  Gets keys[i] into block dest[i] of the pool, as many as the server
+    holds, and waits for it: looks up what is left, fetches the hits, and
+    asks again while that makes progress (a server pins at most its quota
+    of blocks per session; keys beyond it answer as misses).  With fetch
+    false it only looks up, once.  landed[i] says which arrived (or, not
+    fetching, which the server holds).  Each answer is waited for up to
+    timeout seconds.  Runs on the calling thread and does not go through
+    the callbacks; progress, if given, is called after each batch with
+    the count so far.  Requests are named kv-0, kv-1, ...  Returns the
+    count, or a negative errno with err: -ETIMEDOUT or -ENOTCONN (no
+    answer to a lookup), -EIO (a fetch failed), -EBUSY (another get runs);
+    landed[] still says what arrived before.  */
+int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                     const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
+                     p2pkv_progress_fn *progress, void *progress_arg, char *err);
+
 /*  Without an on_fetch callback, a fetch's end is read here, once:
     P2PKV_LANDED, P2PKV_FAILED or P2PKV_ABORTED (reason: 256 bytes, or
     NULL), -EINPROGRESS while it runs, -ENOENT for an id not issued,

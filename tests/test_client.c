@@ -424,6 +424,58 @@ START_TEST(test_lookups_of_a_request_batched)
 }
 END_TEST
 
+static void
+s_count_progress(void *arg, size_t landed, size_t n)
+{
+    size_t *calls = arg;          //  [0]: how many; then each count
+    ck_assert_uint_le(landed, n);
+    ck_assert_uint_lt(calls[0], 7);
+    calls[++calls[0]] = landed;
+}
+
+//  p2pkv_client_get past a pin quota of 5: looks up what is left, fetches
+//  the hits, asks again, until all 16 (and one key the server lacks) are
+//  settled; progress after each batch; the callbacks see none of it.
+START_TEST(test_get_in_batches_past_the_pin_quota)
+{
+    td_t s;
+    s_seen_t seen;
+    int server;
+    const char *quota[] = { "--pin-quota", "5", NULL };
+    p2pkv_client_t *c = s_connected(&s, quota, true, &seen, false, true, &server);
+    p2pkv_key_t keys[NKEYS + 1];
+    uint32_t dest[NKEYS + 1];
+    uint8_t absent[32] = { 0xab };
+    for (int i = 0; i < NKEYS; i++) {
+        keys[i] = s_keys[i];
+        dest[i] = (uint32_t) (40 - i);
+    }
+    keys[NKEYS] = (p2pkv_key_t) { absent, sizeof absent };
+    dest[NKEYS] = 63;
+    bool landed[NKEYS + 1];
+    size_t calls[8] = { 0 };
+    char err[256] = "";
+    //  looking only: one lookup, the quota's worth held
+    ck_assert_int_eq(p2pkv_client_get(c, server, "held", keys, dest, NKEYS + 1, false, 5, landed,
+                                      NULL, NULL, err), 5);
+    int got = p2pkv_client_get(c, server, "get", keys, dest, NKEYS + 1, true, 5, landed,
+                               s_count_progress, calls, err);
+    ck_assert_msg(got == NKEYS, "got %d: %s", got, err);
+    ck_assert_uint_eq(calls[0], 4);                 //  5 + 5 + 5 + 1
+    ck_assert_uint_eq(calls[1], 5);
+    ck_assert_uint_eq(calls[4], NKEYS);
+    for (int i = 0; i < NKEYS; i++) {
+        ck_assert(landed[i]);
+        ck_assert(memcmp(p2pkv_client_pool(c) + (size_t) dest[i] * BLOCK, s_data[i], BLOCK) == 0);
+    }
+    ck_assert(!landed[NKEYS]);
+    ck_assert_int_eq(atomic_load(&seen.lookups), 0);
+    ck_assert_int_eq(atomic_load(&seen.fetches), 0);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  No on_fetch: the end of a fetch is read by polling its status, once.
 START_TEST(test_fetch_status_by_polling)
 {
@@ -621,6 +673,7 @@ main(void)
     tcase_add_test(tc, test_two_servers_at_once);
     tcase_add_test(tc, test_lookups_of_a_request_batched);
     tcase_add_test(tc, test_fetch_status_by_polling);
+    tcase_add_test(tc, test_get_in_batches_past_the_pin_quota);
     tcase_add_test(tc, test_server_violations_end_the_session);
     suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
