@@ -18,6 +18,7 @@
     so no client can hold the listener or grow its memory.
 */
 #include "metrics.h"
+#include "protocol.h"
 #include "thread.h"
 
 #include <czmq.h>
@@ -95,48 +96,6 @@ s_name_ok(const char *name)
     return true;
 }
 
-//  Strict UTF-8 (no overlong forms, surrogates or code points past
-//  U+10FFFF): Prometheus requires it of label values and help text, and
-//  jansson of object keys.
-static bool
-s_utf8_ok(const char *text, size_t len)
-{
-    const uint8_t *s = (const uint8_t *) text, *end = s + len;
-    while (s < end) {
-        uint8_t c = *s++;
-        if (c < 0x80)
-            continue;
-        size_t more;
-        uint32_t cp, min;
-        if (c >= 0xc2 && c <= 0xdf) {
-            more = 1;
-            cp = c & 0x1f;
-            min = 0x80;
-        }
-        else if (c >= 0xe0 && c <= 0xef) {
-            more = 2;
-            cp = c & 0x0f;
-            min = 0x800;
-        }
-        else if (c >= 0xf0 && c <= 0xf4) {
-            more = 3;
-            cp = c & 0x07;
-            min = 0x10000;
-        }
-        else
-            return false;
-        if ((size_t) (end - s) < more)
-            return false;
-        for (; more; more--, s++) {
-            if ((*s & 0xc0) != 0x80)
-                return false;
-            cp = cp << 6 | (*s & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-    }
-    return true;
-}
 
 //  True if declaring name would put two families' samples under one series
 //  name (mutex held).
@@ -264,7 +223,7 @@ int
 pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
                    const char *help)
 {
-    if (!self || !s_name_ok(name) || !help || !s_utf8_ok(help, strlen(help))
+    if (!self || !s_name_ok(name) || !help || !pk_utf8_ok(help, strlen(help))
         || (unsigned) type > PK_METRIC_HISTOGRAM)
         return -EINVAL;
     //  Everything the family needs is allocated before the lock.
@@ -325,7 +284,7 @@ s_sample(s_family_t *family, const char *peer, s_sample_t **sample_p)
             lo = mid + 1;
     }
     size_t len = strnlen(peer, PK_METRICS_MAX_PEER + 1);
-    if (len == 0 || len > PK_METRICS_MAX_PEER || !s_utf8_ok(peer, len))
+    if (len == 0 || len > PK_METRICS_MAX_PEER || !pk_utf8_ok(peer, len))
         return -EINVAL;
     if (family->npeers == family->cap) {
         size_t cap = family->cap ? 2 * family->cap : 8;

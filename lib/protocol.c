@@ -187,6 +187,16 @@ s_init_once(void)
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 #define S_INIT() pthread_once(&s_once, s_init_once)
 
+bool
+pk_utf8_ok(const char *text, size_t len)
+{
+    //  jansson validates what it is given (and so what it decodes); one
+    //  checker for everything, not one per module
+    json_t *j = json_stringn(text, len);
+    json_decref(j);
+    return j != NULL;
+}
+
 void
 pk_hex_encode(const uint8_t *bytes, size_t len, char *out)
 {

@@ -200,6 +200,11 @@ const char *pk_disconnect_code_name(pk_disconnect_code_t code);
 /*  Lowercase hex of len bytes into out (2*len+1 bytes, NUL-terminated).  */
 void pk_hex_encode(const uint8_t *bytes, size_t len, char *out);
 
+/*  Strict UTF-8 (no overlong forms, surrogates or code points past
+    U+10FFFF), as jansson checks it: every text of the protocol, the
+    configuration and the metrics is.  */
+bool pk_utf8_ok(const char *text, size_t len);
+
 /*  Decode lowercase hex; returns the byte count or -EINVAL.  */
 int pk_hex_decode(const char *hex, size_t hexlen, uint8_t *out);
 

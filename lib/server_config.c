@@ -16,6 +16,7 @@
     both name every option.
 */
 #include "server_config.h"
+#include "protocol.h"
 #include "version.h"
 
 #include <arpa/inet.h>
@@ -283,35 +284,10 @@ s_parse_seconds(const char *s, double *out)
 static bool
 s_text_ok(const char *s)
 {
-    const unsigned char *c = (const unsigned char *) s;
-    while (*c) {
-        unsigned b = *c;
-        if (b < 0x20 || b == 0x7f)
+    for (const char *c = s; *c; c++)
+        if ((unsigned char) *c < 0x20 || *c == 0x7f)
             return false;
-        if (b < 0x80) {
-            c++;
-            continue;
-        }
-        size_t n;
-        uint32_t cp, min;
-        if ((b & 0xe0) == 0xc0)
-            n = 1, cp = b & 0x1f, min = 0x80;
-        else if ((b & 0xf0) == 0xe0)
-            n = 2, cp = b & 0x0f, min = 0x800;
-        else if ((b & 0xf8) == 0xf0)
-            n = 3, cp = b & 0x07, min = 0x10000;
-        else
-            return false;
-        for (size_t i = 1; i <= n; i++) {
-            if ((c[i] & 0xc0) != 0x80)  //  also stops at the NUL
-                return false;
-            cp = (cp << 6) | (c[i] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        c += n + 1;
-    }
-    return true;
+    return pk_utf8_ok(s, strlen(s));
 }
 
 //  A port: 1..5 digits, 0..65535.
