@@ -378,6 +378,17 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
 
 static void *s_progress_thread(void *arg);
 
+//  The configuration's strings, copied at construction.
+static void
+s_strings_free(p2pkv_client_t *self)
+{
+    free(self->peer_id);
+    free(self->fingerprint);
+    free(self->hash_seed);
+    free(self->provider);
+    free(self->node);
+}
+
 p2pkv_client_t *
 p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
                  uint64_t block_len, p2pkv_callbacks_t callbacks, char *err)
@@ -471,11 +482,7 @@ fail_pool:
     if (self->own_pool)
         free(self->pool);
 fail_strings:
-    free(self->peer_id);
-    free(self->fingerprint);
-    free(self->hash_seed);
-    free(self->provider);
-    free(self->node);
+    s_strings_free(self);
     free(self);
 fail:
     if (err && !*err)
@@ -549,11 +556,7 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
     pthread_mutex_destroy(&self->lock);
     if (self->own_pool)
         free(self->pool);
-    free(self->peer_id);
-    free(self->fingerprint);
-    free(self->hash_seed);
-    free(self->provider);
-    free(self->node);
+    s_strings_free(self);
     free(self);
     *self_p = NULL;
 }
