@@ -996,8 +996,9 @@ p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
     return rc;
 }
 
-//  One pass over every server; the timer is read (so it stops signalling)
-//  and set again for what is due next.
+//  One pass over every server; the timer is read, so it stops signalling.
+//  Setting it again (s_arm, with fi_trywait on every queue) is left to
+//  whoever is about to sleep or return: not once per spin.
 static int
 s_step(p2pkv_client_t *self)
 {
@@ -1009,7 +1010,6 @@ s_step(p2pkv_client_t *self)
     for (int i = 0; i < self->nservers; i++)
         if (self->servers[i])
             s_server_step(self, self->servers[i]);
-    s_arm(self);
     return self->ran;
 }
 
@@ -1048,8 +1048,10 @@ p2pkv_client_poll(p2pkv_client_t *self, double timeout)
         pthread_mutex_lock(&self->lock);
         int ran = s_step(self);
         bool spin = s_must_spin(self);
-        pthread_mutex_unlock(&self->lock);
         double left = deadline - pk_clock_monotonic();
+        if (ran || left <= 0 || !spin)
+            s_arm(self);
+        pthread_mutex_unlock(&self->lock);
         if (ran || left <= 0)
             return ran;
         //  sleep until something is due, unless only spinning sees it
@@ -1206,6 +1208,8 @@ s_progress_thread(void *arg)
         struct epoll_event ev[8];
         pthread_mutex_lock(&self->lock);
         bool spin = s_must_spin(self);
+        if (!spin)
+            s_arm(self);
         pthread_mutex_unlock(&self->lock);
         if (!spin)
             epoll_wait(self->epoll_fd, ev, 8, 100);
