@@ -10,13 +10,13 @@
       fabric  a bare fi_writedata loop against write_blocks over the tcp
               provider on 127.0.0.1, GB/s side by side
 */
-#include "clock.h"
-#include "keymap.h"
-#include "ofi.h"
-#include "protocol.h"
-#include "server_role.h"
-#include "transport.h"
-#include "version.h"
+#include "base/clock.h"
+#include "base/keymap.h"
+#include "ofi/ofi.h"
+#include "wire/protocol.h"
+#include "roles/server_role.h"
+#include "sim/memtransport.h"
+#include "base/version.h"
 
 #include <malloc.h>
 #include <poll.h>
@@ -305,7 +305,7 @@ typedef struct {
 static int
 s_fab_open(s_fab_side_t *side, uint64_t block, bool expose)
 {
-    char err[PK_OFI_ERRLEN];
+    char err[PK_ERRLEN];
     int rc;
     side->pool = aligned_alloc(4096, FAB_POOL * block);
     if (!side->pool)
@@ -396,7 +396,7 @@ s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *loca
 static int
 s_fab_wire(pk_ofi_channel_t *ch, int in, int out, bool send_first)
 {
-    char err[PK_OFI_ERRLEN];
+    char err[PK_ERRLEN];
     int rc = send_first ? pk_ofi_channel_send_blob_fd(ch, out) : pk_ofi_channel_connect_fd(ch, in, err);
     if (rc == 0)
         rc = send_first ? pk_ofi_channel_connect_fd(ch, in, err) : pk_ofi_channel_send_blob_fd(ch, out);

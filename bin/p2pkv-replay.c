@@ -5,11 +5,11 @@
     prints every effect the role has on the outside world, one compact JSON
     object per line.  Deterministic: the same input gives the same output.
 */
-#include "keymap.h"
-#include "protocol.h"
-#include "server_role.h"
-#include "transport.h"
-#include "version.h"
+#include "base/keymap.h"
+#include "wire/protocol.h"
+#include "roles/server_role.h"
+#include "sim/memtransport.h"
+#include "base/version.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -7,8 +7,8 @@
     writes drain, the shared-memory pool is unlinked); a second exits at
     once, still unlinking the pool.
 */
-#include "node.h"
-#include "server_config.h"
+#include "daemon/node.h"
+#include "daemon/server_config.h"
 
 #include <czmq.h>
 #include <signal.h>

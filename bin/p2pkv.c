@@ -6,11 +6,11 @@
     memory; `codec` decodes control-plane frames and prints each one's
     canonical encoding or the exact rule it breaks.
 */
-#include "clock.h"
+#include "base/clock.h"
 #include "p2pkv.h"
-#include "protocol.h"
-#include "server_config.h"
-#include "version.h"
+#include "wire/protocol.h"
+#include "daemon/server_config.h"
+#include "base/version.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

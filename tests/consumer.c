@@ -1,7 +1,7 @@
 /*  consumer.c: the end-to-end tests' consumer (see consumer.h).  */
 #include "consumer.h"
-#include "clock.h"
-#include "ofi.h"
+#include "base/clock.h"
+#include "ofi/ofi.h"
 
 #include <czmq.h>
 #include <sodium.h>
@@ -30,7 +30,7 @@ tc_new(const tc_config_t *config)
     size_t bytes = config->num_blocks * config->block_len;
     self->pool = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     memset(self->pool, 0xee, bytes);
-    char err[PK_OFI_ERRLEN];
+    char err[PK_ERRLEN];
     int rc;
     pk_ofi_config_t oc = { "tcp", "127.0.0.1", 5.0 };
     self->ofi = pk_ofi_new(&oc, self->pool, config->num_blocks, config->block_len, &rc, err);

@@ -9,7 +9,7 @@
 #ifndef PK_TEST_CONSUMER_H_INCLUDED
 #define PK_TEST_CONSUMER_H_INCLUDED
 
-#include "protocol.h"
+#include "wire/protocol.h"
 
 #include <stdbool.h>
 #include <stddef.h>

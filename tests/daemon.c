@@ -1,6 +1,6 @@
 /*  daemon.c: a real p2pkv-server for the end-to-end tests (see daemon.h).  */
 #include "daemon.h"
-#include "clock.h"
+#include "base/clock.h"
 #include "testutil.h"
 
 #include <dirent.h>

@@ -5,9 +5,9 @@
     server table (connect twice, disconnect).
 */
 #include "p2pkv.h"
-#include "clock.h"
+#include "base/clock.h"
 #include "daemon.h"
-#include "protocol.h"
+#include "wire/protocol.h"
 #include "testutil.h"
 
 #include <czmq.h>

@@ -11,9 +11,9 @@
     this binary again, executed with --consumer (see s_consumer_main).
 */
 #include "p2pkv.h"
-#include "clock.h"
+#include "base/clock.h"
 #include "daemon.h"
-#include "protocol.h"
+#include "wire/protocol.h"
 #include "testutil.h"
 
 #include <czmq.h>

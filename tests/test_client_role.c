@@ -1,7 +1,7 @@
 /*  test_client_role.c: the consumer's role, with a virtual clock, a
     recording sender, a scripted landed count and a recorded cut-off.
 */
-#include "client_role.h"
+#include "roles/client_role.h"
 #include "testutil.h"
 
 #include <errno.h>

@@ -9,7 +9,7 @@
     a peer; the totals must come out exact.  The listener is spoken to over
     raw TCP sockets; nothing waits on a timer.
 */
-#include "metrics.h"
+#include "daemon/metrics.h"
 #include "testutil.h"
 
 #include <arpa/inet.h>

@@ -5,8 +5,8 @@
     Exits 77 (automake's SKIP) with a message where the machine has no tcp
     provider at all.
 */
-#include "clock.h"
-#include "ofi.h"
+#include "base/clock.h"
+#include "ofi/ofi.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -36,7 +36,7 @@ static pk_transport_t T;
 static void
 s_open(s_side_t *side, bool expose, uint8_t fill)
 {
-    char err[PK_OFI_ERRLEN] = "";
+    char err[PK_ERRLEN] = "";
     int rc;
     side->pool = aligned_alloc(4096, (size_t) BLOCK * BLOCKS);
     ck_assert_ptr_nonnull(side->pool);
@@ -59,7 +59,7 @@ s_setup(void)
             S.pool[b * BLOCK + k] = (uint8_t) (b * 7 + k);
     uint8_t *blob;
     size_t len;
-    char err[PK_OFI_ERRLEN] = "";
+    char err[PK_ERRLEN] = "";
     ck_assert_int_eq(pk_ofi_channel_blob(C.ch, &blob, &len), 0);
     ck_assert_int_eq(pk_ofi_channel_connect(S.ch, blob, len, err), 0);
     free(blob);
@@ -265,7 +265,7 @@ START_TEST(test_describe)
     //  tcp asks for no mr_mode bit in 1.17: offset addressing, our keys
     ck_assert_uint_eq(pk_ofi_mr_mode(S.ofi), 0);
     //  a provider asked for by name is never replaced by another
-    char err[PK_OFI_ERRLEN] = "";
+    char err[PK_ERRLEN] = "";
     int rc;
     pk_ofi_config_t config = { "no-such-provider", "127.0.0.1", 2.0 };
     ck_assert_ptr_null(pk_ofi_new(&config, S.pool, BLOCKS, BLOCK, &rc, err));
@@ -354,7 +354,7 @@ START_TEST(test_blob_mismatch_refused)
 {
     uint8_t *blob;
     size_t len;
-    char err[PK_OFI_ERRLEN] = "";
+    char err[PK_ERRLEN] = "";
     ck_assert_int_eq(pk_ofi_channel_blob(C.ch, &blob, &len), 0);
     //  another provider name of the same length
     size_t at = 4 + 4 + 2;
@@ -475,7 +475,7 @@ s_child_main(int in, int out, uint32_t expect)
 {
     s_side_t side = { 0 };
     s_open(&side, true, 0xee);
-    char err[PK_OFI_ERRLEN];
+    char err[PK_ERRLEN];
     if (pk_ofi_channel_send_blob_fd(side.ch, out) || pk_ofi_channel_connect_fd(side.ch, in, err))
         _exit(3);
     for (;;) {
@@ -512,7 +512,7 @@ static pk_ofi_channel_t *
 s_writer_channel(s_child_t *child)
 {
     int rc;
-    char err[PK_OFI_ERRLEN];
+    char err[PK_ERRLEN];
     pk_ofi_channel_t *ch = pk_ofi_channel_new(S.ofi, false, &rc, err);
     ck_assert_ptr_nonnull(ch);
     ck_assert_int_eq(pk_ofi_channel_connect_fd(ch, child->from_child, err), 0);
@@ -629,7 +629,7 @@ main(void)
     //  Skip (77) only when the machine has no tcp provider at all.
     uint8_t probe[4096];
     int rc;
-    char err[PK_OFI_ERRLEN] = "";
+    char err[PK_ERRLEN] = "";
     pk_ofi_config_t config = { "tcp", "127.0.0.1", 2.0 };
     pk_ofi_t *ofi = pk_ofi_new(&config, probe, 1, sizeof probe, &rc, err);
     if (!ofi) {

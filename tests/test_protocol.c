@@ -6,7 +6,7 @@
     long inputs (4,096-byte ids, 8,192-char keys, 65,536-item lists, 1 MiB of
     metadata) are generated in their own tests.
 */
-#include "protocol.h"
+#include "wire/protocol.h"
 #include "testutil.h"
 
 #include <errno.h>

@@ -6,9 +6,9 @@
     or the exact one-line error an operator would read.  The last test
     keeps --help, the table of options and doc/p2pkv-server.8 in step.
 */
-#include "server_config.h"
+#include "daemon/server_config.h"
 #include "testutil.h"
-#include "version.h"
+#include "base/version.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -7,7 +7,7 @@
 */
 #include "consumer.h"
 #include "daemon.h"
-#include "clock.h"
+#include "base/clock.h"
 #include "testutil.h"
 
 #include <czmq.h>

@@ -8,11 +8,11 @@
     and asserts that no per-request state is left and every lookup's
     on_new_request got its on_request_finished.
 */
-#include "keymap.h"
-#include "protocol.h"
-#include "server_role.h"
+#include "base/keymap.h"
+#include "wire/protocol.h"
+#include "roles/server_role.h"
 #include "testutil.h"
-#include "transport.h"
+#include "sim/memtransport.h"
 
 #include <errno.h>
 #include <stdarg.h>

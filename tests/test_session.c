@@ -2,11 +2,11 @@
     frame: a virtual clock, the in-memory transport, a scripted store, and
     the frames a consumer would send, encoded with the codec.
 */
-#include "keymap.h"
-#include "protocol.h"
-#include "session.h"
+#include "base/keymap.h"
+#include "wire/protocol.h"
+#include "roles/server_session.h"
 #include "testutil.h"
-#include "transport.h"
+#include "sim/memtransport.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -18,9 +18,9 @@ static const uint8_t ZERO[PK_EPOCH_LEN] = { 0 };
 typedef struct {
     double now;
     pk_memtransport_t *mem;
-    pk_session_t *session;
+    pk_server_session_t *session;
     pk_server_identity_t id;
-    pk_session_config_t config;
+    pk_server_session_config_t config;
     pk_msg_t *out[32];
     int nout;
     uint8_t epoch[PK_EPOCH_LEN];    //  the server's, learnt from connect_ack
@@ -111,11 +111,11 @@ s_setup(void)
     H->now = 100;
     H->mem = pk_memtransport_new();
     H->id = (pk_server_identity_t) { "server-a", 4096, 128, "fp", "7", "tcp" };
-    H->config = (pk_session_config_t) { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0, 4, 8, 3, 6 };
+    H->config = (pk_server_session_config_t) { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0, 4, 8, 3, 6 };
     pk_msg_t *connect = s_connect_msg("fp", 4096);
     char reason[PK_ERRLEN];
-    ck_assert_int_eq(pk_session_check_connect(&H->id, connect, reason, sizeof reason), 0);
-    H->session = pk_session_new(&H->id, &H->config, connect, (pk_clock_t) { NULL, s_now },
+    ck_assert_int_eq(pk_server_session_check_connect(&H->id, connect, reason, sizeof reason), 0);
+    H->session = pk_server_session_new(&H->id, &H->config, connect, (pk_clock_t) { NULL, s_now },
                                 pk_memtransport_iface(H->mem),
                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_bracket, s_bracket,
                                                 s_result },
@@ -135,14 +135,14 @@ s_setup(void)
 static void
 s_teardown(void)
 {
-    pk_session_destroy(&H->session);
+    pk_server_session_destroy(&H->session);
     pk_memtransport_destroy(&H->mem);
     s_clear_out();
     free(H);
 }
 
 //  Sends m (epochs set to this session's unless already present).
-static pk_session_status_t
+static pk_server_session_status_t
 s_send(pk_msg_t *m)
 {
     if (!(m->present & PK_BIT(PK_F_SOURCE_EPOCH)))
@@ -151,7 +151,7 @@ s_send(pk_msg_t *m)
     size_t len;
     char err[PK_ERRLEN];
     ck_assert_msg(pk_msg_encode(m, &frame, &len, err) == 0, "%s", err);
-    pk_session_status_t st = pk_session_on_frame(H->session, frame, len);
+    pk_server_session_status_t st = pk_server_session_on_frame(H->session, frame, len);
     free(frame);
     pk_msg_destroy(&m);
     return st;
@@ -211,25 +211,25 @@ START_TEST(test_connect_checks)
 {
     char reason[PK_ERRLEN];
     pk_msg_t *c = s_connect_msg("other", 4096);
-    ck_assert_int_eq(pk_session_check_connect(&H->id, c, reason, sizeof reason), -EPROTO);
+    ck_assert_int_eq(pk_server_session_check_connect(&H->id, c, reason, sizeof reason), -EPROTO);
     ck_assert_str_eq(reason, "config_fingerprint: server \"fp\", consumer \"other\"");
     pk_msg_destroy(&c);
     c = s_connect_msg("fp", 512);
-    ck_assert_int_eq(pk_session_check_connect(&H->id, c, reason, sizeof reason), -EPROTO);
+    ck_assert_int_eq(pk_server_session_check_connect(&H->id, c, reason, sizeof reason), -EPROTO);
     ck_assert_str_eq(reason, "block_len: server 4096, consumer 512");
     pk_msg_set_uint(c, PK_F_BLOCK_LEN, 4096);
     pk_msg_set_string(c, PK_F_HASH_SEED, "8");
-    ck_assert_int_eq(pk_session_check_connect(&H->id, c, reason, sizeof reason), -EPROTO);
+    ck_assert_int_eq(pk_server_session_check_connect(&H->id, c, reason, sizeof reason), -EPROTO);
     ck_assert_str_eq(reason, "hash_seed: server \"7\", consumer \"8\"");
     pk_msg_set_string(c, PK_F_HASH_SEED, "7");
     pk_msg_set_uint(c, PK_F_WIRE_MAJOR, 2);
-    ck_assert_int_eq(pk_session_check_connect(&H->id, c, reason, sizeof reason), -EPROTO);
+    ck_assert_int_eq(pk_server_session_check_connect(&H->id, c, reason, sizeof reason), -EPROTO);
     ck_assert_str_eq(reason, "wire_major: server 1, consumer 2");
     pk_msg_destroy(&c);
     //  the incompatible answer carries the server's values
     char *frame;
     size_t len;
-    ck_assert_int_eq(pk_session_disconnect_frame(&H->id, PK_DISC_INCOMPATIBLE, "hash_seed",
+    ck_assert_int_eq(pk_server_session_disconnect_frame(&H->id, PK_DISC_INCOMPATIBLE, "hash_seed",
                                                  NULL, NULL, &frame, &len), 0);
     s_out(NULL, frame, len);
     free(frame);
@@ -243,28 +243,28 @@ END_TEST
 START_TEST(test_repeated_connect)
 {
     //  the same connect again gets the same answer; other fields: violation
-    ck_assert_int_eq(s_send(s_connect_msg("fp", 4096)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_connect_msg("fp", 4096)), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(H->nout, 1);
     ck_assert_int_eq(H->out[0]->type, PK_MSG_CONNECT_ACK);
     ck_assert_mem_eq(H->out[0]->source_epoch, H->epoch, PK_EPOCH_LEN);
     s_clear_out();
     pk_msg_t *c = s_connect_msg("fp", 4096);
     pk_msg_set_uint(c, PK_F_NUM_BLOCKS, 65);
-    ck_assert_int_eq(s_send(c), PK_SESSION_RETIRED);
+    ck_assert_int_eq(s_send(c), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "connect repeated with different fields");
 }
 END_TEST
 
 START_TEST(test_ping_and_describe)
 {
-    ck_assert_int_eq(s_send(pk_msg_new(PK_MSG_PING)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(pk_msg_new(PK_MSG_PING)), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(H->nout, 1);
     ck_assert_int_eq(H->out[0]->type, PK_MSG_PONG);
     ck_assert_mem_eq(H->out[0]->source_epoch, H->epoch, PK_EPOCH_LEN);
     ck_assert_mem_eq(H->out[0]->target_epoch, CE, PK_EPOCH_LEN);
     s_clear_out();
     const char *describe = "{\"type\":\"describe\"}";
-    pk_session_on_frame(H->session, describe, strlen(describe));
+    pk_server_session_on_frame(H->session, describe, strlen(describe));
     ck_assert_int_eq(H->out[0]->type, PK_MSG_DESCRIPTION);
     ck_assert_str_eq(H->out[0]->provider, "tcp");
     s_clear_out();
@@ -276,13 +276,13 @@ START_TEST(test_stale_epoch_dropped)
     pk_msg_t *m = s_lookup_msg("r1", 1, 1);
     uint8_t old[PK_EPOCH_LEN] = { 9 };
     pk_msg_set_epochs(m, old, H->epoch);
-    ck_assert_int_eq(s_send(m), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_LIVE);
     m = s_lookup_msg("r1", 1, 1);
     pk_msg_set_epochs(m, CE, old);
-    ck_assert_int_eq(s_send(m), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(H->nout, 0);                   //  never applied
-    pk_session_counters_t c;
-    pk_session_counters(H->session, &c);
+    pk_server_session_counters_t c;
+    pk_server_session_counters(H->session, &c);
     ck_assert_uint_eq(c.dropped_stale, 2);
     ck_assert_uint_eq(c.lookups, 0);
 }
@@ -293,16 +293,16 @@ START_TEST(test_bad_frames_dropped)
     const char *frames[] = { "garbage", "[1]", "{\"type\":\"describe\",\"type\":1}",
                              "{\"type\":\"future_thing\"}" };
     for (int i = 0; i < 4; i++)
-        ck_assert_int_eq(pk_session_on_frame(H->session, frames[i], strlen(frames[i])),
-                         PK_SESSION_LIVE);
-    pk_session_counters_t c;
-    pk_session_counters(H->session, &c);
+        ck_assert_int_eq(pk_server_session_on_frame(H->session, frames[i], strlen(frames[i])),
+                         PK_SERVER_SESSION_LIVE);
+    pk_server_session_counters_t c;
+    pk_server_session_counters(H->session, &c);
     ck_assert_uint_eq(c.dropped_bad, 3);
     ck_assert_uint_eq(c.dropped_unknown, 1);
     ck_assert_int_eq(H->nout, 0);
     //  a known type breaking a rule ends the session
     const char *bad = "{\"type\":\"ping\",\"source_epoch\":5,\"target_epoch\":5}";
-    ck_assert_int_eq(pk_session_on_frame(H->session, bad, strlen(bad)), PK_SESSION_RETIRED);
+    ck_assert_int_eq(pk_server_session_on_frame(H->session, bad, strlen(bad)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "ping.source_epoch: expected 32 lowercase hex");
 }
 END_TEST
@@ -310,39 +310,39 @@ END_TEST
 START_TEST(test_wrong_direction)
 {
     pk_msg_t *m = pk_msg_new(PK_MSG_PONG);
-    ck_assert_int_eq(s_send(m), PK_SESSION_RETIRED);
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "pong flows from server to consumer only");
 }
 END_TEST
 
 START_TEST(test_lookup_fetch_and_duplicate)
 {
-    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 2)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 2)), PK_SERVER_SESSION_LIVE);
     //  answered in the same call, not at the next tick
     ck_assert_int_eq(H->nout, 1);
     ck_assert_int_eq(H->out[0]->type, PK_MSG_LOOKUP_RESP);
     ck_assert_uint_eq(H->out[0]->round_seq, 1);
     ck_assert(H->out[0]->hits[0] && H->out[0]->hits[1]);
     s_clear_out();
-    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 2, 10)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 2, 10)), PK_SERVER_SESSION_LIVE);
     ck_assert_uint_eq(pk_memtransport_inflight(H->mem), 1);
     uint64_t tid = 1;
     pk_memtransport_complete(H->mem, &tid, 1, true);
-    ck_assert_int_eq(pk_session_tick(H->session), PK_SESSION_LIVE);
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(H->out[0]->type, PK_MSG_TRANSFER_DONE);
     ck_assert(H->out[0]->success);
     ck_assert_uint_eq(H->out[0]->landing, 2);
     s_clear_out();
     ck_assert_int_eq(H->results_ok, 1);
-    ck_assert_int_eq(s_send(s_fetch_msg("r2", 1, 1, 0)), PK_SESSION_LIVE);
-    ck_assert_int_eq(s_send(s_fetch_msg("r2", 1, 1, 1)), PK_SESSION_RETIRED);
+    ck_assert_int_eq(s_send(s_fetch_msg("r2", 1, 1, 0)), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_fetch_msg("r2", 1, 1, 1)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "duplicate fetch for r2 round 1");
 }
 END_TEST
 
 START_TEST(test_index_outside_consumer_pool)
 {
-    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 2, 63)), PK_SESSION_RETIRED);
+    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 2, 63)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION,
                         "fetch.block_indexes[1]: 64 is outside the consumer's pool of 64 blocks");
 }
@@ -354,9 +354,9 @@ START_TEST(test_limits)
     for (int i = 0; i < 4; i++) {
         char kv[8];
         snprintf(kv, sizeof kv, "f%d", i);
-        ck_assert_int_eq(s_send(s_fetch_msg(kv, 1, 1, 0)), PK_SESSION_LIVE);
+        ck_assert_int_eq(s_send(s_fetch_msg(kv, 1, 1, 0)), PK_SERVER_SESSION_LIVE);
     }
-    ck_assert_int_eq(s_send(s_fetch_msg("f4", 1, 1, 0)), PK_SESSION_RETIRED);
+    ck_assert_int_eq(s_send(s_fetch_msg("f4", 1, 1, 0)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "limit: more than 4 live requests");
 }
 END_TEST
@@ -364,8 +364,8 @@ END_TEST
 START_TEST(test_limit_rounds_and_keys)
 {
     for (uint64_t r = 1; r <= 3; r++)
-        ck_assert_int_eq(s_send(s_fetch_msg("r1", r, 1, 0)), PK_SESSION_LIVE);
-    ck_assert_int_eq(s_send(s_fetch_msg("r1", 4, 1, 0)), PK_SESSION_RETIRED);
+        ck_assert_int_eq(s_send(s_fetch_msg("r1", r, 1, 0)), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_fetch_msg("r1", 4, 1, 0)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "limit: more than 3 rounds in request r1");
 }
 END_TEST
@@ -373,7 +373,7 @@ END_TEST
 START_TEST(test_limit_parked_keys)
 {
     //  9 keys in one lookup, 8 allowed
-    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 9)), PK_SESSION_RETIRED);
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 9)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "limit: more than 8 keys in lookups");
 }
 END_TEST
@@ -381,7 +381,7 @@ END_TEST
 START_TEST(test_pin_quota_answers_misses)
 {
     //  quota 6: a lookup of 8 hits pins 6 and answers the other 2 as misses
-    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 8)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 8)), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(H->out[0]->type, PK_MSG_LOOKUP_RESP);
     int hits = 0;
     for (int i = 0; i < 8; i++)
@@ -390,10 +390,10 @@ START_TEST(test_pin_quota_answers_misses)
     ck_assert(!H->out[0]->hits[6] && !H->out[0]->hits[7]);
     s_clear_out();
     //  the terminal fetch releases them; the quota is free again
-    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 0, 0)), PK_SESSION_LIVE);
-    ck_assert_int_eq(pk_session_tick(H->session), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 0, 0)), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(H->results_ok, 1);
-    ck_assert_int_eq(s_send(s_lookup_msg("r2", 1, 6)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_lookup_msg("r2", 1, 6)), PK_SERVER_SESSION_LIVE);
     for (int i = 0; i < 6; i++)
         ck_assert(H->out[0]->hits[i]);
     s_clear_out();
@@ -402,16 +402,16 @@ END_TEST
 
 START_TEST(test_silence_retires_and_releases_pins)
 {
-    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 2)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 2)), PK_SERVER_SESSION_LIVE);
     s_clear_out();
     H->now += 9.99;
-    ck_assert_int_eq(pk_session_tick(H->session), PK_SESSION_LIVE);
-    ck_assert_int_eq(s_send(pk_msg_new(PK_MSG_PING)), PK_SESSION_LIVE);     //  heard again
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(s_send(pk_msg_new(PK_MSG_PING)), PK_SERVER_SESSION_LIVE);     //  heard again
     s_clear_out();
     H->now += 9.99;
-    ck_assert_int_eq(pk_session_tick(H->session), PK_SESSION_LIVE);
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_LIVE);
     H->now += 0.01;
-    ck_assert_int_eq(pk_session_tick(H->session), PK_SESSION_RETIRED);
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_SILENT, "nothing heard for 10.0 s");
     //  the lookup's pins were handed back as failed: the store unpins them
     ck_assert_int_eq(H->results_failed, 1);
@@ -420,15 +420,15 @@ END_TEST
 
 START_TEST(test_consumer_disconnect)
 {
-    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 1)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 1)), PK_SERVER_SESSION_LIVE);
     s_clear_out();
     pk_msg_t *m = pk_msg_new(PK_MSG_DISCONNECT);
     pk_msg_set_code(m, PK_DISC_SHUTDOWN);
     pk_msg_set_string(m, PK_F_REASON, "bye");
-    ck_assert_int_eq(s_send(m), PK_SESSION_RETIRED);
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_RETIRED);
     ck_assert_int_eq(H->nout, 0);                   //  nothing said back
     ck_assert_int_eq(H->results_failed, 1);
-    ck_assert_str_eq(pk_session_reason(H->session), "consumer disconnected: bye");
+    ck_assert_str_eq(pk_server_session_reason(H->session), "consumer disconnected: bye");
 }
 END_TEST
 
@@ -436,21 +436,21 @@ START_TEST(test_forced_cancel_retires)
 {
     //  a write held past the drain deadline: the role cancels in immediate
     //  mode, and the session says `retired` instead of the abort_ack
-    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 1)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 1)), PK_SERVER_SESSION_LIVE);
     s_clear_out();
-    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 1, 0)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 1, 0)), PK_SERVER_SESSION_LIVE);
     uint64_t tid = 1;
     pk_memtransport_hold(H->mem, &tid, 1);
     pk_msg_t *abort = pk_msg_new(PK_MSG_ABORT_FETCH);
     pk_msg_set_string(abort, PK_F_KV_REQUEST_ID, "r1");
     pk_msg_set_uint(abort, PK_F_ROUND_SEQ, 1);
-    ck_assert_int_eq(s_send(abort), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(abort), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(H->nout, 0);
     H->now += 5;
-    ck_assert_int_eq(s_send(pk_msg_new(PK_MSG_PING)), PK_SESSION_LIVE);
+    ck_assert_int_eq(s_send(pk_msg_new(PK_MSG_PING)), PK_SERVER_SESSION_LIVE);
     s_clear_out();
     H->now += 5;
-    ck_assert_int_eq(pk_session_tick(H->session), PK_SESSION_RETIRED);
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_RETIRED, "cancelled in immediate mode");
     ck_assert_uint_eq(pk_memtransport_inflight(H->mem), 0);
 }

@@ -7,7 +7,7 @@
     from four threads and then checks that the books balance and that no
     pinned block was ever rewritten under its reader.
 */
-#include "store.h"
+#include "daemon/store.h"
 #include "testutil.h"
 
 #include <errno.h>

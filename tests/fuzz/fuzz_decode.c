@@ -4,7 +4,7 @@
     Beyond "no crash, no leak" it checks the codec's promise: anything that
     decodes encodes, and the encoding decodes to the same encoding again.
 */
-#include "protocol.h"
+#include "wire/protocol.h"
 
 #include <dirent.h>
 #include <stdio.h>

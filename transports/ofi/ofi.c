@@ -8,9 +8,10 @@
     Branching is on the mr_mode bits the provider returned, never on its
     name.
 */
-#include "ofi.h"
-#include "clock.h"
-#include "keymap.h"
+#include "base/err.h"
+#include "ofi/ofi.h"
+#include "base/clock.h"
+#include "base/keymap.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -117,18 +118,6 @@ struct _pk_ofi_channel_t {
 
 static atomic_uint_fast64_t s_next_key = 1;
 
-static int
-s_fail(char *err, int rc, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, PK_OFI_ERRLEN, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 //  --------------------------------------------------------------------------
 //  The fabric
 
@@ -179,7 +168,7 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
     int rc = 0;
     pk_ofi_t *self = calloc(1, sizeof *self);
     if (!self) {
-        rc = s_fail(err, -ENOMEM, "out of memory");
+        rc = pk_err(err, -ENOMEM, "out of memory");
         goto fail;
     }
     pk_ofi_config_t dflt = { NULL, NULL, 5.0 };
@@ -188,17 +177,17 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
     self->num_blocks = num_blocks;
     self->block_len = block_len;
     if (!base || !num_blocks || !block_len) {
-        rc = s_fail(err, -EINVAL, "ofi: no pool to register");
+        rc = pk_err(err, -EINVAL, "ofi: no pool to register");
         goto fail_self;
     }
     if (!(self->config.stall_timeout > 0)) {
-        rc = s_fail(err, -EINVAL, "ofi: stall_timeout must be positive");
+        rc = pk_err(err, -EINVAL, "ofi: stall_timeout must be positive");
         goto fail_self;
     }
     if (self->config.provider) {
         rc = s_getinfo(&self->config, self->config.provider, &self->info);
         if (rc) {
-            s_fail(err, rc, "ofi: provider \"%s\" is not available for RDM RMA writes: %s",
+            pk_err(err, rc, "ofi: provider \"%s\" is not available for RDM RMA writes: %s",
                    self->config.provider, fi_strerror(-rc));
             goto fail_self;
         }
@@ -208,7 +197,7 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
         for (size_t i = 0; i < 3 && !self->info; i++)
             rc = s_getinfo(&self->config, order[i], &self->info);
         if (!self->info) {
-            s_fail(err, rc, "ofi: none of verbs, efa, tcp is available: %s", fi_strerror(-rc));
+            pk_err(err, rc, "ofi: none of verbs, efa, tcp is available: %s", fi_strerror(-rc));
             goto fail_self;
         }
     }
@@ -216,12 +205,12 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
     self->cq_data = self->info->domain_attr->cq_data_size >= 4;
     rc = fi_fabric(self->info->fabric_attr, &self->fabric, NULL);
     if (rc) {
-        s_fail(err, rc, "ofi: fi_fabric: %s", fi_strerror(-rc));
+        pk_err(err, rc, "ofi: fi_fabric: %s", fi_strerror(-rc));
         goto fail_info;
     }
     rc = fi_domain(self->fabric, self->info, &self->domain, NULL);
     if (rc) {
-        s_fail(err, rc, "ofi: fi_domain: %s", fi_strerror(-rc));
+        pk_err(err, rc, "ofi: fi_domain: %s", fi_strerror(-rc));
         goto fail_fabric;
     }
     //  Local descriptors are needed only under FI_MR_LOCAL; per endpoint
@@ -230,7 +219,7 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
     if ((mr_mode & FI_MR_LOCAL) && !(mr_mode & FI_MR_ENDPOINT)) {
         rc = s_register(self, FI_WRITE, NULL, &self->local_mr);
         if (rc) {
-            s_fail(err, rc, "ofi: registering the pool: %s", fi_strerror(-rc));
+            pk_err(err, rc, "ofi: registering the pool: %s", fi_strerror(-rc));
             goto fail_domain;
         }
     }
@@ -307,7 +296,7 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
     int rc;
     pk_ofi_channel_t *self = calloc(1, sizeof *self);
     if (!self) {
-        rc = s_fail(err, -ENOMEM, "out of memory");
+        rc = pk_err(err, -ENOMEM, "out of memory");
         goto fail;
     }
     self->ofi = ofi;
@@ -334,18 +323,18 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
         rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
     }
     if (rc) {
-        s_fail(err, rc, "ofi: fi_cq_open: %s", fi_strerror(-rc));
+        pk_err(err, rc, "ofi: fi_cq_open: %s", fi_strerror(-rc));
         goto fail_self;
     }
     struct fi_av_attr av_attr = { .type = FI_AV_TABLE, .count = 1 };
     rc = fi_av_open(ofi->domain, &av_attr, &self->av, NULL);
     if (rc) {
-        s_fail(err, rc, "ofi: fi_av_open: %s", fi_strerror(-rc));
+        pk_err(err, rc, "ofi: fi_av_open: %s", fi_strerror(-rc));
         goto fail_cq;
     }
     rc = fi_endpoint(ofi->domain, ofi->info, &self->ep, NULL);
     if (rc) {
-        s_fail(err, rc, "ofi: fi_endpoint: %s", fi_strerror(-rc));
+        pk_err(err, rc, "ofi: fi_endpoint: %s", fi_strerror(-rc));
         goto fail_av;
     }
     rc = fi_ep_bind(self->ep, &self->cq->fid, FI_TRANSMIT | FI_RECV);
@@ -354,14 +343,14 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
     if (!rc)
         rc = fi_enable(self->ep);
     if (rc) {
-        s_fail(err, rc, "ofi: enabling the endpoint: %s", fi_strerror(-rc));
+        pk_err(err, rc, "ofi: enabling the endpoint: %s", fi_strerror(-rc));
         goto fail_ep;
     }
     uint64_t mr_mode = ofi->info->domain_attr->mr_mode;
     if ((mr_mode & FI_MR_LOCAL) && (mr_mode & FI_MR_ENDPOINT)) {
         rc = s_register(ofi, FI_WRITE, self->ep, &self->local_mr);
         if (rc) {
-            s_fail(err, rc, "ofi: registering the pool: %s", fi_strerror(-rc));
+            pk_err(err, rc, "ofi: registering the pool: %s", fi_strerror(-rc));
             goto fail_ep;
         }
     }
@@ -370,7 +359,7 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
     if (expose) {
         rc = s_register(ofi, FI_REMOTE_WRITE, self->ep, &self->expose_mr);
         if (rc) {
-            s_fail(err, rc, "ofi: registering the pool for remote writes: %s", fi_strerror(-rc));
+            pk_err(err, rc, "ofi: registering the pool for remote writes: %s", fi_strerror(-rc));
             goto fail_local;
         }
         self->expose_key = fi_mr_key(self->expose_mr);
@@ -378,7 +367,7 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
             size_t size = sizeof self->raw_key;
             rc = fi_mr_raw_attr(self->expose_mr, &self->raw_base, self->raw_key, &size, 0);
             if (rc) {
-                s_fail(err, rc, "ofi: the raw key of the pool: %s", fi_strerror(-rc));
+                pk_err(err, rc, "ofi: the raw key of the pool: %s", fi_strerror(-rc));
                 goto fail_expose;
             }
             self->raw_key_len = size;
@@ -492,27 +481,27 @@ pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, 
     uint16_t provlen, addrlen;
     uint64_t fields[4];
     if (len < 12 || memcmp(at, S_BLOB_MAGIC, 4) != 0)
-        return s_fail(err, -EPROTO, "agent_metadata: not a p2pkv libfabric address");
+        return pk_err(err, -EPROTO, "agent_metadata: not a p2pkv libfabric address");
     at += 4;
     memcpy(&version, at, 4), at += 4;
     memcpy(&provlen, at, 2), at += 2;
     if (end - at < provlen + 2)
-        return s_fail(err, -EPROTO, "agent_metadata: truncated");
+        return pk_err(err, -EPROTO, "agent_metadata: truncated");
     char prov[64];
     snprintf(prov, sizeof prov, "%.*s", (int) provlen, (const char *) at);
     at += provlen;
     memcpy(&addrlen, at, 2), at += 2;
     uint16_t rawlen;
     if ((size_t) (end - at) < addrlen + sizeof fields + 1 + 2)
-        return s_fail(err, -EPROTO, "agent_metadata: truncated");
+        return pk_err(err, -EPROTO, "agent_metadata: truncated");
     memcpy(&rawlen, at + addrlen + sizeof fields + 1, 2);
     if ((size_t) (end - at) != addrlen + sizeof fields + 1 + 2 + rawlen)
-        return s_fail(err, -EPROTO, "agent_metadata: truncated");
+        return pk_err(err, -EPROTO, "agent_metadata: truncated");
     if (strcmp(prov, self->ofi->provider) != 0)
-        return s_fail(err, -EPROTO, "agent_metadata: provider %s, ours is %s", prov,
+        return pk_err(err, -EPROTO, "agent_metadata: provider %s, ours is %s", prov,
                       self->ofi->provider);
     if (version != fi_version())
-        return s_fail(err, -EPROTO, "agent_metadata: libfabric %u.%u, ours is %u.%u",
+        return pk_err(err, -EPROTO, "agent_metadata: libfabric %u.%u, ours is %u.%u",
                       FI_MAJOR(version), FI_MINOR(version), FI_MAJOR(fi_version()),
                       FI_MINOR(fi_version()));
     const uint8_t *addr = at;
@@ -521,19 +510,19 @@ pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, 
     const uint8_t *raw = at + 1 + 2;
     bool want_raw = (self->ofi->info->domain_attr->mr_mode & FI_MR_RAW) && *at;
     if (want_raw != (rawlen > 0))
-        return s_fail(err, -EPROTO, "agent_metadata: %s raw memory key",
+        return pk_err(err, -EPROTO, "agent_metadata: %s raw memory key",
                       rawlen ? "an unexpected" : "no");
     if (self->connected)
-        return s_fail(err, -EISCONN, "ofi: channel already has a peer");
+        return pk_err(err, -EISCONN, "ofi: channel already has a peer");
     if (fi_av_insert(self->av, addr, 1, &self->peer, 0, NULL) != 1)
-        return s_fail(err, -EPROTO, "agent_metadata: address not accepted by the fabric");
+        return pk_err(err, -EPROTO, "agent_metadata: address not accepted by the fabric");
     self->peer_key = fields[0];
     if (rawlen) {
         uint64_t key;
         int rc = fi_mr_map_raw(self->ofi->domain, fields[1], (uint8_t *) raw, rawlen, &key, 0);
         if (rc) {
             fi_av_remove(self->av, &self->peer, 1, 0);
-            return s_fail(err, rc, "agent_metadata: raw key not accepted: %s", fi_strerror(-rc));
+            return pk_err(err, rc, "agent_metadata: raw key not accepted: %s", fi_strerror(-rc));
         }
         self->peer_key = key;
         self->peer_key_mapped = true;
@@ -1025,6 +1014,6 @@ pk_ofi_channel_connect_fd(pk_ofi_channel_t *self, int fd, char *err)
     uint32_t len;
     uint8_t blob[1024];
     if (s_read_full(fd, &len, 4) || len > sizeof blob || s_read_full(fd, blob, len))
-        return s_fail(err, -EIO, "ofi: no address blob from the peer");
+        return pk_err(err, -EIO, "ofi: no address blob from the peer");
     return pk_ofi_channel_connect(self, blob, len, err);
 }

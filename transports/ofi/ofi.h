@@ -21,13 +21,13 @@
 #ifndef PK_OFI_H_INCLUDED
 #define PK_OFI_H_INCLUDED
 
-#include "transport.h"
+#include "base/err.h"
+#include "base/transport.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define PK_OFI_ERRLEN 256
 /*  Merged runs are split at 1 MiB: p2pkv-bench fabric measured 4 MiB
     writes 12-27% below the bare loop for contiguous 1-2 MiB blocks (fewer
     writes in flight), 1 MiB ones at par or above.  */

@@ -42,26 +42,4 @@ typedef struct {
                      uint64_t *still);
 } pk_transport_t;
 
-//  --------------------------------------------------------------------------
-//  The in-memory transport: ids 1, 2, 3, ... in successful-submission order.
-//  It has no partial progress: a failed transfer landed nothing.
-
-typedef struct _pk_memtransport_t pk_memtransport_t;
-
-pk_memtransport_t *pk_memtransport_new(void);
-void pk_memtransport_destroy(pk_memtransport_t **self_p);
-pk_transport_t pk_memtransport_iface(pk_memtransport_t *self);
-
-/*  These transfers finished; the next poll reports them.  Ids not in
-    flight are ignored.  */
-void pk_memtransport_complete(pk_memtransport_t *self, const uint64_t *tids, size_t n, bool ok);
-/*  These transfers ignore a cancel in wait mode.  */
-void pk_memtransport_hold(pk_memtransport_t *self, const uint64_t *tids, size_t n);
-/*  The next n submissions are refused.  */
-void pk_memtransport_refuse(pk_memtransport_t *self, size_t n);
-/*  Transfers submitted and neither reported nor released.  */
-size_t pk_memtransport_inflight(const pk_memtransport_t *self);
-/*  The id the next accepted write will get.  */
-uint64_t pk_memtransport_next_tid(const pk_memtransport_t *self);
-
 #endif

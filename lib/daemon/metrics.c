@@ -17,9 +17,9 @@
     answer; a bounded number are served at a time and each has a deadline,
     so no client can hold the listener or grow its memory.
 */
-#include "metrics.h"
-#include "protocol.h"
-#include "thread.h"
+#include "daemon/metrics.h"
+#include "wire/protocol.h"
+#include "base/thread.h"
 
 #include <czmq.h>
 #include <errno.h>

@@ -16,8 +16,8 @@
 #ifndef PK_STORE_H_INCLUDED
 #define PK_STORE_H_INCLUDED
 
-#include "protocol.h"
-#include "server_role.h"
+#include "wire/protocol.h"
+#include "roles/server_role.h"
 
 /*  blocks[i] of a key that was not pinned.  */
 #define PK_STORE_NO_BLOCK UINT32_MAX

@@ -10,7 +10,7 @@
 #ifndef PK_KEYMAP_H_INCLUDED
 #define PK_KEYMAP_H_INCLUDED
 
-#include "protocol.h"
+#include "base/key.h"
 
 typedef struct {
     pk_key_t key;           //  key.bytes == NULL marks an empty slot

@@ -1,7 +1,7 @@
 /*  transport.c: the in-memory transport.  Ids are dense, so a transfer's
     state is one byte in a vector indexed by id; poll sorts only what
     finished since the last poll.  */
-#include "transport.h"
+#include "sim/memtransport.h"
 
 #include <assert.h>
 #include <errno.h>

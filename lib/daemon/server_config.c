@@ -15,9 +15,9 @@
     doc/p2pkv-server.8 repeats it word for word, and the tests check that
     both name every option.
 */
-#include "server_config.h"
-#include "protocol.h"
-#include "version.h"
+#include "daemon/server_config.h"
+#include "wire/protocol.h"
+#include "base/version.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*  clock.c: the real clock behind the pk_clock_t seam.  */
-#include "clock.h"
+#include "base/clock.h"
 
 #include <time.h>
 

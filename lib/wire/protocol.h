@@ -22,6 +22,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/err.h"
+#include "base/key.h"
+
 #define PK_WIRE_MAJOR 1
 #define PK_WIRE_MINOR 0
 
@@ -34,7 +37,6 @@
 #define PK_MAX_NUM_BLOCKS  (UINT64_C(1) << 31)
 #define PK_MAX_BLOCK_INDEX 2147483647u
 #define PK_EPOCH_LEN       16
-#define PK_ERRLEN          256          /* a decode error always fits */
 
 typedef enum {
     PK_MSG_DESCRIBE = 0,
@@ -62,49 +64,6 @@ typedef enum {
     PK_DISC_RETIRED,
     PK_DISC_COUNT
 } pk_disconnect_code_t;
-
-/*  One key: a content hash as bytes, with its hash for our tables computed
-    once (pk_key_make; the decoder fills it).  Keys decoded from a frame
-    point into one arena owned by their pk_keys_t.  */
-typedef struct {
-    const uint8_t *bytes;
-    uint32_t len;
-    uint64_t hash;
-} pk_key_t;
-
-/*  Keyed SipHash of the bytes: the same value for the same bytes within one
-    process, unpredictable to peers (the key is drawn at start).  */
-uint64_t pk_key_hash(const uint8_t *bytes, size_t len);
-pk_key_t pk_key_make(const uint8_t *bytes, size_t len);
-/*  A fast keyed hash of two 64-bit ids, for tables keyed by our own ids
-    (transfer ids, rounds); not for keys a peer chooses freely.  */
-uint64_t pk_hash_id(uint64_t a, uint64_t b);
-static inline bool
-pk_key_eq(const pk_key_t *a, const pk_key_t *b)
-{
-    if (a->hash != b->hash || a->len != b->len)
-        return false;
-    //  Word by word, inlined: an equal hash almost always means equal
-    //  keys, so this runs on every successful table lookup.
-    uint32_t i = 0;
-    for (; i + 8 <= a->len; i += 8) {
-        uint64_t x, y;
-        memcpy(&x, a->bytes + i, 8);
-        memcpy(&y, b->bytes + i, 8);
-        if (x != y)
-            return false;
-    }
-    for (; i < a->len; i++)
-        if (a->bytes[i] != b->bytes[i])
-            return false;
-    return true;
-}
-
-typedef struct {
-    size_t count;
-    pk_key_t *v;
-    uint8_t *arena;         /* NULL when v[] points at caller-owned bytes */
-} pk_keys_t;
 
 /*  Fields a message may carry; bit i of pk_msg_t.present is field i, and
     the encoder writes members in this order.  */
@@ -197,15 +156,9 @@ int pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err);
 const char *pk_msg_type_name(pk_msg_type_t type);
 const char *pk_disconnect_code_name(pk_disconnect_code_t code);
 
-/*  Lowercase hex of len bytes into out (2*len+1 bytes, NUL-terminated).  */
-void pk_hex_encode(const uint8_t *bytes, size_t len, char *out);
-
 /*  Strict UTF-8 (no overlong forms, surrogates or code points past
     U+10FFFF), as jansson checks it: every text of the protocol, the
     configuration and the metrics is.  */
 bool pk_utf8_ok(const char *text, size_t len);
-
-/*  Decode lowercase hex; returns the byte count or -EINVAL.  */
-int pk_hex_decode(const char *hex, size_t hexlen, uint8_t *out);
 
 #endif

@@ -9,7 +9,7 @@
     together live in s_check_message, which encode runs as well: nothing
     the encoder emits can be refused by the decoder.
 */
-#include "protocol.h"
+#include "wire/protocol.h"
 
 #include <assert.h>
 #include <czmq.h>
@@ -123,18 +123,6 @@ pk_disconnect_code_name(pk_disconnect_code_t code)
 //  --------------------------------------------------------------------------
 //  Errors
 
-static int
-s_fail(char *err, int rc, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, PK_ERRLEN, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 //  What a JSON value is, for "got ..." in an error: scalars as written,
 //  containers and strings by kind (their text can be huge).
 static const char *
@@ -161,77 +149,6 @@ s_got(const json_t *j, char *buf, size_t size)
 }
 
 //  --------------------------------------------------------------------------
-//  Hex
-
-static int8_t s_hexval[256];
-static uint8_t s_siphash_key[crypto_shorthash_KEYBYTES];
-static uint64_t s_index_mult;     //  odd, random: multiplicative hash of indexes
-
-static void
-s_init_once(void)
-{
-    memset(s_hexval, -1, sizeof s_hexval);
-    for (int i = 0; i < 10; i++)
-        s_hexval['0' + i] = (int8_t) i;
-    for (int i = 0; i < 6; i++)
-        s_hexval['a' + i] = (int8_t) (10 + i);
-    //  sodium_init is idempotent and thread-safe; the key makes bucket
-    //  placement unpredictable to a peer choosing keys.
-    if (sodium_init() < 0)
-        abort();
-    randombytes_buf(s_siphash_key, sizeof s_siphash_key);
-    randombytes_buf(&s_index_mult, sizeof s_index_mult);
-    s_index_mult |= 1;
-}
-
-static pthread_once_t s_once = PTHREAD_ONCE_INIT;
-#define S_INIT() pthread_once(&s_once, s_init_once)
-
-bool
-pk_utf8_ok(const char *text, size_t len)
-{
-    //  jansson validates what it is given (and so what it decodes); one
-    //  checker for everything, not one per module
-    json_t *j = json_stringn(text, len);
-    json_decref(j);
-    return j != NULL;
-}
-
-void
-pk_hex_encode(const uint8_t *bytes, size_t len, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < len; i++) {
-        out[2 * i] = digits[bytes[i] >> 4];
-        out[2 * i + 1] = digits[bytes[i] & 15];
-    }
-    out[2 * len] = '\0';
-}
-
-//  Returns the index of the first bad char, or -1 when all is lowercase hex.
-static ssize_t
-s_hex_decode(const char *hex, size_t hexlen, uint8_t *out)
-{
-    const unsigned char *h = (const unsigned char *) hex;
-    for (size_t i = 0; i < hexlen; i += 2) {
-        int hi = s_hexval[h[i]], lo = s_hexval[h[i + 1]];
-        if ((hi | lo) < 0)
-            return (ssize_t) (hi < 0 ? i : i + 1);
-        out[i / 2] = (uint8_t) (hi << 4 | lo);
-    }
-    return -1;
-}
-
-int
-pk_hex_decode(const char *hex, size_t hexlen, uint8_t *out)
-{
-    S_INIT();
-    if (hexlen % 2 || s_hex_decode(hex, hexlen, out) >= 0)
-        return -EINVAL;
-    return (int) (hexlen / 2);
-}
-
-//  --------------------------------------------------------------------------
 //  Duplicate detection over a list of up to 65,536 items.  zhashx costs a
 //  malloc per item and rehashes as it grows (measured: a third of the
 //  decode budget of a 65,536-key fetch), so this is one flat open-addressed
@@ -243,33 +160,14 @@ typedef struct {
     bool keys;          //  keys, else block_indexes
 } s_list_t;
 
-uint64_t
-pk_key_hash(const uint8_t *bytes, size_t len)
+bool
+pk_utf8_ok(const char *text, size_t len)
 {
-    S_INIT();
-    uint64_t h;
-    crypto_shorthash((unsigned char *) &h, bytes, len, s_siphash_key);
-    return h;
-}
-
-uint64_t
-pk_hash_id(uint64_t a, uint64_t b)
-{
-    S_INIT();
-    //  A keyed multiply-xorshift mix: ids are ours or bounded per session,
-    //  so this needs to spread them, not to resist a chosen-input attack
-    //  as key hashing must.
-    uint64_t h = (a ^ s_index_mult) * UINT64_C(0x9e3779b97f4a7c15);
-    h ^= h >> 32;
-    h = (h ^ b) * s_index_mult;
-    h ^= h >> 29;
-    return h * UINT64_C(0xbf58476d1ce4e5b9) ^ (h >> 32);
-}
-
-pk_key_t
-pk_key_make(const uint8_t *bytes, size_t len)
-{
-    return (pk_key_t) { bytes, (uint32_t) len, pk_key_hash(bytes, len) };
+    //  jansson validates what it is given (and so what it decodes); one
+    //  checker for everything, not one per module
+    json_t *j = json_stringn(text, len);
+    json_decref(j);
+    return j != NULL;
 }
 
 static uint64_t
@@ -277,7 +175,7 @@ s_item_hash(const s_list_t *l, size_t i)
 {
     if (l->keys)
         return l->msg->keys.v[i].hash;
-    return (l->msg->block_indexes[i] + UINT64_C(1)) * s_index_mult;
+    return pk_hash_id(l->msg->block_indexes[i], 0);
 }
 
 static bool
@@ -533,30 +431,30 @@ s_check_message(const pk_msg_t *m, char *err)
             uint64_t bytes, end;
             if (__builtin_mul_overflow(m->num_blocks, m->block_len, &bytes)
                 || __builtin_add_overflow(m->base_addr, bytes, &end))
-                return s_fail(err, -EPROTO,
+                return pk_err(err, -EPROTO,
                               "%s: base_addr + num_blocks*block_len overflows 64 bits", tn);
             break;
         }
         case PK_MSG_DISCONNECT: {
             uint32_t epochs = m->present & EPOCHS;
             if (epochs && epochs != EPOCHS)
-                return s_fail(err, -EPROTO,
+                return pk_err(err, -EPROTO,
                               "%s: source_epoch and target_epoch go together", tn);
             if (m->code == PK_DISC_INCOMPATIBLE) {
                 uint32_t lacking = INCOMPATIBLE_EXTRAS & ~m->present;
                 if (lacking)
-                    return s_fail(err, -EPROTO, "%s.%s: missing (required for code incompatible)",
+                    return pk_err(err, -EPROTO, "%s.%s: missing (required for code incompatible)",
                                   tn, s_fields[__builtin_ctz(lacking)].name);
             }
             break;
         }
         case PK_MSG_LOOKUP:
             if (n == 0)
-                return s_fail(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
+                return pk_err(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
             break;
         case PK_MSG_LOOKUP_RESP:
             if (n == 0)
-                return s_fail(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
+                return pk_err(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
             break;
         case PK_MSG_FETCH: {
             ssize_t dup;
@@ -564,15 +462,15 @@ s_check_message(const pk_msg_t *m, char *err)
             s_list_t keys = { m, true }, indexes = { m, false };
             int rc = s_find_duplicate(&keys, n, &dup, &first);
             if (rc)
-                return s_fail(err, rc, "out of memory");
+                return pk_err(err, rc, "out of memory");
             if (dup >= 0)
-                return s_fail(err, -EPROTO, "%s.keys[%zd]: duplicate of keys[%zu]",
+                return pk_err(err, -EPROTO, "%s.keys[%zd]: duplicate of keys[%zu]",
                               tn, dup, first);
             rc = s_find_duplicate(&indexes, n, &dup, &first);
             if (rc)
-                return s_fail(err, rc, "out of memory");
+                return pk_err(err, rc, "out of memory");
             if (dup >= 0)
-                return s_fail(err, -EPROTO,
+                return pk_err(err, -EPROTO,
                               "%s.block_indexes[%zd]: duplicate of block_indexes[%zu] (%" PRIu32 ")",
                               tn, dup, first, m->block_indexes[dup]);
             break;
@@ -597,11 +495,11 @@ s_decode_keys(pk_msg_t *m, const json_t *arr, const char *tn, char *err)
     for (size_t i = 0; i < n; i++) {
         const json_t *s = json_array_get(arr, i);
         if (!json_is_string(s))
-            return s_fail(err, -EPROTO, "%s.keys[%zu]: expected string, got %s",
+            return pk_err(err, -EPROTO, "%s.keys[%zu]: expected string, got %s",
                           tn, i, s_got(s, got, sizeof got));
         size_t len = json_string_length(s);
         if (len == 0 || len > PK_MAX_KEY_HEX || len % 2)
-            return s_fail(err, -EPROTO,
+            return pk_err(err, -EPROTO,
                           "%s.keys[%zu]: expected lowercase hex of even length 2..%d chars, got %zu chars",
                           tn, i, PK_MAX_KEY_HEX, len);
         total += len / 2;
@@ -610,19 +508,19 @@ s_decode_keys(pk_msg_t *m, const json_t *arr, const char *tn, char *err)
     m->keys.v = malloc((n ? n : 1) * sizeof *m->keys.v);
     m->keys.arena = malloc(total ? total : 1);
     if (!m->keys.v || !m->keys.arena)
-        return s_fail(err, -ENOMEM, "out of memory");
+        return pk_err(err, -ENOMEM, "out of memory");
     uint8_t *at = m->keys.arena;
     for (size_t i = 0; i < n; i++) {
         const json_t *s = json_array_get(arr, i);
         size_t len = json_string_length(s);
         const char *hex = json_string_value(s);
-        ssize_t bad = s_hex_decode(hex, len, at);
+        ssize_t bad = pk_hex_decode_at(hex, len, at);
         if (bad >= 0) {
             unsigned char c = (unsigned char) hex[bad];
             if (c >= 0x20 && c < 0x7f)
-                return s_fail(err, -EPROTO, "%s.keys[%zu]: expected lowercase hex, got '%c' at char %zd",
+                return pk_err(err, -EPROTO, "%s.keys[%zu]: expected lowercase hex, got '%c' at char %zd",
                               tn, i, c, bad);
-            return s_fail(err, -EPROTO, "%s.keys[%zu]: expected lowercase hex, got byte 0x%02x at char %zd",
+            return pk_err(err, -EPROTO, "%s.keys[%zu]: expected lowercase hex, got byte 0x%02x at char %zd",
                           tn, i, c, bad);
         }
         m->keys.v[i] = pk_key_make(at, len / 2);
@@ -642,16 +540,16 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
     switch (spec->kind) {
         case K_STRING: {
             if (!json_is_string(j))
-                return s_fail(err, -EPROTO, "%s.%s: expected string, got %s",
+                return pk_err(err, -EPROTO, "%s.%s: expected string, got %s",
                               tn, fn, s_got(j, got, sizeof got));
             size_t len = json_string_length(j);
             if (len < spec->min || len > spec->max)
-                return s_fail(err, -EPROTO, "%s.%s: expected string of %" PRIu64 "..%" PRIu64
+                return pk_err(err, -EPROTO, "%s.%s: expected string of %" PRIu64 "..%" PRIu64
                               " bytes, got %zu bytes", tn, fn, spec->min, spec->max, len);
             //  jansson refuses \u0000, so the value is a C string of len bytes
             char *copy = strndup(json_string_value(j), len);
             if (!copy)
-                return s_fail(err, -ENOMEM, "out of memory");
+                return pk_err(err, -ENOMEM, "out of memory");
             *s_string_slot(m, f) = copy;
             break;
         }
@@ -659,35 +557,35 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
             json_int_t v = json_is_integer(j) ? json_integer_value(j) : -1;
             if (!json_is_integer(j) || v < 0 || (uint64_t) v < spec->min
                 || (uint64_t) v > spec->max)
-                return s_fail(err, -EPROTO, "%s.%s: expected integer %" PRIu64 "..%" PRIu64
+                return pk_err(err, -EPROTO, "%s.%s: expected integer %" PRIu64 "..%" PRIu64
                               ", got %s", tn, fn, spec->min, spec->max, s_got(j, got, sizeof got));
             *s_uint_slot(m, f) = (uint64_t) v;
             break;
         }
         case K_BOOL:
             if (!json_is_boolean(j))
-                return s_fail(err, -EPROTO, "%s.%s: expected boolean, got %s",
+                return pk_err(err, -EPROTO, "%s.%s: expected boolean, got %s",
                               tn, fn, s_got(j, got, sizeof got));
             m->success = json_is_true(j);
             break;
         case K_EPOCH: {
             uint8_t *epoch = f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch;
             if (!json_is_string(j) || json_string_length(j) != 2 * PK_EPOCH_LEN
-                || s_hex_decode(json_string_value(j), 2 * PK_EPOCH_LEN, epoch) >= 0)
-                return s_fail(err, -EPROTO, "%s.%s: expected %d lowercase hex chars, got %s",
+                || pk_hex_decode_at(json_string_value(j), 2 * PK_EPOCH_LEN, epoch) >= 0)
+                return pk_err(err, -EPROTO, "%s.%s: expected %d lowercase hex chars, got %s",
                               tn, fn, 2 * PK_EPOCH_LEN,
                               json_is_string(j) ? "other text" : s_got(j, got, sizeof got));
             if (s_is_zero(epoch) && !s_zero_epoch_ok(m->type, f))
-                return s_fail(err, -EPROTO, "%s.%s: expected a nonzero epoch, got all zeros",
+                return pk_err(err, -EPROTO, "%s.%s: expected a nonzero epoch, got all zeros",
                               tn, fn);
             break;
         }
         case K_KEYS:
             if (!json_is_array(j))
-                return s_fail(err, -EPROTO, "%s.keys: expected array, got %s",
+                return pk_err(err, -EPROTO, "%s.keys: expected array, got %s",
                               tn, s_got(j, got, sizeof got));
             if (json_array_size(j) > PK_MAX_LIST)
-                return s_fail(err, -EPROTO, "%s.keys: expected at most %d items, got %zu",
+                return pk_err(err, -EPROTO, "%s.keys: expected at most %d items, got %zu",
                               tn, PK_MAX_LIST, json_array_size(j));
             return s_decode_keys(m, j, tn, err);
         case K_INDEXES:
@@ -695,19 +593,19 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
             //  Keys come first in field order, so their count is known here.
             size_t n = m->keys.count;
             if (!json_is_array(j))
-                return s_fail(err, -EPROTO, "%s.%s: expected array, got %s",
+                return pk_err(err, -EPROTO, "%s.%s: expected array, got %s",
                               tn, fn, s_got(j, got, sizeof got));
             if (json_array_size(j) != n)
-                return s_fail(err, -EPROTO, "%s.%s: expected %zu items (one per key), got %zu",
+                return pk_err(err, -EPROTO, "%s.%s: expected %zu items (one per key), got %zu",
                               tn, fn, n, json_array_size(j));
             if (spec->kind == K_HITS) {
                 m->hits = malloc(n ? n : 1);
                 if (!m->hits)
-                    return s_fail(err, -ENOMEM, "out of memory");
+                    return pk_err(err, -ENOMEM, "out of memory");
                 for (size_t i = 0; i < n; i++) {
                     const json_t *b = json_array_get(j, i);
                     if (!json_is_boolean(b))
-                        return s_fail(err, -EPROTO, "%s.hits[%zu]: expected boolean, got %s",
+                        return pk_err(err, -EPROTO, "%s.hits[%zu]: expected boolean, got %s",
                                       tn, i, s_got(b, got, sizeof got));
                     m->hits[i] = json_is_true(b);
                 }
@@ -715,12 +613,12 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
             }
             m->block_indexes = malloc((n ? n : 1) * sizeof(uint32_t));
             if (!m->block_indexes)
-                return s_fail(err, -ENOMEM, "out of memory");
+                return pk_err(err, -ENOMEM, "out of memory");
             for (size_t i = 0; i < n; i++) {
                 const json_t *x = json_array_get(j, i);
                 json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
                 if (!json_is_integer(x) || v < 0 || v > (json_int_t) spec->max)
-                    return s_fail(err, -EPROTO, "%s.block_indexes[%zu]: expected integer 0..%"
+                    return pk_err(err, -EPROTO, "%s.block_indexes[%zu]: expected integer 0..%"
                                   PRIu64 ", got %s", tn, i, spec->max, s_got(x, got, sizeof got));
                 m->block_indexes[i] = (uint32_t) v;
             }
@@ -728,26 +626,26 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
         }
         case K_METADATA: {
             if (!json_is_string(j))
-                return s_fail(err, -EPROTO, "%s.%s: expected base64 string, got %s",
+                return pk_err(err, -EPROTO, "%s.%s: expected base64 string, got %s",
                               tn, fn, s_got(j, got, sizeof got));
             //  refuse before allocating for text too long to fit the bound
             size_t len = json_string_length(j);
             size_t cap = len / 4 * 3 + 3;
             if (len > (PK_MAX_METADATA + 2) / 3 * 4)
-                return s_fail(err, -EPROTO, "%s.%s: expected at most %u bytes decoded, got %zu base64 chars",
+                return pk_err(err, -EPROTO, "%s.%s: expected at most %u bytes decoded, got %zu base64 chars",
                               tn, fn, PK_MAX_METADATA, len);
             m->agent_metadata = malloc(cap);
             if (!m->agent_metadata)
-                return s_fail(err, -ENOMEM, "out of memory");
+                return pk_err(err, -ENOMEM, "out of memory");
             size_t out_len = 0;
             const char *end = NULL;
             if (sodium_base642bin(m->agent_metadata, cap, json_string_value(j), len, NULL,
                                   &out_len, &end, sodium_base64_VARIANT_ORIGINAL) != 0
                 || end != json_string_value(j) + len)
-                return s_fail(err, -EPROTO, "%s.%s: expected base64 (with padding), got invalid text",
+                return pk_err(err, -EPROTO, "%s.%s: expected base64 (with padding), got invalid text",
                               tn, fn);
             if (out_len < spec->min || out_len > spec->max)
-                return s_fail(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
+                return pk_err(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
                               " bytes decoded, got %zu", tn, fn, spec->min, spec->max, out_len);
             m->agent_metadata_len = out_len;
             break;
@@ -759,7 +657,7 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
                         m->code = (pk_disconnect_code_t) c;
                         return 0;
                     }
-            return s_fail(err, -EPROTO, "%s.code: expected one of incompatible, no_session, "
+            return pk_err(err, -EPROTO, "%s.code: expected one of incompatible, no_session, "
                           "violation, silent, shutdown, retired, got %s",
                           tn, json_is_string(j) ? "other text" : s_got(j, got, sizeof got));
         }
@@ -770,7 +668,6 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
 int
 pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err)
 {
-    S_INIT();
     *msg_p = NULL;
     char got[64];
     json_error_t jerr;
@@ -778,35 +675,35 @@ pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err)
     if (!root) {
         //  jansson names its flag; the peer needs the rule instead
         if (strstr(jerr.text, "\\u0000"))
-            return s_fail(err, -EBADMSG, "invalid JSON at byte %d: NUL character in string",
+            return pk_err(err, -EBADMSG, "invalid JSON at byte %d: NUL character in string",
                           jerr.position);
-        return s_fail(err, -EBADMSG, "invalid JSON at byte %d: %s", jerr.position, jerr.text);
+        return pk_err(err, -EBADMSG, "invalid JSON at byte %d: %s", jerr.position, jerr.text);
     }
     int rc;
     if (!json_is_object(root)) {
-        rc = s_fail(err, -EBADMSG, "frame is not a JSON object (got %s)",
+        rc = pk_err(err, -EBADMSG, "frame is not a JSON object (got %s)",
                     s_got(root, got, sizeof got));
         goto fail_root;
     }
     const json_t *jtype = json_object_get(root, "type");
     if (!jtype) {
-        rc = s_fail(err, -EBADMSG, "type: missing");
+        rc = pk_err(err, -EBADMSG, "type: missing");
         goto fail_root;
     }
     if (!json_is_string(jtype)) {
-        rc = s_fail(err, -EBADMSG, "type: expected string, got %s", s_got(jtype, got, sizeof got));
+        rc = pk_err(err, -EBADMSG, "type: expected string, got %s", s_got(jtype, got, sizeof got));
         goto fail_root;
     }
     int type = 0;
     while (type < PK_MSG_COUNT && strcmp(s_messages[type].name, json_string_value(jtype)) != 0)
         type++;
     if (type == PK_MSG_COUNT) {
-        rc = s_fail(err, -ENOMSG, "unknown type \"%.64s\"", json_string_value(jtype));
+        rc = pk_err(err, -ENOMSG, "unknown type \"%.64s\"", json_string_value(jtype));
         goto fail_root;
     }
     pk_msg_t *m = pk_msg_new((pk_msg_type_t) type);
     if (!m) {
-        rc = s_fail(err, -ENOMEM, "out of memory");
+        rc = pk_err(err, -ENOMEM, "out of memory");
         goto fail_root;
     }
     uint32_t wanted = s_messages[type].required | s_messages[type].optional;
@@ -816,7 +713,7 @@ pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err)
         const json_t *j = json_object_get(root, s_fields[f].name);
         if (!j) {
             if (s_messages[type].required & PK_BIT(f)) {
-                rc = s_fail(err, -EPROTO, "%s.%s: missing", s_messages[type].name,
+                rc = pk_err(err, -EPROTO, "%s.%s: missing", s_messages[type].name,
                             s_fields[f].name);
                 goto fail_msg;
             }
@@ -857,48 +754,48 @@ s_check_field(const pk_msg_t *m, pk_field_t f, char *err)
             const char *s = *s_string_slot((pk_msg_t *) m, f);
             size_t len = s ? strlen(s) : 0;
             if (!s || len < spec->min || len > spec->max)
-                return s_fail(err, -EPROTO, "%s.%s: expected string of %" PRIu64 "..%" PRIu64
+                return pk_err(err, -EPROTO, "%s.%s: expected string of %" PRIu64 "..%" PRIu64
                               " bytes, got %zu bytes", tn, fn, spec->min, spec->max, len);
             break;
         }
         case K_UINT: {
             uint64_t v = *s_uint_slot((pk_msg_t *) m, f);
             if (v < spec->min || v > spec->max)
-                return s_fail(err, -EPROTO, "%s.%s: expected integer %" PRIu64 "..%" PRIu64
+                return pk_err(err, -EPROTO, "%s.%s: expected integer %" PRIu64 "..%" PRIu64
                               ", got %" PRIu64, tn, fn, spec->min, spec->max, v);
             break;
         }
         case K_EPOCH: {
             const uint8_t *e = f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch;
             if (s_is_zero(e) && !s_zero_epoch_ok(m->type, f))
-                return s_fail(err, -EPROTO, "%s.%s: expected a nonzero epoch, got all zeros",
+                return pk_err(err, -EPROTO, "%s.%s: expected a nonzero epoch, got all zeros",
                               tn, fn);
             break;
         }
         case K_KEYS:
             if (m->keys.count > PK_MAX_LIST)
-                return s_fail(err, -EPROTO, "%s.keys: expected at most %d items, got %zu",
+                return pk_err(err, -EPROTO, "%s.keys: expected at most %d items, got %zu",
                               tn, PK_MAX_LIST, m->keys.count);
             for (size_t i = 0; i < m->keys.count; i++)
                 if (m->keys.v[i].len == 0 || m->keys.v[i].len > PK_MAX_KEY_BYTES)
-                    return s_fail(err, -EPROTO, "%s.keys[%zu]: expected 1..%d bytes, got %" PRIu32,
+                    return pk_err(err, -EPROTO, "%s.keys[%zu]: expected 1..%d bytes, got %" PRIu32,
                                   tn, i, PK_MAX_KEY_BYTES, m->keys.v[i].len);
             break;
         case K_INDEXES:
             for (size_t i = 0; i < m->keys.count; i++)
                 if (m->block_indexes[i] > spec->max)
-                    return s_fail(err, -EPROTO, "%s.block_indexes[%zu]: expected integer 0..%"
+                    return pk_err(err, -EPROTO, "%s.block_indexes[%zu]: expected integer 0..%"
                                   PRIu64 ", got %" PRIu32, tn, i, spec->max, m->block_indexes[i]);
             break;
         case K_METADATA:
             if (m->agent_metadata_len < spec->min || m->agent_metadata_len > spec->max)
-                return s_fail(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
+                return pk_err(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
                               " bytes decoded, got %zu", tn, fn, spec->min, spec->max,
                               m->agent_metadata_len);
             break;
         case K_CODE:
             if ((unsigned) m->code >= PK_DISC_COUNT)
-                return s_fail(err, -EPROTO, "%s.code: unknown code %d", tn, (int) m->code);
+                return pk_err(err, -EPROTO, "%s.code: unknown code %d", tn, (int) m->code);
             break;
         case K_HITS:
         case K_BOOL:
@@ -964,20 +861,19 @@ s_encode_field(const pk_msg_t *m, pk_field_t f)
 int
 pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
 {
-    S_INIT();
     *out_p = NULL;
     if ((unsigned) self->type >= PK_MSG_COUNT)
-        return s_fail(err, -EPROTO, "unknown message type %d", (int) self->type);
+        return pk_err(err, -EPROTO, "unknown message type %d", (int) self->type);
     const char *tn = s_messages[self->type].name;
     uint32_t required = s_messages[self->type].required;
     uint32_t emit = self->present & (required | s_messages[self->type].optional);
     if (required & ~self->present)
-        return s_fail(err, -EPROTO, "%s.%s: missing", tn,
+        return pk_err(err, -EPROTO, "%s.%s: missing", tn,
                       s_fields[__builtin_ctz(required & ~self->present)].name);
     //  Lists share the keys' count; a list set without keys is a caller bug
     //  the rules below would not see.
     if ((emit & (B(BLOCK_INDEXES) | B(HITS))) && !(emit & B(KEYS)))
-        return s_fail(err, -EPROTO, "%s: block_indexes/hits without keys", tn);
+        return pk_err(err, -EPROTO, "%s: block_indexes/hits without keys", tn);
 
     for (int f = 0; f < PK_F_COUNT; f++) {
         if (!(emit & PK_BIT(f)))
@@ -1001,7 +897,7 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
             //  json_string refuses text that is not UTF-8
             if (s_fields[f].kind == K_STRING) {
                 json_decref(root);
-                return s_fail(err, -EPROTO, "%s.%s: not valid UTF-8", tn, s_fields[f].name);
+                return pk_err(err, -EPROTO, "%s.%s: not valid UTF-8", tn, s_fields[f].name);
             }
             goto fail_nomem;
         }
@@ -1011,7 +907,7 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
     char *text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!text)
-        return s_fail(err, -ENOMEM, "out of memory");
+        return pk_err(err, -ENOMEM, "out of memory");
     *out_p = text;
     if (len_p)
         *len_p = strlen(text);
@@ -1019,5 +915,5 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
 
 fail_nomem:
     json_decref(root);
-    return s_fail(err, -ENOMEM, "out of memory");
+    return pk_err(err, -ENOMEM, "out of memory");
 }

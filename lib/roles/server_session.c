@@ -9,8 +9,8 @@
     `disconnect retired` instead; the consumer then closes this server's
     endpoint and registration before it reuses anything.
 */
-#include "session.h"
-#include "keymap.h"
+#include "roles/server_session.h"
+#include "base/keymap.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -26,9 +26,9 @@ typedef struct {
 
 struct _pk_session_t {
     pk_server_identity_t id;
-    pk_session_config_t config;
+    pk_server_session_config_t config;
     pk_clock_t clock;
-    pk_session_out_fn *out;
+    pk_server_session_out_fn *out;
     void *out_arg;
     pk_parent_t parent;             //  the store's seam, wrapped for the pin quota
     pk_server_role_t *role;
@@ -40,15 +40,16 @@ struct _pk_session_t {
     char *connect_canon;            //  the connect, canonical, target epoch zeroed
 
     double last_heard;
-    pk_session_status_t status;
+    pk_server_session_status_t status;
     char reason[PK_ERRLEN];
-    pk_session_counters_t counters;
+    pk_server_session_counters_t counters;
 
     uint64_t pinned;                //  blocks pinned for this session
     pk_keymap_t job_pins;           //  job id -> blocks it pinned (quota accounting)
     s_out_t *queue;
     size_t nqueue, capqueue;
-    pk_metrics_t *metrics;
+    pk_latency_fn *latency;         //  NULL: latencies are not timed
+    void *latency_arg;
     pk_keymap_t started;            //  (lookup|fetch, kv, round) -> time received
 };
 
@@ -67,9 +68,9 @@ s_timer_key(uint8_t *buf, size_t cap, char kind, const char *kv, uint64_t round,
 }
 
 static void
-s_timer_start(pk_session_t *self, char kind, const char *kv, uint64_t round)
+s_timer_start(pk_server_session_t *self, char kind, const char *kv, uint64_t round)
 {
-    if (!self->metrics)
+    if (!self->latency)
         return;
     uint8_t tmp[256];
     size_t len;
@@ -91,9 +92,10 @@ s_timer_start(pk_session_t *self, char kind, const char *kv, uint64_t round)
 }
 
 static void
-s_timer_stop(pk_session_t *self, char kind, const char *kv, uint64_t round, const char *name)
+s_timer_stop(pk_server_session_t *self, char kind, const char *kv, uint64_t round,
+             pk_latency_t which)
 {
-    if (!self->metrics)
+    if (!self->latency)
         return;
     uint8_t tmp[256];
     size_t len;
@@ -105,11 +107,11 @@ s_timer_stop(pk_session_t *self, char kind, const char *kv, uint64_t round, cons
     memcpy(&t0, &bits, sizeof t0);
     free((void *) (uintptr_t) copy);
     double dt = self->clock.now(self->clock.self) - t0;
-    pk_metrics_observe(self->metrics, name, self->consumer_id, dt > 0 ? dt : 0);
+    self->latency(self->latency_arg, which, self->consumer_id, dt > 0 ? dt : 0);
 }
 
 static double
-s_now(pk_session_t *self)
+s_now(pk_server_session_t *self)
 {
     return self->clock.now(self->clock.self);
 }
@@ -118,7 +120,7 @@ s_now(pk_session_t *self)
 //  Frames that need no session
 
 int
-pk_session_description(const pk_server_identity_t *id, char **frame_p, size_t *len_p)
+pk_server_session_description(const pk_server_identity_t *id, char **frame_p, size_t *len_p)
 {
     pk_msg_t m = { .type = PK_MSG_DESCRIPTION, .wire_major = PK_WIRE_MAJOR,
                    .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
@@ -132,7 +134,7 @@ pk_session_description(const pk_server_identity_t *id, char **frame_p, size_t *l
 }
 
 int
-pk_session_check_connect(const pk_server_identity_t *id, const pk_msg_t *c, char *reason,
+pk_server_session_check_connect(const pk_server_identity_t *id, const pk_msg_t *c, char *reason,
                          size_t len)
 {
     if (c->wire_major != PK_WIRE_MAJOR)
@@ -153,7 +155,7 @@ pk_session_check_connect(const pk_server_identity_t *id, const pk_msg_t *c, char
 }
 
 int
-pk_session_disconnect_frame(const pk_server_identity_t *id, pk_disconnect_code_t code,
+pk_server_session_disconnect_frame(const pk_server_identity_t *id, pk_disconnect_code_t code,
                             const char *reason, const uint8_t *source_epoch,
                             const uint8_t *target_epoch, char **frame_p, size_t *len_p)
 {
@@ -177,7 +179,7 @@ pk_session_disconnect_frame(const pk_server_identity_t *id, pk_disconnect_code_t
 //  Output
 
 static void
-s_queue(pk_session_t *self, char *frame, size_t len)
+s_queue(pk_server_session_t *self, char *frame, size_t len)
 {
     if (self->nqueue == self->capqueue) {
         size_t cap = self->capqueue ? 2 * self->capqueue : 16;
@@ -196,11 +198,11 @@ s_queue(pk_session_t *self, char *frame, size_t len)
 static void
 s_role_send(void *arg, const pk_msg_t *msg)
 {
-    pk_session_t *self = arg;
+    pk_server_session_t *self = arg;
     if (msg->type == PK_MSG_LOOKUP_RESP)
-        s_timer_stop(self, 'l', msg->kv_request_id, msg->round_seq, "p2pkv_lookup_seconds");
+        s_timer_stop(self, 'l', msg->kv_request_id, msg->round_seq, PK_LATENCY_LOOKUP);
     else if (msg->type == PK_MSG_TRANSFER_DONE || msg->type == PK_MSG_ABORT_ACK)
-        s_timer_stop(self, 'f', msg->kv_request_id, msg->round_seq, "p2pkv_fetch_seconds");
+        s_timer_stop(self, 'f', msg->kv_request_id, msg->round_seq, PK_LATENCY_FETCH);
     pk_msg_t m = *msg;
     pk_msg_set_epochs(&m, self->epoch, self->consumer_epoch);
     char *frame;
@@ -211,14 +213,14 @@ s_role_send(void *arg, const pk_msg_t *msg)
 
 //  Ends an entry point: flush what it queued, or, when the role had to
 //  cancel in immediate mode, drop it and retire.
-static pk_session_status_t
-s_finish_call(pk_session_t *self)
+static pk_server_session_status_t
+s_finish_call(pk_server_session_t *self)
 {
     if (self->role && pk_server_role_take_forced(self->role)) {
         for (size_t i = 0; i < self->nqueue; i++)
             free(self->queue[i].frame);
         self->nqueue = 0;
-        pk_session_retire(self, PK_DISC_RETIRED,
+        pk_server_session_retire(self, PK_DISC_RETIRED,
                           "writes cancelled in immediate mode; bytes may still land");
     }
     for (size_t i = 0; i < self->nqueue; i++) {
@@ -235,7 +237,7 @@ s_finish_call(pk_session_t *self)
 static pk_lookup_result_t
 s_parent_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 {
-    pk_session_t *self = arg;
+    pk_server_session_t *self = arg;
     return self->parent.lookup(self->parent.self, key, ctx);
 }
 
@@ -243,7 +245,7 @@ static int
 s_parent_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
              uint64_t *job_id, uint32_t *blocks, bool *pinned)
 {
-    pk_session_t *self = arg;
+    pk_server_session_t *self = arg;
     //  Keys beyond the quota are not offered to the store: they answer as
     //  misses (protocol.md section 6).
     uint64_t room = self->pinned < self->config.pin_quota
@@ -275,21 +277,21 @@ s_parent_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t
 static void
 s_parent_open(void *arg, const pk_lookup_ctx_t *ctx)
 {
-    pk_session_t *self = arg;
+    pk_server_session_t *self = arg;
     self->parent.on_new_request(self->parent.self, ctx);
 }
 
 static void
 s_parent_finished(void *arg, const pk_lookup_ctx_t *ctx)
 {
-    pk_session_t *self = arg;
+    pk_server_session_t *self = arg;
     self->parent.on_request_finished(self->parent.self, ctx);
 }
 
 static void
 s_parent_result(void *arg, uint64_t job_id, bool success)
 {
-    pk_session_t *self = arg;
+    pk_server_session_t *self = arg;
     pk_key_t key = pk_key_make((const uint8_t *) &job_id, sizeof job_id);
     uint64_t got, id;
     if (pk_keymap_take(&self->job_pins, &key, &got, &id)) {
@@ -313,12 +315,12 @@ s_canonical_connect(const pk_msg_t *connect)
     return text;
 }
 
-pk_session_t *
-pk_session_new(const pk_server_identity_t *id, const pk_session_config_t *config,
+pk_server_session_t *
+pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_config_t *config,
                const pk_msg_t *connect, pk_clock_t clock, pk_transport_t transport,
-               pk_parent_t parent, pk_session_out_fn *out, void *out_arg)
+               pk_parent_t parent, pk_server_session_out_fn *out, void *out_arg)
 {
-    pk_session_t *self = calloc(1, sizeof *self);
+    pk_server_session_t *self = calloc(1, sizeof *self);
     if (!self)
         goto fail;
     self->id = *id;
@@ -362,12 +364,12 @@ fail:
 }
 
 void
-pk_session_destroy(pk_session_t **self_p)
+pk_server_session_destroy(pk_server_session_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    pk_session_t *self = *self_p;
-    pk_session_retire(self, PK_DISC_SHUTDOWN, "server shutting down");
+    pk_server_session_t *self = *self_p;
+    pk_server_session_retire(self, PK_DISC_SHUTDOWN, "server shutting down");
     for (size_t i = 0; self->job_pins.slots && i <= self->job_pins.mask; i++)
         if (self->job_pins.slots[i].key.bytes)
             free((uint64_t *) (uintptr_t) self->job_pins.slots[i].b);
@@ -389,7 +391,7 @@ pk_session_destroy(pk_session_t **self_p)
 //  Retirement
 
 static void
-s_close_role(pk_session_t *self)
+s_close_role(pk_server_session_t *self)
 {
     if (!self->role)
         return;
@@ -405,24 +407,24 @@ s_close_role(pk_session_t *self)
 }
 
 void
-pk_session_retire(pk_session_t *self, pk_disconnect_code_t code, const char *reason)
+pk_server_session_retire(pk_server_session_t *self, pk_disconnect_code_t code, const char *reason)
 {
-    if (self->status == PK_SESSION_RETIRED)
+    if (self->status == PK_SERVER_SESSION_RETIRED)
         return;
-    self->status = PK_SESSION_RETIRED;
+    self->status = PK_SERVER_SESSION_RETIRED;
     snprintf(self->reason, sizeof self->reason, "%s: %s", pk_disconnect_code_name(code), reason);
     s_close_role(self);
     char *frame;
     size_t len;
-    if (pk_session_disconnect_frame(&self->id, code, reason, self->epoch, self->consumer_epoch,
+    if (pk_server_session_disconnect_frame(&self->id, code, reason, self->epoch, self->consumer_epoch,
                                     &frame, &len) == 0) {
         self->out(self->out_arg, frame, len);
         free(frame);
     }
 }
 
-static pk_session_status_t
-s_violation(pk_session_t *self, const char *fmt, ...)
+static pk_server_session_status_t
+s_violation(pk_server_session_t *self, const char *fmt, ...)
 {
     char reason[PK_ERRLEN];
     va_list ap;
@@ -433,7 +435,7 @@ s_violation(pk_session_t *self, const char *fmt, ...)
     for (size_t i = 0; i < self->nqueue; i++)
         free(self->queue[i].frame);
     self->nqueue = 0;
-    pk_session_retire(self, PK_DISC_VIOLATION, reason);
+    pk_server_session_retire(self, PK_DISC_VIOLATION, reason);
     return self->status;
 }
 
@@ -441,16 +443,16 @@ s_violation(pk_session_t *self, const char *fmt, ...)
 //  Frames from the consumer
 
 static bool
-s_epochs_match(const pk_session_t *self, const pk_msg_t *m)
+s_epochs_match(const pk_server_session_t *self, const pk_msg_t *m)
 {
     return memcmp(m->source_epoch, self->consumer_epoch, PK_EPOCH_LEN) == 0
            && memcmp(m->target_epoch, self->epoch, PK_EPOCH_LEN) == 0;
 }
 
-pk_session_status_t
-pk_session_on_frame(pk_session_t *self, const void *data, size_t len)
+pk_server_session_status_t
+pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t len)
 {
-    if (self->status == PK_SESSION_RETIRED)
+    if (self->status == PK_SERVER_SESSION_RETIRED)
         return self->status;
     self->counters.frames++;
     char err[PK_ERRLEN];
@@ -470,7 +472,7 @@ pk_session_on_frame(pk_session_t *self, const void *data, size_t len)
         case PK_MSG_DESCRIBE: {
             char *frame;
             size_t flen;
-            if (pk_session_description(&self->id, &frame, &flen) == 0)
+            if (pk_server_session_description(&self->id, &frame, &flen) == 0)
                 s_queue(self, frame, flen);
             break;
         }
@@ -481,7 +483,7 @@ pk_session_on_frame(pk_session_t *self, const void *data, size_t len)
                 self->counters.dropped_stale++;
                 break;
             }
-            if (!pk_session_same_connect(self, m)) {
+            if (!pk_server_session_same_connect(self, m)) {
                 s_violation(self, "connect repeated with different fields");
                 goto done;
             }
@@ -528,7 +530,7 @@ pk_session_on_frame(pk_session_t *self, const void *data, size_t len)
         }
         case PK_MSG_DISCONNECT:
             //  the consumer leaves: nothing to tell it
-            self->status = PK_SESSION_RETIRED;
+            self->status = PK_SERVER_SESSION_RETIRED;
             snprintf(self->reason, sizeof self->reason, "consumer disconnected: %s", m->reason);
             s_close_role(self);
             break;
@@ -604,15 +606,15 @@ done:
     return s_finish_call(self);
 }
 
-pk_session_status_t
-pk_session_tick(pk_session_t *self)
+pk_server_session_status_t
+pk_server_session_tick(pk_server_session_t *self)
 {
-    if (self->status == PK_SESSION_RETIRED)
+    if (self->status == PK_SERVER_SESSION_RETIRED)
         return self->status;
     if (s_now(self) >= self->last_heard + self->config.silence_timeout) {
         char reason[64];
         snprintf(reason, sizeof reason, "nothing heard for %.1f s", self->config.silence_timeout);
-        pk_session_retire(self, PK_DISC_SILENT, reason);
+        pk_server_session_retire(self, PK_DISC_SILENT, reason);
         return self->status;
     }
     pk_server_role_collect(self->role);
@@ -622,10 +624,10 @@ pk_session_tick(pk_session_t *self)
 }
 
 int
-pk_session_store(pk_session_t *self, const char *kv, const pk_key_t *keys, const uint32_t *blocks,
+pk_server_session_store(pk_server_session_t *self, const char *kv, const pk_key_t *keys, const uint32_t *blocks,
                  size_t n, uint64_t job_id, bool has_round, uint64_t round)
 {
-    if (self->status == PK_SESSION_RETIRED)
+    if (self->status == PK_SERVER_SESSION_RETIRED)
         return -EPIPE;
     int rc = pk_server_role_store(self->role, kv, keys, blocks, n, job_id, has_round, round);
     s_finish_call(self);
@@ -633,9 +635,9 @@ pk_session_store(pk_session_t *self, const char *kv, const pk_key_t *keys, const
 }
 
 int
-pk_session_finish(pk_session_t *self, const char *kv)
+pk_server_session_finish(pk_server_session_t *self, const char *kv)
 {
-    if (self->status == PK_SESSION_RETIRED)
+    if (self->status == PK_SERVER_SESSION_RETIRED)
         return -EPIPE;
     int rc = pk_server_role_finish(self->role, kv);
     s_finish_call(self);
@@ -643,31 +645,31 @@ pk_session_finish(pk_session_t *self, const char *kv)
 }
 
 bool
-pk_session_has_inflight(const pk_session_t *self)
+pk_server_session_has_inflight(const pk_server_session_t *self)
 {
     return self->role && pk_server_role_has_inflight(self->role);
 }
 
 bool
-pk_session_has_parked(const pk_session_t *self)
+pk_server_session_has_parked(const pk_server_session_t *self)
 {
     return self->role && pk_server_role_has_parked(self->role);
 }
 
 const uint8_t *
-pk_session_consumer_epoch(const pk_session_t *self)
+pk_server_session_consumer_epoch(const pk_server_session_t *self)
 {
     return self->consumer_epoch;
 }
 
 const char *
-pk_session_consumer_id(const pk_session_t *self)
+pk_server_session_consumer_id(const pk_server_session_t *self)
 {
     return self->consumer_id;
 }
 
 bool
-pk_session_same_connect(const pk_session_t *self, const pk_msg_t *connect)
+pk_server_session_same_connect(const pk_server_session_t *self, const pk_msg_t *connect)
 {
     char *canon = s_canonical_connect(connect);
     bool same = canon && strcmp(canon, self->connect_canon) == 0;
@@ -676,19 +678,20 @@ pk_session_same_connect(const pk_session_t *self, const pk_msg_t *connect)
 }
 
 void
-pk_session_set_metrics(pk_session_t *self, pk_metrics_t *metrics)
+pk_server_session_set_latency(pk_server_session_t *self, pk_latency_fn *fn, void *arg)
 {
-    self->metrics = metrics;
+    self->latency = fn;
+    self->latency_arg = arg;
 }
 
 void
-pk_session_counters(const pk_session_t *self, pk_session_counters_t *out)
+pk_server_session_counters(const pk_server_session_t *self, pk_server_session_counters_t *out)
 {
     *out = self->counters;
 }
 
 const char *
-pk_session_reason(const pk_session_t *self)
+pk_server_session_reason(const pk_server_session_t *self)
 {
     return self->reason;
 }

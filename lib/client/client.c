@@ -8,14 +8,15 @@
     goes away (disconnect, silence, a violation) is cut off first, then its
     open fetches fail; the caller connects again for a new session.
 */
+#include "base/err.h"
 #include "p2pkv.h"
-#include "client_role.h"
-#include "clock.h"
-#include "keymap.h"
-#include "ofi.h"
-#include "protocol.h"
-#include "thread.h"
-#include "version.h"
+#include "roles/client_role.h"
+#include "base/clock.h"
+#include "base/keymap.h"
+#include "ofi/ofi.h"
+#include "wire/protocol.h"
+#include "base/thread.h"
+#include "base/version.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -100,17 +101,6 @@ struct _p2pkv_client_t {
     atomic_bool stopping;
 };
 
-static void
-s_err(char *err, const char *fmt, ...)
-{
-    if (!err)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, 256, fmt, ap);
-    va_end(ap);
-}
-
 //  --------------------------------------------------------------------------
 //  Frames
 
@@ -150,7 +140,7 @@ p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, c
 {
     zsock_t *dealer = zsock_new_dealer(endpoint);
     if (!dealer) {
-        s_err(err, "cannot connect to %s", endpoint);
+        (void) pk_err(err, 0, "cannot connect to %s", endpoint);
         return -EINVAL;
     }
     double deadline = pk_clock_monotonic() + timeout, next = 0;
@@ -175,7 +165,7 @@ p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, c
         pk_msg_destroy(&m);
     }
     if (rc)
-        s_err(err, "no description from %s within %.1f s", endpoint, timeout);
+        (void) pk_err(err, 0, "no description from %s within %.1f s", endpoint, timeout);
     zsock_destroy(&dealer);
     return rc;
 }
@@ -395,11 +385,11 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
 {
     if (!config || !config->peer_id || !*config->peer_id || !num_blocks || !block_len
         || num_blocks > PK_MAX_NUM_BLOCKS) {
-        s_err(err, "a peer_id and a pool of 1..2^31 blocks of at least 1 byte are required");
+        (void) pk_err(err, 0, "a peer_id and a pool of 1..2^31 blocks of at least 1 byte are required");
         return NULL;
     }
     if (sodium_init() < 0) {
-        s_err(err, "libsodium failed to start");
+        (void) pk_err(err, 0, "libsodium failed to start");
         return NULL;
     }
     p2pkv_client_t *self = calloc(1, sizeof *self);
@@ -437,19 +427,19 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
             goto fail_strings;
         memset(self->pool, 0, bytes);
     }
-    char ofi_err[PK_OFI_ERRLEN];
+    char ofi_err[PK_ERRLEN];
     int rc;
     pk_ofi_config_t oc = { self->provider, self->node, 5.0 };
     self->ofi = pk_ofi_new(&oc, self->pool, num_blocks, block_len, &rc, ofi_err);
     if (!self->ofi) {
-        s_err(err, "%s", ofi_err);
+        (void) pk_err(err, 0, "%s", ofi_err);
         goto fail_pool;
     }
     self->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     self->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (self->epoll_fd < 0 || self->timer_fd < 0 || self->wake_fd < 0) {
-        s_err(err, "cannot create the client's file descriptors: %s", strerror(errno));
+        (void) pk_err(err, 0, "cannot create the client's file descriptors: %s", strerror(errno));
         goto fail_fds;
     }
     s_watch(self, self->timer_fd, true);
@@ -461,7 +451,7 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     if (self->config.progress_thread) {
         s_watch(self, self->wake_fd, true);
         if (pthread_create(&self->thread, NULL, s_progress_thread, self) != 0) {
-            s_err(err, "cannot start the progress thread");
+            (void) pk_err(err, 0, "cannot start the progress thread");
             goto fail_lock;
         }
         self->thread_running = true;
@@ -486,7 +476,7 @@ fail_strings:
     free(self);
 fail:
     if (err && !*err)
-        s_err(err, "out of memory");
+        (void) pk_err(err, 0, "out of memory");
     return NULL;
 }
 
@@ -599,22 +589,22 @@ s_session_open(s_server_t *s, char *err)
         randombytes_buf(s->epoch, sizeof s->epoch);
     while (sodium_is_zero(s->epoch, sizeof s->epoch));
     memset(s->server_epoch, 0, sizeof s->server_epoch);
-    char ofi_err[PK_OFI_ERRLEN];
+    char ofi_err[PK_ERRLEN];
     int rc;
     s->channel = pk_ofi_channel_new(self->ofi, true, &rc, ofi_err);
     if (!s->channel) {
-        s_err(err, "%s", ofi_err);
+        (void) pk_err(err, 0, "%s", ofi_err);
         return rc < 0 ? rc : -EIO;
     }
     s->wait_fd = pk_ofi_channel_wait_fd(s->channel);
     s_watch(self, s->wait_fd, true);
     if (pk_ofi_channel_blob(s->channel, &s->blob, &s->bloblen)) {
-        s_err(err, "cannot describe the local endpoint");
+        (void) pk_err(err, 0, "cannot describe the local endpoint");
         return -EIO;
     }
     s->dealer = zsock_new(ZMQ_DEALER);
     if (!s->dealer) {
-        s_err(err, "cannot create a socket");
+        (void) pk_err(err, 0, "cannot create a socket");
         return -ENOMEM;
     }
     //  a stable routing id: a TCP reconnect keeps the session's id
@@ -622,7 +612,7 @@ s_session_open(s_server_t *s, char *err)
     memcpy(rid + 1, s->epoch, PK_EPOCH_LEN);
     zmq_setsockopt(zsock_resolve(s->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
     if (zsock_connect(s->dealer, "%s", s->endpoint) < 0) {
-        s_err(err, "cannot connect to %s", s->endpoint);
+        (void) pk_err(err, 0, "cannot connect to %s", s->endpoint);
         return -EINVAL;
     }
     s_watch(self, zsock_fd(s->dealer), true);
@@ -814,7 +804,7 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
     }
     if (slot < 0 && self->nservers == S_MAX_SERVERS) {
         pthread_mutex_unlock(&self->lock);
-        s_err(err, "at most %d servers", S_MAX_SERVERS);
+        (void) pk_err(err, 0, "at most %d servers", S_MAX_SERVERS);
         return -ENOSPC;
     }
     if (slot < 0)
@@ -823,7 +813,7 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
     if (!s || !(s->endpoint = strdup(endpoint))) {
         free(s);
         pthread_mutex_unlock(&self->lock);
-        s_err(err, "out of memory");
+        (void) pk_err(err, 0, "out of memory");
         return -ENOMEM;
     }
     s->client = self;
@@ -851,7 +841,7 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
         if (s->state == P2PKV_SERVER_UP)
             rc = 0;
         else if (s->state == P2PKV_SERVER_STOPPED) {
-            s_err(err, "%s", s->reason);
+            (void) pk_err(err, 0, "%s", s->reason);
             rc = -EPROTO;
         }
         bool done = rc != -ETIMEDOUT || pk_clock_monotonic() >= deadline;
@@ -859,7 +849,7 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
             s->announced = true;
         else if (done) {
             if (rc == -ETIMEDOUT)
-                s_err(err, "no answer from %s within %.1f s%s%s", endpoint, timeout,
+                (void) pk_err(err, 0, "no answer from %s within %.1f s%s%s", endpoint, timeout,
                       *s->reason ? ": " : "", s->reason);
             self->servers[slot] = NULL;
             while (self->nservers && !self->servers[self->nservers - 1])
@@ -1125,9 +1115,9 @@ p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_k
             char why[256] = "";
             p2pkv_client_server_state(self, server, why);
             if (*why)
-                s_err(err, "no answer to the lookup: %s", why);
+                (void) pk_err(err, 0, "no answer to the lookup: %s", why);
             else
-                s_err(err, "no answer to the lookup within %.0f s", timeout);
+                (void) pk_err(err, 0, "no answer to the lookup within %.0f s", timeout);
             rc = *why ? -ENOTCONN : -ETIMEDOUT;
             break;
         }
@@ -1144,7 +1134,7 @@ p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_k
             while (rc == 0 && s_sync_read(self, &sync.status) == -EINPROGRESS)
                 p2pkv_client_poll(self, 0.05);
             if (rc == 0 && sync.status != P2PKV_LANDED) {
-                s_err(err, "the fetch failed: %s", sync.reason);
+                (void) pk_err(err, 0, "the fetch failed: %s", sync.reason);
                 rc = -EIO;
             }
         }
@@ -1168,7 +1158,7 @@ p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_k
     free(to);
     free(sync.hits);
     if (rc && err && !*err)
-        s_err(err, "%s", strerror(-rc));
+        (void) pk_err(err, 0, "%s", strerror(-rc));
     return rc ? rc : (int) total;
 }
 

@@ -12,17 +12,17 @@
     actor -> main: "O" frame, "J" job success (a prefill job's result for
     the engine), "D" (retired).
 */
-#include "node.h"
-#include "thread.h"
-#include "clock.h"
-#include "keymap.h"
-#include "metrics.h"
-#include "ofi.h"
+#include "daemon/node.h"
+#include "base/thread.h"
+#include "base/clock.h"
+#include "base/keymap.h"
+#include "daemon/metrics.h"
+#include "ofi/ofi.h"
 #include "p2pkv.h"
-#include "protocol.h"
-#include "session.h"
-#include "store.h"
-#include "version.h"
+#include "wire/protocol.h"
+#include "roles/server_session.h"
+#include "daemon/store.h"
+#include "base/version.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -89,7 +89,7 @@ typedef struct {
 struct _pk_node_t {
     const pk_server_config_t *config;
     pk_server_identity_t id;
-    pk_session_config_t session_config;
+    pk_server_session_config_t session_config;
     pk_store_t *store;
     pk_ofi_t *ofi;
     zsock_t *router;
@@ -228,6 +228,13 @@ s_actor_result(void *arg, uint64_t job, bool success)
 }
 
 static void
+s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
+{
+    pk_metrics_observe(arg, which == PK_LATENCY_LOOKUP ? "p2pkv_lookup_seconds"
+                                                       : "p2pkv_fetch_seconds", peer, seconds);
+}
+
+static void
 s_held_free(s_held_t *h)
 {
     free(h->consumer);
@@ -240,12 +247,12 @@ s_held_free(s_held_t *h)
 //  The actor's counters, as deltas since the last push, labelled with the
 //  consumer's peer_id.
 static void
-s_push_metrics(pk_node_t *node, s_peer_t *peer, pk_session_t *session,
-               pk_session_counters_t *last, pk_ofi_stats_t *flast)
+s_push_metrics(pk_node_t *node, s_peer_t *peer, pk_server_session_t *session,
+               pk_server_session_counters_t *last, pk_ofi_stats_t *flast)
 {
-    pk_session_counters_t c;
+    pk_server_session_counters_t c;
     pk_ofi_stats_t f;
-    pk_session_counters(session, &c);
+    pk_server_session_counters(session, &c);
     pk_ofi_channel_stats(peer->channel, &f);
     pk_metrics_t *m = node->metrics;
     const char *p = peer->consumer;
@@ -283,15 +290,15 @@ s_peer_actor(zsock_t *pipe, void *args)
     //  the pipe before the signal, and the session's first words (its
     //  connect_ack) go down the pipe.
     zsock_signal(pipe, 0);
-    pk_session_t *session = pk_session_new(
+    pk_server_session_t *session = pk_server_session_new(
         &node->id, &node->session_config, peer->connect, pk_clock_system(),
         pk_ofi_channel_transport(peer->channel),
         (pk_parent_t) { &a, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
                         s_actor_result },
         s_actor_out, &a);
     if (session)
-        pk_session_set_metrics(session, node->metrics);
-    pk_session_counters_t last = { 0 };
+        pk_server_session_set_latency(session, s_latency, node->metrics);
+    pk_server_session_counters_t last = { 0 };
     pk_ofi_stats_t flast = { 0 };
     zpoller_t *poller = zpoller_new(pipe, NULL);
     bool reported = false, quitting = false;
@@ -303,8 +310,8 @@ s_peer_actor(zsock_t *pipe, void *args)
         //  only writes; nobody writes to it) and the session's timers are
         //  seconds long: a 50 ms look is enough (at 2 ms, 16 idle sessions
         //  cost 17% of a CPU).
-        int timeout = pk_session_has_inflight(session) ? 0
-                      : pk_session_has_parked(session) ? 2 : 50;
+        int timeout = pk_server_session_has_inflight(session) ? 0
+                      : pk_server_session_has_parked(session) ? 2 : 50;
         zsock_t *which = zpoller_wait(poller, timeout);
         if (which == pipe) {
             zmsg_t *msg = zmsg_recv(pipe);
@@ -316,7 +323,7 @@ s_peer_actor(zsock_t *pipe, void *args)
                 zframe_t *f = zmsg_pop(msg);
                 atomic_fetch_add(&peer->consumed, 1);
                 if (f)
-                    pk_session_on_frame(session, zframe_data(f), zframe_size(f));
+                    pk_server_session_on_frame(session, zframe_data(f), zframe_size(f));
                 zframe_destroy(&f);
             }
             else if (cmd && streq(cmd, "S")) {
@@ -328,15 +335,15 @@ s_peer_actor(zsock_t *pipe, void *args)
                 if (!h)
                     goto next;
                 if (h->finish)
-                    pk_session_finish(session, h->kv);
-                else if (pk_session_store(session, h->kv, h->keys, h->blocks, h->n, h->job,
+                    pk_server_session_finish(session, h->kv);
+                else if (pk_server_session_store(session, h->kv, h->keys, h->blocks, h->n, h->job,
                                           h->has_round, h->round) < 0)
                     s_actor_result(&a, h->job, false);
                 s_held_free(h);
             }
             else if (cmd && streq(cmd, "V")) {
                 char *reason = zmsg_popstr(msg);
-                pk_session_retire(session, PK_DISC_VIOLATION, reason ? reason : "flood");
+                pk_server_session_retire(session, PK_DISC_VIOLATION, reason ? reason : "flood");
                 zstr_free(&reason);
             }
             else if (cmd && streq(cmd, "Q")) {
@@ -352,21 +359,21 @@ s_peer_actor(zsock_t *pipe, void *args)
         else if (zpoller_terminated(poller))
             break;
         pk_ofi_channel_progress(peer->channel);
-        pk_session_tick(session);
+        pk_server_session_tick(session);
         s_push_metrics(node, peer, session, &last, &flast);
         //  at shutdown, writes in flight drain (bounded), then `shutdown`
-        if (quitting && (!pk_session_has_inflight(session)
+        if (quitting && (!pk_server_session_has_inflight(session)
                          || zclock_mono() / 1e3 >= quit_deadline))
-            pk_session_retire(session, PK_DISC_SHUTDOWN, "server shutting down");
-        if (!reported && pk_session_reason(session)[0]) {
+            pk_server_session_retire(session, PK_DISC_SHUTDOWN, "server shutting down");
+        if (!reported && pk_server_session_reason(session)[0]) {
             s_log(node, PK_LOG_INFO, "session %s closed: %s", peer->consumer,
-                  pk_session_reason(session));
+                  pk_server_session_reason(session));
             zsock_send(pipe, "s", "D");
             reported = true;
         }
     }
     zpoller_destroy(&poller);
-    pk_session_destroy(&session);
+    pk_server_session_destroy(&session);
 }
 
 //  --------------------------------------------------------------------------
@@ -439,7 +446,7 @@ s_reply_disconnect(pk_node_t *self, const void *rid, size_t rlen, pk_disconnect_
 {
     char *frame;
     size_t len;
-    if (pk_session_disconnect_frame(&self->id, code, reason, NULL, NULL, &frame, &len) == 0) {
+    if (pk_server_session_disconnect_frame(&self->id, code, reason, NULL, NULL, &frame, &len) == 0) {
         s_reply(self, rid, rlen, frame, len);
         free(frame);
     }
@@ -467,7 +474,7 @@ s_handshake_disconnect(pk_node_t *self, zsock_t *pipe, const uint8_t *rid, size_
 {
     char *frame = NULL;
     size_t len = 0;
-    pk_session_disconnect_frame(&self->id, code, reason, NULL, NULL, &frame, &len);
+    pk_server_session_disconnect_frame(&self->id, code, reason, NULL, NULL, &frame, &len);
     s_handshake_reply(pipe, rid, rlen, frame ? frame : "", frame ? len : 0);
     free(frame);
 }
@@ -486,7 +493,7 @@ s_handshake_one(pk_node_t *self, zsock_t *pipe, const uint8_t *rid, size_t rlen,
     if (m->type == PK_MSG_DESCRIBE) {
         char *frame = NULL;
         size_t flen = 0;
-        pk_session_description(&self->id, &frame, &flen);
+        pk_server_session_description(&self->id, &frame, &flen);
         s_handshake_reply(pipe, rid, rlen, frame ? frame : "", frame ? flen : 0);
         free(frame);
         goto done;
@@ -497,7 +504,7 @@ s_handshake_one(pk_node_t *self, zsock_t *pipe, const uint8_t *rid, size_t rlen,
         goto done;
     }
     char reason[PK_ERRLEN];
-    if (pk_session_check_connect(&self->id, m, reason, sizeof reason) != 0) {
+    if (pk_server_session_check_connect(&self->id, m, reason, sizeof reason) != 0) {
         s_log(self, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, reason);
         s_handshake_disconnect(self, pipe, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
         goto done;
@@ -1285,7 +1292,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
                  (unsigned long long) config->block_len, strerror(-rc));
         goto fail_self;
     }
-    char ofi_err[PK_OFI_ERRLEN];
+    char ofi_err[PK_ERRLEN];
     pk_ofi_config_t ofi_config = { config->provider, config->fabric_addr,
                                    config->stall_timeout };
     self->ofi = pk_ofi_new(&ofi_config, pk_store_base(self->store), config->pool_blocks,
@@ -1297,7 +1304,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
                                         config->fingerprint, config->hash_seed,
                                         pk_ofi_provider(self->ofi) };
-    self->session_config = (pk_session_config_t) {
+    self->session_config = (pk_server_session_config_t) {
         { config->lookup_timeout, config->store_timeout, config->drain_timeout },
         config->silence_timeout, config->max_requests, config->max_parked_keys,
         config->max_rounds, pk_server_config_pin_quota(config) };

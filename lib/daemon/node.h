@@ -12,7 +12,7 @@
 #ifndef PK_NODE_H_INCLUDED
 #define PK_NODE_H_INCLUDED
 
-#include "server_config.h"
+#include "daemon/server_config.h"
 
 #include <signal.h>
 

@@ -10,8 +10,8 @@
     only by new and destroy.  One mutex guards it all, held for one short
     critical section per call; the bytes of put are copied outside it.
 */
-#include "store.h"
-#include "keymap.h"
+#include "daemon/store.h"
+#include "base/keymap.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /*  keymap.c: open addressing over the key's precomputed SipHash.  The load
     factor stays at or under one half, so probes are short and a removal's
     backward shift touches few slots.  */
-#include "keymap.h"
+#include "base/keymap.h"
 
 #include <errno.h>
 #include <stdlib.h>

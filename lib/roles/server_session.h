@@ -8,14 +8,13 @@
     bytes, frames go out through a callback, time comes from a pk_clock_t.
     One actor owns one session.
 */
-#ifndef PK_SESSION_H_INCLUDED
-#define PK_SESSION_H_INCLUDED
+#ifndef PK_SERVER_SESSION_H_INCLUDED
+#define PK_SERVER_SESSION_H_INCLUDED
 
-#include "clock.h"
-#include "metrics.h"
-#include "protocol.h"
-#include "server_role.h"
-#include "transport.h"
+#include "base/clock.h"
+#include "wire/protocol.h"
+#include "roles/server_role.h"
+#include "base/transport.h"
 
 /*  What the server is: checked against every connect.  */
 typedef struct {
@@ -34,77 +33,80 @@ typedef struct {
     uint64_t max_parked_keys;       //  keys in lookups not yet answered (65,536)
     uint64_t max_rounds;            //  rounds per request (1,024)
     uint64_t pin_quota;             //  blocks pinned at once for this session
-} pk_session_config_t;
+} pk_server_session_config_t;
 
 typedef enum {
-    PK_SESSION_LIVE = 0,
-    PK_SESSION_RETIRED              //  disconnect sent (or received); tear down
-} pk_session_status_t;
+    PK_SERVER_SESSION_LIVE = 0,
+    PK_SERVER_SESSION_RETIRED              //  disconnect sent (or received); tear down
+} pk_server_session_status_t;
 
 typedef struct {
     uint64_t frames, dropped_bad, dropped_unknown, dropped_stale;
     uint64_t lookups, keys, fetches, aborts, violations;
-} pk_session_counters_t;
+} pk_server_session_counters_t;
 
-typedef struct _pk_session_t pk_session_t;
+typedef struct _pk_session_t pk_server_session_t;
 
 /*  The out callback gets each encoded frame to send to the consumer.  */
-typedef void (pk_session_out_fn)(void *arg, const char *frame, size_t len);
+typedef void (pk_server_session_out_fn)(void *arg, const char *frame, size_t len);
 
 /*  The description frame answering `describe` (no session needed).  */
-int pk_session_description(const pk_server_identity_t *id, char **frame_p, size_t *len_p);
+int pk_server_session_description(const pk_server_identity_t *id, char **frame_p, size_t *len_p);
 
 /*  Checks a decoded connect against the server: 0, or -EPROTO with the
     reason naming the field and both values (for `disconnect incompatible`).  */
-int pk_session_check_connect(const pk_server_identity_t *id, const pk_msg_t *connect,
+int pk_server_session_check_connect(const pk_server_identity_t *id, const pk_msg_t *connect,
                              char *reason, size_t len);
 
 /*  A disconnect frame; for `incompatible` it carries the server's values.
     epochs may be NULL (no session).  */
-int pk_session_disconnect_frame(const pk_server_identity_t *id, pk_disconnect_code_t code,
+int pk_server_session_disconnect_frame(const pk_server_identity_t *id, pk_disconnect_code_t code,
                                 const char *reason, const uint8_t *source_epoch,
                                 const uint8_t *target_epoch, char **frame_p, size_t *len_p);
 
 /*  A session for an accepted connect (checked, its address imported into
     transport).  The role is created over transport and parent; the
     session answers connect_ack through out at once.  */
-pk_session_t *pk_session_new(const pk_server_identity_t *id, const pk_session_config_t *config,
+pk_server_session_t *pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_config_t *config,
                              const pk_msg_t *connect, pk_clock_t clock, pk_transport_t transport,
-                             pk_parent_t parent, pk_session_out_fn *out, void *out_arg);
-void pk_session_destroy(pk_session_t **self_p);
+                             pk_parent_t parent, pk_server_session_out_fn *out, void *out_arg);
+void pk_server_session_destroy(pk_server_session_t **self_p);
 
 /*  One frame from the consumer.  */
-pk_session_status_t pk_session_on_frame(pk_session_t *self, const void *data, size_t len);
+pk_server_session_status_t pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t len);
 
 /*  The periodic work: role timeouts and completions, drains, parked
     lookups, silence.  */
-pk_session_status_t pk_session_tick(pk_session_t *self);
+pk_server_session_status_t pk_server_session_tick(pk_server_session_t *self);
 
 /*  Lookup and fetch latencies (receipt to lookup_resp, fetch to
-    transfer_done) go to these histograms of metrics, labelled with the
-    consumer's peer_id ("p2pkv_lookup_seconds", "p2pkv_fetch_seconds").  */
-void pk_session_set_metrics(pk_session_t *self, pk_metrics_t *metrics);
+    transfer_done or abort_ack), reported with the consumer's peer_id: the
+    daemon files them in its histograms.  The session keeps no metrics of
+    its own, so it needs nothing above the roles.  */
+typedef enum { PK_LATENCY_LOOKUP, PK_LATENCY_FETCH } pk_latency_t;
+typedef void (pk_latency_fn)(void *arg, pk_latency_t which, const char *peer, double seconds);
+void pk_server_session_set_latency(pk_server_session_t *self, pk_latency_fn *fn, void *arg);
 
 /*  The local engine's prefill store and finish for this consumer.  */
-int pk_session_store(pk_session_t *self, const char *kv, const pk_key_t *keys,
+int pk_server_session_store(pk_server_session_t *self, const char *kv, const pk_key_t *keys,
                      const uint32_t *blocks, size_t n, uint64_t job_id, bool has_round,
                      uint64_t round);
-int pk_session_finish(pk_session_t *self, const char *kv);
+int pk_server_session_finish(pk_server_session_t *self, const char *kv);
 
 /*  Retires the session: sends disconnect with code and reason (unless the
     consumer itself disconnected) and closes the role, handing every job
     still owed a result back to the parent as failed.  Idempotent.  */
-void pk_session_retire(pk_session_t *self, pk_disconnect_code_t code, const char *reason);
+void pk_server_session_retire(pk_server_session_t *self, pk_disconnect_code_t code, const char *reason);
 
-bool pk_session_has_inflight(const pk_session_t *self);
-bool pk_session_has_parked(const pk_session_t *self);
-const uint8_t *pk_session_consumer_epoch(const pk_session_t *self);
-const char *pk_session_consumer_id(const pk_session_t *self);
+bool pk_server_session_has_inflight(const pk_server_session_t *self);
+bool pk_server_session_has_parked(const pk_server_session_t *self);
+const uint8_t *pk_server_session_consumer_epoch(const pk_server_session_t *self);
+const char *pk_server_session_consumer_id(const pk_server_session_t *self);
 /*  True when a connect frame repeats this session's (same epoch and
     fields): the answer is the same connect_ack.  */
-bool pk_session_same_connect(const pk_session_t *self, const pk_msg_t *connect);
-void pk_session_counters(const pk_session_t *self, pk_session_counters_t *out);
+bool pk_server_session_same_connect(const pk_server_session_t *self, const pk_msg_t *connect);
+void pk_server_session_counters(const pk_server_session_t *self, pk_server_session_counters_t *out);
 /*  The reason the session retired ("" while live).  */
-const char *pk_session_reason(const pk_session_t *self);
+const char *pk_server_session_reason(const pk_server_session_t *self);
 
 #endif

@@ -13,9 +13,9 @@
 #ifndef PK_SERVER_ROLE_H_INCLUDED
 #define PK_SERVER_ROLE_H_INCLUDED
 
-#include "clock.h"
-#include "protocol.h"
-#include "transport.h"
+#include "base/clock.h"
+#include "wire/protocol.h"
+#include "base/transport.h"
 
 typedef enum {
     PK_LOOKUP_HIT,

@@ -17,8 +17,8 @@
     in proportion to its own input (fix 4): nothing scans all transfers,
     jobs or aborts.
 */
-#include "server_role.h"
-#include "keymap.h"
+#include "roles/server_role.h"
+#include "base/keymap.h"
 
 #include <assert.h>
 #include <errno.h>

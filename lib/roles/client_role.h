@@ -12,9 +12,9 @@
 #ifndef PK_CLIENT_ROLE_H_INCLUDED
 #define PK_CLIENT_ROLE_H_INCLUDED
 
-#include "clock.h"
-#include "protocol.h"
-#include "server_role.h"
+#include "base/clock.h"
+#include "wire/protocol.h"
+#include "roles/server_role.h"
 
 typedef struct {
     void *self;

@@ -10,8 +10,8 @@
     abort-ack timeout), so what a session holds stays bounded however long
     it lives.
 */
-#include "client_role.h"
-#include "keymap.h"
+#include "roles/client_role.h"
+#include "base/keymap.h"
 
 #include <errno.h>
 #include <stdio.h>
