@@ -400,6 +400,33 @@ START_TEST(test_pin_quota_answers_misses)
 }
 END_TEST
 
+START_TEST(test_pin_quota_counts_prefill_stores)
+{
+    //  quota 6: a lookup pins 4; an engine's prefill store of 3 more for
+    //  this consumer would pass it and is refused, one of 2 fits
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 4)), PK_SERVER_SESSION_LIVE);
+    s_clear_out();
+    pk_key_t keys[3];
+    uint32_t blocks[3] = { 1, 2, 3 };
+    for (int i = 0; i < 3; i++) {
+        H->keybytes[i][0] = (uint8_t) (0x10 + i);
+        keys[i] = pk_key_make(H->keybytes[i], 2);
+    }
+    ck_assert_int_eq(pk_server_session_store(H->session, "p1", keys, blocks, 3, 900, false, 0),
+                     -EDQUOT);
+    ck_assert_int_eq(pk_server_session_store(H->session, "p1", keys, blocks, 2, 901, false, 0), 0);
+    //  the quota is full: a lookup's hits now all answer as misses
+    ck_assert_int_eq(s_send(s_lookup_msg("r2", 1, 2)), PK_SERVER_SESSION_LIVE);
+    ck_assert(!H->out[0]->hits[0] && !H->out[0]->hits[1]);
+    s_clear_out();
+    //  the lookup's terminal fetch gives its 4 back: a store of 3 fits now
+    ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 0, 0)), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(pk_server_session_store(H->session, "p2", keys, blocks, 3, 902, false, 0), 0);
+    s_clear_out();
+}
+END_TEST
+
 START_TEST(test_silence_retires_and_releases_pins)
 {
     ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 2)), PK_SERVER_SESSION_LIVE);
@@ -474,6 +501,7 @@ main(void)
     tcase_add_test(tc, test_limit_rounds_and_keys);
     tcase_add_test(tc, test_limit_parked_keys);
     tcase_add_test(tc, test_pin_quota_answers_misses);
+    tcase_add_test(tc, test_pin_quota_counts_prefill_stores);
     tcase_add_test(tc, test_silence_retires_and_releases_pins);
     tcase_add_test(tc, test_consumer_disconnect);
     tcase_add_test(tc, test_forced_cancel_retires);

@@ -48,6 +48,20 @@ int pk_keymap_get_or_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uin
     was there.  */
 bool pk_keymap_take(pk_keymap_t *self, const pk_key_t *key, uint64_t *a_p, uint64_t *b_p);
 
+/*  Iteration without knowing the table's layout:
+        size_t at = 0;
+        for (pk_keymap_entry_t *e; (e = pk_keymap_next(map, &at)); ) ...
+    visits every entry once, in no particular order.  Nothing may be
+    inserted or removed meanwhile: backward-shift deletion moves entries.  */
+static inline pk_keymap_entry_t *
+pk_keymap_next(const pk_keymap_t *self, size_t *at)
+{
+    for (; self->slots && *at <= self->mask; (*at)++)
+        if (self->slots[*at].key.bytes)
+            return &self->slots[(*at)++];
+    return NULL;
+}
+
 static inline size_t
 pk_keymap_size(const pk_keymap_t *self)
 {

@@ -11,6 +11,7 @@
 */
 #include "roles/server_session.h"
 #include "base/keymap.h"
+#include "roles/quota.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -30,7 +31,7 @@ struct _pk_session_t {
     pk_clock_t clock;
     pk_server_session_out_fn *out;
     void *out_arg;
-    pk_parent_t parent;             //  the store's seam, wrapped for the pin quota
+    pk_quota_t *quota;              //  the store's seam, decorated with the pin quota
     pk_server_role_t *role;
 
     char *consumer_id;
@@ -44,8 +45,6 @@ struct _pk_session_t {
     char reason[PK_ERRLEN];
     pk_server_session_counters_t counters;
 
-    uint64_t pinned;                //  blocks pinned for this session
-    pk_keymap_t job_pins;           //  job id -> blocks it pinned (quota accounting)
     s_out_t *queue;
     size_t nqueue, capqueue;
     pk_latency_fn *latency;         //  NULL: latencies are not timed
@@ -232,76 +231,6 @@ s_finish_call(pk_server_session_t *self)
 }
 
 //  --------------------------------------------------------------------------
-//  The parent seam, wrapped: the pin quota is the session's.
-
-static pk_lookup_result_t
-s_parent_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
-{
-    pk_server_session_t *self = arg;
-    return self->parent.lookup(self->parent.self, key, ctx);
-}
-
-static int
-s_parent_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
-             uint64_t *job_id, uint32_t *blocks, bool *pinned)
-{
-    pk_server_session_t *self = arg;
-    //  Keys beyond the quota are not offered to the store: they answer as
-    //  misses (protocol.md section 6).
-    uint64_t room = self->pinned < self->config.pin_quota
-                    ? self->config.pin_quota - self->pinned : 0;
-    size_t ask = n < room ? n : (size_t) room;
-    int rc = self->parent.create_store_job(self->parent.self, ctx, keys, ask, job_id, blocks,
-                                           pinned);
-    if (rc)
-        return rc;
-    uint64_t got = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (i >= ask)
-            pinned[i] = false;
-        got += pinned[i];
-    }
-    pk_key_t key = pk_key_make((const uint8_t *) job_id, sizeof *job_id);
-    uint64_t *id = malloc(sizeof *id);
-    if (id) {
-        *id = *job_id;
-        key.bytes = (const uint8_t *) id;
-        if (pk_keymap_put(&self->job_pins, &key, got, (uintptr_t) id) < 0)
-            free(id);
-        else
-            self->pinned += got;
-    }
-    return 0;
-}
-
-static void
-s_parent_open(void *arg, const pk_lookup_ctx_t *ctx)
-{
-    pk_server_session_t *self = arg;
-    self->parent.on_new_request(self->parent.self, ctx);
-}
-
-static void
-s_parent_finished(void *arg, const pk_lookup_ctx_t *ctx)
-{
-    pk_server_session_t *self = arg;
-    self->parent.on_request_finished(self->parent.self, ctx);
-}
-
-static void
-s_parent_result(void *arg, uint64_t job_id, bool success)
-{
-    pk_server_session_t *self = arg;
-    pk_key_t key = pk_key_make((const uint8_t *) &job_id, sizeof job_id);
-    uint64_t got, id;
-    if (pk_keymap_take(&self->job_pins, &key, &got, &id)) {
-        self->pinned -= got;
-        free((uint64_t *) (uintptr_t) id);
-    }
-    self->parent.store_result(self->parent.self, job_id, success);
-}
-
-//  --------------------------------------------------------------------------
 //  Construction
 
 static char *
@@ -328,7 +257,6 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     self->clock = clock;
     self->out = out;
     self->out_arg = out_arg;
-    self->parent = parent;
     self->consumer_id = strdup(connect->peer_id);
     self->connect_canon = s_canonical_connect(connect);
     if (!self->consumer_id || !self->connect_canon)
@@ -339,12 +267,14 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
         randombytes_buf(self->epoch, sizeof self->epoch);
     while (sodium_is_zero(self->epoch, sizeof self->epoch));
     self->last_heard = s_now(self);
-    self->role = pk_server_role_new(
-        self->consumer_id, &config->role, clock, (pk_sender_t) { self, s_role_send }, transport,
-        (pk_parent_t) { self, s_parent_lookup, s_parent_pin, s_parent_open, s_parent_finished,
-                        s_parent_result });
-    if (!self->role)
+    self->quota = pk_quota_new(config->pin_quota, parent);
+    if (!self->quota)
         goto fail_strings;
+    self->role = pk_server_role_new(self->consumer_id, &config->role, clock,
+                                    (pk_sender_t) { self, s_role_send }, transport,
+                                    pk_quota_parent(self->quota));
+    if (!self->role)
+        goto fail_quota;
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
                      .block_len = id->block_len, .num_blocks = id->num_blocks,
@@ -355,6 +285,8 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     s_finish_call(self);
     return self;
 
+fail_quota:
+    pk_quota_destroy(&self->quota);
 fail_strings:
     free(self->consumer_id);
     free(self->connect_canon);
@@ -370,13 +302,10 @@ pk_server_session_destroy(pk_server_session_t **self_p)
         return;
     pk_server_session_t *self = *self_p;
     pk_server_session_retire(self, PK_DISC_SHUTDOWN, "server shutting down");
-    for (size_t i = 0; self->job_pins.slots && i <= self->job_pins.mask; i++)
-        if (self->job_pins.slots[i].key.bytes)
-            free((uint64_t *) (uintptr_t) self->job_pins.slots[i].b);
-    pk_keymap_fini(&self->job_pins);
-    for (size_t i = 0; self->started.slots && i <= self->started.mask; i++)
-        if (self->started.slots[i].key.bytes)
-            free((void *) (uintptr_t) self->started.slots[i].b);
+    pk_quota_destroy(&self->quota);
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->started, &at)); )
+        free((void *) (uintptr_t) e->b);
     pk_keymap_fini(&self->started);
     for (size_t i = 0; i < self->nqueue; i++)
         free(self->queue[i].frame);
@@ -399,8 +328,9 @@ s_close_role(pk_server_session_t *self)
     size_t njobs, owed;
     if (pk_server_role_close(self->role, &jobs, &njobs, &owed) == 0) {
         //  every job still owed a result fails, so the store unpins it
+        pk_parent_t parent = pk_quota_parent(self->quota);
         for (size_t i = 0; i < njobs; i++)
-            s_parent_result(self, jobs[i], false);
+            parent.store_result(parent.self, jobs[i], false);
         free(jobs);
     }
     pk_server_role_destroy(&self->role);
@@ -629,7 +559,14 @@ pk_server_session_store(pk_server_session_t *self, const char *kv, const pk_key_
 {
     if (self->status == PK_SERVER_SESSION_RETIRED)
         return -EPIPE;
-    int rc = pk_server_role_store(self->role, kv, keys, blocks, n, job_id, has_round, round);
+    //  A prefill store pins for this consumer too: it counts against the
+    //  same quota as its lookups' hits, all or nothing.
+    int rc = pk_quota_charge(self->quota, job_id, n);
+    if (rc)
+        return rc;
+    rc = pk_server_role_store(self->role, kv, keys, blocks, n, job_id, has_round, round);
+    if (rc)
+        pk_quota_discharge(self->quota, job_id);
     s_finish_call(self);
     return rc;
 }

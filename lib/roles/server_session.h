@@ -87,7 +87,9 @@ typedef enum { PK_LATENCY_LOOKUP, PK_LATENCY_FETCH } pk_latency_t;
 typedef void (pk_latency_fn)(void *arg, pk_latency_t which, const char *peer, double seconds);
 void pk_server_session_set_latency(pk_server_session_t *self, pk_latency_fn *fn, void *arg);
 
-/*  The local engine's prefill store and finish for this consumer.  */
+/*  The local engine's prefill store and finish for this consumer.  A
+    store's blocks count against the consumer's pin quota (roles/quota.h):
+    -EDQUOT when they would pass it, and the caller unpins the job.  */
 int pk_server_session_store(pk_server_session_t *self, const char *kv, const pk_key_t *keys,
                      const uint32_t *blocks, size_t n, uint64_t job_id, bool has_round,
                      uint64_t round);
