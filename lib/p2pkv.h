@@ -151,8 +151,10 @@ typedef void (p2pkv_progress_fn)(void *arg, size_t landed, size_t n);
     the callbacks; progress, if given, is called after each batch with
     the count so far.  Requests are named kv-0, kv-1, ...  Returns the
     count, or a negative errno with err: -ETIMEDOUT or -ENOTCONN (no
-    answer to a lookup), -EIO (a fetch failed), -EBUSY (another get runs);
-    landed[] still says what arrived before.  */
+    answer to a lookup), -EIO (a fetch failed), -EBUSY (a get of the same
+    kv on the same server runs); landed[] still says what arrived before.
+    Gets of different requests, or on different servers, may run at once
+    from several threads: each waits for its own answers only.  */
 int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
                      const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
                      p2pkv_progress_fn *progress, void *progress_arg, char *err);

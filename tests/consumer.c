@@ -1,22 +1,72 @@
 /*  consumer.c: the end-to-end tests' consumer (see consumer.h).  */
 #include "consumer.h"
 #include "base/clock.h"
+#include "roles/client_session.h"
 #include "ofi/ofi.h"
 
 #include <czmq.h>
-#include <sodium.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct _tc_t {
     tc_config_t config;
-    zsock_t *dealer;
+    pk_client_session_t *session;   //  the handshake and the epochs
+    zsock_t *dealer;                //  the session's socket, once started
     uint8_t *pool;
     pk_ofi_t *ofi;
     pk_ofi_channel_t *ch;
-    uint8_t epoch[PK_EPOCH_LEN];
-    uint8_t server_epoch[PK_EPOCH_LEN];
 };
+
+//  The session's ops.  The channel lives as long as the consumer (the
+//  tests read its pool after a session ends), so only the socket is the
+//  session's; the tests read live frames themselves, so nothing is
+//  delivered to a role.
+static int
+s_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p, char *err)
+{
+    tc_t *self = arg;
+    self->dealer = zsock_new(ZMQ_DEALER);
+    if (!self->dealer)
+        return pk_err(err, -ENOMEM, "cannot create a socket");
+    uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
+    memcpy(rid + 1, epoch, PK_EPOCH_LEN);
+    zmq_setsockopt(zsock_resolve(self->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
+    if (zsock_connect(self->dealer, "%s", self->config.endpoint) < 0)
+        return pk_err(err, -EINVAL, "cannot connect to %s", self->config.endpoint);
+    if (pk_ofi_channel_blob(self->ch, blob_p, len_p))
+        return pk_err(err, -EIO, "cannot describe the endpoint");
+    return 0;
+}
+
+static void
+s_close(void *arg)
+{
+    zsock_destroy(&((tc_t *) arg)->dealer);
+}
+
+static int
+s_send(void *arg, const char *frame, size_t len)
+{
+    return tc_send_raw(arg, frame, len) == 0 ? 0 : -EAGAIN;
+}
+
+static int
+s_up(void *arg)
+{
+    return 0;
+}
+
+static int
+s_deliver(void *arg, const pk_msg_t *msg, const char **why)
+{
+    return 0;
+}
+
+static void
+s_gone(void *arg, const char *reason)
+{
+}
 
 tc_t *
 tc_new(const tc_config_t *config)
@@ -25,8 +75,6 @@ tc_new(const tc_config_t *config)
     if (!self)
         return NULL;
     self->config = *config;
-    if (!self->config.wire_major)
-        self->config.wire_major = PK_WIRE_MAJOR;
     size_t bytes = config->num_blocks * config->block_len;
     self->pool = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     memset(self->pool, 0xee, bytes);
@@ -36,15 +84,15 @@ tc_new(const tc_config_t *config)
     self->ofi = pk_ofi_new(&oc, self->pool, config->num_blocks, config->block_len, &rc, err);
     if (self->ofi)
         self->ch = pk_ofi_channel_new(self->ofi, true, &rc, err);
-    do
-        randombytes_buf(self->epoch, sizeof self->epoch);
-    while (sodium_is_zero(self->epoch, sizeof self->epoch));
-    self->dealer = zsock_new(ZMQ_DEALER);
-    uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
-    memcpy(rid + 1, self->epoch, PK_EPOCH_LEN);
-    if (self->dealer)
-        zmq_setsockopt(zsock_resolve(self->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
-    if (!self->ch || !self->dealer || zsock_connect(self->dealer, "%s", config->endpoint) < 0) {
+    //  connect is repeated every 0.5 s until answered
+    pk_client_session_config_t sc = { 0.5, 3600, 3600, true };
+    pk_client_identity_t id = { config->endpoint, config->peer_id, config->num_blocks,
+                                config->block_len, config->fingerprint, config->hash_seed,
+                                config->wire_major };
+    pk_client_session_ops_t ops = { sizeof ops, self, s_open, s_close, s_send, s_up, s_deliver,
+                                    s_gone, NULL };
+    self->session = pk_client_session_new(&sc, &id, pk_clock_system(), &ops);
+    if (!self->ch || !self->session) {
         tc_destroy(&self);
         return NULL;
     }
@@ -57,6 +105,7 @@ tc_destroy(tc_t **self_p)
     if (!self_p || !*self_p)
         return;
     tc_t *self = *self_p;
+    pk_client_session_destroy(&self->session);
     zsock_destroy(&self->dealer);
     pk_ofi_channel_destroy(&self->ch);
     pk_ofi_destroy(&self->ofi);
@@ -70,6 +119,8 @@ tc_send_raw(tc_t *self, const void *data, size_t len)
 {
     //  never block: a DEALER with no connected server (not up yet, or
     //  refused by --allow) would wait forever
+    if (!self->dealer)
+        return -1;
     zframe_t *f = zframe_new(data, len);
     int rc = zframe_send(&f, self->dealer, ZFRAME_DONTWAIT);
     zframe_destroy(&f);
@@ -81,7 +132,8 @@ tc_send(tc_t *self, pk_msg_t *m)
 {
     if (!(m->present & PK_BIT(PK_F_SOURCE_EPOCH)) && m->type != PK_MSG_DESCRIBE
         && m->type != PK_MSG_CONNECT)
-        pk_msg_set_epochs(m, self->epoch, self->server_epoch);
+        pk_msg_set_epochs(m, pk_client_session_epoch(self->session),
+                          pk_client_session_server_epoch(self->session));
     char *frame;
     size_t len;
     int rc = pk_msg_encode(m, &frame, &len, NULL);
@@ -99,7 +151,7 @@ tc_recv(tc_t *self, double timeout)
     double deadline = pk_clock_monotonic() + timeout;
     while (pk_clock_monotonic() < deadline) {
         pk_ofi_channel_progress(self->ch);
-        if (zsock_events(self->dealer) & ZMQ_POLLIN) {
+        if (self->dealer && (zsock_events(self->dealer) & ZMQ_POLLIN)) {
             zframe_t *f = zframe_recv(self->dealer);
             pk_msg_t *m = NULL;
             char err[PK_ERRLEN];
@@ -126,36 +178,22 @@ tc_progress(tc_t *self, double seconds)
 pk_msg_t *
 tc_connect(tc_t *self, double timeout)
 {
-    uint8_t *blob;
-    size_t len;
-    if (pk_ofi_channel_blob(self->ch, &blob, &len))
+    if (pk_client_session_state(self->session) == PK_CLIENT_SESSION_DOWN
+        && pk_client_session_start(self->session, NULL) != 0)
         return NULL;
     double deadline = pk_clock_monotonic() + timeout;
-    pk_msg_t *answer = NULL;
-    while (!answer && pk_clock_monotonic() < deadline) {
-        pk_msg_t *c = pk_msg_new(PK_MSG_CONNECT);
-        pk_msg_set_uint(c, PK_F_WIRE_MAJOR, self->config.wire_major);
-        pk_msg_set_uint(c, PK_F_WIRE_MINOR, 0);
-        pk_msg_set_string(c, PK_F_PEER_ID, self->config.peer_id);
-        static const uint8_t zero[PK_EPOCH_LEN];
-        pk_msg_set_epochs(c, self->epoch, zero);
-        pk_msg_set_metadata(c, blob, len);
-        pk_msg_set_uint(c, PK_F_BASE_ADDR, 0);
-        pk_msg_set_uint(c, PK_F_NUM_BLOCKS, self->config.num_blocks);
-        pk_msg_set_uint(c, PK_F_BLOCK_LEN, self->config.block_len);
-        pk_msg_set_string(c, PK_F_CONFIG_FINGERPRINT, self->config.fingerprint);
-        pk_msg_set_string(c, PK_F_HASH_SEED, self->config.hash_seed);
-        tc_send(self, c);
-        pk_msg_t *m = tc_recv(self, 0.5);
-        if (m && (m->type == PK_MSG_CONNECT_ACK || m->type == PK_MSG_DISCONNECT))
-            answer = m;
-        else
-            pk_msg_destroy(&m);
+    while (pk_clock_monotonic() < deadline) {
+        pk_client_session_tick(self->session);
+        double left = deadline - pk_clock_monotonic();
+        pk_msg_t *m = tc_recv(self, left < 0.005 ? left : 0.005);
+        if (!m)
+            continue;
+        pk_client_session_on_message(self->session, m);
+        if (m->type == PK_MSG_CONNECT_ACK || m->type == PK_MSG_DISCONNECT)
+            return m;
+        pk_msg_destroy(&m);
     }
-    free(blob);
-    if (answer && answer->type == PK_MSG_CONNECT_ACK)
-        memcpy(self->server_epoch, answer->source_epoch, PK_EPOCH_LEN);
-    return answer;
+    return NULL;
 }
 
 uint8_t *

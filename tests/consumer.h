@@ -1,10 +1,11 @@
 /*  consumer.h: a small consumer for the end-to-end tests of p2pkv-server.
 
     One DEALER socket (routing id "P" + epoch), one libfabric channel
-    exposing a pool of its own, the handshake, and frames in and out with
-    this session's epochs.  Waiting for a frame keeps the channel
-    progressing, as a real consumer must.  The full client library is
-    issue 6's; this is only what the tests need.
+    exposing a pool of its own, the handshake of roles/client_session (the
+    one the client library runs), and frames in and out with this
+    session's epochs.  Waiting for a frame keeps the channel progressing,
+    as a real consumer must.  Unlike the client library it reads live
+    frames raw, so tests can check every byte a server sends.
 */
 #ifndef PK_TEST_CONSUMER_H_INCLUDED
 #define PK_TEST_CONSUMER_H_INCLUDED
@@ -28,8 +29,9 @@ typedef struct {
 tc_t *tc_new(const tc_config_t *config);
 void tc_destroy(tc_t **self_p);
 
-/*  Sends connect (every 0.5 s) until connect_ack or disconnect arrives
-    within timeout; returns that message (caller destroys) or NULL.  */
+/*  Starts the session: connect (every 0.5 s) until connect_ack or
+    disconnect arrives within timeout; returns that message (caller
+    destroys) or NULL.  */
 pk_msg_t *tc_connect(tc_t *self, double timeout);
 
 /*  Sends m with this session's epochs (unless m has epochs); destroys m.  */

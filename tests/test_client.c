@@ -476,6 +476,87 @@ START_TEST(test_get_in_batches_past_the_pin_quota)
 }
 END_TEST
 
+//  Gets at once: each thread's get waits for its own answers only.
+typedef struct {
+    p2pkv_client_t *c;
+    int server;
+    const char *kv;
+    uint32_t first;             //  its destination blocks: first, first + 1, ...
+    int got;
+    char err[256];
+    //  a get started from inside this one (its progress callback)
+    int nested_same, nested_other;
+} s_getter_t;
+
+static void
+s_nested_progress(void *arg, size_t landed, size_t n)
+{
+    s_getter_t *g = arg;
+    if (g->nested_same != 1)
+        return;
+    uint32_t dest[NKEYS];
+    bool landed2[NKEYS];
+    char err[256];
+    for (int i = 0; i < NKEYS; i++)
+        dest[i] = (uint32_t) (48 + i);
+    //  the same request on the same server is refused: its answers would
+    //  be indistinguishable; another request runs, inside the first
+    g->nested_same = p2pkv_client_get(g->c, g->server, g->kv, s_keys, dest, NKEYS, true, 5,
+                                      landed2, NULL, NULL, err);
+    g->nested_other = p2pkv_client_get(g->c, g->server, "inner", s_keys, dest, NKEYS, true, 5,
+                                       landed2, NULL, NULL, err);
+}
+
+static void *
+s_getter(void *arg)
+{
+    s_getter_t *g = arg;
+    uint32_t dest[NKEYS];
+    bool landed[NKEYS];
+    for (int i = 0; i < NKEYS; i++)
+        dest[i] = g->first + (uint32_t) i;
+    g->got = p2pkv_client_get(g->c, g->server, g->kv, s_keys, dest, NKEYS, true, 10, landed,
+                              g->nested_same ? s_nested_progress : NULL, g, g->err);
+    return NULL;
+}
+
+START_TEST(test_gets_at_once_keep_their_answers)
+{
+    td_t s;
+    s_seen_t seen;
+    int server;
+    //  (the quota, a quarter of the pool, holds both gets' pins at once:
+    //  with less, one get's pins would make the other's hits misses)
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, true, true, &server);
+    s_getter_t g[2] = { { c, server, "left", 0, 0, "", 0, 0 },
+                        { c, server, "right", 16, 0, "", 0, 0 } };
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, s_getter, &g[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    for (int k = 0; k < 2; k++) {
+        ck_assert_msg(g[k].got == NKEYS, "get %s: %d: %s", g[k].kv, g[k].got, g[k].err);
+        for (int i = 0; i < NKEYS; i++)
+            ck_assert(memcmp(p2pkv_client_pool(c) + (size_t) (g[k].first + i) * BLOCK,
+                             s_data[i], BLOCK) == 0);
+    }
+    //  nested, on the calling thread: same request refused, another served
+    s_getter_t n = { c, server, "outer", 32, 0, "", 1, 0 };
+    s_getter(&n);
+    ck_assert_msg(n.got == NKEYS, "outer get: %d: %s", n.got, n.err);
+    ck_assert_int_eq(n.nested_same, -EBUSY);
+    ck_assert_int_eq(n.nested_other, NKEYS);
+    for (int i = 0; i < NKEYS; i++)
+        ck_assert(memcmp(p2pkv_client_pool(c) + (size_t) (48 + i) * BLOCK, s_data[i],
+                         BLOCK) == 0);
+    ck_assert_int_eq(atomic_load(&seen.lookups), 0);
+    ck_assert_int_eq(atomic_load(&seen.fetches), 0);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  No on_fetch: the end of a fetch is read by polling its status, once.
 START_TEST(test_fetch_status_by_polling)
 {
@@ -674,6 +755,7 @@ main(void)
     tcase_add_test(tc, test_lookups_of_a_request_batched);
     tcase_add_test(tc, test_fetch_status_by_polling);
     tcase_add_test(tc, test_get_in_batches_past_the_pin_quota);
+    tcase_add_test(tc, test_gets_at_once_keep_their_answers);
     tcase_add_test(tc, test_server_violations_end_the_session);
     suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);

@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "p2pkv.h"
 #include "roles/client_role.h"
+#include "roles/client_session.h"
 #include "base/clock.h"
 #include "base/keymap.h"
 #include "ofi/ofi.h"
@@ -54,6 +55,8 @@ typedef struct s_sync {
     uint64_t round, fetch_id;
     int status;                     //  -EINPROGRESS until the fetch ends
     char reason[256];
+    const char *request;            //  the caller's kv, for -EBUSY
+    struct s_sync *prev, *next;     //  every get running now
 } s_sync_t;
 
 typedef struct {
@@ -62,18 +65,13 @@ typedef struct {
     char *endpoint;
     p2pkv_server_state_t state;
     bool announced;                 //  connect returned it: on_server may report it
-    //  the session: a new one at each (re)connect
+    //  handshake, epochs, keepalive, silence, reconnect: the pure part
+    pk_client_session_t *session;
+    //  what lives with one session: a new set at each (re)connect
     zsock_t *dealer;
     pk_ofi_channel_t *channel;
     int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
-    uint8_t epoch[PK_EPOCH_LEN];
-    uint8_t server_epoch[PK_EPOCH_LEN];
-    uint8_t *blob;                  //  our address blob, sent in connect
-    size_t bloblen;
-    double next_connect;            //  CONNECTING: when to send connect again
-    double reconnect_at;            //  DOWN: when to start a new session
-    double last_sent, last_heard;
     double last_landed;             //  when its queue last had completions
     char reason[PK_ERRLEN + 64];
 } s_server_t;
@@ -89,7 +87,8 @@ struct _p2pkv_client_t {
     s_server_t *servers[S_MAX_SERVERS];
     int nservers;                   //  slots in use are below this
     int ran;                        //  callbacks run in the current step
-    struct s_sync *sync;            //  p2pkv_client_get's batch, answered here
+    struct s_sync *syncs;           //  the gets running now, each answered here
+                                    //  (a list: gets at once are few)
     uint64_t fetch_ids;             //  the roles draw fetch ids from it
     pk_keymap_t fetches;            //  id -> s_fetch_t
     s_fetch_t *unread_head, *unread_tail;
@@ -195,31 +194,22 @@ s_arm(p2pkv_client_t *self)
         s_server_t *s = self->servers[i];
         if (!s)
             continue;
-        if (s->state == P2PKV_SERVER_DOWN) {
-            if (!self->config.no_reconnect && s->reconnect_at < due)
-                due = s->reconnect_at;
+        double t = pk_client_session_due(s->session);
+        if (s->state == P2PKV_SERVER_DOWN || s->state == P2PKV_SERVER_STOPPED) {
+            if (t < due)
+                due = t;
             continue;
         }
-        if (s->state == P2PKV_SERVER_STOPPED)
-            continue;
         if (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN))
             due = now;
         if (s->channel && !pk_ofi_channel_trywait(s->channel))
             due = now;
         if (s->channel && s->wait_fd < 0 && now + 0.002 < due)
             due = now + 0.002;
-        if (s->state == P2PKV_SERVER_CONNECTING) {
-            if (s->next_connect < due)
-                due = s->next_connect;
-            continue;
-        }
-        if (pk_client_role_has_queued(s->role))
+        if (s->role && pk_client_role_has_queued(s->role))
             due = now;
-        double t = s->last_sent + self->config.keepalive;
-        if (s->last_heard + self->config.silence < t)
-            t = s->last_heard + self->config.silence;
         //  load deadlines are coarse (seconds): a 10 ms look is enough
-        if (pk_client_role_open_loads(s->role) && now + 0.01 < t)
+        if (s->role && pk_client_role_open_loads(s->role) && now + 0.01 < t)
             t = now + 0.01;
         if (t < due)
             due = t;
@@ -247,10 +237,7 @@ static void
 s_role_send(void *arg, const pk_msg_t *msg)
 {
     s_server_t *s = arg;
-    pk_msg_t m = *msg;
-    pk_msg_set_epochs(&m, s->epoch, s->server_epoch);
-    if (s_send_frame(s->dealer, &m) == 0)
-        s->last_sent = pk_clock_monotonic();
+    (void) pk_client_session_send(s->session, msg);
 }
 
 static uint64_t
@@ -277,8 +264,10 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
 {
     s_server_t *s = arg;
     p2pkv_client_t *c = s->client;
-    s_sync_t *sync = c->sync;
-    if (sync && sync->server == s->index && strcmp(sync->kv, kv) == 0) {
+    s_sync_t *sync = c->syncs;
+    while (sync && !(sync->server == s->index && strcmp(sync->kv, kv) == 0))
+        sync = sync->next;
+    if (sync) {
         if (hits)
             memcpy(sync->hits, hits, n * sizeof *hits);
         sync->round = round;
@@ -336,10 +325,13 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     pk_key_t k = s_fetch_key(&id);
     pk_keymap_entry_t *e = pk_keymap_find(&c->fetches, &k);
     s_fetch_t *f = e ? (s_fetch_t *) (uintptr_t) e->a : NULL;
-    bool synced = c->sync && c->sync->fetch_id == id;
+    s_sync_t *sync = c->syncs;
+    while (sync && sync->fetch_id != id)
+        sync = sync->next;
+    bool synced = sync != NULL;
     if (synced) {
-        c->sync->status = (int) st;
-        snprintf(c->sync->reason, sizeof c->sync->reason, "%s", reason ? reason : "");
+        sync->status = (int) st;
+        snprintf(sync->reason, sizeof sync->reason, "%s", reason ? reason : "");
     }
     if (synced || c->callbacks.on_fetch) {
         if (f)
@@ -480,19 +472,120 @@ fail:
     return NULL;
 }
 
-//  Ends the current session's objects (not the server's slot): the role
-//  first, which cuts off and fails what is open when the caller asked it.
-static void
-s_session_close(s_server_t *s)
+//  The session's resources, opened and closed by the client session: a
+//  socket whose routing id derives from the epoch, and a channel exposing
+//  the pool.  Closing ends the role first, which cuts off (the endpoint
+//  and registration go before anything else).
+static int
+s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p, char *err)
 {
+    s_server_t *s = arg;
+    p2pkv_client_t *self = s->client;
+    int rc;
+    s->channel = pk_ofi_channel_new(self->ofi, true, &rc, err);
+    if (!s->channel)
+        return rc < 0 ? rc : -EIO;
+    s->wait_fd = pk_ofi_channel_wait_fd(s->channel);
+    s_watch(self, s->wait_fd, true);
+    if (pk_ofi_channel_blob(s->channel, blob_p, len_p))
+        return pk_err(err, -EIO, "cannot describe the local endpoint");
+    s->dealer = zsock_new(ZMQ_DEALER);
+    if (!s->dealer)
+        return pk_err(err, -ENOMEM, "cannot create a socket");
+    //  a stable routing id: a TCP reconnect keeps the session's id
+    uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
+    memcpy(rid + 1, epoch, PK_EPOCH_LEN);
+    zmq_setsockopt(zsock_resolve(s->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
+    if (zsock_connect(s->dealer, "%s", s->endpoint) < 0)
+        return pk_err(err, -EINVAL, "cannot connect to %s", s->endpoint);
+    s_watch(self, zsock_fd(s->dealer), true);
+    return 0;
+}
+
+static void
+s_session_close(void *arg)
+{
+    s_server_t *s = arg;
     pk_client_role_destroy(&s->role);
     s_cut_off(s);
     if (s->dealer)
         s_watch(s->client, zsock_fd(s->dealer), false);
     zsock_destroy(&s->dealer);
-    free(s->blob);
-    s->blob = NULL;
 }
+
+static int
+s_session_send(void *arg, const char *frame, size_t len)
+{
+    s_server_t *s = arg;
+    //  never block: a DEALER with no connected server would wait forever
+    zframe_t *f = zframe_new(frame, len);
+    int rc = zframe_send(&f, s->dealer, ZFRAME_DONTWAIT);
+    zframe_destroy(&f);
+    return rc ? -EAGAIN : 0;
+}
+
+static int
+s_session_up(void *arg)
+{
+    s_server_t *s = arg;
+    p2pkv_client_t *self = s->client;
+    pk_client_role_config_t rc_cfg = { self->config.load_timeout, self->config.abort_ack_timeout,
+                                       &self->fetch_ids };
+    s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
+                                 (pk_sender_t) { s, s_role_send },
+                                 (pk_client_transport_t) { s, s_landed, s_cut_off },
+                                 (pk_client_events_t) { s, s_lookup_done, s_load_done });
+    return s->role ? 0 : -ENOMEM;
+}
+
+static int
+s_session_deliver(void *arg, const pk_msg_t *msg, const char **why)
+{
+    s_server_t *s = arg;
+    int rc = pk_client_role_on_message(s->role, msg);
+    if (rc == -EPROTO)
+        *why = pk_client_role_violation(s->role);
+    return rc;
+}
+
+//  The server is gone: cut off first, then its open fetches fail and its
+//  open lookups get their answer without hits.
+static void
+s_session_gone(void *arg, const char *reason)
+{
+    s_server_t *s = arg;
+    pk_client_role_server_gone(s->role, reason);
+}
+
+static void
+s_session_state(void *arg, pk_client_session_state_t state, const char *reason)
+{
+    static const p2pkv_server_state_t map[] = {
+        [PK_CLIENT_SESSION_DOWN] = P2PKV_SERVER_DOWN,
+        [PK_CLIENT_SESSION_CONNECTING] = P2PKV_SERVER_CONNECTING,
+        [PK_CLIENT_SESSION_UP] = P2PKV_SERVER_UP,
+        [PK_CLIENT_SESSION_STOPPED] = P2PKV_SERVER_STOPPED,
+    };
+    s_server_t *s = arg;
+    s->state = map[state];
+    snprintf(s->reason, sizeof s->reason, "%s", reason);
+    p2pkv_client_t *c = s->client;
+    if (s->announced && c->callbacks.on_server) {
+        c->ran++;
+        c->callbacks.on_server(c->callbacks.arg, s->index, s->state, s->reason);
+    }
+}
+
+static const pk_client_session_ops_t s_session_ops = {
+    .size = sizeof (pk_client_session_ops_t),
+    .open = s_session_open,
+    .close = s_session_close,
+    .send = s_session_send,
+    .up = s_session_up,
+    .deliver = s_session_deliver,
+    .gone = s_session_gone,
+    .state = s_session_state,
+};
 
 static void
 s_server_free(s_server_t **s_p)
@@ -500,19 +593,10 @@ s_server_free(s_server_t **s_p)
     s_server_t *s = *s_p;
     if (!s)
         return;
-    s_session_close(s);
+    pk_client_session_destroy(&s->session);
     free(s->endpoint);
     free(s);
     *s_p = NULL;
-}
-
-static void
-s_send_disconnect(s_server_t *s, pk_disconnect_code_t code, const char *reason)
-{
-    pk_msg_t d = { .type = PK_MSG_DISCONNECT, .code = code, .reason = (char *) reason,
-                   .present = PK_BIT(PK_F_CODE) | PK_BIT(PK_F_REASON) };
-    pk_msg_set_epochs(&d, s->epoch, s->server_epoch);
-    s_send_frame(s->dealer, &d);
 }
 
 void
@@ -531,8 +615,10 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
     }
     for (int i = 0; i < self->nservers; i++) {
         s_server_t *s = self->servers[i];
-        if (s && s->state == P2PKV_SERVER_UP)
-            s_send_disconnect(s, PK_DISC_SHUTDOWN, "client closing");
+        if (s) {
+            s->announced = false;       //  no on_server from destroy
+            pk_client_session_disconnect(s->session, PK_DISC_SHUTDOWN, "client closing");
+        }
         s_server_free(&self->servers[i]);
     }
     for (size_t i = 0; self->fetches.slots && i <= self->fetches.mask; i++)
@@ -566,226 +652,27 @@ p2pkv_client_fd(p2pkv_client_t *self)
 //  --------------------------------------------------------------------------
 //  Sessions
 
-static void
-s_state(s_server_t *s, p2pkv_server_state_t state, const char *reason)
-{
-    s->state = state;
-    if (reason)
-        snprintf(s->reason, sizeof s->reason, "%s", reason);
-    p2pkv_client_t *c = s->client;
-    if (s->announced && c->callbacks.on_server) {
-        c->ran++;
-        c->callbacks.on_server(c->callbacks.arg, s->index, state, s->reason);
-    }
-}
-
-//  A new session: fresh epoch, endpoint, registration and socket; connect
-//  goes out at the next step.
-static int
-s_session_open(s_server_t *s, char *err)
-{
-    p2pkv_client_t *self = s->client;
-    do
-        randombytes_buf(s->epoch, sizeof s->epoch);
-    while (sodium_is_zero(s->epoch, sizeof s->epoch));
-    memset(s->server_epoch, 0, sizeof s->server_epoch);
-    char ofi_err[PK_ERRLEN];
-    int rc;
-    s->channel = pk_ofi_channel_new(self->ofi, true, &rc, ofi_err);
-    if (!s->channel) {
-        (void) pk_err(err, 0, "%s", ofi_err);
-        return rc < 0 ? rc : -EIO;
-    }
-    s->wait_fd = pk_ofi_channel_wait_fd(s->channel);
-    s_watch(self, s->wait_fd, true);
-    if (pk_ofi_channel_blob(s->channel, &s->blob, &s->bloblen)) {
-        (void) pk_err(err, 0, "cannot describe the local endpoint");
-        return -EIO;
-    }
-    s->dealer = zsock_new(ZMQ_DEALER);
-    if (!s->dealer) {
-        (void) pk_err(err, 0, "cannot create a socket");
-        return -ENOMEM;
-    }
-    //  a stable routing id: a TCP reconnect keeps the session's id
-    uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
-    memcpy(rid + 1, s->epoch, PK_EPOCH_LEN);
-    zmq_setsockopt(zsock_resolve(s->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
-    if (zsock_connect(s->dealer, "%s", s->endpoint) < 0) {
-        (void) pk_err(err, 0, "cannot connect to %s", s->endpoint);
-        return -EINVAL;
-    }
-    s_watch(self, zsock_fd(s->dealer), true);
-    s->next_connect = 0;
-    s->state = P2PKV_SERVER_CONNECTING;
-    return 0;
-}
-
-static void
-s_send_connect(s_server_t *s)
-{
-    p2pkv_client_t *self = s->client;
-    static const uint8_t zero[PK_EPOCH_LEN];
-    pk_msg_t c = { .type = PK_MSG_CONNECT, .wire_major = PK_WIRE_MAJOR,
-                   .wire_minor = PK_WIRE_MINOR, .peer_id = self->peer_id,
-                   .agent_metadata = s->blob, .agent_metadata_len = s->bloblen, .base_addr = 0,
-                   .num_blocks = self->num_blocks, .block_len = self->block_len,
-                   .config_fingerprint = self->fingerprint, .hash_seed = self->hash_seed,
-                   .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
-                              | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_AGENT_METADATA)
-                              | PK_BIT(PK_F_BASE_ADDR) | PK_BIT(PK_F_NUM_BLOCKS)
-                              | PK_BIT(PK_F_BLOCK_LEN) | PK_BIT(PK_F_CONFIG_FINGERPRINT)
-                              | PK_BIT(PK_F_HASH_SEED) };
-    pk_msg_set_epochs(&c, s->epoch, zero);
-    //  repeated every reconnect_interval until answered (the server may not
-    //  be up yet); a socket not connected yet is tried again very soon
-    bool sent = s_send_frame(s->dealer, &c) == 0;
-    s->next_connect = pk_clock_monotonic() + (sent ? s->client->config.reconnect_interval : 0.005);
-}
-
-static void
-s_on_connect_answer(s_server_t *s, pk_msg_t *m)
-{
-    p2pkv_client_t *self = s->client;
-    if (m->type == PK_MSG_DISCONNECT && m->code == PK_DISC_INCOMPATIBLE) {
-        char reason[PK_ERRLEN + 64];
-        snprintf(reason, sizeof reason, "%s refused us as incompatible: %s", s->endpoint,
-                 m->reason);
-        s_session_close(s);
-        s_state(s, P2PKV_SERVER_STOPPED, reason);
-        return;
-    }
-    if (m->type == PK_MSG_DISCONNECT) {
-        //  retiring an older session of ours, say: keep asking
-        snprintf(s->reason, sizeof s->reason, "%s refused the connection (%s): %s", s->endpoint,
-                 pk_disconnect_code_name(m->code), m->reason);
-        return;
-    }
-    if (m->type != PK_MSG_CONNECT_ACK || memcmp(m->target_epoch, s->epoch, PK_EPOCH_LEN) != 0)
-        return;
-    memcpy(s->server_epoch, m->source_epoch, PK_EPOCH_LEN);
-    pk_client_role_config_t rc_cfg = { self->config.load_timeout, self->config.abort_ack_timeout,
-                                       &self->fetch_ids };
-    s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
-                                 (pk_sender_t) { s, s_role_send },
-                                 (pk_client_transport_t) { s, s_landed, s_cut_off },
-                                 (pk_client_events_t) { s, s_lookup_done, s_load_done });
-    if (!s->role) {
-        s_session_close(s);
-        s->reconnect_at = pk_clock_monotonic() + self->config.reconnect_interval;
-        s_state(s, P2PKV_SERVER_DOWN, "out of memory");
-        return;
-    }
-    s->last_sent = s->last_heard = pk_clock_monotonic();
-    s_state(s, P2PKV_SERVER_UP, "");
-}
-
-//  The server is gone: cut off first, then its open fetches fail; a new
-//  session follows after reconnect_interval.
-static void
-s_gone(s_server_t *s, const char *reason)
-{
-    if (s->state != P2PKV_SERVER_UP)
-        return;
-    pk_client_role_server_gone(s->role, reason);
-    s_session_close(s);
-    s->reconnect_at = pk_clock_monotonic() + s->client->config.reconnect_interval;
-    s_state(s, P2PKV_SERVER_DOWN, reason);
-}
-
-//  What the server said in a live session: epochs checked, then the role's.
-static void
-s_on_frame(s_server_t *s, pk_msg_t *m)
-{
-    if (m->type == PK_MSG_DESCRIPTION || m->type == PK_MSG_CONNECT_ACK)
-        return;     //  a late answer to our repeated connect
-    bool epochs = (m->present & PK_BIT(PK_F_SOURCE_EPOCH))
-                  && memcmp(m->source_epoch, s->server_epoch, PK_EPOCH_LEN) == 0
-                  && memcmp(m->target_epoch, s->epoch, PK_EPOCH_LEN) == 0;
-    if (m->type == PK_MSG_DISCONNECT && (epochs || !(m->present & PK_BIT(PK_F_SOURCE_EPOCH)))) {
-        char reason[PK_ERRLEN + 32];
-        snprintf(reason, sizeof reason, "server disconnected (%s): %s",
-                 pk_disconnect_code_name(m->code), m->reason);
-        s_gone(s, reason);
-        return;
-    }
-    if (!epochs)
-        return;     //  stale
-    s->last_heard = pk_clock_monotonic();
-    if (m->type == PK_MSG_DESCRIBE || m->type == PK_MSG_CONNECT || m->type == PK_MSG_PING
-        || m->type == PK_MSG_LOOKUP || m->type == PK_MSG_FETCH || m->type == PK_MSG_ABORT_FETCH) {
-        //  a message that only flows the other way (protocol.md section 3)
-        char why[96], reason[160];
-        snprintf(why, sizeof why, "a %s from a server", pk_msg_type_name(m->type));
-        snprintf(reason, sizeof reason, "protocol violation by the server: %s", why);
-        s_send_disconnect(s, PK_DISC_VIOLATION, why);
-        s_gone(s, reason);
-        return;
-    }
-    if (pk_client_role_on_message(s->role, m) == -EPROTO) {
-        const char *why = pk_client_role_violation(s->role);
-        char reason[PK_ERRLEN];
-        snprintf(reason, sizeof reason, "protocol violation by the server: %s", why);
-        s_send_disconnect(s, PK_DISC_VIOLATION, why);
-        s_gone(s, reason);
-    }
-}
-
+//  One server's turn: what arrived, the role's work, then whatever the
+//  session has due (a reconnect, connect again, ping, silence).
 static void
 s_server_step(p2pkv_client_t *self, s_server_t *s)
 {
     double now = pk_clock_monotonic();
-    if (s->state == P2PKV_SERVER_DOWN && !self->config.no_reconnect && now >= s->reconnect_at) {
-        char err[256] = "";
-        if (s_session_open(s, err) != 0) {
-            s_session_close(s);
-            s->reconnect_at = now + self->config.reconnect_interval;
-            snprintf(s->reason, sizeof s->reason, "%s", err);
-            return;
-        }
-        s_state(s, P2PKV_SERVER_CONNECTING, s->reason);
-    }
     if (s->channel && pk_ofi_channel_progress(s->channel) > 0)
         s->last_landed = now;
-    if (s->state == P2PKV_SERVER_CONNECTING) {
-        if (now >= s->next_connect)
-            s_send_connect(s);
-        pk_msg_t *m;
-        while (s->state == P2PKV_SERVER_CONNECTING && (m = s_recv_msg(s->dealer, NULL))) {
-            s_on_connect_answer(s, m);
-            pk_msg_destroy(&m);
-        }
-    }
-    if (s->state != P2PKV_SERVER_UP)
-        return;
-    pk_msg_t *m;
-    char bad[PK_ERRLEN] = "";
-    while (s->state == P2PKV_SERVER_UP && ((m = s_recv_msg(s->dealer, bad)) || *bad)) {
-        if (!m) {
-            //  a server that breaks the protocol ends its session, as a
-            //  consumer's bad frame ends its own (protocol.md section 6)
-            char reason[PK_ERRLEN + 48];
-            snprintf(reason, sizeof reason, "protocol violation by the server: %s", bad);
-            s_send_disconnect(s, PK_DISC_VIOLATION, bad);
-            s_gone(s, reason);
+    //  the session may end while reading (a violation closes the socket)
+    while (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN)) {
+        zframe_t *f = zframe_recv(s->dealer);
+        if (!f)
             break;
-        }
-        s_on_frame(s, m);
-        pk_msg_destroy(&m);
+        pk_client_session_on_frame(s->session, zframe_data(f), zframe_size(f));
+        zframe_destroy(&f);
     }
-    if (s->state != P2PKV_SERVER_UP)
-        return;
-    pk_client_role_flush(s->role);
-    pk_client_role_tick(s->role);
-    now = pk_clock_monotonic();
-    if (now - s->last_heard >= self->config.silence) {
-        s_gone(s, "server silent");
-        return;
+    if (s->role && s->state == P2PKV_SERVER_UP) {
+        pk_client_role_flush(s->role);
+        pk_client_role_tick(s->role);
     }
-    if (now - s->last_sent >= self->config.keepalive) {
-        pk_msg_t ping = { .type = PK_MSG_PING };
-        s_role_send(s, &ping);
-    }
+    pk_client_session_tick(s->session);
 }
 
 int
@@ -819,7 +706,15 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
     s->client = self;
     s->index = slot;
     s->wait_fd = -1;
-    int rc = s_session_open(s, err);
+    pk_client_session_config_t scfg = { self->config.reconnect_interval, self->config.keepalive,
+                                        self->config.silence, self->config.no_reconnect };
+    pk_client_identity_t id = { s->endpoint, self->peer_id, self->num_blocks, self->block_len,
+                                self->fingerprint, self->hash_seed, 0 };
+    pk_client_session_ops_t ops = s_session_ops;
+    ops.self = s;
+    s->session = pk_client_session_new(&scfg, &id, (pk_clock_t) { s, s_clock_now }, &ops);
+    int rc = s->session ? pk_client_session_start(s->session, err)
+                        : pk_err(err, -ENOMEM, "out of memory");
     if (rc) {
         s_server_free(&s);
         pthread_mutex_unlock(&self->lock);
@@ -871,10 +766,11 @@ p2pkv_client_disconnect(p2pkv_client_t *self, int server)
     int rc = -EINVAL;
     if (server >= 0 && server < self->nservers && self->servers[server]) {
         s_server_t *s = self->servers[server];
-        if (s->state == P2PKV_SERVER_UP) {
-            s_send_disconnect(s, PK_DISC_SHUTDOWN, "client disconnecting");
+        //  its open work fails first (cut off, then reported), then goodbye
+        if (s->state == P2PKV_SERVER_UP)
             pk_client_role_server_gone(s->role, "disconnected by the client");
-        }
+        s->announced = false;           //  the caller knows: no on_server
+        pk_client_session_disconnect(s->session, PK_DISC_SHUTDOWN, "client disconnecting");
         s_server_free(&self->servers[server]);
         while (self->nservers && !self->servers[self->nservers - 1])
             self->nservers--;
@@ -1074,20 +970,30 @@ p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_k
     memset(landed, 0, n * sizeof *landed);
     if (err)
         *err = '\0';
-    s_sync_t sync = { .server = server };
+    s_sync_t sync = { .server = server, .request = kv };
     p2pkv_key_t *ask = malloc(n * sizeof *ask);
     size_t *pos = malloc(n * sizeof *pos);
     uint32_t *to = malloc(n * sizeof *to);
     sync.hits = malloc(n * sizeof *sync.hits);
     int rc = ask && pos && to && sync.hits ? 0 : -ENOMEM;
     size_t total = 0;
+    //  Each get waits on its own record: gets of other requests, or on
+    //  other servers, run at once without taking each other's answers.
     pthread_mutex_lock(&self->lock);
-    bool busy = self->sync != NULL;
-    if (!busy)
-        self->sync = &sync;
+    bool busy = false;
+    for (s_sync_t *o = self->syncs; o; o = o->next)
+        busy |= o->server == server && strcmp(o->request, kv) == 0;
+    if (!busy) {
+        sync.next = self->syncs;
+        if (self->syncs)
+            self->syncs->prev = &sync;
+        self->syncs = &sync;
+    }
     pthread_mutex_unlock(&self->lock);
-    if (busy)
+    if (busy) {
+        (void) pk_err(err, 0, "a get of request %s on this server runs already", kv);
         rc = -EBUSY;
+    }
     //  A server pins at most its quota of blocks per session; keys beyond
     //  it answer as misses.  So: look up what is left, fetch the hits
     //  (their pins end with the fetch), and ask again while that makes
@@ -1150,8 +1056,14 @@ p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_k
             break;      //  nothing more to get; a lookup asks once
     }
     pthread_mutex_lock(&self->lock);
-    if (self->sync == &sync)
-        self->sync = NULL;
+    if (!busy) {
+        if (sync.prev)
+            sync.prev->next = sync.next;
+        else
+            self->syncs = sync.next;
+        if (sync.next)
+            sync.next->prev = sync.prev;
+    }
     pthread_mutex_unlock(&self->lock);
     free(ask);
     free(pos);

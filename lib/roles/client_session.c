@@ -198,7 +198,6 @@ pk_client_session_disconnect(pk_client_session_t *self, pk_disconnect_code_t cod
         pk_msg_t d = { .type = PK_MSG_DISCONNECT, .code = code, .reason = (char *) reason,
                        .present = PK_BIT(PK_F_CODE) | PK_BIT(PK_F_REASON) };
         (void) s_send(self, &d, self->server_epoch);
-        self->ops.gone(self->ops.self, reason);
     }
     s_close(self);
     self->held = true;
@@ -230,6 +229,24 @@ s_send_connect(pk_client_session_t *self, double now)
 }
 
 double
+pk_client_session_due(const pk_client_session_t *self)
+{
+    switch (self->state) {
+    case PK_CLIENT_SESSION_DOWN:
+        return self->held || self->config.no_reconnect ? INFINITY : self->reconnect_at;
+    case PK_CLIENT_SESSION_CONNECTING:
+        return self->next_connect;
+    case PK_CLIENT_SESSION_UP: {
+        double a = self->last_heard + self->config.silence;
+        double b = self->last_sent + self->config.keepalive;
+        return a < b ? a : b;
+    }
+    default:
+        return INFINITY;
+    }
+}
+
+double
 pk_client_session_tick(pk_client_session_t *self)
 {
     double now = s_now(self);
@@ -246,19 +263,7 @@ pk_client_session_tick(pk_client_session_t *self)
             (void) s_send(self, &ping, self->server_epoch);
         }
     }
-    switch (self->state) {
-    case PK_CLIENT_SESSION_DOWN:
-        return self->held || self->config.no_reconnect ? INFINITY : self->reconnect_at;
-    case PK_CLIENT_SESSION_CONNECTING:
-        return self->next_connect;
-    case PK_CLIENT_SESSION_UP: {
-        double a = self->last_heard + self->config.silence;
-        double b = self->last_sent + self->config.keepalive;
-        return a < b ? a : b;
-    }
-    default:
-        return INFINITY;
-    }
+    return pk_client_session_due(self);
 }
 
 //  --------------------------------------------------------------------------

@@ -106,6 +106,10 @@ int pk_client_session_start(pk_client_session_t *self, char *err);
     (clock seconds) something is due, for the owner's timer.  */
 double pk_client_session_tick(pk_client_session_t *self);
 
+/*  When pk_client_session_tick next has something to do, without doing
+    it (INFINITY: never, until the owner starts it or a frame comes).  */
+double pk_client_session_due(const pk_client_session_t *self);
+
 /*  One frame from the server.  While UP a frame that does not decode is a
     violation; before, it is dropped.  */
 void pk_client_session_on_frame(pk_client_session_t *self, const void *data, size_t len);
@@ -118,9 +122,11 @@ void pk_client_session_on_message(pk_client_session_t *self, const pk_msg_t *msg
     owner's role sends through this.  */
 int pk_client_session_send(pk_client_session_t *self, const pk_msg_t *msg);
 
-/*  Says goodbye when UP (disconnect with code and reason), then ends the
-    session like a loss (ops.gone, ops.close) and stays DOWN: no
-    reconnect follows until pk_client_session_start.  */
+/*  Says goodbye when UP (disconnect with code and reason), closes the
+    session's resources (ops.close) and stays DOWN: no reconnect follows
+    until pk_client_session_start.  ops.gone is not called: what becomes
+    of the owner's open work is the owner's choice (fail it first, or drop
+    it at destroy).  */
 void pk_client_session_disconnect(pk_client_session_t *self, pk_disconnect_code_t code,
                                   const char *reason);
 
