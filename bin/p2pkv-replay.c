@@ -31,6 +31,8 @@ typedef struct {
     //  every key the table or a call holds; freed at exit
     pk_key_t **arenas;
     size_t narenas;
+    pk_server_role_t *role;
+    bool closed;                //  after close, no event may follow
 } s_world_t;
 
 static long s_lineno;
@@ -340,6 +342,220 @@ s_usage(FILE *out)
             "events and effects: doc/replay.md\n");
 }
 
+//  --------------------------------------------------------------------------
+//  The events of replay.md, one handler each, found through s_events
+
+static void
+s_ev_advance(s_world_t *w, const json_t *ev)
+{
+    double s = json_number_value(s_field(ev, "s", JSON_REAL, true));
+    if (!(s >= 0))
+        s_input_error("\"s\": expected a number >= 0");
+    w->now += s;
+}
+
+static void
+s_ev_set(s_world_t *w, const json_t *ev)
+{
+    size_t n = 0;
+    pk_key_t *keys = s_keys(w, ev, "keys", &n);
+    const char *state = json_string_value(s_field(ev, "state", JSON_STRING, true));
+    pk_lookup_result_t res;
+    if (strcmp(state, "hit") == 0) res = PK_LOOKUP_HIT;
+    else if (strcmp(state, "miss") == 0) res = PK_LOOKUP_MISS;
+    else if (strcmp(state, "pending") == 0) res = PK_LOOKUP_HIT_PENDING;
+    else if (strcmp(state, "retry") == 0) res = PK_LOOKUP_RETRY;
+    else s_input_error("\"state\": expected hit, miss, pending or retry");
+    uint32_t *blocks = json_object_get(ev, "blocks") ? s_ints(ev, "blocks", n) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        pk_keymap_entry_t *e = pk_keymap_find(&w->table, &keys[i]);
+        //  a key never given a block pins at block 0; one given keeps it
+        uint64_t block = blocks ? blocks[i] : e ? e->b : 0;
+        if (pk_keymap_put(&w->table, &keys[i], res, block) < 0) {
+            fprintf(stderr, "p2pkv-replay: out of memory\n");
+            exit(2);
+        }
+    }
+    free(blocks);
+}
+
+static void
+s_ev_lookup(s_world_t *w, const json_t *ev)
+{
+    size_t n = 0;
+    const char *kv = s_kv(ev);
+    pk_key_t *keys = s_keys(w, ev, "keys", &n);
+    pk_server_role_on_lookup(w->role, kv, keys, n, s_opt_uint(ev, "round", 0, INT64_MAX));
+}
+
+static void
+s_ev_serve(s_world_t *w, const json_t *ev)
+{
+    pk_server_role_serve(w->role);
+}
+
+static void
+s_ev_fetch(s_world_t *w, const json_t *ev)
+{
+    size_t n = 0;
+    const char *kv = s_kv(ev);
+    pk_key_t *keys = s_keys(w, ev, "keys", &n);
+    uint32_t *idx = s_ints(ev, "idx", n);
+    uint64_t round = s_opt_uint(ev, "round", 0, INT64_MAX);
+    s_no_repeats(keys, idx, n);
+    if (pk_server_role_on_fetch(w->role, kv, keys, idx, n, round) == -EPROTO) {
+        fprintf(stderr, "p2pkv-replay: line %ld: protocol error: duplicate fetch for "
+                "kv_request_id=%s round=%llu\n", s_lineno, kv, (unsigned long long) round);
+        s_emit(json_pack("{s:s, s:s}", "out", "error", "kind", "protocol"));
+    }
+    free(idx);
+}
+
+static void
+s_ev_store(s_world_t *w, const json_t *ev)
+{
+    size_t n = 0;
+    const char *kv = s_kv(ev);
+    pk_key_t *keys = s_keys(w, ev, "keys", &n);
+    uint32_t *blocks = s_ints(ev, "blocks", n);
+    uint64_t job = s_uint(s_field(ev, "job", JSON_INTEGER, true), "job", INT64_MAX);
+    if (job >= FIRST_PIN_JOB)
+        s_input_error("\"job\": store job ids must be below %d", FIRST_PIN_JOB);
+    if (w->used_jobs[job])
+        s_input_error("\"job\": job %llu was used before", (unsigned long long) job);
+    w->used_jobs[job] = 1;
+    const json_t *round = s_field(ev, "round", JSON_INTEGER, false);
+    pk_server_role_store(w->role, kv, keys, blocks, n, job, round != NULL,
+                         round ? s_uint(round, "round", INT64_MAX) : 0);
+    free(blocks);
+}
+
+static void
+s_ev_finish(s_world_t *w, const json_t *ev)
+{
+    pk_server_role_finish(w->role, s_kv(ev));
+}
+
+static void
+s_ev_abort(s_world_t *w, const json_t *ev)
+{
+    const char *kv = s_kv(ev);
+    pk_server_role_on_abort(w->role, kv, s_opt_uint(ev, "round", 0, INT64_MAX));
+}
+
+static void
+s_ev_drain(s_world_t *w, const json_t *ev)
+{
+    pk_server_role_drain(w->role);
+}
+
+static void
+s_ev_collect(s_world_t *w, const json_t *ev)
+{
+    pk_server_role_collect(w->role);
+}
+
+static void
+s_ev_idle(s_world_t *w, const json_t *ev)
+{
+    pk_server_role_collect_idle(w->role);
+}
+
+static void
+s_ev_complete(s_world_t *w, const json_t *ev)
+{
+    size_t m = 0;
+    uint64_t *tids = s_tids(ev, &m);
+    const json_t *ok = s_field(ev, "ok", JSON_TRUE, false);
+    pk_memtransport_complete(w->mem, tids, m, ok ? json_is_true(ok) : true);
+    free(tids);
+}
+
+static void
+s_ev_hold(s_world_t *w, const json_t *ev)
+{
+    size_t m = 0;
+    uint64_t *tids = s_tids(ev, &m);
+    pk_memtransport_hold(w->mem, tids, m);
+    free(tids);
+}
+
+static void
+s_ev_refuse(s_world_t *w, const json_t *ev)
+{
+    pk_memtransport_refuse(w->mem, s_opt_uint(ev, "n", 1, INT32_MAX));
+}
+
+static void
+s_ev_close(s_world_t *w, const json_t *ev)
+{
+    uint64_t *jobs;
+    size_t njobs, owed;
+    if (pk_server_role_close(w->role, &jobs, &njobs, &owed) != 0) {
+        fprintf(stderr, "p2pkv-replay: out of memory\n");
+        exit(2);
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < njobs; i++)
+        json_array_append_new(arr, json_integer((json_int_t) jobs[i]));
+    free(jobs);
+    s_emit(json_pack("{s:s, s:o, s:I}", "out", "closed", "failed_jobs", arr, "owed",
+                     (json_int_t) owed));
+    w->closed = true;
+}
+
+static void
+s_ev_state(s_world_t *w, const json_t *ev)
+{
+    pk_server_role_state_t st;
+    pk_server_role_state(w->role, &st);
+    s_emit(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "out", "state",
+                     "requests", (json_int_t) st.requests,
+                     "inflight", (json_int_t) st.inflight,
+                     "store_jobs", (json_int_t) st.store_jobs,
+                     "aborts", (json_int_t) st.aborts,
+                     "serve_pending", (json_int_t) st.serve_pending,
+                     "kept", (json_int_t) st.kept));
+}
+
+static const struct {
+    const char *name;
+    void (*run)(s_world_t *w, const json_t *ev);
+} s_events[] = {
+    { "advance", s_ev_advance },    { "set", s_ev_set },          { "lookup", s_ev_lookup },
+    { "serve", s_ev_serve },        { "fetch", s_ev_fetch },      { "store", s_ev_store },
+    { "finish", s_ev_finish },      { "abort", s_ev_abort },      { "drain", s_ev_drain },
+    { "collect", s_ev_collect },    { "idle", s_ev_idle },        { "complete", s_ev_complete },
+    { "hold", s_ev_hold },          { "refuse", s_ev_refuse },    { "close", s_ev_close },
+    { "state", s_ev_state },
+};
+
+//  One line of the scenario; false for a blank or # line, skipped.
+static bool
+s_line(s_world_t *w, char *line, ssize_t len)
+{
+    while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+        line[--len] = '\0';
+    size_t lead = strspn(line, " \t");
+    if (line[lead] == '\0' || line[0] == '#')
+        return false;
+    if (w->closed)
+        s_input_error("an event after close");
+    json_error_t jerr;
+    json_t *ev = json_loadb(line, (size_t) len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!ev || !json_is_object(ev))
+        s_input_error("not a JSON object%s%s", ev ? "" : ": ", ev ? "" : jerr.text);
+    const char *what = json_string_value(s_field(ev, "ev", JSON_STRING, true));
+    size_t i = 0, count = sizeof s_events / sizeof s_events[0];
+    while (i < count && strcmp(s_events[i].name, what) != 0)
+        i++;
+    if (i == count)
+        s_input_error("unknown event \"%s\"", what);
+    s_events[i].run(w, ev);
+    json_decref(ev);
+    return true;
+}
+
 int
 main(int argc, char *argv[])
 {
@@ -371,153 +587,25 @@ main(int argc, char *argv[])
     w.mem = pk_memtransport_new();
     w.inner = pk_memtransport_iface(w.mem);
     w.used_jobs = calloc(FIRST_PIN_JOB, 1);
-    pk_server_role_t *role = pk_server_role_new(
+    w.role = pk_server_role_new(
         peer, NULL, (pk_clock_t) { &w, s_clock_now }, (pk_sender_t) { &w, s_send },
         (pk_transport_t) { &w, s_write_blocks, s_poll, s_cancel },
         (pk_parent_t) { &w, s_lookup, s_create_store_job, s_on_new_request,
                         s_on_request_finished, s_store_result });
-    if (!w.mem || !w.used_jobs || !role) {
+    if (!w.mem || !w.used_jobs || !w.role) {
         fprintf(stderr, "p2pkv-replay: out of memory\n");
         return 2;
     }
-
-    bool closed = false;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
     while ((len = getline(&line, &cap, stdin)) >= 0) {
         s_lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            line[--len] = '\0';
-        size_t lead = strspn(line, " \t");
-        if (line[lead] == '\0' || line[0] == '#')
-            continue;
-        if (closed)
-            s_input_error("an event after close");
-        json_error_t jerr;
-        json_t *ev = json_loadb(line, (size_t) len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!ev || !json_is_object(ev))
-            s_input_error("not a JSON object%s%s", ev ? "" : ": ", ev ? "" : jerr.text);
-        const char *what = json_string_value(s_field(ev, "ev", JSON_STRING, true));
-        size_t n = 0, m = 0;
-        if (strcmp(what, "advance") == 0) {
-            double s = json_number_value(s_field(ev, "s", JSON_REAL, true));
-            if (!(s >= 0))
-                s_input_error("\"s\": expected a number >= 0");
-            w.now += s;
-        }
-        else if (strcmp(what, "set") == 0) {
-            pk_key_t *keys = s_keys(&w, ev, "keys", &n);
-            const char *state = json_string_value(s_field(ev, "state", JSON_STRING, true));
-            pk_lookup_result_t res;
-            if (strcmp(state, "hit") == 0) res = PK_LOOKUP_HIT;
-            else if (strcmp(state, "miss") == 0) res = PK_LOOKUP_MISS;
-            else if (strcmp(state, "pending") == 0) res = PK_LOOKUP_HIT_PENDING;
-            else if (strcmp(state, "retry") == 0) res = PK_LOOKUP_RETRY;
-            else s_input_error("\"state\": expected hit, miss, pending or retry");
-            uint32_t *blocks = json_object_get(ev, "blocks") ? s_ints(ev, "blocks", n) : NULL;
-            for (size_t i = 0; i < n; i++) {
-                pk_keymap_entry_t *e = pk_keymap_find(&w.table, &keys[i]);
-                //  a key never given a block pins at block 0; one given keeps it
-                uint64_t block = blocks ? blocks[i] : e ? e->b : 0;
-                pk_keymap_put(&w.table, &keys[i], res, block);
-            }
-            free(blocks);
-        }
-        else if (strcmp(what, "lookup") == 0) {
-            const char *kv = s_kv(ev);
-            pk_key_t *keys = s_keys(&w, ev, "keys", &n);
-            pk_server_role_on_lookup(role, kv, keys, n, s_opt_uint(ev, "round", 0, INT64_MAX));
-        }
-        else if (strcmp(what, "serve") == 0)
-            pk_server_role_serve(role);
-        else if (strcmp(what, "fetch") == 0) {
-            const char *kv = s_kv(ev);
-            pk_key_t *keys = s_keys(&w, ev, "keys", &n);
-            uint32_t *idx = s_ints(ev, "idx", n);
-            uint64_t round = s_opt_uint(ev, "round", 0, INT64_MAX);
-            s_no_repeats(keys, idx, n);
-            if (pk_server_role_on_fetch(role, kv, keys, idx, n, round) == -EPROTO) {
-                fprintf(stderr, "p2pkv-replay: line %ld: protocol error: duplicate fetch for "
-                        "kv_request_id=%s round=%llu\n", s_lineno, kv, (unsigned long long) round);
-                s_emit(json_pack("{s:s, s:s}", "out", "error", "kind", "protocol"));
-            }
-            free(idx);
-        }
-        else if (strcmp(what, "store") == 0) {
-            const char *kv = s_kv(ev);
-            pk_key_t *keys = s_keys(&w, ev, "keys", &n);
-            uint32_t *blocks = s_ints(ev, "blocks", n);
-            uint64_t job = s_uint(s_field(ev, "job", JSON_INTEGER, true), "job", INT64_MAX);
-            if (job >= FIRST_PIN_JOB)
-                s_input_error("\"job\": store job ids must be below %d", FIRST_PIN_JOB);
-            if (w.used_jobs[job])
-                s_input_error("\"job\": job %llu was used before", (unsigned long long) job);
-            w.used_jobs[job] = 1;
-            const json_t *round = s_field(ev, "round", JSON_INTEGER, false);
-            pk_server_role_store(role, kv, keys, blocks, n, job, round != NULL,
-                                 round ? s_uint(round, "round", INT64_MAX) : 0);
-            free(blocks);
-        }
-        else if (strcmp(what, "finish") == 0)
-            pk_server_role_finish(role, s_kv(ev));
-        else if (strcmp(what, "abort") == 0) {
-            const char *kv = s_kv(ev);
-            pk_server_role_on_abort(role, kv, s_opt_uint(ev, "round", 0, INT64_MAX));
-        }
-        else if (strcmp(what, "drain") == 0)
-            pk_server_role_drain(role);
-        else if (strcmp(what, "collect") == 0)
-            pk_server_role_collect(role);
-        else if (strcmp(what, "idle") == 0)
-            pk_server_role_collect_idle(role);
-        else if (strcmp(what, "complete") == 0) {
-            uint64_t *tids = s_tids(ev, &m);
-            const json_t *ok = s_field(ev, "ok", JSON_TRUE, false);
-            pk_memtransport_complete(w.mem, tids, m, ok ? json_is_true(ok) : true);
-            free(tids);
-        }
-        else if (strcmp(what, "hold") == 0) {
-            uint64_t *tids = s_tids(ev, &m);
-            pk_memtransport_hold(w.mem, tids, m);
-            free(tids);
-        }
-        else if (strcmp(what, "refuse") == 0)
-            pk_memtransport_refuse(w.mem, s_opt_uint(ev, "n", 1, INT32_MAX));
-        else if (strcmp(what, "close") == 0) {
-            uint64_t *jobs;
-            size_t njobs, owed;
-            if (pk_server_role_close(role, &jobs, &njobs, &owed) != 0) {
-                fprintf(stderr, "p2pkv-replay: out of memory\n");
-                return 2;
-            }
-            json_t *arr = json_array();
-            for (size_t i = 0; i < njobs; i++)
-                json_array_append_new(arr, json_integer((json_int_t) jobs[i]));
-            free(jobs);
-            s_emit(json_pack("{s:s, s:o, s:I}", "out", "closed", "failed_jobs", arr, "owed",
-                             (json_int_t) owed));
-            closed = true;
-        }
-        else if (strcmp(what, "state") == 0) {
-            pk_server_role_state_t st;
-            pk_server_role_state(role, &st);
-            s_emit(json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "out", "state",
-                             "requests", (json_int_t) st.requests,
-                             "inflight", (json_int_t) st.inflight,
-                             "store_jobs", (json_int_t) st.store_jobs,
-                             "aborts", (json_int_t) st.aborts,
-                             "serve_pending", (json_int_t) st.serve_pending,
-                             "kept", (json_int_t) st.kept));
-        }
-        else
-            s_input_error("unknown event \"%s\"", what);
-        json_decref(ev);
-        if (mark)
+        if (s_line(&w, line, len) && mark)
             s_emit(json_pack("{s:I}", "line", (json_int_t) s_lineno));
     }
     free(line);
-    pk_server_role_destroy(&role);
+    pk_server_role_destroy(&w.role);
     pk_memtransport_destroy(&w.mem);
     pk_keymap_fini(&w.table);
     for (size_t i = 0; i < w.narenas; i++)
