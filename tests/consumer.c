@@ -1,7 +1,7 @@
 /*  consumer.c: the end-to-end tests' consumer (see consumer.h).  */
 #include "consumer.h"
 #include "base/clock.h"
-#include "ofi/ofi.h"
+#include "base/transport.h"
 
 #include <czmq.h>
 #include <sodium.h>
@@ -12,8 +12,9 @@ struct _tc_t {
     tc_config_t config;
     zsock_t *dealer;
     uint8_t *pool;
-    pk_ofi_t *ofi;
-    pk_ofi_channel_t *ch;
+    const pk_transport_ops_t *ops;
+    pk_fabric_t *fabric;
+    pk_channel_t *ch;
     uint8_t epoch[PK_EPOCH_LEN];
     uint8_t server_epoch[PK_EPOCH_LEN];
 };
@@ -32,10 +33,13 @@ tc_new(const tc_config_t *config)
     memset(self->pool, 0xee, bytes);
     char err[PK_ERRLEN];
     int rc;
-    pk_ofi_config_t oc = { "tcp", "127.0.0.1", 5.0 };
-    self->ofi = pk_ofi_new(&oc, self->pool, config->num_blocks, config->block_len, &rc, err);
-    if (self->ofi)
-        self->ch = pk_ofi_channel_new(self->ofi, true, &rc, err);
+    pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
+    self->ops = pk_transport_find("ofi");
+    if (pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err) == 0)
+        self->fabric = self->ops->fabric_open(&fc, self->pool, config->num_blocks,
+                                              config->block_len, &rc, err);
+    if (self->fabric)
+        self->ch = self->ops->channel_new(self->fabric, true, &rc, err);
     do
         randombytes_buf(self->epoch, sizeof self->epoch);
     while (sodium_is_zero(self->epoch, sizeof self->epoch));
@@ -58,8 +62,10 @@ tc_destroy(tc_t **self_p)
         return;
     tc_t *self = *self_p;
     zsock_destroy(&self->dealer);
-    pk_ofi_channel_destroy(&self->ch);
-    pk_ofi_destroy(&self->ofi);
+    if (self->ch)
+        self->ops->channel_close(&self->ch);
+    if (self->fabric)
+        self->ops->fabric_close(&self->fabric);
     free(self->pool);
     free(self);
     *self_p = NULL;
@@ -98,7 +104,7 @@ tc_recv(tc_t *self, double timeout)
 {
     double deadline = pk_clock_monotonic() + timeout;
     while (pk_clock_monotonic() < deadline) {
-        pk_ofi_channel_progress(self->ch);
+        self->ops->channel_progress(self->ch);
         if (zsock_events(self->dealer) & ZMQ_POLLIN) {
             zframe_t *f = zframe_recv(self->dealer);
             pk_msg_t *m = NULL;
@@ -120,7 +126,7 @@ tc_progress(tc_t *self, double seconds)
 {
     double deadline = pk_clock_monotonic() + seconds;
     while (pk_clock_monotonic() < deadline)
-        pk_ofi_channel_progress(self->ch);
+        self->ops->channel_progress(self->ch);
 }
 
 pk_msg_t *
@@ -128,7 +134,7 @@ tc_connect(tc_t *self, double timeout)
 {
     uint8_t *blob;
     size_t len;
-    if (pk_ofi_channel_blob(self->ch, &blob, &len))
+    if (self->ops->channel_blob(self->ch, &blob, &len))
         return NULL;
     double deadline = pk_clock_monotonic() + timeout;
     pk_msg_t *answer = NULL;
@@ -167,7 +173,7 @@ tc_pool(tc_t *self)
 uint64_t
 tc_landed(tc_t *self, uint64_t round)
 {
-    return pk_ofi_channel_landed(self->ch, round);
+    return self->ops->channel_landed(self->ch, round);
 }
 
 pk_msg_t *

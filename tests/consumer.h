@@ -1,8 +1,9 @@
 /*  consumer.h: a small consumer for the end-to-end tests of p2pkv-server.
 
-    One DEALER socket (routing id "P" + epoch), one libfabric channel
-    exposing a pool of its own, the handshake, and frames in and out with
-    this session's epochs.  Waiting for a frame keeps the channel
+    One DEALER socket (routing id "P" + epoch), one channel of the "ofi"
+    transport (through the seam of base/transport.h) exposing a pool of
+    its own, the handshake, and frames in and out with this session's
+    epochs.  Waiting for a frame keeps the channel
     progressing, as a real consumer must.  The full client library is
     issue 6's; this is only what the tests need.
 */

@@ -1,8 +1,8 @@
 /*  client.c: the client library of p2pkv.h.
 
     Per server: one DEALER socket (routing id "P" + the session epoch), one
-    libfabric channel exposing the pool under its own registration, and one
-    client role.  The consumer's half of the session lives here: the
+    data-plane channel (the seam of base/transport.h; the "ofi" transport)
+    exposing the pool under its own registration, and one client role.  The consumer's half of the session lives here: the
     handshake, epochs on what goes out and checked on what comes in,
     keepalive and silence (protocol.md sections 4 and 5).  A server that
     goes away (disconnect, silence, a violation) is cut off first, then its
@@ -13,7 +13,7 @@
 #include "roles/client_role.h"
 #include "base/clock.h"
 #include "base/keymap.h"
-#include "ofi/ofi.h"
+#include "base/transport.h"
 #include "wire/protocol.h"
 #include "base/thread.h"
 #include "base/version.h"
@@ -64,7 +64,7 @@ typedef struct {
     bool announced;                 //  connect returned it: on_server may report it
     //  the session: a new one at each (re)connect
     zsock_t *dealer;
-    pk_ofi_channel_t *channel;
+    pk_channel_t *channel;
     int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
     uint8_t epoch[PK_EPOCH_LEN];
@@ -84,7 +84,8 @@ struct _p2pkv_client_t {
     uint8_t *pool;
     bool own_pool;
     uint64_t num_blocks, block_len;
-    pk_ofi_t *ofi;
+    const pk_transport_ops_t *ops;  //  the data plane's, for every channel
+    pk_fabric_t *fabric;
     p2pkv_callbacks_t callbacks;
     s_server_t *servers[S_MAX_SERVERS];
     int nservers;                   //  slots in use are below this
@@ -204,7 +205,7 @@ s_arm(p2pkv_client_t *self)
             continue;
         if (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN))
             due = now;
-        if (s->channel && !pk_ofi_channel_trywait(s->channel))
+        if (s->channel && !s->client->ops->channel_trywait(s->channel))
             due = now;
         if (s->channel && s->wait_fd < 0 && now + 0.002 < due)
             due = now + 0.002;
@@ -257,7 +258,17 @@ static uint64_t
 s_landed(void *arg, uint64_t round)
 {
     s_server_t *s = arg;
-    return s->channel ? pk_ofi_channel_landed(s->channel, round) : 0;
+    return s->channel ? s->client->ops->channel_landed(s->channel, round) : 0;
+}
+
+//  The round's load ended: its tag's counter goes (a tag wraps after 2^20
+//  rounds; a stale count would report a later fetch landed early).
+static void
+s_forget(void *arg, uint64_t round)
+{
+    s_server_t *s = arg;
+    if (s->channel)
+        s->client->ops->channel_forget(s->channel, round);
 }
 
 //  Closing the endpoint and the registration: nothing from this server
@@ -268,7 +279,8 @@ s_cut_off(void *arg)
     s_server_t *s = arg;
     s_watch(s->client, s->wait_fd, false);
     s->wait_fd = -1;
-    pk_ofi_channel_destroy(&s->channel);
+    if (s->channel)
+        s->client->ops->channel_close(&s->channel);
 }
 
 static void
@@ -429,9 +441,14 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     }
     char ofi_err[PK_ERRLEN];
     int rc;
-    pk_ofi_config_t oc = { self->provider, self->node, 5.0 };
-    self->ofi = pk_ofi_new(&oc, self->pool, num_blocks, block_len, &rc, ofi_err);
-    if (!self->ofi) {
+    self->ops = pk_transport_find("ofi");
+    if (pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, ofi_err) != 0) {
+        (void) pk_err(err, 0, "%s", ofi_err);
+        goto fail_pool;
+    }
+    pk_fabric_config_t fc = { self->provider, self->node, 5.0 };
+    self->fabric = self->ops->fabric_open(&fc, self->pool, num_blocks, block_len, &rc, ofi_err);
+    if (!self->fabric) {
         (void) pk_err(err, 0, "%s", ofi_err);
         goto fail_pool;
     }
@@ -467,7 +484,7 @@ fail_fds:
         close(self->timer_fd);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
-    pk_ofi_destroy(&self->ofi);
+    self->ops->fabric_close(&self->fabric);
 fail_pool:
     if (self->own_pool)
         free(self->pool);
@@ -539,7 +556,7 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
         if (self->fetches.slots[i].key.bytes)
             free((s_fetch_t *) (uintptr_t) self->fetches.slots[i].a);
     pk_keymap_fini(&self->fetches);
-    pk_ofi_destroy(&self->ofi);
+    self->ops->fabric_close(&self->fabric);
     close(self->epoll_fd);
     close(self->timer_fd);
     close(self->wake_fd);
@@ -591,14 +608,14 @@ s_session_open(s_server_t *s, char *err)
     memset(s->server_epoch, 0, sizeof s->server_epoch);
     char ofi_err[PK_ERRLEN];
     int rc;
-    s->channel = pk_ofi_channel_new(self->ofi, true, &rc, ofi_err);
+    s->channel = self->ops->channel_new(self->fabric, true, &rc, ofi_err);
     if (!s->channel) {
         (void) pk_err(err, 0, "%s", ofi_err);
         return rc < 0 ? rc : -EIO;
     }
-    s->wait_fd = pk_ofi_channel_wait_fd(s->channel);
+    s->wait_fd = self->ops->channel_wait_fd(s->channel);
     s_watch(self, s->wait_fd, true);
-    if (pk_ofi_channel_blob(s->channel, &s->blob, &s->bloblen)) {
+    if (self->ops->channel_blob(s->channel, &s->blob, &s->bloblen)) {
         (void) pk_err(err, 0, "cannot describe the local endpoint");
         return -EIO;
     }
@@ -668,7 +685,7 @@ s_on_connect_answer(s_server_t *s, pk_msg_t *m)
                                        &self->fetch_ids };
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
-                                 (pk_client_transport_t) { s, s_landed, s_cut_off },
+                                 (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
     if (!s->role) {
         s_session_close(s);
@@ -745,7 +762,7 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
         }
         s_state(s, P2PKV_SERVER_CONNECTING, s->reason);
     }
-    if (s->channel && pk_ofi_channel_progress(s->channel) > 0)
+    if (s->channel && self->ops->channel_progress(s->channel) > 0)
         s->last_landed = now;
     if (s->state == P2PKV_SERVER_CONNECTING) {
         if (now >= s->next_connect)

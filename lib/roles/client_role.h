@@ -24,6 +24,10 @@ typedef struct {
     /*  Closes this server's endpoint and registration: nothing from it
         lands afterwards.  */
     void (*cut_off)(void *self);
+    /*  The round's load ended (NULL: nothing to tell): its landed count
+        may go, so a later round whose 20-bit tag wraps onto it never
+        inherits it.  Called before load_done.  */
+    void (*forget)(void *self, uint64_t round_seq);
 } pk_client_transport_t;
 
 typedef enum {
