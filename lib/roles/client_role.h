@@ -18,8 +18,9 @@
 
 typedef struct {
     void *self;
-    /*  Blocks of this round (its low 20 bits) announced by immediates on
-        this server's endpoint.  */
+    /*  Blocks of this round announced by immediates on this server's
+        endpoint (tagged by its low 20 bits; never an older round's count
+        under the same tag, see forget).  */
     uint64_t (*landed)(void *self, uint64_t round_seq);
     /*  Closes this server's endpoint and registration: nothing from it
         lands afterwards.  */
