@@ -23,6 +23,8 @@
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
+//  libfabric itself only for fabric's bare loop, over ofi_bench.h's raw objects:
+//  the one place outside transports/ofi that names it
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
