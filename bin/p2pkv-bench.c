@@ -12,7 +12,8 @@
 */
 #include "base/clock.h"
 #include "base/keymap.h"
-#include "ofi/ofi.h"
+#include "base/transport.h"
+#include "ofi/ofi_bench.h"           //  the bare loop only: fabric
 #include "wire/protocol.h"
 #include "roles/server_role.h"
 #include "sim/memtransport.h"
@@ -22,6 +23,8 @@
 #include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
+//  libfabric itself only for fabric's bare loop, over ofi_bench.h's raw objects:
+//  the one place outside transports/ofi that names it
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 #include <rdma/fi_errno.h>
@@ -296,10 +299,14 @@ s_bench_role(long requests)
 #define FAB_POOL 256
 #define FAB_DEPTH 16
 
+//  Both loops use the ofi transport through the seam; only the bare loop
+//  reaches under it (ofi_bench.h), on the same channel.
+static const pk_transport_ops_t *s_fab_ops;
+
 typedef struct {
     uint8_t *pool;
-    pk_ofi_t *ofi;
-    pk_ofi_channel_t *ch;
+    pk_fabric_t *fabric;
+    pk_channel_t *ch;
 } s_fab_side_t;
 
 static int
@@ -311,11 +318,17 @@ s_fab_open(s_fab_side_t *side, uint64_t block, bool expose)
     if (!side->pool)
         return -ENOMEM;
     memset(side->pool, expose ? 0 : 0x5a, FAB_POOL * block);
-    pk_ofi_config_t config = { "tcp", "127.0.0.1", 5.0 };
-    side->ofi = pk_ofi_new(&config, side->pool, FAB_POOL, block, &rc, err);
-    if (side->ofi)
-        side->ch = pk_ofi_channel_new(side->ofi, expose, &rc, err);
-    if (!side->ofi || !side->ch) {
+    s_fab_ops = pk_transport_find("ofi");
+    rc = pk_transport_ops_check(s_fab_ops, PK_TRANSPORT_OPS_SIZE, err);
+    if (rc) {
+        fprintf(stderr, "p2pkv-bench: %s\n", err);
+        return rc;
+    }
+    pk_fabric_config_t config = { "tcp", "127.0.0.1", 5.0 };
+    side->fabric = s_fab_ops->fabric_open(&config, side->pool, FAB_POOL, block, &rc, err);
+    if (side->fabric)
+        side->ch = s_fab_ops->channel_new(side->fabric, expose, &rc, err);
+    if (!side->fabric || !side->ch) {
         fprintf(stderr, "p2pkv-bench: %s\n", err);
         return rc;
     }
@@ -325,8 +338,10 @@ s_fab_open(s_fab_side_t *side, uint64_t block, bool expose)
 static void
 s_fab_close(s_fab_side_t *side)
 {
-    pk_ofi_channel_destroy(&side->ch);
-    pk_ofi_destroy(&side->ofi);
+    if (side->ch)
+        s_fab_ops->channel_close(&side->ch);
+    if (side->fabric)
+        s_fab_ops->fabric_close(&side->fabric);
     free(side->pool);
 }
 
@@ -342,13 +357,13 @@ static int
 s_fab_transport(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *local,
                 const uint32_t *remote, size_t n)
 {
-    pk_transport_t tr = pk_ofi_channel_transport(w->ch);
+    pk_transport_t tr = s_fab_ops->channel_transport(w->ch);
     if (tr.write_blocks(tr.self, round, local, remote, n) <= 0)
         return -EIO;
     int done = 0;
     while (done == 0) {
         if (t)
-            pk_ofi_channel_progress(t->ch);
+            s_fab_ops->channel_progress(t->ch);
         tr.poll(tr.self, s_fab_count, &done);
     }
     return done == 1 ? 0 : -EIO;
@@ -360,7 +375,7 @@ s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *loca
           const uint32_t *remote, size_t n)
 {
     pk_ofi_raw_t raw;
-    if (pk_ofi_channel_raw(w->ch, &raw) != 0)
+    if (pk_ofi_bench_raw(w->ch, &raw) != 0)
         return -ENOTCONN;
     struct fi_context ctx[FAB_DEPTH];
     size_t posted = 0, completed = 0, inflight = 0;
@@ -387,19 +402,20 @@ s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *loca
         else if (got == -FI_EAVAIL)
             return -EIO;
         if (t)
-            pk_ofi_channel_progress(t->ch);
+            s_fab_ops->channel_progress(t->ch);
     }
     return 0;
 }
 
 //  Wires a channel to the other process: exchange address blobs.
 static int
-s_fab_wire(pk_ofi_channel_t *ch, int in, int out, bool send_first)
+s_fab_wire(pk_channel_t *ch, int in, int out, bool send_first)
 {
     char err[PK_ERRLEN];
-    int rc = send_first ? pk_ofi_channel_send_blob_fd(ch, out) : pk_ofi_channel_connect_fd(ch, in, err);
+    const pk_transport_ops_t *o = s_fab_ops;
+    int rc = send_first ? pk_channel_send_blob_fd(o, ch, out) : pk_channel_connect_fd(o, ch, in, err);
     if (rc == 0)
-        rc = send_first ? pk_ofi_channel_connect_fd(ch, in, err) : pk_ofi_channel_send_blob_fd(ch, out);
+        rc = send_first ? pk_channel_connect_fd(o, ch, in, err) : pk_channel_send_blob_fd(o, ch, out);
     if (rc)
         fprintf(stderr, "p2pkv-bench: cannot wire the two processes' channels\n");
     return rc;
@@ -414,7 +430,7 @@ s_fab_target(uint64_t block, int in, int out)
         _exit(2);
     struct pollfd pfd = { in, POLLIN, 0 };
     for (unsigned i = 0;; i++) {
-        pk_ofi_channel_progress(t.ch);
+        s_fab_ops->channel_progress(t.ch);
         if (i % 4096 == 0 && poll(&pfd, 1, 0) > 0)
             break;
     }
@@ -462,7 +478,7 @@ s_bench_fabric(uint64_t only_block, size_t only_batch)
         if (header) {
             header = false;
             char line[256];
-            pk_ofi_describe(w.ofi, line, sizeof line);
+            s_fab_ops->fabric_describe(w.fabric, line, sizeof line);
             printf("  %s\n", line);
             printf("  %8s %6s %-10s %10s %10s %7s\n", "block", "batch", "layout", "raw GB/s",
                    "ours GB/s", "ratio");

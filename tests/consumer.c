@@ -2,7 +2,7 @@
 #include "consumer.h"
 #include "base/clock.h"
 #include "roles/client_session.h"
-#include "ofi/ofi.h"
+#include "base/transport.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -14,8 +14,9 @@ struct _tc_t {
     pk_client_session_t *session;   //  the handshake and the epochs
     zsock_t *dealer;                //  the session's socket, once started
     uint8_t *pool;
-    pk_ofi_t *ofi;
-    pk_ofi_channel_t *ch;
+    const pk_transport_ops_t *ops;
+    pk_fabric_t *fabric;
+    pk_channel_t *ch;
 };
 
 //  The session's ops.  The channel lives as long as the consumer (the
@@ -34,7 +35,7 @@ s_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p, char *e
     zmq_setsockopt(zsock_resolve(self->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
     if (zsock_connect(self->dealer, "%s", self->config.endpoint) < 0)
         return pk_err(err, -EINVAL, "cannot connect to %s", self->config.endpoint);
-    if (pk_ofi_channel_blob(self->ch, blob_p, len_p))
+    if (self->ops->channel_blob(self->ch, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the endpoint");
     return 0;
 }
@@ -80,10 +81,13 @@ tc_new(const tc_config_t *config)
     memset(self->pool, 0xee, bytes);
     char err[PK_ERRLEN];
     int rc;
-    pk_ofi_config_t oc = { "tcp", "127.0.0.1", 5.0 };
-    self->ofi = pk_ofi_new(&oc, self->pool, config->num_blocks, config->block_len, &rc, err);
-    if (self->ofi)
-        self->ch = pk_ofi_channel_new(self->ofi, true, &rc, err);
+    pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
+    self->ops = pk_transport_find("ofi");
+    if (pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err) == 0)
+        self->fabric = self->ops->fabric_open(&fc, self->pool, config->num_blocks,
+                                              config->block_len, &rc, err);
+    if (self->fabric)
+        self->ch = self->ops->channel_new(self->fabric, true, &rc, err);
     //  connect is repeated every 0.5 s until answered
     pk_client_session_config_t sc = { 0.5, 3600, 3600, true };
     pk_client_identity_t id = { config->endpoint, config->peer_id, config->num_blocks,
@@ -107,8 +111,10 @@ tc_destroy(tc_t **self_p)
     tc_t *self = *self_p;
     pk_client_session_destroy(&self->session);
     zsock_destroy(&self->dealer);
-    pk_ofi_channel_destroy(&self->ch);
-    pk_ofi_destroy(&self->ofi);
+    if (self->ch)
+        self->ops->channel_close(&self->ch);
+    if (self->fabric)
+        self->ops->fabric_close(&self->fabric);
     free(self->pool);
     free(self);
     *self_p = NULL;
@@ -150,7 +156,7 @@ tc_recv(tc_t *self, double timeout)
 {
     double deadline = pk_clock_monotonic() + timeout;
     while (pk_clock_monotonic() < deadline) {
-        pk_ofi_channel_progress(self->ch);
+        self->ops->channel_progress(self->ch);
         if (self->dealer && (zsock_events(self->dealer) & ZMQ_POLLIN)) {
             zframe_t *f = zframe_recv(self->dealer);
             pk_msg_t *m = NULL;
@@ -172,7 +178,7 @@ tc_progress(tc_t *self, double seconds)
 {
     double deadline = pk_clock_monotonic() + seconds;
     while (pk_clock_monotonic() < deadline)
-        pk_ofi_channel_progress(self->ch);
+        self->ops->channel_progress(self->ch);
 }
 
 pk_msg_t *
@@ -205,7 +211,7 @@ tc_pool(tc_t *self)
 uint64_t
 tc_landed(tc_t *self, uint64_t round)
 {
-    return pk_ofi_channel_landed(self->ch, round);
+    return self->ops->channel_landed(self->ch, round);
 }
 
 pk_msg_t *

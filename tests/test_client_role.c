@@ -1,5 +1,6 @@
 /*  test_client_role.c: the consumer's role, with a virtual clock, a
-    recording sender, a scripted landed count and a recorded cut-off.
+    recording sender, a scripted landed count, a recorded cut-off and
+    recorded "round over" calls (forget).
 */
 #include "roles/client_role.h"
 #include "testutil.h"
@@ -15,6 +16,9 @@ typedef struct {
     int nsent;
     uint64_t landed[64];
     bool cut;
+    //  forget calls: the round, and how many loads had ended before it
+    struct { uint64_t round; int ndone_before; } forgot[16];
+    int nforgot;
     //  events
     struct { uint64_t id; pk_load_status_t status; bool cut_before; char reason[96]; } done[16];
     int ndone;
@@ -73,6 +77,15 @@ s_cut(void *a)
 }
 
 static void
+s_forget(void *a, uint64_t round)
+{
+    ck_assert_int_lt(H->nforgot, 16);
+    H->forgot[H->nforgot].round = round;
+    H->forgot[H->nforgot].ndone_before = H->ndone;
+    H->nforgot++;
+}
+
+static void
 s_lookup_done(void *a, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
               size_t n)
 {
@@ -110,7 +123,7 @@ s_setup(void)
         H->bytes[i] = (uint8_t) (0xa0 + i);
     pk_client_role_config_t cfg = { 30, 10, NULL };
     H->role = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now }, (pk_sender_t) { NULL, s_send },
-                                 (pk_client_transport_t) { NULL, s_landed, s_cut },
+                                 (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget },
                                  (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(H->role);
 }
@@ -820,12 +833,12 @@ START_TEST(test_load_ids_from_the_owners_counter)
     pk_client_role_config_t cfg = { 30, 10, &counter };
     pk_client_role_t *a = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_client_role_t *b = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_key_t k = K(0);
@@ -844,6 +857,64 @@ START_TEST(test_load_ids_from_the_owners_counter)
     ck_assert_uint_eq(own, 1);
     pk_client_role_destroy(&a);
     pk_client_role_destroy(&b);
+}
+END_TEST
+
+//  Every load's end tells the transport its round is over, once and before
+//  load_done (so the tag's counter is gone before the destination is
+//  reused), whichever way it ends: landed, failed, aborted, server gone.
+//  Lookup-only rounds land nothing and are not forgotten.
+START_TEST(test_round_over_tells_the_transport)
+{
+    s_fetch("r1", 0, 2, 0, 0);
+    uint64_t r1 = H->sent[0].round;
+    s_deliver(s_done("r1", r1, true, 2));
+    ck_assert_int_eq(H->nforgot, 0);             //  still landing
+    H->landed[r1] = 2;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_int_eq(H->nforgot, 1);
+    ck_assert_uint_eq(H->forgot[0].round, r1);
+    ck_assert_int_eq(H->forgot[0].ndone_before, 0);
+    //  a failed one that landed nothing
+    s_fetch("r2", 0, 2, 0, 0);
+    uint64_t r2 = H->sent[1].round;
+    s_deliver(s_done("r2", r2, false, 0));
+    ck_assert_int_eq(H->ndone, 2);
+    ck_assert_int_eq(H->nforgot, 2);
+    ck_assert_uint_eq(H->forgot[1].round, r2);
+    ck_assert_int_eq(H->forgot[1].ndone_before, 1);
+    //  an open one when the server goes away
+    s_fetch("r3", 0, 1, 0, 0);
+    uint64_t r3 = H->sent[2].round;
+    pk_client_role_server_gone(H->role, "gone");
+    ck_assert_int_eq(H->ndone, 3);
+    ck_assert_int_eq(H->nforgot, 3);
+    ck_assert_uint_eq(H->forgot[2].round, r3);
+    ck_assert_int_eq(H->forgot[2].ndone_before, 2);
+    //  a late abort_ack for an ended round forgets nothing again
+    ck_assert_int_eq(s_deliver(s_ack("r1", r1, 0)), 0);
+    ck_assert_int_eq(H->nforgot, 3);
+}
+END_TEST
+
+//  A transport with no forget (NULL) is fine: nothing to tell.
+START_TEST(test_round_over_without_forget)
+{
+    pk_client_role_config_t cfg = { 30, 10, NULL };
+    pk_client_role_t *r = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
+                                             (pk_sender_t) { NULL, s_send },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
+                                             (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
+    ck_assert_ptr_nonnull(r);
+    pk_key_t k = K(0);
+    uint32_t dest = 0;
+    uint64_t id;
+    ck_assert_int_eq(pk_client_role_fetch(r, "x", &k, &dest, 1, 0, 0, &id), 0);
+    pk_client_role_server_gone(r, "gone");
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_int_eq(H->nforgot, 0);
+    pk_client_role_destroy(&r);
 }
 END_TEST
 
@@ -876,6 +947,8 @@ main(void)
     tcase_add_test(tc, test_server_gone_fails_every_state);
     tcase_add_test(tc, test_server_gone_answers_open_lookups_once);
     tcase_add_test(tc, test_load_ids_from_the_owners_counter);
+    tcase_add_test(tc, test_round_over_tells_the_transport);
+    tcase_add_test(tc, test_round_over_without_forget);
     suite_add_tcase(s, tc);
     return pk_test_run("client_role", s);
 }

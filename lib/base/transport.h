@@ -1,9 +1,27 @@
-/*  transport.h: the data-plane seam, and an in-memory transport for tests.
+/*  transport.h: the data-plane seam, declared by its users.
 
     A role never touches libfabric: it is given a pk_transport_t, a table of
-    functions over one peer's channel.  The daemon's comes from
-    transports/ofi; tests and p2pkv-replay use pk_memtransport, whose
-    transfers finish only when the test says so.
+    functions over one peer's channel (the write path).  Whoever owns the
+    channels (the client library, the daemon, the tests' consumer,
+    p2pkv-bench) goes through pk_transport_ops_t for the whole life of a
+    data-plane channel: open a fabric over a pool, check a peer's address
+    blob, open, connect, progress, sleep on, count landed blocks, forget
+    rounds, revoke and close channels.  The libfabric transport
+    (transports/ofi) is one implementation, found by name.
+
+    Finding an implementation: pk_transport_find() looks through the
+    static table of transports/registry.c, which holds the real data
+    planes only.  The in-memory transport of lib/sim is the second
+    implementation, but it is not registered: the tests and p2pkv-replay
+    that script it call pk_memtransport_ops() and pass the table in, so a
+    daemon configured by name can never be given a transport that moves
+    no bytes, and transports/ need not depend on lib/sim.
+
+    Versioning: every table starts with .size, the sizeof its implementer
+    compiled; new ops are only ever appended.  A caller refuses a table
+    shorter than the ops it uses (pk_transport_ops_check), so an older
+    implementation fails at open with a message, never by calling past
+    the end of its table.
 */
 #ifndef PK_TRANSPORT_H_INCLUDED
 #define PK_TRANSPORT_H_INCLUDED
@@ -41,5 +59,118 @@ typedef struct {
     size_t (*cancel)(void *self, const uint64_t *tids, size_t n, pk_cancel_mode_t mode,
                      uint64_t *still);
 } pk_transport_t;
+
+//  --------------------------------------------------------------------------
+//  The life of a channel
+
+/*  Opaque: each implementation's own fabric and channel objects.  */
+typedef struct _pk_fabric_t pk_fabric_t;
+typedef struct _pk_channel_t pk_channel_t;
+
+typedef struct {
+    const char *provider;       //  NULL: the implementation's own order (ofi:
+                                //  verbs, then efa, then tcp)
+    const char *node;           //  address to bind, e.g. "127.0.0.1"; NULL: any
+    double stall_timeout;       //  a write neither posted nor completed this
+                                //  long closes the channel (5 s)
+} pk_fabric_config_t;
+
+/*  One channel's counters; transport-neutral (an implementation without
+    a completion queue reports errors of its own kind in errors).  */
+typedef struct {
+    uint64_t writes_posted;     //  writes the fabric accepted
+    uint64_t blocks_written;
+    uint64_t errors;            //  failed writes reported by the fabric
+    uint64_t blocks_landed;     //  announced by immediates (target side)
+    size_t transfers;           //  transfers not yet reported by poll
+} pk_channel_stats_t;
+
+/*  A fabric's counters: what the peers' blobs cost it.  */
+typedef struct {
+    uint64_t channels_opened;   //  ever, by channel_new
+    uint64_t channels_open;     //  now
+    uint64_t blobs_refused;     //  by check_blob or channel_connect
+} pk_fabric_stats_t;
+
+typedef struct pk_transport_ops {
+    size_t size;                //  sizeof (pk_transport_ops_t) of the implementer
+    const char *name;           //  "ofi", "mem"
+
+    /*  Opens the fabric over the pool (num_blocks * block_len bytes at
+        base, registered once).  NULL on failure, *rc_p a negative error
+        and err naming what failed; a provider asked for by name is never
+        replaced by another.  */
+    pk_fabric_t *(*fabric_open)(const pk_fabric_config_t *config, void *base,
+                                uint64_t num_blocks, uint64_t block_len, int *rc_p, char *err);
+    /*  Every channel of it must be closed first.  Nulls *fabric_p.  */
+    void (*fabric_close)(pk_fabric_t **fabric_p);
+    /*  One line for the log: provider, domain, memory modes, completion.  */
+    void (*fabric_describe)(const pk_fabric_t *fabric, char *buf, size_t len);
+    const char *(*fabric_provider)(const pk_fabric_t *fabric);
+    /*  False where writes carry no immediate: completion at the writer
+        then means delivered, and landed() at the target stays 0.  */
+    bool (*fabric_has_cq_data)(const pk_fabric_t *fabric);
+    /*  Checks a peer's blob before anything is built for it (no channel,
+        endpoint, queue or address vector): format, provider, library
+        version, sizes (our block_len; address and key lengths).  0, or
+        -EPROTO with err naming what is wrong.  Costs a parse.  */
+    int (*check_blob)(pk_fabric_t *fabric, const uint8_t *blob, size_t len, char *err);
+    void (*fabric_stats)(const pk_fabric_t *fabric, pk_fabric_stats_t *stats);
+
+    /*  A channel for one peer; expose: register the pool for this peer's
+        remote writes under a fresh key (the consumer side).  */
+    pk_channel_t *(*channel_new)(pk_fabric_t *fabric, bool expose, int *rc_p, char *err);
+    /*  Registrations first, so nothing from the peer lands afterwards.
+        Nulls *channel_p.  */
+    void (*channel_close)(pk_channel_t **channel_p);
+    /*  Our address blob (agent_metadata), malloc'd.  */
+    int (*channel_blob)(pk_channel_t *channel, uint8_t **blob_p, size_t *len_p);
+    /*  Imports the peer's blob (check_blob's checks, then the fabric's);
+        -EPROTO with a message when refused, -EISCONN when it has one.  */
+    int (*channel_connect)(pk_channel_t *channel, const uint8_t *blob, size_t len, char *err);
+    /*  Reads completions, posts queued writes, keeps the stall deadline;
+        returns the completions read.  Must be called all the time, also
+        while idle (see transports/ofi/ofi.h).  */
+    int (*channel_progress)(pk_channel_t *channel);
+    /*  Readable when progress is due; -1 where there is none (then
+        progress on a short timer) and once closed.  */
+    int (*channel_wait_fd)(const pk_channel_t *channel);
+    /*  True when the owner may block on the wait fd now.  */
+    bool (*channel_trywait)(pk_channel_t *channel);
+    /*  Blocks of this round announced by immediates.  A tag's counter
+        belongs to one full round: asked for another round with the same
+        tag, it starts over for that one (never an old round's count).  */
+    uint64_t (*channel_landed)(pk_channel_t *channel, uint64_t round_seq);
+    /*  The round is over (its load ended): its counter goes, so a later
+        round whose tag wraps onto it starts from 0.  */
+    void (*channel_forget)(pk_channel_t *channel, uint64_t round_seq);
+    /*  Closes the exposed registration: nothing the peer writes lands.  */
+    void (*channel_revoke)(pk_channel_t *channel);
+    /*  True once the endpoint closed (cancel immediate, a stalled write):
+        writes are refused and the peer must be added again.  */
+    bool (*channel_closed)(const pk_channel_t *channel);
+    void (*channel_stats)(const pk_channel_t *channel, pk_channel_stats_t *stats);
+    /*  The write path over this channel, for the roles.  */
+    pk_transport_t (*channel_transport)(pk_channel_t *channel);
+} pk_transport_ops_t;
+
+/*  The smallest table a caller that uses every op above accepts.  */
+#define PK_TRANSPORT_OPS_SIZE sizeof (pk_transport_ops_t)
+
+/*  A registered transport by name ("ofi"), or NULL.  NULL name: the first
+    (the default data plane).  In transports/registry.c.  */
+const pk_transport_ops_t *pk_transport_find(const char *name);
+
+/*  0 when ops is a table of at least need bytes (PK_TRANSPORT_OPS_SIZE
+    for a caller of every op); -ENOSYS with err otherwise.  */
+int pk_transport_ops_check(const pk_transport_ops_t *ops, size_t need, char *err);
+
+/*  A channel's blob over a file descriptor (a pipe or socket between two
+    processes, as the tests and p2pkv-bench wire them): send ours as a
+    4-byte length and the bytes; read the peer's and connect to it.  0 or
+    a negative error (err for the connect).  */
+int pk_channel_send_blob_fd(const pk_transport_ops_t *ops, pk_channel_t *channel, int fd);
+int pk_channel_connect_fd(const pk_transport_ops_t *ops, pk_channel_t *channel, int fd,
+                          char *err);
 
 #endif

@@ -1,8 +1,8 @@
 /*  client.c: the client library of p2pkv.h.
 
     Per server: one DEALER socket (routing id "P" + the session epoch), one
-    libfabric channel exposing the pool under its own registration, and one
-    client role.  The consumer's half of the session lives here: the
+    data-plane channel (the seam of base/transport.h; the "ofi" transport)
+    exposing the pool under its own registration, and one client role.  The consumer's half of the session lives here: the
     handshake, epochs on what goes out and checked on what comes in,
     keepalive and silence (protocol.md sections 4 and 5).  A server that
     goes away (disconnect, silence, a violation) is cut off first, then its
@@ -14,7 +14,7 @@
 #include "roles/client_session.h"
 #include "base/clock.h"
 #include "base/keymap.h"
-#include "ofi/ofi.h"
+#include "base/transport.h"
 #include "wire/protocol.h"
 #include "base/thread.h"
 #include "base/version.h"
@@ -69,7 +69,7 @@ typedef struct {
     pk_client_session_t *session;
     //  what lives with one session: a new set at each (re)connect
     zsock_t *dealer;
-    pk_ofi_channel_t *channel;
+    pk_channel_t *channel;
     int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
     double last_landed;             //  when its queue last had completions
@@ -82,7 +82,8 @@ struct _p2pkv_client_t {
     uint8_t *pool;
     bool own_pool;
     uint64_t num_blocks, block_len;
-    pk_ofi_t *ofi;
+    const pk_transport_ops_t *ops;  //  the data plane's, for every channel
+    pk_fabric_t *fabric;
     p2pkv_callbacks_t callbacks;
     s_server_t *servers[S_MAX_SERVERS];
     int nservers;                   //  slots in use are below this
@@ -202,7 +203,7 @@ s_arm(p2pkv_client_t *self)
         }
         if (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN))
             due = now;
-        if (s->channel && !pk_ofi_channel_trywait(s->channel))
+        if (s->channel && !s->client->ops->channel_trywait(s->channel))
             due = now;
         if (s->channel && s->wait_fd < 0 && now + 0.002 < due)
             due = now + 0.002;
@@ -244,7 +245,17 @@ static uint64_t
 s_landed(void *arg, uint64_t round)
 {
     s_server_t *s = arg;
-    return s->channel ? pk_ofi_channel_landed(s->channel, round) : 0;
+    return s->channel ? s->client->ops->channel_landed(s->channel, round) : 0;
+}
+
+//  The round's load ended: its tag's counter goes (a tag wraps after 2^20
+//  rounds; a stale count would report a later fetch landed early).
+static void
+s_forget(void *arg, uint64_t round)
+{
+    s_server_t *s = arg;
+    if (s->channel)
+        s->client->ops->channel_forget(s->channel, round);
 }
 
 //  Closing the endpoint and the registration: nothing from this server
@@ -255,7 +266,8 @@ s_cut_off(void *arg)
     s_server_t *s = arg;
     s_watch(s->client, s->wait_fd, false);
     s->wait_fd = -1;
-    pk_ofi_channel_destroy(&s->channel);
+    if (s->channel)
+        s->client->ops->channel_close(&s->channel);
 }
 
 static void
@@ -428,9 +440,14 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     }
     char ofi_err[PK_ERRLEN];
     int rc;
-    pk_ofi_config_t oc = { self->provider, self->node, 5.0 };
-    self->ofi = pk_ofi_new(&oc, self->pool, num_blocks, block_len, &rc, ofi_err);
-    if (!self->ofi) {
+    self->ops = pk_transport_find("ofi");
+    if (pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, ofi_err) != 0) {
+        (void) pk_err(err, 0, "%s", ofi_err);
+        goto fail_pool;
+    }
+    pk_fabric_config_t fc = { self->provider, self->node, 5.0 };
+    self->fabric = self->ops->fabric_open(&fc, self->pool, num_blocks, block_len, &rc, ofi_err);
+    if (!self->fabric) {
         (void) pk_err(err, 0, "%s", ofi_err);
         goto fail_pool;
     }
@@ -466,7 +483,7 @@ fail_fds:
         close(self->timer_fd);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
-    pk_ofi_destroy(&self->ofi);
+    self->ops->fabric_close(&self->fabric);
 fail_pool:
     if (self->own_pool)
         free(self->pool);
@@ -489,12 +506,12 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     s_server_t *s = arg;
     p2pkv_client_t *self = s->client;
     int rc;
-    s->channel = pk_ofi_channel_new(self->ofi, true, &rc, err);
+    s->channel = self->ops->channel_new(self->fabric, true, &rc, err);
     if (!s->channel)
         return rc < 0 ? rc : -EIO;
-    s->wait_fd = pk_ofi_channel_wait_fd(s->channel);
+    s->wait_fd = self->ops->channel_wait_fd(s->channel);
     s_watch(self, s->wait_fd, true);
-    if (pk_ofi_channel_blob(s->channel, blob_p, len_p))
+    if (self->ops->channel_blob(s->channel, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the local endpoint");
     s->dealer = zsock_new(ZMQ_DEALER);
     if (!s->dealer)
@@ -540,7 +557,7 @@ s_session_up(void *arg)
                                        &self->fetch_ids };
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
-                                 (pk_client_transport_t) { s, s_landed, s_cut_off },
+                                 (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
     return s->role ? 0 : -ENOMEM;
 }
@@ -632,7 +649,7 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
         if (self->fetches.slots[i].key.bytes)
             free((s_fetch_t *) (uintptr_t) self->fetches.slots[i].a);
     pk_keymap_fini(&self->fetches);
-    pk_ofi_destroy(&self->ofi);
+    self->ops->fabric_close(&self->fabric);
     close(self->epoll_fd);
     close(self->timer_fd);
     close(self->wake_fd);
@@ -665,7 +682,7 @@ static void
 s_server_step(p2pkv_client_t *self, s_server_t *s)
 {
     double now = pk_clock_monotonic();
-    if (s->channel && pk_ofi_channel_progress(s->channel) > 0)
+    if (s->channel && self->ops->channel_progress(s->channel) > 0)
         s->last_landed = now;
     //  the session may end while reading (a violation closes the socket)
     while (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN)) {

@@ -432,6 +432,9 @@ s_load_end(pk_client_role_t *self, s_load_t *l, pk_load_status_t status, const c
         e->ack_seen = l->ack_seen;
     }
     uint64_t id = l->id;
+    //  the round is over for the transport too: no block of it is awaited
+    if (self->transport.forget)
+        self->transport.forget(self->transport.self, l->round);
     free(l->kv);
     free(l);
     self->events.load_done(self->events.self, id, status, reason);

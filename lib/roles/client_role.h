@@ -18,12 +18,17 @@
 
 typedef struct {
     void *self;
-    /*  Blocks of this round (its low 20 bits) announced by immediates on
-        this server's endpoint.  */
+    /*  Blocks of this round announced by immediates on this server's
+        endpoint (tagged by its low 20 bits; never an older round's count
+        under the same tag, see forget).  */
     uint64_t (*landed)(void *self, uint64_t round_seq);
     /*  Closes this server's endpoint and registration: nothing from it
         lands afterwards.  */
     void (*cut_off)(void *self);
+    /*  The round's load ended (NULL: nothing to tell): its landed count
+        may go, so a later round whose 20-bit tag wraps onto it never
+        inherits it.  Called before load_done.  */
+    void (*forget)(void *self, uint64_t round_seq);
 } pk_client_transport_t;
 
 typedef enum {

@@ -1,14 +1,30 @@
-/*  transport.c: the in-memory transport.  Ids are dense, so a transfer's
+/*  memtransport.c: the in-memory transport.  Ids are dense, so a transfer's
     state is one byte in a vector indexed by id; poll sorts only what
     finished since the last poll.  */
 #include "sim/memtransport.h"
+#include "base/err.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { S_GONE = 0, S_INFLIGHT, S_DONE, S_FAILED };
+
+//  The seam's fabric: nothing but the pool's shape and the counters.
+typedef struct {
+    void *base;
+    uint64_t num_blocks, block_len;
+    pk_fabric_stats_t stats;
+} s_fabric_t;
+
+typedef struct {
+    uint64_t round, count;
+} s_round_t;
+
+#define S_MEM_MAGIC "PKMM"
+#define S_MEM_BLOB_LEN (4 + 8 + 8 + 1)
 #define S_HELD 0x10
 
 struct _pk_memtransport_t {
@@ -19,6 +35,13 @@ struct _pk_memtransport_t {
     size_t refuse;
     uint64_t *finished;     //  ids completed since the last poll
     size_t nfinished, capfinished;
+    //  the seam's channel: NULL fabric when made by pk_memtransport_new
+    s_fabric_t *fabric;
+    bool expose, connected, closed;
+    uint64_t peer_blocks;
+    s_round_t *landed;      //  what the test said landed, by full round
+    size_t nlanded;
+    pk_channel_stats_t stats;
 };
 
 pk_memtransport_t *
@@ -37,6 +60,7 @@ pk_memtransport_destroy(pk_memtransport_t **self_p)
         return;
     free((*self_p)->state);
     free((*self_p)->finished);
+    free((*self_p)->landed);
     free(*self_p);
     *self_p = NULL;
 }
@@ -68,6 +92,8 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     uint64_t tid = self->next_tid++;
     self->state[tid] = S_INFLIGHT;
     self->inflight++;
+    self->stats.writes_posted++;
+    self->stats.blocks_written += n;
     return (int64_t) tid;
 }
 
@@ -175,4 +201,263 @@ uint64_t
 pk_memtransport_next_tid(const pk_memtransport_t *self)
 {
     return self->next_tid;
+}
+
+void
+pk_memtransport_land(pk_memtransport_t *self, uint64_t round_seq, uint64_t n)
+{
+    for (size_t i = 0; i < self->nlanded; i++)
+        if (self->landed[i].round == round_seq) {
+            self->landed[i].count += n;
+            self->stats.blocks_landed += n;
+            return;
+        }
+    //  a test scripts a handful of rounds: a vector is enough
+    s_round_t *l = realloc(self->landed, (self->nlanded + 1) * sizeof *l);
+    if (!l)
+        abort();
+    self->landed = l;
+    self->landed[self->nlanded++] = (s_round_t) { round_seq, n };
+    self->stats.blocks_landed += n;
+}
+
+//  --------------------------------------------------------------------------
+//  The seam (base/transport.h) over in-memory fabrics and channels
+
+static pk_fabric_t *
+s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
+              uint64_t block_len, int *rc_p, char *err)
+{
+    if (!base || !num_blocks || !block_len) {
+        pk_err_null(rc_p, pk_err(err, -EINVAL, "mem: no pool"));
+        return NULL;
+    }
+    s_fabric_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        pk_err_null(rc_p, pk_err(err, -ENOMEM, "out of memory"));
+        return NULL;
+    }
+    *self = (s_fabric_t) { base, num_blocks, block_len, { 0, 0, 0 } };
+    if (rc_p)
+        *rc_p = 0;
+    return (pk_fabric_t *) self;
+}
+
+static void
+s_fabric_close(pk_fabric_t **fabric_p)
+{
+    if (!fabric_p || !*fabric_p)
+        return;
+    free(*fabric_p);
+    *fabric_p = NULL;
+}
+
+static void
+s_fabric_describe(const pk_fabric_t *fabric, char *buf, size_t len)
+{
+    const s_fabric_t *self = (const s_fabric_t *) fabric;
+    snprintf(buf, len, "in-memory transport, %llu blocks of %llu bytes",
+             (unsigned long long) self->num_blocks, (unsigned long long) self->block_len);
+}
+
+static const char *
+s_fabric_provider(const pk_fabric_t *fabric)
+{
+    return "mem";
+}
+
+static bool
+s_fabric_has_cq_data(const pk_fabric_t *fabric)
+{
+    return true;
+}
+
+//  Blob: "PKMM", u64 num_blocks, block_len, u8 exposed.
+static int
+s_check_blob(pk_fabric_t *fabric, const uint8_t *blob, size_t len, char *err)
+{
+    s_fabric_t *self = (s_fabric_t *) fabric;
+    uint64_t blocks, block_len;
+    int rc = 0;
+    if (!blob || len != S_MEM_BLOB_LEN || memcmp(blob, S_MEM_MAGIC, 4) != 0)
+        rc = pk_err(err, -EPROTO, "agent_metadata: not a p2pkv in-memory address");
+    else {
+        memcpy(&blocks, blob + 4, 8);
+        memcpy(&block_len, blob + 12, 8);
+        if (block_len != self->block_len)
+            rc = pk_err(err, -EPROTO, "agent_metadata: blocks of %llu bytes, ours are %llu",
+                        (unsigned long long) block_len, (unsigned long long) self->block_len);
+        else if (blob[20] > 1 || (blob[20] && blocks == 0))
+            rc = pk_err(err, -EPROTO, "agent_metadata: a bad pool");
+    }
+    if (rc)
+        self->stats.blobs_refused++;
+    return rc;
+}
+
+static void
+s_fabric_stats(const pk_fabric_t *fabric, pk_fabric_stats_t *stats)
+{
+    *stats = ((const s_fabric_t *) fabric)->stats;
+}
+
+static pk_channel_t *
+s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
+{
+    pk_memtransport_t *self = pk_memtransport_new();
+    if (!self) {
+        pk_err_null(rc_p, pk_err(err, -ENOMEM, "out of memory"));
+        return NULL;
+    }
+    self->fabric = (s_fabric_t *) fabric;
+    self->expose = expose;
+    self->fabric->stats.channels_opened++;
+    self->fabric->stats.channels_open++;
+    if (rc_p)
+        *rc_p = 0;
+    return (pk_channel_t *) self;
+}
+
+static void
+s_channel_close(pk_channel_t **channel_p)
+{
+    if (!channel_p || !*channel_p)
+        return;
+    pk_memtransport_t *self = (pk_memtransport_t *) *channel_p;
+    if (self->fabric)
+        self->fabric->stats.channels_open--;
+    pk_memtransport_destroy(&self);
+    *channel_p = NULL;
+}
+
+static int
+s_channel_blob(pk_channel_t *channel, uint8_t **blob_p, size_t *len_p)
+{
+    pk_memtransport_t *self = (pk_memtransport_t *) channel;
+    uint8_t *blob = malloc(S_MEM_BLOB_LEN);
+    if (!blob)
+        return -ENOMEM;
+    memcpy(blob, S_MEM_MAGIC, 4);
+    memcpy(blob + 4, &self->fabric->num_blocks, 8);
+    memcpy(blob + 12, &self->fabric->block_len, 8);
+    blob[20] = self->expose;
+    *blob_p = blob;
+    *len_p = S_MEM_BLOB_LEN;
+    return 0;
+}
+
+static int
+s_channel_connect(pk_channel_t *channel, const uint8_t *blob, size_t len, char *err)
+{
+    pk_memtransport_t *self = (pk_memtransport_t *) channel;
+    int rc = s_check_blob((pk_fabric_t *) self->fabric, blob, len, err);
+    if (rc)
+        return rc;
+    if (self->connected)
+        return pk_err(err, -EISCONN, "mem: channel already has a peer");
+    memcpy(&self->peer_blocks, blob + 4, 8);
+    self->connected = true;
+    return 0;
+}
+
+static int
+s_channel_progress(pk_channel_t *channel)
+{
+    return 0;       //  the test moves everything
+}
+
+static int
+s_channel_wait_fd(const pk_channel_t *channel)
+{
+    return -1;
+}
+
+static bool
+s_channel_trywait(pk_channel_t *channel)
+{
+    return true;    //  nothing is ever due without the test
+}
+
+static uint64_t
+s_channel_landed(pk_channel_t *channel, uint64_t round_seq)
+{
+    pk_memtransport_t *self = (pk_memtransport_t *) channel;
+    for (size_t i = 0; i < self->nlanded; i++)
+        if (self->landed[i].round == round_seq)
+            return self->landed[i].count;
+    return 0;
+}
+
+static void
+s_channel_forget(pk_channel_t *channel, uint64_t round_seq)
+{
+    pk_memtransport_t *self = (pk_memtransport_t *) channel;
+    for (size_t i = 0; i < self->nlanded; i++)
+        if (self->landed[i].round == round_seq) {
+            self->landed[i] = self->landed[--self->nlanded];
+            return;
+        }
+}
+
+static void
+s_channel_revoke(pk_channel_t *channel)
+{
+    ((pk_memtransport_t *) channel)->expose = false;
+}
+
+static bool
+s_channel_closed(const pk_channel_t *channel)
+{
+    return ((const pk_memtransport_t *) channel)->closed;
+}
+
+static void
+s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
+{
+    const pk_memtransport_t *self = (const pk_memtransport_t *) channel;
+    *stats = self->stats;
+    stats->transfers = self->inflight;
+}
+
+static pk_transport_t
+s_channel_transport(pk_channel_t *channel)
+{
+    return pk_memtransport_iface((pk_memtransport_t *) channel);
+}
+
+static const pk_transport_ops_t s_ops = {
+    .size = sizeof (pk_transport_ops_t),
+    .name = "mem",
+    .fabric_open = s_fabric_open,
+    .fabric_close = s_fabric_close,
+    .fabric_describe = s_fabric_describe,
+    .fabric_provider = s_fabric_provider,
+    .fabric_has_cq_data = s_fabric_has_cq_data,
+    .check_blob = s_check_blob,
+    .fabric_stats = s_fabric_stats,
+    .channel_new = s_channel_new,
+    .channel_close = s_channel_close,
+    .channel_blob = s_channel_blob,
+    .channel_connect = s_channel_connect,
+    .channel_progress = s_channel_progress,
+    .channel_wait_fd = s_channel_wait_fd,
+    .channel_trywait = s_channel_trywait,
+    .channel_landed = s_channel_landed,
+    .channel_forget = s_channel_forget,
+    .channel_revoke = s_channel_revoke,
+    .channel_closed = s_channel_closed,
+    .channel_stats = s_channel_stats,
+    .channel_transport = s_channel_transport,
+};
+
+const pk_transport_ops_t *
+pk_memtransport_ops(void)
+{
+    return &s_ops;
+}
+
+pk_memtransport_t *
+pk_memtransport_of(pk_channel_t *channel)
+{
+    return (pk_memtransport_t *) channel;
 }

@@ -10,6 +10,7 @@
 */
 #include "base/err.h"
 #include "ofi/ofi.h"
+#include "ofi/ofi_bench.h"
 #include "base/clock.h"
 #include "base/keymap.h"
 
@@ -27,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 //  The mr_mode bits this code honours.  FI_MR_RAW (keys wider than 64
 //  bits, mapped by the writer with fi_mr_map_raw) is written to the
@@ -37,6 +37,7 @@
 #define S_MAX_RAW_KEY 256
 #define S_MAX_DEPTH 64
 #define S_BLOB_MAGIC "PKOF"
+#define S_MAX_ADDR 256
 
 struct _pk_ofi_t {
     pk_ofi_config_t config;
@@ -48,6 +49,9 @@ struct _pk_ofi_t {
     uint64_t num_blocks, block_len;
     bool cq_data;                   //  4 bytes of remote CQ data at least
     char provider[64];
+    //  What peers' blobs cost: channels may open and close on several
+    //  threads at once (one actor each), hence atomics.
+    atomic_uint_fast64_t channels_opened, channels_open, blobs_refused;
 };
 
 typedef struct s_op s_op_t;
@@ -73,8 +77,15 @@ struct s_xfer {
     s_op_t ops[];
 };
 
+//  A round tag's counter.  The immediate carries only the tag, so the
+//  counter is claimed by the first full round that asks for it; asked for
+//  by another round it starts over, and forget drops it when the round's
+//  load ended: after 2^20 rounds a tag never hands a new round an old
+//  round's count (a fetch reported landed early).
 typedef struct {
     uint32_t tag;
+    bool owned;
+    uint64_t round;                 //  the full round, once owned
     uint64_t count;
 } s_landed_t;
 
@@ -373,6 +384,8 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
             self->raw_key_len = size;
         }
     }
+    atomic_fetch_add(&ofi->channels_opened, 1);
+    atomic_fetch_add(&ofi->channels_open, 1);
     if (rc_p)
         *rc_p = 0;
     return self;
@@ -429,6 +442,7 @@ pk_ofi_channel_destroy(pk_ofi_channel_t **self_p)
             free((s_landed_t *) (uintptr_t) self->landed.slots[i].a);
     pk_keymap_fini(&self->landed);
     free(self->finished);
+    atomic_fetch_sub(&self->ofi->channels_open, 1);
     free(self);
     *self_p = NULL;
 }
@@ -439,7 +453,7 @@ pk_ofi_channel_destroy(pk_ofi_channel_t **self_p)
 int
 pk_ofi_channel_blob(pk_ofi_channel_t *self, uint8_t **blob_p, size_t *len_p)
 {
-    uint8_t addr[256];
+    uint8_t addr[S_MAX_ADDR];
     size_t addrlen = sizeof addr;
     int rc = fi_getname(&self->ep->fid, addr, &addrlen);
     if (rc)
@@ -473,14 +487,26 @@ pk_ofi_channel_blob(pk_ofi_channel_t *self, uint8_t **blob_p, size_t *len_p)
     return 0;
 }
 
-int
-pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, char *err)
+//  A peer's blob, parsed; views into the caller's bytes.
+typedef struct {
+    const uint8_t *addr, *raw;
+    uint16_t addrlen, rawlen;
+    uint64_t key, base, num_blocks, block_len;
+    bool exposed;
+} s_blob_t;
+
+//  Every check that needs no libfabric object: check_blob runs it on a
+//  connect before the daemon builds a channel (an endpoint, queue and
+//  address vector cost tens of megabytes on some providers), and connect
+//  runs it again.
+static int
+s_parse_blob(const pk_ofi_t *ofi, const uint8_t *blob, size_t len, s_blob_t *b, char *err)
 {
     const uint8_t *at = blob, *end = blob + len;
     uint32_t version;
-    uint16_t provlen, addrlen;
+    uint16_t provlen;
     uint64_t fields[4];
-    if (len < 12 || memcmp(at, S_BLOB_MAGIC, 4) != 0)
+    if (!blob || len < 12 || memcmp(at, S_BLOB_MAGIC, 4) != 0)
         return pk_err(err, -EPROTO, "agent_metadata: not a p2pkv libfabric address");
     at += 4;
     memcpy(&version, at, 4), at += 4;
@@ -490,36 +516,75 @@ pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, 
     char prov[64];
     snprintf(prov, sizeof prov, "%.*s", (int) provlen, (const char *) at);
     at += provlen;
-    memcpy(&addrlen, at, 2), at += 2;
-    uint16_t rawlen;
-    if ((size_t) (end - at) < addrlen + sizeof fields + 1 + 2)
+    memcpy(&b->addrlen, at, 2), at += 2;
+    if ((size_t) (end - at) < b->addrlen + sizeof fields + 1 + 2)
         return pk_err(err, -EPROTO, "agent_metadata: truncated");
-    memcpy(&rawlen, at + addrlen + sizeof fields + 1, 2);
-    if ((size_t) (end - at) != addrlen + sizeof fields + 1 + 2 + rawlen)
+    memcpy(&b->rawlen, at + b->addrlen + sizeof fields + 1, 2);
+    if ((size_t) (end - at) != b->addrlen + sizeof fields + 1 + 2 + b->rawlen)
         return pk_err(err, -EPROTO, "agent_metadata: truncated");
-    if (strcmp(prov, self->ofi->provider) != 0)
+    if (provlen >= sizeof prov || strcmp(prov, ofi->provider) != 0)
         return pk_err(err, -EPROTO, "agent_metadata: provider %s, ours is %s", prov,
-                      self->ofi->provider);
+                      ofi->provider);
     if (version != fi_version())
         return pk_err(err, -EPROTO, "agent_metadata: libfabric %u.%u, ours is %u.%u",
                       FI_MAJOR(version), FI_MINOR(version), FI_MAJOR(fi_version()),
                       FI_MINOR(fi_version()));
-    const uint8_t *addr = at;
-    at += addrlen;
+    b->addr = at;
+    at += b->addrlen;
     memcpy(fields, at, sizeof fields), at += sizeof fields;
-    const uint8_t *raw = at + 1 + 2;
-    bool want_raw = (self->ofi->info->domain_attr->mr_mode & FI_MR_RAW) && *at;
-    if (want_raw != (rawlen > 0))
+    b->key = fields[0];
+    b->base = fields[1];
+    b->num_blocks = fields[2];
+    b->block_len = fields[3];
+    if (b->addrlen == 0 || b->addrlen > S_MAX_ADDR)
+        return pk_err(err, -EPROTO, "agent_metadata: an address of %u bytes (1..%d)",
+                      (unsigned) b->addrlen, S_MAX_ADDR);
+    if (*at > 1)
+        return pk_err(err, -EPROTO, "agent_metadata: exposed flag %u", (unsigned) *at);
+    b->exposed = *at != 0;
+    if (b->block_len != ofi->block_len)
+        return pk_err(err, -EPROTO, "agent_metadata: blocks of %llu bytes, ours are %llu",
+                      (unsigned long long) b->block_len, (unsigned long long) ofi->block_len);
+    if (b->exposed && (b->num_blocks == 0 || b->num_blocks > UINT32_MAX))
+        return pk_err(err, -EPROTO, "agent_metadata: a pool of %llu blocks",
+                      (unsigned long long) b->num_blocks);
+    b->raw = at + 1 + 2;
+    bool want_raw = (ofi->info->domain_attr->mr_mode & FI_MR_RAW) && b->exposed;
+    if (want_raw != (b->rawlen > 0) || b->rawlen > S_MAX_RAW_KEY)
         return pk_err(err, -EPROTO, "agent_metadata: %s raw memory key",
-                      rawlen ? "an unexpected" : "no");
+                      b->rawlen > S_MAX_RAW_KEY ? "an oversized"
+                      : b->rawlen ? "an unexpected" : "no");
+    return 0;
+}
+
+int
+pk_ofi_check_blob(pk_ofi_t *self, const uint8_t *blob, size_t len, char *err)
+{
+    s_blob_t b;
+    int rc = s_parse_blob(self, blob, len, &b, err);
+    if (rc)
+        atomic_fetch_add(&self->blobs_refused, 1);
+    return rc;
+}
+
+int
+pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, char *err)
+{
+    s_blob_t b;
+    int rc = pk_ofi_check_blob(self->ofi, blob, len, err);
+    if (rc)
+        return rc;
     if (self->connected)
         return pk_err(err, -EISCONN, "ofi: channel already has a peer");
-    if (fi_av_insert(self->av, addr, 1, &self->peer, 0, NULL) != 1)
+    if (self->closed)
+        return pk_err(err, -ENOTCONN, "ofi: channel is closed");
+    s_parse_blob(self->ofi, blob, len, &b, NULL);
+    if (fi_av_insert(self->av, b.addr, 1, &self->peer, 0, NULL) != 1)
         return pk_err(err, -EPROTO, "agent_metadata: address not accepted by the fabric");
-    self->peer_key = fields[0];
-    if (rawlen) {
+    self->peer_key = b.key;
+    if (b.rawlen) {
         uint64_t key;
-        int rc = fi_mr_map_raw(self->ofi->domain, fields[1], (uint8_t *) raw, rawlen, &key, 0);
+        rc = fi_mr_map_raw(self->ofi->domain, b.base, (uint8_t *) b.raw, b.rawlen, &key, 0);
         if (rc) {
             fi_av_remove(self->av, &self->peer, 1, 0);
             return pk_err(err, rc, "agent_metadata: raw key not accepted: %s", fi_strerror(-rc));
@@ -527,12 +592,20 @@ pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, 
         self->peer_key = key;
         self->peer_key_mapped = true;
     }
-    self->peer_base = fields[1];
-    self->peer_blocks = fields[2];
-    self->peer_block_len = fields[3];
-    self->peer_exposed = *at != 0;
+    self->peer_base = b.base;
+    self->peer_blocks = b.num_blocks;
+    self->peer_block_len = b.block_len;
+    self->peer_exposed = b.exposed;
     self->connected = true;
     return 0;
+}
+
+void
+pk_ofi_stats_fabric(const pk_ofi_t *self, pk_fabric_stats_t *stats)
+{
+    *stats = (pk_fabric_stats_t) { atomic_load(&self->channels_opened),
+                                   atomic_load(&self->channels_open),
+                                   atomic_load(&self->blobs_refused) };
 }
 
 //  --------------------------------------------------------------------------
@@ -939,13 +1012,45 @@ pk_ofi_channel_transport(pk_ofi_channel_t *self)
     return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel };
 }
 
+static s_landed_t *
+s_landed_find(pk_ofi_channel_t *self, uint32_t tag)
+{
+    pk_key_t key = { (const uint8_t *) &tag, sizeof tag, pk_hash_id(tag, 2) };
+    pk_keymap_entry_t *e = pk_keymap_find(&self->landed, &key);
+    return e ? (s_landed_t *) (uintptr_t) e->a : NULL;
+}
+
 uint64_t
 pk_ofi_channel_landed(pk_ofi_channel_t *self, uint64_t round_seq)
 {
+    s_landed_t *l = s_landed_find(self, (uint32_t) (round_seq & PK_OFI_TAG_MASK));
+    if (!l)
+        return 0;
+    if (!l->owned) {
+        l->owned = true;
+        l->round = round_seq;
+    }
+    else if (l->round != round_seq) {
+        //  an older round's count under the same tag, never forgotten:
+        //  what landed for this round so far cannot be told from it, so
+        //  the count starts over (the load may time out; it never ends
+        //  early)
+        l->round = round_seq;
+        l->count = 0;
+    }
+    return l->count;
+}
+
+void
+pk_ofi_channel_forget(pk_ofi_channel_t *self, uint64_t round_seq)
+{
     uint32_t tag = (uint32_t) (round_seq & PK_OFI_TAG_MASK);
+    s_landed_t *l = s_landed_find(self, tag);
+    if (!l || (l->owned && l->round != round_seq))
+        return;     //  nothing counted, or the tag now belongs to another round
     pk_key_t key = { (const uint8_t *) &tag, sizeof tag, pk_hash_id(tag, 2) };
-    pk_keymap_entry_t *e = pk_keymap_find(&self->landed, &key);
-    return e ? ((s_landed_t *) (uintptr_t) e->a)->count : 0;
+    pk_keymap_take(&self->landed, &key, NULL, NULL);
+    free(l);
 }
 
 void
@@ -971,8 +1076,9 @@ pk_ofi_channel_stats(const pk_ofi_channel_t *self, pk_ofi_stats_t *stats)
 }
 
 int
-pk_ofi_channel_raw(pk_ofi_channel_t *self, pk_ofi_raw_t *raw)
+pk_ofi_bench_raw(pk_channel_t *channel, pk_ofi_raw_t *raw)
 {
+    pk_ofi_channel_t *self = (pk_ofi_channel_t *) channel;
     if (self->closed || !self->connected)
         return -ENOTCONN;
     *raw = (pk_ofi_raw_t) { self->ep, self->cq, self->peer, self->peer_key, self->peer_base,
@@ -980,40 +1086,159 @@ pk_ofi_channel_raw(pk_ofi_channel_t *self, pk_ofi_raw_t *raw)
     return 0;
 }
 
-int
-pk_ofi_channel_send_blob_fd(pk_ofi_channel_t *self, int fd)
+//  --------------------------------------------------------------------------
+//  The seam: pk_transport_ops_t over the functions above.  The casts are
+//  the whole adapter: a pk_fabric_t is a pk_ofi_t, a pk_channel_t a
+//  pk_ofi_channel_t, never mixed with another implementation's.
+
+static pk_fabric_t *
+s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
+              uint64_t block_len, int *rc_p, char *err)
 {
-    uint8_t *blob;
-    size_t len;
-    int rc = pk_ofi_channel_blob(self, &blob, &len);
-    if (rc)
-        return rc;
-    uint32_t l32 = (uint32_t) len;
-    rc = write(fd, &l32, 4) == 4 && write(fd, blob, len) == (ssize_t) len ? 0 : -EIO;
-    free(blob);
-    return rc;
+    pk_ofi_config_t oc = { NULL, NULL, 5.0 };
+    if (config)
+        oc = (pk_ofi_config_t) { config->provider, config->node, config->stall_timeout };
+    return (pk_fabric_t *) pk_ofi_new(&oc, base, num_blocks, block_len, rc_p, err);
+}
+
+static void
+s_fabric_close(pk_fabric_t **fabric_p)
+{
+    pk_ofi_destroy((pk_ofi_t **) fabric_p);
+}
+
+static void
+s_fabric_describe(const pk_fabric_t *fabric, char *buf, size_t len)
+{
+    pk_ofi_describe((const pk_ofi_t *) fabric, buf, len);
+}
+
+static const char *
+s_fabric_provider(const pk_fabric_t *fabric)
+{
+    return pk_ofi_provider((const pk_ofi_t *) fabric);
+}
+
+static bool
+s_fabric_has_cq_data(const pk_fabric_t *fabric)
+{
+    return pk_ofi_has_cq_data((const pk_ofi_t *) fabric);
 }
 
 static int
-s_read_full(int fd, void *buf, size_t len)
+s_check_blob(pk_fabric_t *fabric, const uint8_t *blob, size_t len, char *err)
 {
-    uint8_t *at = buf;
-    while (len) {
-        ssize_t n = read(fd, at, len);
-        if (n <= 0)
-            return -EIO;
-        at += n;
-        len -= (size_t) n;
-    }
-    return 0;
+    return pk_ofi_check_blob((pk_ofi_t *) fabric, blob, len, err);
 }
 
-int
-pk_ofi_channel_connect_fd(pk_ofi_channel_t *self, int fd, char *err)
+static void
+s_fabric_stats(const pk_fabric_t *fabric, pk_fabric_stats_t *stats)
 {
-    uint32_t len;
-    uint8_t blob[1024];
-    if (s_read_full(fd, &len, 4) || len > sizeof blob || s_read_full(fd, blob, len))
-        return pk_err(err, -EIO, "ofi: no address blob from the peer");
-    return pk_ofi_channel_connect(self, blob, len, err);
+    pk_ofi_stats_fabric((const pk_ofi_t *) fabric, stats);
 }
+
+static pk_channel_t *
+s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
+{
+    return (pk_channel_t *) pk_ofi_channel_new((pk_ofi_t *) fabric, expose, rc_p, err);
+}
+
+static void
+s_channel_close(pk_channel_t **channel_p)
+{
+    pk_ofi_channel_destroy((pk_ofi_channel_t **) channel_p);
+}
+
+static int
+s_channel_blob(pk_channel_t *channel, uint8_t **blob_p, size_t *len_p)
+{
+    return pk_ofi_channel_blob((pk_ofi_channel_t *) channel, blob_p, len_p);
+}
+
+static int
+s_channel_connect(pk_channel_t *channel, const uint8_t *blob, size_t len, char *err)
+{
+    return pk_ofi_channel_connect((pk_ofi_channel_t *) channel, blob, len, err);
+}
+
+static int
+s_channel_progress(pk_channel_t *channel)
+{
+    return pk_ofi_channel_progress((pk_ofi_channel_t *) channel);
+}
+
+static int
+s_channel_wait_fd(const pk_channel_t *channel)
+{
+    return pk_ofi_channel_wait_fd((const pk_ofi_channel_t *) channel);
+}
+
+static bool
+s_channel_trywait(pk_channel_t *channel)
+{
+    return pk_ofi_channel_trywait((pk_ofi_channel_t *) channel);
+}
+
+static uint64_t
+s_channel_landed(pk_channel_t *channel, uint64_t round_seq)
+{
+    return pk_ofi_channel_landed((pk_ofi_channel_t *) channel, round_seq);
+}
+
+static void
+s_channel_forget(pk_channel_t *channel, uint64_t round_seq)
+{
+    pk_ofi_channel_forget((pk_ofi_channel_t *) channel, round_seq);
+}
+
+static void
+s_channel_revoke(pk_channel_t *channel)
+{
+    pk_ofi_channel_revoke((pk_ofi_channel_t *) channel);
+}
+
+static bool
+s_channel_closed(const pk_channel_t *channel)
+{
+    return pk_ofi_channel_closed((const pk_ofi_channel_t *) channel);
+}
+
+static void
+s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
+{
+    pk_ofi_stats_t f;
+    pk_ofi_channel_stats((const pk_ofi_channel_t *) channel, &f);
+    *stats = (pk_channel_stats_t) { f.writes_posted, f.blocks_written, f.cq_errors,
+                                    f.blocks_landed, f.transfers };
+}
+
+static pk_transport_t
+s_channel_transport(pk_channel_t *channel)
+{
+    return pk_ofi_channel_transport((pk_ofi_channel_t *) channel);
+}
+
+const pk_transport_ops_t pk_ofi_transport_ops = {
+    .size = sizeof (pk_transport_ops_t),
+    .name = "ofi",
+    .fabric_open = s_fabric_open,
+    .fabric_close = s_fabric_close,
+    .fabric_describe = s_fabric_describe,
+    .fabric_provider = s_fabric_provider,
+    .fabric_has_cq_data = s_fabric_has_cq_data,
+    .check_blob = s_check_blob,
+    .fabric_stats = s_fabric_stats,
+    .channel_new = s_channel_new,
+    .channel_close = s_channel_close,
+    .channel_blob = s_channel_blob,
+    .channel_connect = s_channel_connect,
+    .channel_progress = s_channel_progress,
+    .channel_wait_fd = s_channel_wait_fd,
+    .channel_trywait = s_channel_trywait,
+    .channel_landed = s_channel_landed,
+    .channel_forget = s_channel_forget,
+    .channel_revoke = s_channel_revoke,
+    .channel_closed = s_channel_closed,
+    .channel_stats = s_channel_stats,
+    .channel_transport = s_channel_transport,
+};

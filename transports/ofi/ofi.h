@@ -1,5 +1,10 @@
 /*  ofi.h: the data plane over libfabric RMA (protocol.md section 7).
 
+    Users outside transports/ofi reach it through the seam of
+    base/transport.h (pk_transport_find("ofi"), or pk_ofi_transport_ops);
+    the pk_ofi_* functions below remain for lib/daemon until it is
+    converted, and for tests/test_ofi.c.
+
     A pk_ofi_t is one side's fabric, domain and block pool, registered once
     for local use.  Each peer gets its own pk_ofi_channel_t: an endpoint,
     completion queue and address vector of its own, so one actor polls one
@@ -12,7 +17,8 @@
     1 MiB (or 4,095 blocks), keep at most the provider's transmit depth
     posted, and tag every write with the 32-bit immediate of protocol.md:
     the low 20 bits of the round in the high 20 bits, the block count in
-    the low 12.  The target counts landed blocks per round tag.
+    the low 12.  The target counts landed blocks per round tag, each
+    counter claimed by one full round (see pk_ofi_channel_landed).
 
     Threads: one thread at a time uses a channel (its actor); channels of
     one pk_ofi_t may be created, used and closed from different threads at
@@ -78,16 +84,21 @@ void pk_ofi_channel_destroy(pk_ofi_channel_t **self_p);
     endpoint address, key, base, block count and length.  malloc'd.  */
 int pk_ofi_channel_blob(pk_ofi_channel_t *self, uint8_t **blob_p, size_t *len_p);
 
-/*  Imports the peer's blob; refused with -EPROTO and a message when it
-    names another provider or libfabric version or cannot be parsed.  */
-int pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, char *err);
+/*  Checks a peer's blob without creating any libfabric object: format,
+    provider, libfabric version, sizes (the address's length, our
+    block_len, the pool's block count, the raw key's presence and length).
+    0, or -EPROTO with a message; counted in blobs_refused.  A handshake
+    calls it before pk_ofi_channel_new, so a junk connect costs a parse,
+    not an endpoint, queue and address vector.  */
+int pk_ofi_check_blob(pk_ofi_t *self, const uint8_t *blob, size_t len, char *err);
 
-/*  The blob over a file descriptor (a pipe or socket between two
-    processes, as the tests and p2pkv-bench wire them): send ours as a
-    4-byte length and the bytes; read the peer's and connect to it.  0 or a
-    negative error (err for the connect).  */
-int pk_ofi_channel_send_blob_fd(pk_ofi_channel_t *self, int fd);
-int pk_ofi_channel_connect_fd(pk_ofi_channel_t *self, int fd, char *err);
+/*  Channels opened (ever and now) and blobs refused on this fabric.  */
+void pk_ofi_stats_fabric(const pk_ofi_t *self, pk_fabric_stats_t *stats);
+
+/*  Imports the peer's blob after pk_ofi_check_blob's checks; refused with
+    -EPROTO and a message when it names another provider or libfabric
+    version or cannot be parsed.  */
+int pk_ofi_channel_connect(pk_ofi_channel_t *self, const uint8_t *blob, size_t len, char *err);
 
 /*  The transport seam over this channel (write_blocks, poll, cancel).  */
 pk_transport_t pk_ofi_channel_transport(pk_ofi_channel_t *self);
@@ -112,8 +123,15 @@ int pk_ofi_channel_wait_fd(const pk_ofi_channel_t *self);
     is queued or already completed.  False: progress first.  */
 bool pk_ofi_channel_trywait(pk_ofi_channel_t *self);
 
-/*  Blocks announced by immediates for a round (its low 20 bits).  */
+/*  Blocks announced by immediates for a round's tag (its low 20 bits).
+    The first full round asking for a tag's counter claims it; asked for
+    by another round, the counter starts over for that one, so a round
+    never sees an older round's count after the tags wrap.  */
 uint64_t pk_ofi_channel_landed(pk_ofi_channel_t *self, uint64_t round_seq);
+
+/*  The round is over: its tag's counter is dropped (unless another round
+    claimed it since).  The consumer calls it when the round's load ends.  */
+void pk_ofi_channel_forget(pk_ofi_channel_t *self, uint64_t round_seq);
 
 /*  Closes the exposed registration: nothing written by the peer lands
     afterwards.  */
@@ -127,20 +145,7 @@ bool pk_ofi_channel_closed(const pk_ofi_channel_t *self);
 
 void pk_ofi_channel_stats(const pk_ofi_channel_t *self, pk_ofi_stats_t *stats);
 
-/*  For p2pkv-bench only: the channel's own libfabric objects, so that a
-    bare fi_writedata loop can be measured on the same endpoint as
-    write_blocks.  */
-struct fid_ep;
-struct fid_cq;
-typedef struct {
-    struct fid_ep *ep;
-    struct fid_cq *cq;
-    uint64_t peer;              //  fi_addr_t
-    uint64_t key, remote_base;
-    void *desc;
-    uint8_t *base;
-    uint64_t block_len;
-} pk_ofi_raw_t;
-int pk_ofi_channel_raw(pk_ofi_channel_t *self, pk_ofi_raw_t *raw);
+/*  The seam's table over the functions above (name "ofi").  */
+extern const pk_transport_ops_t pk_ofi_transport_ops;
 
 #endif

@@ -1,0 +1,65 @@
+/*  transport.c: what every user of the seam shares: refusing a table too
+    old for it, and passing a blob between two processes.  */
+#include "base/transport.h"
+#include "base/err.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+//  The largest blob read from a descriptor: an ofi blob is well under
+//  (a 256-byte address and a 256-byte raw key at most).
+#define S_MAX_FD_BLOB 1024
+
+int
+pk_transport_ops_check(const pk_transport_ops_t *ops, size_t need, char *err)
+{
+    if (!ops)
+        return pk_err(err, -ENOSYS, "transport: no such transport");
+    if (ops->size < need)
+        return pk_err(err, -ENOSYS,
+                      "transport %s: its ops table has %zu bytes, this caller needs %zu "
+                      "(an older implementation)",
+                      ops->size >= offsetof(pk_transport_ops_t, name) + sizeof ops->name
+                          && ops->name ? ops->name : "?",
+                      ops->size, need);
+    return 0;
+}
+
+int
+pk_channel_send_blob_fd(const pk_transport_ops_t *ops, pk_channel_t *channel, int fd)
+{
+    uint8_t *blob;
+    size_t len;
+    int rc = ops->channel_blob(channel, &blob, &len);
+    if (rc)
+        return rc;
+    uint32_t l32 = (uint32_t) len;
+    rc = write(fd, &l32, 4) == 4 && write(fd, blob, len) == (ssize_t) len ? 0 : -EIO;
+    free(blob);
+    return rc;
+}
+
+static int
+s_read_full(int fd, void *buf, size_t len)
+{
+    uint8_t *at = buf;
+    while (len) {
+        ssize_t n = read(fd, at, len);
+        if (n <= 0)
+            return -EIO;
+        at += n;
+        len -= (size_t) n;
+    }
+    return 0;
+}
+
+int
+pk_channel_connect_fd(const pk_transport_ops_t *ops, pk_channel_t *channel, int fd, char *err)
+{
+    uint32_t len;
+    uint8_t blob[S_MAX_FD_BLOB];
+    if (s_read_full(fd, &len, 4) || len > sizeof blob || s_read_full(fd, blob, len))
+        return pk_err(err, -EIO, "transport: no address blob from the peer");
+    return ops->channel_connect(channel, blob, len, err);
+}
