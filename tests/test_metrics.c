@@ -13,6 +13,7 @@
 #include "testutil.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <czmq.h>
 #include <errno.h>
 #include <math.h>
@@ -26,9 +27,17 @@
 static pk_metrics_t *
 s_metrics(void)
 {
-    pk_metrics_t *metrics = pk_metrics_new();
+    pk_metrics_t *metrics = pk_metrics_new_empty();
     ck_assert_ptr_nonnull(metrics);
     return metrics;
+}
+
+//  The tests of the generic registry name their ad-hoc families: by name
+//  here, so a test reads as the text it expects.
+static pk_metric_id_t
+s_id(pk_metrics_t *metrics, const char *name)
+{
+    return (pk_metric_id_t) pk_metrics_find(metrics, name);
 }
 
 static char *
@@ -329,28 +338,28 @@ s_assert_valid(const char *text)
 START_TEST(test_render_exact)
 {
     pk_metrics_t *metrics = s_metrics();
-    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_lookups_total", PK_METRIC_COUNTER,
+    ck_assert_int_ge(pk_metrics_declare(metrics, "p2pkv_lookups_total", PK_METRIC_COUNTER,
                                         "Lookups answered."), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_pool_free_blocks", PK_METRIC_GAUGE,
+    ck_assert_int_ge(pk_metrics_declare(metrics, "p2pkv_pool_free_blocks", PK_METRIC_GAUGE,
                                         "Free blocks in the pool."), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_fetch_seconds", PK_METRIC_HISTOGRAM,
+    ck_assert_int_ge(pk_metrics_declare(metrics, "p2pkv_fetch_seconds", PK_METRIC_HISTOGRAM,
                                         "Fetch latency."), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_inflight", PK_METRIC_GAUGE,
+    ck_assert_int_ge(pk_metrics_declare(metrics, "p2pkv_inflight", PK_METRIC_GAUGE,
                                         "Transfers in flight."), 0);
     //  b before a: samples come out sorted by peer whatever the order in
     //  which they appeared; the labelled adds count in the total too
-    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", "b", 2), 0);
-    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", "a", 3), 0);
-    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", NULL, 1), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "p2pkv_pool_free_blocks", NULL, 7), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "p2pkv_pool_free_blocks", NULL, 12.5), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "p2pkv_lookups_total"), "b", 2), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "p2pkv_lookups_total"), "a", 3), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "p2pkv_lookups_total"), NULL, 1), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "p2pkv_pool_free_blocks"), NULL, 7), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "p2pkv_pool_free_blocks"), NULL, 12.5), 0);
     //  binary fractions, so the sum is exact; 0.25 sits on a bound, which
     //  is inclusive
-    ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", "a", 0.00390625), 0);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", "a", 0.25), 0);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", NULL, 16), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "p2pkv_fetch_seconds"), "a", 0.00390625), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "p2pkv_fetch_seconds"), "a", 0.25), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "p2pkv_fetch_seconds"), NULL, 16), 0);
     //  a gauge's total is only what is set without a peer
-    ck_assert_int_eq(pk_metrics_set(metrics, "p2pkv_inflight", "a", 3), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "p2pkv_inflight"), "a", 3), 0);
     const char *expected =
         "# HELP p2pkv_lookups_total Lookups answered.\n"
         "# TYPE p2pkv_lookups_total counter\n"
@@ -421,9 +430,9 @@ START_TEST(test_empty_and_unused)
     free(text);
     //  declared, never updated: a counter and a histogram show zero totals,
     //  a gauge nothing (its value is unknown, not zero)
-    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, ""), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, ""), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
     text = s_render(metrics);
     s_assert_valid(text);
     ck_assert_ptr_nonnull(strstr(text, "# HELP c \n# TYPE c counter\nc 0\n# HELP g g\n"
@@ -432,7 +441,7 @@ START_TEST(test_empty_and_unused)
     ck_assert_ptr_nonnull(strstr(text, "h_bucket{le=\"+Inf\"} 0\nh_sum 0\nh_count 0\n"));
     free(text);
     //  a peer's first add of 0 makes its sample appear
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "x", 0), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "x", 0), 0);
     text = s_render(metrics);
     ck_assert_ptr_nonnull(strstr(text, "c 0\nc{peer=\"x\"} 0\n"));
     free(text);
@@ -446,19 +455,19 @@ END_TEST
 START_TEST(test_escaping_and_values)
 {
     pk_metrics_t *metrics = s_metrics();
-    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE,
+    ck_assert_int_ge(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE,
                                         "a \\ backslash,\na newline and \"quotes\""), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "a\"b\\c\nd", 1), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "n\xc5\x93ud", 0.1), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x1", NAN), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x2", INFINITY), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x3", -INFINITY), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x4", 1e300), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x5", -2.5e-300), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x6", 1.0 / 3), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "x7", 123456789012.0), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "max", UINT64_MAX), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "a\"b\\c\nd", 1), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "n\xc5\x93ud", 0.1), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "x1", NAN), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "x2", INFINITY), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "x3", -INFINITY), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "x4", 1e300), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "x5", -2.5e-300), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "x6", 1.0 / 3), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "x7", 123456789012.0), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "max", UINT64_MAX), 0);
     const char *expected =
         "# HELP g a \\\\ backslash,\\na newline and \"quotes\"\n"
         "# TYPE g gauge\n"
@@ -488,42 +497,44 @@ END_TEST
 START_TEST(test_errors)
 {
     pk_metrics_t *metrics = s_metrics();
-    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "p", 1), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "p", 1), 0);
     char *before = s_render(metrics);
 
     //  undeclared names
-    ck_assert_int_eq(pk_metrics_add(metrics, "nope", NULL, 1), -ENOENT);
-    ck_assert_int_eq(pk_metrics_add(metrics, "nope", "p", 1), -ENOENT);
-    ck_assert_int_eq(pk_metrics_set(metrics, "nope", NULL, 1), -ENOENT);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "nope", NULL, 1), -ENOENT);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "nope", NULL, -1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "nope"), NULL, 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "nope"), "p", 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "nope"), NULL, 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "nope"), NULL, 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "nope"), NULL, -1), -ENOENT);
     //  wrong types
-    ck_assert_int_eq(pk_metrics_set(metrics, "c", NULL, 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "c", "p", 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_add(metrics, "g", NULL, 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "g", NULL, 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_add(metrics, "h", NULL, 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_set(metrics, "h", "q", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "c"), NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "c"), "p", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "g"), NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "g"), NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "h"), NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "h"), "q", 1), -EINVAL);
     //  observations that would make _sum fall or stick
-    ck_assert_int_eq(pk_metrics_observe(metrics, "h", NULL, -0.001), -EINVAL);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "h", NULL, NAN), -EINVAL);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "h", "p", INFINITY), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "h"), NULL, -0.001), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "h"), NULL, NAN), -EINVAL);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "h"), "p", INFINITY), -EINVAL);
     //  peer names
     char longest[PK_METRICS_MAX_PEER + 2];
     memset(longest, 'x', sizeof longest);
     longest[PK_METRICS_MAX_PEER + 1] = '\0';
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "", 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", longest, 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "bad\xff", 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "overlong\xc0\xaf", 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "surrogate\xed\xa0\x80", 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "cut\xe2\x82", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), longest, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "bad\xff", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "overlong\xc0\xaf", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "surrogate\xed\xa0\x80", 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "cut\xe2\x82", 1), -EINVAL);
     //  NULL arguments
-    ck_assert_int_eq(pk_metrics_add(NULL, "c", NULL, 1), -EINVAL);
-    ck_assert_int_eq(pk_metrics_add(metrics, NULL, NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(NULL, s_id(NULL, "c"), NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, NULL), NULL, 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_add(metrics, (pk_metric_id_t) -1, NULL, 1), -ENOENT);
+    ck_assert_int_eq(pk_metrics_add(metrics, (pk_metric_id_t) 1000, NULL, 1), -ENOENT);
     ck_assert_int_eq(pk_metrics_render(NULL, &(char *) { NULL }, NULL), -EINVAL);
     ck_assert_int_eq(pk_metrics_render(metrics, NULL, NULL), -EINVAL);
     ck_assert_ptr_null(pk_metrics_json(NULL));
@@ -535,9 +546,9 @@ START_TEST(test_errors)
     ck_assert_int_eq(pk_metrics_declare(metrics, "h_bucket", PK_METRIC_COUNTER, "x"), -EEXIST);
     ck_assert_int_eq(pk_metrics_declare(metrics, "h_sum", PK_METRIC_GAUGE, "x"), -EEXIST);
     ck_assert_int_eq(pk_metrics_declare(metrics, "h_count", PK_METRIC_HISTOGRAM, "x"), -EEXIST);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "x_count", PK_METRIC_COUNTER, "x"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "x_count", PK_METRIC_COUNTER, "x"), 0);
     ck_assert_int_eq(pk_metrics_declare(metrics, "x", PK_METRIC_HISTOGRAM, "x"), -EEXIST);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "x", PK_METRIC_GAUGE, "x"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "x", PK_METRIC_GAUGE, "x"), 0);
     const char *bad_names[] = { "", "1abc", "a-b", "a b", "caf\xc3\xa9", "a{b}", "a\"" };
     for (size_t i = 0; i < sizeof bad_names / sizeof *bad_names; i++)
         ck_assert_int_eq(pk_metrics_declare(metrics, bad_names[i], PK_METRIC_COUNTER, "x"),
@@ -551,7 +562,7 @@ START_TEST(test_errors)
     ck_assert_int_eq(pk_metrics_declare(metrics, "ok", PK_METRIC_COUNTER, "bad\xff"), -EINVAL);
     ck_assert_int_eq(pk_metrics_declare(metrics, "ok", (pk_metric_type_t) 7, "x"), -EINVAL);
     ck_assert_int_eq(pk_metrics_declare(NULL, "ok", PK_METRIC_COUNTER, "x"), -EINVAL);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "ns:sub_name:2", PK_METRIC_COUNTER, "x"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "ns:sub_name:2", PK_METRIC_COUNTER, "x"), 0);
 
     //  nothing that failed left a trace
     char *after = s_render(metrics);
@@ -569,16 +580,16 @@ END_TEST
 START_TEST(test_forget_peer_keeps_totals)
 {
     pk_metrics_t *metrics = s_metrics();
-    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
     const char *peers[] = { "p1", "p2", "p3" };
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(pk_metrics_add(metrics, "c", peers[i], 10u + (unsigned) i), 0);
-        ck_assert_int_eq(pk_metrics_set(metrics, "g", peers[i], i), 0);
-        ck_assert_int_eq(pk_metrics_observe(metrics, "h", peers[i], 0.5 * i), 0);
+        ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), peers[i], 10u + (unsigned) i), 0);
+        ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), peers[i], i), 0);
+        ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "h"), peers[i], 0.5 * i), 0);
     }
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", NULL, 3), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), NULL, 3), 0);
     ck_assert_uint_eq(pk_metrics_forget_peer(metrics, "p2"), 3);
     ck_assert_uint_eq(pk_metrics_forget_peer(metrics, "p2"), 0);
     ck_assert_uint_eq(pk_metrics_forget_peer(metrics, "unknown"), 0);
@@ -594,7 +605,7 @@ START_TEST(test_forget_peer_keeps_totals)
     free(text);
 
     //  a peer that comes back starts from zero; the total goes on
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "p2", 1), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "p2", 1), 0);
     json_t *json = pk_metrics_json(metrics);
     ck_assert_ptr_nonnull(json);
     json_t *c = json_object_get(json, "c");
@@ -632,17 +643,17 @@ END_TEST
 START_TEST(test_json)
 {
     pk_metrics_t *metrics = s_metrics();
-    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "g2", PK_METRIC_GAUGE, "g2"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "b", 2), 0);
-    ck_assert_int_eq(pk_metrics_add(metrics, "c", "a\"x", 5), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", NULL, 1.5), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g", "b", NAN), 0);
-    ck_assert_int_eq(pk_metrics_set(metrics, "g2", "a", 4), 0);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "h", "a", 0.5), 0);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "h", "a", 0.25), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "g2", PK_METRIC_GAUGE, "g2"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "b", 2), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "c"), "a\"x", 5), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), NULL, 1.5), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g"), "b", NAN), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, "g2"), "a", 4), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "h"), "a", 0.5), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "h"), "a", 0.25), 0);
     json_t *json = pk_metrics_json(metrics);
     ck_assert_ptr_nonnull(json);
     char *dump = json_dumps(json, JSON_SORT_KEYS | JSON_COMPACT);
@@ -675,7 +686,7 @@ s_fill(pk_metrics_t *metrics, bool reverse)
         pk_metric_type_t type = (pk_metric_type_t) (f % 3);
         snprintf(name, sizeof name, "p2pkv_family_%d%s", f,
                  type == PK_METRIC_COUNTER ? "_total" : "");
-        ck_assert_int_eq(pk_metrics_declare(metrics, name, type, "help \\ with\nescapes \"q\""),
+        ck_assert_int_ge(pk_metrics_declare(metrics, name, type, "help \\ with\nescapes \"q\""),
                          0);
     }
     for (size_t k = 0; k < 24 * S_NPEERS; k++) {
@@ -684,10 +695,10 @@ s_fill(pk_metrics_t *metrics, bool reverse)
         const char *peer = s_peer_names[i % S_NPEERS];
         snprintf(name, sizeof name, "p2pkv_family_%d%s", f, f % 3 == 0 ? "_total" : "");
         if (f % 3 == 0)
-            ck_assert_int_eq(pk_metrics_add(metrics, name, peer, i * 1000003u), 0);
+            ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, name), peer, i * 1000003u), 0);
         else if (f % 3 == 1) {
             const double values[] = { NAN, INFINITY, -INFINITY, 1e300, -0.0, 5e-324, 0.1, -7 };
-            ck_assert_int_eq(pk_metrics_set(metrics, name, peer, values[i % 8] * (double) f),
+            ck_assert_int_eq(pk_metrics_set(metrics, s_id(metrics, name), peer, values[i % 8] * (double) f),
                              0);
         }
         else {
@@ -695,7 +706,7 @@ s_fill(pk_metrics_t *metrics, bool reverse)
             //  sums of multiples of 1/1024 stay exact in any order
             for (int j = 0; j < 12; j++) {
                 double seconds = ((double) ((i * 7 + (size_t) j * 13) % 12000)) / 1024.0;
-                ck_assert_int_eq(pk_metrics_observe(metrics, name, peer, seconds), 0);
+                ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, name), peer, seconds), 0);
             }
         }
     }
@@ -756,6 +767,73 @@ START_TEST(test_render_validates_big_registry)
 }
 END_TEST
 
+//  The daemon's registry: every row of metric_families.h, declared in
+//  table order under its id, and a family labelled reason.
+static const struct {
+    const char *name, *type;
+} s_rows[PK_M_COUNT] = {
+#define PK_METRIC(id, name, type, help, label) [PK_M_##id] = { name, #type },
+#include "daemon/metric_families.h"
+#undef PK_METRIC
+};
+
+START_TEST(test_table_registry)
+{
+    pk_metrics_t *metrics = pk_metrics_new();
+    ck_assert_ptr_nonnull(metrics);
+    for (int id = 0; id < PK_M_COUNT; id++)
+        ck_assert_int_eq(pk_metrics_find(metrics, s_rows[id].name), id);
+    //  the types are the table's: a counter refuses set, and so on
+    ck_assert_int_eq(pk_metrics_add(metrics, PK_M_LOOKUPS, "a", 2), 0);
+    ck_assert_int_eq(pk_metrics_set(metrics, PK_M_LOOKUPS, NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_set(metrics, PK_M_POOL_FREE, NULL, 9), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, PK_M_POOL_FREE, NULL, 1), -EINVAL);
+    ck_assert_int_eq(pk_metrics_add(metrics, PK_M_POOL_EVICTIONS, NULL, 3), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, PK_M_FETCH_SECONDS, "a", 0.01), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, PK_M_COUNT, NULL, 1), -ENOENT);
+    //  a family labelled reason: its samples are by reason, and forgetting
+    //  a peer of the same name leaves them
+    ck_assert_int_eq(pk_metrics_add(metrics, PK_M_VIOLATIONS_BY_REASON, "limit_rounds", 1), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, PK_M_VIOLATIONS_BY_REASON, "malformed", 2), 0);
+    ck_assert_uint_eq(pk_metrics_forget_peer(metrics, "malformed"), 0);
+    char *text = s_render(metrics);
+    s_assert_valid(text);
+    for (int id = 0; id < PK_M_COUNT; id++) {
+        char line[300];
+        char type[16];
+        size_t n = strlen(s_rows[id].type);
+        for (size_t i = 0; i <= n; i++)
+            type[i] = (char) tolower(s_rows[id].type[i]);
+        snprintf(line, sizeof line, "\n# TYPE %s %s\n", s_rows[id].name, type);
+        ck_assert_msg(strstr(text, line), "%s", line);
+        snprintf(line, sizeof line, "# HELP %s ", s_rows[id].name);
+        ck_assert_msg(strstr(text, line), "%s", line);
+    }
+    ck_assert_ptr_nonnull(strstr(text, "# TYPE p2pkv_pool_evictions_total counter\n"
+                                       "p2pkv_pool_evictions_total 3\n"));
+    ck_assert_ptr_nonnull(strstr(text, "p2pkv_violations_by_reason_total 3\n"
+                                       "p2pkv_violations_by_reason_total{reason=\"limit_rounds\"} 1\n"
+                                       "p2pkv_violations_by_reason_total{reason=\"malformed\"} 2\n"));
+    ck_assert_ptr_nonnull(strstr(text, "p2pkv_lookups_total{peer=\"a\"} 2\n"));
+    //  families come out in table order
+    ck_assert(strstr(text, "# HELP p2pkv_frames_total ") == text);
+    ck_assert(strstr(text, "# HELP p2pkv_lookup_seconds ")
+              < strstr(text, "# HELP p2pkv_fetch_seconds "));
+    free(text);
+    json_t *json = pk_metrics_json(metrics);
+    json_t *reasons = json_object_get(json_object_get(json, "p2pkv_violations_by_reason_total"),
+                                      "reasons");
+    ck_assert_int_eq(json_integer_value(json_object_get(reasons, "malformed")), 2);
+    ck_assert_uint_eq(pk_metrics_forget_peer(metrics, "a"), 2);
+    json_decref(json);
+    //  ad-hoc families go after the table's
+    ck_assert_int_eq(pk_metrics_declare(metrics, "extra", PK_METRIC_GAUGE, "x"), PK_M_COUNT);
+    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_lookups_total", PK_METRIC_COUNTER, "x"),
+                     -EEXIST);
+    pk_metrics_destroy(&metrics);
+}
+END_TEST
+
 //  ---------------------------------------------------------------------------
 //  Four actors update one registry while the main thread renders it and
 //  forgets a peer they all write to.
@@ -778,11 +856,11 @@ s_worker(void *arg)
     char peer[16];
     snprintf(peer, sizeof peer, "peer-%d", w->id);
     for (int i = 0; i < S_ITERS; i++) {
-        w->failures += pk_metrics_add(w->metrics, "c", peer, 1) != 0;
-        w->failures += pk_metrics_add(w->metrics, "c", "shared", 2) != 0;
-        w->failures += pk_metrics_add(w->metrics, "c", "ghost", 3) != 0;
-        w->failures += pk_metrics_observe(w->metrics, "h", peer, (i % 8) / 1024.0) != 0;
-        w->failures += pk_metrics_set(w->metrics, "g", peer, i) != 0;
+        w->failures += pk_metrics_add(w->metrics, s_id(w->metrics, "c"), peer, 1) != 0;
+        w->failures += pk_metrics_add(w->metrics, s_id(w->metrics, "c"), "shared", 2) != 0;
+        w->failures += pk_metrics_add(w->metrics, s_id(w->metrics, "c"), "ghost", 3) != 0;
+        w->failures += pk_metrics_observe(w->metrics, s_id(w->metrics, "h"), peer, (i % 8) / 1024.0) != 0;
+        w->failures += pk_metrics_set(w->metrics, s_id(w->metrics, "g"), peer, i) != 0;
     }
     atomic_fetch_sub(&s_running, 1);
     return NULL;
@@ -791,9 +869,9 @@ s_worker(void *arg)
 START_TEST(test_concurrent_updates)
 {
     pk_metrics_t *metrics = s_metrics();
-    ck_assert_int_eq(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "c", PK_METRIC_COUNTER, "c"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "h", PK_METRIC_HISTOGRAM, "h"), 0);
+    ck_assert_int_ge(pk_metrics_declare(metrics, "g", PK_METRIC_GAUGE, "g"), 0);
     s_worker_t workers[S_THREADS];
     pthread_t threads[S_THREADS];
     atomic_store(&s_running, S_THREADS);
@@ -931,12 +1009,12 @@ static pk_metrics_t *
 s_small_registry(void)
 {
     pk_metrics_t *metrics = s_metrics();
-    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_lookups_total", PK_METRIC_COUNTER,
+    ck_assert_int_ge(pk_metrics_declare(metrics, "p2pkv_lookups_total", PK_METRIC_COUNTER,
                                         "Lookups."), 0);
-    ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_fetch_seconds", PK_METRIC_HISTOGRAM,
+    ck_assert_int_ge(pk_metrics_declare(metrics, "p2pkv_fetch_seconds", PK_METRIC_HISTOGRAM,
                                         "Fetch latency."), 0);
-    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", "a\"b", 5), 0);
-    ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", "a\"b", 0.02), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "p2pkv_lookups_total"), "a\"b", 5), 0);
+    ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "p2pkv_fetch_seconds"), "a\"b", 0.02), 0);
     return metrics;
 }
 
@@ -947,7 +1025,7 @@ START_TEST(test_http_get_metrics)
     char peer[32];
     for (int i = 0; i < 2000; i++) {
         snprintf(peer, sizeof peer, "peer-%04d", i);
-        ck_assert_int_eq(pk_metrics_observe(metrics, "p2pkv_fetch_seconds", peer, 0.001), 0);
+        ck_assert_int_eq(pk_metrics_observe(metrics, s_id(metrics, "p2pkv_fetch_seconds"), peer, 0.001), 0);
     }
     pk_metrics_http_t *http = s_listener(metrics);
     int port = pk_metrics_http_port(http);
@@ -980,7 +1058,7 @@ START_TEST(test_http_get_metrics)
     free(text);
 
     //  the answer follows the registry
-    ck_assert_int_eq(pk_metrics_add(metrics, "p2pkv_lookups_total", NULL, 1), 0);
+    ck_assert_int_eq(pk_metrics_add(metrics, s_id(metrics, "p2pkv_lookups_total"), NULL, 1), 0);
     text = s_render(metrics);
     answer = s_exchange(port, "GET /metrics HTTP/1.1\r\n\r\n", NULL);
     ck_assert_str_eq(s_body(answer), text);
@@ -1170,6 +1248,7 @@ main(void)
     tcase_add_test(tc, test_forget_peer_keeps_totals);
     tcase_add_test(tc, test_json);
     tcase_add_test(tc, test_render_validates_big_registry);
+    tcase_add_test(tc, test_table_registry);
     tcase_add_test(tc, test_concurrent_updates);
     tcase_add_test(tc, test_http_get_metrics);
     tcase_add_test(tc, test_http_errors);
