@@ -242,7 +242,16 @@ s_push_metrics(pk_node_t *node, s_peer_t *peer, pk_server_session_t *session,
     S_PUSH(PK_M_BYTES_WRITTEN, f.blocks_written * node->config->block_len,
            flast->blocks_written * node->config->block_len);
     S_PUSH(PK_M_WRITE_ERRORS, f.cq_errors, flast->cq_errors);
+    S_PUSH(PK_M_LOOKUP_HITS, c.hits, last->hits);
+    S_PUSH(PK_M_LOOKUP_MISSES, c.misses, last->misses);
+    S_PUSH(PK_M_LOOKUP_EXPIRED, c.expired, last->expired);
+    S_PUSH(PK_M_STORE_TIMEOUTS, c.store_timeouts, last->store_timeouts);
 #undef S_PUSH
+    //  labelled by the rule broken, not by peer: its class set is fixed
+    for (int r = 0; r < PK_VIOLATION_COUNT; r++)
+        if (c.by_reason[r] != last->by_reason[r])
+            pk_metrics_add(m, PK_M_VIOLATIONS_BY_REASON, pk_violation_name((pk_violation_t) r),
+                           c.by_reason[r] - last->by_reason[r]);
     if (f.transfers != flast->transfers)
         pk_metrics_set(m, PK_M_TRANSFERS_IN_FLIGHT, p, (double) f.transfers);
     *last = c;
