@@ -78,18 +78,19 @@ s_http_get(int port, const char *path)
     return buf;
 }
 
-//  Puts n blocks of known content by value; keys[i] are their SHA-256.
-static uint8_t s_hash[8][32];
+//  Puts blocks first..first+n-1 of known content by value; keys[i] are the
+//  SHA-256 of block first+i.
+static uint8_t s_hash[16][32];
 
 static void
-s_put_blocks(td_t *s, int n, pk_key_t *keys)
+s_put_blocks(td_t *s, int first, int n, pk_key_t *keys)
 {
     static uint8_t data[BLOCK];
-    for (int i = 0; i < n; i++) {
+    for (int i = first; i < first + n; i++) {
         for (int k = 0; k < BLOCK; k++)
             data[k] = (uint8_t) (i * 31 + k * 7 + 1);
         crypto_hash_sha256(s_hash[i], data, BLOCK);
-        keys[i] = pk_key_make(s_hash[i], 32);
+        keys[i - first] = pk_key_make(s_hash[i], 32);
         char hex[65], b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
         pk_hex_encode(s_hash[i], 32, hex);
         sodium_bin2base64(b64, sizeof b64, data, BLOCK, sodium_base64_VARIANT_ORIGINAL);
@@ -154,18 +155,23 @@ START_TEST(test_scrape_live_server)
     char bind[64];
     int port = s_free_port();
     snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
-    td_start(&s, (const char *[]) { "--metrics-bind", bind, NULL });
+    //  a pool of 8 blocks, so that puts evict (and a pin quota of all of
+    //  them); a silence timeout no loaded machine reaches while it scrapes
+    td_start(&s, (const char *[]) { "--metrics-bind", bind, "--pool-blocks", "8",
+                                    "--pin-quota", "8", "--silence-timeout", "60", NULL });
 
-    //  a lookup of 4 held keys and one the pool lacks, then a fetch of the 4
-    pk_key_t keys[5];
-    s_put_blocks(&s, 4, keys);
+    //  6 blocks nobody asks for, then 4 more: the 2 oldest are evicted
+    pk_key_t keys[6];
+    s_put_blocks(&s, 10, 6, keys);
+    s_put_blocks(&s, 0, 4, keys);
+    //  a lookup of the 4 and of a key the pool lacks, then a fetch of the 4
     uint8_t absent[32] = { 0xab };
     keys[4] = pk_key_make(absent, 32);
     tc_t *tc = s_consumer(&s, "c-scrape");
     ck_assert_int_eq(tc_send(tc, tc_lookup("r1", 1, keys, 5)), 0);
     pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
     for (int i = 0; i < 5; i++)
-        ck_assert(resp->hits[i] == (i < 4));
+        ck_assert_msg(resp->hits[i] == (i < 4), "key %d: hit %d", i, resp->hits[i]);
     pk_msg_destroy(&resp);
     uint32_t idx[4] = { 10, 11, 12, 13 };
     ck_assert_int_eq(tc_send(tc, tc_fetch("r1", 1, keys, idx, 4)), 0);
@@ -196,7 +202,7 @@ START_TEST(test_scrape_live_server)
         if (body && strstr(body, "p2pkv_blocks_written_total{peer=\"c-scrape\"} 4\n")
             && strstr(body, "p2pkv_violations_by_reason_total{reason=\"direction\"} 1\n")
             && strstr(body, "\np2pkv_sessions_retired_total 1\n")
-            && strstr(body, "\np2pkv_pool_ready_blocks "))
+            && strstr(body, "\np2pkv_pool_evictions_total 2\n"))
             break;
         zclock_sleep(20);
     }
@@ -242,8 +248,9 @@ START_TEST(test_scrape_live_server)
     ck_assert_double_eq(s_value(body, "p2pkv_sessions_opened_total"), 2);
     ck_assert_double_eq(s_value(body, "p2pkv_violations_total"), 1);
     ck_assert_double_eq(s_value(body, "p2pkv_violations_by_reason_total"), 1);
-    ck_assert_double_eq(s_value(body, "p2pkv_pool_evictions_total"), 0);
-    ck_assert_double_eq(s_value(body, "p2pkv_pool_ready_blocks"), 4);
+    ck_assert_double_eq(s_value(body, "p2pkv_pool_evictions_total"), 2);
+    ck_assert_double_eq(s_value(body, "p2pkv_pool_ready_blocks"), 8);
+    ck_assert_double_eq(s_value(body, "p2pkv_pool_free_blocks"), 0);
     ck_assert_double_eq(s_value(body, "p2pkv_lookup_seconds_count{peer=\"c-scrape\"}"), 1);
     ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_count{peer=\"c-scrape\"}"), 1);
     ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_bucket{peer=\"c-scrape\",le=\"+Inf\"}"),
