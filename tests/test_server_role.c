@@ -233,6 +233,18 @@ s_state(size_t requests, size_t inflight, size_t jobs, size_t aborts, size_t ser
 //  The end of every test: once the store-job timeout has passed (twice:
 //  jobs, then what is kept of them), nothing per-request is left and the
 //  store's brackets balance.
+//  The role's counters (for the daemon's metrics).
+static void
+s_counters(uint64_t hits, uint64_t misses, uint64_t expired, uint64_t timeouts)
+{
+    pk_server_role_counters_t c;
+    pk_server_role_counters(H->role, &c);
+    ck_assert_uint_eq(c.hits, hits);
+    ck_assert_uint_eq(c.misses, misses);
+    ck_assert_uint_eq(c.expired, expired);
+    ck_assert_uint_eq(c.store_timeouts, timeouts);
+}
+
 static void
 s_settle(void)
 {
@@ -327,6 +339,7 @@ START_TEST(test_lookup_all_hits)
     s_fetch("r1", 2, 0);
     EXPECT(NONE);
     s_state(0, 0, 0, 0, 0, 0);
+    s_counters(2, 0, 0, 0);
     s_settle();
 }
 END_TEST
@@ -337,6 +350,7 @@ START_TEST(test_lookup_all_misses)
     pk_server_role_serve(H->role);
     EXPECT("open r1 round=1", "lookup_resp r1 round=1 hits=00", "finished r1 round=1");
     s_state(0, 0, 0, 0, 0, 0);
+    s_counters(0, 2, 0, 0);
     s_settle();
 }
 END_TEST
@@ -369,6 +383,8 @@ START_TEST(test_lookup_mixed_pending_resolves)
     s_set("bb", PK_LOOKUP_MISS, 2);
     pk_server_role_serve(H->role);
     EXPECT("lookup_resp r1 round=3 hits=1010", "finished r1 round=3");
+    //  a pending key the engine gave up on is a miss, not an expiry
+    s_counters(2, 2, 0, 0);
     ck_assert(!pk_server_role_has_parked(H->role));
     //  the fetch of the hits pairs both pin jobs' supply in one write
     s_fetch("r1", 3, 2, "aa", 7, "cc", 8);
@@ -394,6 +410,7 @@ START_TEST(test_lookup_pending_expires)
     H->now += 0.01;
     pk_server_role_serve(H->role);
     EXPECT("lookup_resp r1 round=1 hits=0", "finished r1 round=1");
+    s_counters(0, 1, 1, 0);
     s_settle();
 }
 END_TEST
@@ -409,6 +426,8 @@ START_TEST(test_lookup_duplicate_keys)
     pk_server_role_serve(H->role);
     EXPECT("pin r1 round=1 job=1001 n=1 pinned=1", "lookup_resp r1 round=1 hits=11111",
            "finished r1 round=1");
+    //  every key in wire order, repeats included
+    s_counters(5, 0, 0, 0);
     s_fetch("r1", 1, 0);
     EXPECT(NONE);
     pk_server_role_collect(H->role);
@@ -780,9 +799,11 @@ START_TEST(test_store_timeout_write_in_flight)
     H->now += 29.999;
     pk_server_role_collect(H->role);
     EXPECT(NONE);
+    s_counters(0, 0, 0, 0);
     H->now += 0.001;
     pk_server_role_collect(H->role);
     EXPECT("cancel wait 1");
+    s_counters(0, 0, 0, 1);
     s_state(1, 1, 1, 0, 0, 0);
     pk_server_role_drain(H->role);
     EXPECT("cancel wait 1");
@@ -803,6 +824,7 @@ START_TEST(test_prefill_finished_then_timeout)
     H->now += 30;
     pk_server_role_collect_idle(H->role);
     EXPECT("result 1 failed");
+    s_counters(0, 0, 0, 1);
     s_state(0, 0, 0, 0, 0, 2);
     //  the late fetch is answered at once, and nothing lingers afterwards
     s_fetch("r1", 1, 1, "aa", 0);

@@ -205,6 +205,17 @@ s_expect_disconnect(pk_disconnect_code_t code, const char *reason)
     s_clear_out();
 }
 
+//  The session counted one violation, of class reason.
+static void
+s_violated(pk_violation_t reason)
+{
+    pk_server_session_counters_t c;
+    pk_server_session_counters(H->session, &c);
+    ck_assert_uint_eq(c.violations, 1);
+    for (int i = 0; i < PK_VIOLATION_COUNT; i++)
+        ck_assert_uint_eq(c.by_reason[i], i == (int) reason);
+}
+
 //  ---------------------------------------------------------------------------
 
 START_TEST(test_connect_checks)
@@ -304,6 +315,7 @@ START_TEST(test_bad_frames_dropped)
     const char *bad = "{\"type\":\"ping\",\"source_epoch\":5,\"target_epoch\":5}";
     ck_assert_int_eq(pk_server_session_on_frame(H->session, bad, strlen(bad)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "ping.source_epoch: expected 32 lowercase hex");
+    s_violated(PK_VIOLATION_MALFORMED);
 }
 END_TEST
 
@@ -312,6 +324,7 @@ START_TEST(test_wrong_direction)
     pk_msg_t *m = pk_msg_new(PK_MSG_PONG);
     ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "pong flows from server to consumer only");
+    s_violated(PK_VIOLATION_DIRECTION);
 }
 END_TEST
 
@@ -337,6 +350,7 @@ START_TEST(test_lookup_fetch_and_duplicate)
     ck_assert_int_eq(s_send(s_fetch_msg("r2", 1, 1, 0)), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(s_send(s_fetch_msg("r2", 1, 1, 1)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "duplicate fetch for r2 round 1");
+    s_violated(PK_VIOLATION_DUPLICATE_FETCH);
 }
 END_TEST
 
@@ -345,6 +359,7 @@ START_TEST(test_index_outside_consumer_pool)
     ck_assert_int_eq(s_send(s_fetch_msg("r1", 1, 2, 63)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION,
                         "fetch.block_indexes[1]: 64 is outside the consumer's pool of 64 blocks");
+    s_violated(PK_VIOLATION_BLOCK_INDEX);
 }
 END_TEST
 
@@ -358,6 +373,7 @@ START_TEST(test_limits)
     }
     ck_assert_int_eq(s_send(s_fetch_msg("f4", 1, 1, 0)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "limit: more than 4 live requests");
+    s_violated(PK_VIOLATION_LIMIT_REQUESTS);
 }
 END_TEST
 
@@ -367,6 +383,7 @@ START_TEST(test_limit_rounds_and_keys)
         ck_assert_int_eq(s_send(s_fetch_msg("r1", r, 1, 0)), PK_SERVER_SESSION_LIVE);
     ck_assert_int_eq(s_send(s_fetch_msg("r1", 4, 1, 0)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "limit: more than 3 rounds in request r1");
+    s_violated(PK_VIOLATION_LIMIT_ROUNDS);
 }
 END_TEST
 
@@ -375,6 +392,9 @@ START_TEST(test_limit_parked_keys)
     //  9 keys in one lookup, 8 allowed
     ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 9)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "limit: more than 8 keys in lookups");
+    s_violated(PK_VIOLATION_LIMIT_LOOKUP_KEYS);
+    ck_assert_str_eq(pk_violation_name(PK_VIOLATION_LIMIT_LOOKUP_KEYS), "limit_lookup_keys");
+    ck_assert_str_eq(pk_violation_name(PK_VIOLATION_COUNT), "unknown");
 }
 END_TEST
 
@@ -459,6 +479,53 @@ START_TEST(test_consumer_disconnect)
 }
 END_TEST
 
+//  The role's counters come through the session's and outlive the role;
+//  a violation retired from outside (the node's flood check) is counted
+//  once, as flood.
+START_TEST(test_counters)
+{
+    //  3 keys the store holds and one it lacks (under the pin quota)
+    pk_key_t keys[4] = { K(0, 1), K(1, 2), K(2, 3), K(3, 0x90) };
+    pk_msg_t *m = pk_msg_new(PK_MSG_LOOKUP);
+    pk_msg_set_string(m, PK_F_KV_REQUEST_ID, "r1");
+    pk_msg_set_keys(m, keys, 4);
+    pk_msg_set_uint(m, PK_F_ROUND_SEQ, 1);
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(H->out[0]->type, PK_MSG_LOOKUP_RESP);
+    s_clear_out();
+    //  a prefill store nobody fetches times out after 30 s, and so do the
+    //  lookup's pins
+    pk_key_t key = K(9, 0x10);
+    uint32_t block = 3;
+    ck_assert_int_eq(pk_server_session_store(H->session, "p1", &key, &block, 1, 900, true, 1), 0);
+    for (int i = 0; i < 4; i++) {
+        H->now += 9;
+        ck_assert_int_eq(s_send(pk_msg_new(PK_MSG_PING)), PK_SERVER_SESSION_LIVE);
+        ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_LIVE);
+    }
+    s_clear_out();
+    pk_server_session_counters_t c;
+    pk_server_session_counters(H->session, &c);
+    ck_assert_uint_eq(c.lookups, 1);
+    ck_assert_uint_eq(c.keys, 4);
+    ck_assert_uint_eq(c.hits, 3);
+    ck_assert_uint_eq(c.misses, 1);
+    ck_assert_uint_eq(c.expired, 0);
+    ck_assert_uint_eq(c.store_timeouts, 2);
+    ck_assert_uint_eq(c.violations, 0);
+    pk_server_session_retire(H->session, PK_DISC_VIOLATION, "flood");
+    s_expect_disconnect(PK_DISC_VIOLATION, "flood");
+    pk_server_session_retire(H->session, PK_DISC_VIOLATION, "flood again");
+    ck_assert_int_eq(H->nout, 0);
+    s_violated(PK_VIOLATION_FLOOD);
+    //  the role is gone; what it counted stays
+    pk_server_session_counters(H->session, &c);
+    ck_assert_uint_eq(c.hits, 3);
+    ck_assert_uint_eq(c.misses, 1);
+    ck_assert_uint_eq(c.store_timeouts, 2);
+}
+END_TEST
+
 START_TEST(test_forced_cancel_retires)
 {
     //  a write held past the drain deadline: the role cancels in immediate
@@ -505,6 +572,7 @@ main(void)
     tcase_add_test(tc, test_silence_retires_and_releases_pins);
     tcase_add_test(tc, test_consumer_disconnect);
     tcase_add_test(tc, test_forced_cancel_retires);
+    tcase_add_test(tc, test_counters);
     suite_add_tcase(s, tc);
     return pk_test_run("session", s);
 }

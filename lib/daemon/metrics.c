@@ -1,9 +1,9 @@
 /*  metrics.c: the metrics registry, its two renderings and the HTTP
     listener that serves one of them.
 
-    The registry is an array of families in declaration order plus a
-    zhashx from name to family, filled only by declare and probed once per
-    update.  Each family holds its total and an array of labelled samples
+    The registry is an array of families in declaration order, indexed by
+    id on every update, plus a zhashx from name to family that only
+    declare and find probe.  Each family holds its total and an array of labelled samples
     sorted by peer name: an update finds its peer by binary search, render
     walks them in order without sorting, and forget_peer is one search per
     family.  One mutex guards it all; a sample's label is escaped once when
@@ -50,6 +50,23 @@ static const char *const s_le[PK_METRICS_BUCKETS] = {
 
 static const char *const s_type_names[] = { "counter", "gauge", "histogram" };
 
+//  Each label's name, its opening in a series ({peer="), and its key in JSON.
+static const char *const s_label_open[] = { "{peer=\"", "{reason=\"" };
+static const char *const s_label_json[] = { "peers", "reasons" };
+
+//  The table, for pk_metrics_new.
+static const struct {
+    const char *name;
+    pk_metric_type_t type;
+    const char *help;
+    pk_metric_label_t label;
+} s_table[PK_M_COUNT] = {
+#define PK_METRIC(id, name, type, help, label) \
+    [PK_M_##id] = { name, PK_METRIC_##type, help, PK_METRIC_##label },
+#include "daemon/metric_families.h"
+#undef PK_METRIC
+};
+
 //  A histogram's series names, which no other family may take.
 static const char *const s_suffixes[] = { "_bucket", "_sum", "_count" };
 
@@ -65,6 +82,7 @@ typedef struct {
     char *name;                 //  also the by_name key
     char *help;                 //  escaped for # HELP
     pk_metric_type_t type;
+    pk_metric_label_t label;
     bool total_set;             //  a gauge's total has been set
     s_sample_t total;
     s_sample_t *peers;          //  sorted by strcmp of peer
@@ -147,7 +165,7 @@ s_escape(char *out, const char *text, bool label)
 //  Construction
 
 pk_metrics_t *
-pk_metrics_new(void)
+pk_metrics_new_empty(void)
 {
     pk_metrics_t *self = calloc(1, sizeof *self);
     if (!self)
@@ -219,12 +237,12 @@ s_families_reserve(pk_metrics_t *self)
     return 0;
 }
 
-int
-pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
-                   const char *help)
+static int
+s_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type, const char *help,
+          pk_metric_label_t label)
 {
     if (!self || !s_name_ok(name) || !help || !pk_utf8_ok(help, strlen(help))
-        || (unsigned) type > PK_METRIC_HISTOGRAM)
+        || (unsigned) type > PK_METRIC_HISTOGRAM || (unsigned) label > PK_METRIC_REASON)
         return -EINVAL;
     //  Everything the family needs is allocated before the lock.
     int rc = -ENOMEM;
@@ -232,6 +250,7 @@ pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
     if (!family)
         goto fail;
     family->type = type;
+    family->label = label;
     if (type == PK_METRIC_HISTOGRAM)
         family->total.buckets = family->total_buckets;
     family->name = strdup(name);
@@ -242,6 +261,7 @@ pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
 
     pthread_mutex_lock(&self->mutex);
     rc = s_collides(self, name, type) ? -EEXIST : s_families_reserve(self);
+    int id = (int) self->nfamilies;
     if (rc == 0) {
         self->families[self->nfamilies++] = family;
         zhashx_insert(self->by_name, family->name, family);
@@ -249,12 +269,46 @@ pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
     pthread_mutex_unlock(&self->mutex);
     if (rc)
         goto fail_family;
-    return 0;
+    return id;
 
 fail_family:
     s_family_destroy(family);
 fail:
     return rc;
+}
+
+int
+pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
+                   const char *help)
+{
+    return s_declare(self, name, type, help, PK_METRIC_PEER);
+}
+
+pk_metrics_t *
+pk_metrics_new(void)
+{
+    pk_metrics_t *self = pk_metrics_new_empty();
+    //  Declared in table order, each family's id is its row's PK_M_*.
+    for (int id = 0; self && id < PK_M_COUNT; id++)
+        if (s_declare(self, s_table[id].name, s_table[id].type, s_table[id].help,
+                      s_table[id].label) != id)
+            pk_metrics_destroy(&self);
+    return self;
+}
+
+int
+pk_metrics_find(pk_metrics_t *self, const char *name)
+{
+    if (!self || !name)
+        return -ENOENT;
+    int id = -ENOENT;
+    pthread_mutex_lock(&self->mutex);
+    s_family_t *family = zhashx_lookup(self->by_name, name);
+    for (size_t f = 0; family && f < self->nfamilies; f++)
+        if (self->families[f] == family)
+            id = (int) f;
+    pthread_mutex_unlock(&self->mutex);
+    return id;
 }
 
 //  ---------------------------------------------------------------------------
@@ -330,13 +384,14 @@ s_observe(s_sample_t *sample, double seconds)
 //  One update of any type: the checks, the sample and the change in one
 //  critical section.
 static int
-s_update(pk_metrics_t *self, const char *name, const char *peer, pk_metric_type_t type,
+s_update(pk_metrics_t *self, pk_metric_id_t id, const char *peer, pk_metric_type_t type,
          uint64_t delta, double value)
 {
-    if (!self || !name)
+    if (!self)
         return -EINVAL;
     pthread_mutex_lock(&self->mutex);
-    s_family_t *family = zhashx_lookup(self->by_name, name);
+    s_family_t *family = (int) id >= 0 && (size_t) id < self->nfamilies
+                         ? self->families[id] : NULL;
     s_sample_t *sample = NULL;
     int rc = -ENOENT;
     if (family && family->type != type)
@@ -371,21 +426,21 @@ s_update(pk_metrics_t *self, const char *name, const char *peer, pk_metric_type_
 }
 
 int
-pk_metrics_add(pk_metrics_t *self, const char *name, const char *peer, uint64_t delta)
+pk_metrics_add(pk_metrics_t *self, pk_metric_id_t id, const char *peer, uint64_t delta)
 {
-    return s_update(self, name, peer, PK_METRIC_COUNTER, delta, 0);
+    return s_update(self, id, peer, PK_METRIC_COUNTER, delta, 0);
 }
 
 int
-pk_metrics_set(pk_metrics_t *self, const char *name, const char *peer, double value)
+pk_metrics_set(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double value)
 {
-    return s_update(self, name, peer, PK_METRIC_GAUGE, 0, value);
+    return s_update(self, id, peer, PK_METRIC_GAUGE, 0, value);
 }
 
 int
-pk_metrics_observe(pk_metrics_t *self, const char *name, const char *peer, double seconds)
+pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double seconds)
 {
-    return s_update(self, name, peer, PK_METRIC_HISTOGRAM, 0, seconds);
+    return s_update(self, id, peer, PK_METRIC_HISTOGRAM, 0, seconds);
 }
 
 size_t
@@ -397,7 +452,7 @@ pk_metrics_forget_peer(pk_metrics_t *self, const char *peer)
     pthread_mutex_lock(&self->mutex);
     for (size_t f = 0; f < self->nfamilies; f++) {
         s_family_t *family = self->families[f];
-        size_t lo = 0, hi = family->npeers;
+        size_t lo = 0, hi = family->label == PK_METRIC_PEER ? family->npeers : 0;
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
             int cmp = strcmp(peer, family->peers[mid].peer);
@@ -492,7 +547,8 @@ s_format_double(char *buf, size_t size, double value)
     return (size_t) n;
 }
 
-//  name+suffix{peer="...",le="..."} value
+//  name+suffix{peer="...",le="..."} value (reason in place of peer for a
+//  family labelled reason)
 static void
 s_put_series(s_text_t *text, const s_family_t *family, const char *suffix,
              const s_sample_t *sample, const char *le, const char *value, size_t value_len)
@@ -500,7 +556,7 @@ s_put_series(s_text_t *text, const s_family_t *family, const char *suffix,
     s_puts(text, family->name);
     s_puts(text, suffix);
     if (sample->label) {
-        s_put(text, "{peer=\"", 7);
+        s_puts(text, s_label_open[family->label]);
         s_puts(text, sample->label);
         s_put(text, le ? "\",le=\"" : "\"}", le ? 6 : 2);
     }
@@ -617,7 +673,7 @@ s_json_family(json_t *root, const s_family_t *family)
     json_t *entry = json_object();
     bool ok = json_object_set_new(root, family->name, entry) == 0;
     json_t *peers = ok ? json_object() : NULL;
-    ok = ok && json_object_set_new(entry, "peers", peers) == 0;
+    ok = ok && json_object_set_new(entry, s_label_json[family->label], peers) == 0;
     if (ok && (family->type != PK_METRIC_GAUGE || family->total_set))
         ok = json_object_set_new(entry, "total", s_json_sample(family, &family->total)) == 0;
     for (size_t i = 0; ok && i < family->npeers; i++)

@@ -3,7 +3,11 @@
     listener, --metrics-bind) and JSON for the local API's stats command.
 
     A registry holds metric families, each declared once with a name, a
-    type and help text.  A sample carries at most one label, peer; NULL
+    type, help text and the one label its samples may carry.  The daemon's
+    families are the rows of metric_families.h: pk_metrics_new declares
+    them all, and every update names its family by its pk_metric_id_t, so
+    a misspelt metric does not compile.  A sample carries at most one
+    label, peer (or, for a family that counts by class, reason); NULL
     means the family's unlabelled total.  Every labelled add to a counter
     and every labelled observation of a histogram also lands in the total,
     so pk_metrics_forget_peer can drop a retired peer's samples (the state
@@ -14,8 +18,8 @@
     summing a whole counter family would count every labelled add twice.
 
     The main thread and every peer actor share one registry: every call is
-    thread-safe, and an update is one short critical section (a hash probe
-    for the name, a binary search for the peer).  The first update of a
+    thread-safe, and an update is one short critical section (an index
+    for the family, a binary search for the peer).  The first update of a
     (family, peer) pair allocates its sample.  render and json hold the
     lock one family at a time, so a scrape delays an update by at most one
     family's formatting: each family reads consistently (its total agrees
@@ -44,34 +48,59 @@ typedef enum {
     PK_METRIC_HISTOGRAM
 } pk_metric_type_t;
 
+/*  The label a family's samples carry beside its total.  */
+typedef enum {
+    PK_METRIC_PEER = 0,         //  peer: the consumer's peer_id; forget_peer drops them
+    PK_METRIC_REASON            //  reason: a fixed class, e.g. of protocol violation
+} pk_metric_label_t;
+
+/*  The daemon's families, one per row of metric_families.h, in its order.  */
+typedef enum {
+#define PK_METRIC(id, name, type, help, label) PK_M_##id,
+#include "daemon/metric_families.h"
+#undef PK_METRIC
+    PK_M_COUNT
+} pk_metric_id_t;
+
 typedef struct _pk_metrics_t pk_metrics_t;
 
-/*  An empty registry, or NULL when out of memory.  */
+/*  A registry holding every family of metric_families.h (PK_M_*), or NULL
+    when out of memory.  */
 pk_metrics_t *pk_metrics_new(void);
+
+/*  A registry without families, for tests of the registry itself: they
+    declare their own.  NULL when out of memory.  */
+pk_metrics_t *pk_metrics_new_empty(void);
 
 /*  Destroy any HTTP listener serving it first.  */
 void pk_metrics_destroy(pk_metrics_t **self_p);
 
-/*  Declares a family.  name follows Prometheus ([a-zA-Z_:][a-zA-Z0-9_:]*),
-    help is UTF-8 text.  Returns 0, -EINVAL (a bad name, help or type),
-    -EEXIST (the name is taken, or its samples would collide with a
-    histogram's _bucket, _sum or _count series) or -ENOMEM.  */
+/*  Declares an ad-hoc family labelled peer, after those already there
+    (the daemon declares none: its families are the table's).  name
+    follows Prometheus ([a-zA-Z_:][a-zA-Z0-9_:]*), help is UTF-8 text.
+    Returns the family's id (>= 0, its position), -EINVAL (a bad name,
+    help or type), -EEXIST (the name is taken, or its samples would
+    collide with a histogram's _bucket, _sum or _count series) or -ENOMEM.  */
 int pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
                        const char *help);
 
-/*  Updates the sample of peer (NULL: the total) in family name.  add is
-    for counters (a labelled add also adds to the total), set for gauges,
-    observe for histograms (seconds, finite and not negative; a labelled
-    observation also counts in the total).  A peer's first update creates
-    its sample; a peer name is UTF-8 of 1..PK_METRICS_MAX_PEER bytes.
-    Returns 0, -ENOENT (no such family), -EINVAL (another type, a bad peer
-    name or observation) or -ENOMEM.  */
-int pk_metrics_add(pk_metrics_t *self, const char *name, const char *peer, uint64_t delta);
-int pk_metrics_set(pk_metrics_t *self, const char *name, const char *peer, double value);
-int pk_metrics_observe(pk_metrics_t *self, const char *name, const char *peer, double seconds);
+/*  The id of the family called name, or -ENOENT.  */
+int pk_metrics_find(pk_metrics_t *self, const char *name);
 
-/*  Drops every sample labelled peer (a retired session's); the totals stay.
-    Returns how many samples it dropped.  */
+/*  Updates the sample labelled peer (NULL: the total; for a family
+    labelled reason, the reason) in family id.  add is for counters (a
+    labelled add also adds to the total), set for gauges, observe for
+    histograms (seconds, finite and not negative; a labelled observation
+    also counts in the total).  A label value's first update creates its
+    sample; a value is UTF-8 of 1..PK_METRICS_MAX_PEER bytes.  Returns 0,
+    -ENOENT (no such family), -EINVAL (another type, a bad label value or
+    observation) or -ENOMEM.  */
+int pk_metrics_add(pk_metrics_t *self, pk_metric_id_t id, const char *peer, uint64_t delta);
+int pk_metrics_set(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double value);
+int pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double seconds);
+
+/*  Drops every sample labelled peer (a retired session's) in the families
+    labelled peer; the totals stay.  Returns how many samples it dropped.  */
 size_t pk_metrics_forget_peer(pk_metrics_t *self, const char *peer);
 
 /*  The registry in the Prometheus text exposition format 0.0.4: families
@@ -82,7 +111,8 @@ size_t pk_metrics_forget_peer(pk_metrics_t *self, const char *peer);
     NULL) is the caller's to free().  Returns 0, -EINVAL or -ENOMEM.  */
 int pk_metrics_render(pk_metrics_t *self, char **text_p, size_t *len_p);
 
-/*  The registry as {"name": {"total": v, "peers": {"peer": v, ...}}, ...}:
+/*  The registry as {"name": {"total": v, "peers": {"peer": v, ...}}, ...}
+    ("reasons" in place of "peers" for a family labelled reason):
     a counter's v an integer, a gauge's a real (null when not finite; no
     "total" until set), a histogram's {"count": n, "sum": s}.  The caller
     owns the object; NULL when out of memory.  */

@@ -106,6 +106,7 @@ struct _pk_node_t {
     size_t nheld;
     size_t npeers;
     pk_metrics_t *metrics;
+    uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
     pk_metrics_http_t *http;
     zactor_t *handshake;
     zactor_t *puller;
@@ -114,37 +115,6 @@ struct _pk_node_t {
     pk_keymap_t pending;            //  routing ids with a frame at the handshake actor
     uint64_t handshakes_sent;
     atomic_uint_fast64_t handshakes_done;
-};
-
-//  The metric families (architecture.md, Observability).
-static const struct {
-    const char *name;
-    pk_metric_type_t type;
-    const char *help;
-} s_families[] = {
-    { "p2pkv_frames_total", PK_METRIC_COUNTER, "Frames received from peers with a session" },
-    { "p2pkv_frames_dropped_total", PK_METRIC_COUNTER,
-      "Frames dropped: not one JSON object, unknown type, or a stale epoch" },
-    { "p2pkv_lookups_total", PK_METRIC_COUNTER, "Lookup messages" },
-    { "p2pkv_lookup_keys_total", PK_METRIC_COUNTER, "Keys in lookup messages" },
-    { "p2pkv_fetches_total", PK_METRIC_COUNTER, "Fetch messages (rounds)" },
-    { "p2pkv_aborts_total", PK_METRIC_COUNTER, "Abort messages" },
-    { "p2pkv_violations_total", PK_METRIC_COUNTER, "Sessions ended for a protocol violation" },
-    { "p2pkv_writes_total", PK_METRIC_COUNTER, "RMA writes posted" },
-    { "p2pkv_blocks_written_total", PK_METRIC_COUNTER, "Blocks written to consumers" },
-    { "p2pkv_bytes_written_total", PK_METRIC_COUNTER, "Bytes written to consumers" },
-    { "p2pkv_write_errors_total", PK_METRIC_COUNTER, "Completion-queue error entries" },
-    { "p2pkv_transfers_in_flight", PK_METRIC_GAUGE, "Transfers in flight" },
-    { "p2pkv_sessions_opened_total", PK_METRIC_COUNTER, "Sessions opened" },
-    { "p2pkv_sessions_retired_total", PK_METRIC_COUNTER, "Sessions retired" },
-    { "p2pkv_sessions", PK_METRIC_GAUGE, "Live sessions" },
-    { "p2pkv_pool_free_blocks", PK_METRIC_GAUGE, "Pool blocks free" },
-    { "p2pkv_pool_writing_blocks", PK_METRIC_GAUGE, "Pool blocks reserved by the engine" },
-    { "p2pkv_pool_ready_blocks", PK_METRIC_GAUGE, "Pool blocks holding a key" },
-    { "p2pkv_pool_pinned_blocks", PK_METRIC_GAUGE, "Pool blocks pinned by transfers" },
-    { "p2pkv_pool_evicted_blocks", PK_METRIC_GAUGE, "Blocks evicted from the pool since start" },
-    { "p2pkv_lookup_seconds", PK_METRIC_HISTOGRAM, "Lookup receipt to lookup_resp" },
-    { "p2pkv_fetch_seconds", PK_METRIC_HISTOGRAM, "Fetch receipt to transfer_done or abort_ack" },
 };
 
 #define S_MAX_HELD 1024
@@ -230,8 +200,8 @@ s_actor_result(void *arg, uint64_t job, bool success)
 static void
 s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
 {
-    pk_metrics_observe(arg, which == PK_LATENCY_LOOKUP ? "p2pkv_lookup_seconds"
-                                                       : "p2pkv_fetch_seconds", peer, seconds);
+    pk_metrics_observe(arg, which == PK_LATENCY_LOOKUP ? PK_M_LOOKUP_SECONDS
+                                                       : PK_M_FETCH_SECONDS, peer, seconds);
 }
 
 static void
@@ -259,22 +229,31 @@ s_push_metrics(pk_node_t *node, s_peer_t *peer, pk_server_session_t *session,
 #define S_PUSH(name, now, before) \
     if ((now) != (before)) \
         pk_metrics_add(m, name, p, (now) - (before))
-    S_PUSH("p2pkv_frames_total", c.frames, last->frames);
-    S_PUSH("p2pkv_frames_dropped_total", c.dropped_bad + c.dropped_unknown + c.dropped_stale,
+    S_PUSH(PK_M_FRAMES, c.frames, last->frames);
+    S_PUSH(PK_M_FRAMES_DROPPED, c.dropped_bad + c.dropped_unknown + c.dropped_stale,
            last->dropped_bad + last->dropped_unknown + last->dropped_stale);
-    S_PUSH("p2pkv_lookups_total", c.lookups, last->lookups);
-    S_PUSH("p2pkv_lookup_keys_total", c.keys, last->keys);
-    S_PUSH("p2pkv_fetches_total", c.fetches, last->fetches);
-    S_PUSH("p2pkv_aborts_total", c.aborts, last->aborts);
-    S_PUSH("p2pkv_violations_total", c.violations, last->violations);
-    S_PUSH("p2pkv_writes_total", f.writes_posted, flast->writes_posted);
-    S_PUSH("p2pkv_blocks_written_total", f.blocks_written, flast->blocks_written);
-    S_PUSH("p2pkv_bytes_written_total", f.blocks_written * node->config->block_len,
+    S_PUSH(PK_M_LOOKUPS, c.lookups, last->lookups);
+    S_PUSH(PK_M_LOOKUP_KEYS, c.keys, last->keys);
+    S_PUSH(PK_M_FETCHES, c.fetches, last->fetches);
+    S_PUSH(PK_M_ABORTS, c.aborts, last->aborts);
+    S_PUSH(PK_M_VIOLATIONS, c.violations, last->violations);
+    S_PUSH(PK_M_WRITES, f.writes_posted, flast->writes_posted);
+    S_PUSH(PK_M_BLOCKS_WRITTEN, f.blocks_written, flast->blocks_written);
+    S_PUSH(PK_M_BYTES_WRITTEN, f.blocks_written * node->config->block_len,
            flast->blocks_written * node->config->block_len);
-    S_PUSH("p2pkv_write_errors_total", f.cq_errors, flast->cq_errors);
+    S_PUSH(PK_M_WRITE_ERRORS, f.cq_errors, flast->cq_errors);
+    S_PUSH(PK_M_LOOKUP_HITS, c.hits, last->hits);
+    S_PUSH(PK_M_LOOKUP_MISSES, c.misses, last->misses);
+    S_PUSH(PK_M_LOOKUP_EXPIRED, c.expired, last->expired);
+    S_PUSH(PK_M_STORE_TIMEOUTS, c.store_timeouts, last->store_timeouts);
 #undef S_PUSH
+    //  labelled by the rule broken, not by peer: its class set is fixed
+    for (int r = 0; r < PK_VIOLATION_COUNT; r++)
+        if (c.by_reason[r] != last->by_reason[r])
+            pk_metrics_add(m, PK_M_VIOLATIONS_BY_REASON, pk_violation_name((pk_violation_t) r),
+                           c.by_reason[r] - last->by_reason[r]);
     if (f.transfers != flast->transfers)
-        pk_metrics_set(m, "p2pkv_transfers_in_flight", p, (double) f.transfers);
+        pk_metrics_set(m, PK_M_TRANSFERS_IN_FLIGHT, p, (double) f.transfers);
     *last = c;
     *flast = f;
 }
@@ -396,7 +375,7 @@ s_peer_free(s_peer_t *peer)
 static void
 s_peer_destroy(pk_node_t *self, s_peer_t *peer)
 {
-    pk_metrics_add(self->metrics, "p2pkv_sessions_retired_total", NULL, 1);
+    pk_metrics_add(self->metrics, PK_M_SESSIONS_RETIRED, NULL, 1);
     pk_key_t rk = s_bytes_key(peer->rid, peer->rlen);
     pk_keymap_take(&self->by_rid, &rk, NULL, NULL);
     pk_key_t ck = s_bytes_key(peer->consumer, strlen(peer->consumer));
@@ -603,7 +582,7 @@ s_peer_register(pk_node_t *self, s_peer_t *peer)
     }
     zpoller_add(self->poller, peer->actor);
     s_log(self, PK_LOG_INFO, "session %s opened", peer->consumer);
-    pk_metrics_add(self->metrics, "p2pkv_sessions_opened_total", NULL, 1);
+    pk_metrics_add(self->metrics, PK_M_SESSIONS_OPENED, NULL, 1);
     s_deliver_held(self, peer);
 }
 
@@ -643,7 +622,7 @@ s_from_peer(pk_node_t *self)
     if (!msg)
         return;
     if (zmsg_size(msg) != 2) {
-        pk_metrics_add(self->metrics, "p2pkv_frames_dropped_total", NULL, 1);
+        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         zmsg_destroy(&msg);
         return;         //  one routing id, one JSON frame: anything else is dropped
     }
@@ -657,7 +636,7 @@ s_from_peer(pk_node_t *self)
         uint8_t *copy = NULL;
         if (pk_keymap_find(&self->pending, &k) || backlog >= self->config->max_queued_frames
             || !(copy = malloc(zframe_size(rid) + 1)))
-            pk_metrics_add(self->metrics, "p2pkv_frames_dropped_total", NULL, 1);
+            pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         else {
             memcpy(copy, zframe_data(rid), zframe_size(rid));
             k.bytes = copy;
@@ -1275,10 +1254,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail;
     }
     self->config = config;
+    //  every family of metric_families.h (architecture.md, Observability)
     self->metrics = pk_metrics_new();
-    for (size_t i = 0; self->metrics && i < sizeof s_families / sizeof s_families[0]; i++)
-        pk_metrics_declare(self->metrics, s_families[i].name, s_families[i].type,
-                           s_families[i].help);
     if (!self->metrics) {
         snprintf(err, PK_ERRLEN, "out of memory");
         goto fail_self;
@@ -1423,12 +1400,16 @@ s_pool_gauges(pk_node_t *self)
 {
     pk_store_stats_t st;
     pk_store_stats(self->store, &st);
-    pk_metrics_set(self->metrics, "p2pkv_pool_free_blocks", NULL, (double) st.free);
-    pk_metrics_set(self->metrics, "p2pkv_pool_writing_blocks", NULL, (double) st.writing);
-    pk_metrics_set(self->metrics, "p2pkv_pool_ready_blocks", NULL, (double) st.ready);
-    pk_metrics_set(self->metrics, "p2pkv_pool_pinned_blocks", NULL, (double) st.pinned);
-    pk_metrics_set(self->metrics, "p2pkv_pool_evicted_blocks", NULL, (double) st.evictions);
-    pk_metrics_set(self->metrics, "p2pkv_sessions", NULL, (double) self->npeers);
+    pk_metrics_set(self->metrics, PK_M_POOL_FREE, NULL, (double) st.free);
+    pk_metrics_set(self->metrics, PK_M_POOL_WRITING, NULL, (double) st.writing);
+    pk_metrics_set(self->metrics, PK_M_POOL_READY, NULL, (double) st.ready);
+    pk_metrics_set(self->metrics, PK_M_POOL_PINNED, NULL, (double) st.pinned);
+    //  the store counts evictions since start; the counter takes the news
+    if (st.evictions > self->evictions_pushed)
+        pk_metrics_add(self->metrics, PK_M_POOL_EVICTIONS, NULL,
+                       st.evictions - self->evictions_pushed);
+    self->evictions_pushed = st.evictions;
+    pk_metrics_set(self->metrics, PK_M_SESSIONS, NULL, (double) self->npeers);
 }
 
 int

@@ -168,6 +168,7 @@ struct _pk_server_role_t {
     pk_parent_t parent;
     bool closed;
     bool forced;
+    pk_server_role_counters_t counters;
 
     pk_keymap_t requests;
     pk_keymap_t rounds;
@@ -1362,6 +1363,11 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
     bool stackhits[64];
     bool *hits = l->n <= 64 ? stackhits : malloc(l->n * sizeof *hits);
     //  without memory for the answer the consumer's load timeout covers it
+    for (size_t i = 0; i < l->n; i++) {
+        bool hit = l->st[l->first[i]] == S_HIT;
+        self->counters.hits += hit;
+        self->counters.misses += !hit;
+    }
     if (l->n && hits) {
         for (size_t i = 0; i < l->n; i++)
             hits[i] = l->st[l->first[i]] == S_HIT;
@@ -1449,6 +1455,7 @@ s_resolve_parked(pk_server_role_t *self, s_request_t *req)
     for (s_lookup_t *l = req->parked_head; l; l = l->next) {
         s_poll_keys(self, req, l, l->pending, l->npending);
         if (l->npending && now >= l->deadline) {
+            self->counters.expired += l->npending;
             for (size_t i = 0; i < l->npending; i++)
                 l->st[l->pending[i]] = S_MISS;
             l->npending = 0;
@@ -1522,6 +1529,7 @@ s_store_timeouts(pk_server_role_t *self)
         //  Out of the FIFO; the job's result comes with its round's failure.
         LIST_REMOVE(self->timeout_head, self->timeout_tail, job, tprev, tnext);
         job->in_fifo = false;
+        self->counters.store_timeouts++;
         s_request_t *req = job->round->req;
         if (!job->round->failed)
             s_round_fail(self, job->round, FAIL_TIMEOUT);
@@ -1683,6 +1691,12 @@ pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state
     state->serve_pending = self->serve_count;
     state->kept = pk_keymap_size(&self->kept);
     state->lookup_keys = self->lookup_keys;
+}
+
+void
+pk_server_role_counters(const pk_server_role_t *self, pk_server_role_counters_t *out)
+{
+    *out = self->counters;
 }
 
 size_t

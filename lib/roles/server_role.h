@@ -72,6 +72,18 @@ typedef struct {
     size_t lookup_keys;         //  keys of lookups not yet answered (a session limit)
 } pk_server_role_state_t;
 
+/*  What the role has counted since it was made, for the daemon's metrics
+    (metric_families.h): the lookup keys it answered as hits and as misses
+    (every key in wire order, repeats included), the keys still being
+    written when their lookup's deadline passed (distinct within a lookup;
+    answered as misses, so counted there too), and the store jobs whose
+    timeout passed before their result.  */
+typedef struct {
+    uint64_t hits, misses;
+    uint64_t expired;
+    uint64_t store_timeouts;
+} pk_server_role_counters_t;
+
 typedef struct _pk_server_role_t pk_server_role_t;
 
 pk_server_role_t *pk_server_role_new(const char *peer_id, const pk_server_role_config_t *config,
@@ -125,6 +137,8 @@ bool pk_server_role_has_parked(const pk_server_role_t *self);
     whether the request is live at all.  For the session's limits.  */
 size_t pk_server_role_rounds(const pk_server_role_t *self, const char *kv, bool *exists_p);
 void pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state);
+/*  The counters; they survive close.  */
+void pk_server_role_counters(const pk_server_role_t *self, pk_server_role_counters_t *out);
 /*  The transport was cancelled in immediate mode since the last call: the
     session must retire (bytes already queued may still land).  */
 bool pk_server_role_take_forced(pk_server_role_t *self);

@@ -319,6 +319,18 @@ pk_server_session_destroy(pk_server_session_t **self_p)
 //  --------------------------------------------------------------------------
 //  Retirement
 
+//  The role's counters added to the session's (at close, and for a read).
+static void
+s_add_role_counters(const pk_server_role_t *role, pk_server_session_counters_t *c)
+{
+    pk_server_role_counters_t r;
+    pk_server_role_counters(role, &r);
+    c->hits += r.hits;
+    c->misses += r.misses;
+    c->expired += r.expired;
+    c->store_timeouts += r.store_timeouts;
+}
+
 static void
 s_close_role(pk_server_session_t *self)
 {
@@ -333,11 +345,12 @@ s_close_role(pk_server_session_t *self)
             parent.store_result(parent.self, jobs[i], false);
         free(jobs);
     }
+    s_add_role_counters(self->role, &self->counters);
     pk_server_role_destroy(&self->role);
 }
 
-void
-pk_server_session_retire(pk_server_session_t *self, pk_disconnect_code_t code, const char *reason)
+static void
+s_retire(pk_server_session_t *self, pk_disconnect_code_t code, const char *reason)
 {
     if (self->status == PK_SERVER_SESSION_RETIRED)
         return;
@@ -353,19 +366,51 @@ pk_server_session_retire(pk_server_session_t *self, pk_disconnect_code_t code, c
     }
 }
 
+void
+pk_server_session_retire(pk_server_session_t *self, pk_disconnect_code_t code, const char *reason)
+{
+    //  the session's own violations come through s_violation, which
+    //  counts their class; one from outside is the node's door's
+    if (self->status != PK_SERVER_SESSION_RETIRED && code == PK_DISC_VIOLATION) {
+        self->counters.violations++;
+        self->counters.by_reason[PK_VIOLATION_FLOOD]++;
+    }
+    s_retire(self, code, reason);
+}
+
+const char *
+pk_violation_name(pk_violation_t reason)
+{
+    static const char *const names[PK_VIOLATION_COUNT] = {
+        [PK_VIOLATION_MALFORMED] = "malformed",
+        [PK_VIOLATION_DIRECTION] = "direction",
+        [PK_VIOLATION_CONNECT_CHANGED] = "connect_changed",
+        [PK_VIOLATION_LIMIT_REQUESTS] = "limit_requests",
+        [PK_VIOLATION_LIMIT_LOOKUP_KEYS] = "limit_lookup_keys",
+        [PK_VIOLATION_LIMIT_ROUNDS] = "limit_rounds",
+        [PK_VIOLATION_BLOCK_INDEX] = "block_index",
+        [PK_VIOLATION_DUPLICATE_FETCH] = "duplicate_fetch",
+        [PK_VIOLATION_FLOOD] = "flood",
+    };
+    return (unsigned) reason < PK_VIOLATION_COUNT ? names[reason] : "unknown";
+}
+
 static pk_server_session_status_t
-s_violation(pk_server_session_t *self, const char *fmt, ...)
+s_violation(pk_server_session_t *self, pk_violation_t class, const char *fmt, ...)
 {
     char reason[PK_ERRLEN];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(reason, sizeof reason, fmt, ap);
     va_end(ap);
+    if (self->status == PK_SERVER_SESSION_RETIRED)
+        return self->status;
     self->counters.violations++;
+    self->counters.by_reason[class]++;
     for (size_t i = 0; i < self->nqueue; i++)
         free(self->queue[i].frame);
     self->nqueue = 0;
-    pk_server_session_retire(self, PK_DISC_VIOLATION, reason);
+    s_retire(self, PK_DISC_VIOLATION, reason);
     return self->status;
 }
 
@@ -397,7 +442,7 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
         return self->status;
     }
     if (rc)
-        return s_violation(self, "%s", err);
+        return s_violation(self, PK_VIOLATION_MALFORMED, "%s", err);
     switch (m->type) {
         case PK_MSG_DESCRIBE: {
             char *frame;
@@ -414,7 +459,7 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
                 break;
             }
             if (!pk_server_session_same_connect(self, m)) {
-                s_violation(self, "connect repeated with different fields");
+                s_violation(self, PK_VIOLATION_CONNECT_CHANGED, "connect repeated with different fields");
                 goto done;
             }
             {
@@ -433,7 +478,7 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
         case PK_MSG_LOOKUP_RESP:
         case PK_MSG_TRANSFER_DONE:
         case PK_MSG_ABORT_ACK:
-            s_violation(self, "%s flows from server to consumer only",
+            s_violation(self, PK_VIOLATION_DIRECTION, "%s flows from server to consumer only",
                                  pk_msg_type_name(m->type));
             goto done;
         default:
@@ -470,12 +515,12 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
             bool exists;
             pk_server_role_rounds(self->role, m->kv_request_id, &exists);
             if (!exists && st.requests >= self->config.max_requests) {
-                s_violation(self, "limit: more than %llu live requests",
+                s_violation(self, PK_VIOLATION_LIMIT_REQUESTS, "limit: more than %llu live requests",
                                      (unsigned long long) self->config.max_requests);
                 goto done;
             }
             if (st.lookup_keys + m->keys.count > self->config.max_parked_keys) {
-                s_violation(self, "limit: more than %llu keys in lookups",
+                s_violation(self, PK_VIOLATION_LIMIT_LOOKUP_KEYS, "limit: more than %llu keys in lookups",
                                      (unsigned long long) self->config.max_parked_keys);
                 goto done;
             }
@@ -491,7 +536,7 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
         case PK_MSG_FETCH: {
             for (size_t i = 0; i < m->keys.count; i++)
                 if (m->block_indexes[i] >= self->consumer_blocks) {
-                    s_violation(self, "fetch.block_indexes[%zu]: %u is outside the "
+                    s_violation(self, PK_VIOLATION_BLOCK_INDEX, "fetch.block_indexes[%zu]: %u is outside the "
                                          "consumer's pool of %llu blocks", i,
                                          m->block_indexes[i],
                                          (unsigned long long) self->consumer_blocks);
@@ -502,12 +547,12 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
             bool exists;
             size_t rounds = pk_server_role_rounds(self->role, m->kv_request_id, &exists);
             if (!exists && st.requests >= self->config.max_requests) {
-                s_violation(self, "limit: more than %llu live requests",
+                s_violation(self, PK_VIOLATION_LIMIT_REQUESTS, "limit: more than %llu live requests",
                                      (unsigned long long) self->config.max_requests);
                 goto done;
             }
             if (rounds >= self->config.max_rounds) {
-                s_violation(self, "limit: more than %llu rounds in request %.64s",
+                s_violation(self, PK_VIOLATION_LIMIT_ROUNDS, "limit: more than %llu rounds in request %.64s",
                                      (unsigned long long) self->config.max_rounds,
                                      m->kv_request_id);
                 goto done;
@@ -518,7 +563,7 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
             rc = pk_server_role_on_fetch(self->role, m->kv_request_id, m->keys.v,
                                          m->block_indexes, m->keys.count, m->round_seq);
             if (rc == -EPROTO) {
-                s_violation(self, "duplicate fetch for %.64s round %llu",
+                s_violation(self, PK_VIOLATION_DUPLICATE_FETCH, "duplicate fetch for %.64s round %llu",
                                      m->kv_request_id, (unsigned long long) m->round_seq);
                 goto done;
             }
@@ -625,6 +670,8 @@ void
 pk_server_session_counters(const pk_server_session_t *self, pk_server_session_counters_t *out)
 {
     *out = self->counters;
+    if (self->role)
+        s_add_role_counters(self->role, out);
 }
 
 const char *

@@ -40,9 +40,34 @@ typedef enum {
     PK_SERVER_SESSION_RETIRED              //  disconnect sent (or received); tear down
 } pk_server_session_status_t;
 
+/*  The rule a consumer broke, by class: the reason label of the daemon's
+    violation counter.  FLOOD is what the node's door saw (the session
+    counts it when retired with PK_DISC_VIOLATION from outside).  */
+typedef enum {
+    PK_VIOLATION_MALFORMED = 0,         //  a frame that breaks the schema
+    PK_VIOLATION_DIRECTION,             //  a message that flows server to consumer
+    PK_VIOLATION_CONNECT_CHANGED,       //  connect repeated with other fields
+    PK_VIOLATION_LIMIT_REQUESTS,        //  too many live requests
+    PK_VIOLATION_LIMIT_LOOKUP_KEYS,     //  too many keys in unanswered lookups
+    PK_VIOLATION_LIMIT_ROUNDS,          //  too many rounds in one request
+    PK_VIOLATION_BLOCK_INDEX,           //  a fetch outside the consumer's pool
+    PK_VIOLATION_DUPLICATE_FETCH,       //  a second fetch for a round with demand
+    PK_VIOLATION_FLOOD,                 //  the node retired it (flooding its door)
+    PK_VIOLATION_COUNT
+} pk_violation_t;
+
+/*  The class's label value ("malformed", "limit_rounds", ...).  */
+const char *pk_violation_name(pk_violation_t reason);
+
+/*  What a session counted since it was made: frames, messages and
+    violations (violations the sum of by_reason), and its role's counters
+    (lookup keys answered as hits and misses, pending keys expired,
+    store-job timeouts; pk_server_role_counters_t), kept past the role.  */
 typedef struct {
     uint64_t frames, dropped_bad, dropped_unknown, dropped_stale;
     uint64_t lookups, keys, fetches, aborts, violations;
+    uint64_t by_reason[PK_VIOLATION_COUNT];
+    uint64_t hits, misses, expired, store_timeouts;
 } pk_server_session_counters_t;
 
 typedef struct _pk_session_t pk_server_session_t;
@@ -97,7 +122,8 @@ int pk_server_session_finish(pk_server_session_t *self, const char *kv);
 
 /*  Retires the session: sends disconnect with code and reason (unless the
     consumer itself disconnected) and closes the role, handing every job
-    still owed a result back to the parent as failed.  Idempotent.  */
+    still owed a result back to the parent as failed.  Idempotent.  A live
+    session retired with PK_DISC_VIOLATION counts a PK_VIOLATION_FLOOD.  */
 void pk_server_session_retire(pk_server_session_t *self, pk_disconnect_code_t code, const char *reason);
 
 bool pk_server_session_has_inflight(const pk_server_session_t *self);

@@ -1,0 +1,78 @@
+/*  metric_families.h: every metric the daemon exports, declared once.
+
+    An X-macro table: each row is
+
+        PK_METRIC(ID, "name", TYPE, "help", LABEL)
+
+    and whoever includes this file defines PK_METRIC first.  metrics.h
+    turns the rows into the enum pk_metric_id_t (PK_M_ID), so an update
+    names its family by an identifier the compiler checks:
+
+        pk_metrics_add(m, PK_M_LOOKUPS, peer, n);
+
+    and pk_metrics_new declares every row, in this order (the order of the
+    Prometheus text).  TYPE is COUNTER, GAUGE or HISTOGRAM; LABEL is the
+    one label a family's samples may carry, PEER (the consumer's peer_id)
+    or REASON (a fixed class, e.g. of protocol violation).  A counter's
+    name ends in _total, a histogram's in _seconds.
+
+    To add a metric: one row here, and its producer (a counter in the
+    session's or the role's counters, the transport's stats or the store's,
+    pushed by the node as a delta; see doc/architecture.md, Observability).
+    No include guard: the file is meant to be included more than once.
+*/
+
+//  Frames and messages from consumers (the session's counters)
+PK_METRIC(FRAMES, "p2pkv_frames_total", COUNTER,
+          "Frames received from peers with a session", PEER)
+PK_METRIC(FRAMES_DROPPED, "p2pkv_frames_dropped_total", COUNTER,
+          "Frames dropped: not one JSON object, unknown type, or a stale epoch", PEER)
+PK_METRIC(LOOKUPS, "p2pkv_lookups_total", COUNTER, "Lookup messages", PEER)
+PK_METRIC(LOOKUP_KEYS, "p2pkv_lookup_keys_total", COUNTER, "Keys in lookup messages", PEER)
+PK_METRIC(FETCHES, "p2pkv_fetches_total", COUNTER, "Fetch messages (rounds)", PEER)
+PK_METRIC(ABORTS, "p2pkv_aborts_total", COUNTER, "Abort messages", PEER)
+PK_METRIC(VIOLATIONS, "p2pkv_violations_total", COUNTER,
+          "Sessions ended for a protocol violation", PEER)
+PK_METRIC(VIOLATIONS_BY_REASON, "p2pkv_violations_by_reason_total", COUNTER,
+          "Sessions ended for a protocol violation, by the rule broken", REASON)
+
+//  Lookup answers and store jobs (the role's counters)
+PK_METRIC(LOOKUP_HITS, "p2pkv_lookup_hits_total", COUNTER,
+          "Lookup keys answered as hits (in wire order, repeats included)", PEER)
+PK_METRIC(LOOKUP_MISSES, "p2pkv_lookup_misses_total", COUNTER,
+          "Lookup keys answered as misses (in wire order, repeats included)", PEER)
+PK_METRIC(LOOKUP_EXPIRED, "p2pkv_lookup_pending_expired_total", COUNTER,
+          "Lookup keys still being written at the lookup deadline, answered as misses", PEER)
+PK_METRIC(STORE_TIMEOUTS, "p2pkv_store_timeouts_total", COUNTER,
+          "Store jobs that timed out, failing their round", PEER)
+
+//  The data plane (the transport's stats)
+PK_METRIC(WRITES, "p2pkv_writes_total", COUNTER, "RMA writes posted", PEER)
+PK_METRIC(BLOCKS_WRITTEN, "p2pkv_blocks_written_total", COUNTER,
+          "Blocks written to consumers", PEER)
+PK_METRIC(BYTES_WRITTEN, "p2pkv_bytes_written_total", COUNTER,
+          "Bytes written to consumers", PEER)
+PK_METRIC(WRITE_ERRORS, "p2pkv_write_errors_total", COUNTER,
+          "Completion-queue error entries", PEER)
+PK_METRIC(TRANSFERS_IN_FLIGHT, "p2pkv_transfers_in_flight", GAUGE, "Transfers in flight", PEER)
+
+//  Sessions (the node)
+PK_METRIC(SESSIONS_OPENED, "p2pkv_sessions_opened_total", COUNTER, "Sessions opened", PEER)
+PK_METRIC(SESSIONS_RETIRED, "p2pkv_sessions_retired_total", COUNTER, "Sessions retired", PEER)
+PK_METRIC(SESSIONS, "p2pkv_sessions", GAUGE, "Live sessions", PEER)
+
+//  The pool (the store's stats)
+PK_METRIC(POOL_FREE, "p2pkv_pool_free_blocks", GAUGE, "Pool blocks free", PEER)
+PK_METRIC(POOL_WRITING, "p2pkv_pool_writing_blocks", GAUGE,
+          "Pool blocks reserved by the engine", PEER)
+PK_METRIC(POOL_READY, "p2pkv_pool_ready_blocks", GAUGE, "Pool blocks holding a key", PEER)
+PK_METRIC(POOL_PINNED, "p2pkv_pool_pinned_blocks", GAUGE,
+          "Pool blocks pinned by transfers", PEER)
+PK_METRIC(POOL_EVICTIONS, "p2pkv_pool_evictions_total", COUNTER,
+          "Blocks evicted from the pool", PEER)
+
+//  Latencies (the session's timers)
+PK_METRIC(LOOKUP_SECONDS, "p2pkv_lookup_seconds", HISTOGRAM,
+          "Lookup receipt to lookup_resp", PEER)
+PK_METRIC(FETCH_SECONDS, "p2pkv_fetch_seconds", HISTOGRAM,
+          "Fetch receipt to transfer_done or abort_ack", PEER)

@@ -1,0 +1,283 @@
+/*  test_metrics_e2e.c: a live p2pkv-server's /metrics, scraped over HTTP
+    after lookups, fetches and a protocol violation.
+
+    Every family of lib/daemon/metric_families.h must be there with its
+    # HELP and # TYPE (the type the table gives it), the whole body must
+    pass the strict exposition-format checker (tests/promtext.c), and the
+    counters the traffic moved must say so, per peer and in total.
+*/
+#include "consumer.h"
+#include "daemon.h"
+#include "promtext.h"
+#include "base/clock.h"
+#include "daemon/metrics.h"
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <czmq.h>
+#include <netinet/in.h>
+#include <sodium.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define BLOCK 4096
+
+static const struct {
+    const char *name, *type;
+} s_rows[PK_M_COUNT] = {
+#define PK_S_COUNTER "counter"
+#define PK_S_GAUGE "gauge"
+#define PK_S_HISTOGRAM "histogram"
+#define PK_METRIC(id, name, type, help, label) [PK_M_##id] = { name, PK_S_##type },
+#include "daemon/metric_families.h"
+#undef PK_METRIC
+};
+
+//  A port nobody listens on now (the kernel's choice, released at once).
+static int
+s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *) &sa, sizeof sa), 0);
+    socklen_t len = sizeof sa;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *) &sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+//  The whole answer to GET path (malloc'd), or NULL if nobody listens.
+static char *
+s_http_get(int port, const char *path)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval tv = { 10, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *) &sa, sizeof sa) != 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+    ck_assert_int_eq(send(fd, req, (size_t) n, MSG_NOSIGNAL), n);
+    size_t cap = 1 << 16, got = 0;
+    char *buf = malloc(cap + 1);
+    ssize_t r;
+    while ((r = recv(fd, buf + got, cap - got, 0)) > 0) {
+        got += (size_t) r;
+        if (got == cap)
+            buf = realloc(buf, (cap *= 2) + 1);
+    }
+    buf[got] = '\0';
+    close(fd);
+    return buf;
+}
+
+//  Puts blocks first..first+n-1 of known content by value; keys[i] are the
+//  SHA-256 of block first+i.
+static uint8_t s_hash[16][32];
+
+static void
+s_put_blocks(td_t *s, int first, int n, pk_key_t *keys)
+{
+    static uint8_t data[BLOCK];
+    for (int i = first; i < first + n; i++) {
+        for (int k = 0; k < BLOCK; k++)
+            data[k] = (uint8_t) (i * 31 + k * 7 + 1);
+        crypto_hash_sha256(s_hash[i], data, BLOCK);
+        keys[i - first] = pk_key_make(s_hash[i], 32);
+        char hex[65], b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
+        pk_hex_encode(s_hash[i], 32, hex);
+        sodium_bin2base64(b64, sizeof b64, data, BLOCK, sodium_base64_VARIANT_ORIGINAL);
+        json_t *a = td_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64);
+        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "put failed");
+        json_decref(a);
+    }
+}
+
+static tc_t *
+s_consumer(td_t *s, const char *id)
+{
+    tc_config_t c = { s->endpoint, id, 64, BLOCK, "fp", "7", 0 };
+    tc_t *tc = tc_new(&c);
+    ck_assert_ptr_nonnull(tc);
+    pk_msg_t *answer = tc_connect(tc, 10);
+    ck_assert_msg(answer != NULL, "no answer to connect");
+    ck_assert_int_eq(answer->type, PK_MSG_CONNECT_ACK);
+    pk_msg_destroy(&answer);
+    return tc;
+}
+
+//  The next message of a type, skipping pongs.
+static pk_msg_t *
+s_expect(tc_t *tc, pk_msg_type_t type, double timeout)
+{
+    pk_msg_t *m = tc_recv(tc, timeout);
+    while (m && m->type == PK_MSG_PONG && type != PK_MSG_PONG) {
+        pk_msg_destroy(&m);
+        m = tc_recv(tc, timeout);
+    }
+    ck_assert_msg(m != NULL, "no %s within %.1f s", pk_msg_type_name(type), timeout);
+    ck_assert_msg(m->type == type, "got %s, want %s", pk_msg_type_name(m->type),
+                  pk_msg_type_name(type));
+    return m;
+}
+
+//  The text's line that starts with prefix, or NULL.
+static const char *
+s_line(const char *text, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL)
+        if (strncmp(line, prefix, n) == 0)
+            return line;
+    return NULL;
+}
+
+//  The value of the series named exactly series ("name{labels}"), or -1.
+static double
+s_value(const char *text, const char *series)
+{
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "%s ", series);
+    const char *line = s_line(text, prefix);
+    return line ? strtod(line + strlen(prefix), NULL) : -1;
+}
+
+START_TEST(test_scrape_live_server)
+{
+    td_t s;
+    char bind[64];
+    int port = s_free_port();
+    snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
+    //  a pool of 8 blocks, so that puts evict (and a pin quota of all of
+    //  them); a silence timeout no loaded machine reaches while it scrapes
+    td_start(&s, (const char *[]) { "--metrics-bind", bind, "--pool-blocks", "8",
+                                    "--pin-quota", "8", "--silence-timeout", "60", NULL });
+
+    //  6 blocks nobody asks for, then 4 more: the 2 oldest are evicted
+    pk_key_t keys[6];
+    s_put_blocks(&s, 10, 6, keys);
+    s_put_blocks(&s, 0, 4, keys);
+    //  a lookup of the 4 and of a key the pool lacks, then a fetch of the 4
+    uint8_t absent[32] = { 0xab };
+    keys[4] = pk_key_make(absent, 32);
+    tc_t *tc = s_consumer(&s, "c-scrape");
+    ck_assert_int_eq(tc_send(tc, tc_lookup("r1", 1, keys, 5)), 0);
+    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    for (int i = 0; i < 5; i++)
+        ck_assert_msg(resp->hits[i] == (i < 4), "key %d: hit %d", i, resp->hits[i]);
+    pk_msg_destroy(&resp);
+    uint32_t idx[4] = { 10, 11, 12, 13 };
+    ck_assert_int_eq(tc_send(tc, tc_fetch("r1", 1, keys, idx, 4)), 0);
+    pk_msg_t *done = s_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    ck_assert(done->success);
+    pk_msg_destroy(&done);
+    double deadline = pk_clock_monotonic() + 5;
+    while (tc_landed(tc, 1) < 4 && pk_clock_monotonic() < deadline)
+        tc_progress(tc, 0.01);
+    ck_assert_uint_eq(tc_landed(tc, 1), 4);
+
+    //  a second consumer breaks a rule: a server-to-consumer message
+    tc_t *bad = s_consumer(&s, "c-rude");
+    ck_assert_int_eq(tc_send(bad, pk_msg_new(PK_MSG_PONG)), 0);
+    pk_msg_t *disc = s_expect(bad, PK_MSG_DISCONNECT, 5);
+    ck_assert_int_eq(disc->code, PK_DISC_VIOLATION);
+    pk_msg_destroy(&disc);
+
+    //  the actors push their counters at their next tick, the main loop
+    //  the pool's twice a second: scrape until both are in
+    char *answer = NULL;
+    const char *body = NULL;
+    deadline = pk_clock_monotonic() + 10;
+    while (pk_clock_monotonic() < deadline) {
+        free(answer);
+        answer = s_http_get(port, "/metrics");
+        body = answer ? strstr(answer, "\r\n\r\n") : NULL;
+        if (body && strstr(body, "p2pkv_blocks_written_total{peer=\"c-scrape\"} 4\n")
+            && strstr(body, "p2pkv_violations_by_reason_total{reason=\"direction\"} 1\n")
+            && strstr(body, "\np2pkv_sessions_retired_total 1\n")
+            && strstr(body, "\np2pkv_pool_evictions_total 2\n"))
+            break;
+        zclock_sleep(20);
+    }
+    ck_assert_ptr_nonnull(answer);
+    ck_assert_msg(strncmp(answer, "HTTP/1.1 200 ", 13) == 0, "%.200s", answer);
+    ck_assert_ptr_nonnull(strstr(answer, "\r\nContent-Type: text/plain; version=0.0.4"));
+    ck_assert_ptr_nonnull(body);
+    body += 4;
+
+    //  the whole text is well formed
+    const char *fault = pt_validate(body, strlen(body));
+    ck_assert_msg(fault == NULL, "%s\n--- in ---\n%s", fault, body);
+    //  every family of the table, with its help and its type, in table order
+    const char *prev = body;
+    for (int id = 0; id < PK_M_COUNT; id++) {
+        char prefix[300];
+        snprintf(prefix, sizeof prefix, "# HELP %s ", s_rows[id].name);
+        const char *help = s_line(body, prefix);
+        ck_assert_msg(help != NULL, "no %s\n%s", prefix, body);
+        ck_assert_msg(help >= prev, "%s out of table order", s_rows[id].name);
+        prev = help;
+        snprintf(prefix, sizeof prefix, "# TYPE %s %s\n", s_rows[id].name, s_rows[id].type);
+        ck_assert_msg(s_line(body, prefix) != NULL, "no %s", prefix);
+    }
+    //  no family but the table's
+    size_t types = 0;
+    for (const char *p = body; (p = strstr(p, "# TYPE ")); p++)
+        types++;
+    ck_assert_uint_eq(types, PK_M_COUNT);
+
+    //  what the traffic counted, per peer and in total
+    ck_assert_double_eq(s_value(body, "p2pkv_lookups_total{peer=\"c-scrape\"}"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_keys_total{peer=\"c-scrape\"}"), 5);
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_hits_total{peer=\"c-scrape\"}"), 4);
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_misses_total{peer=\"c-scrape\"}"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_hits_total"), 4);
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_pending_expired_total"), 0);
+    ck_assert_double_eq(s_value(body, "p2pkv_fetches_total{peer=\"c-scrape\"}"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_bytes_written_total{peer=\"c-scrape\"}"),
+                        4 * BLOCK);
+    ck_assert_double_eq(s_value(body, "p2pkv_write_errors_total"), 0);
+    ck_assert_double_eq(s_value(body, "p2pkv_store_timeouts_total"), 0);
+    ck_assert_double_eq(s_value(body, "p2pkv_sessions_opened_total"), 2);
+    ck_assert_double_eq(s_value(body, "p2pkv_violations_total"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_violations_by_reason_total"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_pool_evictions_total"), 2);
+    ck_assert_double_eq(s_value(body, "p2pkv_pool_ready_blocks"), 8);
+    ck_assert_double_eq(s_value(body, "p2pkv_pool_free_blocks"), 0);
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_seconds_count{peer=\"c-scrape\"}"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_count{peer=\"c-scrape\"}"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_bucket{peer=\"c-scrape\",le=\"+Inf\"}"),
+                        1);
+    //  the retired peer's series went; its counts stay in the totals
+    ck_assert_ptr_null(strstr(body, "peer=\"c-rude\""));
+    free(answer);
+
+    tc_destroy(&bad);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+int
+main(void)
+{
+    if (access(getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server", X_OK)) {
+        printf("SKIP: bin/p2pkv-server not built here\n");
+        return 77;
+    }
+    if (sodium_init() < 0)
+        return 1;
+    zsys_handler_set(NULL);
+    Suite *s = suite_create("metrics_e2e");
+    TCase *tc = tcase_create("e2e");
+    tcase_add_test(tc, test_scrape_live_server);
+    suite_add_tcase(s, tc);
+    return pk_test_run("metrics_e2e", s);
+}
