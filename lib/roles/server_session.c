@@ -424,6 +424,141 @@ s_epochs_match(const pk_server_session_t *self, const pk_msg_t *m)
            && memcmp(m->target_epoch, self->epoch, PK_EPOCH_LEN) == 0;
 }
 
+//  describe and connect: answered whatever the epochs.
+static void
+s_on_handshake(pk_server_session_t *self, const pk_msg_t *m)
+{
+    if (m->type == PK_MSG_DESCRIBE) {
+        char *frame;
+        size_t flen;
+        if (pk_server_session_description(&self->id, &frame, &flen) == 0)
+            s_queue(self, frame, flen);
+        return;
+    }
+    //  a repeat of this session's connect gets the same answer; a new
+    //  epoch (a restarted consumer) is the node's to handle
+    if (memcmp(m->source_epoch, self->consumer_epoch, PK_EPOCH_LEN) != 0) {
+        self->counters.dropped_stale++;
+        return;
+    }
+    if (!pk_server_session_same_connect(self, m)) {
+        s_violation(self, PK_VIOLATION_CONNECT_CHANGED, "connect repeated with different fields");
+        return;
+    }
+    pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
+                     .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) self->id.peer_id,
+                     .block_len = self->id.block_len, .num_blocks = self->id.num_blocks,
+                     .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
+                                | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
+                                | PK_BIT(PK_F_NUM_BLOCKS) };
+    s_role_send(self, &ack);
+}
+
+//  The live-request limit, shared by lookup and fetch: false (and the
+//  session retired) when a new request would pass it.
+static bool
+s_room_for_request(pk_server_session_t *self, const char *kv, size_t *rounds_p)
+{
+    pk_server_role_state_t st;
+    pk_server_role_state(self->role, &st);
+    bool exists;
+    size_t rounds = pk_server_role_rounds(self->role, kv, &exists);
+    if (rounds_p)
+        *rounds_p = rounds;
+    if (!exists && st.requests >= self->config.max_requests) {
+        s_violation(self, PK_VIOLATION_LIMIT_REQUESTS, "limit: more than %llu live requests",
+                    (unsigned long long) self->config.max_requests);
+        return false;
+    }
+    return true;
+}
+
+static void
+s_on_lookup(pk_server_session_t *self, const pk_msg_t *m)
+{
+    if (!s_room_for_request(self, m->kv_request_id, NULL))
+        return;
+    pk_server_role_state_t st;
+    pk_server_role_state(self->role, &st);
+    if (st.lookup_keys + m->keys.count > self->config.max_parked_keys) {
+        s_violation(self, PK_VIOLATION_LIMIT_LOOKUP_KEYS, "limit: more than %llu keys in lookups",
+                    (unsigned long long) self->config.max_parked_keys);
+        return;
+    }
+    self->counters.lookups++;
+    self->counters.keys += m->keys.count;
+    s_timer_start(self, 'l', m->kv_request_id, m->round_seq);
+    pk_server_role_on_lookup(self->role, m->kv_request_id, m->keys.v, m->keys.count,
+                             m->round_seq);
+    //  resolved right after dispatch: no tick latency
+    pk_server_role_serve(self->role);
+}
+
+static void
+s_on_fetch(pk_server_session_t *self, const pk_msg_t *m)
+{
+    for (size_t i = 0; i < m->keys.count; i++)
+        if (m->block_indexes[i] >= self->consumer_blocks) {
+            s_violation(self, PK_VIOLATION_BLOCK_INDEX, "fetch.block_indexes[%zu]: %u is outside "
+                        "the consumer's pool of %llu blocks", i, m->block_indexes[i],
+                        (unsigned long long) self->consumer_blocks);
+            return;
+        }
+    size_t rounds;
+    if (!s_room_for_request(self, m->kv_request_id, &rounds))
+        return;
+    if (rounds >= self->config.max_rounds) {
+        s_violation(self, PK_VIOLATION_LIMIT_ROUNDS, "limit: more than %llu rounds in request %.64s",
+                    (unsigned long long) self->config.max_rounds, m->kv_request_id);
+        return;
+    }
+    self->counters.fetches++;
+    if (m->keys.count)
+        s_timer_start(self, 'f', m->kv_request_id, m->round_seq);
+    int rc = pk_server_role_on_fetch(self->role, m->kv_request_id, m->keys.v, m->block_indexes,
+                                     m->keys.count, m->round_seq);
+    if (rc == -EPROTO)
+        s_violation(self, PK_VIOLATION_DUPLICATE_FETCH, "duplicate fetch for %.64s round %llu",
+                    m->kv_request_id, (unsigned long long) m->round_seq);
+}
+
+//  State messages: only this session's epochs are applied.
+static void
+s_on_state(pk_server_session_t *self, const pk_msg_t *m)
+{
+    if ((m->type == PK_MSG_DISCONNECT && !(m->present & PK_BIT(PK_F_SOURCE_EPOCH)))
+        || !s_epochs_match(self, m)) {
+        self->counters.dropped_stale++;
+        return;
+    }
+    self->last_heard = s_now(self);
+    switch (m->type) {
+        case PK_MSG_PING: {
+            pk_msg_t pong = { .type = PK_MSG_PONG };
+            s_role_send(self, &pong);
+            break;
+        }
+        case PK_MSG_DISCONNECT:
+            //  the consumer leaves: nothing to tell it
+            self->status = PK_SERVER_SESSION_RETIRED;
+            snprintf(self->reason, sizeof self->reason, "consumer disconnected: %s", m->reason);
+            s_close_role(self);
+            break;
+        case PK_MSG_LOOKUP:
+            s_on_lookup(self, m);
+            break;
+        case PK_MSG_FETCH:
+            s_on_fetch(self, m);
+            break;
+        case PK_MSG_ABORT_FETCH:
+            self->counters.aborts++;
+            pk_server_role_on_abort(self->role, m->kv_request_id, m->round_seq);
+            break;
+        default:
+            break;
+    }
+}
+
 pk_server_session_status_t
 pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t len)
 {
@@ -444,33 +579,9 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
     if (rc)
         return s_violation(self, PK_VIOLATION_MALFORMED, "%s", err);
     switch (m->type) {
-        case PK_MSG_DESCRIBE: {
-            char *frame;
-            size_t flen;
-            if (pk_server_session_description(&self->id, &frame, &flen) == 0)
-                s_queue(self, frame, flen);
-            break;
-        }
+        case PK_MSG_DESCRIBE:
         case PK_MSG_CONNECT:
-            //  a repeat of this session's connect gets the same answer; a
-            //  new epoch (a restarted consumer) is the node's to handle
-            if (memcmp(m->source_epoch, self->consumer_epoch, PK_EPOCH_LEN) != 0) {
-                self->counters.dropped_stale++;
-                break;
-            }
-            if (!pk_server_session_same_connect(self, m)) {
-                s_violation(self, PK_VIOLATION_CONNECT_CHANGED, "connect repeated with different fields");
-                goto done;
-            }
-            {
-                pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
-                                 .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) self->id.peer_id,
-                                 .block_len = self->id.block_len, .num_blocks = self->id.num_blocks,
-                                 .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
-                                            | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
-                                            | PK_BIT(PK_F_NUM_BLOCKS) };
-                s_role_send(self, &ack);
-            }
+            s_on_handshake(self, m);
             break;
         case PK_MSG_DESCRIPTION:
         case PK_MSG_CONNECT_ACK:
@@ -479,104 +590,12 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
         case PK_MSG_TRANSFER_DONE:
         case PK_MSG_ABORT_ACK:
             s_violation(self, PK_VIOLATION_DIRECTION, "%s flows from server to consumer only",
-                                 pk_msg_type_name(m->type));
-            goto done;
-        default:
-            break;
-    }
-    if (m->type == PK_MSG_DESCRIBE || m->type == PK_MSG_CONNECT)
-        goto done;
-
-    //  State messages: only this session's epochs are applied.
-    if (m->type == PK_MSG_DISCONNECT && !(m->present & PK_BIT(PK_F_SOURCE_EPOCH))) {
-        self->counters.dropped_stale++;
-        goto done;
-    }
-    if (!s_epochs_match(self, m)) {
-        self->counters.dropped_stale++;
-        goto done;
-    }
-    self->last_heard = s_now(self);
-    switch (m->type) {
-        case PK_MSG_PING: {
-            pk_msg_t pong = { .type = PK_MSG_PONG };
-            s_role_send(self, &pong);
-            break;
-        }
-        case PK_MSG_DISCONNECT:
-            //  the consumer leaves: nothing to tell it
-            self->status = PK_SERVER_SESSION_RETIRED;
-            snprintf(self->reason, sizeof self->reason, "consumer disconnected: %s", m->reason);
-            s_close_role(self);
-            break;
-        case PK_MSG_LOOKUP: {
-            pk_server_role_state_t st;
-            pk_server_role_state(self->role, &st);
-            bool exists;
-            pk_server_role_rounds(self->role, m->kv_request_id, &exists);
-            if (!exists && st.requests >= self->config.max_requests) {
-                s_violation(self, PK_VIOLATION_LIMIT_REQUESTS, "limit: more than %llu live requests",
-                                     (unsigned long long) self->config.max_requests);
-                goto done;
-            }
-            if (st.lookup_keys + m->keys.count > self->config.max_parked_keys) {
-                s_violation(self, PK_VIOLATION_LIMIT_LOOKUP_KEYS, "limit: more than %llu keys in lookups",
-                                     (unsigned long long) self->config.max_parked_keys);
-                goto done;
-            }
-            self->counters.lookups++;
-            self->counters.keys += m->keys.count;
-            s_timer_start(self, 'l', m->kv_request_id, m->round_seq);
-            pk_server_role_on_lookup(self->role, m->kv_request_id, m->keys.v, m->keys.count,
-                                     m->round_seq);
-            //  resolved right after dispatch: no tick latency
-            pk_server_role_serve(self->role);
-            break;
-        }
-        case PK_MSG_FETCH: {
-            for (size_t i = 0; i < m->keys.count; i++)
-                if (m->block_indexes[i] >= self->consumer_blocks) {
-                    s_violation(self, PK_VIOLATION_BLOCK_INDEX, "fetch.block_indexes[%zu]: %u is outside the "
-                                         "consumer's pool of %llu blocks", i,
-                                         m->block_indexes[i],
-                                         (unsigned long long) self->consumer_blocks);
-                    goto done;
-                }
-            pk_server_role_state_t st;
-            pk_server_role_state(self->role, &st);
-            bool exists;
-            size_t rounds = pk_server_role_rounds(self->role, m->kv_request_id, &exists);
-            if (!exists && st.requests >= self->config.max_requests) {
-                s_violation(self, PK_VIOLATION_LIMIT_REQUESTS, "limit: more than %llu live requests",
-                                     (unsigned long long) self->config.max_requests);
-                goto done;
-            }
-            if (rounds >= self->config.max_rounds) {
-                s_violation(self, PK_VIOLATION_LIMIT_ROUNDS, "limit: more than %llu rounds in request %.64s",
-                                     (unsigned long long) self->config.max_rounds,
-                                     m->kv_request_id);
-                goto done;
-            }
-            self->counters.fetches++;
-            if (m->keys.count)
-                s_timer_start(self, 'f', m->kv_request_id, m->round_seq);
-            rc = pk_server_role_on_fetch(self->role, m->kv_request_id, m->keys.v,
-                                         m->block_indexes, m->keys.count, m->round_seq);
-            if (rc == -EPROTO) {
-                s_violation(self, PK_VIOLATION_DUPLICATE_FETCH, "duplicate fetch for %.64s round %llu",
-                                     m->kv_request_id, (unsigned long long) m->round_seq);
-                goto done;
-            }
-            break;
-        }
-        case PK_MSG_ABORT_FETCH:
-            self->counters.aborts++;
-            pk_server_role_on_abort(self->role, m->kv_request_id, m->round_seq);
+                        pk_msg_type_name(m->type));
             break;
         default:
+            s_on_state(self, m);
             break;
     }
-done:
     pk_msg_destroy(&m);
     return s_finish_call(self);
 }
