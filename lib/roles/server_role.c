@@ -988,6 +988,105 @@ s_terminal_fetch(pk_server_role_t *self, const char *kv, uint64_t seq);
 static void
 s_close_lookups(pk_server_role_t *self, s_request_t *req);
 
+//  The round a fetch's demand goes to: the one a lookup or store opened,
+//  the request's unbound prefill round (bound now), or a new one.  NULL
+//  with *rc_p: 0 when the fetch was answered already (a round that failed
+//  before its fetch), else -ENOMEM.
+static s_round_t *
+s_fetch_round(pk_server_role_t *self, const char *kv, uint64_t seq, s_request_t **req_p,
+              s_round_t *r, int *rc_p)
+{
+    s_request_t *req = *req_p;
+    *rc_p = -ENOMEM;
+    if (!r) {
+        //  Rounds that failed before their fetch are answered at once.
+        //  The unbound round it would adopt counts too.
+        s_kept_t *k = s_kept_find(self, K_ROUND, seq, kv);
+        if (!k && !(req && req->unbound))
+            k = s_kept_find(self, K_UNBOUND, 0, kv);
+        if (k) {
+            s_kept_drop(self, k);
+            s_send_done(self, kv, false, seq, 0);
+            *rc_p = 0;
+            return NULL;
+        }
+    }
+    if (!req && !(req = s_request_get(self, kv)))
+        return NULL;
+    *req_p = req;
+    if (!r && req->unbound) {
+        r = req->unbound;
+        if (s_round_bind(self, r, seq) < 0)
+            return NULL;
+    }
+    if (!r && !(r = s_round_new(self, req, true, seq))) {
+        s_request_prune(self, req);
+        return NULL;
+    }
+    return r;
+}
+
+//  Pairs the fetch's keys with the round's supply, in order while the
+//  supply's list matches, through its map after: pairs go to
+//  self->local/remote, their jobs (each once) to self->wjobs, keys without
+//  supply to unpaired[].  Returns 0 or -ENOMEM.
+static int
+s_fetch_pair(pk_server_role_t *self, s_round_t *r, const pk_key_t *keys, const uint32_t *remote,
+             size_t n, size_t *npairs_p, size_t *njobs_p, size_t *unpaired, size_t *nunpaired_p)
+{
+    uint64_t mark = ++self->mark_counter;
+    size_t npairs = 0, njobs = 0, nunpaired = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t job, local;
+        s_job_t *j = NULL;
+        if (r->list.keys) {
+            if (r->list.next < r->list.n && pk_key_eq(&keys[i], &r->list.keys[r->list.next])) {
+                j = r->list.job;
+                local = r->list.blocks[r->list.next++];
+            }
+            //  out of order: fall back to the map for the rest
+            else if (s_supply_to_map(r) < 0)
+                return -ENOMEM;
+        }
+        if (!j && pk_keymap_take(&r->available, &keys[i], &job, &local))
+            j = (s_job_t *) (uintptr_t) job;
+        if (!j) {
+            unpaired[nunpaired++] = i;
+            continue;
+        }
+        self->local[npairs] = (uint32_t) local;
+        self->remote[npairs++] = remote[i];
+        if (j->mark != mark) {
+            j->mark = mark;
+            self->wjobs[njobs++] = j;
+        }
+    }
+    *npairs_p = npairs;
+    *njobs_p = njobs;
+    *nunpaired_p = nunpaired;
+    return 0;
+}
+
+//  Demand that waits for supply: only it needs its own copy of the keys.
+static int
+s_fetch_park(s_round_t *r, const pk_key_t *keys, const uint32_t *remote,
+             const size_t *unpaired, size_t nunpaired)
+{
+    pk_key_t stackkeys[64];
+    pk_key_t *gather = nunpaired <= 64 ? stackkeys : malloc(nunpaired * sizeof *gather);
+    if (!gather)
+        return -ENOMEM;
+    for (size_t j = 0; j < nunpaired; j++)
+        gather[j] = keys[unpaired[j]];
+    r->demand_buf = s_keybuf_new(gather, nunpaired);
+    int rc = r->demand_buf ? 0 : -ENOMEM;
+    for (size_t j = 0; r->demand_buf && j < nunpaired && rc >= 0; j++)
+        rc = pk_keymap_put(&r->demanded, &r->demand_buf->keys[j], remote[unpaired[j]], 0);
+    if (gather != stackkeys)
+        free(gather);
+    return rc < 0 ? rc : 0;
+}
+
 int
 pk_server_role_on_fetch(pk_server_role_t *self, const char *kv, const pk_key_t *keys,
                         const uint32_t *remote, size_t n, uint64_t seq)
@@ -1002,93 +1101,20 @@ pk_server_role_on_fetch(pk_server_role_t *self, const char *kv, const pk_key_t *
         s_terminal_fetch(self, kv, seq);
         return 0;
     }
-    if (!r) {
-        //  Rounds that failed before their fetch are answered at once.
-        //  The unbound round it would adopt counts too.
-        s_kept_t *k = s_kept_find(self, K_ROUND, seq, kv);
-        if (!k && !(req && req->unbound))
-            k = s_kept_find(self, K_UNBOUND, 0, kv);
-        if (k) {
-            s_kept_drop(self, k);
-            s_send_done(self, kv, false, seq, 0);
-            return 0;
-        }
-    }
-    if (!req && !(req = s_request_get(self, kv)))
-        return -ENOMEM;
-    if (!r && req->unbound) {
-        r = req->unbound;
-        if (s_round_bind(self, r, seq) < 0)
-            return -ENOMEM;
-    }
-    if (!r && !(r = s_round_new(self, req, true, seq))) {
-        s_request_prune(self, req);
-        return -ENOMEM;
-    }
+    int rc;
+    if (!(r = s_fetch_round(self, kv, seq, &req, r, &rc)))
+        return rc;
     size_t stackunpaired[64];
     size_t *unpaired = n <= 64 ? stackunpaired : malloc(n * sizeof *unpaired);
-    if (!unpaired || s_scratch(self, n) < 0) {
-        if (unpaired != stackunpaired)
-            free(unpaired);
-        s_round_fail(self, r, FAIL_ERROR);
-        s_request_prune(self, req);
-        return -ENOMEM;
-    }
-    r->demand_received = true;
-    r->remaining = n;
-    uint64_t mark = ++self->mark_counter;
     size_t npairs = 0, njobs = 0, nunpaired = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t job, local;
-        if (r->list.keys) {
-            if (r->list.next < r->list.n && pk_key_eq(&keys[i], &r->list.keys[r->list.next])) {
-                s_job_t *j = r->list.job;
-                self->local[npairs] = r->list.blocks[r->list.next++];
-                self->remote[npairs++] = remote[i];
-                if (j->mark != mark) {
-                    j->mark = mark;
-                    self->wjobs[njobs++] = j;
-                }
-                continue;
-            }
-            //  out of order: fall back to the map for the rest
-            if (s_supply_to_map(r) < 0) {
-                if (unpaired != stackunpaired)
-                    free(unpaired);
-                s_round_fail(self, r, FAIL_ERROR);
-                s_request_prune(self, req);
-                return -ENOMEM;
-            }
-        }
-        if (pk_keymap_take(&r->available, &keys[i], &job, &local)) {
-            s_job_t *j = (s_job_t *) (uintptr_t) job;
-            self->local[npairs] = (uint32_t) local;
-            self->remote[npairs++] = remote[i];
-            if (j->mark != mark) {
-                j->mark = mark;
-                self->wjobs[njobs++] = j;
-            }
-        }
-        else
-            unpaired[nunpaired++] = i;
+    rc = unpaired && s_scratch(self, n) == 0 ? 0 : -ENOMEM;
+    if (rc == 0) {
+        r->demand_received = true;
+        r->remaining = n;
+        rc = s_fetch_pair(self, r, keys, remote, n, &npairs, &njobs, unpaired, &nunpaired);
     }
-    //  Only demand that waits for supply needs its own copy of the keys.
-    int rc = 0;
-    if (nunpaired) {
-        pk_key_t stackkeys[64];
-        pk_key_t *gather = nunpaired <= 64 ? stackkeys : malloc(nunpaired * sizeof *gather);
-        if (gather) {
-            for (size_t j = 0; j < nunpaired; j++)
-                gather[j] = keys[unpaired[j]];
-            r->demand_buf = s_keybuf_new(gather, nunpaired);
-        }
-        for (size_t j = 0; r->demand_buf && j < nunpaired && rc >= 0; j++)
-            rc = pk_keymap_put(&r->demanded, &r->demand_buf->keys[j], remote[unpaired[j]], 0);
-        if (!r->demand_buf)
-            rc = -ENOMEM;
-        if (gather != stackkeys)
-            free(gather);
-    }
+    if (rc == 0 && nunpaired)
+        rc = s_fetch_park(r, keys, remote, unpaired, nunpaired);
     if (unpaired != stackunpaired)
         free(unpaired);
     if (rc < 0) {
