@@ -301,6 +301,53 @@ pk_ofi_mr_mode(const pk_ofi_t *self)
 //  --------------------------------------------------------------------------
 //  Channels
 
+//  A target (it exposes its pool) gets a file descriptor to sleep on while
+//  idle, where the provider has one; a writer spins while its writes run
+//  and needs none (signalling it costs every completion).
+static int
+s_cq_open(pk_ofi_t *ofi, bool expose, pk_ofi_channel_t *self)
+{
+    struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA,
+                                  .wait_obj = expose ? FI_WAIT_FD : FI_WAIT_NONE,
+                                  .size = 4 * S_MAX_DEPTH + 1024 };
+    self->wait_fd = -1;
+    int rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
+    if (rc == 0 && expose && fi_control(&self->cq->fid, FI_GETWAIT, &self->wait_fd) != 0) {
+        fi_close(&self->cq->fid);
+        self->wait_fd = -1;
+        rc = -FI_ENOSYS;
+    }
+    if (rc && expose) {
+        cq_attr.wait_obj = FI_WAIT_NONE;
+        rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
+    }
+    return rc;
+}
+
+//  The pool registered for this peer's remote writes, under a key never
+//  reused, and its raw key where the domain wants one.  Nothing is left
+//  registered on failure.
+static int
+s_expose(pk_ofi_t *ofi, pk_ofi_channel_t *self, char *err)
+{
+    int rc = s_register(ofi, FI_REMOTE_WRITE, self->ep, &self->expose_mr);
+    if (rc)
+        return pk_err(err, rc, "ofi: registering the pool for remote writes: %s",
+                      fi_strerror(-rc));
+    self->expose_key = fi_mr_key(self->expose_mr);
+    if (ofi->info->domain_attr->mr_mode & FI_MR_RAW) {
+        size_t size = sizeof self->raw_key;
+        rc = fi_mr_raw_attr(self->expose_mr, &self->raw_base, self->raw_key, &size, 0);
+        if (rc) {
+            fi_close(&self->expose_mr->fid);
+            self->expose_mr = NULL;
+            return pk_err(err, rc, "ofi: the raw key of the pool: %s", fi_strerror(-rc));
+        }
+        self->raw_key_len = size;
+    }
+    return 0;
+}
+
 pk_ofi_channel_t *
 pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
 {
@@ -316,23 +363,7 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
     if (self->depth == 0)
         self->depth = 1;
     self->credits = self->depth;
-    //  A target (it exposes its pool) gets a file descriptor to sleep on
-    //  while idle, where the provider has one; a writer spins while its
-    //  writes run and needs none (signalling it costs every completion).
-    struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA,
-                                  .wait_obj = expose ? FI_WAIT_FD : FI_WAIT_NONE,
-                                  .size = 4 * S_MAX_DEPTH + 1024 };
-    self->wait_fd = -1;
-    rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
-    if (rc == 0 && expose && fi_control(&self->cq->fid, FI_GETWAIT, &self->wait_fd) != 0) {
-        fi_close(&self->cq->fid);
-        self->wait_fd = -1;
-        rc = -FI_ENOSYS;
-    }
-    if (rc && expose) {
-        cq_attr.wait_obj = FI_WAIT_NONE;
-        rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
-    }
+    rc = s_cq_open(ofi, expose, self);
     if (rc) {
         pk_err(err, rc, "ofi: fi_cq_open: %s", fi_strerror(-rc));
         goto fail_self;
@@ -367,31 +398,14 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
     }
     struct fid_mr *local = self->local_mr ? self->local_mr : ofi->local_mr;
     self->desc = local ? fi_mr_desc(local) : NULL;
-    if (expose) {
-        rc = s_register(ofi, FI_REMOTE_WRITE, self->ep, &self->expose_mr);
-        if (rc) {
-            pk_err(err, rc, "ofi: registering the pool for remote writes: %s", fi_strerror(-rc));
-            goto fail_local;
-        }
-        self->expose_key = fi_mr_key(self->expose_mr);
-        if (mr_mode & FI_MR_RAW) {
-            size_t size = sizeof self->raw_key;
-            rc = fi_mr_raw_attr(self->expose_mr, &self->raw_base, self->raw_key, &size, 0);
-            if (rc) {
-                pk_err(err, rc, "ofi: the raw key of the pool: %s", fi_strerror(-rc));
-                goto fail_expose;
-            }
-            self->raw_key_len = size;
-        }
-    }
+    if (expose && (rc = s_expose(ofi, self, err)) != 0)
+        goto fail_local;
     atomic_fetch_add(&ofi->channels_opened, 1);
     atomic_fetch_add(&ofi->channels_open, 1);
     if (rc_p)
         *rc_p = 0;
     return self;
 
-fail_expose:
-    fi_close(&self->expose_mr->fid);
 fail_local:
     if (self->local_mr)
         fi_close(&self->local_mr->fid);
