@@ -1,21 +1,14 @@
-/*  metrics.c: the metrics registry, its two renderings and the HTTP
-    listener that serves one of them.
+/*  metrics.c: the metrics registry and its two renderings (Prometheus
+    text and JSON); metrics_http.c serves the first.
 
     The registry is an array of families in declaration order, indexed by
     id on every update, plus a zhashx from name to family that only
-    declare and find probe.  Each family holds its total and an array of labelled samples
-    sorted by peer name: an update finds its peer by binary search, render
+    declare and find probe.  Each family holds its total and an array of
+    labelled samples sorted by peer name: an update finds its peer by binary search, render
     walks them in order without sorting, and forget_peer is one search per
     family.  One mutex guards it all; a sample's label is escaped once when
     the sample is made, so rendering a family under the lock is mostly
     copying.
-
-    The listener is a zactor whose loop hands zmq_poll its pipe, a
-    non-blocking listening socket and its connections (zmq_poll takes plain
-    descriptors beside ZeroMQ sockets), so destroy's $TERM wakes it at
-    once.  Each connection carries one request and is closed after the
-    answer; a bounded number are served at a time and each has a deadline,
-    so no client can hold the listener or grow its memory.
 */
 #include "daemon/metrics.h"
 #include "wire/protocol.h"
@@ -25,15 +18,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #define S_MAX_NAME 200          //  bytes of a family name
 

@@ -1,6 +1,14 @@
 /*  metrics_http.c: the optional HTTP listener that serves the metrics as
     Prometheus text (--metrics-bind), from its own thread: a scrape never
-    waits on the daemon, and the daemon never waits on a scraper.  */
+    waits on the daemon, and the daemon never waits on a scraper.
+
+    The listener is a zactor whose loop hands zmq_poll its pipe, a
+    non-blocking listening socket and its connections (zmq_poll takes plain
+    descriptors beside ZeroMQ sockets), so destroy's $TERM wakes it at
+    once.  Each connection carries one request and is closed after the
+    answer; a bounded number are served at a time and each has a deadline,
+    so no client can hold the listener or grow its memory.
+*/
 #include "daemon/metrics.h"
 #include "base/err.h"
 #include "base/thread.h"
