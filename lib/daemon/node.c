@@ -65,6 +65,60 @@ pk_node_log(const pk_node_t *self, int level, const char *fmt, ...)
     va_end(ap);
 }
 
+//  The ZAP handler (with --allow), the peers' ROUTER and the engine's
+//  socket, bound: 0, or a negative errno with err; the caller destroys
+//  what was made.
+static int
+s_open_sockets(pk_node_t *self, char *err)
+{
+    const pk_server_config_t *config = self->config;
+    if (config->nallow) {
+        //  czmq's zauth matches whole address strings only, so CIDR ranges
+        //  need our own handler on libzmq's ZAP endpoint (RFC 27).
+        self->zap = zsock_new_rep("inproc://zeromq.zap.01");
+        if (!self->zap) {
+            snprintf(err, PK_ERRLEN, "cannot start the --allow filter (ZAP handler)");
+            return -ENOMEM;
+        }
+    }
+    self->router = zsock_new(ZMQ_ROUTER);
+    self->local = zsock_new(ZMQ_ROUTER);
+    if (!self->router || !self->local) {
+        snprintf(err, PK_ERRLEN, "cannot create sockets");
+        return -ENOMEM;
+    }
+    zsock_set_router_handover(self->router, 1);
+    zsock_set_maxmsgsize(self->router, (int64_t) config->max_frame);
+    if (config->nallow)
+        zsock_set_zap_domain(self->router, "p2pkv");
+    if (zsock_bind(self->router, "%s", config->bind) < 0) {
+        snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->bind, zmq_strerror(zmq_errno()));
+        return -EADDRINUSE;
+    }
+    if (zsock_bind(self->local, "%s", config->local) < 0) {
+        snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->local, zmq_strerror(zmq_errno()));
+        return -EADDRINUSE;
+    }
+    const char *last = zsock_endpoint(self->router);
+    snprintf(self->endpoint, sizeof self->endpoint, "%s", last ? last : config->bind);
+    return 0;
+}
+
+//  The line printed when the node serves.
+static void
+s_ready_line(pk_node_t *self)
+{
+    const pk_server_config_t *config = self->config;
+    char fabric[256];
+    pk_ofi_describe(self->ofi, fabric, sizeof fabric);
+    snprintf(self->ready, sizeof self->ready,
+             "p2pkv-server %s ready: peer %s, peers at %s, engine at %s, pool %s "
+             "(%llu blocks of %llu bytes), %s",
+             PK_VERSION, config->peer_id, self->endpoint, config->local, config->pool_name,
+             (unsigned long long) config->pool_blocks, (unsigned long long) config->block_len,
+             fabric);
+}
+
 pk_node_t *
 pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 {
@@ -121,37 +175,9 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         { config->lookup_timeout, config->store_timeout, config->drain_timeout },
         config->silence_timeout, config->max_requests, config->max_parked_keys,
         config->max_rounds, pk_server_config_pin_quota(config) };
-    if (config->nallow) {
-        //  czmq's zauth matches whole address strings only, so CIDR ranges
-        //  need our own handler on libzmq's ZAP endpoint (RFC 27).
-        self->zap = zsock_new_rep("inproc://zeromq.zap.01");
-        if (!self->zap) {
-            snprintf(err, PK_ERRLEN, "cannot start the --allow filter (ZAP handler)");
-            goto fail_sockets;
-        }
-    }
-    self->router = zsock_new(ZMQ_ROUTER);
-    self->local = zsock_new(ZMQ_ROUTER);
-    if (!self->router || !self->local) {
-        snprintf(err, PK_ERRLEN, "cannot create sockets");
+    rc = s_open_sockets(self, err);
+    if (rc)
         goto fail_sockets;
-    }
-    zsock_set_router_handover(self->router, 1);
-    zsock_set_maxmsgsize(self->router, (int64_t) config->max_frame);
-    if (config->nallow)
-        zsock_set_zap_domain(self->router, "p2pkv");
-    if (zsock_bind(self->router, "%s", config->bind) < 0) {
-        snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->bind, zmq_strerror(zmq_errno()));
-        rc = -EADDRINUSE;
-        goto fail_sockets;
-    }
-    if (zsock_bind(self->local, "%s", config->local) < 0) {
-        snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->local, zmq_strerror(zmq_errno()));
-        rc = -EADDRINUSE;
-        goto fail_sockets;
-    }
-    const char *last = zsock_endpoint(self->router);
-    snprintf(self->endpoint, sizeof self->endpoint, "%s", last ? last : config->bind);
     self->handshake = pk_handshake_new(self);
     self->poller = self->handshake
                    ? zpoller_new(self->router, self->local, self->handshake, self->zap, NULL)
@@ -166,14 +192,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
             goto fail_poller;
         }
     }
-    char fabric[256];
-    pk_ofi_describe(self->ofi, fabric, sizeof fabric);
-    snprintf(self->ready, sizeof self->ready,
-             "p2pkv-server %s ready: peer %s, peers at %s, engine at %s, pool %s "
-             "(%llu blocks of %llu bytes), %s",
-             PK_VERSION, config->peer_id, self->endpoint, config->local, config->pool_name,
-             (unsigned long long) config->pool_blocks, (unsigned long long) config->block_len,
-             fabric);
+    s_ready_line(self);
     if (rc_p)
         *rc_p = 0;
     return self;
