@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sodium.h>
 #include <string.h>
@@ -564,6 +565,175 @@ START_TEST(test_sigterm_during_transfers_leaves_no_pool)
 }
 END_TEST
 
+//  Live sessions and the peers the server still lists, from stats.
+static json_int_t
+s_sessions(td_t *s, size_t *npeers_p)
+{
+    json_t *st = td_engine(s, "{s:s}", "cmd", "stats");
+    json_int_t n = json_integer_value(json_object_get(st, "sessions"));
+    if (npeers_p)
+        *npeers_p = json_array_size(json_object_get(st, "peers"));
+    json_decref(st);
+    return n;
+}
+
+//  Waits (bounded) until the server holds no session and lists no peer.
+static void
+s_expect_no_sessions(td_t *s, double timeout)
+{
+    double deadline = pk_clock_monotonic() + timeout;
+    json_int_t n = -1;
+    size_t npeers = 1;
+    while (pk_clock_monotonic() < deadline && (n || npeers)) {
+        n = s_sessions(s, &npeers);
+        if (n || npeers)
+            zclock_sleep(100);
+    }
+    ck_assert_int_eq(n, 0);
+    ck_assert_uint_eq(npeers, 0);
+}
+
+//  Defect 1: a peer actor whose session cannot be created reports it
+//  ("GONE"), so the door frees its slot at once.  The failure is injected
+//  with the test-only P2PKV_TEST_FAIL_SESSION (lib/daemon/peer.c).  With
+//  --max-sessions 2, two failed connects followed by two good ones must all
+//  be answered, and the server stays responsive.
+START_TEST(test_failed_session_frees_its_slot)
+{
+    setenv("P2PKV_TEST_FAIL_SESSION", "c-doomed", 1);
+    td_t s;
+    td_start(&s, (const char *const[]) { "--max-sessions", "2", NULL });
+    unsetenv("P2PKV_TEST_FAIL_SESSION");
+    for (int i = 0; i < 2; i++) {
+        tc_config_t c = { s.endpoint, "c-doomed", 64, BLOCK, "fp", "7", 0 };
+        tc_t *tc = tc_new(&c);
+        ck_assert_ptr_nonnull(tc);
+        pk_msg_t *answer = tc_connect(tc, 1.5);
+        //  no session: a disconnect, or nothing at all
+        ck_assert(!answer || answer->type == PK_MSG_DISCONNECT);
+        pk_msg_destroy(&answer);
+        tc_destroy(&tc);
+    }
+    s_expect_no_sessions(&s, 5);
+    tc_t *a = s_consumer(&s, "c-one", BLOCK, "fp", "7", NULL);
+    tc_t *b = s_consumer(&s, "c-two", BLOCK, "fp", "7", NULL);
+    ck_assert_int_eq(s_sessions(&s, NULL), 2);
+    tc_send(b, pk_msg_new(PK_MSG_PING));
+    pk_msg_t *pong = s_expect(b, PK_MSG_PONG, 5);
+    pk_msg_destroy(&pong);
+    tc_destroy(&a);
+    tc_destroy(&b);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  Defect 2: 64 consumers connecting at once, below --max-sessions, are
+//  all answered within a bound (20 s: generous for two cores under the
+//  sanitizers; unloaded it is well under a second).
+#define S_CROWD 64
+#define S_CROWD_BOUND 20.0
+
+typedef struct {
+    td_t *s;
+    int i;
+    zsock_t *go;                    //  the start line: every thread waits on it
+    double elapsed;
+    int type;
+} s_crowd_t;
+
+static void *
+s_crowd_member(void *arg)
+{
+    s_crowd_t *m = arg;
+    char id[32];
+    snprintf(id, sizeof id, "c-crowd-%d", m->i);
+    tc_config_t c = { m->s->endpoint, id, 64, BLOCK, "fp", "7", 0 };
+    tc_t *tc = tc_new(&c);
+    m->type = -1;
+    char *go = zstr_recv(m->go);
+    zstr_free(&go);
+    double t0 = pk_clock_monotonic();
+    pk_msg_t *answer = tc ? tc_connect(tc, S_CROWD_BOUND + 5) : NULL;
+    m->elapsed = pk_clock_monotonic() - t0;
+    m->type = answer ? (int) answer->type : -1;
+    pk_msg_destroy(&answer);
+    //  stay connected until every member has its answer (the slot count)
+    char *done = zstr_recv(m->go);
+    zstr_free(&done);
+    tc_destroy(&tc);
+    return NULL;
+}
+
+START_TEST(test_crowd_connects_within_a_bound)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--max-sessions", "80", "--silence-timeout", "30",
+                                          NULL });
+    zsock_t *start = zsock_new_pub("inproc://crowd");
+    ck_assert_ptr_nonnull(start);
+    pthread_t th[S_CROWD];
+    s_crowd_t m[S_CROWD];
+    for (int i = 0; i < S_CROWD; i++) {
+        m[i] = (s_crowd_t) { &s, i, zsock_new_sub("inproc://crowd", ""), 0, -1 };
+        ck_assert_ptr_nonnull(m[i].go);
+        ck_assert_int_eq(pthread_create(&th[i], NULL, s_crowd_member, &m[i]), 0);
+    }
+    zclock_sleep(3000);             //  every member built its channel
+    zstr_send(start, "GO");
+    double deadline = pk_clock_monotonic() + S_CROWD_BOUND + 10;
+    while (pk_clock_monotonic() < deadline && s_sessions(&s, NULL) < S_CROWD)
+        zclock_sleep(100);
+    zstr_send(start, "DONE");
+    double worst = 0;
+    int acked = 0;
+    for (int i = 0; i < S_CROWD; i++) {
+        pthread_join(th[i], NULL);
+        zsock_destroy(&m[i].go);
+        if (m[i].type == PK_MSG_CONNECT_ACK && m[i].elapsed <= S_CROWD_BOUND)
+            acked++;
+        if (m[i].elapsed > worst)
+            worst = m[i].elapsed;
+    }
+    zsock_destroy(&start);
+    fprintf(stderr, "crowd: %d of %d acked within %.0f s, slowest %.2f s\n", acked, S_CROWD,
+            S_CROWD_BOUND, worst);
+    ck_assert_msg(acked == S_CROWD, "%d of %d consumers acked within %.0f s (slowest %.2f s)",
+                  acked, S_CROWD, S_CROWD_BOUND, worst);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  Defect 3: many sessions opened and retired leave no peer behind (the
+//  door reaps from its list of retired peers).
+START_TEST(test_retired_sessions_leave_no_peers)
+{
+    td_t s;
+    //  a silence timeout longer than a round's connects (each may wait for
+    //  its DEALER's first 0.5 s retry)
+    td_start(&s, (const char *const[]) { "--max-sessions", "8", "--silence-timeout", "5", NULL });
+    for (int round = 0; round < 3; round++) {
+        tc_t *tc[8];
+        for (int i = 0; i < 8; i++) {
+            char id[32];
+            snprintf(id, sizeof id, "c-churn-%d-%d", round, i);
+            tc[i] = s_consumer(&s, id, BLOCK, "fp", "7", NULL);
+        }
+        ck_assert_int_eq(s_sessions(&s, NULL), 8);
+        //  every slot is taken: one more is refused, not queued
+        pk_msg_t *answer;
+        tc_t *extra = s_consumer(&s, "c-churn-extra", BLOCK, "fp", "7", &answer);
+        ck_assert_int_eq(answer->type, PK_MSG_DISCONNECT);
+        pk_msg_destroy(&answer);
+        tc_destroy(&extra);
+        for (int i = 0; i < 8; i++)
+            tc_destroy(&tc[i]);
+        //  silent consumers retire at the silence timeout
+        s_expect_no_sessions(&s, 15);
+    }
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -589,5 +759,11 @@ main(void)
     tcase_add_test(tc, test_pull_between_servers);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
     suite_add_tcase(s, tc);
+    //  the actors' failure paths, the crowd at the door and reaping
+    TCase *load = tcase_create("load");
+    tcase_add_test(load, test_failed_session_frees_its_slot);
+    tcase_add_test(load, test_crowd_connects_within_a_bound);
+    tcase_add_test(load, test_retired_sessions_leave_no_peers);
+    suite_add_tcase(s, load);
     return pk_test_run("server_e2e", s);
 }

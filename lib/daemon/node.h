@@ -4,10 +4,11 @@
     socket the engine talks to.  Frames from a peer with a session go,
     unparsed, to that peer's actor (a czmq zactor owning the session, its
     server role and its data-plane channel); `describe` and `connect` from
-    routing ids without a session are answered by the main thread, which
-    starts the peer's actor.  The engine's commands (describe, reserve,
-    commit, put, drop, store, finish, stats) are JSON objects on the local
-    socket, answered with JSON.
+    routing ids without a session go to the handshake actor, and the main
+    thread starts the actor of each peer it accepts.  The engine's commands
+    (describe, reserve, commit, put, drop, pull, store, finish, stats) are
+    JSON objects on the local socket, answered with JSON.  The files behind
+    this face are listed in node_internal.h.
 */
 #ifndef PK_NODE_H_INCLUDED
 #define PK_NODE_H_INCLUDED

@@ -1,0 +1,377 @@
+/*  door.c: the ROUTER door: routing by routing id, backlogs, reaping.
+
+    The main thread never parses a frame from a peer that has a session: it
+    routes by routing id to the peer's actor and forwards what actors emit.
+    Frames from unknown routing ids go to the handshake actor, one per
+    routing id at a time and a bounded number overall.  Each actor's
+    backlog is bounded (--max-queued-frames), and the door never waits on
+    an actor: every send to a peer's pipe is non-blocking, and a full pipe
+    counts as a dropped frame (protocol.md section 6).  A peer's actor says
+    GONE on every way out; the door then puts the peer on a list and reaps
+    it after the wake, so a wake costs the peers that ended, not all peers.
+
+    Words the door sends to a peer's actor: FRAME frame, STORE held,
+    VIOLATION reason, QUIT (peer.c lists them with their payloads).
+*/
+#include "daemon/door.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+//  Frees what a peer owns; s_peer_destroy also unregisters it.
+void
+pk_door_peer_free(pk_peer_t *peer)
+{
+    if (peer->actor) {
+        //  The actor reads its pipe until $TERM on every path, so the
+        //  $TERM zactor_destroy sends may wait for it (a non-blocking one
+        //  could be lost to a full pipe and leave the thread running).
+        zsock_set_sndtimeo(zactor_sock(peer->actor), -1);
+        zactor_destroy(&peer->actor);
+    }
+    pk_ofi_channel_destroy(&peer->channel);
+    pk_msg_destroy(&peer->connect);
+    free(peer->consumer);
+    free(peer);
+}
+
+static void
+s_gone_unlink(pk_node_t *self, pk_peer_t *peer)
+{
+    for (pk_peer_t **at = &self->gone; *at; at = &(*at)->next_gone)
+        if (*at == peer) {
+            *at = peer->next_gone;
+            break;
+        }
+    peer->next_gone = NULL;
+}
+
+static void
+s_peer_destroy(pk_node_t *self, pk_peer_t *peer)
+{
+    //  what the actor still had to say (its disconnect, job results) goes
+    //  out first
+    while (peer->actor && (zsock_events(zactor_sock(peer->actor)) & ZMQ_POLLIN))
+        pk_door_from_actor(self, peer);
+    if (peer->retired)
+        s_gone_unlink(self, peer);
+    pk_metrics_add(self->metrics, PK_M_SESSIONS_RETIRED, NULL, 1);
+    pk_key_t rk = pk_node_key(peer->rid, peer->rlen);
+    pk_keymap_take(&self->by_rid, &rk, NULL, NULL);
+    pk_key_t ck = pk_node_key(peer->consumer, strlen(peer->consumer));
+    pk_keymap_entry_t *e = pk_keymap_find(&self->by_consumer, &ck);
+    if (e && (pk_peer_t *) (uintptr_t) e->a == peer)
+        pk_keymap_take(&self->by_consumer, &ck, NULL, NULL);
+    if (peer->actor) {
+        zpoller_remove(self->poller, peer->actor);
+        pk_key_t ak = pk_node_key((const uint8_t *) &peer->actor, sizeof peer->actor);
+        pk_keymap_take(&self->by_actor, &ak, NULL, NULL);
+    }
+    //  bounded state: a retired peer's series go (the totals stay)
+    if (!pk_door_peer_by_consumer(self, peer->consumer))
+        pk_metrics_forget_peer(self->metrics, peer->consumer);
+    pk_door_peer_free(peer);
+    self->npeers--;
+}
+
+static pk_peer_t *
+s_peer_by_rid(pk_node_t *self, const void *rid, size_t rlen)
+{
+    pk_key_t k = pk_node_key(rid, rlen);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->by_rid, &k);
+    return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
+}
+
+pk_peer_t *
+pk_door_peer_by_consumer(pk_node_t *self, const char *consumer)
+{
+    pk_key_t k = pk_node_key(consumer, strlen(consumer));
+    pk_keymap_entry_t *e = pk_keymap_find(&self->by_consumer, &k);
+    return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
+}
+
+pk_peer_t *
+pk_door_peer_by_actor(pk_node_t *self, void *which)
+{
+    pk_key_t ak = pk_node_key((const uint8_t *) &which, sizeof which);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->by_actor, &ak);
+    return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
+}
+
+static void
+s_reply(pk_node_t *self, const void *rid, size_t rlen, const char *frame, size_t len)
+{
+    zmsg_t *msg = zmsg_new();
+    zmsg_addmem(msg, rid, rlen);
+    zmsg_addmem(msg, frame, len);
+    zmsg_send(&msg, self->router);
+}
+
+static void
+s_reply_disconnect(pk_node_t *self, const void *rid, size_t rlen, pk_disconnect_code_t code,
+                   const char *reason)
+{
+    char *frame;
+    size_t len;
+    if (pk_server_session_disconnect_frame(&self->id, code, reason, NULL, NULL, &frame, &len) == 0) {
+        s_reply(self, rid, rlen, frame, len);
+        free(frame);
+    }
+}
+
+int
+pk_door_deliver(pk_node_t *self, pk_peer_t *peer, pk_held_t *h)
+{
+    return zsock_send(peer->actor, "sp", "STORE", h) == 0 ? 0 : -EAGAIN;
+}
+
+//  Starts a registered peer's actor.  The actor opens the peer's channel
+//  and its session itself, so connects are opened in parallel, one thread
+//  each, not one after another at the handshake actor (tens of
+//  milliseconds each, hundreds under load).
+static int
+s_peer_start(pk_node_t *self, pk_peer_t *peer)
+{
+    peer->actor = zactor_new(pk_peer_actor, peer);
+    if (!peer->actor)
+        return -ENOMEM;
+    //  never wait on one actor: a full pipe is a drop
+    zsock_set_sndtimeo(zactor_sock(peer->actor), 0);
+    pk_key_t ak = pk_node_key((const uint8_t *) &peer->actor, sizeof peer->actor);
+    if (pk_keymap_put(&self->by_actor, &ak, (uintptr_t) peer, 0) < 0)
+        return -ENOMEM;
+    zpoller_add(self->poller, peer->actor);
+    return 0;
+}
+
+//  A peer the handshake actor accepted: retire a restarted consumer's old
+//  session first, then start the new one's actor.
+static void
+s_peer_register(pk_node_t *self, pk_peer_t *peer)
+{
+    if (self->quitting) {
+        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_SHUTDOWN, "server shutting down");
+        pk_door_peer_free(peer);
+        return;
+    }
+    pk_peer_t *old = pk_door_peer_by_consumer(self, peer->consumer);
+    if (old) {
+        pk_node_log(self, PK_LOG_INFO, "consumer %s restarted: retiring its old session",
+                    peer->consumer);
+        s_peer_destroy(self, old);
+    }
+    pk_key_t rk = pk_node_key(peer->rid, peer->rlen);
+    pk_key_t ck = pk_node_key(peer->consumer, strlen(peer->consumer));
+    pk_keymap_put(&self->by_rid, &rk, (uintptr_t) peer, 0);
+    pk_keymap_put(&self->by_consumer, &ck, (uintptr_t) peer, 0);
+    self->npeers++;
+    if (self->npeers > self->config->max_sessions) {
+        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION, "too many sessions");
+        s_peer_destroy(self, peer);
+        return;
+    }
+    if (s_peer_start(self, peer) != 0) {
+        s_peer_destroy(self, peer);
+        return;
+    }
+    pk_node_log(self, PK_LOG_INFO, "session %s opened", peer->consumer);
+    pk_metrics_add(self->metrics, PK_M_SESSIONS_OPENED, NULL, 1);
+    pk_engine_deliver_held(self, peer);
+}
+
+//  What the handshake actor handed back: REPLY rid frame (empty: none) or
+//  PEER rid peer.
+void
+pk_door_from_handshake(pk_node_t *self)
+{
+    zmsg_t *msg = zmsg_recv(self->handshake);
+    if (!msg)
+        return;
+    char *cmd = zmsg_popstr(msg);
+    zframe_t *rid = zmsg_pop(msg);
+    if (rid) {
+        pk_key_t k = pk_node_key(zframe_data(rid), zframe_size(rid));
+        uint64_t copy;
+        if (pk_keymap_take(&self->pending, &k, NULL, &copy))
+            free((void *) (uintptr_t) copy);
+    }
+    if (cmd && rid && streq(cmd, "REPLY")) {
+        zframe_t *what = zmsg_pop(msg);
+        if (what && zframe_size(what))
+            s_reply(self, zframe_data(rid), zframe_size(rid), (const char *) zframe_data(what),
+                    zframe_size(what));
+        zframe_destroy(&what);
+    }
+    else if (cmd && streq(cmd, "PEER")) {
+        pk_peer_t *peer = pk_node_pop_ptr(msg);
+        if (peer)
+            s_peer_register(self, peer);
+    }
+    zstr_free(&cmd);
+    zframe_destroy(&rid);
+    zmsg_destroy(&msg);
+}
+
+//  One frame per unknown routing id at a time (a consumer repeats its
+//  connect until answered), and a bounded backlog overall.
+static void
+s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame)
+{
+    pk_key_t k = pk_node_key(zframe_data(rid), zframe_size(rid));
+    uint64_t backlog = self->handshakes_sent - atomic_load(&self->handshakes_done);
+    uint8_t *copy = NULL;
+    if (pk_keymap_find(&self->pending, &k) || backlog >= self->config->max_queued_frames
+        || !(copy = malloc(zframe_size(rid) + 1))) {
+        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+        return;
+    }
+    memcpy(copy, zframe_data(rid), zframe_size(rid));
+    k.bytes = copy;
+    if (pk_keymap_put(&self->pending, &k, 0, (uintptr_t) copy) < 0) {
+        free(copy);
+        return;
+    }
+    if (zsock_send(self->handshake, "sff", "HELLO", rid, frame) != 0) {
+        pk_keymap_take(&self->pending, &k, NULL, NULL);
+        free(copy);
+        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+        return;
+    }
+    self->handshakes_sent++;
+}
+
+static void
+s_to_peer(pk_node_t *self, pk_peer_t *peer, zframe_t *frame)
+{
+    if (peer->retired || peer->flooding)
+        return;
+    uint64_t backlog = peer->sent - atomic_load(&peer->consumed);
+    if (backlog >= self->config->max_queued_frames) {
+        //  the door never waits for one peer: a flood ends its session
+        //  (and while the pipe is too full for the word, frames drop)
+        char reason[96];
+        snprintf(reason, sizeof reason, "limit: more than %llu frames queued",
+                 (unsigned long long) self->config->max_queued_frames);
+        if (zsock_send(peer->actor, "ss", "VIOLATION", reason) == 0)
+            peer->flooding = true;
+        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+    }
+    else if (zsock_send(peer->actor, "sb", "FRAME", zframe_data(frame), zframe_size(frame)) == 0)
+        peer->sent++;
+    else
+        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+}
+
+void
+pk_door_from_router(pk_node_t *self)
+{
+    zmsg_t *msg = zmsg_recv(self->router);
+    if (!msg)
+        return;
+    if (zmsg_size(msg) != 2) {
+        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+        zmsg_destroy(&msg);
+        return;         //  one routing id, one JSON frame: anything else is dropped
+    }
+    zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
+    pk_peer_t *peer = s_peer_by_rid(self, zframe_data(rid), zframe_size(rid));
+    if (peer)
+        s_to_peer(self, peer, frame);
+    else
+        s_to_handshake(self, rid, frame);
+    zframe_destroy(&rid);
+    zframe_destroy(&frame);
+    zmsg_destroy(&msg);
+}
+
+//  --------------------------------------------------------------------------
+//  What a peer's actor says: FRAME frame (to its consumer), JOB job success
+//  (a job's result, for the engine when it was its prefill store), GONE
+//  reason (the actor is done: reap it).
+
+static void
+s_actor_frame(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg)
+{
+    zframe_t *f = zmsg_pop(msg);
+    if (f)
+        s_reply(self, peer->rid, peer->rlen, (const char *) zframe_data(f), zframe_size(f));
+    zframe_destroy(&f);
+}
+
+static void
+s_actor_job(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg)
+{
+    char *job = zmsg_popstr(msg), *ok = zmsg_popstr(msg);
+    if (job && ok)
+        pk_engine_event(self, strtoull(job, NULL, 10), streq(ok, "1"));
+    zstr_free(&job);
+    zstr_free(&ok);
+}
+
+static void
+s_actor_gone(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg)
+{
+    if (peer->retired)
+        return;
+    peer->retired = true;
+    peer->next_gone = self->gone;
+    self->gone = peer;
+}
+
+static const struct {
+    const char *word;
+    void (*fn)(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg);
+} s_actor_words[] = {
+    { "FRAME", s_actor_frame },
+    { "JOB", s_actor_job },
+    { "GONE", s_actor_gone },
+};
+
+void
+pk_door_from_actor(pk_node_t *self, pk_peer_t *peer)
+{
+    zmsg_t *msg = zmsg_recv(peer->actor);
+    if (!msg)
+        return;
+    char *cmd = zmsg_popstr(msg);
+    for (size_t i = 0; cmd && i < sizeof s_actor_words / sizeof s_actor_words[0]; i++)
+        if (streq(cmd, s_actor_words[i].word)) {
+            s_actor_words[i].fn(self, peer, msg);
+            break;
+        }
+    zstr_free(&cmd);
+    zmsg_destroy(&msg);
+}
+
+void
+pk_door_reap(pk_node_t *self)
+{
+    while (self->gone)
+        s_peer_destroy(self, self->gone);       //  unlinks it from the list
+}
+
+void
+pk_door_quit(pk_node_t *self)
+{
+    //  Only at shutdown, so a walk of every peer is fine here.
+    for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
+        if (!self->by_rid.slots[i].key.bytes)
+            continue;
+        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
+        if (!peer->quit_sent && !peer->retired && zstr_send(peer->actor, "QUIT") == 0)
+            peer->quit_sent = true;
+    }
+}
+
+void
+pk_door_destroy_all(pk_node_t *self)
+{
+    while (self->by_rid.count) {
+        for (size_t i = 0; i <= self->by_rid.mask; i++)
+            if (self->by_rid.slots[i].key.bytes) {
+                s_peer_destroy(self, (pk_peer_t *) (uintptr_t) self->by_rid.slots[i].a);
+                break;
+            }
+    }
+}

@@ -1,0 +1,491 @@
+/*  engine_api.c: the engine's JSON API on the local socket.
+
+    Each request is one JSON object {"cmd": NAME, ...} answered with one
+    JSON object ({"ok": true, ...} or {"ok": false, "error": TEXT}); the
+    commands are a table (s_commands) of NAME and handler.  Events follow
+    unasked: store_result (a prefill job ended) and pull_result (a pull
+    ended, puller.c).  A prefill store or finish for a consumer without a
+    session is held until its session starts or the store-job timeout.
+*/
+#include "daemon/door.h"
+
+#include <errno.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    uint64_t job;
+    uint8_t rid[256];
+    size_t rlen;
+} s_engine_job_t;
+
+void
+pk_engine_send(pk_node_t *self, const void *rid, size_t rlen, json_t *answer)
+{
+    char *text = json_dumps(answer, JSON_COMPACT);
+    json_decref(answer);
+    if (!text)
+        return;
+    zmsg_t *msg = zmsg_new();
+    zmsg_addmem(msg, rid, rlen);
+    zmsg_addstr(msg, text);
+    zmsg_send(&msg, self->local);
+    free(text);
+}
+
+static json_t *
+s_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static json_t *
+s_error(const char *fmt, ...)
+{
+    char text[PK_ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    return json_pack("{s:b, s:s}", "ok", 0, "error", text);
+}
+
+void
+pk_engine_event(pk_node_t *self, uint64_t job, bool success)
+{
+    pk_key_t k = pk_node_key(&job, sizeof job);
+    uint64_t ptr;
+    if (!pk_keymap_take(&self->engine_jobs, &k, &ptr, NULL))
+        return;         //  a lookup's pin job: nobody to tell
+    s_engine_job_t *ej = (s_engine_job_t *) (uintptr_t) ptr;
+    pk_engine_send(self, ej->rid, ej->rlen,
+                   json_pack("{s:s, s:I, s:b}", "event", "store_result", "job", (json_int_t) job,
+                             "success", success));
+    free(ej);
+}
+
+void
+pk_held_free(pk_held_t *h)
+{
+    free(h->consumer);
+    free(h->kv);
+    free(h->keys);
+    free(h->blocks);
+    free(h);
+}
+
+//  A held store that cannot reach its session fails like a timed-out
+//  store job: unpinned, and the engine told.
+static void
+s_held_fail(pk_node_t *self, pk_held_t *h)
+{
+    if (!h->finish) {
+        pk_store_release_job(self->store, h->job);
+        pk_engine_event(self, h->job, false);
+    }
+    pk_held_free(h);
+}
+
+//  Never waits on the actor: a full pipe fails the store.
+static void
+s_deliver(pk_node_t *self, pk_peer_t *peer, pk_held_t *h)
+{
+    if (pk_door_deliver(self, peer, h) != 0)
+        s_held_fail(self, h);
+}
+
+void
+pk_engine_deliver_held(pk_node_t *self, pk_peer_t *peer)
+{
+    pk_held_t **at = &self->held;
+    while (*at) {
+        pk_held_t *h = *at;
+        if (strcmp(h->consumer, peer->consumer) != 0) {
+            at = &h->next;
+            continue;
+        }
+        *at = h->next;
+        self->nheld--;
+        s_deliver(self, peer, h);
+    }
+}
+
+//  Held stores for consumers that never connected fail at the store-job
+//  timeout, like any store job.
+void
+pk_engine_expire_held(pk_node_t *self)
+{
+    double now = zclock_mono() / 1e3;
+    pk_held_t **at = &self->held;
+    while (*at) {
+        pk_held_t *h = *at;
+        if (now < h->expires) {
+            at = &h->next;
+            continue;
+        }
+        *at = h->next;
+        self->nheld--;
+        s_held_fail(self, h);
+    }
+}
+
+//  Parses "keys" (hex strings) into one allocation of keys then bytes.
+static pk_key_t *
+s_json_keys(const json_t *arr, size_t *n_p, char *err)
+{
+    if (!json_is_array(arr) || json_array_size(arr) == 0 || json_array_size(arr) > PK_MAX_LIST) {
+        snprintf(err, PK_ERRLEN, "keys: expected an array of 1..%d hex strings", PK_MAX_LIST);
+        return NULL;
+    }
+    size_t n = json_array_size(arr), total = 0;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *k = json_array_get(arr, i);
+        size_t len = json_string_length(k);
+        if (!json_is_string(k) || len == 0 || len % 2 || len > PK_MAX_KEY_HEX) {
+            snprintf(err, PK_ERRLEN, "keys[%zu]: expected lowercase hex of even length", i);
+            return NULL;
+        }
+        total += len / 2;
+    }
+    pk_key_t *keys = malloc(n * sizeof *keys + total + 1);
+    uint8_t *at = keys ? (uint8_t *) (keys + n) : NULL;
+    for (size_t i = 0; keys && i < n; i++) {
+        const json_t *k = json_array_get(arr, i);
+        int got = pk_hex_decode(json_string_value(k), json_string_length(k), at);
+        if (got < 0) {
+            snprintf(err, PK_ERRLEN, "keys[%zu]: expected lowercase hex of even length", i);
+            free(keys);
+            return NULL;
+        }
+        keys[i] = pk_key_make(at, (size_t) got);
+        at += got;
+    }
+    if (!keys)
+        snprintf(err, PK_ERRLEN, "out of memory");
+    *n_p = n;
+    return keys;
+}
+
+//  The store's blocks pinned as a job for the consumer, and the engine
+//  that asked remembered for its store_result: NULL, or the error.
+static json_t *
+s_store_pin(pk_node_t *self, pk_held_t *h, const json_t *req, const void *rid, size_t rlen)
+{
+    char err[PK_ERRLEN];
+    h->keys = s_json_keys(json_object_get(req, "keys"), &h->n, err);
+    const json_t *round = json_object_get(req, "round");
+    if (!h->keys || (round && (!json_is_integer(round) || json_integer_value(round) < 0)))
+        return s_error("store: %s", h->keys ? "round: expected an integer >= 0" : err);
+    h->has_round = round != NULL;
+    h->round = round ? (uint64_t) json_integer_value(round) : 0;
+    h->blocks = calloc(h->n, sizeof *h->blocks);
+    bool *pinned = calloc(h->n, sizeof *pinned);
+    h->job = pk_store_new_job_id(self->store);
+    int rc = h->blocks && pinned
+             ? pk_store_pin_job(self->store, h->job, h->keys, h->n, h->blocks, pinned) : -ENOMEM;
+    size_t missing = h->n;
+    for (size_t i = 0; rc == 0 && i < h->n; i++)
+        if (!pinned[i]) {
+            missing = i;
+            break;
+        }
+    free(pinned);
+    if (rc || missing < h->n) {
+        char hex[2 * PK_MAX_KEY_BYTES + 1] = "";
+        if (!rc)
+            pk_hex_encode(h->keys[missing].bytes, h->keys[missing].len, hex);
+        pk_store_release_job(self->store, h->job);
+        return rc ? s_error("store: %s", strerror(-rc))
+                  : s_error("store: key %.64s is not ready in the pool", hex);
+    }
+    //  h->blocks lives inside no other allocation: keep it with the keys
+    s_engine_job_t *ej = calloc(1, sizeof *ej);
+    if (ej && rlen <= sizeof ej->rid) {
+        ej->job = h->job;
+        memcpy(ej->rid, rid, rlen);
+        ej->rlen = rlen;
+        pk_key_t k = pk_node_key(&ej->job, sizeof ej->job);
+        pk_keymap_put(&self->engine_jobs, &k, (uintptr_t) ej, 0);
+    }
+    else
+        free(ej);
+    return NULL;
+}
+
+//  {"cmd":"store"|"finish","peer":ID,"kv":KV,...}: to the consumer's
+//  session now, or held until it connects.
+static json_t *
+s_cmd_store(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+{
+    bool finish = streq(cmd, "finish");
+    const char *consumer = json_string_value(json_object_get(req, "peer"));
+    const char *kv = json_string_value(json_object_get(req, "kv"));
+    if (!consumer || !kv || !*kv)
+        return s_error("%s: expected \"peer\" and \"kv\" strings", finish ? "finish" : "store");
+    pk_held_t *h = calloc(1, sizeof *h);
+    if (!h || !(h->consumer = strdup(consumer)) || !(h->kv = strdup(kv))) {
+        if (h)
+            pk_held_free(h);
+        return s_error("out of memory");
+    }
+    h->finish = finish;
+    h->expires = zclock_mono() / 1e3 + self->config->store_timeout;
+    json_t *error = finish ? NULL : s_store_pin(self, h, req, rid, rlen);
+    if (error) {
+        pk_held_free(h);
+        return error;
+    }
+    json_t *answer = finish ? json_pack("{s:b}", "ok", 1)
+                            : json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t) h->job);
+    pk_peer_t *peer = pk_door_peer_by_consumer(self, consumer);
+    if (peer && !peer->retired)
+        s_deliver(self, peer, h);
+    else if (self->nheld < PK_MAX_HELD) {
+        h->next = self->held;
+        self->held = h;
+        self->nheld++;
+    }
+    else {
+        if (!finish) {
+            pk_store_release_job(self->store, h->job);
+            pk_key_t k = pk_node_key(&h->job, sizeof h->job);
+            uint64_t ptr;
+            if (pk_keymap_take(&self->engine_jobs, &k, &ptr, NULL))
+                free((void *) (uintptr_t) ptr);
+        }
+        pk_held_free(h);
+        json_decref(answer);
+        return s_error("too many stores held for consumers not connected (%d)", PK_MAX_HELD);
+    }
+    return answer;
+}
+
+//  A pull's keys not in the pool yet, copied into p (keys then bytes);
+//  the others go to present.
+static void
+s_pull_missing(pk_node_t *self, pk_pull_t *p, const pk_key_t *keys, size_t n, json_t *present)
+{
+    uint8_t *at = (uint8_t *) (p->keys + n);
+    for (size_t i = 0; i < n; i++) {
+        if (pk_store_lookup(self->store, &keys[i]) != PK_LOOKUP_MISS) {
+            char hex[2 * PK_MAX_KEY_BYTES + 1];
+            pk_hex_encode(keys[i].bytes, keys[i].len, hex);
+            json_array_append_new(present, json_string(hex));
+            continue;
+        }
+        memcpy(at, keys[i].bytes, keys[i].len);
+        p->keys[p->n++] = pk_key_make(at, keys[i].len);
+        at += keys[i].len;
+    }
+}
+
+//  {"cmd":"pull","server":EP,"keys":[...]}: keys already here are
+//  "present"; the others get blocks reserved now (all or nothing) and are
+//  fetched by the puller; a pull_result event follows.
+static json_t *
+s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+{
+    const char *server = json_string_value(json_object_get(req, "server"));
+    char err[PK_ERRLEN];
+    size_t n;
+    if (!server || !*server)
+        return s_error("pull: expected \"server\" (an endpoint) and \"keys\"");
+    pk_key_t *keys = s_json_keys(json_object_get(req, "keys"), &n, err);
+    if (!keys)
+        return s_error("pull: %s", err);
+    pk_pull_t *p = calloc(1, sizeof *p);
+    json_t *present = json_array();
+    if (!p || !(p->server = strdup(server)) || rlen > sizeof p->rid
+        || !(p->keys = malloc(n * (sizeof *p->keys + PK_MAX_KEY_BYTES)))
+        || !(p->blocks = calloc(n, sizeof *p->blocks)) || !(p->landed = calloc(n, sizeof *p->landed))) {
+        if (p)
+            pk_pull_free(p);
+        free(keys);
+        json_decref(present);
+        return s_error("out of memory");
+    }
+    s_pull_missing(self, p, keys, n, present);
+    free(keys);
+    p->id = ++self->next_pull;
+    p->owner = PK_PULL_OWNER | p->id;
+    memcpy(p->rid, rid, rlen);
+    p->rlen = rlen;
+    int rc = p->n ? pk_store_reserve(self->store, p->owner, p->keys, p->n, p->blocks) : 0;
+    if (rc) {
+        pk_pull_free(p);
+        json_decref(present);
+        return s_error("pull: %s", rc == -ENOSPC ? "every block is pinned or being written"
+                                   : rc == -EEXIST ? "a key is already in the pool"
+                                   : strerror(-rc));
+    }
+    json_t *answer = json_pack("{s:b, s:I, s:I, s:o}", "ok", 1, "pull", (json_int_t) p->id,
+                               "fetching", (json_int_t) p->n, "present", present);
+    rc = pk_puller_send(self, p);
+    if (rc) {
+        pk_store_release_owner(self->store, p->owner);
+        pk_pull_free(p);
+        json_decref(answer);
+        return s_error("pull: %s", rc == -EAGAIN ? "too many pulls queued"
+                                   : "cannot start the puller");
+    }
+    return answer;
+}
+
+static json_t *
+s_cmd_describe(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
+               size_t rlen)
+{
+    return json_pack("{s:b, s:s, s:s, s:I, s:I, s:s}", "ok", 1, "peer_id",
+                     self->config->peer_id, "pool_name", pk_store_name(self->store),
+                     "num_blocks", (json_int_t) pk_store_num_blocks(self->store),
+                     "block_len", (json_int_t) pk_store_block_len(self->store), "endpoint",
+                     self->endpoint);
+}
+
+//  reserve, commit and drop: keys of the engine connection's own (its
+//  owner is a hash of its routing id).
+static json_t *
+s_cmd_keys(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+{
+    uint64_t owner = pk_key_hash(rid, rlen) & ~(UINT64_C(1) << 63);
+    char err[PK_ERRLEN];
+    size_t n;
+    pk_key_t *keys = s_json_keys(json_object_get(req, "keys"), &n, err);
+    if (!keys)
+        return s_error("%s: %s", cmd, err);
+    json_t *answer;
+    int rc;
+    if (streq(cmd, "reserve")) {
+        uint32_t *blocks = calloc(n, sizeof *blocks);
+        rc = blocks ? pk_store_reserve(self->store, owner, keys, n, blocks) : -ENOMEM;
+        answer = rc ? NULL : json_pack("{s:b, s:[]}", "ok", 1, "blocks");
+        for (size_t i = 0; answer && i < n; i++)
+            json_array_append_new(json_object_get(answer, "blocks"), json_integer(blocks[i]));
+        free(blocks);
+    }
+    else {
+        rc = streq(cmd, "commit") ? pk_store_commit(self->store, owner, keys, n)
+                                  : pk_store_drop(self->store, keys, n);
+        answer = rc ? NULL : json_pack("{s:b}", "ok", 1);
+    }
+    free(keys);
+    if (rc == -ENOSPC)
+        return s_error("%s: every block is pinned or being written", cmd);
+    if (rc == -EEXIST)
+        return s_error("%s: a key is already in the pool", cmd);
+    if (rc == -EBUSY)
+        return s_error("%s: a key is pinned by a transfer", cmd);
+    if (rc == -ENOENT)
+        return s_error("%s: a key is not reserved by this connection", cmd);
+    return rc ? s_error("%s: %s", cmd, strerror(-rc)) : answer;
+}
+
+static json_t *
+s_cmd_put(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+{
+    const char *hex = json_string_value(json_object_get(req, "key"));
+    const char *b64 = json_string_value(json_object_get(req, "data"));
+    uint8_t key[PK_MAX_KEY_BYTES];
+    int klen = hex ? pk_hex_decode(hex, strlen(hex), key) : -EINVAL;
+    if (klen <= 0 || !b64)
+        return s_error("put: expected \"key\" (lowercase hex) and \"data\" (base64)");
+    size_t cap = strlen(b64) / 4 * 3 + 3, len = 0;
+    uint8_t *data = malloc(cap);
+    if (!data || sodium_base642bin(data, cap, b64, strlen(b64), NULL, &len, NULL,
+                                   sodium_base64_VARIANT_ORIGINAL) != 0) {
+        free(data);
+        return s_error("put: data is not base64");
+    }
+    pk_key_t k = pk_key_make(key, (size_t) klen);
+    int rc = pk_store_put(self->store, &k, data, len);
+    free(data);
+    if (rc == -EINVAL)
+        return s_error("put: data is %zu bytes, blocks are %llu", len,
+                       (unsigned long long) pk_store_block_len(self->store));
+    if (rc == -EEXIST)
+        return json_pack("{s:b, s:b}", "ok", 1, "existed", 1);
+    return rc ? s_error("put: %s", strerror(-rc)) : json_pack("{s:b}", "ok", 1);
+}
+
+static json_t *
+s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+{
+    pk_store_stats_t st;
+    pk_store_stats(self->store, &st);
+    json_t *peers = json_array();
+    for (size_t i = 0; self->by_consumer.slots && i <= self->by_consumer.mask; i++)
+        if (self->by_consumer.slots[i].key.bytes)
+            json_array_append_new(peers, json_string(
+                ((pk_peer_t *) (uintptr_t) self->by_consumer.slots[i].a)->consumer));
+    return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:o, s:o}", "ok", 1,
+                     "pool", "free", (json_int_t) st.free, "writing", (json_int_t) st.writing,
+                     "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
+                     "evictions", (json_int_t) st.evictions, "lookups",
+                     (json_int_t) st.lookups, "hits", (json_int_t) st.hits, "misses",
+                     (json_int_t) st.misses, "sessions", (json_int_t) self->npeers, "peers",
+                     peers, "metrics", pk_metrics_json(self->metrics));
+}
+
+typedef json_t *(s_cmd_fn)(pk_node_t *self, const char *cmd, const json_t *req,
+                           const void *rid, size_t rlen);
+
+static const struct {
+    const char *name;
+    s_cmd_fn *fn;
+} s_commands[] = {
+    { "describe", s_cmd_describe },
+    { "reserve", s_cmd_keys },
+    { "commit", s_cmd_keys },
+    { "drop", s_cmd_keys },
+    { "put", s_cmd_put },
+    { "pull", s_cmd_pull },
+    { "store", s_cmd_store },
+    { "finish", s_cmd_store },
+    { "stats", s_cmd_stats },
+};
+
+static json_t *
+s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
+{
+    const char *cmd = json_string_value(json_object_get(req, "cmd"));
+    if (!cmd)
+        return s_error("expected a JSON object with a \"cmd\" string");
+    for (size_t i = 0; i < sizeof s_commands / sizeof s_commands[0]; i++)
+        if (streq(cmd, s_commands[i].name))
+            return s_commands[i].fn(self, cmd, req, rid, rlen);
+    return s_error("unknown cmd \"%.64s\"", cmd);
+}
+
+void
+pk_engine_from_local(pk_node_t *self)
+{
+    zmsg_t *msg = zmsg_recv(self->local);
+    if (!msg)
+        return;
+    zframe_t *rid = zmsg_pop(msg), *body = zmsg_pop(msg);
+    if (rid && body) {
+        json_error_t jerr;
+        json_t *req = json_loadb((const char *) zframe_data(body), zframe_size(body),
+                                 JSON_REJECT_DUPLICATES, &jerr);
+        json_t *answer = json_is_object(req) ? s_cmd(self, req, zframe_data(rid), zframe_size(rid))
+                                             : s_error("not a JSON object: %s", jerr.text);
+        json_decref(req);
+        pk_engine_send(self, zframe_data(rid), zframe_size(rid), answer);
+    }
+    zframe_destroy(&rid);
+    zframe_destroy(&body);
+    zmsg_destroy(&msg);
+}
+
+//  The held stores and the engine's jobs (node destruction).
+void
+pk_engine_destroy(pk_node_t *self)
+{
+    while (self->held) {
+        pk_held_t *h = self->held;
+        self->held = h->next;
+        pk_held_free(h);
+    }
+    for (size_t i = 0; self->engine_jobs.slots && i <= self->engine_jobs.mask; i++)
+        if (self->engine_jobs.slots[i].key.bytes)
+            free((void *) (uintptr_t) self->engine_jobs.slots[i].a);
+    pk_keymap_fini(&self->engine_jobs);
+}

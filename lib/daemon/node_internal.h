@@ -1,0 +1,143 @@
+/*  node_internal.h: what the daemon's files share (private to lib/daemon).
+
+    The node (node.c) owns the sockets and the poll loop; the door
+    (door.c, door.h) routes peers' frames to their actors; handshake.c,
+    peer.c and puller.c are the actors; engine_api.c answers the engine on
+    the local socket; zap.c is the --allow filter.  Everything here runs on
+    the main thread unless a comment says otherwise.
+*/
+#ifndef PK_NODE_INTERNAL_H_INCLUDED
+#define PK_NODE_INTERNAL_H_INCLUDED
+
+#include "daemon/node.h"
+#include "base/keymap.h"
+#include "daemon/metrics.h"
+#include "daemon/store.h"
+#include "ofi/ofi.h"
+#include "roles/server_session.h"
+
+#include <czmq.h>
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct pk_peer pk_peer_t;           //  door.h
+
+//  A prefill store or finish for a consumer, held until its session runs.
+typedef struct pk_held {
+    char *consumer;
+    char *kv;
+    bool finish;
+    uint64_t job;
+    bool has_round;
+    uint64_t round;
+    pk_key_t *keys;             //  bytes follow the array
+    uint32_t *blocks;
+    size_t n;
+    double expires;
+    struct pk_held *next;
+} pk_held_t;
+
+//  A pull: keys fetched from a remote server into blocks reserved in our
+//  pool, committed (READY) once their bytes have landed.
+typedef struct {
+    uint64_t id, owner;
+    char *server;
+    pk_key_t *keys;                 //  bytes follow the array
+    uint32_t *blocks;
+    bool *landed;
+    size_t n;
+    uint8_t rid[256];               //  the engine that asked
+    size_t rlen;
+    char reason[256];
+} pk_pull_t;
+
+//  Owners of pull reservations: a range no engine connection hashes into.
+#define PK_PULL_OWNER (UINT64_C(1) << 63)
+
+//  Stores held for consumers not connected yet.
+#define PK_MAX_HELD 1024
+
+struct _pk_node_t {
+    const pk_server_config_t *config;
+    pk_server_identity_t id;
+    pk_server_session_config_t session_config;
+    pk_store_t *store;
+    pk_ofi_t *ofi;
+    zsock_t *router;
+    zsock_t *local;
+    zsock_t *zap;                   //  our ZAP handler: --allow with CIDR ranges
+    zpoller_t *poller;
+    char endpoint[256];
+    char ready[1024];
+    pk_keymap_t by_rid;             //  routing id -> peer
+    pk_keymap_t by_actor;           //  the peer actor's address -> peer
+    pk_keymap_t by_consumer;        //  consumer peer_id -> peer
+    pk_keymap_t engine_jobs;        //  prefill job id -> the engine that stored it
+    pk_held_t *held;
+    size_t nheld;
+    size_t npeers;
+    pk_peer_t *gone;                //  peers whose actor said GONE: reaped next
+    pk_metrics_t *metrics;
+    uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
+    pk_metrics_http_t *http;
+    zactor_t *handshake;
+    zactor_t *puller;
+    uint64_t next_pull;
+    bool quitting;
+    pk_keymap_t pending;            //  routing ids with a frame at the handshake actor
+    uint64_t handshakes_sent;
+    atomic_uint_fast64_t handshakes_done;
+    char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
+};
+
+//  node.c
+void pk_node_log(const pk_node_t *self, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static inline pk_key_t
+pk_node_key(const void *bytes, size_t len)
+{
+    return pk_key_make(bytes, len);
+}
+
+//  A pointer sent with zsock_send's "p", or NULL when the frame is not one.
+static inline void *
+pk_node_pop_ptr(zmsg_t *msg)
+{
+    zframe_t *f = zmsg_pop(msg);
+    void *p = NULL;
+    if (f && zframe_size(f) == sizeof p)
+        memcpy(&p, zframe_data(f), sizeof p);
+    zframe_destroy(&f);
+    return p;
+}
+
+//  handshake.c: the handshake actor (its words are at the top of the file)
+zactor_t *pk_handshake_new(pk_node_t *node);
+void pk_handshake_destroy(zactor_t **self_p);
+
+//  peer.c: the peer actor, started by the door with zactor_new
+void pk_peer_actor(zsock_t *pipe, void *args);
+
+//  puller.c: the puller actor, started at the first pull
+int pk_puller_send(pk_node_t *node, pk_pull_t *pull);
+void pk_puller_from(pk_node_t *node);
+void pk_puller_destroy(pk_node_t *node);
+void pk_pull_free(pk_pull_t *pull);
+
+//  engine_api.c: the engine's JSON API and the stores held for consumers
+void pk_engine_from_local(pk_node_t *node);
+void pk_engine_send(pk_node_t *node, const void *rid, size_t rlen, json_t *answer);
+void pk_engine_event(pk_node_t *node, uint64_t job, bool success);
+void pk_engine_deliver_held(pk_node_t *node, pk_peer_t *peer);
+void pk_engine_expire_held(pk_node_t *node);
+void pk_engine_destroy(pk_node_t *node);
+void pk_held_free(pk_held_t *held);
+
+//  zap.c: one ZAP request (RFC 27) answered from --allow
+void pk_zap_handle(pk_node_t *node);
+
+#endif

@@ -1,0 +1,388 @@
+/*  peer.c: the peer actor: one per connected consumer, owning its
+    data-plane channel, its session and (inside the session) its server
+    role.
+
+    The actor opens the channel and the session itself, so connects open in
+    parallel, one actor each.  It applies frames as they come, ticks the
+    session, keeps the channel progressing and pushes the session's
+    counters to the metrics.  Every way out (session or channel failed at
+    start, the session retired, the pipe interrupted) says GONE once, after
+    everything else the actor had to say; then the actor keeps reading its
+    pipe until $TERM, so the door can always reap it.
+
+    Words, door -> peer:
+        FRAME frame         a frame from the consumer (counted in consumed)
+        STORE held          a pk_held_t (store or finish) the actor frees
+        VIOLATION reason    retire the session: the consumer floods
+        QUIT                shut down: drain writes (bounded), say shutdown
+        $TERM               (zactor) end
+    peer -> door:
+        FRAME frame         a frame for the consumer
+        JOB job success     a job's result (success "1" or "0")
+        GONE reason         the actor is done; nothing but JOB follows it
+
+    Test only: when $P2PKV_TEST_FAIL_SESSION names a consumer's peer_id at
+    the server's start, that consumer's session fails to be created, as
+    on a failed allocation (tests/test_server_e2e.c, defect 1 of issue 10).
+*/
+#include "daemon/door.h"
+#include "base/thread.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    pk_peer_t *peer;
+    pk_node_t *node;
+    zsock_t *pipe;
+    pk_parent_t store_parent;
+    pk_server_session_t *session;
+    zpoller_t *poller;
+    pk_server_session_counters_t last;
+    pk_ofi_stats_t flast;
+    bool quitting, terminated;
+    double quit_deadline;
+} self_t;
+
+static void
+s_actor_out(void *arg, const char *frame, size_t len)
+{
+    self_t *a = arg;
+    zsock_send(a->pipe, "sb", "FRAME", frame, len);
+}
+
+static pk_lookup_result_t
+s_actor_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    self_t *a = arg;
+    return a->store_parent.lookup(a->store_parent.self, key, ctx);
+}
+
+static int
+s_actor_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
+            uint64_t *job, uint32_t *blocks, bool *pinned)
+{
+    self_t *a = arg;
+    return a->store_parent.create_store_job(a->store_parent.self, ctx, keys, n, job, blocks,
+                                            pinned);
+}
+
+static void
+s_actor_open(void *arg, const pk_lookup_ctx_t *ctx)
+{
+    self_t *a = arg;
+    a->store_parent.on_new_request(a->store_parent.self, ctx);
+}
+
+static void
+s_actor_finished(void *arg, const pk_lookup_ctx_t *ctx)
+{
+    self_t *a = arg;
+    a->store_parent.on_request_finished(a->store_parent.self, ctx);
+}
+
+//  A job's result unpins it, and the door tells the engine when the job
+//  was its prefill store.
+static void
+s_actor_result(void *arg, uint64_t job, bool success)
+{
+    self_t *a = arg;
+    a->store_parent.store_result(a->store_parent.self, job, success);
+    zsock_send(a->pipe, "s8s", "JOB", job, success ? "1" : "0");
+}
+
+static void
+s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
+{
+    pk_metrics_observe(arg, which == PK_LATENCY_LOOKUP ? PK_M_LOOKUP_SECONDS
+                                                       : PK_M_FETCH_SECONDS, peer, seconds);
+}
+
+//  The actor's counters, as deltas since the last push, labelled with the
+//  consumer's peer_id.
+static void
+s_push_metrics(pk_node_t *node, pk_peer_t *peer, pk_server_session_t *session,
+               pk_server_session_counters_t *last, pk_ofi_stats_t *flast)
+{
+    pk_server_session_counters_t c;
+    pk_ofi_stats_t f;
+    pk_server_session_counters(session, &c);
+    pk_ofi_channel_stats(peer->channel, &f);
+    pk_metrics_t *m = node->metrics;
+    const char *p = peer->consumer;
+#define S_PUSH(name, now, before) \
+    if ((now) != (before)) \
+        pk_metrics_add(m, name, p, (now) - (before))
+    S_PUSH(PK_M_FRAMES, c.frames, last->frames);
+    S_PUSH(PK_M_FRAMES_DROPPED, c.dropped_bad + c.dropped_unknown + c.dropped_stale,
+           last->dropped_bad + last->dropped_unknown + last->dropped_stale);
+    S_PUSH(PK_M_LOOKUPS, c.lookups, last->lookups);
+    S_PUSH(PK_M_LOOKUP_KEYS, c.keys, last->keys);
+    S_PUSH(PK_M_FETCHES, c.fetches, last->fetches);
+    S_PUSH(PK_M_ABORTS, c.aborts, last->aborts);
+    S_PUSH(PK_M_VIOLATIONS, c.violations, last->violations);
+    S_PUSH(PK_M_WRITES, f.writes_posted, flast->writes_posted);
+    S_PUSH(PK_M_BLOCKS_WRITTEN, f.blocks_written, flast->blocks_written);
+    S_PUSH(PK_M_BYTES_WRITTEN, f.blocks_written * node->config->block_len,
+           flast->blocks_written * node->config->block_len);
+    S_PUSH(PK_M_WRITE_ERRORS, f.cq_errors, flast->cq_errors);
+    S_PUSH(PK_M_LOOKUP_HITS, c.hits, last->hits);
+    S_PUSH(PK_M_LOOKUP_MISSES, c.misses, last->misses);
+    S_PUSH(PK_M_LOOKUP_EXPIRED, c.expired, last->expired);
+    S_PUSH(PK_M_STORE_TIMEOUTS, c.store_timeouts, last->store_timeouts);
+#undef S_PUSH
+    //  labelled by the rule broken, not by peer: its class set is fixed
+    for (int r = 0; r < PK_VIOLATION_COUNT; r++)
+        if (c.by_reason[r] != last->by_reason[r])
+            pk_metrics_add(m, PK_M_VIOLATIONS_BY_REASON, pk_violation_name((pk_violation_t) r),
+                           c.by_reason[r] - last->by_reason[r]);
+    if (f.transfers != flast->transfers)
+        pk_metrics_set(m, PK_M_TRANSFERS_IN_FLIGHT, p, (double) f.transfers);
+    *last = c;
+    *flast = f;
+}
+
+//  Refuses the consumer's connect from the actor (no session, no epochs).
+static void
+s_refuse(self_t *self, pk_disconnect_code_t code, const char *reason)
+{
+    char *frame = NULL;
+    size_t len = 0;
+    if (pk_server_session_disconnect_frame(&self->node->id, code, reason, NULL, NULL, &frame,
+                                           &len) == 0)
+        s_actor_out(self, frame, len);
+    free(frame);
+}
+
+//  The peer's channel: an endpoint and an address-vector insert of the
+//  consumer's address, tens of milliseconds, paid on this actor's thread.
+static int
+s_open_channel(self_t *self, char *reason)
+{
+    pk_node_t *node = self->node;
+    pk_msg_t *m = self->peer->connect;
+    char err[PK_ERRLEN];
+    int rc;
+    pk_ofi_channel_t *ch = pk_ofi_channel_new(node->ofi, false, &rc, err);
+    if (!ch || pk_ofi_channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
+        pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, err);
+        s_refuse(self, PK_DISC_INCOMPATIBLE, err);
+        pk_ofi_channel_destroy(&ch);
+        snprintf(reason, PK_ERRLEN, "channel: %.200s", err);
+        return -EPROTO;
+    }
+    self->peer->channel = ch;
+    return 0;
+}
+
+//  NULL with reason when the channel or the session cannot start (the
+//  consumer is told, with a disconnect).
+static self_t *
+s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
+{
+    pk_node_t *node = peer->node;
+    self_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        snprintf(reason, PK_ERRLEN, "out of memory");
+        goto fail;
+    }
+    *self = (self_t) { .peer = peer, .node = node, .pipe = pipe,
+                       .store_parent = pk_store_parent(node->store) };
+    if (s_open_channel(self, reason) != 0)
+        goto fail_self;
+    bool fail = node->fail_session && streq(node->fail_session, peer->consumer);
+    self->session = fail ? NULL : pk_server_session_new(
+        &node->id, &node->session_config, peer->connect, pk_clock_system(),
+        pk_ofi_channel_transport(peer->channel),
+        (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
+                        s_actor_result },
+        s_actor_out, self);
+    if (!self->session) {
+        snprintf(reason, PK_ERRLEN, "the session could not be created%s",
+                 fail ? " (P2PKV_TEST_FAIL_SESSION)" : "");
+        s_refuse(self, PK_DISC_NO_SESSION, reason);
+        goto fail_self;
+    }
+    pk_server_session_set_latency(self->session, s_latency, node->metrics);
+    self->poller = zpoller_new(pipe, NULL);
+    if (!self->poller) {
+        snprintf(reason, PK_ERRLEN, "out of memory");
+        goto fail_session;
+    }
+    return self;
+
+fail_session:
+    pk_server_session_destroy(&self->session);
+fail_self:
+    free(self);
+fail:
+    return NULL;
+}
+
+//  Job results still owed go out (as JOB) while the session closes.
+static void
+s_self_destroy(self_t **self_p)
+{
+    self_t *self = *self_p;
+    if (!self)
+        return;
+    zpoller_destroy(&self->poller);
+    pk_server_session_destroy(&self->session);
+    free(self);
+    *self_p = NULL;
+}
+
+static void
+s_on_frame(self_t *self, zmsg_t *msg)
+{
+    zframe_t *f = zmsg_pop(msg);
+    atomic_fetch_add(&self->peer->consumed, 1);
+    if (f)
+        pk_server_session_on_frame(self->session, zframe_data(f), zframe_size(f));
+    zframe_destroy(&f);
+}
+
+static void
+s_on_store(self_t *self, zmsg_t *msg)
+{
+    pk_held_t *h = pk_node_pop_ptr(msg);
+    if (!h)
+        return;
+    if (h->finish)
+        pk_server_session_finish(self->session, h->kv);
+    else if (pk_server_session_store(self->session, h->kv, h->keys, h->blocks, h->n, h->job,
+                                     h->has_round, h->round) < 0)
+        s_actor_result(self, h->job, false);
+    pk_held_free(h);
+}
+
+static void
+s_on_violation(self_t *self, zmsg_t *msg)
+{
+    char *reason = zmsg_popstr(msg);
+    pk_server_session_retire(self->session, PK_DISC_VIOLATION, reason ? reason : "flood");
+    zstr_free(&reason);
+}
+
+static void
+s_on_quit(self_t *self, zmsg_t *msg)
+{
+    self->quitting = true;
+    self->quit_deadline = zclock_mono() / 1e3 + self->node->config->shutdown_timeout;
+}
+
+static const struct {
+    const char *word;
+    void (*fn)(self_t *self, zmsg_t *msg);
+} s_words[] = {
+    { "FRAME", s_on_frame },
+    { "STORE", s_on_store },
+    { "VIOLATION", s_on_violation },
+    { "QUIT", s_on_quit },
+};
+
+//  One message from the door; false when the actor must end.
+static bool
+s_self_handle_pipe(self_t *self)
+{
+    zmsg_t *msg = zmsg_recv(self->pipe);
+    if (!msg)
+        return false;           //  interrupted
+    char *cmd = zmsg_popstr(msg);
+    self->terminated = !cmd || streq(cmd, "$TERM");
+    for (size_t i = 0; cmd && i < sizeof s_words / sizeof s_words[0]; i++)
+        if (streq(cmd, s_words[i].word)) {
+            s_words[i].fn(self, msg);
+            break;
+        }
+    zstr_free(&cmd);
+    zmsg_destroy(&msg);
+    return !self->terminated;
+}
+
+//  Runs the session until it retires or the pipe ends.
+static void
+s_self_run(self_t *self)
+{
+    pk_server_session_t *session = self->session;
+    while (!pk_server_session_reason(session)[0]) {
+        //  Spin while writes run.  Lookups parked on keys the engine is
+        //  writing are answered at a tick after its commit: tick every
+        //  2 ms then.  Otherwise the endpoint needs nothing (the server
+        //  only writes; nobody writes to it) and the session's timers are
+        //  seconds long: a 50 ms look is enough (at 2 ms, 16 idle sessions
+        //  cost 17% of a CPU).
+        int timeout = pk_server_session_has_inflight(session) ? 0
+                      : pk_server_session_has_parked(session) ? 2 : 50;
+        zsock_t *which = zpoller_wait(self->poller, timeout);
+        if (which == self->pipe && !s_self_handle_pipe(self))
+            break;
+        if (!which && zpoller_terminated(self->poller))
+            break;
+        pk_ofi_channel_progress(self->peer->channel);
+        pk_server_session_tick(session);
+        s_push_metrics(self->node, self->peer, session, &self->last, &self->flast);
+        //  at shutdown, writes in flight drain (bounded), then `shutdown`
+        if (self->quitting && (!pk_server_session_has_inflight(session)
+                               || zclock_mono() / 1e3 >= self->quit_deadline))
+            pk_server_session_retire(session, PK_DISC_SHUTDOWN, "server shutting down");
+    }
+}
+
+//  After GONE: a store that still reaches us fails (its pin released),
+//  everything else is ignored, until $TERM.  A JOB said here may be
+//  discarded by zactor_destroy if the door reaps us first; the pin is
+//  released either way, and the store-job timeout covers the engine.
+static void
+s_await_term(zsock_t *pipe, pk_node_t *node)
+{
+    pk_parent_t parent = pk_store_parent(node->store);
+    while (true) {
+        zmsg_t *msg = zmsg_recv(pipe);
+        if (!msg)
+            return;             //  interrupted: zactor_destroy no longer waits
+        char *cmd = zmsg_popstr(msg);
+        bool term = !cmd || streq(cmd, "$TERM");
+        if (cmd && streq(cmd, "STORE")) {
+            pk_held_t *h = pk_node_pop_ptr(msg);
+            if (h && !h->finish) {
+                parent.store_result(parent.self, h->job, false);
+                zsock_send(pipe, "s8s", "JOB", h->job, "0");
+            }
+            if (h)
+                pk_held_free(h);
+        }
+        zstr_free(&cmd);
+        zmsg_destroy(&msg);
+        if (term)
+            return;
+    }
+}
+
+void
+pk_peer_actor(zsock_t *pipe, void *args)
+{
+    pk_thread_block_signals();
+    pk_peer_t *peer = args;
+    pk_node_t *node = peer->node;
+    //  Signal first: zactor_new's wait discards whatever else comes down
+    //  the pipe before the signal, and the session's first words (its
+    //  connect_ack) go down the pipe.
+    zsock_signal(pipe, 0);
+    char reason[PK_ERRLEN] = "";
+    self_t *self = s_self_new(pipe, peer, reason);
+    bool terminated = false;
+    if (self) {
+        s_self_run(self);
+        terminated = self->terminated;
+        snprintf(reason, sizeof reason, "%s", pk_server_session_reason(self->session)[0]
+                 ? pk_server_session_reason(self->session) : "actor interrupted");
+        pk_node_log(node, PK_LOG_INFO, "session %s closed: %s", peer->consumer, reason);
+    }
+    else
+        pk_node_log(node, PK_LOG_WARN, "session %s not started: %s", peer->consumer, reason);
+    s_self_destroy(&self);
+    zsock_send(pipe, "ss", "GONE", reason);
+    if (!terminated)
+        s_await_term(pipe, node);
+}
