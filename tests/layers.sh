@@ -19,9 +19,7 @@ allowed() {
         # registry.c: the one file that names every implementation
         transports)     echo "base transports" ;;
         # The one arrow up: the daemon's puller is a client of p2pkv.h.
-        # transports goes once lib/daemon reaches the data plane only
-        # through base/transport.h (issue 10), as lib/client does.
-        lib/daemon)     echo "base wire roles daemon transports p2pkv.h" ;;
+        lib/daemon)     echo "base wire roles daemon p2pkv.h" ;;
         lib/client)     echo "base wire roles client p2pkv.h" ;;
         lib)            echo "" ;;
         *)              echo "?" ;;

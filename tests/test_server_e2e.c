@@ -311,6 +311,71 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
 }
 END_TEST
 
+//  Connects whose address blob is junk are refused with the reason, and
+//  no data-plane channel is opened for any of them (before, each built an
+//  endpoint, queue and address vector first: ~65 MB resident for a flood).
+START_TEST(test_junk_blobs_refused_before_any_channel)
+{
+    td_t s;
+    td_start(&s, NULL);
+    zsock_t *d = zsock_new_dealer(s.endpoint);
+    ck_assert_ptr_nonnull(d);
+    zsock_set_rcvtimeo(d, 10000);
+    const char *junk[] = { "addr", "PKOF", "PKOF\x01\x02\x03\x04\x00\x05tcp;x" };
+    const char *why[] = { "not a p2pkv libfabric address", "agent_metadata: ", "agent_metadata: " };
+    int n = 30;
+    for (int i = 0; i < n; i++) {
+        uint8_t epoch[PK_EPOCH_LEN], zero[PK_EPOCH_LEN] = { 0 };
+        randombytes_buf(epoch, sizeof epoch);
+        epoch[0] |= 1;
+        pk_msg_t *c = pk_msg_new(PK_MSG_CONNECT);
+        pk_msg_set_uint(c, PK_F_WIRE_MAJOR, 1);
+        pk_msg_set_uint(c, PK_F_WIRE_MINOR, 0);
+        pk_msg_set_string(c, PK_F_PEER_ID, "c-junk");
+        pk_msg_set_epochs(c, epoch, zero);
+        pk_msg_set_metadata(c, junk[i % 3], strlen(junk[i % 3]));
+        pk_msg_set_uint(c, PK_F_BASE_ADDR, 0);
+        pk_msg_set_uint(c, PK_F_NUM_BLOCKS, 64);
+        pk_msg_set_uint(c, PK_F_BLOCK_LEN, BLOCK);
+        pk_msg_set_string(c, PK_F_CONFIG_FINGERPRINT, "fp");
+        pk_msg_set_string(c, PK_F_HASH_SEED, "7");
+        char *frame;
+        size_t len;
+        ck_assert_int_eq(pk_msg_encode(c, &frame, &len, NULL), 0);
+        pk_msg_destroy(&c);
+        zframe_t *f = zframe_new(frame, len);
+        free(frame);
+        ck_assert_int_eq(zframe_send(&f, d, 0), 0);
+        f = zframe_recv(d);
+        ck_assert_msg(f != NULL, "no answer to junk connect %d", i);
+        pk_msg_t *m = NULL;
+        ck_assert_int_eq(pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+        zframe_destroy(&f);
+        ck_assert_int_eq(m->type, PK_MSG_DISCONNECT);
+        ck_assert_int_eq(m->code, PK_DISC_INCOMPATIBLE);
+        ck_assert_msg(strstr(m->reason, why[i % 3]), "reason: %s", m->reason);
+        ck_assert_msg(strstr(m->reason, "agent_metadata"), "reason: %s", m->reason);
+        pk_msg_destroy(&m);
+    }
+    zsock_destroy(&d);
+    json_t *st = td_engine(&s, "{s:s}", "cmd", "stats");
+    json_t *fab = json_object_get(st, "fabric");
+    ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_opened")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_open")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(fab, "blobs_refused")), n);
+    ck_assert_int_eq(json_integer_value(json_object_get(st, "sessions")), 0);
+    json_decref(st);
+    //  a good consumer still gets its channel, and only it
+    tc_t *tc = s_consumer(&s, "c-good", BLOCK, "fp", "7", NULL);
+    st = td_engine(&s, "{s:s}", "cmd", "stats");
+    fab = json_object_get(st, "fabric");
+    ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_opened")), 1);
+    json_decref(st);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_allow_list)
 {
     //  a CIDR range that does not hold 127.0.0.1: never answered
@@ -753,6 +818,7 @@ main(void)
     tcase_add_test(tc, test_silent_consumer_retired_pins_released);
     tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
     tcase_add_test(tc, test_allow_list);
+    tcase_add_test(tc, test_junk_blobs_refused_before_any_channel);
     tcase_add_test(tc, test_metrics_endpoint);
     tcase_add_test(tc, test_cli_put_and_stats);
     tcase_add_test(tc, test_cli_get_verifies_bytes);

@@ -30,7 +30,8 @@ pk_door_peer_free(pk_peer_t *peer)
         zsock_set_sndtimeo(zactor_sock(peer->actor), -1);
         zactor_destroy(&peer->actor);
     }
-    pk_ofi_channel_destroy(&peer->channel);
+    if (peer->channel)
+        peer->node->ops->channel_close(&peer->channel);
     pk_msg_destroy(&peer->connect);
     free(peer->consumer);
     free(peer);

@@ -18,7 +18,7 @@ struct pk_peer {
     size_t rlen;
     char *consumer;
     pk_msg_t *connect;
-    pk_ofi_channel_t *channel;      //  opened by the peer's actor, closed by the door
+    pk_channel_t *channel;      //  opened by the peer's actor, closed by the door
     zactor_t *actor;
     atomic_uint_fast64_t consumed;  //  frames the actor took (the backlog's other end)
     uint64_t sent;

@@ -410,17 +410,22 @@ s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
 {
     pk_store_stats_t st;
     pk_store_stats(self->store, &st);
+    pk_fabric_stats_t f;
+    self->ops->fabric_stats(self->fabric, &f);
     json_t *peers = json_array();
-    for (size_t i = 0; self->by_consumer.slots && i <= self->by_consumer.mask; i++)
-        if (self->by_consumer.slots[i].key.bytes)
-            json_array_append_new(peers, json_string(
-                ((pk_peer_t *) (uintptr_t) self->by_consumer.slots[i].a)->consumer));
-    return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:I, s:o, s:o}", "ok", 1,
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_consumer, &at)); )
+        json_array_append_new(peers, json_string(((pk_peer_t *) (uintptr_t) e->a)->consumer));
+    return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, "
+                     "s:I, s:o, s:o}", "ok", 1,
                      "pool", "free", (json_int_t) st.free, "writing", (json_int_t) st.writing,
                      "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
                      "evictions", (json_int_t) st.evictions, "lookups",
                      (json_int_t) st.lookups, "hits", (json_int_t) st.hits, "misses",
-                     (json_int_t) st.misses, "sessions", (json_int_t) self->npeers, "peers",
+                     (json_int_t) st.misses,
+                     "fabric", "channels_opened", (json_int_t) f.channels_opened,
+                     "channels_open", (json_int_t) f.channels_open,
+                     "blobs_refused", (json_int_t) f.blobs_refused, "sessions", (json_int_t) self->npeers, "peers",
                      peers, "metrics", pk_metrics_json(self->metrics));
 }
 

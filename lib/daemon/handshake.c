@@ -101,7 +101,11 @@ s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t 
     }
     else if (m->type != PK_MSG_CONNECT)
         s_disconnect(self, rid, rlen, PK_DISC_NO_SESSION, "no session: send connect");
-    else if (pk_server_session_check_connect(&node->id, m, reason, sizeof reason) != 0) {
+    //  the address blob is checked before any data-plane object exists: a
+    //  flood of junk connects costs a parse each, nothing that stays
+    else if (pk_server_session_check_connect(&node->id, m, reason, sizeof reason) != 0
+             || node->ops->check_blob(node->fabric, m->agent_metadata, m->agent_metadata_len,
+                                      reason) != 0) {
         pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, reason);
         s_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
     }

@@ -56,6 +56,12 @@ PK_METRIC(WRITE_ERRORS, "p2pkv_write_errors_total", COUNTER,
           "Completion-queue error entries", PEER)
 PK_METRIC(TRANSFERS_IN_FLIGHT, "p2pkv_transfers_in_flight", GAUGE, "Transfers in flight", PEER)
 
+//  The data plane (the transport's fabric stats)
+PK_METRIC(CHANNELS_OPENED, "p2pkv_channels_opened_total", COUNTER,
+          "Data-plane channels (endpoint, queue, address vector) opened for consumers", PEER)
+PK_METRIC(BLOBS_REFUSED, "p2pkv_connect_blobs_refused_total", COUNTER,
+          "Connects refused for their address blob, before any channel existed", PEER)
+
 //  Sessions (the node)
 PK_METRIC(SESSIONS_OPENED, "p2pkv_sessions_opened_total", COUNTER, "Sessions opened", PEER)
 PK_METRIC(SESSIONS_RETIRED, "p2pkv_sessions_retired_total", COUNTER, "Sessions retired", PEER)

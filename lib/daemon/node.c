@@ -78,7 +78,7 @@ s_ready_line(pk_node_t *self)
 {
     const pk_server_config_t *config = self->config;
     char fabric[256];
-    pk_ofi_describe(self->ofi, fabric, sizeof fabric);
+    self->ops->fabric_describe(self->fabric, fabric, sizeof fabric);
     snprintf(self->ready, sizeof self->ready,
              "p2pkv-server %s ready: peer %s, peers at %s, engine at %s, pool %s "
              "(%llu blocks of %llu bytes), %s",
@@ -125,18 +125,18 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     //  a crowd of connects (issue 10, defect 2).  The operator's own
     //  setting wins; other providers ignore it.
     setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
-    char ofi_err[PK_ERRLEN];
-    pk_ofi_config_t ofi_config = { config->provider, config->fabric_addr,
-                                   config->stall_timeout };
-    self->ofi = pk_ofi_new(&ofi_config, pk_store_base(self->store), config->pool_blocks,
-                           config->block_len, &rc, ofi_err);
-    if (!self->ofi) {
-        snprintf(err, PK_ERRLEN, "%s", ofi_err);
+    pk_fabric_config_t fabric_config = { config->provider, config->fabric_addr,
+                                         config->stall_timeout };
+    self->ops = pk_transport_find("ofi");
+    if ((rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
         goto fail_store;
-    }
+    self->fabric = self->ops->fabric_open(&fabric_config, pk_store_base(self->store),
+                                          config->pool_blocks, config->block_len, &rc, err);
+    if (!self->fabric)
+        goto fail_store;
     self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
                                         config->fingerprint, config->hash_seed,
-                                        pk_ofi_provider(self->ofi) };
+                                        self->ops->fabric_provider(self->fabric) };
     self->session_config = (pk_server_session_config_t) {
         { config->lookup_timeout, config->store_timeout, config->drain_timeout },
         config->silence_timeout, config->max_requests, config->max_parked_keys,
@@ -170,7 +170,7 @@ fail_sockets:
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
-    pk_ofi_destroy(&self->ofi);
+    self->ops->fabric_close(&self->fabric);
 fail_store:
     pk_store_destroy(&self->store);
 fail_self:
@@ -210,6 +210,13 @@ s_pool_gauges(pk_node_t *self)
         pk_metrics_add(self->metrics, PK_M_POOL_EVICTIONS, NULL,
                        st.evictions - self->evictions_pushed);
     self->evictions_pushed = st.evictions;
+    pk_fabric_stats_t f;
+    self->ops->fabric_stats(self->fabric, &f);
+    pk_metrics_add(self->metrics, PK_M_CHANNELS_OPENED, NULL,
+                   f.channels_opened - self->fabric_pushed.channels_opened);
+    pk_metrics_add(self->metrics, PK_M_BLOBS_REFUSED, NULL,
+                   f.blobs_refused - self->fabric_pushed.blobs_refused);
+    self->fabric_pushed = f;
     pk_metrics_set(self->metrics, PK_M_SESSIONS, NULL, (double) self->npeers);
 }
 
@@ -295,7 +302,7 @@ pk_node_destroy(pk_node_t **self_p)
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
     pk_metrics_http_destroy(&self->http);
-    pk_ofi_destroy(&self->ofi);
+    self->ops->fabric_close(&self->fabric);
     pk_store_destroy(&self->store);
     pk_metrics_destroy(&self->metrics);
     free(self->fail_session);

@@ -13,7 +13,7 @@
 #include "base/keymap.h"
 #include "daemon/metrics.h"
 #include "daemon/store.h"
-#include "ofi/ofi.h"
+#include "base/transport.h"
 #include "roles/server_session.h"
 
 #include <czmq.h>
@@ -65,7 +65,8 @@ struct _pk_node_t {
     pk_server_identity_t id;
     pk_server_session_config_t session_config;
     pk_store_t *store;
-    pk_ofi_t *ofi;
+    const pk_transport_ops_t *ops;  //  the data plane, found by name
+    pk_fabric_t *fabric;
     zsock_t *router;
     zsock_t *local;
     zsock_t *zap;                   //  our ZAP handler: --allow with CIDR ranges
@@ -81,6 +82,7 @@ struct _pk_node_t {
     size_t npeers;
     pk_peer_t *gone;                //  peers whose actor said GONE: reaped next
     pk_metrics_t *metrics;
+    pk_fabric_stats_t fabric_pushed; //  the fabric's counts already in the metrics
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
     pk_metrics_http_t *http;
     zactor_t *handshake;

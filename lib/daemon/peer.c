@@ -39,7 +39,7 @@ typedef struct {
     pk_server_session_t *session;
     zpoller_t *poller;
     pk_server_session_counters_t last;
-    pk_ofi_stats_t flast;
+    pk_channel_stats_t flast;
     bool quitting, terminated;
     double quit_deadline;
 } self_t;
@@ -102,12 +102,12 @@ s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
 //  consumer's peer_id.
 static void
 s_push_metrics(pk_node_t *node, pk_peer_t *peer, pk_server_session_t *session,
-               pk_server_session_counters_t *last, pk_ofi_stats_t *flast)
+               pk_server_session_counters_t *last, pk_channel_stats_t *flast)
 {
     pk_server_session_counters_t c;
-    pk_ofi_stats_t f;
+    pk_channel_stats_t f;
     pk_server_session_counters(session, &c);
-    pk_ofi_channel_stats(peer->channel, &f);
+    node->ops->channel_stats(peer->channel, &f);
     pk_metrics_t *m = node->metrics;
     const char *p = peer->consumer;
 #define S_PUSH(name, now, before) \
@@ -125,7 +125,7 @@ s_push_metrics(pk_node_t *node, pk_peer_t *peer, pk_server_session_t *session,
     S_PUSH(PK_M_BLOCKS_WRITTEN, f.blocks_written, flast->blocks_written);
     S_PUSH(PK_M_BYTES_WRITTEN, f.blocks_written * node->config->block_len,
            flast->blocks_written * node->config->block_len);
-    S_PUSH(PK_M_WRITE_ERRORS, f.cq_errors, flast->cq_errors);
+    S_PUSH(PK_M_WRITE_ERRORS, f.errors, flast->errors);
     S_PUSH(PK_M_LOOKUP_HITS, c.hits, last->hits);
     S_PUSH(PK_M_LOOKUP_MISSES, c.misses, last->misses);
     S_PUSH(PK_M_LOOKUP_EXPIRED, c.expired, last->expired);
@@ -163,11 +163,12 @@ s_open_channel(self_t *self, char *reason)
     pk_msg_t *m = self->peer->connect;
     char err[PK_ERRLEN];
     int rc;
-    pk_ofi_channel_t *ch = pk_ofi_channel_new(node->ofi, false, &rc, err);
-    if (!ch || pk_ofi_channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
+    pk_channel_t *ch = node->ops->channel_new(node->fabric, false, &rc, err);
+    if (!ch || node->ops->channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
         pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, err);
         s_refuse(self, PK_DISC_INCOMPATIBLE, err);
-        pk_ofi_channel_destroy(&ch);
+        if (ch)
+            node->ops->channel_close(&ch);
         snprintf(reason, PK_ERRLEN, "channel: %.200s", err);
         return -EPROTO;
     }
@@ -193,7 +194,7 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     bool fail = node->fail_session && streq(node->fail_session, peer->consumer);
     self->session = fail ? NULL : pk_server_session_new(
         &node->id, &node->session_config, peer->connect, pk_clock_system(),
-        pk_ofi_channel_transport(peer->channel),
+        node->ops->channel_transport(peer->channel),
         (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
                         s_actor_result },
         s_actor_out, self);
@@ -319,7 +320,7 @@ s_self_run(self_t *self)
             break;
         if (!which && zpoller_terminated(self->poller))
             break;
-        pk_ofi_channel_progress(self->peer->channel);
+        self->node->ops->channel_progress(self->peer->channel);
         pk_server_session_tick(session);
         s_push_metrics(self->node, self->peer, session, &self->last, &self->flast);
         //  at shutdown, writes in flight drain (bounded), then `shutdown`
