@@ -440,7 +440,7 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     }
     char ofi_err[PK_ERRLEN];
     int rc;
-    self->ops = pk_transport_find("ofi");
+    self->ops = pk_transport_find(NULL);       //  the registry's default
     if (pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, ofi_err) != 0) {
         (void) pk_err(err, 0, "%s", ofi_err);
         goto fail_pool;

@@ -127,7 +127,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
     pk_fabric_config_t fabric_config = { config->provider, config->fabric_addr,
                                          config->stall_timeout };
-    self->ops = pk_transport_find("ofi");
+    self->ops = pk_transport_find(NULL);       //  the registry's default
     if ((rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
         goto fail_store;
     self->fabric = self->ops->fabric_open(&fabric_config, pk_store_base(self->store),
