@@ -679,6 +679,23 @@ START_TEST(test_hex_helpers)
 }
 END_TEST
 
+//  Who may send each type: one table that both halves of a session ask.
+START_TEST(test_directions)
+{
+    const pk_msg_type_t to_server[] = { PK_MSG_DESCRIBE, PK_MSG_CONNECT, PK_MSG_PING,
+                                        PK_MSG_LOOKUP, PK_MSG_FETCH, PK_MSG_ABORT_FETCH };
+    const pk_msg_type_t to_consumer[] = { PK_MSG_DESCRIPTION, PK_MSG_CONNECT_ACK, PK_MSG_PONG,
+                                          PK_MSG_LOOKUP_RESP, PK_MSG_TRANSFER_DONE,
+                                          PK_MSG_ABORT_ACK };
+    for (size_t i = 0; i < 6; i++) {
+        ck_assert_uint_eq(pk_msg_direction(to_server[i]), PK_TO_SERVER);
+        ck_assert_uint_eq(pk_msg_direction(to_consumer[i]), PK_TO_CONSUMER);
+    }
+    ck_assert_uint_eq(pk_msg_direction(PK_MSG_DISCONNECT), PK_TO_SERVER | PK_TO_CONSUMER);
+    ck_assert_uint_eq(pk_msg_direction(PK_MSG_COUNT), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -695,6 +712,7 @@ main(void)
     tcase_add_test(tc, test_decoded_values);
     tcase_add_test(tc, test_encode_refuses);
     tcase_add_test(tc, test_hex_helpers);
+    tcase_add_test(tc, test_directions);
     suite_add_tcase(s, tc);
     return pk_test_run("protocol", s);
 }

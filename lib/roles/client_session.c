@@ -300,14 +300,6 @@ s_on_connect_answer(pk_client_session_t *self, const pk_msg_t *m)
     s_enter(self, PK_CLIENT_SESSION_UP, "");
 }
 
-//  Messages that only flow from consumer to server (protocol.md section 3).
-static bool
-s_wrong_way(pk_msg_type_t type)
-{
-    return type == PK_MSG_DESCRIBE || type == PK_MSG_CONNECT || type == PK_MSG_PING
-           || type == PK_MSG_LOOKUP || type == PK_MSG_FETCH || type == PK_MSG_ABORT_FETCH;
-}
-
 static void
 s_on_live(pk_client_session_t *self, const pk_msg_t *m)
 {
@@ -326,7 +318,7 @@ s_on_live(pk_client_session_t *self, const pk_msg_t *m)
     if (!epochs)
         return;     //  stale: an older session's
     self->last_heard = s_now(self);
-    if (s_wrong_way(m->type)) {
+    if (!(pk_msg_direction(m->type) & PK_TO_CONSUMER)) {
         char why[96];
         snprintf(why, sizeof why, "a %s from a server", pk_msg_type_name(m->type));
         s_violation(self, why);

@@ -578,24 +578,13 @@ pk_server_session_on_frame(pk_server_session_t *self, const void *data, size_t l
     }
     if (rc)
         return s_violation(self, PK_VIOLATION_MALFORMED, "%s", err);
-    switch (m->type) {
-        case PK_MSG_DESCRIBE:
-        case PK_MSG_CONNECT:
-            s_on_handshake(self, m);
-            break;
-        case PK_MSG_DESCRIPTION:
-        case PK_MSG_CONNECT_ACK:
-        case PK_MSG_PONG:
-        case PK_MSG_LOOKUP_RESP:
-        case PK_MSG_TRANSFER_DONE:
-        case PK_MSG_ABORT_ACK:
-            s_violation(self, PK_VIOLATION_DIRECTION, "%s flows from server to consumer only",
-                        pk_msg_type_name(m->type));
-            break;
-        default:
-            s_on_state(self, m);
-            break;
-    }
+    if (!(pk_msg_direction(m->type) & PK_TO_SERVER))
+        s_violation(self, PK_VIOLATION_DIRECTION, "%s flows from server to consumer only",
+                    pk_msg_type_name(m->type));
+    else if (m->type == PK_MSG_DESCRIBE || m->type == PK_MSG_CONNECT)
+        s_on_handshake(self, m);
+    else
+        s_on_state(self, m);
     pk_msg_destroy(&m);
     return s_finish_call(self);
 }

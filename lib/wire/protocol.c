@@ -73,40 +73,55 @@ static const s_field_spec_t s_fields[PK_F_COUNT] = {
 #define INCOMPATIBLE_EXTRAS \
     (B(WIRE_MAJOR) | B(WIRE_MINOR) | B(BLOCK_LEN) | B(CONFIG_FINGERPRINT) | B(HASH_SEED))
 
+#define TO_SERVER PK_TO_SERVER
+#define TO_CONSUMER PK_TO_CONSUMER
+#define EITHER (PK_TO_SERVER | PK_TO_CONSUMER)
+
 static const struct {
     const char *name;
     uint32_t required, optional;
+    unsigned direction;             //  who may send it (protocol.md section 3)
 } s_messages[PK_MSG_COUNT] = {
-    [PK_MSG_DESCRIBE]      = { "describe", 0, 0 },
+    [PK_MSG_DESCRIBE]      = { "describe", 0, 0, TO_SERVER },
     [PK_MSG_DESCRIPTION]   = { "description",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | B(BLOCK_LEN)
-        | B(CONFIG_FINGERPRINT) | B(HASH_SEED) | B(PROVIDER), 0 },
+        | B(CONFIG_FINGERPRINT) | B(HASH_SEED) | B(PROVIDER), 0, TO_CONSUMER },
     [PK_MSG_CONNECT]       = { "connect",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | EPOCHS | B(AGENT_METADATA)
         | B(BASE_ADDR) | B(NUM_BLOCKS) | B(BLOCK_LEN) | B(CONFIG_FINGERPRINT)
-        | B(HASH_SEED), 0 },
+        | B(HASH_SEED), 0, TO_SERVER },
     [PK_MSG_CONNECT_ACK]   = { "connect_ack",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | EPOCHS | B(BLOCK_LEN)
-        | B(NUM_BLOCKS), 0 },
+        | B(NUM_BLOCKS), 0, TO_CONSUMER },
     [PK_MSG_DISCONNECT]    = { "disconnect", B(CODE) | B(REASON),
-        INCOMPATIBLE_EXTRAS | EPOCHS },
-    [PK_MSG_PING]          = { "ping", EPOCHS, 0 },
-    [PK_MSG_PONG]          = { "pong", EPOCHS, 0 },
-    [PK_MSG_LOOKUP]        = { "lookup", B(KV_REQUEST_ID) | B(KEYS) | B(ROUND_SEQ) | EPOCHS, 0 },
+        INCOMPATIBLE_EXTRAS | EPOCHS, EITHER },
+    [PK_MSG_PING]          = { "ping", EPOCHS, 0, TO_SERVER },
+    [PK_MSG_PONG]          = { "pong", EPOCHS, 0, TO_CONSUMER },
+    [PK_MSG_LOOKUP]        = { "lookup",
+        B(KV_REQUEST_ID) | B(KEYS) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_LOOKUP_RESP]   = { "lookup_resp",
-        B(KV_REQUEST_ID) | B(KEYS) | B(HITS) | B(ROUND_SEQ) | EPOCHS, 0 },
+        B(KV_REQUEST_ID) | B(KEYS) | B(HITS) | B(ROUND_SEQ) | EPOCHS, 0, TO_CONSUMER },
     [PK_MSG_FETCH]         = { "fetch",
-        B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0 },
+        B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
+        TO_SERVER },
     [PK_MSG_TRANSFER_DONE] = { "transfer_done",
-        B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0 },
-    [PK_MSG_ABORT_FETCH]   = { "abort_fetch", B(KV_REQUEST_ID) | B(ROUND_SEQ) | EPOCHS, 0 },
+        B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0,
+        TO_CONSUMER },
+    [PK_MSG_ABORT_FETCH]   = { "abort_fetch",
+        B(KV_REQUEST_ID) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_ABORT_ACK]     = { "abort_ack",
-        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0 },
+        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0, TO_CONSUMER },
 };
 
 static const char *s_codes[PK_DISC_COUNT] = {
     "incompatible", "no_session", "violation", "silent", "shutdown", "retired"
 };
+
+unsigned
+pk_msg_direction(pk_msg_type_t type)
+{
+    return (unsigned) type < PK_MSG_COUNT ? s_messages[type].direction : 0;
+}
 
 const char *
 pk_msg_type_name(pk_msg_type_t type)

@@ -154,6 +154,14 @@ int pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err);
 int pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err);
 
 const char *pk_msg_type_name(pk_msg_type_t type);
+
+/*  Who may send a type (protocol.md section 3): PK_TO_SERVER (the
+    consumer's messages), PK_TO_CONSUMER (the server's), or both
+    (disconnect).  A message received the wrong way is a violation; each
+    half of a session asks this one table instead of keeping a list.  */
+#define PK_TO_SERVER   1u
+#define PK_TO_CONSUMER 2u
+unsigned pk_msg_direction(pk_msg_type_t type);
 const char *pk_disconnect_code_name(pk_disconnect_code_t code);
 
 /*  Strict UTF-8 (no overlong forms, surrogates or code points past
