@@ -14,6 +14,9 @@
 #include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct {
     double t;
@@ -547,6 +550,121 @@ START_TEST(test_shm_lifetime_and_layout)
 }
 END_TEST
 
+static void
+s_log_line(void *arg, const char *line)
+{
+    snprintf(arg, 256, "%s", line);
+}
+
+//  Issue 10: a server killed with -9 leaves its pool in /dev/shm, and the
+//  next start on that name refused with "File exists".  The lock died with
+//  its owner, so the object is reclaimed: created afresh, and said so.
+START_TEST(test_dead_owners_pool_is_reclaimed)
+{
+    char name[64];
+    s_name(name, sizeof name);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        //  the owner: creates the pool, marks it, and dies without a word
+        pk_store_t *store = pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL);
+        if (!store)
+            _exit(1);
+        memset(pk_store_base(store), 0x5a, 4 * 4096);
+        _exit(0);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    //  what it left behind
+    int fd = shm_open(name, O_RDWR, 0);
+    ck_assert_msg(fd >= 0, "the dead owner's pool is not there to reclaim");
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    close(fd);
+
+    char line[256] = "", err[PK_ERRLEN] = "";
+    int rc = 1;
+    pk_store_t *store = pk_store_new_logged(name, 8, 4096, NULL, (pk_clock_t) { 0 },
+                                            s_log_line, line, err, &rc);
+    ck_assert_msg(store != NULL, "refused: %s", err);
+    ck_assert_int_eq(rc, 0);
+    ck_assert_msg(strstr(line, name) && strstr(line, "reclaimed"), "log: \"%s\"", line);
+    //  a new object, empty and of the new size: not the dead one reused
+    fd = shm_open(name, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat now;
+    ck_assert_int_eq(fstat(fd, &now), 0);
+    close(fd);
+    ck_assert_int_eq(now.st_size, 8 * 4096);
+    ck_assert(now.st_ino != st.st_ino || now.st_size != st.st_size);
+    const uint8_t *base = pk_store_base(store);
+    for (size_t i = 0; i < 8 * 4096; i++)
+        ck_assert_uint_eq(base[i], 0);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    pk_store_destroy(&store);
+    errno = 0;
+    ck_assert_int_eq(shm_open(name, O_RDWR, 0), -1);
+    ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
+//  A pool whose owner is alive, in another process, is refused with an
+//  error naming it, and left alone; once its owner is gone it is free.
+START_TEST(test_live_owners_pool_is_refused)
+{
+    char name[64];
+    s_name(name, sizeof name);
+    int ready[2], done[2];
+    ck_assert_int_eq(pipe(ready), 0);
+    ck_assert_int_eq(pipe(done), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(ready[0]);
+        close(done[1]);
+        pk_store_t *store = pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL);
+        char c = store ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1)
+            _exit(1);
+        //  held until the parent says so
+        if (read(done[0], &c, 1) < 0)
+            _exit(1);
+        pk_store_destroy(&store);
+        _exit(0);
+    }
+    close(ready[1]);
+    close(done[0]);
+    char c = 0;
+    ck_assert_int_eq(read(ready[0], &c, 1), 1);
+    ck_assert_int_eq(c, 'y');
+
+    char line[256] = "", err[PK_ERRLEN] = "";
+    int rc = 1;
+    ck_assert_ptr_null(pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 },
+                                           s_log_line, line, err, &rc));
+    ck_assert_int_eq(rc, -EEXIST);
+    ck_assert_msg(strstr(err, name) && strstr(err, "live"), "error: \"%s\"", err);
+    ck_assert_str_eq(line, "");
+    //  the live owner's object is untouched
+    int fd = shm_open(name, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+
+    ck_assert_int_eq(write(done[1], "x", 1), 1);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(ready[0]);
+    close(done[1]);
+    pk_store_t *store = pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 },
+                                            s_log_line, line, err, &rc);
+    ck_assert_msg(store != NULL, "refused: %s", err);
+    ck_assert_str_eq(line, "");         //  removed by its owner: nothing to reclaim
+    pk_store_destroy(&store);
+}
+END_TEST
+
 START_TEST(test_invalid_arguments)
 {
     pk_clock_t clock = { 0 };
@@ -805,6 +923,8 @@ main(void)
     tcase_add_test(tc, test_lease_expiry_and_release_owner);
     tcase_add_test(tc, test_job_ids_one_counter);
     tcase_add_test(tc, test_shm_lifetime_and_layout);
+    tcase_add_test(tc, test_dead_owners_pool_is_reclaimed);
+    tcase_add_test(tc, test_live_owners_pool_is_refused);
     tcase_add_test(tc, test_invalid_arguments);
     tcase_add_test(tc, test_parent_seam);
     tcase_add_test(tc, test_concurrent_actors);

@@ -11,6 +11,7 @@
     critical section per call; the bytes of put are copied outside it.
 */
 #include "daemon/store.h"
+#include "base/err.h"
 #include "base/keymap.h"
 
 #include <errno.h>
@@ -19,7 +20,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,6 +67,7 @@ struct _pk_store_t {
     pk_clock_t clock;
     double lease_timeout;
     char *name;
+    int fd;                     //  the named pool's, holding its lock; else -1
     void *base;
     size_t pool_len;
     uint64_t num_blocks;
@@ -295,9 +300,95 @@ s_unpin(pk_store_t *self, uint32_t b)
 //  ---------------------------------------------------------------------------
 //  Construction
 
+//  Whether fd is still the object that name opens (it was not unlinked,
+//  nor replaced, since fd was opened).
+static bool
+s_shm_is_named(int fd, const char *name)
+{
+    struct stat mine, named;
+    int other = shm_open(name, O_RDONLY, 0);
+    if (other < 0)
+        return false;
+    bool same = fstat(fd, &mine) == 0 && fstat(other, &named) == 0
+                && mine.st_dev == named.st_dev && mine.st_ino == named.st_ino;
+    close(other);
+    return same;
+}
+
+//  Opens the shared-memory object name as its one owner, and returns the
+//  descriptor, which holds an exclusive flock(2) on it for as long as it
+//  is open: the kernel drops the lock when the owner exits, even by
+//  SIGKILL, so an object found unlocked was left by a dead owner.  That
+//  one is unlinked and created afresh (*reclaimed), never reused: an
+//  engine of the dead server may still map it.  An object whose lock is
+//  held is a live server's pool: -EEXIST, with err saying so.
+//
+//  The rule that makes the race between starters safe: an object is
+//  unlinked only by a process that holds its lock and has checked that
+//  the name still opens it.  Whoever locks second fails its flock and is
+//  refused (a creator whose brand-new object a reclaimer locked first
+//  included), and whoever locked an object since unlinked sees the name
+//  no longer opens it and starts over.  Costs two extra opens and an
+//  fstat at start; nothing afterwards.
+static int
+s_shm_claim(const char *name, char *err, bool *reclaimed, int *rc_p)
+{
+    for (int attempt = 0; attempt < 8; attempt++) {
+        bool created = true;
+        int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0 && errno == EEXIST) {
+            created = false;
+            fd = shm_open(name, O_RDWR, 0);
+            if (fd < 0 && errno == ENOENT)
+                continue;           //  unlinked meanwhile: create it
+        }
+        if (fd < 0) {
+            int e = errno;
+            *rc_p = pk_err(err, -e, "pool %s: %s", name, strerror(e));
+            return -1;
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            if (e == EWOULDBLOCK) {
+                *rc_p = -EEXIST;
+                pk_err(err, -EEXIST, "pool %s is held by a live server (its owner has it "
+                       "locked): stop that server or choose another --pool-name", name);
+            }
+            else {
+                *rc_p = -e;
+                pk_err(err, -e, "pool %s: cannot lock it: %s", name, strerror(e));
+            }
+            return -1;
+        }
+        if (!s_shm_is_named(fd, name)) {
+            close(fd);              //  unlinked or replaced since we opened it
+            continue;
+        }
+        if (created)
+            return fd;
+        //  Locked by nobody: its owner died without removing it.
+        shm_unlink(name);
+        close(fd);
+        *reclaimed = true;
+    }
+    *rc_p = -EEXIST;
+    pk_err(err, -EEXIST, "pool %s: other servers keep creating and removing it", name);
+    return -1;
+}
+
 pk_store_t *
 pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
              const pk_store_config_t *config, pk_clock_t clock, int *rc_p)
+{
+    return pk_store_new_logged(name, num_blocks, block_len, config, clock, NULL, NULL, NULL,
+                               rc_p);
+}
+
+pk_store_t *
+pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
+                    const pk_store_config_t *config, pk_clock_t clock, pk_store_log_fn *log,
+                    void *log_arg, char *err, int *rc_p)
 {
     pk_store_config_t defaults = PK_STORE_CONFIG_DEFAULT;
     if (!config)
@@ -315,6 +406,7 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
     self = calloc(1, sizeof *self);
     if (!self)
         goto fail;
+    self->fd = -1;
     self->clock = clock.now ? clock : pk_clock_system();
     self->lease_timeout = config->lease_timeout;
     self->num_blocks = num_blocks;
@@ -343,10 +435,18 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
         self->name = strdup(name);
         if (!self->name)
             goto fail_blocks;
-        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-        if (fd < 0) {
-            rc = -errno;
+        bool reclaimed = false;
+        fd = s_shm_claim(name, err, &reclaimed, &rc);
+        if (fd < 0)
             goto fail_name;
+        if (reclaimed) {
+            char line[PK_ERRLEN];
+            snprintf(line, sizeof line,
+                     "pool %s: reclaimed the shared-memory object a dead server left", name);
+            if (log)
+                log(log_arg, line);
+            else
+                fprintf(stderr, "p2pkv-server warn: %s\n", line);
         }
         if (ftruncate(fd, (off_t) self->pool_len)) {
             rc = -errno;
@@ -362,19 +462,21 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
         rc = -errno;
         goto fail_shm;
     }
-    //  The mapping outlives the descriptor; the engine opens the object by
-    //  name, and destroy unlinks it.
-    if (fd >= 0)
-        close(fd);
+    //  The descriptor stays open for the store's life: its lock says the
+    //  pool's owner is alive.  The engine opens the object by name, and
+    //  destroy unlinks it.
+    self->fd = fd;
     if (rc_p)
         *rc_p = 0;
     return self;
 
 fail_shm:
     if (fd >= 0) {
+        shm_unlink(name);       //  ours: unlinked while the lock is held
         close(fd);
-        shm_unlink(name);
     }
+    if (name && rc != -EEXIST)
+        (void) pk_err(err, rc, "pool %s: %s", name, strerror(-rc));
 fail_name:
     free(self->name);
 fail_blocks:
@@ -403,8 +505,12 @@ pk_store_destroy(pk_store_t **self_p)
     pk_keymap_fini(&self->owners);
     pk_keymap_fini(&self->index);
     munmap(self->base, self->pool_len);
+    //  Unlinked before the lock goes: a starter that locks the object
+    //  afterwards finds it is no longer the name's, and creates its own.
     if (self->name)
         shm_unlink(self->name);
+    if (self->fd >= 0)
+        close(self->fd);
     free(self->name);
     for (uint64_t b = 0; b < self->num_blocks; b++)
         free(self->blocks[b].heap);

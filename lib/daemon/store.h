@@ -32,6 +32,9 @@ typedef struct {
 
 #define PK_STORE_CONFIG_DEFAULT { 30.0 }
 
+/*  Where pk_store_new_logged says that it reclaimed a dead owner's pool.  */
+typedef void (pk_store_log_fn)(void *arg, const char *line);
+
 typedef struct {
     size_t free;                //  blocks by state: free + writing + ready = num_blocks
     size_t writing;
@@ -50,18 +53,31 @@ typedef struct {
 typedef struct _pk_store_t pk_store_t;
 
 /*  Creates the pool in a new shared-memory object called name (as for
-    shm_open: "/p2pkv-<something>"; it must not exist yet), or in anonymous
-    shared memory if name is NULL, pre-faulted, and an empty index.
+    shm_open: "/p2pkv-<something>"), or in anonymous shared memory if name
+    is NULL, pre-faulted, and an empty index.  A named pool is locked
+    (flock on its descriptor, kept open for the store's life) so that the
+    lock dies with the process, SIGKILL included: an object of that name
+    whose lock nobody holds was left by a dead owner and is removed and
+    created afresh, with one line on standard error; one whose lock is
+    held belongs to a live store, in this process or another, and is
+    refused.
     num_blocks is 1..2^31, block_len at least 1, and the pool must fit in an
     off_t.  config NULL means PK_STORE_CONFIG_DEFAULT; a clock without now
     means CLOCK_MONOTONIC.  Returns NULL on failure with the reason in *rc_p
-    (may be NULL): -EINVAL, -EEXIST (the name is taken), -ENOMEM, or what
-    shm_open, ftruncate or mmap said.  */
+    (may be NULL): -EINVAL, -EEXIST (a live store holds the name),
+    -ENOMEM, or what shm_open, flock, ftruncate or mmap said.  */
 pk_store_t *pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
                          const pk_store_config_t *config, pk_clock_t clock, int *rc_p);
 
-/*  Unmaps the pool and removes its shared-memory object.  Pins and
-    reservations still held die with it.  */
+/*  The same, with the reclaim's line given to log (NULL: standard error)
+    and, when a named pool fails, a sentence naming it in err (PK_ERRLEN
+    bytes, or NULL), e.g. that a live server holds it.  */
+pk_store_t *pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
+                                const pk_store_config_t *config, pk_clock_t clock,
+                                pk_store_log_fn *log, void *log_arg, char *err, int *rc_p);
+
+/*  Unmaps the pool, removes its shared-memory object and drops its
+    lock.  Pins and reservations still held die with it.  */
 void pk_store_destroy(pk_store_t **self_p);
 
 void *pk_store_base(const pk_store_t *self);
