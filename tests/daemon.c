@@ -42,6 +42,12 @@ td_start(td_t *self, const char *const *extra)
         "--silence-timeout", "1.5", "--store-timeout", "3", "--shutdown-timeout", "2",
         "--log-level", "warn", NULL
     };
+    for (size_t i = 0; extra && extra[i] && extra[i + 1]; i += 2) {
+        if (strcmp(extra[i], "--pool-name") == 0)
+            snprintf(self->pool, sizeof self->pool, "%s", extra[i + 1]);
+        if (strcmp(extra[i], "--local") == 0)
+            snprintf(self->local, sizeof self->local, "%s", extra[i + 1]);
+    }
     const char *bin = getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server";
     const char *argv[128];
     size_t argc = 0;
@@ -115,13 +121,19 @@ td_stop(td_t *self)
 }
 
 void
-td_kill(td_t *self)
+td_kill_only(td_t *self)
 {
     zsock_destroy(&self->engine);
     ck_assert_int_eq(kill(self->pid, SIGKILL), 0);
     int status;
     ck_assert_int_eq(waitpid(self->pid, &status, 0), self->pid);
     ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+void
+td_kill(td_t *self)
+{
+    td_kill_only(self);
     //  a killed server cleans nothing up
     shm_unlink(self->pool);
     if (strncmp(self->local, "ipc://", 6) == 0)

@@ -5,9 +5,11 @@
     127.0.0.1 over the tcp provider with short timeouts, waits for its
     ready line and connects a DEALER to its engine socket.  The defaults
     are a pool of 256 blocks of 4096 bytes, fingerprint "fp", hash seed
-    "7"; extra flags replace a default of the same name.  td_stop ends it
-    with SIGTERM within a bound; td_kill with SIGKILL, removing what a
-    killed server leaves behind (its pool in /dev/shm, its ipc socket).
+    "7"; extra flags replace a default of the same name (pool and local
+    then name what was given).  td_stop ends it with SIGTERM within a
+    bound; td_kill with SIGKILL, removing what a killed server leaves
+    behind (its pool in /dev/shm, its ipc socket); td_kill_only with
+    SIGKILL, leaving them.
     Failures are Check assertions.
 */
 #ifndef PK_TEST_DAEMON_H_INCLUDED
@@ -34,6 +36,11 @@ int td_stop(td_t *self);
 
 /*  SIGKILL and reap; unlinks the pool and the ipc socket it left.  */
 void td_kill(td_t *self);
+
+/*  SIGKILL and reap, and leave what it left (its pool in /dev/shm, its
+    ipc socket) where it is, as a crash does: for testing that the next
+    server on the same names copes.  */
+void td_kill_only(td_t *self);
 
 /*  One engine request built by json_pack (fmt, ...); its answer, skipping
     events that arrive before it.  Caller decrefs.  */

@@ -1,0 +1,321 @@
+/*  test_restart.c: a p2pkv-server killed with -9 comes back on the same
+    names (issue 10).
+
+    A killed server cleans nothing up: its pool stays in /dev/shm, and the
+    next start on that pool name used to be refused ("File exists") until
+    someone removed it by hand.  Here a server is killed in the middle of a
+    256 MiB load, started again on the same pool name and port without
+    touching what it left, and the consumer, which reconnects on its own,
+    fetches the blocks again (published again: the index is not
+    persisted), every byte checked.  Real p2pkv-server processes
+    (tests/daemon.c) over the tcp provider on 127.0.0.1.
+*/
+#include "p2pkv.h"
+#include "base/clock.h"
+#include "daemon.h"
+#include "wire/protocol.h"
+#include "testutil.h"
+
+#include <arpa/inet.h>
+#include <czmq.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <sodium.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KEY_LEN 16
+#define BIG (64 * 1024)
+#define NBIG 4096                   //  blocks of the load: 256 MiB
+
+//  Word k of block i of fill tag: never zero, so a landed block is never
+//  mistaken for an untouched (zeroed) one.
+static inline uint64_t
+s_word(uint64_t tag, uint64_t i, uint64_t k)
+{
+    uint64_t x = (tag << 44) ^ (i << 16) ^ k;
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return (x ^ (x >> 31)) | 1;
+}
+
+typedef struct {
+    uint8_t *bytes;
+    p2pkv_key_t *keys;
+} s_keys_t;
+
+static void
+s_keys_make(s_keys_t *k, uint64_t tag)
+{
+    k->bytes = malloc((size_t) NBIG * KEY_LEN);
+    k->keys = malloc(NBIG * sizeof *k->keys);
+    ck_assert(k->bytes && k->keys);
+    for (size_t i = 0; i < NBIG; i++) {
+        uint8_t *at = k->bytes + i * KEY_LEN;
+        memcpy(at, "rst", 3);
+        at[3] = (uint8_t) tag;
+        memset(at + 4, 0xa5, 4);
+        for (int b = 0; b < 8; b++)
+            at[8 + b] = (uint8_t) (i >> (8 * b));
+        k->keys[i] = (p2pkv_key_t) { at, KEY_LEN };
+    }
+}
+
+static json_t *
+s_keys_json(const p2pkv_key_t *keys, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char hex[2 * KEY_LEN + 1];
+        pk_hex_encode(keys[i].bytes, keys[i].len, hex);
+        json_array_append_new(arr, json_string(hex));
+    }
+    return arr;
+}
+
+//  Every block of the fill into the server, as a local engine does it:
+//  reserve, write into the mapped pool, commit.
+static void
+s_publish(td_t *d, const s_keys_t *k, uint64_t tag)
+{
+    size_t pool_len;
+    uint8_t *pool = td_map_pool(d, &pool_len);
+    json_t *a = td_engine(d, "{s:s, s:o}", "cmd", "reserve", "keys", s_keys_json(k->keys, NBIG));
+    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "reserve: %s",
+                  json_string_value(json_object_get(a, "error")));
+    json_t *blocks = json_object_get(a, "blocks");
+    ck_assert_uint_eq(json_array_size(blocks), NBIG);
+    for (size_t i = 0; i < NBIG; i++) {
+        size_t b = (size_t) json_integer_value(json_array_get(blocks, i));
+        ck_assert_uint_le((b + 1) * BIG, pool_len);
+        uint64_t *w = (uint64_t *) (pool + b * BIG);
+        for (size_t x = 0; x < BIG / 8; x++)
+            w[x] = s_word(tag, i, x);
+    }
+    json_decref(a);
+    a = td_engine(d, "{s:s, s:o}", "cmd", "commit", "keys", s_keys_json(k->keys, NBIG));
+    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "commit: %s",
+                  json_string_value(json_object_get(a, "error")));
+    json_decref(a);
+    munmap(pool, pool_len);
+}
+
+//  What the client's callbacks saw.
+typedef struct {
+    p2pkv_client_t *client;
+    int server;
+    int lookups, fetches, ups, downs;
+    uint64_t round;
+    bool all_hits;
+    p2pkv_status_t status;
+    char reason[256];
+} s_seen_t;
+
+static void
+s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_key_t *keys,
+            const bool *hits, size_t n)
+{
+    s_seen_t *c = arg;
+    if (!hits)
+        return;
+    c->lookups++;
+    c->round = round;
+    c->all_hits = n == NBIG;
+    for (size_t i = 0; i < n; i++)
+        c->all_hits = c->all_hits && hits[i];
+}
+
+static void
+s_on_fetch(void *arg, int server, uint64_t fetch_id, p2pkv_status_t status, const char *reason)
+{
+    s_seen_t *c = arg;
+    c->fetches++;
+    c->status = status;
+    snprintf(c->reason, sizeof c->reason, "%s", reason ? reason : "");
+}
+
+static void
+s_on_server(void *arg, int server, p2pkv_server_state_t state, const char *reason)
+{
+    s_seen_t *c = arg;
+    c->ups += state == P2PKV_SERVER_UP;
+    c->downs += state == P2PKV_SERVER_DOWN;
+}
+
+#define S_POLL_UNTIL(c, cond, timeout) ({                                      \
+        double deadline_ = pk_clock_monotonic() + (timeout);                   \
+        while (!(cond) && pk_clock_monotonic() < deadline_)                    \
+            ck_assert_int_ge(p2pkv_client_poll((c)->client, 0.005), 0);        \
+        (cond);                                                                \
+    })
+
+static bool
+s_touched(const uint8_t *pool)
+{
+    for (size_t b = 0; b < NBIG; b++)
+        if (*(const uint64_t *) (pool + b * BIG))
+            return true;
+    return false;
+}
+
+//  Looks up every key, fetches them into blocks 0.. in order; returns
+//  once the lookup is answered and the fetch started.
+static void
+s_start_fetch(s_seen_t *c, const s_keys_t *k, const char *kv, uint32_t *dest)
+{
+    int before = c->lookups;
+    ck_assert_int_eq(p2pkv_client_lookup(c->client, c->server, kv, k->keys, NBIG), 0);
+    ck_assert_msg(S_POLL_UNTIL(c, c->lookups > before, 15), "no answer to the lookup");
+    ck_assert_msg(c->all_hits, "a miss in the lookup of %s", kv);
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_fetch(c->client, c->server, kv, k->keys, dest, NBIG,
+                                        c->round, 0, &id), 0);
+}
+
+//  A fixed port, free now, below the range ZeroMQ draws "*" ports from,
+//  so no other suite's server takes it while ours is down.
+static void
+s_fixed_endpoint(char *endpoint, size_t size)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int port = 20000 + (int) randombytes_uniform(12000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(fd, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        bool free_now = bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
+        close(fd);
+        if (free_now) {
+            snprintf(endpoint, size, "tcp://127.0.0.1:%d", port);
+            return;
+        }
+    }
+    ck_abort_msg("no free port in 20000..31999");
+}
+
+START_TEST(test_killed_server_restarts_on_its_pool)
+{
+    char endpoint[64], pool_name[96], local[128];
+    s_fixed_endpoint(endpoint, sizeof endpoint);
+    //  names td_sweep removes should the test fail half-way
+    snprintf(pool_name, sizeof pool_name, "/p2pkv-e2e-%d-9000", (int) getpid());
+    snprintf(local, sizeof local, "ipc:///tmp/p2pkv-e2e-%d-9000.sock", (int) getpid());
+    const char *flags[] = { "--bind", endpoint, "--pool-name", pool_name, "--local", local,
+                            "--pool-blocks", "4096", "--block-len", "65536",
+                            "--pin-quota", "4096", "--silence-timeout", "10", NULL };
+    td_t d;
+    td_start(&d, flags);
+    ck_assert_str_eq(d.pool, pool_name);
+    s_keys_t k;
+    s_keys_make(&k, 3);
+    s_publish(&d, &k, 3);
+
+    s_seen_t c = { 0 };
+    p2pkv_config_t cfg = { .peer_id = "c-restart", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1", .load_timeout = 3,
+                           .abort_ack_timeout = 1, .keepalive = 0.2, .silence = 1,
+                           .reconnect_interval = 0.2 };
+    char err[256] = "";
+    c.client = p2pkv_client_new(&cfg, NULL, NBIG, BIG,
+                                (p2pkv_callbacks_t) { .arg = &c, .on_lookup = s_on_lookup,
+                                                      .on_fetch = s_on_fetch,
+                                                      .on_server = s_on_server },
+                                err);
+    ck_assert_msg(c.client != NULL, "p2pkv_client_new: %s", err);
+    c.server = p2pkv_client_connect(c.client, endpoint, 10, err);
+    ck_assert_msg(c.server >= 0, "connect: %s", err);
+    uint8_t *pool = p2pkv_client_pool(c.client);
+    uint32_t *dest = malloc(NBIG * sizeof *dest);
+    for (size_t i = 0; i < NBIG; i++)
+        dest[i] = (uint32_t) i;
+
+    //  killed with -9 once the first bytes land
+    s_start_fetch(&c, &k, "before", dest);
+    ck_assert_msg(S_POLL_UNTIL(&c, c.fetches > 0 || s_touched(pool), 15),
+                  "nothing landed within 15 s");
+    ck_assert_msg(c.fetches == 0, "the load ended (%s) before the kill: make it larger",
+                  c.reason);
+    td_kill_only(&d);
+    //  and it left its pool behind, as a crash does
+    int fd = shm_open(pool_name, O_RDONLY, 0);
+    ck_assert_msg(fd >= 0, "the killed server's pool %s is not in /dev/shm", pool_name);
+    close(fd);
+    ck_assert_msg(S_POLL_UNTIL(&c, c.fetches > 0, 10), "the open fetch never ended");
+    ck_assert_int_eq(c.status, P2PKV_FAILED);
+    ck_assert_int_ge(c.downs, 1);
+
+    //  the same pool name and port, nothing removed by hand: it starts
+    //  (td_start asserts its ready line), reclaiming the dead one's pool
+    td_start(&d, flags);
+    s_publish(&d, &k, 4);           //  the index died with it: publish again, new bytes
+    ck_assert_msg(S_POLL_UNTIL(&c, c.ups >= 1, 15), "the consumer did not reconnect");
+    ck_assert_int_eq(p2pkv_client_server_state(c.client, c.server, NULL), P2PKV_SERVER_UP);
+    memset(pool, 0, (size_t) NBIG * BIG);
+    int before = c.fetches;
+    s_start_fetch(&c, &k, "after", dest);
+    ck_assert_msg(S_POLL_UNTIL(&c, c.fetches > before, 30), "the fetch after the restart hung");
+    ck_assert_msg(c.status == P2PKV_LANDED, "after the restart: %s", c.reason);
+    for (size_t i = 0; i < NBIG; i++) {
+        const uint64_t *w = (const uint64_t *) (pool + i * BIG);
+        for (size_t x = 0; x < BIG / 8; x++)
+            if (w[x] != s_word(4, i, x))
+                ck_abort_msg("after the restart: block %zu word %zu is wrong", i, x);
+    }
+    ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "after"), 0);
+
+    //  a second consumer, new to the restarted server, gets the same
+    s_seen_t c2 = { 0 };
+    cfg.peer_id = "c-restart-2";
+    c2.client = p2pkv_client_new(&cfg, NULL, NBIG, BIG,
+                                 (p2pkv_callbacks_t) { .arg = &c2, .on_lookup = s_on_lookup,
+                                                       .on_fetch = s_on_fetch },
+                                 err);
+    ck_assert_msg(c2.client != NULL, "p2pkv_client_new: %s", err);
+    c2.server = p2pkv_client_connect(c2.client, endpoint, 10, err);
+    ck_assert_msg(c2.server >= 0, "connect: %s", err);
+    s_start_fetch(&c2, &k, "second", dest);
+    ck_assert_msg(S_POLL_UNTIL(&c2, c2.fetches > 0, 30), "the second consumer's fetch hung");
+    ck_assert_msg(c2.status == P2PKV_LANDED, "second consumer: %s", c2.reason);
+    uint8_t *pool2 = p2pkv_client_pool(c2.client);
+    for (size_t i = 0; i < NBIG; i++) {
+        const uint64_t *w = (const uint64_t *) (pool2 + i * BIG);
+        for (size_t x = 0; x < BIG / 8; x++)
+            if (w[x] != s_word(4, i, x))
+                ck_abort_msg("second consumer: block %zu word %zu is wrong", i, x);
+    }
+    p2pkv_client_destroy(&c2.client);
+    p2pkv_client_destroy(&c.client);
+    free(dest);
+    free(k.bytes);
+    free(k.keys);
+    //  a clean stop removes the pool, as before
+    ck_assert_int_eq(td_stop(&d), 0);
+    errno = 0;
+    ck_assert_int_eq(shm_open(pool_name, O_RDONLY, 0), -1);
+    ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
+int
+main(void)
+{
+    if (access(getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server", X_OK)) {
+        printf("SKIP: bin/p2pkv-server not built here\n");
+        return 77;
+    }
+    zsys_handler_set(NULL);
+    Suite *s = suite_create("restart");
+    TCase *tc = tcase_create("restart");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_killed_server_restarts_on_its_pool);
+    suite_add_tcase(s, tc);
+    int rc = pk_test_run("restart", s);
+    td_sweep();
+    return rc;
+}
