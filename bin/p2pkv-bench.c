@@ -211,7 +211,10 @@ s_bench_role(long requests)
     randombytes_buf(bytes, ROLE_KEYPOOL * 32);
     for (size_t i = 0; i < ROLE_KEYPOOL; i++) {
         pool[i] = pk_key_make(bytes + 32 * i, 32);
-        pk_keymap_put(&w.table, &pool[i], 0, i);
+        if (pk_keymap_put(&w.table, &pool[i], 0, i) < 0) {
+            fprintf(stderr, "p2pkv-bench: out of memory\n");
+            exit(2);
+        }
     }
     for (uint32_t i = 0; i < ROLE_KEYS; i++)
         idx[i] = i;

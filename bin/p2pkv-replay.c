@@ -308,9 +308,15 @@ s_no_repeats(const pk_key_t *keys, const uint32_t *idx, size_t n)
     pk_keymap_t seen = PK_KEYMAP_INIT, seen_idx = PK_KEYMAP_INIT;
     for (size_t i = 0; i < n; i++) {
         pk_key_t ik = pk_key_make((const uint8_t *) &idx[i], sizeof idx[i]);
-        if (pk_keymap_put(&seen, &keys[i], 0, 0) == 0)
+        int rc = pk_keymap_put(&seen, &keys[i], 0, 0);
+        if (rc < 0)
+            s_input_error("out of memory");
+        if (rc == 0)
             s_input_error("fetch names key %zu twice", i);
-        if (pk_keymap_put(&seen_idx, &ik, 0, 0) == 0)
+        rc = pk_keymap_put(&seen_idx, &ik, 0, 0);
+        if (rc < 0)
+            s_input_error("out of memory");
+        if (rc == 0)
             s_input_error("fetch names index %u twice", idx[i]);
     }
     pk_keymap_fini(&seen);

@@ -250,10 +250,13 @@ s_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type, const cha
     pthread_mutex_lock(&self->mutex);
     rc = s_collides(self, name, type) ? -EEXIST : s_families_reserve(self);
     int id = (int) self->nfamilies;
-    if (rc == 0) {
+    //  zhashx_insert refuses only a name already there, which s_collides
+    //  has ruled out; checked all the same, so the table and the list can
+    //  never disagree.  (czmq aborts on out of memory instead of failing.)
+    if (rc == 0 && zhashx_insert(self->by_name, family->name, family) != 0)
+        rc = -EEXIST;
+    if (rc == 0)
         self->families[self->nfamilies++] = family;
-        zhashx_insert(self->by_name, family->name, family);
-    }
     pthread_mutex_unlock(&self->mutex);
     if (rc)
         goto fail_family;

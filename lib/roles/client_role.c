@@ -336,9 +336,12 @@ pk_client_role_flush(pk_client_role_t *self)
             r->sent_bufs = bufs;
             for (size_t j = 0; j < r->nprobe_bufs; j++)
                 r->sent_bufs[r->nsent_bufs++] = r->probe_bufs[j];
-            pk_keymap_reserve(&r->sent, pk_keymap_size(&r->sent) + n);
-            for (size_t j = 0; j < n; j++)
-                pk_keymap_put(&r->sent, &r->probe[j], 0, 0);
+            //  Out of memory here costs only a repeat: a key not
+            //  remembered as sent is asked again by a later lookup of
+            //  the request, so the results are dropped on purpose.
+            if (pk_keymap_reserve(&r->sent, pk_keymap_size(&r->sent) + n) == 0)
+                for (size_t j = 0; j < n; j++)
+                    (void) pk_keymap_put(&r->sent, &r->probe[j], 0, 0);
         }
         else
             for (size_t j = 0; j < r->nprobe_bufs; j++)
