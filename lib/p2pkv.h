@@ -21,7 +21,11 @@
     Threads: every function may be called from any thread; one lock
     serializes them.  Callbacks run with that lock held, on the thread
     that drives the client (p2pkv_client_poll, or the progress thread),
-    and may call client functions.  Nothing runs in the background unless
+    and may call client functions.  Every pointer a callback is given
+    (kv, keys and their bytes, hits, reason) stays valid for the whole
+    callback, whatever client function it calls (on_lookup may pass kv
+    and keys straight to p2pkv_client_fetch), and not after it returns:
+    copy what you keep.  Nothing runs in the background unless
     config.progress_thread is set: then a thread of the client's sleeps on
     p2pkv_client_fd and keeps every endpoint, socket and timer serviced,
     also while idle, and runs the callbacks.  Without it, call

@@ -601,6 +601,77 @@ START_TEST(test_fetch_status_by_polling)
 }
 END_TEST
 
+//  What an on_lookup that fetches at once was given and did.
+typedef struct {
+    s_seen_t seen;                  //  first: s_on_fetch and s_on_server take it
+    p2pkv_client_t *c;
+    int fetch_rc;
+    bool kv_intact, keys_intact;
+} s_refetch_t;
+
+static void
+s_on_lookup_fetch(void *arg, int server, const char *kv, uint64_t round,
+                  const p2pkv_key_t *keys, const bool *hits, size_t n)
+{
+    s_refetch_t *r = arg;
+    if (!hits || n > NKEYS)
+        return;
+    uint32_t dest[NKEYS] = { 0 };
+    for (size_t i = 0; i < n; i++)
+        dest[i] = (uint32_t) (10 + i);
+    //  the obvious use: the kv and keys just given, handed straight back
+    uint64_t id;
+    r->fetch_rc = p2pkv_client_fetch(r->c, server, kv, keys, dest, n, round, 0, &id);
+    //  and they are still what they were after the fetch (ASan reads them)
+    r->kv_intact = strcmp(kv, "given") == 0;
+    r->keys_intact = n == NKEYS;
+    for (size_t i = 0; i < n; i++)
+        r->keys_intact = r->keys_intact && keys[i].len == 32
+                         && memcmp(keys[i].bytes, s_key[i], 32) == 0;
+    atomic_fetch_add(&r->seen.lookups, 1);
+}
+
+//  Issue 10: on_lookup passes the kv and keys it was given to
+//  p2pkv_client_fetch; the fetch used to free them under the callback
+//  and every fetch failed.  They stay valid, and the fetch lands intact.
+START_TEST(test_callback_pointers_outlive_its_calls)
+{
+    td_t s;
+    td_start(&s, NULL);
+    s_publish(&s);
+    s_refetch_t r;
+    memset(&r, 0, sizeof r);
+    atomic_store(&r.seen.status, -1);
+    r.fetch_rc = 1;
+    char err[256] = "";
+    p2pkv_config_t cfg = { .peer_id = "c-refetch", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1", .load_timeout = 5 };
+    r.c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
+                           (p2pkv_callbacks_t) { .arg = &r, .on_lookup = s_on_lookup_fetch,
+                                                 .on_fetch = s_on_fetch,
+                                                 .on_server = s_on_server },
+                           err);
+    ck_assert_msg(r.c != NULL, "p2pkv_client_new: %s", err);
+    int server = p2pkv_client_connect(r.c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    memset(p2pkv_client_pool(r.c), 0, 64 * BLOCK);
+    ck_assert_int_eq(p2pkv_client_lookup(r.c, server, "given", s_keys, NKEYS), 0);
+    s_until(r.c, &r.seen.lookups, 1, true, 10);
+    ck_assert_int_eq(r.fetch_rc, 0);
+    ck_assert_msg(r.kv_intact, "kv changed under the callback");
+    ck_assert_msg(r.keys_intact, "keys changed under the callback");
+    s_until(r.c, &r.seen.fetches, 1, true, 10);
+    ck_assert_msg(atomic_load(&r.seen.status) == P2PKV_LANDED, "fetch: %s",
+                  r.seen.fetch_reason);
+    for (int i = 0; i < NKEYS; i++)
+        ck_assert_msg(memcmp(p2pkv_client_pool(r.c) + (size_t) (10 + i) * BLOCK, s_data[i],
+                             BLOCK) == 0, "block %d", i);
+    ck_assert_int_eq(p2pkv_client_finish(r.c, server, "given"), 0);
+    p2pkv_client_destroy(&r.c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 typedef struct {
     p2pkv_client_t *c;
     const char *ep;
@@ -757,6 +828,7 @@ main(void)
     tcase_add_test(tc, test_get_in_batches_past_the_pin_quota);
     tcase_add_test(tc, test_gets_at_once_keep_their_answers);
     tcase_add_test(tc, test_server_violations_end_the_session);
+    tcase_add_test(tc, test_callback_pointers_outlive_its_calls);
     suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
 }

@@ -287,17 +287,40 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
         c->ran++;
         return;
     }
-    p2pkv_key_t stack[64];
-    p2pkv_key_t *out = n <= 64 ? stack : malloc(n * sizeof *out);
-    if (!out)
+    if (!c->callbacks.on_lookup) {
+        c->ran++;
         return;
+    }
+    //  The callback gets copies of kv, the keys' bytes and hits: they are
+    //  the role's, and a fetch or finish the callback makes for this very
+    //  lookup frees them (p2pkv.h: every pointer stays valid for the whole
+    //  callback).  One allocation per answer, the size of what it names.
+    size_t kvlen = strlen(kv) + 1, bytes = 0;
     for (size_t i = 0; i < n; i++)
-        out[i] = (p2pkv_key_t) { keys[i].bytes, keys[i].len };
+        bytes += keys[i].len;
+    size_t need = n * sizeof(p2pkv_key_t) + n * sizeof(bool) + kvlen + bytes;
+    _Alignas(p2pkv_key_t) uint8_t stack[4096];
+    uint8_t *buf = need <= sizeof stack ? stack : malloc(need);
+    if (!buf)
+        return;     //  out of memory: this one answer is not delivered
+    p2pkv_key_t *out = (p2pkv_key_t *) buf;
+    bool *hits_copy = (bool *) (out + n);
+    char *kv_copy = (char *) (hits_copy + n);
+    uint8_t *key_bytes = (uint8_t *) kv_copy + kvlen;
+    memcpy(kv_copy, kv, kvlen);
+    if (hits && n)
+        memcpy(hits_copy, hits, n * sizeof *hits);
+    for (size_t i = 0; i < n; i++) {
+        if (keys[i].len)
+            memcpy(key_bytes, keys[i].bytes, keys[i].len);
+        out[i] = (p2pkv_key_t) { key_bytes, keys[i].len };
+        key_bytes += keys[i].len;
+    }
     c->ran++;
-    if (c->callbacks.on_lookup)
-        c->callbacks.on_lookup(c->callbacks.arg, s->index, kv, round, out, hits, n);
-    if (out != stack)
-        free(out);
+    c->callbacks.on_lookup(c->callbacks.arg, s->index, kv_copy, round, out,
+                           hits ? hits_copy : NULL, n);
+    if (buf != stack)
+        free(buf);
 }
 
 static pk_key_t
@@ -348,8 +371,11 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     if (synced || c->callbacks.on_fetch) {
         if (f)
             s_fetch_forget(c, f);
+        //  a copy: the reason may live in what the callback's own calls free
+        char why[PK_ERRLEN + 64];
+        snprintf(why, sizeof why, "%s", reason ? reason : "");
         if (!synced)
-            c->callbacks.on_fetch(c->callbacks.arg, s->index, id, st, reason);
+            c->callbacks.on_fetch(c->callbacks.arg, s->index, id, st, reason ? why : NULL);
         return;
     }
     if (!f)
@@ -596,7 +622,10 @@ s_session_state(void *arg, pk_client_session_state_t state, const char *reason)
     p2pkv_client_t *c = s->client;
     if (s->announced && c->callbacks.on_server) {
         c->ran++;
-        c->callbacks.on_server(c->callbacks.arg, s->index, s->state, s->reason);
+        //  a copy: a disconnect from the callback frees s
+        char why[sizeof s->reason];
+        memcpy(why, s->reason, sizeof why);
+        c->callbacks.on_server(c->callbacks.arg, s->index, s->state, why);
     }
 }
 
