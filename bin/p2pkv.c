@@ -445,7 +445,8 @@ s_cmd_remote(int argc, char *argv[], bool get)
                            .hash_seed = o.hash_seed ? o.hash_seed : d.hash_seed,
                            .provider = o.provider, .node = o.fabric_addr,
                            .load_timeout = o.timeout,
-                           .abort_ack_timeout = 10, .keepalive = 2, .silence = 10,
+                           .abort_ack_timeout = 10, .keepalive_interval = 2,
+                           .silence_timeout = 10,
                            .no_reconnect = true };
     client = p2pkv_client_new(&cfg, NULL, g.n, d.block_len, (p2pkv_callbacks_t) { 0 }, err);
     if (!client) {

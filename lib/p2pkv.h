@@ -9,11 +9,12 @@
     from p2pkv_client_poll, as landed (every byte is in the pool), failed
     or aborted, and only then may its destination blocks be reused.
 
-    A server that goes away (disconnect, silence, a violation) is cut off
-    first (its endpoint and registration closed, so nothing from it lands
-    any more), then its open fetches fail and its unanswered lookups are
-    answered with no hits (hits NULL); on_server reports it DOWN, and the client connects again on
-    its own, as a new session, every reconnect_interval until it is UP.
+    A server that goes away (disconnect, silence, a violation, a fetch
+    stalled mid-transfer) is cut off first (its endpoint and registration
+    closed, so nothing from it lands any more), then its open fetches fail
+    and its unanswered lookups are answered with no hits (hits NULL);
+    on_server reports it DOWN, and the client connects again on its own,
+    as a new session, every connect_retry until it is UP.
     A server that refuses us as incompatible (block length, fingerprint,
     hash seed, wire version, provider) is STOPPED: never retried, with the
     reason.
@@ -83,17 +84,28 @@ typedef struct {
     void (*on_server)(void *arg, int server, p2pkv_server_state_t state, const char *reason);
 } p2pkv_callbacks_t;
 
+/*  The timeouts are named as p2pkv-server's options of the same meaning
+    (doc/p2pkv-server.8: --load-timeout, --abort-ack-timeout,
+    --keepalive-interval, --silence-timeout, --connect-retry,
+    --stall-timeout), in seconds; 0 (or less) means the default.  */
 typedef struct {
     const char *peer_id;            //  this consumer's name (required)
     const char *fingerprint;        //  must equal the servers' ("")
     const char *hash_seed;          //  must equal the servers' ("0")
     const char *provider;           //  libfabric provider ("tcp"; NULL: verbs, efa, tcp)
     const char *node;               //  local address for the fabric (NULL: any)
-    double load_timeout;            //  30 s
-    double abort_ack_timeout;       //  10 s
-    double keepalive;               //  2 s
-    double silence;                 //  10 s
-    double reconnect_interval;      //  0.5 s: connect repeated until answered
+    double load_timeout;            //  30 s: a fetch without transfer_done is aborted
+    double abort_ack_timeout;       //  10 s: then the server is cut off, the fetch failed
+    //  The three below also answer to their old names (keepalive, silence,
+    //  reconnect_interval) until the daemon's puller (lib/daemon/node.c)
+    //  uses the new ones; new code uses these.
+    union { double keepalive_interval; double keepalive; };    //  2 s: ping a quiet server
+    union { double silence_timeout; double silence; };         //  10 s: then it is DOWN
+    union { double connect_retry; double reconnect_interval; }; //  0.5 s: connect repeated
+                                    //  until answered, and a new session after a loss
+    double stall_timeout;           //  5 s: a fetch whose blocks began to land and then
+                                    //  none lands this long: the server is cut off
+                                    //  (DOWN, its fetches failed), as a stuck one
     bool no_reconnect;              //  a server gone stays DOWN
     bool progress_thread;           //  a thread of the client's drives it
 } p2pkv_config_t;

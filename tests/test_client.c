@@ -19,6 +19,8 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -129,8 +131,9 @@ s_client_with(s_seen_t *seen, bool thread, bool fetch_callback)
     char err[256] = "";
     p2pkv_config_t cfg = { .peer_id = "c-lib", .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .load_timeout = 5,
-                           .abort_ack_timeout = 2, .keepalive = 0.3, .silence = 1.0,
-                           .reconnect_interval = 0.2, .progress_thread = thread };
+                           .abort_ack_timeout = 2, .keepalive_interval = 0.3,
+                           .silence_timeout = 1.0, .connect_retry = 0.2,
+                           .progress_thread = thread };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
                                          (p2pkv_callbacks_t) { .arg = seen,
                                                                .on_lookup = s_on_lookup,
@@ -672,6 +675,113 @@ START_TEST(test_callback_pointers_outlive_its_calls)
 }
 END_TEST
 
+//  A server with NBIG blocks of BIG bytes published: 256 MiB, so that a
+//  fetch of all of them is still landing when the test acts on it.
+#define BIG (64 * 1024)
+#define NBIG 4096
+
+static uint8_t s_big_key[NBIG][16];
+static p2pkv_key_t s_big_keys[NBIG];
+
+static void
+s_big_server(td_t *s)
+{
+    const char *flags[] = { "--pool-blocks", "4096", "--block-len", "65536", "--pin-quota",
+                            "4096", "--silence-timeout", "10", NULL };
+    td_start(s, flags);
+    json_t *list = json_array();
+    for (size_t i = 0; i < NBIG; i++) {
+        memcpy(s_big_key[i], "big-", 4);
+        memset(s_big_key[i] + 4, 0x3c, 4);
+        for (int b = 0; b < 8; b++)
+            s_big_key[i][8 + b] = (uint8_t) (i >> (8 * b));
+        s_big_keys[i] = (p2pkv_key_t) { s_big_key[i], 16 };
+        char hex[33];
+        pk_hex_encode(s_big_key[i], 16, hex);
+        json_array_append_new(list, json_string(hex));
+    }
+    size_t len;
+    uint8_t *pool = td_map_pool(s, &len);
+    json_t *a = td_engine(s, "{s:s, s:O}", "cmd", "reserve", "keys", list);
+    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "reserve failed");
+    json_t *blocks = json_object_get(a, "blocks");
+    for (size_t i = 0; i < NBIG; i++)
+        memset(pool + (size_t) json_integer_value(json_array_get(blocks, i)) * BIG,
+               (int) (i % 251) + 1, BIG);
+    json_decref(a);
+    a = td_engine(s, "{s:s, s:o}", "cmd", "commit", "keys", list);
+    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "commit failed");
+    json_decref(a);
+    munmap(pool, len);
+}
+
+//  Issue 10: the client's stall timeout was 5 s whatever one asked for.
+//  A server stopped (SIGSTOP) in the middle of a transfer keeps its
+//  connections open and says nothing; with stall_timeout 0.5 s (and the
+//  silence and load timeouts far longer) the fetch fails within the
+//  stall bound, naming the stall, and the server is DOWN.
+START_TEST(test_stall_timeout_takes_effect)
+{
+    td_t s;
+    s_big_server(&s);
+    s_seen_t seen;
+    memset(&seen, 0, sizeof seen);
+    atomic_store(&seen.status, -1);
+    char err[256] = "";
+    const double stall = 0.5;
+    p2pkv_config_t cfg = { .peer_id = "c-stall", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1", .load_timeout = 30,
+                           .abort_ack_timeout = 10, .keepalive_interval = 0.3,
+                           .silence_timeout = 10, .stall_timeout = stall };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, NBIG, BIG,
+                                         (p2pkv_callbacks_t) { .arg = &seen,
+                                                               .on_lookup = s_on_lookup,
+                                                               .on_fetch = s_on_fetch,
+                                                               .on_server = s_on_server },
+                                         err);
+    ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "stall", s_big_keys, NBIG), 0);
+    s_until(c, &seen.lookups, 1, true, 10);
+    ck_assert_int_eq(atomic_load(&seen.hits), NBIG);
+    uint32_t *dest = malloc(NBIG * sizeof *dest);
+    for (uint32_t i = 0; i < NBIG; i++)
+        dest[i] = i;
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, "stall", s_big_keys, dest, NBIG,
+                                        atomic_load(&seen.round), 0, &id), 0);
+    free(dest);
+    //  stopped once the first bytes land
+    uint8_t *pool = p2pkv_client_pool(c);
+    double deadline = pk_clock_monotonic() + 10;
+    bool touched = false;
+    while (!touched && atomic_load(&seen.fetches) == 0 && pk_clock_monotonic() < deadline) {
+        ck_assert_int_ge(p2pkv_client_poll(c, 0), 0);
+        for (size_t b = 0; !touched && b < NBIG; b += 16)
+            touched = pool[b * BIG] != 0;
+    }
+    ck_assert_msg(touched, "nothing landed within 10 s");
+    ck_assert_int_eq(kill(s.pid, SIGSTOP), 0);
+    double stopped = pk_clock_monotonic();
+    ck_assert_msg(atomic_load(&seen.fetches) == 0, "the fetch ended before the stop");
+    while (atomic_load(&seen.fetches) == 0 && pk_clock_monotonic() < stopped + 4.5)
+        ck_assert_int_ge(p2pkv_client_poll(c, 0.01), 0);
+    double ended = pk_clock_monotonic();
+    ck_assert_int_eq(kill(s.pid, SIGCONT), 0);
+    ck_assert_msg(atomic_load(&seen.fetches) == 1, "no end within 4.5 s of the stop");
+    ck_assert_int_eq(atomic_load(&seen.status), P2PKV_FAILED);
+    ck_assert_msg(strstr(seen.fetch_reason, "stalled"), "reason: %s", seen.fetch_reason);
+    //  within the stall bound, with room for the bytes that were already
+    //  in the socket buffers when the server stopped
+    ck_assert_msg(ended - stopped < stall + 1.5, "failed %.2f s after the stop",
+                  ended - stopped);
+    ck_assert_int_ge(atomic_load(&seen.downs), 1);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 typedef struct {
     p2pkv_client_t *c;
     const char *ep;
@@ -829,6 +939,7 @@ main(void)
     tcase_add_test(tc, test_gets_at_once_keep_their_answers);
     tcase_add_test(tc, test_server_violations_end_the_session);
     tcase_add_test(tc, test_callback_pointers_outlive_its_calls);
+    tcase_add_test(tc, test_stall_timeout_takes_effect);
     suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
 }

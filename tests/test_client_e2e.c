@@ -258,8 +258,8 @@ s_client_open(s_client_t *c, td_t *d, const char *peer, uint64_t num_blocks, uin
     p2pkv_config_t cfg = { .peer_id = peer, .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .load_timeout = t.load,
                            .abort_ack_timeout = t.abort_ack,
-                           .keepalive = t.keepalive > 0 ? t.keepalive : 0.5,
-                           .silence = t.silence };
+                           .keepalive_interval = t.keepalive > 0 ? t.keepalive : 0.5,
+                           .silence_timeout = t.silence };
     p2pkv_callbacks_t cb = { .arg = c, .on_lookup = s_on_lookup, .on_fetch = s_on_fetch };
     char err[256] = "";
     c->client = p2pkv_client_new(&cfg, NULL, num_blocks, block_len, cb, err);
@@ -714,7 +714,7 @@ s_consumer_main(int argc, char *argv[])
     size_t n = (size_t) atol(argv[4]);
     s_client_t c = { 0 };
     p2pkv_config_t cfg = { .peer_id = peer, .fingerprint = "fp", .hash_seed = "7",
-                           .provider = "tcp", .node = "127.0.0.1", .keepalive = 0.5 };
+                           .provider = "tcp", .node = "127.0.0.1", .keepalive_interval = 0.5 };
     p2pkv_callbacks_t cb = { .arg = &c, .on_lookup = s_on_lookup, .on_fetch = s_on_fetch };
     char err[256] = "";
     c.client = p2pkv_client_new(&cfg, NULL, n, BIG, cb, err);

@@ -619,6 +619,115 @@ START_TEST(test_config_file)
 }
 END_TEST
 
+//  Every setting of --help and the man page, given in a config file, lands
+//  in its field, just as on the command line (test_every_option).
+START_TEST(test_every_setting_in_a_file)
+{
+    const char *path = s_file("every.conf",
+        "bind = tcp://10.1.2.3:6000\nlocal = ipc:///run/p2pkv/engine.sock\n"
+        "peer-id = node-7\npool-blocks = 4096\nblock-len = 1048576\n"
+        "pool-name = /kv.pool_1\nprovider = verbs;ofi_rxm\nfabric-addr = 10.1.2.3\n"
+        "fingerprint = llama-3-70b/bf16\nhash-seed = 42\nmetrics-bind = 127.0.0.1:9100\n"
+        "allow = 10.0.0.0/8\nlog-level = debug\nlookup-timeout = 0.5\n"
+        "store-timeout = 31\ndrain-timeout = 11\nsilence-timeout = 12.25\n"
+        "lease-timeout = 33\nstall-timeout = 6\nshutdown-timeout = 7\n"
+        "max-requests = 100\nmax-parked-keys = 200\nmax-rounds = 300\npin-quota = 400\n"
+        "max-queued-frames = 500\nmax-frame = 4096\nmax-sessions = 600\n"
+        "load-timeout = 34\nabort-ack-timeout = 13\nconnect-retry = 0.25\n"
+        "keepalive-interval = 1.5\n");
+    //  the file names every setting: none can be left out of this test
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char text[2048];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    for (size_t i = 0; i < S_NSETTINGS; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "\n%s = ", s_options[i]);
+        ck_assert_msg(strstr(text, line) || strncmp(text, line + 1, strlen(line + 1)) == 0,
+                      "the file lacks %s", s_options[i]);
+    }
+    pk_server_config_t c;
+    ck_assert_int_eq(s_parse(&c, "--config", path), 0);
+    ck_assert_str_eq(c.bind, "tcp://10.1.2.3:6000");
+    ck_assert_str_eq(c.local, "ipc:///run/p2pkv/engine.sock");
+    ck_assert_str_eq(c.peer_id, "node-7");
+    ck_assert_uint_eq(c.pool_blocks, 4096);
+    ck_assert_uint_eq(c.block_len, 1048576);
+    ck_assert_str_eq(c.pool_name, "/kv.pool_1");
+    ck_assert_str_eq(c.provider, "verbs;ofi_rxm");
+    ck_assert_str_eq(c.fabric_addr, "10.1.2.3");
+    ck_assert_str_eq(c.fingerprint, "llama-3-70b/bf16");
+    ck_assert_str_eq(c.hash_seed, "42");
+    ck_assert_str_eq(c.metrics_bind, "127.0.0.1:9100");
+    ck_assert_uint_eq(c.nallow, 1);
+    ck_assert_str_eq(c.allow[0], "10.0.0.0/8");
+    ck_assert_int_eq(c.log_level, PK_LOG_DEBUG);
+    ck_assert_double_eq(c.lookup_timeout, 0.5);
+    ck_assert_double_eq(c.store_timeout, 31);
+    ck_assert_double_eq(c.drain_timeout, 11);
+    ck_assert_double_eq(c.silence_timeout, 12.25);
+    ck_assert_double_eq(c.lease_timeout, 33);
+    ck_assert_double_eq(c.stall_timeout, 6);
+    ck_assert_double_eq(c.shutdown_timeout, 7);
+    ck_assert_uint_eq(c.max_requests, 100);
+    ck_assert_uint_eq(c.max_parked_keys, 200);
+    ck_assert_uint_eq(c.max_rounds, 300);
+    ck_assert_uint_eq(c.pin_quota, 400);
+    ck_assert_uint_eq(c.max_queued_frames, 500);
+    ck_assert_uint_eq(c.max_frame, 4096);
+    ck_assert_uint_eq(c.max_sessions, 600);
+    ck_assert_double_eq(c.load_timeout, 34);
+    ck_assert_double_eq(c.abort_ack_timeout, 13);
+    ck_assert_double_eq(c.connect_retry, 0.25);
+    ck_assert_double_eq(c.keepalive_interval, 1.5);
+    pk_server_config_fini(&c);
+}
+END_TEST
+
+//  Issue 10: --connect-retry was parsed and documented but never reached
+//  the puller's client, and the client's stall timeout was fixed at 5 s.
+//  Every consumer-side setting reaches p2pkv_config_t, under its own name.
+START_TEST(test_consumer_settings_reach_the_client)
+{
+    pk_server_config_t c;
+    ck_assert_int_eq(s_parse(&c, "--load-timeout", "34", "--abort-ack-timeout", "13",
+                             "--keepalive-interval", "1.5", "--silence-timeout", "12.25",
+                             "--connect-retry", "0.25", "--stall-timeout", "6",
+                             "--fingerprint", "fp-x", "--hash-seed", "99", "--provider", "efa",
+                             "--fabric-addr", "10.1.2.3"),
+                     0);
+    p2pkv_config_t p = pk_server_config_client(&c, "node-pull");
+    ck_assert_str_eq(p.peer_id, "node-pull");
+    ck_assert_double_eq(p.load_timeout, 34);
+    ck_assert_double_eq(p.abort_ack_timeout, 13);
+    ck_assert_double_eq(p.keepalive_interval, 1.5);
+    ck_assert_double_eq(p.silence_timeout, 12.25);
+    ck_assert_double_eq(p.connect_retry, 0.25);
+    ck_assert_double_eq(p.stall_timeout, 6);
+    ck_assert_str_eq(p.fingerprint, "fp-x");
+    ck_assert_str_eq(p.hash_seed, "99");
+    ck_assert_str_eq(p.provider, "efa");
+    ck_assert_str_eq(p.node, "10.1.2.3");
+    ck_assert(p.no_reconnect);
+    ck_assert(!p.progress_thread);
+    pk_server_config_fini(&c);
+    //  the defaults, and automatic provider and address as NULL
+    ck_assert_int_eq(s_parse(&c, "--provider", "auto"), 0);
+    p = pk_server_config_client(&c, "n");
+    ck_assert_double_eq(p.load_timeout, 30);
+    ck_assert_double_eq(p.abort_ack_timeout, 10);
+    ck_assert_double_eq(p.keepalive_interval, 2);
+    ck_assert_double_eq(p.silence_timeout, 10);
+    ck_assert_double_eq(p.connect_retry, 0.5);
+    ck_assert_double_eq(p.stall_timeout, 5);
+    ck_assert_ptr_null(p.provider);
+    ck_assert_ptr_null(p.node);
+    pk_server_config_fini(&c);
+}
+END_TEST
+
 START_TEST(test_config_file_errors)
 {
     char msg[S_ERRLEN];
@@ -849,6 +958,8 @@ main(void)
     tcase_add_test(tc, test_allows);
     tcase_add_test(tc, test_config_file);
     tcase_add_test(tc, test_config_file_errors);
+    tcase_add_test(tc, test_every_setting_in_a_file);
+    tcase_add_test(tc, test_consumer_settings_reach_the_client);
     tcase_add_test(tc, test_bad_options);
     tcase_add_test(tc, test_help_and_version);
     tcase_add_test(tc, test_parse_twice);

@@ -73,6 +73,7 @@ typedef struct {
     int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
     double last_landed;             //  when its queue last had completions
+    double stall_floor;             //  UP, or a fetch ended: what landed before is old
     char reason[PK_ERRLEN + 64];
 } s_server_t;
 
@@ -357,6 +358,7 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     p2pkv_status_t st = status == PK_LOAD_LANDED ? P2PKV_LANDED
                         : status == PK_LOAD_ABORTED ? P2PKV_ABORTED : P2PKV_FAILED;
     c->ran++;
+    s->stall_floor = pk_clock_monotonic();
     pk_key_t k = s_fetch_key(&id);
     pk_keymap_entry_t *e = pk_keymap_find(&c->fetches, &k);
     s_fetch_t *f = e ? (s_fetch_t *) (uintptr_t) e->a : NULL;
@@ -417,12 +419,14 @@ s_config_defaults(p2pkv_config_t *c)
         c->load_timeout = 30;
     if (!(c->abort_ack_timeout > 0))
         c->abort_ack_timeout = 10;
-    if (!(c->keepalive > 0))
-        c->keepalive = 2;
-    if (!(c->silence > 0))
-        c->silence = 10;
-    if (!(c->reconnect_interval > 0))
-        c->reconnect_interval = 0.5;
+    if (!(c->keepalive_interval > 0))
+        c->keepalive_interval = 2;
+    if (!(c->silence_timeout > 0))
+        c->silence_timeout = 10;
+    if (!(c->connect_retry > 0))
+        c->connect_retry = 0.5;
+    if (!(c->stall_timeout > 0))
+        c->stall_timeout = 5;
 }
 
 p2pkv_client_t *
@@ -471,7 +475,7 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
         (void) pk_err(err, 0, "%s", ofi_err);
         goto fail_pool;
     }
-    pk_fabric_config_t fc = { self->provider, self->node, 5.0 };
+    pk_fabric_config_t fc = { self->provider, self->node, self->config.stall_timeout };
     self->fabric = self->ops->fabric_open(&fc, self->pool, num_blocks, block_len, &rc, ofi_err);
     if (!self->fabric) {
         (void) pk_err(err, 0, "%s", ofi_err);
@@ -585,6 +589,7 @@ s_session_up(void *arg)
                                  (pk_sender_t) { s, s_role_send },
                                  (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
+    s->stall_floor = pk_clock_monotonic();
     return s->role ? 0 : -ENOMEM;
 }
 
@@ -725,6 +730,21 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
         pk_client_role_flush(s->role);
         pk_client_role_tick(s->role);
     }
+    //  A stuck server (stopped, wedged) keeps its connections open and
+    //  says nothing for silence_timeout; a fetch that began to land (a
+    //  completion since the last fetch ended) and then sees nothing land
+    //  for stall_timeout is not worth waiting that long for.  A fetch still
+    //  waiting for a prefill store has had no completion, and is left to
+    //  its load timeout.  (The transport's own stall deadline never fires
+    //  here: a consumer's channel posts no writes.)
+    now = pk_clock_monotonic();
+    if (s->role && s->state == P2PKV_SERVER_UP && pk_client_role_open_loads(s->role)
+        && s->last_landed > s->stall_floor && now - s->last_landed >= self->config.stall_timeout) {
+        char reason[96];
+        snprintf(reason, sizeof reason, "transfer stalled: nothing landed for %.1f s",
+                 now - s->last_landed);
+        pk_client_session_lost(s->session, reason);
+    }
     pk_client_session_tick(s->session);
 }
 
@@ -759,8 +779,9 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
     s->client = self;
     s->index = slot;
     s->wait_fd = -1;
-    pk_client_session_config_t scfg = { self->config.reconnect_interval, self->config.keepalive,
-                                        self->config.silence, self->config.no_reconnect };
+    pk_client_session_config_t scfg = { self->config.connect_retry,
+                                        self->config.keepalive_interval,
+                                        self->config.silence_timeout, self->config.no_reconnect };
     pk_client_identity_t id = { s->endpoint, self->peer_id, self->num_blocks, self->block_len,
                                 self->fingerprint, self->hash_seed, 0 };
     pk_client_session_ops_t ops = s_session_ops;

@@ -13,7 +13,8 @@
 
     The --help text is a literal rather than generated from the table:
     doc/p2pkv-server.8 repeats it word for word, and the tests check that
-    both name every option.
+    both name every option.  pk_server_config_client hands the
+    consumer-side settings to the puller's client under the same names.
 */
 #include "daemon/server_config.h"
 #include "wire/protocol.h"
@@ -174,7 +175,8 @@ static const char s_usage[] =
     "      --lease-timeout S        free an engine's reservation not committed;\n"
     "                               default 30\n"
     "      --stall-timeout S        close a peer's data channel whose write made\n"
-    "                               no progress; default 5\n"
+    "                               no progress; fail a pull whose blocks stopped\n"
+    "                               landing; default 5\n"
     "      --shutdown-timeout S     bound on the drain at SIGINT or SIGTERM;\n"
     "                               default 5\n"
     "      --load-timeout S         a pull without transfer_done is aborted;\n"
@@ -598,6 +600,26 @@ pk_server_config_allows(const pk_server_config_t *self, const char *address)
         return true;
     }
     return false;
+}
+
+p2pkv_config_t
+pk_server_config_client(const pk_server_config_t *self, const char *peer_id)
+{
+    return (p2pkv_config_t) {
+        .peer_id = peer_id,
+        .fingerprint = self->fingerprint,
+        .hash_seed = self->hash_seed,
+        .provider = self->provider,
+        .node = self->fabric_addr,
+        .load_timeout = self->load_timeout,
+        .abort_ack_timeout = self->abort_ack_timeout,
+        .keepalive_interval = self->keepalive_interval,
+        .silence_timeout = self->silence_timeout,
+        .connect_retry = self->connect_retry,
+        .stall_timeout = self->stall_timeout,
+        .no_reconnect = true,
+        .progress_thread = false,
+    };
 }
 
 const char *

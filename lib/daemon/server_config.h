@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "p2pkv.h"
+
 #define PK_LOG_ERROR 0
 #define PK_LOG_WARN  1
 #define PK_LOG_INFO  2
@@ -69,12 +71,24 @@ typedef struct {
     uint64_t max_queued_frames; //  256 frames queued for the session's actor
     uint64_t max_frame;         //  64 MiB, ZMQ_MAXMSGSIZE (whole server)
     uint64_t max_sessions;      //  256 (whole server)
-    //  Timeouts of the consumer side (the daemon pulling from a peer).
+    //  Timeouts of the consumer side (the daemon pulling from a peer),
+    //  with silence_timeout and stall_timeout: pk_server_config_client.
     double load_timeout;        //  30: without transfer_done, abort_fetch
     double abort_ack_timeout;   //  10: then close the server's endpoint, fail the load
     double connect_retry;       //  0.5: resend connect
     double keepalive_interval;  //  2: ping a server we sent nothing to
 } pk_server_config_t;
+
+/*  The client configuration the daemon's puller runs with: every
+    consumer-side setting under the p2pkv_config_t field of the same name
+    (load_timeout, abort_ack_timeout, keepalive_interval, silence_timeout,
+    connect_retry, stall_timeout), the handshake's fingerprint, hash_seed
+    and provider, fabric_addr as node, and peer_id; no_reconnect (a
+    session per pull, nobody keeps it alive between pulls), no progress
+    thread.  The strings point into self and peer_id.  One function, so
+    that a setting cannot be parsed and documented and then not reach the
+    puller (issue 10: --connect-retry never did).  */
+p2pkv_config_t pk_server_config_client(const pk_server_config_t *self, const char *peer_id);
 
 /*  Fills self with the defaults (every string malloc'd; the run
     directory is read from $XDG_RUNTIME_DIR and the peer id from the host

@@ -205,6 +205,12 @@ pk_client_session_disconnect(pk_client_session_t *self, pk_disconnect_code_t cod
         s_enter(self, PK_CLIENT_SESSION_DOWN, reason);
 }
 
+void
+pk_client_session_lost(pk_client_session_t *self, const char *reason)
+{
+    s_gone(self, reason);
+}
+
 //  --------------------------------------------------------------------------
 //  Time
 

@@ -130,6 +130,11 @@ int pk_client_session_send(pk_client_session_t *self, const pk_msg_t *msg);
 void pk_client_session_disconnect(pk_client_session_t *self, pk_disconnect_code_t code,
                                   const char *reason);
 
+/*  The owner found the server gone while UP (its transfer stalled): as
+    silence would, ops.gone, then the resources close and a new session
+    follows after reconnect_interval.  Nothing when not UP.  */
+void pk_client_session_lost(pk_client_session_t *self, const char *reason);
+
 pk_client_session_state_t pk_client_session_state(const pk_client_session_t *self);
 /*  Why it is in its state: "" when UP.  */
 const char *pk_client_session_reason(const pk_client_session_t *self);
