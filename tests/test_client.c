@@ -922,6 +922,44 @@ START_TEST(test_server_violations_end_the_session)
 }
 END_TEST
 
+//  connect_retry takes effect: a server that does not answer gets connect
+//  again every connect_retry (0.1 s here: about ten in a second, where
+//  the default, 0.5 s, would send two or three).
+START_TEST(test_connect_retry_takes_effect)
+{
+    zsock_t *router = zsock_new(ZMQ_ROUTER);
+    int port = zsock_bind(router, "tcp://127.0.0.1:*");
+    ck_assert_int_gt(port, 0);
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    char err[256] = "";
+    p2pkv_config_t cfg = { .peer_id = "c-retry", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1", .connect_retry = 0.1 };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
+    //  unanswered for 1 s: the connect times out, having asked again and again
+    ck_assert_int_eq(p2pkv_client_connect(c, endpoint, 1.0, err), -ETIMEDOUT);
+    int connects = 0;
+    zsock_set_rcvtimeo(router, 0);
+    zmsg_t *msg;
+    while ((msg = zmsg_recv(router))) {
+        zframe_t *rid = zmsg_pop(msg), *f = zmsg_pop(msg);
+        pk_msg_t *m = NULL;
+        if (f && pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL) == 0
+            && m->type == PK_MSG_CONNECT)
+            connects++;
+        pk_msg_destroy(&m);
+        zframe_destroy(&rid);
+        zframe_destroy(&f);
+        zmsg_destroy(&msg);
+    }
+    ck_assert_msg(connects >= 7 && connects <= 13, "%d connects in 1 s at connect_retry 0.1",
+                  connects);
+    p2pkv_client_destroy(&c);
+    zsock_destroy(&router);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -940,6 +978,7 @@ main(void)
     tcase_add_test(tc, test_server_violations_end_the_session);
     tcase_add_test(tc, test_callback_pointers_outlive_its_calls);
     tcase_add_test(tc, test_stall_timeout_takes_effect);
+    tcase_add_test(tc, test_connect_retry_takes_effect);
     suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
 }
