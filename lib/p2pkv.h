@@ -97,7 +97,7 @@ typedef struct {
     double load_timeout;            //  30 s: a fetch without transfer_done is aborted
     double abort_ack_timeout;       //  10 s: then the server is cut off, the fetch failed
     //  The three below also answer to their old names (keepalive, silence,
-    //  reconnect_interval) until the daemon's puller (lib/daemon/node.c)
+    //  reconnect_interval) until the daemon's puller (lib/daemon/puller.c)
     //  uses the new ones; new code uses these.
     union { double keepalive_interval; double keepalive; };    //  2 s: ping a quiet server
     union { double silence_timeout; double silence; };         //  10 s: then it is DOWN
