@@ -73,7 +73,7 @@ typedef struct {
     int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
     double last_landed;             //  when its queue last had completions
-    double stall_floor;             //  UP, or a fetch ended: what landed before is old
+    double stall_floor;             //  UP, a fetch started or ended: what landed before is old
     char reason[PK_ERRLEN + 64];
 } s_server_t;
 
@@ -732,10 +732,10 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
     }
     //  A stuck server (stopped, wedged) keeps its connections open and
     //  says nothing for silence_timeout; a fetch that began to land (a
-    //  completion since the last fetch ended) and then sees nothing land
-    //  for stall_timeout is not worth waiting that long for.  A fetch still
-    //  waiting for a prefill store has had no completion, and is left to
-    //  its load timeout.  (The transport's own stall deadline never fires
+    //  completion since the last fetch started or ended) and then sees
+    //  nothing land for stall_timeout is not worth waiting that long for.
+    //  A fetch still waiting for a prefill store has had no completion, and
+    //  is left to its load timeout.  (The transport's own stall deadline never fires
     //  here: a consumer's channel posts no writes.)
     now = pk_clock_monotonic();
     if (s->role && s->state == P2PKV_SERVER_UP && pk_client_role_open_loads(s->role)
@@ -931,6 +931,9 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
     int rc = s ? pk_client_role_fetch(s->role, kv, k, dest, n, round, deadline, &id)
                : -ENOTCONN;
     if (rc == 0) {
+        //  what landed before this fetch says nothing of its progress: a
+        //  server idle for longer than stall_timeout is not stalled
+        s->stall_floor = pk_clock_monotonic();
         f->id = id;
         pk_key_t key = s_fetch_key(&f->id);
         if (pk_keymap_put(&self->fetches, &key, (uintptr_t) f, 0) < 0)
