@@ -96,13 +96,10 @@ typedef struct {
     const char *node;               //  local address for the fabric (NULL: any)
     double load_timeout;            //  30 s: a fetch without transfer_done is aborted
     double abort_ack_timeout;       //  10 s: then the server is cut off, the fetch failed
-    //  The three below also answer to their old names (keepalive, silence,
-    //  reconnect_interval) until the daemon's puller (lib/daemon/puller.c)
-    //  uses the new ones; new code uses these.
-    union { double keepalive_interval; double keepalive; };    //  2 s: ping a quiet server
-    union { double silence_timeout; double silence; };         //  10 s: then it is DOWN
-    union { double connect_retry; double reconnect_interval; }; //  0.5 s: connect repeated
-                                    //  until answered, and a new session after a loss
+    double keepalive_interval;      //  2 s: ping a server we sent nothing to
+    double silence_timeout;         //  10 s: a server silent that long is DOWN
+    double connect_retry;           //  0.5 s: connect repeated until answered, and a
+                                    //  new session after a loss
     double stall_timeout;           //  5 s: a fetch whose blocks began to land and then
                                     //  none lands this long: the server is cut off
                                     //  (DOWN, its fetches failed), as a stuck one

@@ -164,9 +164,13 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
     }
     pk_key_t rk = pk_node_key(peer->rid, peer->rlen);
     pk_key_t ck = pk_node_key(peer->consumer, strlen(peer->consumer));
-    pk_keymap_put(&self->by_rid, &rk, (uintptr_t) peer, 0);
-    pk_keymap_put(&self->by_consumer, &ck, (uintptr_t) peer, 0);
-    self->npeers++;
+    self->npeers++;             //  s_peer_destroy counts it out again
+    if (pk_keymap_put(&self->by_rid, &rk, (uintptr_t) peer, 0) < 0
+        || pk_keymap_put(&self->by_consumer, &ck, (uintptr_t) peer, 0) < 0) {
+        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION, "out of memory");
+        s_peer_destroy(self, peer);
+        return;
+    }
     if (self->npeers > self->config->max_sessions) {
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION, "too many sessions");
         s_peer_destroy(self, peer);

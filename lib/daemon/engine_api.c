@@ -203,7 +203,13 @@ s_store_pin(pk_node_t *self, pk_held_t *h, const json_t *req, const void *rid, s
         memcpy(ej->rid, rid, rlen);
         ej->rlen = rlen;
         pk_key_t k = pk_node_key(&ej->job, sizeof ej->job);
-        pk_keymap_put(&self->engine_jobs, &k, (uintptr_t) ej, 0);
+        if (pk_keymap_put(&self->engine_jobs, &k, (uintptr_t) ej, 0) < 0) {
+            //  the job still runs and unpins; only its store_result cannot
+            //  be routed back to the engine
+            pk_node_log(self, PK_LOG_WARN, "store job %llu: out of memory, its result will "
+                        "not be reported", (unsigned long long) ej->job);
+            free(ej);
+        }
     }
     else
         free(ej);

@@ -87,6 +87,13 @@ s_ready_line(pk_node_t *self)
              fabric);
 }
 
+//  The store's one line: a pool a dead server left, reclaimed.
+static void
+s_store_log(void *self, const char *line)
+{
+    pk_node_log(self, PK_LOG_WARN, "%s", line);
+}
+
 pk_node_t *
 pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 {
@@ -109,13 +116,19 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         snprintf(err, PK_ERRLEN, "out of memory");
         goto fail_self;
     }
-    self->store = pk_store_new(config->pool_name, config->pool_blocks, config->block_len,
-                               &(pk_store_config_t) { config->lease_timeout }, pk_clock_system(),
-                               &rc);
+    //  a pool a killed server left is reclaimed, said at warn; one a live
+    //  server holds is refused, naming it (issue 10)
+    char store_err[PK_ERRLEN] = "";
+    self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
+                                      &(pk_store_config_t) { config->lease_timeout },
+                                      pk_clock_system(), s_store_log, self, store_err, &rc);
     if (!self->store) {
-        snprintf(err, PK_ERRLEN, "pool %s (%llu x %llu bytes): %s", config->pool_name,
-                 (unsigned long long) config->pool_blocks,
-                 (unsigned long long) config->block_len, strerror(-rc));
+        if (*store_err)
+            snprintf(err, PK_ERRLEN, "%s", store_err);
+        else
+            snprintf(err, PK_ERRLEN, "pool %s (%llu x %llu bytes): %s", config->pool_name,
+                     (unsigned long long) config->pool_blocks,
+                     (unsigned long long) config->block_len, strerror(-rc));
         goto fail_self;
     }
     //  Opening a peer's channel cost 40 ms of CPU under tcp;ofi_rxm, most

@@ -77,16 +77,9 @@ s_client(self_t *self, pk_pull_t *p)
     pk_node_t *node = self->node;
     char name[320], err[256] = "";
     snprintf(name, sizeof name, "%s-pull", node->config->peer_id);
-    p2pkv_config_t cfg = { .peer_id = name,
-                           .fingerprint = node->config->fingerprint,
-                           .hash_seed = node->config->hash_seed,
-                           .provider = node->config->provider,
-                           .node = node->config->fabric_addr,
-                           .load_timeout = node->config->load_timeout,
-                           .abort_ack_timeout = node->config->abort_ack_timeout,
-                           .keepalive = node->config->keepalive_interval,
-                           .silence = node->config->silence_timeout,
-                           .no_reconnect = true };
+    //  every consumer-side setting, --connect-retry and --stall-timeout
+    //  included (issue 10: they never reached the puller)
+    p2pkv_config_t cfg = pk_server_config_client(node->config, name);
     self->client = p2pkv_client_new(&cfg, pk_store_base(node->store),
                                     pk_store_num_blocks(node->store),
                                     pk_store_block_len(node->store),
