@@ -1,0 +1,89 @@
+/*  client_internal.h: what the client library's files share: a client,
+    its servers, its fetches and the gets waiting on it.  Only lib/client/
+    includes it.
+*/
+#ifndef PK_CLIENT_INTERNAL_H_INCLUDED
+#define PK_CLIENT_INTERNAL_H_INCLUDED
+
+#include "p2pkv.h"
+#include "base/err.h"
+#include "base/keymap.h"
+#include "base/transport.h"
+#include "roles/client_role.h"
+#include "roles/client_session.h"
+
+#include <czmq.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define S_MAX_SERVERS 64
+#define S_MAX_UNREAD 65536          //  ended fetches kept for p2pkv_client_fetch_status
+
+//  A fetch, from p2pkv_client_fetch until its status is delivered: by
+//  on_fetch, or read with p2pkv_client_fetch_status.
+typedef struct s_fetch {
+    uint64_t id;
+    int status;                     //  -EINPROGRESS, then a p2pkv_status_t
+    char reason[128];
+    struct s_fetch *prev, *next;    //  ended and unread, oldest first
+} s_fetch_t;
+
+//  What p2pkv_client_get waits for: the answer to its batch's lookup and
+//  the end of its fetch, kept from the caller's callbacks.
+typedef struct s_sync {
+    int server;
+    char kv[PK_ERRLEN];
+    int answered;                   //  1, or -1 when the server went away
+    bool *hits;                     //  the batch's, parallel to its keys
+    uint64_t round, fetch_id;
+    int status;                     //  -EINPROGRESS until the fetch ends
+    char reason[256];
+    const char *request;            //  the caller's kv, for -EBUSY
+    struct s_sync *prev, *next;     //  every get running now
+} s_sync_t;
+
+typedef struct {
+    p2pkv_client_t *client;
+    int index;
+    char *endpoint;
+    p2pkv_server_state_t state;
+    bool announced;                 //  connect returned it: on_server may report it
+    //  handshake, epochs, keepalive, silence, reconnect: the pure part
+    pk_client_session_t *session;
+    //  what lives with one session: a new set at each (re)connect
+    zsock_t *dealer;
+    pk_channel_t *channel;
+    int wait_fd;                    //  the channel's, as registered with epoll
+    pk_client_role_t *role;
+    double last_landed;             //  when its queue last had completions
+    double stall_floor;             //  UP, a fetch started or ended: what landed before is old
+    char reason[PK_ERRLEN + 64];
+} s_server_t;
+
+struct _p2pkv_client_t {
+    p2pkv_config_t config;
+    char *peer_id, *fingerprint, *hash_seed, *provider, *node;
+    uint8_t *pool;
+    bool own_pool;
+    uint64_t num_blocks, block_len;
+    const pk_transport_ops_t *ops;  //  the data plane's, for every channel
+    pk_fabric_t *fabric;
+    p2pkv_callbacks_t callbacks;
+    s_server_t *servers[S_MAX_SERVERS];
+    int nservers;                   //  slots in use are below this
+    int ran;                        //  callbacks run in the current step
+    struct s_sync *syncs;           //  the gets running now, each answered here
+                                    //  (a list: gets at once are few)
+    uint64_t fetch_ids;             //  the roles draw fetch ids from it
+    pk_keymap_t fetches;            //  id -> s_fetch_t
+    s_fetch_t *unread_head, *unread_tail;
+    size_t nunread;
+    pthread_mutex_t lock;           //  recursive: callbacks may call in
+    int epoll_fd, timer_fd, wake_fd;
+    pthread_t thread;
+    bool thread_running;
+    atomic_bool stopping;
+};
+
+#endif

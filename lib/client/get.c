@@ -1,0 +1,171 @@
+/*  get.c: p2pkv_client_get, the batched lookup-then-fetch loop, built on
+    the public calls; each get waits on its own record in the client's
+    list of running gets, which the role's events answer (client.c).  */
+#include "client/client_internal.h"
+#include "base/clock.h"
+#include "wire/protocol.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int
+s_sync_read(p2pkv_client_t *self, const int *field)
+{
+    pthread_mutex_lock(&self->lock);
+    int v = *field;
+    pthread_mutex_unlock(&self->lock);
+    return v;
+}
+
+//  What a get carries from batch to batch.
+typedef struct {
+    int server;
+    const char *kv;
+    const p2pkv_key_t *keys;
+    const uint32_t *dest;
+    size_t n;
+    bool fetch;
+    double timeout;
+    bool *landed;
+    p2pkv_key_t *ask;               //  scratch, n each
+    size_t *pos;
+    uint32_t *to;
+} s_get_t;
+
+//  One batch: look up what has not landed, fetch the hits, finish the
+//  batch's request.  Returns the keys it got (0: nothing more to get), or
+//  a negative errno with err.
+static int
+s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *err)
+{
+    size_t nask = 0;
+    for (size_t i = 0; i < g->n; i++)
+        if (!g->landed[i]) {
+            g->pos[nask] = i;
+            g->ask[nask++] = g->keys[i];
+        }
+    pthread_mutex_lock(&self->lock);
+    snprintf(sync->kv, sizeof sync->kv, "%s-%d", g->kv, batch);
+    sync->answered = 0;
+    sync->status = -EINPROGRESS;
+    sync->fetch_id = 0;
+    pthread_mutex_unlock(&self->lock);
+    int rc = p2pkv_client_lookup(self, g->server, sync->kv, g->ask, nask);
+    if (rc)
+        return rc;
+    double deadline = pk_clock_monotonic() + g->timeout;
+    while (!s_sync_read(self, &sync->answered) && pk_clock_monotonic() < deadline
+           && p2pkv_client_server_state(self, g->server, NULL) == P2PKV_SERVER_UP)
+        p2pkv_client_poll(self, 0.05);
+    if (s_sync_read(self, &sync->answered) != 1) {
+        char why[256] = "";
+        p2pkv_client_server_state(self, g->server, why);
+        if (*why)
+            return pk_err(err, -ENOTCONN, "no answer to the lookup: %s", why);
+        return pk_err(err, -ETIMEDOUT, "no answer to the lookup within %.0f s", g->timeout);
+    }
+    size_t nhit = 0;
+    for (size_t a = 0; a < nask; a++)
+        if (sync->hits[a]) {
+            g->ask[nhit] = g->ask[a];
+            g->pos[nhit] = g->pos[a];
+            g->to[nhit++] = g->dest[g->pos[a]];
+        }
+    if (nhit && g->fetch) {
+        rc = p2pkv_client_fetch(self, g->server, sync->kv, g->ask, g->to, nhit, sync->round,
+                                g->timeout, &sync->fetch_id);
+        while (rc == 0 && s_sync_read(self, &sync->status) == -EINPROGRESS)
+            p2pkv_client_poll(self, 0.05);
+        if (rc == 0 && sync->status != P2PKV_LANDED)
+            rc = pk_err(err, -EIO, "the fetch failed: %s", sync->reason);
+    }
+    p2pkv_client_finish(self, g->server, sync->kv);
+    if (rc)
+        return rc;
+    for (size_t a = 0; a < nhit; a++)
+        g->landed[g->pos[a]] = true;
+    return (int) nhit;
+}
+
+//  Each get waits on its own record: gets of other requests, or on other
+//  servers, run at once without taking each other's answers.
+static int
+s_sync_link(p2pkv_client_t *self, s_sync_t *sync, char *err)
+{
+    pthread_mutex_lock(&self->lock);
+    bool busy = false;
+    for (s_sync_t *o = self->syncs; o; o = o->next)
+        busy |= o->server == sync->server && strcmp(o->request, sync->request) == 0;
+    if (!busy) {
+        sync->next = self->syncs;
+        if (self->syncs)
+            self->syncs->prev = sync;
+        self->syncs = sync;
+    }
+    pthread_mutex_unlock(&self->lock);
+    if (busy)
+        return pk_err(err, -EBUSY, "a get of request %s on this server runs already",
+                      sync->request);
+    return 0;
+}
+
+static void
+s_sync_unlink(p2pkv_client_t *self, s_sync_t *sync)
+{
+    pthread_mutex_lock(&self->lock);
+    if (sync->prev)
+        sync->prev->next = sync->next;
+    else
+        self->syncs = sync->next;
+    if (sync->next)
+        sync->next->prev = sync->prev;
+    pthread_mutex_unlock(&self->lock);
+}
+
+int
+p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                 const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
+                 p2pkv_progress_fn *progress, void *progress_arg, char *err)
+{
+    if (n == 0 || n > PK_MAX_LIST || strlen(kv) > PK_ERRLEN - 16)
+        return -EINVAL;
+    memset(landed, 0, n * sizeof *landed);
+    if (err)
+        *err = '\0';
+    s_get_t g = { server, kv, keys, dest, n, fetch, timeout, landed,
+                  malloc(n * sizeof *g.ask), malloc(n * sizeof *g.pos),
+                  malloc(n * sizeof *g.to) };
+    s_sync_t sync = { .server = server, .request = kv, .hits = malloc(n * sizeof *sync.hits) };
+    int rc = g.ask && g.pos && g.to && sync.hits ? 0 : -ENOMEM;
+    bool linked = rc == 0 && (rc = s_sync_link(self, &sync, err)) == 0;
+    //  A server pins at most its quota of blocks per session; keys beyond
+    //  it answer as misses.  So: look up what is left, fetch the hits
+    //  (their pins end with the fetch), and ask again while that makes
+    //  progress.
+    size_t total = 0;
+    for (int batch = 0; rc == 0 && total < n; batch++) {
+        int got = s_get_batch(self, &g, &sync, batch, err);
+        if (got < 0)
+            rc = got;
+        if (got <= 0)
+            break;
+        total += (size_t) got;
+        if (progress)
+            progress(progress_arg, total, n);
+        if (!fetch)
+            break;      //  a lookup asks once
+    }
+    if (linked)
+        s_sync_unlink(self, &sync);
+    free(g.ask);
+    free(g.pos);
+    free(g.to);
+    free(sync.hits);
+    if (rc && err && !*err)
+        (void) pk_err(err, 0, "%s", strerror(-rc));
+    return rc ? rc : (int) total;
+}
+
