@@ -469,9 +469,7 @@ fail_socket:
 fail_self:
     free(self);
 fail:
-    if (rc_p)
-        *rc_p = rc;
-    return NULL;
+    return pk_err_null(rc_p, rc);
 }
 
 void

@@ -487,9 +487,7 @@ fail_mutex:
 fail_self:
     free(self);
 fail:
-    if (rc_p)
-        *rc_p = rc;
-    return NULL;
+    return pk_err_null(rc_p, rc);
 }
 
 void

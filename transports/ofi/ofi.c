@@ -150,9 +150,7 @@ fail_info:
 fail_self:
     free(self);
 fail:
-    if (rc_p)
-        *rc_p = rc < 0 ? rc : -rc;
-    return NULL;
+    return pk_err_null(rc_p, (rc < 0 ? rc : -rc));
 }
 
 void
@@ -321,9 +319,7 @@ fail_cq:
 fail_self:
     free(self);
 fail:
-    if (rc_p)
-        *rc_p = rc < 0 ? rc : -rc;
-    return NULL;
+    return pk_err_null(rc_p, (rc < 0 ? rc : -rc));
 }
 
 static void
