@@ -416,6 +416,48 @@ s_parse_keys(char *argv[], int first, int argc, s_get_t *g)
     return 0;
 }
 
+//  Reports each key (and writes DIR/KEY for each fetched block): the exit
+//  code for what landed.
+static int
+s_report(const s_remote_opts_t *o, char *argv[], size_t n, const bool *landed,
+         const uint8_t *pool, uint64_t block_len, bool get, double seconds)
+{
+    size_t nhit = 0;
+    for (size_t i = 0; i < n; i++)
+        nhit += landed[i];
+    json_t *out = json_array();
+    int rc = nhit == n ? EXIT_SUCCESS : EXIT_SOME_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        const char *hex = argv[o->first + (int) i];
+        const char *what = landed[i] ? (get ? "fetched" : "hit") : (get ? "missing" : "miss");
+        if (get && landed[i]) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", o->outdir, hex);
+            FILE *f = fopen(path, "wb");
+            size_t w = f ? fwrite(pool + i * block_len, 1, block_len, f) : 0;
+            if (!f || w != block_len || fclose(f) != 0) {
+                fprintf(stderr, "p2pkv get: %s: %s\n", path, strerror(errno));
+                rc = EXIT_ERROR;
+            }
+        }
+        if (o->json)
+            json_array_append_new(out, json_pack("{s:s, s:s}", "key", hex, "status", what));
+        else
+            printf("%s %s\n", hex, what);
+    }
+    if (o->json) {
+        char *text = json_dumps(out, JSON_COMPACT);
+        puts(text);
+        free(text);
+    }
+    else if (get && nhit)
+        fprintf(stderr, "p2pkv get: %zu of %zu blocks (%.1f MiB) in %.3f s, %.2f GB/s\n", nhit,
+                n, nhit * (double) block_len / 1048576.0, seconds,
+                seconds > 0 ? nhit * (double) block_len / seconds / 1e9 : 0.0);
+    json_decref(out);
+    return rc;
+}
+
 static int
 s_cmd_remote(int argc, char *argv[], bool get)
 {
@@ -477,41 +519,9 @@ s_cmd_remote(int argc, char *argv[], bool get)
     bool failed = got == -EIO;
     if (got < 0)
         fprintf(stderr, "p2pkv%s: %s\n", failed ? " get" : "", err);
-    size_t nhit = 0;
-    for (size_t i = 0; i < g.n; i++)
-        nhit += landed[i];
-    //  report, and write DIR/KEY for each fetched block
-    json_t *out = json_array();
-    rc = failed ? EXIT_ERROR : nhit == g.n ? EXIT_SUCCESS : EXIT_SOME_INVALID;
-    for (size_t i = 0; i < g.n; i++) {
-        const char *hex = argv[o.first + (int) i];
-        const char *what = landed[i] ? (get ? "fetched" : "hit") : (get ? "missing" : "miss");
-        if (get && landed[i]) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/%s", o.outdir, hex);
-            FILE *f = fopen(path, "wb");
-            size_t w = f ? fwrite(p2pkv_client_pool(client) + i * d.block_len, 1,
-                                  d.block_len, f) : 0;
-            if (!f || w != d.block_len || fclose(f) != 0) {
-                fprintf(stderr, "p2pkv get: %s: %s\n", path, strerror(errno));
-                rc = EXIT_ERROR;
-            }
-        }
-        if (o.json)
-            json_array_append_new(out, json_pack("{s:s, s:s}", "key", hex, "status", what));
-        else
-            printf("%s %s\n", hex, what);
-    }
-    if (o.json) {
-        char *text = json_dumps(out, JSON_COMPACT);
-        puts(text);
-        free(text);
-    }
-    else if (get && nhit)
-        fprintf(stderr, "p2pkv get: %zu of %zu blocks (%.1f MiB) in %.3f s, %.2f GB/s\n", nhit,
-                g.n, nhit * (double) d.block_len / 1048576.0, seconds,
-                seconds > 0 ? nhit * (double) d.block_len / seconds / 1e9 : 0.0);
-    json_decref(out);
+    rc = s_report(&o, argv, g.n, landed, p2pkv_client_pool(client), d.block_len, get, seconds);
+    if (failed)
+        rc = EXIT_ERROR;
     free(landed);
     free(dest);
 done:
