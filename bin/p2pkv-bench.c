@@ -201,6 +201,26 @@ s_heap_in_use(void)
     return mi.uordblks + mi.hblkhd;
 }
 
+//  Memory: 10,000 requests held live (lookups answered and pinned, no
+//  fetch yet), measured as heap growth.
+static size_t
+s_role_memory(pk_server_role_t *role, const pk_key_t *pool, pk_server_role_state_t *st)
+{
+    size_t before = s_heap_in_use();
+    for (long r = 0; r < 10000; r++) {
+        char id[32];
+        snprintf(id, sizeof id, "live-%ld", r);
+        pk_server_role_on_lookup(role, id, &pool[(size_t) (r % ROLE_DISTINCT) * ROLE_KEYS],
+                                 ROLE_KEYS, 1);
+        if (r % ROLE_BATCH == ROLE_BATCH - 1)
+            pk_server_role_serve(role);
+    }
+    pk_server_role_serve(role);
+    size_t after = s_heap_in_use();
+    pk_server_role_state(role, st);
+    return after - before;
+}
+
 static int
 s_bench_role(long requests)
 {
@@ -261,27 +281,15 @@ s_bench_role(long requests)
     }
     double keys_per_s = (double) requests * ROLE_KEYS / (t1 - t0);
 
-    //  Memory: 10,000 requests held live (lookups answered and pinned, no
-    //  fetch yet), measured as heap growth.
-    size_t before = s_heap_in_use();
-    for (long r = 0; r < 10000; r++) {
-        char id[32];
-        snprintf(id, sizeof id, "live-%ld", r);
-        pk_server_role_on_lookup(role, id, &pool[(size_t) (r % ROLE_DISTINCT) * ROLE_KEYS], ROLE_KEYS, 1);
-        if (r % ROLE_BATCH == ROLE_BATCH - 1)
-            pk_server_role_serve(role);
-    }
-    pk_server_role_serve(role);
-    size_t after = s_heap_in_use();
-    pk_server_role_state(role, &st);
+    size_t held = s_role_memory(role, pool, &st);
 
     printf("role: %ld requests of %d keys (lookup all hit -> serve -> fetch -> complete -> "
            "collect -> terminal fetch), %d requests per tick\n", requests, ROLE_KEYS, ROLE_BATCH);
     printf("  %.2f million keys/s, %.0f requests/s\n", keys_per_s / 1e6,
            (double) requests / (t1 - t0));
     printf("  %zu live requests (looked up and pinned, %zu jobs) hold %.1f MiB: %.0f bytes each\n",
-           st.requests, st.store_jobs, (after - before) / 1048576.0,
-           (double) (after - before) / (double) st.requests);
+           st.requests, st.store_jobs, held / 1048576.0,
+           (double) held / (double) st.requests);
     pk_server_role_destroy(&role);
     pk_memtransport_destroy(&mem);
     pk_keymap_fini(&w.table);
