@@ -41,6 +41,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*  Bytes of every err and reason buffer this API fills: one sentence
+    naming what was wrong, always NUL-terminated.  */
+#define P2PKV_ERRLEN 256
+
 typedef struct _p2pkv_client_t p2pkv_client_t;
 
 typedef struct {
@@ -109,7 +113,7 @@ typedef struct {
 
 /*  Learns a server's block length, fingerprint and hash seed (so a tool
     can size its pool before connecting).  0 or a negative errno with err
-    (256 bytes).  */
+    (P2PKV_ERRLEN bytes).  */
 int p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, char *err);
 
 /*  A client over pool (num_blocks * block_len bytes the caller owns), or
@@ -134,7 +138,7 @@ int p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double time
     and frees its index for another connect.  */
 int p2pkv_client_disconnect(p2pkv_client_t *self, int server);
 
-/*  A server's state, and why it is DOWN or STOPPED (reason: 256 bytes, or
+/*  A server's state, and why it is DOWN or STOPPED (reason: P2PKV_ERRLEN bytes, or
     NULL).  -EINVAL for an index that names no server.  */
 int p2pkv_client_server_state(p2pkv_client_t *self, int server, char *reason);
 
@@ -173,7 +177,7 @@ int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2p
                      p2pkv_progress_fn *progress, void *progress_arg, char *err);
 
 /*  Without an on_fetch callback, a fetch's end is read here, once:
-    P2PKV_LANDED, P2PKV_FAILED or P2PKV_ABORTED (reason: 256 bytes, or
+    P2PKV_LANDED, P2PKV_FAILED or P2PKV_ABORTED (reason: P2PKV_ERRLEN bytes, or
     NULL), -EINPROGRESS while it runs, -ENOENT for an id not issued,
     already read, or among the oldest when more than 65,536 ended
     unread.  Fetch ids are unique within the client.  */

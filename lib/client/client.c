@@ -37,6 +37,8 @@
 
 #include "client/client_internal.h"
 
+//  The public buffers hold what the library's own error convention writes.
+_Static_assert(P2PKV_ERRLEN == PK_ERRLEN, "p2pkv.h's P2PKV_ERRLEN is base/err.h's PK_ERRLEN");
 
 //  --------------------------------------------------------------------------
 //  What wakes the client: each server's socket and completion queue, and
