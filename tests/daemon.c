@@ -3,14 +3,19 @@
 #include "base/clock.h"
 #include "testutil.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sodium.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -214,4 +219,23 @@ td_sweep(void)
         if (dir)
             closedir(dir);
     }
+}
+
+void
+td_fixed_endpoint(char *endpoint, size_t size)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int port = 20000 + (int) randombytes_uniform(12000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        ck_assert_int_ge(fd, 0);
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+        bool free_now = bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
+        close(fd);
+        if (free_now) {
+            snprintf(endpoint, size, "tcp://127.0.0.1:%d", port);
+            return;
+        }
+    }
+    ck_abort_msg("no free port in 20000..31999");
 }

@@ -53,6 +53,12 @@ json_t *td_engine_event(td_t *self);
     local engine does; *len_p gets its size.  Unmap with munmap.  */
 uint8_t *td_map_pool(td_t *self, size_t *len_p);
 
+/*  An endpoint (tcp://127.0.0.1:PORT) on a port that is free now, below
+    the range ZeroMQ draws "*" ports from (49152 up, in order), so that a
+    server of another suite running beside this one cannot take it while
+    ours restarts on it.  */
+void td_fixed_endpoint(char *endpoint, size_t size);
+
 /*  Removes the pools and ipc sockets that servers of test processes no
     longer running left behind (a test that failed half-way).  */
 void td_sweep(void);

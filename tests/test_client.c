@@ -83,27 +83,6 @@ s_on_server(void *arg, int server, p2pkv_server_state_t state, const char *reaso
                      : state == P2PKV_SERVER_STOPPED ? &seen->stops : &seen->connecting, 1);
 }
 
-//  An endpoint on a port that is free now, below the range ZeroMQ draws
-//  "*" ports from (49152 up, in order), so that a server of another
-//  suite running beside this one cannot take it while ours restarts.
-static void
-s_fixed_endpoint(char *endpoint, size_t size)
-{
-    for (int attempt = 0; attempt < 100; attempt++) {
-        int port = 20000 + (int) randombytes_uniform(12000);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        ck_assert_int_ge(fd, 0);
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
-                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-        bool free_now = bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
-        close(fd);
-        if (free_now) {
-            snprintf(endpoint, size, "tcp://127.0.0.1:%d", port);
-            return;
-        }
-    }
-    ck_abort_msg("no free port in 20000..31999");
-}
 
 //  NKEYS blocks of known content, published on the server.
 static void
@@ -264,7 +243,7 @@ START_TEST(test_reconnects_to_a_restarted_server)
 {
     td_t s;
     char endpoint[256];
-    s_fixed_endpoint(endpoint, sizeof endpoint);
+    td_fixed_endpoint(endpoint, sizeof endpoint);
     const char *fixed[] = { "--bind", endpoint, NULL };
     s_seen_t seen;
     int server;
@@ -305,7 +284,7 @@ START_TEST(test_incompatible_server_stops_reconnecting)
 {
     td_t s;
     char endpoint[256];
-    s_fixed_endpoint(endpoint, sizeof endpoint);
+    td_fixed_endpoint(endpoint, sizeof endpoint);
     const char *fixed[] = { "--bind", endpoint, NULL };
     s_seen_t seen;
     int server;

@@ -215,31 +215,11 @@ s_second_server(const char *pool_name, char *err, size_t len)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-//  A fixed port, free now, below the range ZeroMQ draws "*" ports from,
-//  so no other suite's server takes it while ours is down.
-static void
-s_fixed_endpoint(char *endpoint, size_t size)
-{
-    for (int attempt = 0; attempt < 100; attempt++) {
-        int port = 20000 + (int) randombytes_uniform(12000);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        ck_assert_int_ge(fd, 0);
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
-                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-        bool free_now = bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
-        close(fd);
-        if (free_now) {
-            snprintf(endpoint, size, "tcp://127.0.0.1:%d", port);
-            return;
-        }
-    }
-    ck_abort_msg("no free port in 20000..31999");
-}
 
 START_TEST(test_killed_server_restarts_on_its_pool)
 {
     char endpoint[64], pool_name[96], local[128];
-    s_fixed_endpoint(endpoint, sizeof endpoint);
+    td_fixed_endpoint(endpoint, sizeof endpoint);
     //  names td_sweep removes should the test fail half-way
     snprintf(pool_name, sizeof pool_name, "/p2pkv-e2e-%d-9000", (int) getpid());
     snprintf(local, sizeof local, "ipc:///tmp/p2pkv-e2e-%d-9000.sock", (int) getpid());

@@ -338,13 +338,16 @@ pk_ofi_channel_destroy(pk_ofi_channel_t **self_p)
     if (!self_p || !*self_p)
         return;
     pk_ofi_channel_t *self = *self_p;
-    //  Registrations first: nothing the peer sends lands once they close.
+    //  The endpoint first, then its registrations (fabtests' order):
+    //  nothing the peer sends lands once the endpoint is closed, and
+    //  closing a tcp;ofi_rxm endpoint whose peer stopped mid-write after
+    //  the registration it wrote into crashed inside fi_close (valgrind).
+    if (self->ep)
+        fi_close(&self->ep->fid);
     if (self->expose_mr)
         fi_close(&self->expose_mr->fid);
     if (self->local_mr)
         fi_close(&self->local_mr->fid);
-    if (self->ep)
-        fi_close(&self->ep->fid);
     if (self->peer_key_mapped)
         fi_mr_unmap_key(self->ofi->domain, self->peer_key);
     fi_close(&self->av->fid);
