@@ -236,8 +236,12 @@ START_TEST(test_killed_server_restarts_on_its_pool)
     s_seen_t c = { 0 };
     p2pkv_config_t cfg = { .peer_id = "c-restart", .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .load_timeout = 3,
-                           .abort_ack_timeout = 1, .keepalive_interval = 0.2,
-                           .silence_timeout = 1, .connect_retry = 0.2 };
+                           .abort_ack_timeout = 1, .keepalive_interval = 0.5,
+                           //  4 s, not less: a 2-core machine running the
+                           //  suite in parallel can leave pings unanswered
+                           //  for a second, and the loads end by their own
+                           //  timeouts (3 + 1 s) well within the waits below
+                           .silence_timeout = 4, .connect_retry = 0.2 };
     char err[256] = "";
     c.client = p2pkv_client_new(&cfg, NULL, NBIG, BIG,
                                 (p2pkv_callbacks_t) { .arg = &c, .on_lookup = s_on_lookup,
