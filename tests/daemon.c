@@ -1,6 +1,7 @@
 /*  daemon.c: a real p2pkv-server for the end-to-end tests (see daemon.h).  */
 #include "daemon.h"
 #include "base/clock.h"
+#include "wire/protocol.h"
 #include "testutil.h"
 
 #include <arpa/inet.h>
@@ -238,4 +239,30 @@ td_fixed_endpoint(char *endpoint, size_t size)
         }
     }
     ck_abort_msg("no free port in 20000..31999");
+}
+
+int
+td_suite_start(void)
+{
+    const char *bin = getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server";
+    if (access(bin, X_OK)) {
+        printf("SKIP: %s not built here\n", bin);
+        return 77;
+    }
+    if (sodium_init() < 0)
+        return 1;
+    zsys_handler_set(NULL);
+    return 0;
+}
+
+json_t *
+td_keys_json(const p2pkv_key_t *keys, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        char hex[2 * PK_MAX_KEY_BYTES + 1];
+        pk_hex_encode(keys[i].bytes, keys[i].len, hex);
+        json_array_append_new(arr, json_string(hex));
+    }
+    return arr;
 }

@@ -15,6 +15,8 @@
 #ifndef PK_TEST_DAEMON_H_INCLUDED
 #define PK_TEST_DAEMON_H_INCLUDED
 
+#include "p2pkv.h"
+
 #include <czmq.h>
 #include <jansson.h>
 #include <sys/types.h>
@@ -52,6 +54,16 @@ json_t *td_engine_event(td_t *self);
 /*  Maps the server's pool (num_blocks * block_len bytes) read-write, as a
     local engine does; *len_p gets its size.  Unmap with munmap.  */
 uint8_t *td_map_pool(td_t *self, size_t *len_p);
+
+/*  Keys as the engine API's JSON array of lowercase hex.  Caller owns it
+    (or hands it to json_pack's "o").  */
+json_t *td_keys_json(const p2pkv_key_t *keys, size_t n);
+
+/*  What every end-to-end suite does first: 0 to go on, else its exit
+    code: 77 (skip) when bin/p2pkv-server (or $P2PKV_SERVER) is not built
+    here, 1 when libsodium fails to start.  It also leaves signals to Check
+    (czmq's handler would swallow a test's SIGINT/SIGTERM).  */
+int td_suite_start(void);
 
 /*  An endpoint (tcp://127.0.0.1:PORT) on a port that is free now, below
     the range ZeroMQ draws "*" ports from (49152 up, in order), so that a

@@ -116,18 +116,6 @@ s_keys_free(s_keys_t *k)
     free(k->keys);
 }
 
-static json_t *
-s_keys_json(const p2pkv_key_t *keys, size_t n)
-{
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        char hex[2 * KEY_LEN + 1];
-        pk_hex_encode(keys[i].bytes, keys[i].len, hex);
-        json_array_append_new(arr, json_string(hex));
-    }
-    return arr;
-}
-
 //  Blocks 0..n-1 of fill tag into the server: reserve, write in the mapped
 //  pool, commit (as a local engine does).
 static void
@@ -140,7 +128,7 @@ s_fill(td_t *d, uint64_t tag, size_t n, size_t block_len)
     for (size_t at = 0; at < n; at += 8192) {
         size_t m = n - at < 8192 ? n - at : 8192;
         json_t *a = td_engine(d, "{s:s, s:o}", "cmd", "reserve", "keys",
-                              s_keys_json(k.keys + at, m));
+                              td_keys_json(k.keys + at, m));
         ck_assert_msg(json_is_true(json_object_get(a, "ok")), "reserve: %s",
                       json_string_value(json_object_get(a, "error")));
         json_t *blocks = json_object_get(a, "blocks");
@@ -151,7 +139,7 @@ s_fill(td_t *d, uint64_t tag, size_t n, size_t block_len)
             s_block_fill(pool + b * block_len, tag, at + i, block_len);
         }
         json_decref(a);
-        a = td_engine(d, "{s:s, s:o}", "cmd", "commit", "keys", s_keys_json(k.keys + at, m));
+        a = td_engine(d, "{s:s, s:o}", "cmd", "commit", "keys", td_keys_json(k.keys + at, m));
         ck_assert_msg(json_is_true(json_object_get(a, "ok")), "commit: %s",
                       json_string_value(json_object_get(a, "error")));
         json_decref(a);
@@ -450,7 +438,7 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     s_fill(&d, 2, 4, SMALL);
     s_keys_t k;
     s_keys_make(&k, 2, 0, 4);
-    json_t *hex = s_keys_json(k.keys, 4);
+    json_t *hex = td_keys_json(k.keys, 4);
     //  stored before the consumer even connected: held, then bound
     json_t *a = td_engine(&d, "{s:s, s:s, s:s, s:[O,O]}", "cmd", "store", "peer", "c-pd", "kv",
                           "req-1", "keys", json_array_get(hex, 0), json_array_get(hex, 1));
@@ -863,15 +851,13 @@ main(int argc, char *argv[])
 {
     if (argc > 1 && strcmp(argv[1], "--consumer") == 0)
         return s_consumer_main(argc, argv);
-    if (access(getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server", X_OK)) {
-        printf("SKIP: bin/p2pkv-server not built here\n");
-        return 77;
-    }
+    int skip = td_suite_start();
+    if (skip)
+        return skip;
     ssize_t len = readlink("/proc/self/exe", s_self, sizeof s_self - 1);
     if (len <= 0)
         return 1;
     s_self[len] = '\0';
-    zsys_handler_set(NULL);
     Suite *s = suite_create("client_e2e");
     TCase *tc = tcase_create("e2e");
     tcase_set_timeout(tc, 60);

@@ -268,13 +268,9 @@ END_TEST
 int
 main(void)
 {
-    if (access(getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server", X_OK)) {
-        printf("SKIP: bin/p2pkv-server not built here\n");
-        return 77;
-    }
-    if (sodium_init() < 0)
-        return 1;
-    zsys_handler_set(NULL);
+    int skip = td_suite_start();
+    if (skip)
+        return skip;
     Suite *s = suite_create("metrics_e2e");
     TCase *tc = tcase_create("e2e");
     tcase_add_test(tc, test_scrape_live_server);

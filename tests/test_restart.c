@@ -69,18 +69,6 @@ s_keys_make(s_keys_t *k, uint64_t tag)
     }
 }
 
-static json_t *
-s_keys_json(const p2pkv_key_t *keys, size_t n)
-{
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        char hex[2 * KEY_LEN + 1];
-        pk_hex_encode(keys[i].bytes, keys[i].len, hex);
-        json_array_append_new(arr, json_string(hex));
-    }
-    return arr;
-}
-
 //  Every block of the fill into the server, as a local engine does it:
 //  reserve, write into the mapped pool, commit.
 static void
@@ -88,7 +76,7 @@ s_publish(td_t *d, const s_keys_t *k, uint64_t tag)
 {
     size_t pool_len;
     uint8_t *pool = td_map_pool(d, &pool_len);
-    json_t *a = td_engine(d, "{s:s, s:o}", "cmd", "reserve", "keys", s_keys_json(k->keys, NBIG));
+    json_t *a = td_engine(d, "{s:s, s:o}", "cmd", "reserve", "keys", td_keys_json(k->keys, NBIG));
     ck_assert_msg(json_is_true(json_object_get(a, "ok")), "reserve: %s",
                   json_string_value(json_object_get(a, "error")));
     json_t *blocks = json_object_get(a, "blocks");
@@ -101,7 +89,7 @@ s_publish(td_t *d, const s_keys_t *k, uint64_t tag)
             w[x] = s_word(tag, i, x);
     }
     json_decref(a);
-    a = td_engine(d, "{s:s, s:o}", "cmd", "commit", "keys", s_keys_json(k->keys, NBIG));
+    a = td_engine(d, "{s:s, s:o}", "cmd", "commit", "keys", td_keys_json(k->keys, NBIG));
     ck_assert_msg(json_is_true(json_object_get(a, "ok")), "commit: %s",
                   json_string_value(json_object_get(a, "error")));
     json_decref(a);
@@ -332,11 +320,9 @@ END_TEST
 int
 main(void)
 {
-    if (access(getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server", X_OK)) {
-        printf("SKIP: bin/p2pkv-server not built here\n");
-        return 77;
-    }
-    zsys_handler_set(NULL);
+    int skip = td_suite_start();
+    if (skip)
+        return skip;
     Suite *s = suite_create("restart");
     TCase *tc = tcase_create("restart");
     tcase_set_timeout(tc, 120);
