@@ -338,19 +338,19 @@ START_TEST(test_revoked_registration)
         pk_ofi_channel_progress(C.ch);
     ck_assert(s_block_untouched(41));
     ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, 2), 0);
-    //  Over tcp a write completes at the writer once sent, so the first one
-    //  after the revocation reports success; the target refuses it and drops
-    //  the connection, and the next write fails at the writer.
-    pk_ofi_stats_t before, after;
-    pk_ofi_channel_stats(S.ch, &before);
-    ck_assert_int_gt(T.write_blocks(T.self, 3, local + 1, remote + 1, 1), 0);
-    seen = s_wait(3, 0, true);
-    ck_assert_int_eq(seen.count, 1);
-    ck_assert(!seen.ok);
-    pk_ofi_channel_stats(S.ch, &after);
-    ck_assert_uint_gt(after.cq_errors, before.cq_errors);
-    ck_assert(s_block_untouched(41));
-    ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, 3), 0);
+    //  Over tcp a write completes at the writer once sent, so a write after
+    //  the revocation may report success there.  Whether the writer ever
+    //  hears of the refusal is the endpoint's business (rxm drops the
+    //  connection and the next write fails; tcp's own RDM endpoint may
+    //  connect again): what holds on every endpoint is that the target
+    //  counts nothing and its memory stays as it was, write after write.
+    for (uint64_t round = 3; round < 6; round++) {
+        ck_assert_int_gt(T.write_blocks(T.self, round, local + 1, remote + 1, 1), 0);
+        seen = s_wait(round, 0, true);
+        ck_assert_int_eq(seen.count, 1);
+        ck_assert(s_block_untouched(41));
+        ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, round), 0);
+    }
 }
 END_TEST
 

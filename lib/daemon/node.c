@@ -131,13 +131,6 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
                      (unsigned long long) config->block_len, strerror(-rc));
         goto fail_self;
     }
-    //  Opening a peer's channel cost 40 ms of CPU under tcp;ofi_rxm, most
-    //  of it fi_enable clearing the receive buffers rxm posts on each
-    //  connection's message endpoint.  We only write (RMA); rxm's own
-    //  protocol needs few: 64 cut it to about 10 ms, which is what bounds
-    //  a crowd of connects (issue 10, defect 2).  The operator's own
-    //  setting wins; other providers ignore it.
-    setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
     pk_fabric_config_t fabric_config = { config->provider, config->fabric_addr,
                                          config->stall_timeout };
     self->ops = pk_transport_find(NULL);       //  the registry's default

@@ -23,6 +23,7 @@
 #include <rdma/fi_rma.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,6 +35,34 @@ static atomic_uint_fast64_t s_next_key = 1;
 
 //  --------------------------------------------------------------------------
 //  The fabric
+
+//  The choice of endpoint, made once per process before libfabric reads
+//  its settings (at the first fi_getinfo).  Under tcp, libfabric 1.17
+//  layers ofi_rxm over tcp's message endpoints: every RDM endpoint then
+//  carries rxm's bounce-buffer pools, about 70 MB resident per channel
+//  (one channel per session), which endpoint attributes do not shrink.
+//  tcp has an RDM endpoint of its own, and our traffic (RMA writes with
+//  remote CQ data, nothing else) needs nothing rxm adds; 1.17 offers that
+//  endpoint only through rxm's pass-through switch, read from the
+//  environment.  A channel then costs about 150 KB, plus about 450 KB of
+//  transfer entries once its connection is made (doc/design.md, "What a
+//  session costs").  Over verbs rxm stays (passthrough is for tcp only);
+//  its message endpoints' receive queues are cut to 64 since we post no
+//  receives (it cut connection set-up from 40 to 10 ms of CPU).  An
+//  operator's own setting of either always wins.
+static void
+s_setenv_defaults(void)
+{
+    setenv("FI_OFI_RXM_ENABLE_PASSTHRU", "1", 0);
+    setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
+}
+
+static void
+s_choose_endpoints(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, s_setenv_defaults);
+}
 
 static int
 s_getinfo(const pk_ofi_config_t *config, const char *provider, struct fi_info **info_p)
@@ -49,6 +78,16 @@ s_getinfo(const pk_ofi_config_t *config, const char *provider, struct fi_info **
     //  close theirs in the same domain: the provider must serialise.
     hints->domain_attr->threading = FI_THREAD_SAFE;
     hints->fabric_attr->prov_name = strdup(provider);
+    //  Queues sized for what we post: at most S_MAX_DEPTH writes in flight
+    //  per channel and no receives (remote CQ data needs none of ours).
+    //  Under tcp it halves an unconnected channel's cost (250 -> 145 KB).
+    hints->tx_attr->size = S_MAX_DEPTH;
+    hints->rx_attr->size = S_RX_SIZE;
+    //  We progress every channel ourselves (its owner's loop), so no
+    //  provider thread need do it: under tcp's own endpoint, automatic
+    //  progress is a thread per endpoint, hence one per session.
+    hints->domain_attr->data_progress = FI_PROGRESS_MANUAL;
+    hints->domain_attr->control_progress = FI_PROGRESS_MANUAL;
     int rc = fi_getinfo(FI_VERSION(1, 17), config->node, NULL, config->node ? FI_SOURCE : 0,
                         hints, info_p);
     fi_freeinfo(hints);
@@ -80,6 +119,7 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
            int *rc_p, char *err)
 {
     int rc = 0;
+    s_choose_endpoints();
     pk_ofi_t *self = calloc(1, sizeof *self);
     if (!self) {
         rc = pk_err(err, -ENOMEM, "out of memory");

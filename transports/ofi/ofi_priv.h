@@ -20,6 +20,7 @@
                     | FI_MR_ENDPOINT | FI_MR_RAW)
 #define S_MAX_RAW_KEY 256
 #define S_MAX_DEPTH 64
+#define S_RX_SIZE 16                //  we post none; providers want some
 #define S_BLOB_MAGIC "PKOF"
 #define S_MAX_ADDR 256
 
