@@ -10,14 +10,18 @@
     GONE on every way out; the door then puts the peer on a list and reaps
     it after the wake, so a wake costs the peers that ended, not all peers.
 
-    Words the door sends to a peer's actor: FRAME frame, STORE held,
-    VIOLATION reason, QUIT (peer.c lists them with their payloads).
+    Words the door sends to a peer's actor (on its pipe): FRAME frame,
+    STORE held, VIOLATION reason, QUIT.  Actors answer on one socket the
+    door polls (actors, a PULL), each word after the peer's id: the
+    door's poller holds five sockets whatever the number of peers (peer.c
+    lists the words with their payloads).
 */
 #include "daemon/door.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 //  Frees what a peer owns; s_peer_destroy also unregisters it.
 void
@@ -30,6 +34,7 @@ pk_door_peer_free(pk_peer_t *peer)
         zsock_set_sndtimeo(zactor_sock(peer->actor), -1);
         zactor_destroy(&peer->actor);
     }
+    zsock_destroy(&peer->out);
     if (peer->channel)
         peer->node->ops->channel_close(&peer->channel);
     pk_msg_destroy(&peer->connect);
@@ -51,10 +56,10 @@ s_gone_unlink(pk_node_t *self, pk_peer_t *peer)
 static void
 s_peer_destroy(pk_node_t *self, pk_peer_t *peer)
 {
-    //  what the actor still had to say (its disconnect, job results) goes
-    //  out first
-    while (peer->actor && (zsock_events(zactor_sock(peer->actor)) & ZMQ_POLLIN))
-        pk_door_from_actor(self, peer);
+    //  what the actors still had to say (this one's disconnect and job
+    //  results among it) goes out first
+    while (peer->actor && (zsock_events(self->actors) & ZMQ_POLLIN))
+        pk_door_from_actors(self);
     if (peer->retired)
         s_gone_unlink(self, peer);
     pk_metrics_add(self->metrics, PK_M_SESSIONS_RETIRED, NULL, 1);
@@ -65,9 +70,8 @@ s_peer_destroy(pk_node_t *self, pk_peer_t *peer)
     if (e && (pk_peer_t *) (uintptr_t) e->a == peer)
         pk_keymap_take(&self->by_consumer, &ck, NULL, NULL);
     if (peer->actor) {
-        zpoller_remove(self->poller, peer->actor);
-        pk_key_t ak = pk_node_key((const uint8_t *) &peer->actor, sizeof peer->actor);
-        pk_keymap_take(&self->by_actor, &ak, NULL, NULL);
+        pk_key_t ik = pk_node_key((const uint8_t *) &peer->id, sizeof peer->id);
+        pk_keymap_take(&self->by_id, &ik, NULL, NULL);
     }
     //  bounded state: a retired peer's series go (the totals stay)
     if (!pk_door_peer_by_consumer(self, peer->consumer))
@@ -92,11 +96,11 @@ pk_door_peer_by_consumer(pk_node_t *self, const char *consumer)
     return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
 }
 
-pk_peer_t *
-pk_door_peer_by_actor(pk_node_t *self, void *which)
+static pk_peer_t *
+s_peer_by_id(pk_node_t *self, uint64_t id)
 {
-    pk_key_t ak = pk_node_key((const uint8_t *) &which, sizeof which);
-    pk_keymap_entry_t *e = pk_keymap_find(&self->by_actor, &ak);
+    pk_key_t ik = pk_node_key((const uint8_t *) &id, sizeof id);
+    pk_keymap_entry_t *e = pk_keymap_find(&self->by_id, &ik);
     return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
 }
 
@@ -131,18 +135,34 @@ pk_door_deliver(pk_node_t *self, pk_peer_t *peer, pk_held_t *h)
 //  and its session itself, so connects are opened in parallel, one thread
 //  each, not one after another at the handshake actor (tens of
 //  milliseconds each, hundreds under load).
+//  The actor speaks to the door on the node's one actors socket, its
+//  words tagged with the peer's id, not on its pipe: the door's poller
+//  then holds a fixed handful of sockets, where one pipe per peer made
+//  every wake cost every peer (zmq_poll over 256 pipes, 13% of a core
+//  with 256 idle sessions).
 static int
 s_peer_start(pk_node_t *self, pk_peer_t *peer)
 {
-    peer->actor = zactor_new(pk_peer_actor, peer);
-    if (!peer->actor)
+    peer->id = ++self->next_peer_id;
+    pk_key_t ik = pk_node_key((const uint8_t *) &peer->id, sizeof peer->id);
+    if (pk_keymap_put(&self->by_id, &ik, (uintptr_t) peer, 0) < 0)
         return -ENOMEM;
+    //  Made here and used by the actor only (the thread's start orders
+    //  the hand-over); closed by the door once the actor ended.  No high
+    //  water mark: an actor never blocks on the door (a door in
+    //  zactor_destroy could not read it free), and what it says is
+    //  bounded by what it was sent (--max-queued-frames) plus its jobs.
+    peer->out = zsock_new_push(self->actors_endpoint);
+    if (peer->out)
+        zsock_set_sndhwm(peer->out, 0);
+    peer->actor = peer->out ? zactor_new(pk_peer_actor, peer) : NULL;
+    if (!peer->actor) {
+        zsock_destroy(&peer->out);
+        pk_keymap_take(&self->by_id, &ik, NULL, NULL);
+        return -ENOMEM;
+    }
     //  never wait on one actor: a full pipe is a drop
     zsock_set_sndtimeo(zactor_sock(peer->actor), 0);
-    pk_key_t ak = pk_node_key((const uint8_t *) &peer->actor, sizeof peer->actor);
-    if (pk_keymap_put(&self->by_actor, &ak, (uintptr_t) peer, 0) < 0)
-        return -ENOMEM;
-    zpoller_add(self->poller, peer->actor);
     return 0;
 }
 
@@ -333,13 +353,22 @@ static const struct {
     { "GONE", s_actor_gone },
 };
 
+//  A word from a peer already reaped (a JOB said after GONE) finds no
+//  peer and is dropped: its pin was released, and the store-job timeout
+//  covers the engine.
 void
-pk_door_from_actor(pk_node_t *self, pk_peer_t *peer)
+pk_door_from_actors(pk_node_t *self)
 {
-    zmsg_t *msg = zmsg_recv(peer->actor);
+    zmsg_t *msg = zmsg_recv(self->actors);
     if (!msg)
         return;
-    char *cmd = zmsg_popstr(msg);
+    zframe_t *idf = zmsg_pop(msg);
+    uint64_t id = 0;
+    if (idf && zframe_size(idf) == sizeof id)
+        memcpy(&id, zframe_data(idf), sizeof id);
+    zframe_destroy(&idf);
+    pk_peer_t *peer = s_peer_by_id(self, id);
+    char *cmd = peer ? zmsg_popstr(msg) : NULL;
     for (size_t i = 0; cmd && i < sizeof s_actor_words / sizeof s_actor_words[0]; i++)
         if (streq(cmd, s_actor_words[i].word)) {
             s_actor_words[i].fn(self, peer, msg);

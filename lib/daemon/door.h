@@ -20,6 +20,9 @@ struct pk_peer {
     pk_msg_t *connect;
     pk_channel_t *channel;      //  opened by the peer's actor, closed by the door
     zactor_t *actor;
+    uint64_t id;                    //  names it on the door's actors socket (by_id)
+    zsock_t *out;                   //  PUSH to the door's actors socket: the actor's
+                                    //  words, made and closed by the door
     atomic_uint_fast64_t consumed;  //  frames the actor took (the backlog's other end)
     uint64_t sent;
     bool flooding;                  //  VIOLATION sent: its frames are dropped
@@ -34,11 +37,10 @@ void pk_door_from_router(pk_node_t *node);
 /*  What the handshake actor handed back (REPLY or PEER).  */
 void pk_door_from_handshake(pk_node_t *node);
 
-/*  What a peer's actor said (FRAME, JOB or GONE).  */
-void pk_door_from_actor(pk_node_t *node, pk_peer_t *peer);
+/*  What the peers' actors said (id, then FRAME, JOB or GONE), on the
+    one socket they all push to.  */
+void pk_door_from_actors(pk_node_t *node);
 
-/*  The peer whose actor's pipe this is, or NULL.  */
-pk_peer_t *pk_door_peer_by_actor(pk_node_t *node, void *which);
 pk_peer_t *pk_door_peer_by_consumer(pk_node_t *node, const char *consumer);
 
 /*  Hands a held store or finish to the peer's actor without waiting: 0,

@@ -51,7 +51,10 @@ s_open_sockets(pk_node_t *self, char *err)
     }
     self->router = zsock_new(ZMQ_ROUTER);
     self->local = zsock_new(ZMQ_ROUTER);
-    if (!self->router || !self->local) {
+    snprintf(self->actors_endpoint, sizeof self->actors_endpoint, "inproc://p2pkv-actors-%p",
+             (void *) self);
+    self->actors = zsock_new_pull(self->actors_endpoint);     //  binds: starts '@' by default
+    if (!self->router || !self->local || !self->actors) {
         snprintf(err, PK_ERRLEN, "cannot create sockets");
         return -ENOMEM;
     }
@@ -152,7 +155,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail_sockets;
     self->handshake = pk_handshake_new(self);
     self->poller = self->handshake
-                   ? zpoller_new(self->router, self->local, self->handshake, self->zap, NULL)
+                   ? zpoller_new(self->router, self->local, self->handshake, self->actors,
+                                 self->zap, NULL)
                    : NULL;
     if (!self->poller)
         goto fail_sockets;
@@ -173,6 +177,7 @@ fail_poller:
     zpoller_destroy(&self->poller);
 fail_sockets:
     pk_handshake_destroy(&self->handshake);
+    zsock_destroy(&self->actors);
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
@@ -226,8 +231,7 @@ s_pool_gauges(pk_node_t *self)
     pk_metrics_set(self->metrics, PK_M_SESSIONS, NULL, (double) self->npeers);
 }
 
-//  The loop's readers: where each socket's wake goes.  Peer actors are
-//  found by their pipe (the door's by_actor).
+//  The loop's readers: where each socket's wake goes.
 static const struct {
     size_t at;                      //  offset of the socket (or actor) in the node
     void (*fn)(pk_node_t *self);
@@ -236,6 +240,7 @@ static const struct {
     { offsetof(pk_node_t, local), pk_engine_from_local },
     { offsetof(pk_node_t, zap), pk_zap_handle },
     { offsetof(pk_node_t, handshake), pk_door_from_handshake },
+    { offsetof(pk_node_t, actors), pk_door_from_actors },
     { offsetof(pk_node_t, puller), pk_puller_from },
 };
 
@@ -249,9 +254,6 @@ s_read(pk_node_t *self, void *which)
             return;
         }
     }
-    pk_peer_t *peer = pk_door_peer_by_actor(self, which);
-    if (peer)
-        pk_door_from_actor(self, peer);
 }
 
 int
@@ -295,7 +297,7 @@ pk_node_destroy(pk_node_t **self_p)
     pk_door_destroy_all(self);
     pk_engine_destroy(self);
     pk_keymap_fini(&self->by_rid);
-    pk_keymap_fini(&self->by_actor);
+    pk_keymap_fini(&self->by_id);
     pk_keymap_fini(&self->by_consumer);
     pk_handshake_destroy(&self->handshake);
     pk_puller_destroy(self);

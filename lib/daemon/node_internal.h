@@ -74,7 +74,8 @@ struct _pk_node_t {
     char endpoint[256];
     char ready[1024];
     pk_keymap_t by_rid;             //  routing id -> peer
-    pk_keymap_t by_actor;           //  the peer actor's address -> peer
+    pk_keymap_t by_id;              //  a peer's id -> peer
+    uint64_t next_peer_id;
     pk_keymap_t by_consumer;        //  consumer peer_id -> peer
     pk_keymap_t engine_jobs;        //  prefill job id -> the engine that stored it
     pk_held_t *held;
@@ -86,6 +87,8 @@ struct _pk_node_t {
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
     pk_metrics_http_t *http;
     zactor_t *handshake;
+    zsock_t *actors;                //  PULL: what every peer's actor says
+    char actors_endpoint[64];
     zactor_t *puller;
     uint64_t next_pull;
     bool quitting;
