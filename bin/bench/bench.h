@@ -1,0 +1,232 @@
+/*  bench.h: what the suites of p2pkv-bench share.
+
+    main.c parses the command line into a pkb_opts_t and runs one suite;
+    report.c turns each suite's rows into a table, a JSON file (--json)
+    and a plot (--plot); procs.c starts and stops every process a suite
+    needs (p2pkv-server, consumers, fabric targets), reads their
+    resource use from /proc, and cleans up on error and on SIGINT or
+    SIGTERM; consumer.c is the library consumer that fetch, control and
+    sessions fork.
+
+    Every figure is measured over repetitions and reported as min,
+    median and max (pkb_fig_t); ratios are taken within one repetition.
+*/
+#ifndef PKB_BENCH_H_INCLUDED
+#define PKB_BENCH_H_INCLUDED
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define PKB_MAX_LIST 16          //  values of one list option
+#define PKB_MAX_REPS 64
+
+typedef struct {
+    size_t n;
+    uint64_t v[PKB_MAX_LIST];
+} pkb_list_t;
+
+typedef struct {
+    const char *suite;
+    bool quick;
+    const char *json;           //  --json FILE
+    const char *plot;           //  --plot FILE.svg
+    int reps;                   //  --reps (0: the suite's default)
+    pkb_list_t block_sizes;     //  --block-sizes (bytes)
+    pkb_list_t blocks;          //  --blocks (per fetch)
+    pkb_list_t batches;         //  --batches (fabric)
+    pkb_list_t consumers;       //  --consumers
+    pkb_list_t keys;            //  --keys (per lookup)
+    pkb_list_t sessions;        //  --sessions (server side)
+    pkb_list_t servers;         //  --servers (client side)
+    uint64_t max_sessions;      //  --max-sessions (0: the suite's choice)
+    double seconds;             //  --seconds per timed phase (0: default)
+    double idle;                //  --idle S of the sessions' idle CPU
+    uint64_t requests;          //  role: requests
+    const char *server;         //  --server PATH of p2pkv-server
+    int port_lo, port_hi;       //  --ports LO-HI for servers' --bind
+} pkb_opts_t;
+
+/*  ---- figures and statistics (report.c) ------------------------------ */
+
+typedef struct {
+    double min, med, max;
+    bool valid;
+} pkb_fig_t;
+
+double pkb_median(double *v, size_t n);
+/*  The q-quantile (0..1) of v (sorted in place).  */
+double pkb_quantile(double *v, size_t n, double q);
+/*  min, median, max of n values (sorted in place).  */
+pkb_fig_t pkb_fig(double *v, size_t n);
+/*  "med [min..max]" with fmt for each number, into buf.  */
+const char *pkb_fig_str(pkb_fig_t f, const char *fmt, char *buf, size_t size);
+json_t *pkb_fig_json(pkb_fig_t f);
+
+/*  ---- the report: table, JSON, plot (report.c) ---------------------- */
+
+typedef struct pkb_report pkb_report_t;
+
+pkb_report_t *pkb_report_new(const pkb_opts_t *opts, const char *provider);
+/*  A row to fill (owned by the report); its table line is printed by
+    the suite.  */
+json_t *pkb_report_row(pkb_report_t *self);
+/*  A point of the plot: series name, block size in bytes, GB/s.  */
+void pkb_report_point(pkb_report_t *self, const char *series, uint64_t block, double gbps);
+void pkb_report_note(pkb_report_t *self, const char *key, json_t *value);
+/*  Writes --json and --plot when asked; 0 or a negative errno.  */
+int pkb_report_finish(pkb_report_t *self);
+void pkb_report_destroy(pkb_report_t **self_p);
+
+/*  The libfabric version string (fi_version), for the machine record.  */
+const char *pkb_fabric_version(void);
+
+/*  ---- processes (procs.c) -------------------------------------------- */
+
+/*  Installs the SIGINT/SIGTERM/SIGHUP handler: it stops every child
+    started here, removes their shared-memory objects and exits
+    128+signal.  */
+void pkb_procs_init(void);
+/*  What a forked child that is no orchestrator does first: default
+    signal handling, no inherited registry, dies with its parent.  */
+void pkb_child_init(void);
+/*  fork() into the bench's process group of children, registered for
+    cleanup; in the child returns 0 after pkb_child_init.  */
+pid_t pkb_fork(void);
+/*  Waits for a child, up to timeout s, then SIGKILL; its status.  */
+int pkb_reap(pid_t pid, double timeout);
+/*  Stops every child still registered (SIGTERM, then SIGKILL), removes
+    their shared-memory objects, and checks /dev/shm for objects of ours
+    left behind: 0, or -EEXIST when some were (named on stderr).  */
+int pkb_procs_cleanup(void);
+/*  A shared-memory name of ours, "/pkbench-PID-N", registered for
+    removal at cleanup.  */
+void pkb_shm_name(char *name, size_t size);
+/*  A file (absolute path) to unlink at cleanup.  */
+void pkb_register_file(const char *path);
+
+/*  A p2pkv-server for a suite.  */
+typedef struct {
+    pid_t pid;
+    char endpoint[128];         //  tcp://127.0.0.1:PORT
+    char local[128];            //  ipc://...
+    char pool[64];              //  /pkbench-...
+    uint64_t block_len, pool_blocks;
+    void *zctx, *engine;        //  libzmq (never czmq: consumers fork after)
+} pkb_server_t;
+
+/*  Starts one on 127.0.0.1 at a free port of --ports, with a pool of
+    pool_blocks x block_len, pin quota the whole pool, max_sessions;
+    extra: NULL-terminated "--flag", "value" pairs.  0 or -errno, with
+    a message on stderr.  */
+int pkb_server_start(pkb_server_t *s, const pkb_opts_t *o, uint64_t block_len,
+                     uint64_t pool_blocks, uint64_t max_sessions, const char *const *extra);
+/*  Publishes blocks 0..n-1 of the bench's content (pkb_key, pkb_fill)
+    through the engine API: reserve, write into the mapped pool, commit.  */
+int pkb_server_populate(pkb_server_t *s, uint64_t n);
+/*  SIGTERM, wait, SIGKILL after 10 s; removes what it left.  */
+void pkb_server_stop(pkb_server_t *s);
+
+/*  From /proc/PID: resident bytes, threads, CPU seconds (user+system).  */
+int pkb_proc_status(pid_t pid, uint64_t *rss, int *threads);
+double pkb_proc_cpu(pid_t pid);
+/*  /proc/meminfo MemAvailable in bytes (0 if unknown).  */
+uint64_t pkb_mem_available(void);
+
+/*  ---- the bench's blocks (consumer.c) -------------------------------- */
+
+#define PKB_KEY_LEN 32
+/*  The key of block i of the bench's content (misses: i >= 1<<30).  */
+void pkb_key(uint64_t i, uint8_t key[PKB_KEY_LEN]);
+void pkb_fill(uint64_t i, uint8_t *block, uint64_t len);
+bool pkb_check(uint64_t i, const uint8_t *block, uint64_t len);
+
+/*  ---- consumer processes (consumer.c) -------------------------------- */
+
+typedef struct {
+    const char *endpoint;
+    uint64_t block_len;
+    uint64_t nkeys;             //  keys per lookup (and per fetch)
+    bool fetch;                 //  false: lookups only
+    bool miss;                  //  lookups of absent keys
+    double seconds;             //  of each timed phase
+    int id;
+} pkb_consumer_cfg_t;
+
+/*  What one consumer reports of one timed phase.  */
+typedef struct {
+    int rc;                     //  0, or a negative errno
+    char err[160];
+    double t0, t1;              //  monotonic, of the timed phase
+    double cpu;                 //  the process's CPU seconds in it
+    uint64_t iterations, bytes, blocks;
+    uint32_t nlookup, nfetch;   //  samples that follow
+} pkb_phase_t;
+
+typedef struct {
+    pid_t pid;
+    int cmd, res;               //  pipes: commands to, results from it
+} pkb_consumer_t;
+
+/*  Forks one; it connects, fetches once and checks every block (or
+    looks up once), then waits.  0 or -errno.  */
+int pkb_consumer_start(pkb_consumer_t *c, const pkb_consumer_cfg_t *cfg);
+/*  Waits for its "ready" (connected and checked); 0, or -errno with err.  */
+int pkb_consumer_ready(pkb_consumer_t *c, char *err, size_t size);
+/*  Starts a timed phase ('g').  */
+int pkb_consumer_go(pkb_consumer_t *c);
+/*  Reads a phase's report; lookup/fetch samples (seconds) appended to
+    the arrays (grown with realloc).  */
+int pkb_consumer_result(pkb_consumer_t *c, pkb_phase_t *ph, double **lk, size_t *nlk,
+                        double **ft, size_t *nft);
+void pkb_consumer_stop(pkb_consumer_t *c);
+
+/*  ---- a load of consumers, one timed phase at a time (load.c) ------- */
+
+/*  One repetition's figures.  */
+typedef struct {
+    double gbps, ops_per_s, keys_per_s;
+    double lk[3], ft[3];        //  p50, p99, p999 in ms
+    double srv_cpu_gb, cli_cpu_gb;      //  CPU seconds per GB moved
+    double srv_cpu_s, cli_cpu_s;        //  CPU seconds per second of the phase
+    uint64_t bytes, samples;
+} pkb_rep_t;
+
+/*  Starts nc consumers of cfg (ids 0..nc-1) and waits until each is
+    ready; on failure stops them.  0, or -errno with err.  */
+int pkb_load_start(pkb_consumer_t *cs, size_t nc, const pkb_consumer_cfg_t *cfg, char *err,
+                   size_t size);
+/*  One timed phase of all of them at once; server: the server's pid for
+    its CPU.  */
+int pkb_load_rep(pkb_consumer_t *cs, size_t nc, pid_t server, uint64_t nkeys, pkb_rep_t *out,
+                 char *err, size_t size);
+void pkb_load_stop(pkb_consumer_t *cs, size_t nc);
+
+/*  A table row of figures: params (already formatted, left), then for each
+    figure its median on this line and [min..max] on the next.  */
+void pkb_table_row(const char *const *params, const int *pw, size_t np, const pkb_fig_t *figs,
+                   const char *const *fmts, const int *fw, size_t nf);
+void pkb_table_head(const char *const *names, const int *w, size_t n);
+
+/*  ---- the suites ----------------------------------------------------- */
+
+int pkb_codec(const pkb_opts_t *o);
+int pkb_role(const pkb_opts_t *o);
+int pkb_fabric(const pkb_opts_t *o);
+int pkb_fetch(const pkb_opts_t *o);
+int pkb_control(const pkb_opts_t *o);
+int pkb_sessions(const pkb_opts_t *o);
+
+/*  fabric's raw loop as a service for fetch: raw fi_writedata GB/s of
+    one block size and batch, contiguous, in processes of its own (the
+    caller keeps no libfabric state, so it can fork consumers later).
+    0 or -errno.  */
+int pkb_fabric_raw_gbps(uint64_t block, size_t batch, bool quick, double *gbps);
+
+/*  Refusals before any process starts: 0, or 2 with a message naming
+    the parameter.  */
+int pkb_check_memory(const char *suite, const char *what, double bytes);
+
+#endif

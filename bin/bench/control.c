@@ -1,0 +1,137 @@
+/*  control.c: the control plane alone: lookups per second and their round
+    trip, through a real p2pkv-server and consumer processes of the
+    client library (lookup, wait for the answer, finish; no fetch), of
+    keys all present (hits: the server pins them until finish) or all
+    absent (misses).  */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t keys, c;
+    bool miss;
+} s_point_t;
+
+#define S_MAX_POINTS 256
+#define S_BLOCK 4096
+
+static size_t
+s_points(const pkb_opts_t *o, s_point_t *p)
+{
+    size_t k = 0;
+    if (o->keys.n || o->consumers.n) {
+        pkb_list_t n = o->keys.n ? o->keys : (pkb_list_t) { 1, { 1 } };
+        pkb_list_t c = o->consumers.n ? o->consumers : (pkb_list_t) { 1, { 1 } };
+        for (size_t j = 0; j < n.n; j++)
+            for (size_t l = 0; l < c.n; l++)
+                for (int m = 0; m < 2 && k < S_MAX_POINTS; m++)
+                    p[k++] = (s_point_t) { n.v[j], c.v[l], m };
+        return k;
+    }
+    static const uint64_t full_n[] = { 1, 64, 1024, 4096 }, quick_n[] = { 1, 1024 };
+    for (size_t i = 0; i < (o->quick ? 2u : 4u); i++)
+        for (int m = 0; m < 2; m++)
+            p[k++] = (s_point_t) { o->quick ? quick_n[i] : full_n[i], 1, m };
+    static const uint64_t full_c[] = { 8, 64 }, quick_c[] = { 8 };
+    for (size_t i = 0; i < (o->quick ? 1u : 2u); i++)
+        p[k++] = (s_point_t) { 1, o->quick ? quick_c[i] : full_c[i], false };
+    return k;
+}
+
+static const char *const s_names[] = { "keys", "cons", "kind", "lookups/s", "keys/s",
+                                       "rtt p50 ms", "p99", "p999", "srv cpu" };
+static const int s_w[] = { 5, 4, 4, 16, 18, 16, 16, 16, 12 };
+
+static void
+s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, int reps)
+{
+    double v[7][PKB_MAX_REPS];
+    for (int i = 0; i < reps; i++) {
+        double f[7] = { r[i].ops_per_s, r[i].keys_per_s, r[i].lk[0], r[i].lk[1], r[i].lk[2],
+                        r[i].srv_cpu_s, (double) r[i].samples };
+        for (int j = 0; j < 7; j++)
+            v[j][i] = f[j];
+    }
+    pkb_fig_t g[7];
+    for (int j = 0; j < 7; j++)
+        g[j] = pkb_fig(v[j], (size_t) reps);
+    char n[24], c[24];
+    snprintf(n, sizeof n, "%llu", (unsigned long long) p->keys);
+    snprintf(c, sizeof c, "%llu", (unsigned long long) p->c);
+    const char *params[] = { n, c, p->miss ? "miss" : "hit" };
+    static const char *const fmts[] = { "%.0f", "%.0f", "%.3f", "%.3f", "%.3f", "%.2f" };
+    pkb_table_row(params, s_w, 3, g, fmts, s_w + 3, 6);
+    json_t *row = pkb_report_row(rep);
+    static const char *const keys[] = { "lookups_per_s", "keys_per_s", "rtt_p50_ms",
+                                        "rtt_p99_ms", "rtt_p999_ms",
+                                        "server_cpu_cores", "samples" };
+    json_object_set_new(row, "keys_per_lookup", json_integer((json_int_t) p->keys));
+    json_object_set_new(row, "consumers", json_integer((json_int_t) p->c));
+    json_object_set_new(row, "kind", json_string(p->miss ? "miss" : "hit"));
+    json_object_set_new(row, "repetitions", json_integer(reps));
+    for (int j = 0; j < 7; j++)
+        json_object_set_new(row, keys[j], pkb_fig_json(g[j]));
+}
+
+static int
+s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p)
+{
+    int reps = o->reps ? o->reps : o->quick ? 2 : 5;
+    pkb_consumer_cfg_t cfg = { srv->endpoint, S_BLOCK, p->keys, false, p->miss,
+                               o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0 };
+    static pkb_consumer_t cs[1024];
+    pkb_rep_t r[PKB_MAX_REPS];
+    char err[256] = "";
+    int rc = pkb_load_start(cs, p->c, &cfg, err, sizeof err);
+    bool started = rc == 0;
+    for (int i = 0; rc == 0 && i < reps; i++)
+        rc = pkb_load_rep(cs, p->c, srv->pid, p->keys, &r[i], err, sizeof err);
+    if (started)
+        pkb_load_stop(cs, p->c);
+    if (rc) {
+        fprintf(stderr, "p2pkv-bench control: %llu keys, %llu consumers: %s\n",
+                (unsigned long long) p->keys, (unsigned long long) p->c, err);
+        return rc;
+    }
+    s_row(rep, p, r, reps);
+    return 0;
+}
+
+int
+pkb_control(const pkb_opts_t *o)
+{
+    s_point_t p[S_MAX_POINTS];
+    size_t np = s_points(o, p);
+    uint64_t max_sessions = o->max_sessions ? o->max_sessions : 256, pool = 0;
+    for (size_t i = 0; i < np; i++) {
+        if (p[i].c > max_sessions) {
+            fprintf(stderr, "p2pkv-bench control: --consumers %llu is more than the server's "
+                    "--max-sessions %llu\n", (unsigned long long) p[i].c,
+                    (unsigned long long) max_sessions);
+            return 2;
+        }
+        pool = p[i].keys > pool ? p[i].keys : pool;
+    }
+    if (pkb_check_memory("control", "--keys", (double) pool * S_BLOCK))
+        return 2;
+    int reps = o->reps ? o->reps : o->quick ? 2 : 5;
+    printf("control: lookup round trips through p2pkv-server (pool of %llu blocks of %d bytes) "
+           "from consumer processes of the client library, tcp on 127.0.0.1; hit: every key "
+           "present (pinned until finish), miss: none; srv cpu in cores; median, and "
+           "[min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK, reps);
+    pkb_table_head(s_names, s_w, 9);
+    pkb_report_t *rep = pkb_report_new(o, "tcp");
+    pkb_server_t srv;
+    int rc = pkb_server_start(&srv, o, S_BLOCK, pool, max_sessions, NULL);
+    if (rc == 0)
+        rc = pkb_server_populate(&srv, pool);
+    for (size_t i = 0; rc == 0 && i < np; i++)
+        rc = s_point(rep, o, &srv, &p[i]);
+    pkb_server_stop(&srv);
+    if (rc == 0)
+        rc = pkb_report_finish(rep);
+    pkb_report_destroy(&rep);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,216 @@
+/*  fetch.c: end to end through a real p2pkv-server.
+
+    One server per block size, its pool holding the largest fetch of that
+    size (published through the engine API); for each point, C consumer
+    processes of the client library (consumer.c), each fetching the same
+    N blocks into its own pool again and again: lookup, fetch of the hits
+    until landed, finish.  Every block's content is checked once, in the
+    consumers' untimed first iteration.  Each repetition first measures
+    fabric's bare fi_writedata loop for the same block size (batch
+    min(N, 256)) in processes of its own, then the fetch phase; the ratio
+    is taken within the repetition.
+*/
+#include "bench.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint64_t block, n, c;
+} s_point_t;
+
+#define S_MAX_POINTS 256
+
+//  Without lists: three sweeps; with any list: the product.
+static size_t
+s_points(const pkb_opts_t *o, s_point_t *p)
+{
+    size_t k = 0;
+    if (o->block_sizes.n || o->blocks.n || o->consumers.n) {
+        pkb_list_t b = o->block_sizes.n ? o->block_sizes : (pkb_list_t) { 1, { 64 << 10 } };
+        pkb_list_t n = o->blocks.n ? o->blocks : (pkb_list_t) { 1, { 32 } };
+        pkb_list_t c = o->consumers.n ? o->consumers : (pkb_list_t) { 1, { 1 } };
+        for (size_t i = 0; i < b.n; i++)
+            for (size_t j = 0; j < n.n; j++)
+                for (size_t l = 0; l < c.n && k < S_MAX_POINTS; l++)
+                    p[k++] = (s_point_t) { b.v[i], n.v[j], c.v[l] };
+        return k;
+    }
+    static const uint64_t full_b[] = { 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20 };
+    static const uint64_t quick_b[] = { 16 << 10, 64 << 10, 1 << 20 };
+    const uint64_t *bs = o->quick ? quick_b : full_b;
+    size_t nb = o->quick ? 3 : 5;
+    for (size_t i = 0; i < nb; i++)
+        p[k++] = (s_point_t) { bs[i], 32, 1 };
+    static const uint64_t full_n[] = { 1, 256, 4096 }, quick_n[] = { 1, 256 };
+    for (size_t i = 0; i < (o->quick ? 2u : 3u); i++)
+        p[k++] = (s_point_t) { 64 << 10, o->quick ? quick_n[i] : full_n[i], 1 };
+    static const uint64_t full_c[] = { 4, 16, 64 }, quick_c[] = { 4 };
+    for (size_t i = 0; i < (o->quick ? 1u : 3u); i++)
+        p[k++] = (s_point_t) { 64 << 10, 32, o->quick ? quick_c[i] : full_c[i] };
+    return k;
+}
+
+static uint64_t
+s_pool_blocks(const s_point_t *p, size_t np, uint64_t block)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < np; i++)
+        if (p[i].block == block && p[i].n > m)
+            m = p[i].n;
+    return m;
+}
+
+//  Refusals before anything starts: consumers beyond --max-sessions, pools
+//  beyond memory.
+static int
+s_check(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t max_sessions)
+{
+    for (size_t i = 0; i < np; i++) {
+        if (p[i].c > max_sessions) {
+            fprintf(stderr, "p2pkv-bench fetch: --consumers %llu is more than the server's "
+                    "--max-sessions %llu\n", (unsigned long long) p[i].c,
+                    (unsigned long long) max_sessions);
+            return 2;
+        }
+        double need = (double) s_pool_blocks(p, np, p[i].block) * (double) p[i].block
+                      + (double) p[i].c * (double) p[i].n * (double) p[i].block
+                      + 2.0 * 256 * (double) p[i].block;
+        char what[160];
+        snprintf(what, sizeof what, "--block-sizes %lluK x --blocks %llu x --consumers %llu "
+                 "(server pool, consumer pools and the raw pair)",
+                 (unsigned long long) (p[i].block >> 10), (unsigned long long) p[i].n,
+                 (unsigned long long) p[i].c);
+        if (pkb_check_memory("fetch", what, need))
+            return 2;
+    }
+    return 0;
+}
+
+static const char *const s_names[] = { "block", "blocks", "cons", "GB/s", "raw GB/s",
+                                       "ratio", "fetch/s", "lkp p50", "p99", "p999",
+                                       "fetch p50", "p99", "p999", "abort", "srv s/GB",
+                                       "cli s/GB" };
+static const int s_w[] = { 6, 6, 4, 14, 14, 12, 14, 12, 12, 12, 12, 12, 12, 5, 12, 12 };
+
+static void
+s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *raw, int reps)
+{
+    double v[14][PKB_MAX_REPS];
+    for (int i = 0; i < reps; i++) {
+        double f[14] = { r[i].gbps, raw[i], r[i].gbps / raw[i], r[i].ops_per_s, r[i].lk[0],
+                         r[i].lk[1], r[i].lk[2], r[i].ft[0], r[i].ft[1], r[i].ft[2], 0,
+                         r[i].srv_cpu_gb, r[i].cli_cpu_gb, (double) r[i].samples };
+        for (int j = 0; j < 14; j++)
+            v[j][i] = f[j];
+    }
+    pkb_fig_t g[14];
+    for (int j = 0; j < 14; j++)
+        g[j] = pkb_fig(v[j], (size_t) reps);
+    g[10].valid = false;        //  abort -> abort_ack: the library has no abort call
+    char b[24], n[24], c[24];
+    snprintf(b, sizeof b, "%lluK", (unsigned long long) (p->block >> 10));
+    snprintf(n, sizeof n, "%llu", (unsigned long long) p->n);
+    snprintf(c, sizeof c, "%llu", (unsigned long long) p->c);
+    const char *params[] = { b, n, c };
+    static const char *const fmts[] = { "%.2f", "%.2f", "%.2fx", "%.0f", "%.3f", "%.3f",
+                                        "%.3f", "%.3f", "%.3f", "%.3f", "", "%.3f", "%.3f" };
+    pkb_table_row(params, s_w, 3, g, fmts, s_w + 3, 13);
+    json_t *row = pkb_report_row(rep);
+    static const char *const keys[] = { "gbps", "raw_gbps", "ratio", "fetches_per_s",
+                                        "lookup_p50_ms", "lookup_p99_ms", "lookup_p999_ms",
+                                        "fetch_p50_ms", "fetch_p99_ms", "fetch_p999_ms",
+                                        "abort_ack_ms", "server_cpu_s_per_gb",
+                                        "client_cpu_s_per_gb", "samples" };
+    json_object_set_new(row, "block_size", json_integer((json_int_t) p->block));
+    json_object_set_new(row, "blocks_per_fetch", json_integer((json_int_t) p->n));
+    json_object_set_new(row, "consumers", json_integer((json_int_t) p->c));
+    json_object_set_new(row, "raw_batch", json_integer(p->n < 256 ? (json_int_t) p->n : 256));
+    json_object_set_new(row, "repetitions", json_integer(reps));
+    for (int j = 0; j < 14; j++)
+        json_object_set_new(row, keys[j], pkb_fig_json(g[j]));
+    char series[64];
+    snprintf(series, sizeof series, "p2pkv fetch, %llu per fetch, %llu consumer%s",
+             (unsigned long long) p->n, (unsigned long long) p->c, p->c > 1 ? "s" : "");
+    pkb_report_point(rep, series, p->block, g[0].med);
+    snprintf(series, sizeof series, "raw fi_writedata, batch %llu",
+             (unsigned long long) (p->n < 256 ? p->n : 256));
+    pkb_report_point(rep, series, p->block, g[1].med);
+}
+
+static int
+s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p)
+{
+    int reps = o->reps ? o->reps : o->quick ? 2 : 5;
+    pkb_consumer_cfg_t cfg = { srv->endpoint, p->block, p->n, true, false,
+                               o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0 };
+    static pkb_consumer_t cs[1024];
+    pkb_rep_t r[PKB_MAX_REPS];
+    double raw[PKB_MAX_REPS];
+    char err[256] = "";
+    int rc = pkb_load_start(cs, p->c, &cfg, err, sizeof err);
+    bool started = rc == 0;
+    for (int i = 0; rc == 0 && i < reps; i++) {
+        rc = pkb_fabric_raw_gbps(p->block, p->n, o->quick, &raw[i]);
+        if (rc)
+            snprintf(err, sizeof err, "the raw fi_writedata loop failed");
+        if (rc == 0)
+            rc = pkb_load_rep(cs, p->c, srv->pid, p->n, &r[i], err, sizeof err);
+    }
+    if (started)
+        pkb_load_stop(cs, p->c);
+    if (rc) {
+        fprintf(stderr, "p2pkv-bench fetch: %lluK x %llu, %llu consumers: %s\n",
+                (unsigned long long) (p->block >> 10), (unsigned long long) p->n,
+                (unsigned long long) p->c, err);
+        return rc;
+    }
+    s_row(rep, p, r, raw, reps);
+    return 0;
+}
+
+static int
+s_cmp_point(const void *a, const void *b)
+{
+    const s_point_t *x = a, *y = b;
+    return x->block < y->block ? -1 : x->block > y->block;
+}
+
+int
+pkb_fetch(const pkb_opts_t *o)
+{
+    s_point_t p[S_MAX_POINTS];
+    size_t np = s_points(o, p);
+    uint64_t max_sessions = o->max_sessions ? o->max_sessions : 256;
+    if (s_check(o, p, np, max_sessions))
+        return 2;
+    qsort(p, np, sizeof *p, s_cmp_point);   //  stable enough: one server per size
+    int reps = o->reps ? o->reps : o->quick ? 2 : 5;
+    printf("fetch: p2pkv-server and consumer processes (client library: lookup + fetch until "
+           "landed + finish), tcp on 127.0.0.1, libfabric %s; every block checked once "
+           "outside the timed part; raw = bare fi_writedata loop, batch min(blocks, 256), same "
+           "run; latencies in ms; abort: n/a (p2pkv.h has no abort call); median, and "
+           "[min..max] of %d repetitions\n", pkb_fabric_version(), reps);
+    pkb_table_head(s_names, s_w, 16);
+    pkb_report_t *rep = pkb_report_new(o, "tcp");
+    pkb_report_note(rep, "abort_ack", json_string("n/a: p2pkv.h exposes no abort"));
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < np;) {
+        pkb_server_t srv;
+        rc = pkb_server_start(&srv, o, p[i].block, s_pool_blocks(p, np, p[i].block),
+                              max_sessions, NULL);
+        if (rc == 0)
+            rc = pkb_server_populate(&srv, srv.pool_blocks);
+        size_t j = i;
+        for (; rc == 0 && j < np && p[j].block == p[i].block; j++)
+            rc = s_point(rep, o, &srv, &p[j]);
+        pkb_server_stop(&srv);
+        i = j;
+    }
+    if (rc == 0)
+        rc = pkb_report_finish(rep);
+    pkb_report_destroy(&rep);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,325 @@
+/*  p2pkv-bench: benchmarks, one suite per file of bin/bench/.
+
+    main.c reads the command line, refuses impossible parameters before
+    any process starts (naming the parameter), runs one suite, and at the
+    end stops whatever is still running and checks that no shared-memory
+    object of the run is left (procs.c).
+*/
+#include "bench.h"
+#include "base/version.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char s_usage[] =
+    "usage: p2pkv-bench SUITE [OPTION...]\n"
+    "\n"
+    "Suites (each prints a table; figures are median [min..max] over repetitions,\n"
+    "ratios taken within one repetition):\n"
+    "  codec     decode+validate of a 65,536-key fetch vs jansson's json_loadb\n"
+    "            (codec [REPETITIONS] still works)\n"
+    "  role      the server role in process: keys/s, memory per live request\n"
+    "            (role [REQUESTS])\n"
+    "  fabric    bare fi_writedata loop (per block, and merged like write_blocks\n"
+    "            merges contiguous blocks) vs write_blocks over tcp on 127.0.0.1\n"
+    "            (fabric [BLOCK_KIB [BATCH]])\n"
+    "  fetch     end to end through a real p2pkv-server and consumer processes of\n"
+    "            the client library: lookup + fetch until landed; GB/s, fetches/s,\n"
+    "            lookup and fetch latency percentiles, CPU seconds per GB, beside\n"
+    "            the raw fi_writedata GB/s of the same block size in the same run\n"
+    "  control   lookups/s and round-trip percentiles, hits and misses\n"
+    "  sessions  idle sessions: server RSS, threads and CPU per session, and the\n"
+    "            same for one client holding sessions to N servers\n"
+    "\n"
+    "Options:\n"
+    "  --quick              fewer points and repetitions (what make bench runs)\n"
+    "  --json FILE          write {\"suite\",\"machine\",\"rows\"} to FILE\n"
+    "  --plot FILE.svg      GB/s against block size, raw beside p2pkv (gnuplot;\n"
+    "                       fabric and fetch)\n"
+    "  --reps N             repetitions of each figure (1..64)\n"
+    "  --block-sizes LIST   fabric, fetch: bytes, K/M suffixes (16K,64K,2M)\n"
+    "  --batches LIST       fabric: blocks per batch (1..256)\n"
+    "  --blocks LIST        fetch: blocks per fetch (1..65536)\n"
+    "  --consumers LIST     fetch, control: consumer processes (1..1024, and at\n"
+    "                       most --max-sessions)\n"
+    "  --keys LIST          control: keys per lookup (1..65536)\n"
+    "  --sessions LIST      sessions: idle sessions on one server\n"
+    "  --servers LIST       sessions: servers one client holds sessions to (1..64)\n"
+    "  --max-sessions N     the servers' --max-sessions (fetch, control: 256;\n"
+    "                       sessions: the largest --sessions + 16)\n"
+    "  --seconds S          fetch, control: each timed phase (default 2, quick 0.5)\n"
+    "  --idle S             sessions: idle CPU measured over S (default 10, quick 3)\n"
+    "  --requests N         role: requests per repetition\n"
+    "  --server PATH        the p2pkv-server to start (default: beside this\n"
+    "                       program, or $P2PKV_SERVER)\n"
+    "  --ports LO-HI        ports for the servers' --bind (default 28000-28999)\n"
+    "  -h, --help, -V, --version\n"
+    "\n"
+    "With any of --block-sizes, --blocks, --consumers (fetch) or --keys,\n"
+    "--consumers (control), the points are the product of the lists given\n"
+    "(defaults for the rest); without, a sweep of each.  Every process the bench\n"
+    "starts it stops, also on error or Ctrl-C; it leaves no /dev/shm/pkbench-*\n"
+    "object behind.  Exit status: 0 done, 1 a run failed, 2 bad parameters.\n";
+
+typedef enum { S_CODEC = 1, S_ROLE = 2, S_FABRIC = 4, S_FETCH = 8, S_CONTROL = 16,
+               S_SESSIONS = 32, S_ALL = 63 } s_suite_bit_t;
+
+static const struct {
+    const char *name;
+    int bit;
+    int (*run)(const pkb_opts_t *o);
+} s_suites[] = {
+    { "codec", S_CODEC, pkb_codec },       { "role", S_ROLE, pkb_role },
+    { "fabric", S_FABRIC, pkb_fabric },    { "fetch", S_FETCH, pkb_fetch },
+    { "control", S_CONTROL, pkb_control }, { "sessions", S_SESSIONS, pkb_sessions },
+};
+
+static int
+s_bad(const char *suite, const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "p2pkv-bench%s%s: ", suite ? " " : "", suite ? suite : "");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, " (see p2pkv-bench --help)\n");
+    return 2;
+}
+
+//  A count or a size: digits with an optional K, M or G (binary) suffix.
+static int
+s_parse_u64(const char *s, bool size, uint64_t *out)
+{
+    char *end;
+    if (!*s || *s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -EINVAL;
+    int shift = 0;
+    if (size && *end && strchr("kK", *end))
+        shift = 10;
+    else if (size && *end && strchr("mM", *end))
+        shift = 20;
+    else if (size && *end && strchr("gG", *end))
+        shift = 30;
+    if (shift)
+        end++;
+    if (*end || v > (UINT64_MAX >> shift))
+        return -EINVAL;
+    *out = (uint64_t) v << shift;
+    return 0;
+}
+
+static int
+s_parse_list(const char *suite, const char *opt, const char *arg, bool size, uint64_t max,
+             pkb_list_t *l)
+{
+    char buf[512], lim[32];
+    snprintf(buf, sizeof buf, "%s", arg);
+    snprintf(lim, sizeof lim, "%llu", (unsigned long long) max);
+    l->n = 0;
+    for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        uint64_t v;
+        if (l->n == PKB_MAX_LIST)
+            return s_bad(suite, "%s: more than 16 values", opt, NULL);
+        if (s_parse_u64(t, size, &v))
+            return s_bad(suite, size ? "%s: \"%s\" is not a size (bytes, or with K, M or G)"
+                                     : "%s: \"%s\" is not a whole number", opt, t);
+        if (v == 0)
+            return s_bad(suite, size ? "%s: %s: a block size must be at least 1 byte"
+                                     : "%s: %s: must be at least 1", opt, t);
+        if (v > max) {
+            char m[80];
+            snprintf(m, sizeof m, "%%s: %%s is more than %s", lim);
+            return s_bad(suite, m, opt, t);
+        }
+        l->v[l->n++] = v;
+    }
+    return l->n ? 0 : s_bad(suite, "%s: an empty list", opt, NULL);
+}
+
+//  Each option, the suites it applies to, and where it goes.
+typedef enum { O_FLAG, O_STR, O_LIST, O_SIZES, O_UINT, O_SECONDS, O_PORTS } s_kind_t;
+typedef struct {
+    const char *name;
+    s_kind_t kind;
+    int suites;
+    size_t offset;
+    uint64_t max;
+} s_opt_t;
+
+#define F(f) offsetof(pkb_opts_t, f)
+static const s_opt_t s_opts[] = {
+    { "--quick", O_FLAG, S_ALL, F(quick), 0 },
+    { "--json", O_STR, S_ALL, F(json), 0 },
+    { "--plot", O_STR, S_FABRIC | S_FETCH, F(plot), 0 },
+    { "--reps", O_UINT, S_ALL, F(reps), PKB_MAX_REPS },
+    { "--block-sizes", O_SIZES, S_FABRIC | S_FETCH, F(block_sizes), 1u << 30 },
+    { "--batches", O_LIST, S_FABRIC, F(batches), 256 },
+    { "--blocks", O_LIST, S_FETCH, F(blocks), 65536 },
+    { "--consumers", O_LIST, S_FETCH | S_CONTROL, F(consumers), 1024 },
+    { "--keys", O_LIST, S_CONTROL, F(keys), 65536 },
+    { "--sessions", O_LIST, S_SESSIONS, F(sessions), 65536 },
+    { "--servers", O_LIST, S_SESSIONS, F(servers), 64 },
+    { "--max-sessions", O_UINT, S_FETCH | S_CONTROL | S_SESSIONS, F(max_sessions),
+      UINT64_C(1) << 31 },
+    { "--seconds", O_SECONDS, S_FETCH | S_CONTROL, F(seconds), 0 },
+    { "--idle", O_SECONDS, S_SESSIONS, F(idle), 0 },
+    { "--requests", O_UINT, S_ROLE, F(requests), UINT64_C(1) << 31 },
+    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS, F(server), 0 },
+    { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS, 0, 0 },
+};
+#define S_NOPTS (sizeof s_opts / sizeof s_opts[0])
+
+static int
+s_apply(pkb_opts_t *o, const s_opt_t *d, const char *arg)
+{
+    char *at = (char *) o + d->offset;
+    uint64_t v;
+    switch (d->kind) {
+    case O_FLAG:
+        *(bool *) at = true;
+        return 0;
+    case O_STR:
+        *(const char **) at = arg;
+        return 0;
+    case O_LIST:
+    case O_SIZES:
+        return s_parse_list(o->suite, d->name, arg, d->kind == O_SIZES, d->max,
+                            (pkb_list_t *) at);
+    case O_UINT: {
+        pkb_list_t l;
+        if (s_parse_list(o->suite, d->name, arg, false, d->max, &l) || l.n != 1)
+            return l.n > 1 ? s_bad(o->suite, "%s: one value, got \"%s\"", d->name, arg) : 2;
+        v = l.v[0];
+        if (d->offset == F(reps))
+            o->reps = (int) v;
+        else
+            *(uint64_t *) at = v;
+        return 0;
+    }
+    case O_SECONDS: {
+        char *end;
+        double s = strtod(arg, &end);
+        if (*end || !(s >= 0.05 && s <= 3600))
+            return s_bad(o->suite, "%s: \"%s\" is not a number of seconds in 0.05..3600",
+                         d->name, arg);
+        *(double *) at = s;
+        return 0;
+    }
+    case O_PORTS:
+        if (sscanf(arg, "%d-%d", &o->port_lo, &o->port_hi) != 2 || o->port_lo < 1024
+            || o->port_hi > 65535 || o->port_lo > o->port_hi)
+            return s_bad(o->suite, "%s: \"%s\" is not a range LO-HI within 1024-65535",
+                         d->name, arg);
+        return 0;
+    }
+    return 2;
+}
+
+//  codec N, role N, fabric KIB [BATCH]: the positional forms of old
+static int
+s_positional(pkb_opts_t *o, const char *arg, int nth)
+{
+    int sbit = 0;
+    for (size_t i = 0; i < sizeof s_suites / sizeof s_suites[0]; i++)
+        if (strcmp(s_suites[i].name, o->suite) == 0)
+            sbit = s_suites[i].bit;
+    if (sbit == S_CODEC && nth == 0)
+        return s_apply(o, &s_opts[3], arg);
+    if (sbit == S_ROLE && nth == 0)
+        return s_apply(o, &s_opts[14], arg);
+    if (sbit == S_FABRIC && nth < 2) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%s%s", arg, nth == 0 ? "K" : "");
+        return s_apply(o, &s_opts[nth == 0 ? 4 : 5], buf);
+    }
+    return s_bad(o->suite, "unexpected argument \"%s\"%s", arg, "");
+}
+
+static int
+s_parse(int argc, char **argv, pkb_opts_t *o, int *bit)
+{
+    for (size_t i = 0; i < sizeof s_suites / sizeof s_suites[0]; i++)
+        if (strcmp(s_suites[i].name, argv[1]) == 0)
+            *bit = s_suites[i].bit;
+    if (!*bit)
+        return s_bad(NULL, "unknown suite \"%s\": one of codec, role, fabric, fetch, "
+                     "control, sessions%s", argv[1], "");
+    o->suite = argv[1];
+    int npos = 0;
+    for (int a = 2; a < argc; a++) {
+        const s_opt_t *d = NULL;
+        for (size_t i = 0; i < S_NOPTS; i++)
+            if (strcmp(argv[a], s_opts[i].name) == 0)
+                d = &s_opts[i];
+        if (!d && argv[a][0] == '-' && argv[a][1])
+            return s_bad(o->suite, "unknown option \"%s\"%s", argv[a], "");
+        if (!d) {
+            if (s_positional(o, argv[a], npos++))
+                return 2;
+            continue;
+        }
+        if (!(d->suites & *bit))
+            return s_bad(o->suite, "%s does not apply to suite %s", d->name, o->suite);
+        if (d->kind != O_FLAG && a + 1 >= argc)
+            return s_bad(o->suite, "%s needs a value%s", d->name, "");
+        if (s_apply(o, d, d->kind == O_FLAG ? NULL : argv[++a]))
+            return 2;
+    }
+    return 0;
+}
+
+//  The p2pkv-server beside this program, unless told otherwise.
+static int
+s_server_path(pkb_opts_t *o, char *buf, size_t size)
+{
+    if (!o->server && getenv("P2PKV_SERVER"))
+        o->server = getenv("P2PKV_SERVER");
+    if (!o->server) {
+        ssize_t n = readlink("/proc/self/exe", buf, size - 16);
+        if (n <= 0)
+            return s_bad(o->suite, "--server: cannot find this program's directory%s%s", "", "");
+        buf[n] = '\0';
+        char *slash = strrchr(buf, '/');
+        strcpy(slash ? slash + 1 : buf, "p2pkv-server");
+        o->server = buf;
+    }
+    if (access(o->server, X_OK))
+        return s_bad(o->suite, "--server: %s: %s", o->server, strerror(errno));
+    return 0;
+}
+
+int
+main(int argc, char *argv[])
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(s_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+        printf("p2pkv-bench %s\n", PK_VERSION);
+        return 0;
+    }
+    if (sodium_init() < 0)
+        return 1;
+    pkb_opts_t o = { .port_lo = 28000, .port_hi = 28999 };
+    int bit = 0;
+    char path[PATH_MAX];
+    if (s_parse(argc, argv, &o, &bit))
+        return 2;
+    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS)) && s_server_path(&o, path, sizeof path))
+        return 2;
+    pkb_procs_init();
+    int rc = 2;
+    for (size_t i = 0; i < sizeof s_suites / sizeof s_suites[0]; i++)
+        if (s_suites[i].bit == bit)
+            rc = s_suites[i].run(&o);
+    if (pkb_procs_cleanup() && rc == 0)
+        rc = 1;
+    return rc;
+}

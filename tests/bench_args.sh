@@ -1,0 +1,46 @@
+#!/bin/sh
+# bench_args.sh: p2pkv-bench refuses impossible parameters before it starts
+# any process, with exit status 2 and a message naming the parameter.
+# Run by make check from the build tree.
+set -u
+bench=${P2PKV_BENCH:-bin/p2pkv-bench}
+[ -x "$bench" ] || { echo "SKIP: $bench not built here"; exit 77; }
+fail=0
+
+# refuse ARGS WORDS: exit 2 and a message containing WORDS on stderr, and
+# nothing on stdout (a suite prints its header only once it starts)
+refuse() {
+    args=$1 want=$2
+    # shellcheck disable=SC2086
+    msg=$("$bench" $args 2>&1 >/dev/null)
+    rc=$?
+    # shellcheck disable=SC2086
+    out=$("$bench" $args 2>/dev/null)
+    if [ "$rc" -ne 2 ] || ! printf '%s' "$msg" | grep -qF -- "$want" || [ -n "$out" ]; then
+        echo "FAIL: p2pkv-bench $args: exit $rc, \"$msg\" (wanted 2 and \"$want\")"
+        fail=1
+    else
+        echo "ok: p2pkv-bench $args: $msg"
+    fi
+}
+
+refuse "nosuch" 'unknown suite "nosuch"'
+refuse "fetch --bogus" 'unknown option "--bogus"'
+refuse "fetch --block-sizes 0" '--block-sizes: 0'
+refuse "fabric --block-sizes 64K,0" '--block-sizes: 0'
+refuse "fetch --block-sizes 64Q" '--block-sizes: "64Q" is not a size'
+refuse "fetch --blocks 0" '--blocks: 0'
+refuse "fetch --consumers 300" '--consumers 300 is more than the server'"'"'s --max-sessions 256'
+refuse "control --consumers 8 --max-sessions 4" '--consumers 8 is more than the server'"'"'s --max-sessions 4'
+refuse "sessions --sessions 100 --max-sessions 50" '--sessions 100 is more than the server'"'"'s --max-sessions 50'
+refuse "fetch --block-sizes 1G --blocks 65536" '--block-sizes 1048576K x --blocks 65536'
+refuse "fetch --block-sizes 1G --blocks 65536" 'MemAvailable'
+refuse "control --plot x.svg" '--plot does not apply to suite control'
+refuse "fabric --batches 512" '--batches: 512 is more than 256'
+refuse "fetch --reps 0" '--reps: 0'
+refuse "fetch --seconds -1" '--seconds: "-1"'
+refuse "fetch --ports 80-90" '--ports: "80-90"'
+refuse "fetch --server /nonexistent/p2pkv-server" '--server: /nonexistent/p2pkv-server'
+refuse "fetch --json" '--json needs a value'
+refuse "codec 1 2" 'unexpected argument "2"'
+exit $fail
