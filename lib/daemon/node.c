@@ -150,10 +150,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
                                         config->fingerprint, config->hash_seed,
                                         self->ops->fabric_provider(self->fabric) };
-    self->session_config = (pk_server_session_config_t) {
-        { config->lookup_timeout, config->store_timeout, config->drain_timeout },
-        config->silence_timeout, config->max_requests, config->max_parked_keys,
-        config->max_rounds, pk_server_config_pin_quota(config) };
+    self->session_config = pk_server_config_session(config);
     rc = s_open_sockets(self, err);
     if (rc)
         goto fail_sockets;
