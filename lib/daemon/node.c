@@ -94,6 +94,46 @@ s_store_log(void *self, const char *line)
     pk_node_log(self, PK_LOG_WARN, "%s", line);
 }
 
+//  The pool: a pool a killed server left is reclaimed, said at warn; one
+//  a live server holds is refused, naming it (issue 10).  0, or a
+//  negative errno with err.
+static int
+s_open_store(pk_node_t *self, char *err)
+{
+    const pk_server_config_t *config = self->config;
+    char store_err[PK_ERRLEN] = "";
+    int rc;
+    self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
+                                      &(pk_store_config_t) { config->lease_timeout },
+                                      pk_clock_system(), s_store_log, self, store_err, &rc);
+    if (self->store)
+        return 0;
+    if (*store_err)
+        snprintf(err, PK_ERRLEN, "%s", store_err);
+    else
+        snprintf(err, PK_ERRLEN, "pool %s (%llu x %llu bytes): %s", config->pool_name,
+                 (unsigned long long) config->pool_blocks, (unsigned long long) config->block_len,
+                 strerror(-rc));
+    return rc < 0 ? rc : -EIO;
+}
+
+//  The Prometheus listener, with --metrics-bind.  0, or a negative errno
+//  with err.
+static int
+s_open_metrics_http(pk_node_t *self, char *err)
+{
+    const char *bind = self->config->metrics_bind;
+    if (!bind)
+        return 0;
+    char merr[256];
+    int rc;
+    self->http = pk_metrics_http_new(self->metrics, bind, &rc, merr);
+    if (self->http)
+        return 0;
+    snprintf(err, PK_ERRLEN, "--metrics-bind: %.200s", merr);
+    return rc < 0 ? rc : -EIO;
+}
+
 pk_node_t *
 pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 {
@@ -116,21 +156,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         snprintf(err, PK_ERRLEN, "out of memory");
         goto fail_self;
     }
-    //  a pool a killed server left is reclaimed, said at warn; one a live
-    //  server holds is refused, naming it (issue 10)
-    char store_err[PK_ERRLEN] = "";
-    self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
-                                      &(pk_store_config_t) { config->lease_timeout },
-                                      pk_clock_system(), s_store_log, self, store_err, &rc);
-    if (!self->store) {
-        if (*store_err)
-            snprintf(err, PK_ERRLEN, "%s", store_err);
-        else
-            snprintf(err, PK_ERRLEN, "pool %s (%llu x %llu bytes): %s", config->pool_name,
-                     (unsigned long long) config->pool_blocks,
-                     (unsigned long long) config->block_len, strerror(-rc));
+    if ((rc = s_open_store(self, err)) != 0)
         goto fail_self;
-    }
     //  Opening a peer's channel cost 40 ms of CPU under tcp;ofi_rxm, most
     //  of it fi_enable clearing the receive buffers rxm posts on each
     //  connection's message endpoint.  We only write (RMA); rxm's own
@@ -160,14 +187,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
                    : NULL;
     if (!self->poller)
         goto fail_sockets;
-    if (config->metrics_bind) {
-        char merr[256];
-        self->http = pk_metrics_http_new(self->metrics, config->metrics_bind, &rc, merr);
-        if (!self->http) {
-            snprintf(err, PK_ERRLEN, "--metrics-bind: %.200s", merr);
-            goto fail_poller;
-        }
-    }
+    if ((rc = s_open_metrics_http(self, err)) != 0)
+        goto fail_poller;
     s_ready_line(self);
     if (rc_p)
         *rc_p = 0;
