@@ -305,17 +305,19 @@ s_run_server(const char *const *args, char *said, size_t len)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-//  --provider: the server serves with the provider asked for (the
-//  description names it), and refuses to start with one libfabric lacks,
-//  naming it.
-START_TEST(test_provider_is_the_one_asked_for)
+//  --provider and --peer-id: the server serves with the provider asked
+//  for under the name asked for (the description says both), and refuses
+//  to start with a provider libfabric lacks, naming it.
+START_TEST(test_provider_and_peer_id_are_the_ones_asked_for)
 {
     td_t s;
-    td_start(&s, (const char *const[]) { "--provider", "tcp", NULL });
+    td_start(&s, (const char *const[]) { "--provider", "tcp", "--peer-id", "node-settings",
+                                          NULL });
     p2pkv_description_t d;
     char err[PK_ERRLEN] = "";
     ck_assert_msg(p2pkv_describe(s.endpoint, 10, &d, err) == 0, "describe: %s", err);
     ck_assert_msg(strncmp(d.provider, "tcp", 3) == 0, "provider %s", d.provider);
+    ck_assert_str_eq(d.peer_id, "node-settings");
     ck_assert_int_eq(td_stop(&s), 0);
     char pool[64], local[96], said[2048];
     snprintf(pool, sizeof pool, "/p2pkv-e2e-%d-prov", getpid());
@@ -342,7 +344,7 @@ main(void)
     tcase_add_test(tc, test_lease_timeout_frees_an_uncommitted_block);
     tcase_add_test(tc, test_log_level_filters_lines);
     tcase_add_test(tc, test_max_frame_drops_a_larger_frame);
-    tcase_add_test(tc, test_provider_is_the_one_asked_for);
+    tcase_add_test(tc, test_provider_and_peer_id_are_the_ones_asked_for);
     suite_add_tcase(s, tc);
     return pk_test_run("settings_e2e", s);
 }
