@@ -36,8 +36,8 @@ int
 main(int argc, char *argv[])
 {
     pk_server_config_t config;
-    char err[512];
-    int rc = pk_server_config_parse(&config, argc, argv, stdout, err, sizeof err);
+    char err[PK_ERRLEN];
+    int rc = pk_server_config_parse(&config, argc, argv, stdout, err);
     if (rc != 0) {
         if (rc < 0)
             fprintf(stderr, "p2pkv-server: %s\n", err);

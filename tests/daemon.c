@@ -35,6 +35,12 @@ s_given(const char *const *extra, const char *flag)
 void
 td_start(td_t *self, const char *const *extra)
 {
+    td_start_logged(self, extra, -1);
+}
+
+void
+td_start_logged(td_t *self, const char *const *extra, int stderr_fd)
+{
     memset(self, 0, sizeof *self);
     int n = ++s_serial;
     char peer[64];
@@ -80,6 +86,8 @@ td_start(td_t *self, const char *const *extra)
         if (getppid() != parent)
             _exit(127);
         dup2(out[1], 1);
+        if (stderr_fd >= 0)
+            dup2(stderr_fd, 2);
         close(out[0]);
         close(out[1]);
         execv(bin, (char *const *) argv);

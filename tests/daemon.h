@@ -32,6 +32,10 @@ typedef struct {
 /*  extra: "--flag", "value" pairs, NULL-terminated, or NULL.  */
 void td_start(td_t *self, const char *const *extra);
 
+/*  td_start with the server's stderr (its log) on stderr_fd (-1: the
+    test's own).  */
+void td_start_logged(td_t *self, const char *const *extra, int stderr_fd);
+
 /*  SIGTERM, then the exit status within the shutdown bound (10 s, or
     $P2PKV_STOP_BOUND).  */
 int td_stop(td_t *self);

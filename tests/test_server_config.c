@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define S_ERRLEN 512
+#define S_ERRLEN PK_ERRLEN
 
 //  Every option of the daemon, so a new one cannot miss the help text or
 //  the man page.
@@ -48,7 +48,7 @@ s_parse_out(pk_server_config_t *config, FILE *out, ...)
     }
     va_end(ap);
     memset(s_err, 'x', sizeof s_err);   //  a stale message must not survive
-    return pk_server_config_parse(config, argc, argv, out, s_err, sizeof s_err);
+    return pk_server_config_parse(config, argc, argv, out, s_err);
 }
 
 #define s_parse(config, ...) s_parse_out((config), stdout, __VA_ARGS__, (const char *) NULL)
@@ -66,7 +66,7 @@ s_refused(const char *expected, ...)
         argv[argc++] = (char *) arg;
     va_end(ap);
     pk_server_config_t config;
-    int rc = pk_server_config_parse(&config, argc, argv, stdout, s_err, sizeof s_err);
+    int rc = pk_server_config_parse(&config, argc, argv, stdout, s_err);
     pk_server_config_fini(&config);
     ck_assert_msg(rc < 0, "accepted: %s", argv[1]);
     ck_assert_str_eq(s_err, expected);
@@ -313,14 +313,16 @@ START_TEST(test_derived_defaults_follow_peer_id)
     id[sizeof id - 1] = 0;
     char msg[1024];
     snprintf(msg, sizeof msg,
-             "--local: the default \"ipc://%s/p2pkv-%s.sock\" is longer than 113 bytes; "
-             "set --local",
+             "--local: the default is longer than 113 bytes (set --local): "
+             "\"ipc://%s/p2pkv-%s.sock\"",
              s_dir, id);
     msg[S_ERRLEN - 1] = 0;      //  truncated to the buffer
     s_refuse(msg, "--peer-id", id);
     snprintf(msg, sizeof msg,
-             "--pool-name: the default \"/p2pkv-%s\" is longer than 256 bytes; set --pool-name",
+             "--pool-name: the default is longer than 256 bytes (set --pool-name): "
+             "\"/p2pkv-%s\"",
              id);
+    msg[S_ERRLEN - 1] = 0;
     s_refuse(msg, "--peer-id", id, "--local", "ipc://@x");
     ck_assert_int_eq(s_parse(&c, "--peer-id", id, "--local", "ipc://@x", "--pool-name", "/p"),
                      0);
@@ -728,6 +730,35 @@ START_TEST(test_consumer_settings_reach_the_client)
 }
 END_TEST
 
+//  Every session setting reaches the session configuration the node
+//  gives each peer's session (pk_server_config_session), under its own
+//  field; test_session and test_server_role show each one takes effect
+//  in the session on a virtual clock.
+START_TEST(test_session_settings_reach_the_session)
+{
+    pk_server_config_t c;
+    ck_assert_int_eq(s_parse(&c, "--lookup-timeout", "0.25", "--store-timeout", "3.5",
+                             "--drain-timeout", "1.75", "--silence-timeout", "12.5",
+                             "--max-requests", "11", "--max-parked-keys", "22",
+                             "--max-rounds", "33", "--pool-blocks", "100", "--pin-quota", "44"),
+                     0);
+    pk_server_session_config_t sc = pk_server_config_session(&c);
+    ck_assert_double_eq(sc.role.lookup_timeout, 0.25);
+    ck_assert_double_eq(sc.role.store_timeout, 3.5);
+    ck_assert_double_eq(sc.role.drain_timeout, 1.75);
+    ck_assert_double_eq(sc.silence_timeout, 12.5);
+    ck_assert_uint_eq(sc.max_requests, 11);
+    ck_assert_uint_eq(sc.max_parked_keys, 22);
+    ck_assert_uint_eq(sc.max_rounds, 33);
+    ck_assert_uint_eq(sc.pin_quota, 44);
+    pk_server_config_fini(&c);
+    //  --pin-quota 0 (the default): a quarter of the pool
+    ck_assert_int_eq(s_parse(&c, "--pool-blocks", "100"), 0);
+    ck_assert_uint_eq(pk_server_config_session(&c).pin_quota, 25);
+    pk_server_config_fini(&c);
+}
+END_TEST
+
 START_TEST(test_config_file_errors)
 {
     char msg[S_ERRLEN];
@@ -926,7 +957,7 @@ START_TEST(test_usage_and_man_page_name_every_option)
             snprintf(opt, sizeof opt, "--%s", s_options[i]);
             pk_server_config_t c;
             char *argv[] = { "p2pkv-server", opt, NULL };
-            ck_assert_int_lt(pk_server_config_parse(&c, 2, argv, stdout, s_err, sizeof s_err), 0);
+            ck_assert_int_lt(pk_server_config_parse(&c, 2, argv, stdout, s_err), 0);
             pk_server_config_fini(&c);
             snprintf(needle, sizeof needle, "--%s: missing value", s_options[i]);
             ck_assert_str_eq(s_err, needle);
@@ -960,6 +991,7 @@ main(void)
     tcase_add_test(tc, test_config_file_errors);
     tcase_add_test(tc, test_every_setting_in_a_file);
     tcase_add_test(tc, test_consumer_settings_reach_the_client);
+    tcase_add_test(tc, test_session_settings_reach_the_session);
     tcase_add_test(tc, test_bad_options);
     tcase_add_test(tc, test_help_and_version);
     tcase_add_test(tc, test_parse_twice);

@@ -298,6 +298,57 @@ s_config_defaults(p2pkv_config_t *c)
         c->stall_timeout = 5;
 }
 
+//  The pool: the caller's, or one of ours, zeroed.  0 or -ENOMEM.
+static int
+s_open_pool(p2pkv_client_t *self, void *pool)
+{
+    if (pool) {
+        self->pool = pool;
+        return 0;
+    }
+    size_t bytes = self->num_blocks * self->block_len;
+    self->pool = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (!self->pool)
+        return -ENOMEM;
+    self->own_pool = true;
+    memset(self->pool, 0, bytes);
+    return 0;
+}
+
+//  The data plane over the pool, from the registry's default transport.
+//  0, or a negative errno with err.
+static int
+s_open_fabric(p2pkv_client_t *self, char *err)
+{
+    char ofi_err[PK_ERRLEN];
+    int rc;
+    self->ops = pk_transport_find(NULL);       //  the registry's default
+    if ((rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, ofi_err)) != 0)
+        return pk_err(err, rc, "%s", ofi_err);
+    pk_fabric_config_t fc = { self->provider, self->node, self->config.stall_timeout };
+    self->fabric = self->ops->fabric_open(&fc, self->pool, self->num_blocks, self->block_len,
+                                          &rc, ofi_err);
+    if (!self->fabric)
+        return pk_err(err, rc < 0 ? rc : -EIO, "%s", ofi_err);
+    return 0;
+}
+
+//  The epoll set, its timer and the wake-up eventfd; the caller closes
+//  those that opened on failure.  0, or a negative errno with err.
+static int
+s_open_fds(p2pkv_client_t *self, char *err)
+{
+    self->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    self->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (self->epoll_fd < 0 || self->timer_fd < 0 || self->wake_fd < 0)
+        return pk_err(err, errno ? -errno : -EMFILE,
+                      "cannot create the client's file descriptors: %s",
+                      strerror(errno));
+    s_watch(self, self->timer_fd, true);
+    return 0;
+}
+
 p2pkv_client_t *
 p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
                  uint64_t block_len, p2pkv_callbacks_t callbacks, char *err)
@@ -327,37 +378,12 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     self->num_blocks = num_blocks;
     self->block_len = block_len;
     self->callbacks = callbacks;
-    if (pool)
-        self->pool = pool;
-    else {
-        size_t bytes = num_blocks * block_len;
-        self->pool = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-        self->own_pool = true;
-        if (!self->pool)
-            goto fail_strings;
-        memset(self->pool, 0, bytes);
-    }
-    char ofi_err[PK_ERRLEN];
-    int rc;
-    self->ops = pk_transport_find(NULL);       //  the registry's default
-    if (pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, ofi_err) != 0) {
-        (void) pk_err(err, 0, "%s", ofi_err);
+    if (s_open_pool(self, pool) != 0)
+        goto fail_strings;
+    if (s_open_fabric(self, err) != 0)
         goto fail_pool;
-    }
-    pk_fabric_config_t fc = { self->provider, self->node, self->config.stall_timeout };
-    self->fabric = self->ops->fabric_open(&fc, self->pool, num_blocks, block_len, &rc, ofi_err);
-    if (!self->fabric) {
-        (void) pk_err(err, 0, "%s", ofi_err);
-        goto fail_pool;
-    }
-    self->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
-    self->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (self->epoll_fd < 0 || self->timer_fd < 0 || self->wake_fd < 0) {
-        (void) pk_err(err, 0, "cannot create the client's file descriptors: %s", strerror(errno));
+    if (s_open_fds(self, err) != 0)
         goto fail_fds;
-    }
-    s_watch(self, self->timer_fd, true);
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);

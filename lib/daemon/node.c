@@ -97,6 +97,46 @@ s_store_log(void *self, const char *line)
     pk_node_log(self, PK_LOG_WARN, "%s", line);
 }
 
+//  The pool: a pool a killed server left is reclaimed, said at warn; one
+//  a live server holds is refused, naming it (issue 10).  0, or a
+//  negative errno with err.
+static int
+s_open_store(pk_node_t *self, char *err)
+{
+    const pk_server_config_t *config = self->config;
+    char store_err[PK_ERRLEN] = "";
+    int rc;
+    self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
+                                      &(pk_store_config_t) { config->lease_timeout },
+                                      pk_clock_system(), s_store_log, self, store_err, &rc);
+    if (self->store)
+        return 0;
+    if (*store_err)
+        snprintf(err, PK_ERRLEN, "%s", store_err);
+    else
+        snprintf(err, PK_ERRLEN, "pool %s (%llu x %llu bytes): %s", config->pool_name,
+                 (unsigned long long) config->pool_blocks, (unsigned long long) config->block_len,
+                 strerror(-rc));
+    return rc < 0 ? rc : -EIO;
+}
+
+//  The Prometheus listener, with --metrics-bind.  0, or a negative errno
+//  with err.
+static int
+s_open_metrics_http(pk_node_t *self, char *err)
+{
+    const char *bind = self->config->metrics_bind;
+    if (!bind)
+        return 0;
+    char merr[256];
+    int rc;
+    self->http = pk_metrics_http_new(self->metrics, bind, &rc, merr);
+    if (self->http)
+        return 0;
+    snprintf(err, PK_ERRLEN, "--metrics-bind: %.200s", merr);
+    return rc < 0 ? rc : -EIO;
+}
+
 pk_node_t *
 pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 {
@@ -119,21 +159,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         snprintf(err, PK_ERRLEN, "out of memory");
         goto fail_self;
     }
-    //  a pool a killed server left is reclaimed, said at warn; one a live
-    //  server holds is refused, naming it (issue 10)
-    char store_err[PK_ERRLEN] = "";
-    self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
-                                      &(pk_store_config_t) { config->lease_timeout },
-                                      pk_clock_system(), s_store_log, self, store_err, &rc);
-    if (!self->store) {
-        if (*store_err)
-            snprintf(err, PK_ERRLEN, "%s", store_err);
-        else
-            snprintf(err, PK_ERRLEN, "pool %s (%llu x %llu bytes): %s", config->pool_name,
-                     (unsigned long long) config->pool_blocks,
-                     (unsigned long long) config->block_len, strerror(-rc));
+    if ((rc = s_open_store(self, err)) != 0)
         goto fail_self;
-    }
     pk_fabric_config_t fabric_config = { config->provider, config->fabric_addr,
                                          config->stall_timeout };
     self->ops = pk_transport_find(NULL);       //  the registry's default
@@ -146,10 +173,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
                                         config->fingerprint, config->hash_seed,
                                         self->ops->fabric_provider(self->fabric) };
-    self->session_config = (pk_server_session_config_t) {
-        { config->lookup_timeout, config->store_timeout, config->drain_timeout },
-        config->silence_timeout, config->max_requests, config->max_parked_keys,
-        config->max_rounds, pk_server_config_pin_quota(config) };
+    self->session_config = pk_server_config_session(config);
     rc = s_open_sockets(self, err);
     if (rc)
         goto fail_sockets;
@@ -160,14 +184,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
                    : NULL;
     if (!self->poller)
         goto fail_sockets;
-    if (config->metrics_bind) {
-        char merr[256];
-        self->http = pk_metrics_http_new(self->metrics, config->metrics_bind, &rc, merr);
-        if (!self->http) {
-            snprintf(err, PK_ERRLEN, "--metrics-bind: %.200s", merr);
-            goto fail_poller;
-        }
-    }
+    if ((rc = s_open_metrics_http(self, err)) != 0)
+        goto fail_poller;
     s_ready_line(self);
     if (rc_p)
         *rc_p = 0;

@@ -25,6 +25,8 @@
 #include <stdio.h>
 
 #include "p2pkv.h"
+#include "base/err.h"
+#include "roles/server_session.h"
 
 #define PK_LOG_ERROR 0
 #define PK_LOG_WARN  1
@@ -90,6 +92,13 @@ typedef struct {
     puller (issue 10: --connect-retry never did).  */
 p2pkv_config_t pk_server_config_client(const pk_server_config_t *self, const char *peer_id);
 
+/*  The session configuration every peer's session runs with: the role's
+    lookup, store and drain timeouts, the silence timeout, the limits of
+    protocol.md section 6 and the pin quota in effect.  One function, as
+    pk_server_config_client is, so that every session setting reaches
+    the sessions the same way.  */
+pk_server_session_config_t pk_server_config_session(const pk_server_config_t *self);
+
 /*  Fills self with the defaults (every string malloc'd; the run
     directory is read from $XDG_RUNTIME_DIR and the peer id from the host
     name now).  Returns 0 or -ENOMEM; self is always safe to fini.  */
@@ -106,11 +115,11 @@ int pk_server_config_defaults(pk_server_config_t *self);
     Returns 0 (run with self), 1 when --help or --version printed to out
     (exit 0), or a negative errno (-EINVAL for a bad option or value,
     -ENOMEM, or what opening or reading the file said) with a one-line
-    message in err naming the option, the value and the rule, e.g.
+    message in err (PK_ERRLEN bytes, or NULL) naming the option, the value and the rule, e.g.
     --pool-blocks: expected an integer 1..2147483648, got "abc".
     Whatever it returns, self must be passed to pk_server_config_fini.  */
 int pk_server_config_parse(pk_server_config_t *self, int argc, char **argv, FILE *out,
-                           char *err, size_t errlen);
+                           char *err);
 
 /*  Frees the strings and empties self; safe to call twice.  */
 void pk_server_config_fini(pk_server_config_t *self);

@@ -385,6 +385,50 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
                                rc_p);
 }
 
+//  The pool's memory: the shared-memory object name, claimed under its
+//  lock (one a dead server left is reclaimed, and logged), or anonymous
+//  memory when name is NULL.  0, or a negative errno with err; nothing of
+//  it is left on failure.  The descriptor stays open for the store's
+//  life: its lock says the pool's owner is alive.  The engine opens the
+//  object by name, and destroy unlinks it.
+static int
+s_map_pool(pk_store_t *self, const char *name, pk_store_log_fn *log, void *log_arg, char *err)
+{
+    if (!name) {
+        self->base = mmap(NULL, self->pool_len, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        return self->base == MAP_FAILED ? -errno : 0;
+    }
+    bool reclaimed = false;
+    int rc;
+    int fd = s_shm_claim(name, err, &reclaimed, &rc);
+    if (fd < 0)
+        return rc;
+    if (reclaimed) {
+        char line[PK_ERRLEN];
+        snprintf(line, sizeof line,
+                 "pool %s: reclaimed the shared-memory object a dead server left", name);
+        if (log)
+            log(log_arg, line);
+        else
+            fprintf(stderr, "p2pkv-server warn: %s\n", line);
+    }
+    if (ftruncate(fd, (off_t) self->pool_len) == 0) {
+        self->base = mmap(NULL, self->pool_len, PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (self->base != MAP_FAILED) {
+            self->fd = fd;
+            return 0;
+        }
+    }
+    rc = -errno;
+    shm_unlink(name);           //  ours: unlinked while the lock is held
+    close(fd);
+    if (rc != -EEXIST)
+        (void) pk_err(err, rc, "pool %s: %s", name, strerror(-rc));
+    return rc;
+}
+
 pk_store_t *
 pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
                     const pk_store_config_t *config, pk_clock_t clock, pk_store_log_fn *log,
@@ -395,7 +439,6 @@ pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
         config = &defaults;
     int rc = -EINVAL;
     pk_store_t *self = NULL;
-    int fd = -1;
     if (num_blocks < 1 || num_blocks > PK_MAX_NUM_BLOCKS || block_len < 1
         || block_len > (uint64_t) INT64_MAX / num_blocks
         || num_blocks * block_len > SIZE_MAX
@@ -431,52 +474,14 @@ pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
     if (pk_keymap_reserve(&self->index, (size_t) num_blocks))
         goto fail_blocks;
 
-    if (name) {
-        self->name = strdup(name);
-        if (!self->name)
-            goto fail_blocks;
-        bool reclaimed = false;
-        fd = s_shm_claim(name, err, &reclaimed, &rc);
-        if (fd < 0)
-            goto fail_name;
-        if (reclaimed) {
-            char line[PK_ERRLEN];
-            snprintf(line, sizeof line,
-                     "pool %s: reclaimed the shared-memory object a dead server left", name);
-            if (log)
-                log(log_arg, line);
-            else
-                fprintf(stderr, "p2pkv-server warn: %s\n", line);
-        }
-        if (ftruncate(fd, (off_t) self->pool_len)) {
-            rc = -errno;
-            goto fail_shm;
-        }
-        self->base = mmap(NULL, self->pool_len, PROT_READ | PROT_WRITE,
-                          MAP_SHARED | MAP_POPULATE, fd, 0);
-    }
-    else
-        self->base = mmap(NULL, self->pool_len, PROT_READ | PROT_WRITE,
-                          MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-    if (self->base == MAP_FAILED) {
-        rc = -errno;
-        goto fail_shm;
-    }
-    //  The descriptor stays open for the store's life: its lock says the
-    //  pool's owner is alive.  The engine opens the object by name, and
-    //  destroy unlinks it.
-    self->fd = fd;
+    if (name && !(self->name = strdup(name)))
+        goto fail_blocks;
+    if ((rc = s_map_pool(self, name, log, log_arg, err)) != 0)
+        goto fail_name;
     if (rc_p)
         *rc_p = 0;
     return self;
 
-fail_shm:
-    if (fd >= 0) {
-        shm_unlink(name);       //  ours: unlinked while the lock is held
-        close(fd);
-    }
-    if (name && rc != -EEXIST)
-        (void) pk_err(err, rc, "pool %s: %s", name, strerror(-rc));
 fail_name:
     free(self->name);
 fail_blocks:

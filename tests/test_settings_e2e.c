@@ -1,0 +1,350 @@
+/*  test_settings_e2e.c: settings of p2pkv-server that only a running
+    server shows taking effect, each on the real server (tests/daemon.c)
+    over the tcp provider on 127.0.0.1.
+
+    Each test sets one setting far from both its default and the
+    fixture's, then waits (with a generous deadline) for what the setting
+    makes happen: a pending key answered as a miss, a store job failed, a
+    lease freed, a connection dropped, a line logged or not.  Where a
+    bound shows the setting rather than its default, the test says which.
+    doc/architecture.md ("Settings, and the tests that show them") maps
+    every setting to its test.
+*/
+#include "consumer.h"
+#include "daemon.h"
+#include "base/clock.h"
+#include "testutil.h"
+
+#include <czmq.h>
+#include <jansson.h>
+#include <poll.h>
+#include <sodium.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BLOCK 4096
+
+static tc_t *
+s_consumer(td_t *s, const char *id)
+{
+    tc_config_t c = { s->endpoint, id, 64, BLOCK, "fp", "7", 0 };
+    tc_t *tc = tc_new(&c);
+    ck_assert_ptr_nonnull(tc);
+    pk_msg_t *answer = tc_connect(tc, 10);
+    ck_assert_msg(answer != NULL, "no answer to connect");
+    ck_assert_int_eq(answer->type, PK_MSG_CONNECT_ACK);
+    pk_msg_destroy(&answer);
+    return tc;
+}
+
+static pk_msg_t *
+s_expect(tc_t *tc, pk_msg_type_t type, double timeout)
+{
+    pk_msg_t *m = tc_recv(tc, timeout);
+    ck_assert_msg(m != NULL, "no %s within %.1f s", pk_msg_type_name(type), timeout);
+    ck_assert_msg(m->type == type, "got %s, want %s", pk_msg_type_name(m->type),
+                  pk_msg_type_name(type));
+    return m;
+}
+
+//  One engine request that must succeed; its answer (caller decrefs).
+static json_t *
+s_ok(json_t *answer)
+{
+    ck_assert_msg(json_is_true(json_object_get(answer, "ok")), "engine API: %s",
+                  json_string_value(json_object_get(answer, "error")));
+    return answer;
+}
+
+//  A random key, as bytes and as hex.
+static pk_key_t
+s_random_key(uint8_t raw[32], char hex[65])
+{
+    randombytes_buf(raw, 32);
+    pk_hex_encode(raw, 32, hex);
+    return pk_key_make(raw, 32);
+}
+
+//  A block published on the server; its key's hex.
+static void
+s_put(td_t *s, char hex[65])
+{
+    static uint8_t data[BLOCK];
+    randombytes_buf(data, sizeof data);
+    uint8_t hash[32];
+    crypto_hash_sha256(hash, data, sizeof data);
+    pk_hex_encode(hash, 32, hex);
+    char b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
+    sodium_bin2base64(b64, sizeof b64, data, sizeof data, sodium_base64_VARIANT_ORIGINAL);
+    json_decref(s_ok(td_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64)));
+}
+
+static json_int_t
+s_pool(td_t *s, const char *what)
+{
+    json_t *st = td_engine(s, "{s:s}", "cmd", "stats");
+    json_int_t n = json_integer_value(json_object_get(json_object_get(st, "pool"), what));
+    json_decref(st);
+    return n;
+}
+
+//  --lookup-timeout: a key the engine is still writing is answered as a
+//  miss once the lookup timeout passes: not at once (it is pending), and
+//  well before the default 5 s.
+START_TEST(test_lookup_timeout_expires_pending_to_miss)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--lookup-timeout", "0.2", NULL });
+    uint8_t raw[32];
+    char hex[65];
+    pk_key_t key = s_random_key(raw, hex);
+    json_decref(s_ok(td_engine(&s, "{s:s, s:[s]}", "cmd", "reserve", "keys", hex)));
+    tc_t *tc = s_consumer(&s, "c-pending");
+    double t0 = pk_clock_monotonic();
+    ck_assert_int_eq(tc_send(tc, tc_lookup("r1", 1, &key, 1)), 0);
+    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 10);
+    double took = pk_clock_monotonic() - t0;
+    ck_assert_uint_eq(resp->keys.count, 1);
+    ck_assert_msg(!resp->hits[0], "a key still being written answered as a hit");
+    pk_msg_destroy(&resp);
+    ck_assert_msg(took >= 0.19, "answered after %.3f s, before the lookup timeout", took);
+    ck_assert_msg(took < 4.0, "answered after %.3f s: the default 5 s, not 0.2", took);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  --store-timeout: an engine's store for a consumer that never fetches
+//  fails at the store timeout (store_result false) and its pins go; the
+//  fixture's own is 3 s, the default 30.
+START_TEST(test_store_timeout_fails_an_unfetched_store)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--store-timeout", "0.5", NULL });
+    char hex[65];
+    s_put(&s, hex);
+    double t0 = pk_clock_monotonic();
+    json_t *a = s_ok(td_engine(&s, "{s:s, s:s, s:s, s:[s]}", "cmd", "store", "peer", "c-never",
+                               "kv", "req-1", "keys", hex));
+    json_int_t job = json_integer_value(json_object_get(a, "job"));
+    json_decref(a);
+    ck_assert_int_eq(s_pool(&s, "pinned"), 1);
+    json_t *ev = td_engine_event(&s);
+    double took = pk_clock_monotonic() - t0;
+    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "store_result");
+    ck_assert_int_eq(json_integer_value(json_object_get(ev, "job")), job);
+    ck_assert(json_is_false(json_object_get(ev, "success")));
+    json_decref(ev);
+    ck_assert_msg(took >= 0.45, "failed after %.3f s, before the store timeout", took);
+    ck_assert_msg(took < 2.5, "failed after %.3f s: the fixture's 3 s, not 0.5", took);
+    ck_assert_int_eq(s_pool(&s, "pinned"), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  --lease-timeout: a reservation the engine never commits is freed at
+//  the lease timeout (default 30 s), and committing it then is refused.
+START_TEST(test_lease_timeout_frees_an_uncommitted_block)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--lease-timeout", "1", NULL });
+    uint8_t raw[32];
+    char hex[65];
+    s_random_key(raw, hex);
+    double t0 = pk_clock_monotonic();
+    json_decref(s_ok(td_engine(&s, "{s:s, s:[s]}", "cmd", "reserve", "keys", hex)));
+    ck_assert_int_eq(s_pool(&s, "writing"), 1);
+    double deadline = t0 + 15;
+    json_int_t writing = 1;
+    while (writing && pk_clock_monotonic() < deadline)
+        if ((writing = s_pool(&s, "writing")))
+            zclock_sleep(50);
+    double took = pk_clock_monotonic() - t0;
+    ck_assert_msg(writing == 0, "still reserved after %.1f s", took);
+    ck_assert_msg(took >= 0.95, "freed after %.3f s, before the lease timeout", took);
+    json_t *a = td_engine(&s, "{s:s, s:[s]}", "cmd", "commit", "keys", hex);
+    ck_assert(!json_is_true(json_object_get(a, "ok")));
+    ck_assert_msg(strstr(json_string_value(json_object_get(a, "error")), "not reserved"),
+                  "commit after the lease: %s", json_string_value(json_object_get(a, "error")));
+    json_decref(a);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  A frame from a peer without a session, then a describe from the same
+//  socket, repeated until answered: the door hands one frame per routing
+//  id at a time to the handshake, in order, so the answer means the junk
+//  frame was judged (and, at debug, logged) first.
+static void
+s_junk_then_describe(td_t *s)
+{
+    zsock_t *d = zsock_new_dealer(s->endpoint);
+    ck_assert_ptr_nonnull(d);
+    zsock_set_rcvtimeo(d, 200);
+    zstr_send(d, "not json at all");
+    double deadline = pk_clock_monotonic() + 15;
+    zframe_t *f = NULL;
+    while (!f && pk_clock_monotonic() < deadline) {
+        zstr_send(d, "{\"type\":\"describe\"}");
+        f = zframe_recv(d);
+    }
+    ck_assert_msg(f != NULL, "no description within 15 s");
+    zframe_destroy(&f);
+    zsock_destroy(&d);
+}
+
+//  Everything the server wrote to fd until it exited.
+static char *
+s_read_all(int fd)
+{
+    size_t cap = 1 << 16, got = 0;
+    char *text = malloc(cap);
+    ssize_t r;
+    while (got < cap - 1 && (r = read(fd, text + got, cap - 1 - got)) > 0)
+        got += (size_t) r;
+    text[got] = '\0';
+    close(fd);
+    return text;
+}
+
+//  --log-level: session events are said at info, frames from unknown
+//  peers at debug, neither at error.  The server's stderr is read to its
+//  end once it exited, so what is absent was never written.
+START_TEST(test_log_level_filters_lines)
+{
+    const struct { const char *level; bool info, debug; } cases[] = {
+        { "error", false, false }, { "info", true, false }, { "debug", true, true },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int p[2];
+        ck_assert_int_eq(pipe(p), 0);
+        td_t s;
+        td_start_logged(&s, (const char *const[]) { "--log-level", cases[i].level, NULL }, p[1]);
+        close(p[1]);
+        s_junk_then_describe(&s);
+        tc_t *tc = s_consumer(&s, "c-log");
+        tc_destroy(&tc);
+        ck_assert_int_eq(td_stop(&s), 0);
+        char *text = s_read_all(p[0]);
+        bool info = strstr(text, "info: session c-log opened")
+                    && strstr(text, "info: shutting down");
+        bool debug = strstr(text, "debug: frame from an unknown peer dropped") != NULL;
+        ck_assert_msg(info == cases[i].info && debug == cases[i].debug,
+                      "--log-level %s: info lines %s, debug lines %s; log:\n%s", cases[i].level,
+                      info ? "present" : "absent", debug ? "present" : "absent", text);
+        free(text);
+    }
+}
+END_TEST
+
+//  A describe of exactly len bytes (an unknown member pads it).
+static void
+s_send_describe(zsock_t *d, size_t len)
+{
+    const char *head = "{\"type\":\"describe\",\"pad\":\"";
+    char *frame = malloc(len + 1);
+    size_t at = (size_t) snprintf(frame, len + 1, "%s", head);
+    memset(frame + at, 'x', len - at - 2);
+    memcpy(frame + len - 2, "\"}", 2);
+    frame[len] = '\0';
+    ck_assert_int_eq(zmq_send(zsock_resolve(d), frame, len, 0), (int) len);
+    free(frame);
+}
+
+//  --max-frame: a frame over the limit makes libzmq drop the sender's
+//  connection (ZMQ_MAXMSGSIZE); one under it is answered.
+START_TEST(test_max_frame_drops_a_larger_frame)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--max-frame", "4096", NULL });
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    ck_assert_ptr_nonnull(d);
+    zactor_t *monitor = zactor_new(zmonitor, d);
+    ck_assert_ptr_nonnull(monitor);
+    zstr_sendx(monitor, "LISTEN", "DISCONNECTED", NULL);
+    zstr_sendx(monitor, "START", NULL);
+    zsock_wait(monitor);
+    ck_assert_int_eq(zsock_connect(d, "%s", s.endpoint), 0);
+    zsock_set_rcvtimeo(d, 10000);
+    s_send_describe(d, 3000);
+    zframe_t *f = zframe_recv(d);
+    ck_assert_msg(f != NULL, "a 3000-byte describe under --max-frame 4096 was not answered");
+    ck_assert_ptr_nonnull(strstr((const char *) zframe_data(f), "description"));
+    zframe_destroy(&f);
+    s_send_describe(d, 8000);
+    zsock_set_rcvtimeo(monitor, 10000);
+    zmsg_t *ev = zmsg_recv(monitor);
+    ck_assert_msg(ev != NULL, "an 8000-byte frame did not cost its connection within 10 s");
+    char *name = zmsg_popstr(ev);
+    ck_assert_str_eq(name, "DISCONNECTED");
+    zstr_free(&name);
+    zmsg_destroy(&ev);
+    zactor_destroy(&monitor);
+    zsock_destroy(&d);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  p2pkv-server with argv (NULL-terminated after the program), its exit
+//  status and what it said on stderr.
+static int
+s_run_server(const char *const *args, char *said, size_t len)
+{
+    char cmd[1024];
+    int at = snprintf(cmd, sizeof cmd, "%s", getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER")
+                                                                      : "bin/p2pkv-server");
+    for (size_t i = 0; args[i]; i++)
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " '%s'", args[i]);
+    snprintf(cmd + at, sizeof cmd - (size_t) at, " 2>&1 >/dev/null");
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t got = fread(said, 1, len - 1, p);
+    said[got] = '\0';
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+//  --provider and --peer-id: the server serves with the provider asked
+//  for under the name asked for (the description says both), and refuses
+//  to start with a provider libfabric lacks, naming it.
+START_TEST(test_provider_and_peer_id_are_the_ones_asked_for)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--provider", "tcp", "--peer-id", "node-settings",
+                                          NULL });
+    p2pkv_description_t d;
+    char err[PK_ERRLEN] = "";
+    ck_assert_msg(p2pkv_describe(s.endpoint, 10, &d, err) == 0, "describe: %s", err);
+    ck_assert_msg(strncmp(d.provider, "tcp", 3) == 0, "provider %s", d.provider);
+    ck_assert_str_eq(d.peer_id, "node-settings");
+    ck_assert_int_eq(td_stop(&s), 0);
+    char pool[64], local[96], said[2048];
+    snprintf(pool, sizeof pool, "/p2pkv-e2e-%d-prov", getpid());
+    snprintf(local, sizeof local, "ipc:///tmp/p2pkv-e2e-%d-prov.sock", getpid());
+    const char *args[] = { "--peer-id", "srv-prov", "--bind", "tcp://127.0.0.1:*", "--local",
+                           local, "--pool-name", pool, "--pool-blocks", "4", "--block-len",
+                           "4096", "--provider", "nosuchprovider", NULL };
+    ck_assert_int_eq(s_run_server(args, said, sizeof said), 1);
+    ck_assert_msg(strstr(said, "nosuchprovider"), "said: %s", said);
+}
+END_TEST
+
+int
+main(void)
+{
+    int skip = td_suite_start();
+    if (skip)
+        return skip;
+    td_sweep();
+    Suite *s = suite_create("settings_e2e");
+    TCase *tc = tcase_create("settings");
+    tcase_add_test(tc, test_lookup_timeout_expires_pending_to_miss);
+    tcase_add_test(tc, test_store_timeout_fails_an_unfetched_store);
+    tcase_add_test(tc, test_lease_timeout_frees_an_uncommitted_block);
+    tcase_add_test(tc, test_log_level_filters_lines);
+    tcase_add_test(tc, test_max_frame_drops_a_larger_frame);
+    tcase_add_test(tc, test_provider_and_peer_id_are_the_ones_asked_for);
+    suite_add_tcase(s, tc);
+    return pk_test_run("settings_e2e", s);
+}
