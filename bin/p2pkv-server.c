@@ -7,6 +7,7 @@
     writes drain, the shared-memory pool is unlinked); a second exits at
     once, still unlinking the pool.
 */
+#include "daemon/limits.h"
 #include "daemon/node.h"
 #include "daemon/server_config.h"
 
@@ -43,6 +44,13 @@ main(int argc, char *argv[])
             fprintf(stderr, "p2pkv-server: %s\n", err);
         pk_server_config_fini(&config);
         return rc < 0 ? PK_EXIT_USAGE : PK_EXIT_OK;
+    }
+    //  first, before any ZeroMQ socket: descriptors and sockets for
+    //  --max-sessions, or a refusal naming it
+    if ((rc = pk_limits_fit(&config, err)) != 0) {
+        fprintf(stderr, "p2pkv-server: %s\n", err);
+        pk_server_config_fini(&config);
+        return PK_EXIT_USAGE;
     }
     //  Our handlers, not czmq's: the node decides how to stop.
     zsys_handler_set(NULL);

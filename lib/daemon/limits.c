@@ -1,0 +1,39 @@
+/*  limits.c: the process's limits sized for --max-sessions (limits.h).  */
+#include "daemon/limits.h"
+#include "base/err.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <sys/resource.h>
+
+int
+pk_limits_fit(const pk_server_config_t *config, char *err)
+{
+    uint64_t sessions = config->max_sessions;
+    rlim_t need = (rlim_t) (PK_FDS_BASE + sessions * PK_FDS_PER_SESSION);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return pk_err(err, -errno, "getrlimit: %s", strerror(errno));
+    if (rl.rlim_cur < need) {
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+            return pk_err(err, -EMFILE,
+                          "--max-sessions %llu needs about %llu file descriptors; the hard "
+                          "limit is %llu (ulimit -Hn; raise it, or lower --max-sessions to %llu)",
+                          (unsigned long long) sessions, (unsigned long long) need,
+                          (unsigned long long) rl.rlim_max,
+                          (unsigned long long) ((rl.rlim_max - PK_FDS_BASE) / PK_FDS_PER_SESSION));
+        rl.rlim_cur = need;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            return pk_err(err, -errno, "setrlimit(RLIMIT_NOFILE, %llu): %s",
+                          (unsigned long long) need, strerror(errno));
+    }
+    //  czmq asserts when this comes after its first socket: the caller
+    //  calls it first thing.  1,023 is libzmq's default.
+    size_t sockets = 64 + (size_t) sessions * PK_ZMQ_SOCKETS_PER_SESSION;
+    if (sockets > zsys_socket_limit())
+        return pk_err(err, -EMFILE, "--max-sessions %llu needs %zu ZeroMQ sockets; libzmq "
+                      "allows %zu", (unsigned long long) sessions, sockets, zsys_socket_limit());
+    if (sockets > 1023)
+        zsys_set_max_sockets(sockets);
+    return 0;
+}
