@@ -872,14 +872,19 @@ START_TEST(test_peer_killed_mid_transfer)
     ck_assert_int_gt(t.write_blocks(t.self, 2, local, remote, n), 0);
     kill(child.pid, SIGKILL);
     waitpid(child.pid, NULL, 0);
-    //  ends failed within the stall deadline (2 s here), never hangs; the
-    //  provider itself reports nothing for writes posted to a dead peer
+    //  ends failed within the stall deadline (2 s here), never hangs: the
+    //  provider reports the writes failed (tcp's own endpoint sees the
+    //  connection reset), or reports nothing for writes posted to a dead
+    //  peer (rxm) and the stall deadline closes the channel
     double t0 = pk_clock_monotonic();
     s_seen_t seen = s_wait_writer(&t, 30);
     ck_assert_int_eq(seen.count, 1);
     ck_assert(!seen.ok);
     ck_assert_double_lt(pk_clock_monotonic() - t0, 10);
-    ck_assert(pk_ofi_channel_closed(ch));
+    pk_ofi_stats_t st;
+    pk_ofi_channel_stats(ch, &st);
+    ck_assert_msg(pk_ofi_channel_closed(ch) || st.cq_errors > 0,
+                  "a failed transfer with neither a stall nor an error from the fabric");
     pk_ofi_channel_destroy(&ch);
     close(child.to_child);
     close(child.from_child);

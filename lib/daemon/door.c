@@ -381,8 +381,10 @@ pk_door_from_actors(pk_node_t *self)
 void
 pk_door_reap(pk_node_t *self)
 {
-    while (self->gone)
+    while (self->gone) {
         s_peer_destroy(self, self->gone);       //  unlinks it from the list
+        self->reaped_since_trim++;
+    }
 }
 
 void

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,6 +275,21 @@ s_read(pk_node_t *self, void *which)
     }
 }
 
+//  Sessions that ended leave their memory in glibc's arenas (one per
+//  actor thread, up to 8 per core) and above its dynamic mmap threshold,
+//  where free() keeps it: 256 sessions closed left 42 MB resident.  Once
+//  a sweep after peers were reaped, the arenas go back to the system;
+//  malloc_trim walks every arena, a millisecond or so, paid at most twice
+//  a second and only after sessions ended.
+static void
+s_trim_heap(pk_node_t *self)
+{
+    if (self->reaped_since_trim == 0)
+        return;
+    self->reaped_since_trim = 0;
+    malloc_trim(0);
+}
+
 int
 pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
 {
@@ -300,6 +316,7 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
             pk_engine_expire_held(self);
             pk_store_expire_leases(self->store);
             s_pool_gauges(self);
+            s_trim_heap(self);
             next_sweep = now + 0.5;
         }
     }

@@ -82,6 +82,7 @@ struct _pk_node_t {
     size_t nheld;
     size_t npeers;
     pk_peer_t *gone;                //  peers whose actor said GONE: reaped next
+    size_t reaped_since_trim;       //  peers freed since the heap was last trimmed
     pk_metrics_t *metrics;
     pk_fabric_stats_t fabric_pushed; //  the fabric's counts already in the metrics
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS

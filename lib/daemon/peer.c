@@ -406,4 +406,5 @@ pk_peer_actor(zsock_t *pipe, void *args)
     zsock_send(peer->out, "bss", &peer->id, sizeof peer->id, "GONE", reason);
     if (!terminated)
         s_await_term(pipe, peer);
+    pk_thread_release_stack();
 }
