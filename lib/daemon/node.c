@@ -341,6 +341,7 @@ pk_node_destroy(pk_node_t **self_p)
             free((void *) (uintptr_t) self->pending.slots[i].b);
     pk_keymap_fini(&self->pending);
     zpoller_destroy(&self->poller);
+    zsock_destroy(&self->actors);
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
