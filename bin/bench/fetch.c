@@ -60,7 +60,9 @@ s_pool_blocks(const s_point_t *p, size_t np, uint64_t block)
     for (size_t i = 0; i < np; i++)
         if (p[i].block == block && p[i].n > m)
             m = p[i].n;
-    return m;
+    //  each consumer has two requests in flight, each pinning its hits
+    //  under the pin quota (the pool's size): twice the blocks
+    return 2 * m;
 }
 
 //  Refusals before anything starts: consumers beyond --max-sessions, pools
@@ -76,11 +78,11 @@ s_check(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t max_session
             return 2;
         }
         double need = (double) s_pool_blocks(p, np, p[i].block) * (double) p[i].block
-                      + (double) p[i].c * (double) p[i].n * (double) p[i].block
+                      + 2.0 * (double) p[i].c * (double) p[i].n * (double) p[i].block
                       + 2.0 * 256 * (double) p[i].block;
         char what[160];
         snprintf(what, sizeof what, "--block-sizes %lluK x --blocks %llu x --consumers %llu "
-                 "(server pool, consumer pools and the raw pair)",
+                 "(server pool, consumer pools of two requests each and the raw pair)",
                  (unsigned long long) (p[i].block >> 10), (unsigned long long) p[i].n,
                  (unsigned long long) p[i].c);
         if (pkb_check_memory("fetch", what, need))
