@@ -41,37 +41,43 @@ s_points(const pkb_opts_t *o, s_point_t *p)
 }
 
 static const char *const s_names[] = { "keys", "cons", "kind", "lookups/s", "keys/s",
-                                       "rtt p50 ms", "p99", "p999", "srv cpu" };
-static const int s_w[] = { 5, 4, 4, 16, 18, 16, 16, 16, 12 };
+                                       "rtt p50 ms", "p99", "p999", "srv cpu",
+                                       "zmq echo p50", "rtt/zmq" };
+static const int s_w[] = { 5, 4, 4, 16, 18, 16, 16, 16, 12, 16, 16 };
+#define S_FIGS 9
 
+//  z: the bare ZeroMQ echo's p50 of each repetition (zecho.c), in ms.
 static void
-s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, int reps)
+s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *z, int reps)
 {
-    double v[7][PKB_MAX_REPS];
+    double v[S_FIGS][PKB_MAX_REPS];
     for (int i = 0; i < reps; i++) {
-        double f[7] = { r[i].ops_per_s, r[i].keys_per_s, r[i].lk[0], r[i].lk[1], r[i].lk[2],
-                        r[i].srv_cpu_s, (double) r[i].samples };
-        for (int j = 0; j < 7; j++)
+        double f[S_FIGS] = { r[i].ops_per_s, r[i].keys_per_s, r[i].lk[0], r[i].lk[1],
+                             r[i].lk[2], r[i].srv_cpu_s, z[i], r[i].lk[0] / z[i],
+                             (double) r[i].samples };
+        for (int j = 0; j < S_FIGS; j++)
             v[j][i] = f[j];
     }
-    pkb_fig_t g[7];
-    for (int j = 0; j < 7; j++)
+    pkb_fig_t g[S_FIGS];
+    for (int j = 0; j < S_FIGS; j++)
         g[j] = pkb_fig(v[j], (size_t) reps);
     char n[24], c[24];
     snprintf(n, sizeof n, "%llu", (unsigned long long) p->keys);
     snprintf(c, sizeof c, "%llu", (unsigned long long) p->c);
     const char *params[] = { n, c, p->miss ? "miss" : "hit" };
-    static const char *const fmts[] = { "%.0f", "%.0f", "%.3f", "%.3f", "%.3f", "%.2f" };
-    pkb_table_row(params, s_w, 3, g, fmts, s_w + 3, 6);
+    static const char *const fmts[] = { "%.0f", "%.0f", "%.3f", "%.3f", "%.3f", "%.2f",
+                                        "%.3f", "%.2fx" };
+    pkb_table_row(params, s_w, 3, g, fmts, s_w + 3, 8);
     json_t *row = pkb_report_row(rep);
     static const char *const keys[] = { "lookups_per_s", "keys_per_s", "rtt_p50_ms",
                                         "rtt_p99_ms", "rtt_p999_ms",
-                                        "server_cpu_cores", "samples" };
+                                        "server_cpu_cores", "zmq_echo_p50_ms",
+                                        "rtt_over_zmq_echo", "samples" };
     json_object_set_new(row, "keys_per_lookup", json_integer((json_int_t) p->keys));
     json_object_set_new(row, "consumers", json_integer((json_int_t) p->c));
     json_object_set_new(row, "kind", json_string(p->miss ? "miss" : "hit"));
     json_object_set_new(row, "repetitions", json_integer(reps));
-    for (int j = 0; j < 7; j++)
+    for (int j = 0; j < S_FIGS; j++)
         json_object_set_new(row, keys[j], pkb_fig_json(g[j]));
 }
 
@@ -83,11 +89,17 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                                o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0 };
     static pkb_consumer_t cs[1024];
     pkb_rep_t r[PKB_MAX_REPS];
+    double z[PKB_MAX_REPS], z99;
     char err[256] = "";
     int rc = pkb_load_start(cs, p->c, &cfg, err, sizeof err);
     bool started = rc == 0;
-    for (int i = 0; rc == 0 && i < reps; i++)
+    //  a lookup frame is about 100 bytes plus 67 per key (64 hex and quotes)
+    size_t frame = 100 + 67 * (size_t) p->keys;
+    for (int i = 0; rc == 0 && i < reps; i++) {
         rc = pkb_load_rep(cs, p->c, srv->pid, p->keys, &r[i], err, sizeof err);
+        if (rc == 0 && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, &z[i], &z99)) != 0)
+            snprintf(err, sizeof err, "the bare ZeroMQ echo failed");
+    }
     if (started)
         pkb_load_stop(cs, p->c);
     if (rc) {
@@ -95,7 +107,7 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                 (unsigned long long) p->keys, (unsigned long long) p->c, err);
         return rc;
     }
-    s_row(rep, p, r, reps);
+    s_row(rep, p, r, z, reps);
     return 0;
 }
 
@@ -114,17 +126,20 @@ pkb_control(const pkb_opts_t *o)
         }
         pool = p[i].keys > pool ? p[i].keys : pool;
     }
-    if (pkb_check_memory("control", "--keys", (double) pool * S_BLOCK))
+    if (pkb_check_memory("control", "--keys", 2.0 * (double) pool * S_BLOCK))
         return 2;
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
     printf("control: lookup round trips through p2pkv-server (pool of %llu blocks of %d bytes) "
            "from consumer processes of the client library, tcp on 127.0.0.1; hit: every key "
-           "present (pinned until finish), miss: none; srv cpu in cores; median, and "
-           "[min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK, reps);
-    pkb_table_head(s_names, s_w, 9);
+           "present (pinned until finish), miss: none; srv cpu in cores; zmq echo: a bare "
+           "ZeroMQ DEALER->ROUTER echo of a frame the lookup's size between two processes, "
+           "one client, in the same repetition; median, and [min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK, reps);
+    pkb_table_head(s_names, s_w, 11);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
     pkb_server_t srv;
-    int rc = pkb_server_start(&srv, o, S_BLOCK, pool, max_sessions, NULL);
+    //  each consumer has two lookups in flight (consumer.c), each pinning
+    //  its hits under the pin quota, which is the pool's size
+    int rc = pkb_server_start(&srv, o, S_BLOCK, 2 * pool, max_sessions, NULL);
     if (rc == 0)
         rc = pkb_server_populate(&srv, pool);
     for (size_t i = 0; rc == 0 && i < np; i++)
