@@ -10,6 +10,7 @@
     the encoder emits can be refused by the decoder.
 */
 #include "wire/protocol.h"
+#include "wire/json_out.h"
 
 #include <assert.h>
 #include <czmq.h>
@@ -174,16 +175,6 @@ typedef struct {
     const pk_msg_t *msg;
     bool keys;          //  keys, else block_indexes
 } s_list_t;
-
-bool
-pk_utf8_ok(const char *text, size_t len)
-{
-    //  jansson validates what it is given (and so what it decodes); one
-    //  checker for everything, not one per module
-    json_t *j = json_stringn(text, len);
-    json_decref(j);
-    return j != NULL;
-}
 
 static uint64_t
 s_item_hash(const s_list_t *l, size_t i)
@@ -819,58 +810,80 @@ s_check_field(const pk_msg_t *m, pk_field_t f, char *err)
     return 0;
 }
 
-static json_t *
-s_encode_field(const pk_msg_t *m, pk_field_t f)
+//  Bytes the frame will need about, so the buffer is sized once.
+static size_t
+s_encoded_size(const pk_msg_t *m, uint32_t emit)
 {
-    char hex[2 * PK_MAX_KEY_BYTES + 1];
+    size_t size = 512;
+    if (emit & B(KEYS))
+        for (size_t i = 0; i < m->keys.count; i++)
+            size += 2 * (size_t) m->keys.v[i].len + 3;
+    if (emit & (B(BLOCK_INDEXES) | B(HITS)))
+        size += 12 * m->keys.count;
+    if (emit & B(AGENT_METADATA))
+        size += m->agent_metadata_len / 3 * 4 + 8;
+    return size;
+}
+
+//  One list member's items: hex keys, integers or booleans.
+static void
+s_encode_list(pk_jout_t *o, const pk_msg_t *m, s_kind_t kind)
+{
+    pk_jout_raw(o, "[", 1);
+    for (size_t i = 0; i < m->keys.count; i++) {
+        if (i)
+            pk_jout_raw(o, ",", 1);
+        if (kind == K_KEYS)
+            pk_jout_hex(o, m->keys.v[i].bytes, m->keys.v[i].len);
+        else if (kind == K_HITS)
+            pk_jout_raw(o, m->hits[i] ? "true" : "false", m->hits[i] ? 4 : 5);
+        else
+            pk_jout_uint(o, m->block_indexes[i]);
+    }
+    pk_jout_raw(o, "]", 1);
+}
+
+//  One member's value; 0, or -EILSEQ for a string that is not UTF-8.
+static int
+s_encode_field(pk_jout_t *o, const pk_msg_t *m, pk_field_t f)
+{
     switch (s_fields[f].kind) {
-        case K_STRING:
-            return json_string(*s_string_slot((pk_msg_t *) m, f));
+        case K_STRING: {
+            const char *s = *s_string_slot((pk_msg_t *) m, f);
+            return pk_jout_string(o, s, strlen(s));
+        }
         case K_UINT:
-            return json_integer((json_int_t) *s_uint_slot((pk_msg_t *) m, f));
+            pk_jout_uint(o, *s_uint_slot((pk_msg_t *) m, f));
+            break;
         case K_BOOL:
-            return json_boolean(m->success);
+            pk_jout_raw(o, m->success ? "true" : "false", m->success ? 4 : 5);
+            break;
         case K_EPOCH:
-            pk_hex_encode(f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch,
-                          PK_EPOCH_LEN, hex);
-            return json_stringn_nocheck(hex, 2 * PK_EPOCH_LEN);
+            pk_jout_hex(o, f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch,
+                        PK_EPOCH_LEN);
+            break;
         case K_CODE:
-            return json_string(s_codes[m->code]);
+            return pk_jout_string(o, s_codes[m->code], strlen(s_codes[m->code]));
         case K_METADATA: {
             size_t b64len = sodium_base64_ENCODED_LEN(m->agent_metadata_len,
                                                       sodium_base64_VARIANT_ORIGINAL);
-            char *b64 = malloc(b64len);
-            if (!b64)
-                return NULL;
-            sodium_bin2base64(b64, b64len, m->agent_metadata, m->agent_metadata_len,
+            char *at = pk_jout_reserve(o, b64len + 2);
+            if (!at)
+                break;
+            at[0] = '"';
+            sodium_bin2base64(at + 1, b64len, m->agent_metadata, m->agent_metadata_len,
                               sodium_base64_VARIANT_ORIGINAL);
-            json_t *j = json_stringn_nocheck(b64, b64len - 1);
-            free(b64);
-            return j;
+            at[b64len] = '"';           //  over the NUL
+            o->len += b64len + 1;
+            break;
         }
         case K_KEYS:
         case K_INDEXES:
-        case K_HITS: {
-            json_t *arr = json_array();
-            for (size_t i = 0; arr && i < m->keys.count; i++) {
-                json_t *item;
-                if (s_fields[f].kind == K_KEYS) {
-                    pk_hex_encode(m->keys.v[i].bytes, m->keys.v[i].len, hex);
-                    item = json_stringn_nocheck(hex, 2 * (size_t) m->keys.v[i].len);
-                }
-                else if (s_fields[f].kind == K_HITS)
-                    item = json_boolean(m->hits[i]);
-                else
-                    item = json_integer(m->block_indexes[i]);
-                if (json_array_append_new(arr, item) != 0) {
-                    json_decref(arr);
-                    return NULL;
-                }
-            }
-            return arr;
-        }
+        case K_HITS:
+            s_encode_list(o, m, s_fields[f].kind);
+            break;
     }
-    return NULL;
+    return 0;
 }
 
 int
@@ -901,34 +914,26 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
     if (rc)
         return rc;
 
-    json_t *root = json_object();
-    if (!root || json_object_set_new(root, "type", json_string(tn)) != 0)
-        goto fail_nomem;
+    //  Written straight into one buffer, members in field order: the bytes
+    //  json_dumps(JSON_COMPACT) gave for the same tree.
+    pk_jout_t o;
+    pk_jout_init(&o, s_encoded_size(self, emit));
+    pk_jout_raw(&o, "{\"type\":", 8);
+    pk_jout_string(&o, tn, strlen(tn));
     for (int f = 0; f < PK_F_COUNT; f++) {
         if (!(emit & PK_BIT(f)))
             continue;
-        json_t *value = s_encode_field(self, (pk_field_t) f);
-        if (!value) {
-            //  json_string refuses text that is not UTF-8
-            if (s_fields[f].kind == K_STRING) {
-                json_decref(root);
-                return pk_err(err, -EPROTO, "%s.%s: not valid UTF-8", tn, s_fields[f].name);
-            }
-            goto fail_nomem;
+        const char *fn = s_fields[f].name;
+        char *at = pk_jout_reserve(&o, strlen(fn) + 4);
+        if (at)
+            o.len += (size_t) sprintf(at, ",\"%s\":", fn);
+        if (s_encode_field(&o, self, (pk_field_t) f) != 0) {
+            pk_jout_free(&o);
+            return pk_err(err, -EPROTO, "%s.%s: not valid UTF-8", tn, fn);
         }
-        if (json_object_set_new_nocheck(root, s_fields[f].name, value) != 0)
-            goto fail_nomem;
     }
-    char *text = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    if (!text)
+    pk_jout_raw(&o, "}", 1);
+    if (pk_jout_finish(&o, out_p, len_p) != 0)
         return pk_err(err, -ENOMEM, "out of memory");
-    *out_p = text;
-    if (len_p)
-        *len_p = strlen(text);
     return 0;
-
-fail_nomem:
-    json_decref(root);
-    return pk_err(err, -ENOMEM, "out of memory");
 }
