@@ -10,6 +10,8 @@
     the encoder emits can be refused by the decoder.
 */
 #include "wire/protocol.h"
+#include "wire/json_out.h"
+#include "wire/json_scan.h"
 
 #include <assert.h>
 #include <czmq.h>
@@ -174,16 +176,6 @@ typedef struct {
     const pk_msg_t *msg;
     bool keys;          //  keys, else block_indexes
 } s_list_t;
-
-bool
-pk_utf8_ok(const char *text, size_t len)
-{
-    //  jansson validates what it is given (and so what it decodes); one
-    //  checker for everything, not one per module
-    json_t *j = json_stringn(text, len);
-    json_decref(j);
-    return j != NULL;
-}
 
 static uint64_t
 s_item_hash(const s_list_t *l, size_t i)
@@ -681,7 +673,7 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
 }
 
 int
-pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err)
+pk_msg_decode_reference(const void *data, size_t len, pk_msg_t **msg_p, char *err)
 {
     *msg_p = NULL;
     char got[64];
@@ -754,6 +746,333 @@ fail_root:
 }
 
 //  --------------------------------------------------------------------------
+//  Decoding in one pass (json_scan.h): members straight into the message,
+//  no tree.  It accepts only frames the jansson walk above accepts, with
+//  the same result; anything it does not accept goes to that walk, which
+//  then has the last word and words the error.
+
+typedef struct {
+    pk_jscan_t js;
+    pk_msg_t *m;
+    bool typed;                     //  "type" seen (members after it that
+                                    //  the type does not want are skipped)
+    uint32_t seen;                  //  fields whose member was seen
+    size_t n_indexes, n_hits;
+    const char *other[16];          //  names of the other members
+    size_t other_len[16];
+    int n_other;
+} s_scan_t;
+
+#define S_TYPE_FIELD PK_F_COUNT     //  s_field_named's answer for "type"
+
+static int
+s_field_named(const char *name, size_t len)
+{
+    if (len == 4 && memcmp(name, "type", 4) == 0)
+        return S_TYPE_FIELD;
+    for (int f = 0; f < PK_F_COUNT; f++)
+        if (strlen(s_fields[f].name) == len && memcmp(s_fields[f].name, name, len) == 0)
+            return f;
+    return -1;
+}
+
+//  Room for item number count (and so all before it) of a list being
+//  read; 0 or -EBADMSG.
+static int
+s_grow(void **v, size_t *cap, size_t count, size_t item)
+{
+    if (count < *cap)
+        return 0;
+    size_t want = *cap ? 2 * *cap : 64;
+    while (want <= count)
+        want *= 2;
+    void *grown = realloc(*v, want * item);
+    if (!grown)
+        return -EBADMSG;
+    *v = grown;
+    *cap = want;
+    return 0;
+}
+
+//  keys: hex straight into one arena that grows; the keys point into it
+//  once it stops moving.
+static int
+s_scan_keys(s_scan_t *sc)
+{
+    pk_keys_t *keys = &sc->m->keys;
+    size_t cap = 0, arena_cap = 0, used = 0;
+    int more = pk_jscan_take(&sc->js, '[') ? -EBADMSG : 1;
+    if (more == 1 && pk_jscan_peek(&sc->js) == ']') {
+        sc->js.p++;
+        more = 0;
+    }
+    for (; more == 1; more = pk_jscan_next(&sc->js, ']')) {
+        size_t len;
+        if (keys->count == PK_MAX_LIST
+            || s_grow((void **) &keys->v, &cap, keys->count, sizeof *keys->v)
+            || s_grow((void **) &keys->arena, &arena_cap, used + PK_MAX_KEY_BYTES, 1)
+            || pk_jscan_hex(&sc->js, keys->arena + used, PK_MAX_KEY_HEX, &len))
+            return -EBADMSG;
+        keys->v[keys->count++] = pk_key_make(keys->arena + used, len);
+        used += len;
+    }
+    if (more < 0 || (!keys->v && !(keys->v = malloc(sizeof *keys->v)))
+        || (!keys->arena && !(keys->arena = malloc(1))))
+        return -EBADMSG;
+    for (size_t i = 0, at = 0; i < keys->count; at += keys->v[i++].len)
+        keys->v[i].bytes = keys->arena + at;
+    return 0;
+}
+
+//  block_indexes or hits: a list whose length is checked against the
+//  keys' once every member is read.
+static int
+s_scan_list(s_scan_t *sc, bool hits)
+{
+    pk_msg_t *m = sc->m;
+    size_t *n = hits ? &sc->n_hits : &sc->n_indexes, cap = 0;
+    void **v = hits ? (void **) &m->hits : (void **) &m->block_indexes;
+    if (pk_jscan_take(&sc->js, '[') || s_grow(v, &cap, 0, hits ? 1 : sizeof(uint32_t)))
+        return -EBADMSG;
+    int more = 1;
+    if (pk_jscan_peek(&sc->js) == ']') {
+        sc->js.p++;
+        more = 0;
+    }
+    for (; more == 1; more = pk_jscan_next(&sc->js, ']')) {
+        uint64_t x;
+        bool b;
+        if (*n == PK_MAX_LIST || s_grow(v, &cap, *n, hits ? 1 : sizeof(uint32_t)))
+            return -EBADMSG;
+        if (hits) {
+            if (pk_jscan_bool(&sc->js, &b))
+                return -EBADMSG;
+            m->hits[(*n)++] = b;
+        }
+        else {
+            if (pk_jscan_uint(&sc->js, &x) || x > PK_MAX_BLOCK_INDEX)
+                return -EBADMSG;
+            m->block_indexes[(*n)++] = (uint32_t) x;
+        }
+    }
+    return more;
+}
+
+static int
+s_scan_metadata(s_scan_t *sc, const s_field_spec_t *spec)
+{
+    pk_msg_t *m = sc->m;
+    const char *text;
+    size_t len, out_len = 0;
+    if (pk_jscan_string(&sc->js, &text, &len) || len > (PK_MAX_METADATA + 2) / 3 * 4)
+        return -EBADMSG;
+    size_t cap = len / 4 * 3 + 3;
+    const char *end = NULL;
+    m->agent_metadata = malloc(cap);
+    if (!m->agent_metadata
+        || sodium_base642bin(m->agent_metadata, cap, text, len, NULL, &out_len, &end,
+                             sodium_base64_VARIANT_ORIGINAL) != 0
+        || end != text + len || out_len < spec->min || out_len > spec->max)
+        return -EBADMSG;
+    m->agent_metadata_len = out_len;
+    return 0;
+}
+
+//  One member's value, by its field's kind (the type may not be known yet:
+//  the rules that depend on it wait for s_scan_finish).
+static int
+s_scan_field(s_scan_t *sc, pk_field_t f)
+{
+    const s_field_spec_t *spec = &s_fields[f];
+    pk_msg_t *m = sc->m;
+    const char *text;
+    size_t len;
+    uint64_t v;
+    switch (spec->kind) {
+        case K_STRING:
+            if (pk_jscan_string(&sc->js, &text, &len) || len < spec->min || len > spec->max
+                || !(*s_string_slot(m, f) = strndup(text, len)))
+                return -EBADMSG;
+            return 0;
+        case K_UINT:
+            if (pk_jscan_uint(&sc->js, &v) || v < spec->min || v > spec->max)
+                return -EBADMSG;
+            *s_uint_slot(m, f) = v;
+            return 0;
+        case K_BOOL:
+            return pk_jscan_bool(&sc->js, &m->success);
+        case K_EPOCH:
+            if (pk_jscan_hex(&sc->js, f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch,
+                             2 * PK_EPOCH_LEN, &len) || len != PK_EPOCH_LEN)
+                return -EBADMSG;
+            return 0;
+        case K_KEYS:
+            return s_scan_keys(sc);
+        case K_INDEXES:
+        case K_HITS:
+            return s_scan_list(sc, spec->kind == K_HITS);
+        case K_METADATA:
+            return s_scan_metadata(sc, spec);
+        case K_CODE:
+            if (pk_jscan_string(&sc->js, &text, &len))
+                return -EBADMSG;
+            for (int c = 0; c < PK_DISC_COUNT; c++)
+                if (strlen(s_codes[c]) == len && memcmp(s_codes[c], text, len) == 0) {
+                    m->code = (pk_disconnect_code_t) c;
+                    return 0;
+                }
+            return -EBADMSG;
+    }
+    return -EBADMSG;
+}
+
+static int
+s_scan_type(s_scan_t *sc)
+{
+    const char *text;
+    size_t len;
+    if (pk_jscan_string(&sc->js, &text, &len))
+        return -EBADMSG;
+    for (int t = 0; t < PK_MSG_COUNT; t++)
+        if (strlen(s_messages[t].name) == len && memcmp(s_messages[t].name, text, len) == 0) {
+            sc->m->type = (pk_msg_type_t) t;
+            sc->typed = true;
+            return 0;
+        }
+    return -EBADMSG;
+}
+
+//  A member the decoder has no field for: skipped, its name kept so that
+//  a second one of that name is refused (names with escapes are not
+//  compared here: the full parser takes those frames).
+static int
+s_scan_other(s_scan_t *sc, const char *name, size_t len)
+{
+    if (name == sc->js.scratch || sc->n_other == 16)
+        return -EBADMSG;
+    for (int i = 0; i < sc->n_other; i++)
+        if (sc->other_len[i] == len && memcmp(sc->other[i], name, len) == 0)
+            return -EBADMSG;
+    sc->other[sc->n_other] = name;
+    sc->other_len[sc->n_other++] = len;
+    return pk_jscan_skip(&sc->js);
+}
+
+static int
+s_scan_member(s_scan_t *sc)
+{
+    const char *name;
+    size_t len;
+    if (pk_jscan_string(&sc->js, &name, &len))
+        return -EBADMSG;
+    int f = s_field_named(name, len);
+    if (f < 0) {
+        const char *kept = name;
+        if (pk_jscan_take(&sc->js, ':'))
+            return -EBADMSG;
+        return s_scan_other(sc, kept, len);
+    }
+    if (sc->seen & PK_BIT(f))
+        return -EBADMSG;                    //  a duplicate member
+    sc->seen |= PK_BIT(f);
+    if (pk_jscan_take(&sc->js, ':'))
+        return -EBADMSG;
+    if (f == S_TYPE_FIELD)
+        return s_scan_type(sc);
+    uint32_t wanted = s_messages[sc->m->type].required | s_messages[sc->m->type].optional;
+    if (sc->typed && !(wanted & PK_BIT(f)))
+        return pk_jscan_skip(&sc->js);
+    return s_scan_field(sc, (pk_field_t) f);
+}
+
+//  A field the type does not want, read before "type" was: back to unset,
+//  as the walk leaves it.
+static void
+s_forget_field(pk_msg_t *m, pk_field_t f)
+{
+    switch (s_fields[f].kind) {
+        case K_STRING: {
+            char **slot = s_string_slot(m, f);
+            free(*slot);
+            *slot = NULL;
+            break;
+        }
+        case K_UINT:     *s_uint_slot(m, f) = 0; break;
+        case K_BOOL:     m->success = false; break;
+        case K_CODE:     m->code = 0; break;
+        case K_EPOCH:
+            memset(f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch, 0, PK_EPOCH_LEN);
+            break;
+        case K_KEYS:     s_keys_free(&m->keys); break;
+        case K_INDEXES:  free(m->block_indexes); m->block_indexes = NULL; break;
+        case K_HITS:     free(m->hits); m->hits = NULL; break;
+        case K_METADATA:
+            free(m->agent_metadata);
+            m->agent_metadata = NULL;
+            m->agent_metadata_len = 0;
+            break;
+    }
+}
+
+//  The rules that need the whole frame: the type's members, the lists'
+//  lengths, the epochs, then those of s_check_message.
+static int
+s_scan_finish(s_scan_t *sc, char *err)
+{
+    pk_msg_t *m = sc->m;
+    if (!sc->typed)
+        return -EBADMSG;
+    uint32_t required = s_messages[m->type].required;
+    uint32_t wanted = required | s_messages[m->type].optional;
+    uint32_t fields = sc->seen & (PK_BIT(PK_F_COUNT) - 1);
+    for (uint32_t extra = fields & ~wanted; extra; extra &= extra - 1)
+        s_forget_field(m, (pk_field_t) __builtin_ctz(extra));
+    m->present = fields & wanted;
+    if ((required & ~m->present)
+        || ((m->present & B(BLOCK_INDEXES)) && sc->n_indexes != m->keys.count)
+        || ((m->present & B(HITS)) && sc->n_hits != m->keys.count))
+        return -EBADMSG;
+    for (int f = PK_F_SOURCE_EPOCH; f <= PK_F_TARGET_EPOCH; f++)
+        if ((m->present & PK_BIT(f)) && !s_zero_epoch_ok(m->type, (pk_field_t) f)
+            && s_is_zero(f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch))
+            return -EBADMSG;
+    return s_check_message(m, err) ? -EBADMSG : 0;
+}
+
+int
+pk_msg_decode_scan(const void *data, size_t len, pk_msg_t **msg_p)
+{
+    *msg_p = NULL;
+    s_scan_t sc = { .m = pk_msg_new(PK_MSG_DESCRIBE) };
+    if (!sc.m)
+        return -EAGAIN;
+    pk_jscan_init(&sc.js, data, len);
+    int more = pk_jscan_take(&sc.js, '{') ? -EBADMSG : 1;
+    if (more == 1 && pk_jscan_peek(&sc.js) == '}') {
+        sc.js.p++;
+        more = 0;
+    }
+    while (more == 1)
+        more = s_scan_member(&sc) ? -EBADMSG : pk_jscan_next(&sc.js, '}');
+    int rc = more == 0 && pk_jscan_end(&sc.js) == 0 ? s_scan_finish(&sc, NULL) : -EBADMSG;
+    pk_jscan_fini(&sc.js);
+    if (rc) {
+        pk_msg_destroy(&sc.m);
+        return -EAGAIN;
+    }
+    *msg_p = sc.m;
+    return 0;
+}
+
+int
+pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err)
+{
+    if (pk_msg_decode_scan(data, len, msg_p) == 0)
+        return 0;
+    return pk_msg_decode_reference(data, len, msg_p, err);
+}
+
+//  --------------------------------------------------------------------------
 //  Encoding
 
 //  The field rules, checked on a struct (the decoder checks them on JSON,
@@ -819,58 +1138,80 @@ s_check_field(const pk_msg_t *m, pk_field_t f, char *err)
     return 0;
 }
 
-static json_t *
-s_encode_field(const pk_msg_t *m, pk_field_t f)
+//  Bytes the frame will need about, so the buffer is sized once.
+static size_t
+s_encoded_size(const pk_msg_t *m, uint32_t emit)
 {
-    char hex[2 * PK_MAX_KEY_BYTES + 1];
+    size_t size = 512;
+    if (emit & B(KEYS))
+        for (size_t i = 0; i < m->keys.count; i++)
+            size += 2 * (size_t) m->keys.v[i].len + 3;
+    if (emit & (B(BLOCK_INDEXES) | B(HITS)))
+        size += 12 * m->keys.count;
+    if (emit & B(AGENT_METADATA))
+        size += m->agent_metadata_len / 3 * 4 + 8;
+    return size;
+}
+
+//  One list member's items: hex keys, integers or booleans.
+static void
+s_encode_list(pk_jout_t *o, const pk_msg_t *m, s_kind_t kind)
+{
+    pk_jout_raw(o, "[", 1);
+    for (size_t i = 0; i < m->keys.count; i++) {
+        if (i)
+            pk_jout_raw(o, ",", 1);
+        if (kind == K_KEYS)
+            pk_jout_hex(o, m->keys.v[i].bytes, m->keys.v[i].len);
+        else if (kind == K_HITS)
+            pk_jout_raw(o, m->hits[i] ? "true" : "false", m->hits[i] ? 4 : 5);
+        else
+            pk_jout_uint(o, m->block_indexes[i]);
+    }
+    pk_jout_raw(o, "]", 1);
+}
+
+//  One member's value; 0, or -EILSEQ for a string that is not UTF-8.
+static int
+s_encode_field(pk_jout_t *o, const pk_msg_t *m, pk_field_t f)
+{
     switch (s_fields[f].kind) {
-        case K_STRING:
-            return json_string(*s_string_slot((pk_msg_t *) m, f));
+        case K_STRING: {
+            const char *s = *s_string_slot((pk_msg_t *) m, f);
+            return pk_jout_string(o, s, strlen(s));
+        }
         case K_UINT:
-            return json_integer((json_int_t) *s_uint_slot((pk_msg_t *) m, f));
+            pk_jout_uint(o, *s_uint_slot((pk_msg_t *) m, f));
+            break;
         case K_BOOL:
-            return json_boolean(m->success);
+            pk_jout_raw(o, m->success ? "true" : "false", m->success ? 4 : 5);
+            break;
         case K_EPOCH:
-            pk_hex_encode(f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch,
-                          PK_EPOCH_LEN, hex);
-            return json_stringn_nocheck(hex, 2 * PK_EPOCH_LEN);
+            pk_jout_hex(o, f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch,
+                        PK_EPOCH_LEN);
+            break;
         case K_CODE:
-            return json_string(s_codes[m->code]);
+            return pk_jout_string(o, s_codes[m->code], strlen(s_codes[m->code]));
         case K_METADATA: {
             size_t b64len = sodium_base64_ENCODED_LEN(m->agent_metadata_len,
                                                       sodium_base64_VARIANT_ORIGINAL);
-            char *b64 = malloc(b64len);
-            if (!b64)
-                return NULL;
-            sodium_bin2base64(b64, b64len, m->agent_metadata, m->agent_metadata_len,
+            char *at = pk_jout_reserve(o, b64len + 2);
+            if (!at)
+                break;
+            at[0] = '"';
+            sodium_bin2base64(at + 1, b64len, m->agent_metadata, m->agent_metadata_len,
                               sodium_base64_VARIANT_ORIGINAL);
-            json_t *j = json_stringn_nocheck(b64, b64len - 1);
-            free(b64);
-            return j;
+            at[b64len] = '"';           //  over the NUL
+            o->len += b64len + 1;
+            break;
         }
         case K_KEYS:
         case K_INDEXES:
-        case K_HITS: {
-            json_t *arr = json_array();
-            for (size_t i = 0; arr && i < m->keys.count; i++) {
-                json_t *item;
-                if (s_fields[f].kind == K_KEYS) {
-                    pk_hex_encode(m->keys.v[i].bytes, m->keys.v[i].len, hex);
-                    item = json_stringn_nocheck(hex, 2 * (size_t) m->keys.v[i].len);
-                }
-                else if (s_fields[f].kind == K_HITS)
-                    item = json_boolean(m->hits[i]);
-                else
-                    item = json_integer(m->block_indexes[i]);
-                if (json_array_append_new(arr, item) != 0) {
-                    json_decref(arr);
-                    return NULL;
-                }
-            }
-            return arr;
-        }
+        case K_HITS:
+            s_encode_list(o, m, s_fields[f].kind);
+            break;
     }
-    return NULL;
+    return 0;
 }
 
 int
@@ -901,34 +1242,26 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
     if (rc)
         return rc;
 
-    json_t *root = json_object();
-    if (!root || json_object_set_new(root, "type", json_string(tn)) != 0)
-        goto fail_nomem;
+    //  Written straight into one buffer, members in field order: the bytes
+    //  json_dumps(JSON_COMPACT) gave for the same tree.
+    pk_jout_t o;
+    pk_jout_init(&o, s_encoded_size(self, emit));
+    pk_jout_raw(&o, "{\"type\":", 8);
+    pk_jout_string(&o, tn, strlen(tn));
     for (int f = 0; f < PK_F_COUNT; f++) {
         if (!(emit & PK_BIT(f)))
             continue;
-        json_t *value = s_encode_field(self, (pk_field_t) f);
-        if (!value) {
-            //  json_string refuses text that is not UTF-8
-            if (s_fields[f].kind == K_STRING) {
-                json_decref(root);
-                return pk_err(err, -EPROTO, "%s.%s: not valid UTF-8", tn, s_fields[f].name);
-            }
-            goto fail_nomem;
+        const char *fn = s_fields[f].name;
+        char *at = pk_jout_reserve(&o, strlen(fn) + 4);
+        if (at)
+            o.len += (size_t) sprintf(at, ",\"%s\":", fn);
+        if (s_encode_field(&o, self, (pk_field_t) f) != 0) {
+            pk_jout_free(&o);
+            return pk_err(err, -EPROTO, "%s.%s: not valid UTF-8", tn, fn);
         }
-        if (json_object_set_new_nocheck(root, s_fields[f].name, value) != 0)
-            goto fail_nomem;
     }
-    char *text = json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    if (!text)
+    pk_jout_raw(&o, "}", 1);
+    if (pk_jout_finish(&o, out_p, len_p) != 0)
         return pk_err(err, -ENOMEM, "out of memory");
-    *out_p = text;
-    if (len_p)
-        *len_p = strlen(text);
     return 0;
-
-fail_nomem:
-    json_decref(root);
-    return pk_err(err, -ENOMEM, "out of memory");
 }

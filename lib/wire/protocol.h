@@ -148,6 +148,15 @@ void pk_msg_set_code(pk_msg_t *self, pk_disconnect_code_t code);
     such as "fetch.block_indexes[3]: expected integer 0..2147483647, got -1".  */
 int pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err);
 
+/*  The two halves of pk_msg_decode, for the fuzz driver's differential
+    check.  The single-pass scanner: 0 with the message, or -EAGAIN for
+    any frame it does not accept (it never accepts one the reference
+    refuses).  The reference: jansson's json_loadb and a walk of the tree,
+    the authority on what is refused and why.  pk_msg_decode is the
+    scanner, then the reference when the scanner does not accept.  */
+int pk_msg_decode_scan(const void *data, size_t len, pk_msg_t **msg_p);
+int pk_msg_decode_reference(const void *data, size_t len, pk_msg_t **msg_p, char *err);
+
 /*  Encode to compact JSON (members in protocol.md's order); *out_p is
     malloc'd and NUL-terminated, *len_p excludes the NUL.  A message that
     breaks a rule is refused with -EPROTO and the reason in err.  */

@@ -3,6 +3,10 @@
 
     Beyond "no crash, no leak" it checks the codec's promise: anything that
     decodes encodes, and the encoding decodes to the same encoding again.
+    And it checks the decoder against its reference: whatever the
+    single-pass scanner accepts, the jansson walk accepts too, as the same
+    message (the same encoding).  The plain driver also feeds the scanner
+    mutants of every corpus file (bytes flipped, cut, doubled, escaped).
 */
 #include "wire/protocol.h"
 
@@ -13,9 +17,34 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+//  The scanner accepts only what the reference accepts, as the same message.
+static void
+s_differential(const uint8_t *data, size_t size)
+{
+    char err[PK_ERRLEN] = "";
+    pk_msg_t *fast = NULL, *ref = NULL;
+    if (pk_msg_decode_scan(data, size, &fast) != 0)
+        return;
+    int rc = pk_msg_decode_reference(data, size, &ref, err);
+    char *a = NULL, *b = NULL;
+    size_t alen = 0, blen = 0;
+    if (rc != 0 || fast->type != ref->type || fast->present != ref->present
+        || pk_msg_encode(fast, &a, &alen, err) != 0 || pk_msg_encode(ref, &b, &blen, err) != 0
+        || alen != blen || memcmp(a, b, alen) != 0) {
+        fprintf(stderr, "scanner and reference disagree (%d: %s) on:\n%.*s\n", rc, err,
+                (int) (size < 4096 ? size : 4096), (const char *) data);
+        abort();
+    }
+    free(a);
+    free(b);
+    pk_msg_destroy(&fast);
+    pk_msg_destroy(&ref);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    s_differential(data, size);
     char err[PK_ERRLEN];
     pk_msg_t *msg = NULL;
     if (pk_msg_decode(data, size, &msg, err) != 0)
@@ -41,6 +70,35 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 }
 
 #ifdef PK_FUZZ_DRIVER
+//  Mutants of one input: each byte replaced by a few telling ones, the
+//  input cut at each byte, each byte doubled, each byte escaped as \uXXXX.
+static void
+s_mutants(const uint8_t *buf, size_t size)
+{
+    static const char swaps[] = " \"\\{}[],:0-1.eEtu\x00\x7f\xc3\xff";
+    uint8_t *m = malloc(size + 8);
+    if (!m)
+        return;
+    for (size_t i = 0; i < size; i++) {
+        memcpy(m, buf, size);
+        for (size_t k = 0; k < sizeof swaps - 1; k++) {
+            m[i] = (uint8_t) swaps[k];
+            LLVMFuzzerTestOneInput(m, size);
+        }
+        LLVMFuzzerTestOneInput(buf, i);
+        memcpy(m, buf, i + 1);
+        memcpy(m + i + 1, buf + i, size - i);
+        LLVMFuzzerTestOneInput(m, size + 1);
+        if (buf[i] >= 0x20 && buf[i] < 0x7f && i + 1 < size) {
+            memcpy(m, buf, i);
+            snprintf((char *) m + i, 7, "\\u%04x", buf[i]);
+            memcpy(m + i + 6, buf + i + 1, size - i - 1);
+            LLVMFuzzerTestOneInput(m, size + 5);
+        }
+    }
+    free(m);
+}
+
 static int
 s_replay_file(const char *path)
 {
@@ -60,10 +118,15 @@ s_replay_file(const char *path)
         return -1;
     }
     LLVMFuzzerTestOneInput(buf, got);
+    s_mutants(buf, got);
     //  The seed corpus must be valid: a corpus of rejects exercises nothing.
-    char err[PK_ERRLEN];
+    //  Its frames are the canonical ones, which the scanner must take
+    //  itself (the reference is for what peers get wrong).
+    char err[PK_ERRLEN] = "not accepted by the single-pass scanner";
     pk_msg_t *msg = NULL;
-    int rc = pk_msg_decode(buf, got, &msg, err);
+    int rc = pk_msg_decode_scan(buf, got, &msg);
+    if (rc)
+        pk_msg_decode_reference(buf, got, &msg, err);
     pk_msg_destroy(&msg);
     free(buf);
     if (rc && strstr(path, "/corpus/")) {
