@@ -1,17 +1,18 @@
 /*  protocol.c: the JSON codec of protocol.md, driven by two tables.
 
-    s_fields says what each member is (JSON type and bounds); s_messages
-    says which members each type requires or allows.  Decoding walks the
-    type's members once, converting while it checks, so a frame costs one
-    jansson parse plus one linear pass (hex keys are decoded in place into
-    one arena; duplicates are found with seeded SipHash tables, so a peer
-    cannot choose colliding keys).  The rules that tie several members
-    together live in s_check_message, which encode runs as well: nothing
+    pk_wire_fields says what each member is (JSON type and bounds); pk_wire_messages
+    says which members each type requires or allows.  Decoding is one pass
+    of protocol_scan.c's scanner over the frame, members converted as they
+    are read; a frame it doubts goes to the reference walk here (a jansson
+    parse, then the type's members once), which words every refusal.  Hex
+    keys are decoded in place into one arena; duplicates are found with
+    seeded SipHash tables, so a peer cannot choose colliding keys.  The rules that tie several members
+    together live in pk_wire_check_message, which encode runs as well: nothing
     the encoder emits can be refused by the decoder.
 */
 #include "wire/protocol.h"
+#include "wire/protocol_internal.h"
 #include "wire/json_out.h"
-#include "wire/json_scan.h"
 
 #include <assert.h>
 #include <czmq.h>
@@ -26,27 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum {
-    K_STRING,       /* bytes in [min, max] */
-    K_UINT,         /* JSON integer in [min, max] */
-    K_BOOL,
-    K_EPOCH,
-    K_KEYS,
-    K_INDEXES,
-    K_HITS,
-    K_METADATA,
-    K_CODE
-} s_kind_t;
 
-typedef struct {
-    const char *name;
-    s_kind_t kind;
-    uint64_t min, max;
-} s_field_spec_t;
-
-#define JSON_INT_MAX ((uint64_t) INT64_MAX)
-
-static const s_field_spec_t s_fields[PK_F_COUNT] = {
+const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_CODE]               = { "code", K_CODE, 0, 0 },
     [PK_F_REASON]             = { "reason", K_STRING, 0, PK_MAX_STRING },
     [PK_F_KV_REQUEST_ID]      = { "kv_request_id", K_STRING, 1, PK_MAX_STRING },
@@ -79,11 +61,7 @@ static const s_field_spec_t s_fields[PK_F_COUNT] = {
 #define TO_CONSUMER PK_TO_CONSUMER
 #define EITHER (PK_TO_SERVER | PK_TO_CONSUMER)
 
-static const struct {
-    const char *name;
-    uint32_t required, optional;
-    unsigned direction;             //  who may send it (protocol.md section 3)
-} s_messages[PK_MSG_COUNT] = {
+const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
     [PK_MSG_DESCRIBE]      = { "describe", 0, 0, TO_SERVER },
     [PK_MSG_DESCRIPTION]   = { "description",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | B(BLOCK_LEN)
@@ -115,26 +93,26 @@ static const struct {
         B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0, TO_CONSUMER },
 };
 
-static const char *s_codes[PK_DISC_COUNT] = {
+const char *const pk_wire_codes[PK_DISC_COUNT] = {
     "incompatible", "no_session", "violation", "silent", "shutdown", "retired"
 };
 
 unsigned
 pk_msg_direction(pk_msg_type_t type)
 {
-    return (unsigned) type < PK_MSG_COUNT ? s_messages[type].direction : 0;
+    return (unsigned) type < PK_MSG_COUNT ? pk_wire_messages[type].direction : 0;
 }
 
 const char *
 pk_msg_type_name(pk_msg_type_t type)
 {
-    return (unsigned) type < PK_MSG_COUNT ? s_messages[type].name : "?";
+    return (unsigned) type < PK_MSG_COUNT ? pk_wire_messages[type].name : "?";
 }
 
 const char *
 pk_disconnect_code_name(pk_disconnect_code_t code)
 {
-    return (unsigned) code < PK_DISC_COUNT ? s_codes[code] : "?";
+    return (unsigned) code < PK_DISC_COUNT ? pk_wire_codes[code] : "?";
 }
 
 //  --------------------------------------------------------------------------
@@ -237,8 +215,8 @@ pk_msg_new(pk_msg_type_t type)
     return self;
 }
 
-static void
-s_keys_free(pk_keys_t *keys)
+void
+pk_wire_keys_free(pk_keys_t *keys)
 {
     free(keys->v);
     free(keys->arena);
@@ -257,7 +235,7 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->hash_seed);
     free(self->provider);
     free(self->reason);
-    s_keys_free(&self->keys);
+    pk_wire_keys_free(&self->keys);
     free(self->block_indexes);
     free(self->hits);
     free(self->agent_metadata);
@@ -265,8 +243,8 @@ pk_msg_destroy(pk_msg_t **self_p)
     *self_p = NULL;
 }
 
-static char **
-s_string_slot(pk_msg_t *self, pk_field_t field)
+char **
+pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
 {
     switch (field) {
         case PK_F_KV_REQUEST_ID:      return &self->kv_request_id;
@@ -279,8 +257,8 @@ s_string_slot(pk_msg_t *self, pk_field_t field)
     }
 }
 
-static uint64_t *
-s_uint_slot(pk_msg_t *self, pk_field_t field)
+uint64_t *
+pk_wire_uint_slot(pk_msg_t *self, pk_field_t field)
 {
     switch (field) {
         case PK_F_ROUND_SEQ:  return &self->round_seq;
@@ -297,7 +275,7 @@ s_uint_slot(pk_msg_t *self, pk_field_t field)
 int
 pk_msg_set_string(pk_msg_t *self, pk_field_t field, const char *value)
 {
-    char **slot = s_string_slot(self, field);
+    char **slot = pk_wire_string_slot(self, field);
     assert(slot && value);
     char *copy = strdup(value);
     if (!copy)
@@ -311,7 +289,7 @@ pk_msg_set_string(pk_msg_t *self, pk_field_t field, const char *value)
 void
 pk_msg_set_uint(pk_msg_t *self, pk_field_t field, uint64_t value)
 {
-    uint64_t *slot = s_uint_slot(self, field);
+    uint64_t *slot = pk_wire_uint_slot(self, field);
     assert(slot);
     *slot = value;
     self->present |= PK_BIT(field);
@@ -350,7 +328,7 @@ pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count)
     copy.v = malloc((count ? count : 1) * sizeof *copy.v);
     copy.arena = malloc(total ? total : 1);
     if (!copy.v || !copy.arena) {
-        s_keys_free(&copy);
+        pk_wire_keys_free(&copy);
         return -ENOMEM;
     }
     uint8_t *at = copy.arena;
@@ -359,7 +337,7 @@ pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count)
         copy.v[i] = (pk_key_t) { at, keys[i].len, keys[i].hash };
         at += keys[i].len;
     }
-    s_keys_free(&self->keys);
+    pk_wire_keys_free(&self->keys);
     self->keys = copy;
     self->present |= PK_BIT(PK_F_KEYS);
     return 0;
@@ -411,8 +389,8 @@ pk_msg_set_metadata(pk_msg_t *self, const void *data, size_t len)
 //  --------------------------------------------------------------------------
 //  Rules that tie members together; run by both decode and encode.
 
-static bool
-s_is_zero(const uint8_t *epoch)
+bool
+pk_wire_is_zero(const uint8_t *epoch)
 {
     uint8_t acc = 0;
     for (int i = 0; i < PK_EPOCH_LEN; i++)
@@ -421,16 +399,16 @@ s_is_zero(const uint8_t *epoch)
 }
 
 //  Only connect's target_epoch may be all zeros (no server epoch known yet).
-static bool
-s_zero_epoch_ok(pk_msg_type_t type, pk_field_t field)
+bool
+pk_wire_zero_epoch_ok(pk_msg_type_t type, pk_field_t field)
 {
     return type == PK_MSG_CONNECT && field == PK_F_TARGET_EPOCH;
 }
 
-static int
-s_check_message(const pk_msg_t *m, char *err)
+int
+pk_wire_check_message(const pk_msg_t *m, char *err)
 {
-    const char *tn = s_messages[m->type].name;
+    const char *tn = pk_wire_messages[m->type].name;
     size_t n = m->keys.count;
 
     switch (m->type) {
@@ -451,7 +429,7 @@ s_check_message(const pk_msg_t *m, char *err)
                 uint32_t lacking = INCOMPATIBLE_EXTRAS & ~m->present;
                 if (lacking)
                     return pk_err(err, -EPROTO, "%s.%s: missing (required for code incompatible)",
-                                  tn, s_fields[__builtin_ctz(lacking)].name);
+                                  tn, pk_wire_fields[__builtin_ctz(lacking)].name);
             }
             break;
         }
@@ -539,8 +517,8 @@ s_decode_keys(pk_msg_t *m, const json_t *arr, const char *tn, char *err)
 static int
 s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
 {
-    const s_field_spec_t *spec = &s_fields[f];
-    const char *tn = s_messages[m->type].name;
+    const pk_field_spec_t *spec = &pk_wire_fields[f];
+    const char *tn = pk_wire_messages[m->type].name;
     const char *fn = spec->name;
     char got[64];
 
@@ -557,7 +535,7 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
             char *copy = strndup(json_string_value(j), len);
             if (!copy)
                 return pk_err(err, -ENOMEM, "out of memory");
-            *s_string_slot(m, f) = copy;
+            *pk_wire_string_slot(m, f) = copy;
             break;
         }
         case K_UINT: {
@@ -566,7 +544,7 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
                 || (uint64_t) v > spec->max)
                 return pk_err(err, -EPROTO, "%s.%s: expected integer %" PRIu64 "..%" PRIu64
                               ", got %s", tn, fn, spec->min, spec->max, s_got(j, got, sizeof got));
-            *s_uint_slot(m, f) = (uint64_t) v;
+            *pk_wire_uint_slot(m, f) = (uint64_t) v;
             break;
         }
         case K_BOOL:
@@ -582,7 +560,7 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
                 return pk_err(err, -EPROTO, "%s.%s: expected %d lowercase hex chars, got %s",
                               tn, fn, 2 * PK_EPOCH_LEN,
                               json_is_string(j) ? "other text" : s_got(j, got, sizeof got));
-            if (s_is_zero(epoch) && !s_zero_epoch_ok(m->type, f))
+            if (pk_wire_is_zero(epoch) && !pk_wire_zero_epoch_ok(m->type, f))
                 return pk_err(err, -EPROTO, "%s.%s: expected a nonzero epoch, got all zeros",
                               tn, fn);
             break;
@@ -660,7 +638,7 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
         case K_CODE: {
             if (json_is_string(j))
                 for (int c = 0; c < PK_DISC_COUNT; c++)
-                    if (strcmp(json_string_value(j), s_codes[c]) == 0) {
+                    if (strcmp(json_string_value(j), pk_wire_codes[c]) == 0) {
                         m->code = (pk_disconnect_code_t) c;
                         return 0;
                     }
@@ -702,7 +680,7 @@ pk_msg_decode_reference(const void *data, size_t len, pk_msg_t **msg_p, char *er
         goto fail_root;
     }
     int type = 0;
-    while (type < PK_MSG_COUNT && strcmp(s_messages[type].name, json_string_value(jtype)) != 0)
+    while (type < PK_MSG_COUNT && strcmp(pk_wire_messages[type].name, json_string_value(jtype)) != 0)
         type++;
     if (type == PK_MSG_COUNT) {
         rc = pk_err(err, -ENOMSG, "unknown type \"%.64s\"", json_string_value(jtype));
@@ -713,15 +691,15 @@ pk_msg_decode_reference(const void *data, size_t len, pk_msg_t **msg_p, char *er
         rc = pk_err(err, -ENOMEM, "out of memory");
         goto fail_root;
     }
-    uint32_t wanted = s_messages[type].required | s_messages[type].optional;
+    uint32_t wanted = pk_wire_messages[type].required | pk_wire_messages[type].optional;
     for (int f = 0; f < PK_F_COUNT; f++) {
         if (!(wanted & PK_BIT(f)))
             continue;
-        const json_t *j = json_object_get(root, s_fields[f].name);
+        const json_t *j = json_object_get(root, pk_wire_fields[f].name);
         if (!j) {
-            if (s_messages[type].required & PK_BIT(f)) {
-                rc = pk_err(err, -EPROTO, "%s.%s: missing", s_messages[type].name,
-                            s_fields[f].name);
+            if (pk_wire_messages[type].required & PK_BIT(f)) {
+                rc = pk_err(err, -EPROTO, "%s.%s: missing", pk_wire_messages[type].name,
+                            pk_wire_fields[f].name);
                 goto fail_msg;
             }
             continue;
@@ -731,7 +709,7 @@ pk_msg_decode_reference(const void *data, size_t len, pk_msg_t **msg_p, char *er
             goto fail_msg;
         m->present |= PK_BIT(f);
     }
-    rc = s_check_message(m, err);
+    rc = pk_wire_check_message(m, err);
     if (rc)
         goto fail_msg;
     json_decref(root);
@@ -743,325 +721,6 @@ fail_msg:
 fail_root:
     json_decref(root);
     return rc;
-}
-
-//  --------------------------------------------------------------------------
-//  Decoding in one pass (json_scan.h): members straight into the message,
-//  no tree.  It accepts only frames the jansson walk above accepts, with
-//  the same result; anything it does not accept goes to that walk, which
-//  then has the last word and words the error.
-
-typedef struct {
-    pk_jscan_t js;
-    pk_msg_t *m;
-    bool typed;                     //  "type" seen (members after it that
-                                    //  the type does not want are skipped)
-    uint32_t seen;                  //  fields whose member was seen
-    size_t n_indexes, n_hits;
-    const char *other[16];          //  names of the other members
-    size_t other_len[16];
-    int n_other;
-} s_scan_t;
-
-#define S_TYPE_FIELD PK_F_COUNT     //  s_field_named's answer for "type"
-
-static int
-s_field_named(const char *name, size_t len)
-{
-    if (len == 4 && memcmp(name, "type", 4) == 0)
-        return S_TYPE_FIELD;
-    for (int f = 0; f < PK_F_COUNT; f++)
-        if (strlen(s_fields[f].name) == len && memcmp(s_fields[f].name, name, len) == 0)
-            return f;
-    return -1;
-}
-
-//  Room for item number count (and so all before it) of a list being
-//  read; 0 or -EBADMSG.
-static int
-s_grow(void **v, size_t *cap, size_t count, size_t item)
-{
-    if (count < *cap)
-        return 0;
-    size_t want = *cap ? 2 * *cap : 64;
-    while (want <= count)
-        want *= 2;
-    void *grown = realloc(*v, want * item);
-    if (!grown)
-        return -EBADMSG;
-    *v = grown;
-    *cap = want;
-    return 0;
-}
-
-//  keys: hex straight into one arena that grows; the keys point into it
-//  once it stops moving.
-static int
-s_scan_keys(s_scan_t *sc)
-{
-    pk_keys_t *keys = &sc->m->keys;
-    size_t cap = 0, arena_cap = 0, used = 0;
-    int more = pk_jscan_take(&sc->js, '[') ? -EBADMSG : 1;
-    if (more == 1 && pk_jscan_peek(&sc->js) == ']') {
-        sc->js.p++;
-        more = 0;
-    }
-    for (; more == 1; more = pk_jscan_next(&sc->js, ']')) {
-        size_t len;
-        if (keys->count == PK_MAX_LIST
-            || s_grow((void **) &keys->v, &cap, keys->count, sizeof *keys->v)
-            || s_grow((void **) &keys->arena, &arena_cap, used + PK_MAX_KEY_BYTES, 1)
-            || pk_jscan_hex(&sc->js, keys->arena + used, PK_MAX_KEY_HEX, &len))
-            return -EBADMSG;
-        keys->v[keys->count++] = pk_key_make(keys->arena + used, len);
-        used += len;
-    }
-    if (more < 0 || (!keys->v && !(keys->v = malloc(sizeof *keys->v)))
-        || (!keys->arena && !(keys->arena = malloc(1))))
-        return -EBADMSG;
-    for (size_t i = 0, at = 0; i < keys->count; at += keys->v[i++].len)
-        keys->v[i].bytes = keys->arena + at;
-    return 0;
-}
-
-//  block_indexes or hits: a list whose length is checked against the
-//  keys' once every member is read.
-static int
-s_scan_list(s_scan_t *sc, bool hits)
-{
-    pk_msg_t *m = sc->m;
-    size_t *n = hits ? &sc->n_hits : &sc->n_indexes, cap = 0;
-    void **v = hits ? (void **) &m->hits : (void **) &m->block_indexes;
-    if (pk_jscan_take(&sc->js, '[') || s_grow(v, &cap, 0, hits ? 1 : sizeof(uint32_t)))
-        return -EBADMSG;
-    int more = 1;
-    if (pk_jscan_peek(&sc->js) == ']') {
-        sc->js.p++;
-        more = 0;
-    }
-    for (; more == 1; more = pk_jscan_next(&sc->js, ']')) {
-        uint64_t x;
-        bool b;
-        if (*n == PK_MAX_LIST || s_grow(v, &cap, *n, hits ? 1 : sizeof(uint32_t)))
-            return -EBADMSG;
-        if (hits) {
-            if (pk_jscan_bool(&sc->js, &b))
-                return -EBADMSG;
-            m->hits[(*n)++] = b;
-        }
-        else {
-            if (pk_jscan_uint(&sc->js, &x) || x > PK_MAX_BLOCK_INDEX)
-                return -EBADMSG;
-            m->block_indexes[(*n)++] = (uint32_t) x;
-        }
-    }
-    return more;
-}
-
-static int
-s_scan_metadata(s_scan_t *sc, const s_field_spec_t *spec)
-{
-    pk_msg_t *m = sc->m;
-    const char *text;
-    size_t len, out_len = 0;
-    if (pk_jscan_string(&sc->js, &text, &len) || len > (PK_MAX_METADATA + 2) / 3 * 4)
-        return -EBADMSG;
-    size_t cap = len / 4 * 3 + 3;
-    const char *end = NULL;
-    m->agent_metadata = malloc(cap);
-    if (!m->agent_metadata
-        || sodium_base642bin(m->agent_metadata, cap, text, len, NULL, &out_len, &end,
-                             sodium_base64_VARIANT_ORIGINAL) != 0
-        || end != text + len || out_len < spec->min || out_len > spec->max)
-        return -EBADMSG;
-    m->agent_metadata_len = out_len;
-    return 0;
-}
-
-//  One member's value, by its field's kind (the type may not be known yet:
-//  the rules that depend on it wait for s_scan_finish).
-static int
-s_scan_field(s_scan_t *sc, pk_field_t f)
-{
-    const s_field_spec_t *spec = &s_fields[f];
-    pk_msg_t *m = sc->m;
-    const char *text;
-    size_t len;
-    uint64_t v;
-    switch (spec->kind) {
-        case K_STRING:
-            if (pk_jscan_string(&sc->js, &text, &len) || len < spec->min || len > spec->max
-                || !(*s_string_slot(m, f) = strndup(text, len)))
-                return -EBADMSG;
-            return 0;
-        case K_UINT:
-            if (pk_jscan_uint(&sc->js, &v) || v < spec->min || v > spec->max)
-                return -EBADMSG;
-            *s_uint_slot(m, f) = v;
-            return 0;
-        case K_BOOL:
-            return pk_jscan_bool(&sc->js, &m->success);
-        case K_EPOCH:
-            if (pk_jscan_hex(&sc->js, f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch,
-                             2 * PK_EPOCH_LEN, &len) || len != PK_EPOCH_LEN)
-                return -EBADMSG;
-            return 0;
-        case K_KEYS:
-            return s_scan_keys(sc);
-        case K_INDEXES:
-        case K_HITS:
-            return s_scan_list(sc, spec->kind == K_HITS);
-        case K_METADATA:
-            return s_scan_metadata(sc, spec);
-        case K_CODE:
-            if (pk_jscan_string(&sc->js, &text, &len))
-                return -EBADMSG;
-            for (int c = 0; c < PK_DISC_COUNT; c++)
-                if (strlen(s_codes[c]) == len && memcmp(s_codes[c], text, len) == 0) {
-                    m->code = (pk_disconnect_code_t) c;
-                    return 0;
-                }
-            return -EBADMSG;
-    }
-    return -EBADMSG;
-}
-
-static int
-s_scan_type(s_scan_t *sc)
-{
-    const char *text;
-    size_t len;
-    if (pk_jscan_string(&sc->js, &text, &len))
-        return -EBADMSG;
-    for (int t = 0; t < PK_MSG_COUNT; t++)
-        if (strlen(s_messages[t].name) == len && memcmp(s_messages[t].name, text, len) == 0) {
-            sc->m->type = (pk_msg_type_t) t;
-            sc->typed = true;
-            return 0;
-        }
-    return -EBADMSG;
-}
-
-//  A member the decoder has no field for: skipped, its name kept so that
-//  a second one of that name is refused (names with escapes are not
-//  compared here: the full parser takes those frames).
-static int
-s_scan_other(s_scan_t *sc, const char *name, size_t len)
-{
-    if (name == sc->js.scratch || sc->n_other == 16)
-        return -EBADMSG;
-    for (int i = 0; i < sc->n_other; i++)
-        if (sc->other_len[i] == len && memcmp(sc->other[i], name, len) == 0)
-            return -EBADMSG;
-    sc->other[sc->n_other] = name;
-    sc->other_len[sc->n_other++] = len;
-    return pk_jscan_skip(&sc->js);
-}
-
-static int
-s_scan_member(s_scan_t *sc)
-{
-    const char *name;
-    size_t len;
-    if (pk_jscan_string(&sc->js, &name, &len))
-        return -EBADMSG;
-    int f = s_field_named(name, len);
-    if (f < 0) {
-        const char *kept = name;
-        if (pk_jscan_take(&sc->js, ':'))
-            return -EBADMSG;
-        return s_scan_other(sc, kept, len);
-    }
-    if (sc->seen & PK_BIT(f))
-        return -EBADMSG;                    //  a duplicate member
-    sc->seen |= PK_BIT(f);
-    if (pk_jscan_take(&sc->js, ':'))
-        return -EBADMSG;
-    if (f == S_TYPE_FIELD)
-        return s_scan_type(sc);
-    uint32_t wanted = s_messages[sc->m->type].required | s_messages[sc->m->type].optional;
-    if (sc->typed && !(wanted & PK_BIT(f)))
-        return pk_jscan_skip(&sc->js);
-    return s_scan_field(sc, (pk_field_t) f);
-}
-
-//  A field the type does not want, read before "type" was: back to unset,
-//  as the walk leaves it.
-static void
-s_forget_field(pk_msg_t *m, pk_field_t f)
-{
-    switch (s_fields[f].kind) {
-        case K_STRING: {
-            char **slot = s_string_slot(m, f);
-            free(*slot);
-            *slot = NULL;
-            break;
-        }
-        case K_UINT:     *s_uint_slot(m, f) = 0; break;
-        case K_BOOL:     m->success = false; break;
-        case K_CODE:     m->code = 0; break;
-        case K_EPOCH:
-            memset(f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch, 0, PK_EPOCH_LEN);
-            break;
-        case K_KEYS:     s_keys_free(&m->keys); break;
-        case K_INDEXES:  free(m->block_indexes); m->block_indexes = NULL; break;
-        case K_HITS:     free(m->hits); m->hits = NULL; break;
-        case K_METADATA:
-            free(m->agent_metadata);
-            m->agent_metadata = NULL;
-            m->agent_metadata_len = 0;
-            break;
-    }
-}
-
-//  The rules that need the whole frame: the type's members, the lists'
-//  lengths, the epochs, then those of s_check_message.
-static int
-s_scan_finish(s_scan_t *sc, char *err)
-{
-    pk_msg_t *m = sc->m;
-    if (!sc->typed)
-        return -EBADMSG;
-    uint32_t required = s_messages[m->type].required;
-    uint32_t wanted = required | s_messages[m->type].optional;
-    uint32_t fields = sc->seen & (PK_BIT(PK_F_COUNT) - 1);
-    for (uint32_t extra = fields & ~wanted; extra; extra &= extra - 1)
-        s_forget_field(m, (pk_field_t) __builtin_ctz(extra));
-    m->present = fields & wanted;
-    if ((required & ~m->present)
-        || ((m->present & B(BLOCK_INDEXES)) && sc->n_indexes != m->keys.count)
-        || ((m->present & B(HITS)) && sc->n_hits != m->keys.count))
-        return -EBADMSG;
-    for (int f = PK_F_SOURCE_EPOCH; f <= PK_F_TARGET_EPOCH; f++)
-        if ((m->present & PK_BIT(f)) && !s_zero_epoch_ok(m->type, (pk_field_t) f)
-            && s_is_zero(f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch))
-            return -EBADMSG;
-    return s_check_message(m, err) ? -EBADMSG : 0;
-}
-
-int
-pk_msg_decode_scan(const void *data, size_t len, pk_msg_t **msg_p)
-{
-    *msg_p = NULL;
-    s_scan_t sc = { .m = pk_msg_new(PK_MSG_DESCRIBE) };
-    if (!sc.m)
-        return -EAGAIN;
-    pk_jscan_init(&sc.js, data, len);
-    int more = pk_jscan_take(&sc.js, '{') ? -EBADMSG : 1;
-    if (more == 1 && pk_jscan_peek(&sc.js) == '}') {
-        sc.js.p++;
-        more = 0;
-    }
-    while (more == 1)
-        more = s_scan_member(&sc) ? -EBADMSG : pk_jscan_next(&sc.js, '}');
-    int rc = more == 0 && pk_jscan_end(&sc.js) == 0 ? s_scan_finish(&sc, NULL) : -EBADMSG;
-    pk_jscan_fini(&sc.js);
-    if (rc) {
-        pk_msg_destroy(&sc.m);
-        return -EAGAIN;
-    }
-    *msg_p = sc.m;
-    return 0;
 }
 
 int
@@ -1080,12 +739,12 @@ pk_msg_decode(const void *data, size_t len, pk_msg_t **msg_p, char *err)
 static int
 s_check_field(const pk_msg_t *m, pk_field_t f, char *err)
 {
-    const s_field_spec_t *spec = &s_fields[f];
-    const char *tn = s_messages[m->type].name;
+    const pk_field_spec_t *spec = &pk_wire_fields[f];
+    const char *tn = pk_wire_messages[m->type].name;
     const char *fn = spec->name;
     switch (spec->kind) {
         case K_STRING: {
-            const char *s = *s_string_slot((pk_msg_t *) m, f);
+            const char *s = *pk_wire_string_slot((pk_msg_t *) m, f);
             size_t len = s ? strlen(s) : 0;
             if (!s || len < spec->min || len > spec->max)
                 return pk_err(err, -EPROTO, "%s.%s: expected string of %" PRIu64 "..%" PRIu64
@@ -1093,7 +752,7 @@ s_check_field(const pk_msg_t *m, pk_field_t f, char *err)
             break;
         }
         case K_UINT: {
-            uint64_t v = *s_uint_slot((pk_msg_t *) m, f);
+            uint64_t v = *pk_wire_uint_slot((pk_msg_t *) m, f);
             if (v < spec->min || v > spec->max)
                 return pk_err(err, -EPROTO, "%s.%s: expected integer %" PRIu64 "..%" PRIu64
                               ", got %" PRIu64, tn, fn, spec->min, spec->max, v);
@@ -1101,7 +760,7 @@ s_check_field(const pk_msg_t *m, pk_field_t f, char *err)
         }
         case K_EPOCH: {
             const uint8_t *e = f == PK_F_SOURCE_EPOCH ? m->source_epoch : m->target_epoch;
-            if (s_is_zero(e) && !s_zero_epoch_ok(m->type, f))
+            if (pk_wire_is_zero(e) && !pk_wire_zero_epoch_ok(m->type, f))
                 return pk_err(err, -EPROTO, "%s.%s: expected a nonzero epoch, got all zeros",
                               tn, fn);
             break;
@@ -1155,7 +814,7 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
 
 //  One list member's items: hex keys, integers or booleans.
 static void
-s_encode_list(pk_jout_t *o, const pk_msg_t *m, s_kind_t kind)
+s_encode_list(pk_jout_t *o, const pk_msg_t *m, pk_field_kind_t kind)
 {
     pk_jout_raw(o, "[", 1);
     for (size_t i = 0; i < m->keys.count; i++) {
@@ -1175,13 +834,13 @@ s_encode_list(pk_jout_t *o, const pk_msg_t *m, s_kind_t kind)
 static int
 s_encode_field(pk_jout_t *o, const pk_msg_t *m, pk_field_t f)
 {
-    switch (s_fields[f].kind) {
+    switch (pk_wire_fields[f].kind) {
         case K_STRING: {
-            const char *s = *s_string_slot((pk_msg_t *) m, f);
+            const char *s = *pk_wire_string_slot((pk_msg_t *) m, f);
             return pk_jout_string(o, s, strlen(s));
         }
         case K_UINT:
-            pk_jout_uint(o, *s_uint_slot((pk_msg_t *) m, f));
+            pk_jout_uint(o, *pk_wire_uint_slot((pk_msg_t *) m, f));
             break;
         case K_BOOL:
             pk_jout_raw(o, m->success ? "true" : "false", m->success ? 4 : 5);
@@ -1191,7 +850,7 @@ s_encode_field(pk_jout_t *o, const pk_msg_t *m, pk_field_t f)
                         PK_EPOCH_LEN);
             break;
         case K_CODE:
-            return pk_jout_string(o, s_codes[m->code], strlen(s_codes[m->code]));
+            return pk_jout_string(o, pk_wire_codes[m->code], strlen(pk_wire_codes[m->code]));
         case K_METADATA: {
             size_t b64len = sodium_base64_ENCODED_LEN(m->agent_metadata_len,
                                                       sodium_base64_VARIANT_ORIGINAL);
@@ -1208,7 +867,7 @@ s_encode_field(pk_jout_t *o, const pk_msg_t *m, pk_field_t f)
         case K_KEYS:
         case K_INDEXES:
         case K_HITS:
-            s_encode_list(o, m, s_fields[f].kind);
+            s_encode_list(o, m, pk_wire_fields[f].kind);
             break;
     }
     return 0;
@@ -1220,12 +879,12 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
     *out_p = NULL;
     if ((unsigned) self->type >= PK_MSG_COUNT)
         return pk_err(err, -EPROTO, "unknown message type %d", (int) self->type);
-    const char *tn = s_messages[self->type].name;
-    uint32_t required = s_messages[self->type].required;
-    uint32_t emit = self->present & (required | s_messages[self->type].optional);
+    const char *tn = pk_wire_messages[self->type].name;
+    uint32_t required = pk_wire_messages[self->type].required;
+    uint32_t emit = self->present & (required | pk_wire_messages[self->type].optional);
     if (required & ~self->present)
         return pk_err(err, -EPROTO, "%s.%s: missing", tn,
-                      s_fields[__builtin_ctz(required & ~self->present)].name);
+                      pk_wire_fields[__builtin_ctz(required & ~self->present)].name);
     //  Lists share the keys' count; a list set without keys is a caller bug
     //  the rules below would not see.
     if ((emit & (B(BLOCK_INDEXES) | B(HITS))) && !(emit & B(KEYS)))
@@ -1238,7 +897,7 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
         if (rc)
             return rc;
     }
-    int rc = s_check_message(self, err);
+    int rc = pk_wire_check_message(self, err);
     if (rc)
         return rc;
 
@@ -1251,7 +910,7 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
     for (int f = 0; f < PK_F_COUNT; f++) {
         if (!(emit & PK_BIT(f)))
             continue;
-        const char *fn = s_fields[f].name;
+        const char *fn = pk_wire_fields[f].name;
         char *at = pk_jout_reserve(&o, strlen(fn) + 4);
         if (at)
             o.len += (size_t) sprintf(at, ",\"%s\":", fn);
