@@ -170,7 +170,9 @@ static const char s_usage[] =
     "                               default 256\n"
     "      --max-frame BYTES        larger frames are refused (whole server;\n"
     "                               at least 4096); default 67108864\n"
-    "      --max-sessions N         sessions at once (whole server); default 256\n"
+    "      --max-sessions N         sessions at once (whole server; file and socket\n"
+    "                               limits are raised to fit, or the start is\n"
+    "                               refused); default 256\n"
     "\n"
     "Exit status: 0 clean shutdown, 1 runtime error, 2 usage or configuration\n"
     "error.  See p2pkv-server(8).\n";
