@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <sodium.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -330,6 +331,96 @@ START_TEST(test_provider_and_peer_id_are_the_ones_asked_for)
 }
 END_TEST
 
+//  --shutdown-timeout: SIGTERM while a write is stuck (a consumer that
+//  stopped progressing its endpoint once the first blocks landed, with
+//  the stall, drain and silence timeouts at 30 s) ends the server within
+//  about the shutdown timeout, 1 s here: not at once (the drain is held
+//  open, the write in flight) and not after the 30 s it would wait.
+#define BIG (64 * 1024)
+#define NBIG 2048
+
+START_TEST(test_shutdown_timeout_bounds_a_stuck_drain)
+{
+    const double shutdown = 1.0;
+    td_t s;
+    char nbig[16], big[16];
+    snprintf(nbig, sizeof nbig, "%d", NBIG);
+    snprintf(big, sizeof big, "%d", BIG);
+    td_start(&s, (const char *const[]) { "--pool-blocks", nbig, "--block-len", big,
+                                         "--pin-quota", nbig, "--shutdown-timeout", "1",
+                                         "--stall-timeout", "30", "--drain-timeout", "30",
+                                         "--silence-timeout", "30", NULL });
+    static uint8_t raw[NBIG][16];
+    static pk_key_t keys[NBIG];
+    static uint32_t idx[NBIG];
+    json_t *list = json_array();
+    for (size_t i = 0; i < NBIG; i++) {
+        memcpy(raw[i], "shutdown", 8);
+        for (int b = 0; b < 8; b++)
+            raw[i][8 + b] = (uint8_t) (i >> (8 * b));
+        keys[i] = pk_key_make(raw[i], 16);
+        idx[i] = (uint32_t) i;
+        char hex[33];
+        pk_hex_encode(raw[i], 16, hex);
+        json_array_append_new(list, json_string(hex));
+    }
+    size_t len;
+    uint8_t *pool = td_map_pool(&s, &len);
+    json_t *a = s_ok(td_engine(&s, "{s:s, s:O}", "cmd", "reserve", "keys", list));
+    json_t *blocks = json_object_get(a, "blocks");
+    for (size_t i = 0; i < NBIG; i++)
+        memset(pool + (size_t) json_integer_value(json_array_get(blocks, i)) * BIG,
+               (int) (i % 251) + 1, BIG);
+    json_decref(a);
+    munmap(pool, len);
+    json_decref(s_ok(td_engine(&s, "{s:s, s:o}", "cmd", "commit", "keys", list)));
+    tc_config_t c = { s.endpoint, "c-stuck", NBIG, BIG, "fp", "7", 0 };
+    tc_t *tc = tc_new(&c);
+    ck_assert_ptr_nonnull(tc);
+    pk_msg_t *answer = tc_connect(tc, 10);
+    ck_assert_msg(answer && answer->type == PK_MSG_CONNECT_ACK, "no connect_ack");
+    pk_msg_destroy(&answer);
+    ck_assert_int_eq(tc_send(tc, tc_lookup("stuck", 1, keys, NBIG)), 0);
+    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 10);
+    size_t hits = 0;
+    for (size_t i = 0; i < resp->keys.count; i++)
+        hits += resp->hits[i];
+    pk_msg_destroy(&resp);
+    ck_assert_uint_eq(hits, NBIG);
+    ck_assert_int_eq(tc_send(tc, tc_fetch("stuck", 1, keys, idx, NBIG)), 0);
+    //  progressed until the first blocks land, then never again
+    double deadline = pk_clock_monotonic() + 10;
+    while (tc_landed(tc, 1) == 0) {
+        ck_assert_msg(pk_clock_monotonic() < deadline, "nothing landed within 10 s");
+        tc_progress(tc, 0.0005);
+    }
+    ck_assert_msg(tc_landed(tc, 1) < NBIG, "every block landed before the consumer stopped");
+    //  the server says the transfer is in flight (its gauge, for this
+    //  consumer), and it stays so: nothing more lands
+    double in_flight = 0;
+    deadline = pk_clock_monotonic() + 10;
+    while (in_flight < 1) {
+        ck_assert_msg(pk_clock_monotonic() < deadline, "no transfer in flight within 10 s");
+        json_t *st = s_ok(td_engine(&s, "{s:s}", "cmd", "stats"));
+        json_t *f = json_object_get(json_object_get(st, "metrics"), "p2pkv_transfers_in_flight");
+        in_flight = json_number_value(json_object_get(json_object_get(f, "peers"), "c-stuck"));
+        json_decref(st);
+        if (in_flight < 1)
+            zclock_sleep(20);
+    }
+    ck_assert_uint_lt(tc_landed(tc, 1), NBIG);
+    double t0 = pk_clock_monotonic();
+    int status = td_stop(&s);
+    double took = pk_clock_monotonic() - t0;
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    ck_assert_msg(took >= shutdown - 0.1, "exited %.2f s after SIGTERM: the drain was not held",
+                  took);
+    ck_assert_msg(took < shutdown + 2.5, "exited %.2f s after SIGTERM, shutdown timeout %.1f",
+                  took, shutdown);
+    tc_destroy(&tc);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -345,6 +436,7 @@ main(void)
     tcase_add_test(tc, test_log_level_filters_lines);
     tcase_add_test(tc, test_max_frame_drops_a_larger_frame);
     tcase_add_test(tc, test_provider_and_peer_id_are_the_ones_asked_for);
+    tcase_add_test(tc, test_shutdown_timeout_bounds_a_stuck_drain);
     suite_add_tcase(s, tc);
     return pk_test_run("settings_e2e", s);
 }
