@@ -3,8 +3,9 @@
     abort_ack_timeout, silence_timeout and no_reconnect against a fake
     server on a ZeroMQ ROUTER that answers only what each test lets it
     (the library talks to it over tcp on 127.0.0.1, its fabric on the
-    tcp provider), fingerprint and hash_seed against a real
-    p2pkv-server, and provider at p2pkv_client_new.  Each timeout is
+    tcp provider), node in the address blob each connect carries,
+    fingerprint and hash_seed against a real p2pkv-server, and provider
+    at p2pkv_client_new.  Each timeout is
     short and far from its default, so that the default would fail the
     test: the bound each asserts is the setting plus room for a loaded
     2-core machine under ASan.
@@ -410,6 +411,49 @@ START_TEST(test_unknown_provider_refused_at_new)
 }
 END_TEST
 
+//  The consumer's fabric address blob in a connect holds the IPv4
+//  address a (network order) as a sockaddr would.
+static bool
+s_blob_has_addr(const pk_msg_t *m, const uint8_t a[4])
+{
+    for (size_t i = 0; m->agent_metadata && i + 4 <= m->agent_metadata_len; i++)
+        if (memcmp(m->agent_metadata + i, a, 4) == 0)
+            return true;
+    return false;
+}
+
+//  node: the fabric endpoint a client offers its servers (the address
+//  blob in every connect) is on the local address asked for: 127.0.0.2
+//  for one client, 127.0.0.3 for another, each blob holding its own and
+//  not the other's.
+START_TEST(test_node_is_the_endpoints_address)
+{
+    const char *nodes[2] = { "127.0.0.2", "127.0.0.3" };
+    const uint8_t addr[2][4] = { { 127, 0, 0, 2 }, { 127, 0, 0, 3 } };
+    for (int i = 0; i < 2; i++) {
+        s_fake_t f;
+        s_fake_start(&f);
+        char err[256] = "";
+        p2pkv_config_t cfg = { .peer_id = "c-node", .fingerprint = "fp", .hash_seed = "7",
+                               .provider = "tcp", .node = nodes[i], .connect_retry = 0.1 };
+        p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 },
+                                             err);
+        ck_assert_msg(c != NULL, "p2pkv_client_new on %s: %s", nodes[i], err);
+        //  unanswered: connect gives up, the connect it sent is what we read
+        ck_assert_int_eq(p2pkv_client_connect(c, f.endpoint, 0.3, err), -ETIMEDOUT);
+        pk_msg_t *m = s_fake_next(&f, PK_MSG_CONNECT, 5);
+        ck_assert_msg(m != NULL, "no connect reached the fake server");
+        ck_assert_msg(m->agent_metadata_len > 0, "a connect without an address blob");
+        ck_assert_msg(s_blob_has_addr(m, addr[i]), "%s not in the connect's blob", nodes[i]);
+        ck_assert_msg(!s_blob_has_addr(m, addr[1 - i]), "%s in the blob of a client on %s",
+                      nodes[1 - i], nodes[i]);
+        pk_msg_destroy(&m);
+        p2pkv_client_destroy(&c);
+        s_fake_stop(&f);
+    }
+}
+END_TEST
+
 int
 main(void)
 {
@@ -424,6 +468,7 @@ main(void)
     tcase_add_test(tc, test_no_reconnect_keeps_a_lost_server_down);
     tcase_add_test(tc, test_fingerprint_and_hash_seed_mismatch_refused);
     tcase_add_test(tc, test_unknown_provider_refused_at_new);
+    tcase_add_test(tc, test_node_is_the_endpoints_address);
     suite_add_tcase(suite, tc);
     return pk_test_run("client_settings", suite);
 }
