@@ -15,7 +15,9 @@
 #include "base/clock.h"
 #include "testutil.h"
 
+#include <arpa/inet.h>
 #include <czmq.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <poll.h>
 #include <sodium.h>
@@ -471,6 +473,80 @@ START_TEST(test_stall_timeout_gives_up_a_stuck_write)
 }
 END_TEST
 
+//  How many TCP sockets process pid holds bound to IPv4 address a
+//  (dotted): /proc/net/tcp's local addresses matched to the process's
+//  descriptors by inode.
+static int
+s_sockets_on(pid_t pid, const char *a)
+{
+    struct in_addr want;
+    ck_assert_int_eq(inet_pton(AF_INET, a, &want), 1);
+    char hex[16];
+    snprintf(hex, sizeof hex, "%08X:", (unsigned) want.s_addr);   //  as /proc prints it
+    FILE *f = fopen("/proc/net/tcp", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    unsigned long inodes[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        char local[64];
+        unsigned long inode;
+        if (sscanf(line, " %*d: %63s %*s %*s %*s %*s %*s %*s %*s %lu", local, &inode) == 2
+            && strncmp(local, hex, strlen(hex)) == 0 && n < 256)
+            inodes[n++] = inode;
+    }
+    fclose(f);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int) pid);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d)); ) {
+        char path[320], target[128];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        unsigned long inode;
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        if (sscanf(target, "socket:[%lu]", &inode) != 1)
+            continue;
+        for (int i = 0; i < n; i++)
+            found += inodes[i] == inode;
+    }
+    closedir(d);
+    return found;
+}
+
+//  --fabric-addr: a session's fabric endpoint is on that address: with
+//  127.0.0.2 the server holds a TCP socket bound there once a consumer's
+//  session opened (the peers' socket is on 127.0.0.1), and none before;
+//  with an address this host does not have, every session's endpoint
+//  fails to open and the consumer is refused, the fabric naming why.
+START_TEST(test_fabric_addr_is_the_endpoints_address)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--fabric-addr", "127.0.0.2", NULL });
+    ck_assert_int_eq(s_sockets_on(s.pid, "127.0.0.2"), 0);
+    tc_t *tc = s_consumer(&s, "c-fabric");
+    ck_assert_int_ge(s_sockets_on(s.pid, "127.0.0.2"), 1);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+    td_start(&s, (const char *const[]) { "--fabric-addr", "192.0.2.1", NULL });
+    tc_config_t c = { s.endpoint, "c-nowhere", 64, BLOCK, "fp", "7", 0 };
+    tc = tc_new(&c);
+    ck_assert_ptr_nonnull(tc);
+    pk_msg_t *answer = tc_connect(tc, 10);
+    ck_assert_msg(answer != NULL, "no answer to connect");
+    ck_assert_int_eq(answer->type, PK_MSG_DISCONNECT);
+    ck_assert_msg(answer->reason && strstr(answer->reason, "fi_endpoint"), "reason: %s",
+                  answer->reason ? answer->reason : "(none)");
+    pk_msg_destroy(&answer);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -488,6 +564,7 @@ main(void)
     tcase_add_test(tc, test_provider_and_peer_id_are_the_ones_asked_for);
     tcase_add_test(tc, test_shutdown_timeout_bounds_a_stuck_drain);
     tcase_add_test(tc, test_stall_timeout_gives_up_a_stuck_write);
+    tcase_add_test(tc, test_fabric_addr_is_the_endpoints_address);
     suite_add_tcase(s, tc);
     return pk_test_run("settings_e2e", s);
 }
