@@ -15,11 +15,14 @@
 #include "base/clock.h"
 #include "testutil.h"
 
+#include <arpa/inet.h>
 #include <czmq.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <poll.h>
 #include <sodium.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -330,6 +333,220 @@ START_TEST(test_provider_and_peer_id_are_the_ones_asked_for)
 }
 END_TEST
 
+#define BIG (64 * 1024)
+#define NBIG 2048
+
+//  The server's gauge of transfers in flight to consumer id.
+static double
+s_in_flight(td_t *s, const char *id)
+{
+    json_t *st = s_ok(td_engine(s, "{s:s}", "cmd", "stats"));
+    json_t *f = json_object_get(json_object_get(st, "metrics"), "p2pkv_transfers_in_flight");
+    double n = json_number_value(json_object_get(json_object_get(f, "peers"), id));
+    json_decref(st);
+    return n;
+}
+
+//  A server (flags after the big pool's) holding NBIG blocks of BIG bytes,
+//  and a consumer ("c-stuck") whose fetch of all of them is stuck: it
+//  progressed its endpoint until the first blocks landed and never again,
+//  and the server says the transfer is in flight.
+static tc_t *
+s_stuck_transfer(td_t *s, const char *const *flags)
+{
+    char nbig[16], big[16];
+    snprintf(nbig, sizeof nbig, "%d", NBIG);
+    snprintf(big, sizeof big, "%d", BIG);
+    const char *all[32] = { "--pool-blocks", nbig, "--block-len", big, "--pin-quota", nbig };
+    size_t n = 6;
+    for (size_t i = 0; flags[i]; i++) {
+        ck_assert_uint_lt(n + 1, sizeof all / sizeof all[0]);
+        all[n++] = flags[i];
+    }
+    all[n] = NULL;
+    td_start(s, all);
+    static uint8_t raw[NBIG][16];
+    static pk_key_t keys[NBIG];
+    static uint32_t idx[NBIG];
+    json_t *list = json_array();
+    for (size_t i = 0; i < NBIG; i++) {
+        memcpy(raw[i], "stuck---", 8);
+        for (int b = 0; b < 8; b++)
+            raw[i][8 + b] = (uint8_t) (i >> (8 * b));
+        keys[i] = pk_key_make(raw[i], 16);
+        idx[i] = (uint32_t) i;
+        char hex[33];
+        pk_hex_encode(raw[i], 16, hex);
+        json_array_append_new(list, json_string(hex));
+    }
+    size_t len;
+    uint8_t *pool = td_map_pool(s, &len);
+    json_t *a = s_ok(td_engine(s, "{s:s, s:O}", "cmd", "reserve", "keys", list));
+    json_t *blocks = json_object_get(a, "blocks");
+    for (size_t i = 0; i < NBIG; i++)
+        memset(pool + (size_t) json_integer_value(json_array_get(blocks, i)) * BIG,
+               (int) (i % 251) + 1, BIG);
+    json_decref(a);
+    munmap(pool, len);
+    json_decref(s_ok(td_engine(s, "{s:s, s:o}", "cmd", "commit", "keys", list)));
+    tc_config_t c = { s->endpoint, "c-stuck", NBIG, BIG, "fp", "7", 0 };
+    tc_t *tc = tc_new(&c);
+    ck_assert_ptr_nonnull(tc);
+    pk_msg_t *answer = tc_connect(tc, 10);
+    ck_assert_msg(answer && answer->type == PK_MSG_CONNECT_ACK, "no connect_ack");
+    pk_msg_destroy(&answer);
+    ck_assert_int_eq(tc_send(tc, tc_lookup("stuck", 1, keys, NBIG)), 0);
+    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 10);
+    size_t hits = 0;
+    for (size_t i = 0; i < resp->keys.count; i++)
+        hits += resp->hits[i];
+    pk_msg_destroy(&resp);
+    ck_assert_uint_eq(hits, NBIG);
+    ck_assert_int_eq(tc_send(tc, tc_fetch("stuck", 1, keys, idx, NBIG)), 0);
+    double deadline = pk_clock_monotonic() + 10;
+    while (tc_landed(tc, 1) == 0) {
+        ck_assert_msg(pk_clock_monotonic() < deadline, "nothing landed within 10 s");
+        tc_progress(tc, 0.0005);
+    }
+    ck_assert_msg(tc_landed(tc, 1) < NBIG, "every block landed before the consumer stopped");
+    deadline = pk_clock_monotonic() + 10;
+    while (s_in_flight(s, "c-stuck") < 1) {
+        ck_assert_msg(pk_clock_monotonic() < deadline, "no transfer in flight within 10 s");
+        zclock_sleep(20);
+    }
+    ck_assert_uint_lt(tc_landed(tc, 1), NBIG);
+    return tc;
+}
+
+//  --shutdown-timeout: SIGTERM while a write is stuck (the stall, drain
+//  and silence timeouts at 30 s) ends the server within about the
+//  shutdown timeout, 1 s here: not at once (the drain is held open, the
+//  write in flight) and not after the 30 s it would wait.
+START_TEST(test_shutdown_timeout_bounds_a_stuck_drain)
+{
+    const double shutdown = 1.0;
+    td_t s;
+    tc_t *tc = s_stuck_transfer(&s, (const char *const[]) {
+        "--shutdown-timeout", "1", "--stall-timeout", "30", "--drain-timeout", "30",
+        "--silence-timeout", "30", NULL });
+    double t0 = pk_clock_monotonic();
+    int status = td_stop(&s);
+    double took = pk_clock_monotonic() - t0;
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    ck_assert_msg(took >= shutdown - 0.1, "exited %.2f s after SIGTERM: the drain was not held",
+                  took);
+    ck_assert_msg(took < shutdown + 2.5, "exited %.2f s after SIGTERM, shutdown timeout %.1f",
+                  took, shutdown);
+    tc_destroy(&tc);
+}
+END_TEST
+
+//  --stall-timeout (the server's data plane): a write to a consumer that
+//  stopped progressing is given up (no transfer in flight any more, the
+//  round answered transfer_done false) within about the stall timeout,
+//  1 s here; the default is 5 s, the drain and silence timeouts 30.
+START_TEST(test_stall_timeout_gives_up_a_stuck_write)
+{
+    const double stall = 1.0;
+    td_t s;
+    tc_t *tc = s_stuck_transfer(&s, (const char *const[]) {
+        "--stall-timeout", "1", "--drain-timeout", "30", "--silence-timeout", "30", NULL });
+    double t0 = pk_clock_monotonic();
+    double deadline = t0 + 10;
+    while (s_in_flight(&s, "c-stuck") >= 1) {
+        ck_assert_msg(pk_clock_monotonic() < deadline, "still in flight after 10 s");
+        zclock_sleep(20);
+    }
+    double took = pk_clock_monotonic() - t0;
+    ck_assert_msg(took < stall + 2.0, "given up %.2f s after it was seen stuck, stall %.1f",
+                  took, stall);
+    //  and the consumer is told: the round failed (its landing blocks may
+    //  still arrive)
+    pk_msg_t *done = s_expect(tc, PK_MSG_TRANSFER_DONE, 5);
+    ck_assert_str_eq(done->kv_request_id, "stuck");
+    ck_assert_msg(!done->success, "a stalled transfer reported a success");
+    ck_assert_uint_lt(done->landing, NBIG);
+    pk_msg_destroy(&done);
+    ck_assert_uint_lt(tc_landed(tc, 1), NBIG);
+    ck_assert_int_eq(td_stop(&s), 0);
+    tc_destroy(&tc);
+}
+END_TEST
+
+//  How many TCP sockets process pid holds bound to IPv4 address a
+//  (dotted): /proc/net/tcp's local addresses matched to the process's
+//  descriptors by inode.
+static int
+s_sockets_on(pid_t pid, const char *a)
+{
+    struct in_addr want;
+    ck_assert_int_eq(inet_pton(AF_INET, a, &want), 1);
+    char hex[16];
+    snprintf(hex, sizeof hex, "%08X:", (unsigned) want.s_addr);   //  as /proc prints it
+    FILE *f = fopen("/proc/net/tcp", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    unsigned long inodes[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        char local[64];
+        unsigned long inode;
+        if (sscanf(line, " %*d: %63s %*s %*s %*s %*s %*s %*s %*s %lu", local, &inode) == 2
+            && strncmp(local, hex, strlen(hex)) == 0 && n < 256)
+            inodes[n++] = inode;
+    }
+    fclose(f);
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/fd", (int) pid);
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d)); ) {
+        char path[320], target[128];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        ssize_t len = readlink(path, target, sizeof target - 1);
+        unsigned long inode;
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        if (sscanf(target, "socket:[%lu]", &inode) != 1)
+            continue;
+        for (int i = 0; i < n; i++)
+            found += inodes[i] == inode;
+    }
+    closedir(d);
+    return found;
+}
+
+//  --fabric-addr: a session's fabric endpoint is on that address: with
+//  127.0.0.2 the server holds a TCP socket bound there once a consumer's
+//  session opened (the peers' socket is on 127.0.0.1), and none before;
+//  with an address this host does not have, every session's endpoint
+//  fails to open and the consumer is refused, the fabric naming why.
+START_TEST(test_fabric_addr_is_the_endpoints_address)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--fabric-addr", "127.0.0.2", NULL });
+    ck_assert_int_eq(s_sockets_on(s.pid, "127.0.0.2"), 0);
+    tc_t *tc = s_consumer(&s, "c-fabric");
+    ck_assert_int_ge(s_sockets_on(s.pid, "127.0.0.2"), 1);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+    td_start(&s, (const char *const[]) { "--fabric-addr", "192.0.2.1", NULL });
+    tc_config_t c = { s.endpoint, "c-nowhere", 64, BLOCK, "fp", "7", 0 };
+    tc = tc_new(&c);
+    ck_assert_ptr_nonnull(tc);
+    pk_msg_t *answer = tc_connect(tc, 10);
+    ck_assert_msg(answer != NULL, "no answer to connect");
+    ck_assert_int_eq(answer->type, PK_MSG_DISCONNECT);
+    ck_assert_msg(answer->reason && strstr(answer->reason, "fi_endpoint"), "reason: %s",
+                  answer->reason ? answer->reason : "(none)");
+    pk_msg_destroy(&answer);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -345,6 +562,9 @@ main(void)
     tcase_add_test(tc, test_log_level_filters_lines);
     tcase_add_test(tc, test_max_frame_drops_a_larger_frame);
     tcase_add_test(tc, test_provider_and_peer_id_are_the_ones_asked_for);
+    tcase_add_test(tc, test_shutdown_timeout_bounds_a_stuck_drain);
+    tcase_add_test(tc, test_stall_timeout_gives_up_a_stuck_write);
+    tcase_add_test(tc, test_fabric_addr_is_the_endpoints_address);
     suite_add_tcase(s, tc);
     return pk_test_run("settings_e2e", s);
 }

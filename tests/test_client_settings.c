@@ -1,0 +1,474 @@
+/*  test_client_settings.c: that the client library's own settings
+    (p2pkv_config_t) take effect through the library: load_timeout,
+    abort_ack_timeout, silence_timeout and no_reconnect against a fake
+    server on a ZeroMQ ROUTER that answers only what each test lets it
+    (the library talks to it over tcp on 127.0.0.1, its fabric on the
+    tcp provider), node in the address blob each connect carries,
+    fingerprint and hash_seed against a real p2pkv-server, and provider
+    at p2pkv_client_new.  Each timeout is
+    short and far from its default, so that the default would fail the
+    test: the bound each asserts is the setting plus room for a loaded
+    2-core machine under ASan.
+*/
+#include "p2pkv.h"
+#include "base/clock.h"
+#include "daemon.h"
+#include "wire/protocol.h"
+#include "testutil.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define BLOCK 4096
+
+typedef struct {
+    atomic_int fetches, status, ups, downs, stops;
+    char fetch_reason[256];
+    char reason[256];
+} s_seen_t;
+
+static void
+s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
+{
+    s_seen_t *seen = arg;
+    snprintf(seen->fetch_reason, sizeof seen->fetch_reason, "%s", reason);
+    atomic_store(&seen->status, (int) status);
+    atomic_fetch_add(&seen->fetches, 1);
+}
+
+static void
+s_on_server(void *arg, int server, p2pkv_server_state_t state, const char *reason)
+{
+    s_seen_t *seen = arg;
+    snprintf(seen->reason, sizeof seen->reason, "%s", reason);
+    if (state == P2PKV_SERVER_UP)
+        atomic_fetch_add(&seen->ups, 1);
+    else if (state == P2PKV_SERVER_DOWN)
+        atomic_fetch_add(&seen->downs, 1);
+    else if (state == P2PKV_SERVER_STOPPED)
+        atomic_fetch_add(&seen->stops, 1);
+}
+
+//  A client with a progress thread, over cfg (peer_id, fingerprint,
+//  hash seed, provider and node filled in when unset).
+static p2pkv_client_t *
+s_client(p2pkv_config_t cfg, s_seen_t *seen)
+{
+    memset(seen, 0, sizeof *seen);
+    atomic_store(&seen->status, -1);
+    if (!cfg.peer_id)
+        cfg.peer_id = "c-settings";
+    if (!cfg.fingerprint)
+        cfg.fingerprint = "fp";
+    if (!cfg.hash_seed)
+        cfg.hash_seed = "7";
+    cfg.provider = "tcp";
+    cfg.node = "127.0.0.1";
+    cfg.progress_thread = true;
+    char err[256] = "";
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
+                                         (p2pkv_callbacks_t) { .arg = seen,
+                                                               .on_fetch = s_on_fetch,
+                                                               .on_server = s_on_server },
+                                         err);
+    ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
+    return c;
+}
+
+//  Waits (the progress thread drives the client) until *counter reaches
+//  want, or fails after limit seconds; the seconds it took.
+static double
+s_until(atomic_int *counter, int want, double limit)
+{
+    double start = pk_clock_monotonic();
+    while (atomic_load(counter) < want) {
+        ck_assert_msg(pk_clock_monotonic() < start + limit, "not within %.1f s", limit);
+        zclock_sleep(1);
+    }
+    return pk_clock_monotonic() - start;
+}
+
+//  ---------------------------------------------------------------------------
+//  The fake server: a ROUTER on a kernel-chosen port.
+
+typedef struct {
+    zsock_t *router;
+    char endpoint[64];
+    zframe_t *rid;                  //  the client's routing id, once it connected
+    uint8_t consumer[PK_EPOCH_LEN], server[PK_EPOCH_LEN];
+} s_fake_t;
+
+static void
+s_fake_start(s_fake_t *f)
+{
+    memset(f, 0, sizeof *f);
+    f->router = zsock_new(ZMQ_ROUTER);
+    int port = zsock_bind(f->router, "tcp://127.0.0.1:*");
+    ck_assert_int_gt(port, 0);
+    snprintf(f->endpoint, sizeof f->endpoint, "tcp://127.0.0.1:%d", port);
+    f->server[0] = 0x5e;
+    f->server[1] = 1;
+}
+
+static void
+s_fake_stop(s_fake_t *f)
+{
+    zframe_destroy(&f->rid);
+    zsock_destroy(&f->router);
+}
+
+//  The next message from the client of the given type within timeout
+//  seconds (others, pings among them, are read and left unanswered), or
+//  NULL.  Keeps the sender's routing id.
+static pk_msg_t *
+s_fake_next(s_fake_t *f, pk_msg_type_t type, double timeout)
+{
+    double deadline = pk_clock_monotonic() + timeout;
+    for (;;) {
+        int left = (int) ((deadline - pk_clock_monotonic()) * 1000);
+        if (left <= 0)
+            return NULL;
+        zsock_set_rcvtimeo(f->router, left);
+        zmsg_t *msg = zmsg_recv(f->router);
+        if (!msg)
+            return NULL;
+        zframe_t *rid = zmsg_pop(msg), *body = zmsg_pop(msg);
+        pk_msg_t *m = NULL;
+        bool ok = body && pk_msg_decode(zframe_data(body), zframe_size(body), &m, NULL) == 0;
+        zframe_destroy(&body);
+        zmsg_destroy(&msg);
+        if (ok && m->type == type) {
+            zframe_destroy(&f->rid);
+            f->rid = rid;
+            return m;
+        }
+        zframe_destroy(&rid);
+        pk_msg_destroy(&m);
+    }
+}
+
+static void
+s_fake_send(s_fake_t *f, pk_msg_t *m)
+{
+    pk_msg_set_epochs(m, f->server, f->consumer);
+    char *text;
+    size_t len;
+    ck_assert_int_eq(pk_msg_encode(m, &text, &len, NULL), 0);
+    zframe_send(&f->rid, f->router, ZFRAME_MORE | ZFRAME_REUSE);
+    ck_assert_int_eq(zmq_send(zsock_resolve(f->router), text, len, 0), (int) len);
+    free(text);
+    pk_msg_destroy(&m);
+}
+
+//  Answers the next connect with a connect_ack.
+static void
+s_fake_accept(s_fake_t *f)
+{
+    pk_msg_t *m = s_fake_next(f, PK_MSG_CONNECT, 10);
+    ck_assert_msg(m != NULL, "no connect reached the fake server");
+    memcpy(f->consumer, m->source_epoch, PK_EPOCH_LEN);
+    pk_msg_destroy(&m);
+    pk_msg_t *ack = pk_msg_new(PK_MSG_CONNECT_ACK);
+    pk_msg_set_uint(ack, PK_F_WIRE_MAJOR, PK_WIRE_MAJOR);
+    pk_msg_set_uint(ack, PK_F_WIRE_MINOR, PK_WIRE_MINOR);
+    pk_msg_set_string(ack, PK_F_PEER_ID, "fake");
+    pk_msg_set_uint(ack, PK_F_BLOCK_LEN, BLOCK);
+    pk_msg_set_uint(ack, PK_F_NUM_BLOCKS, 64);
+    s_fake_send(f, ack);
+}
+
+typedef struct {
+    p2pkv_client_t *c;
+    const char *ep;
+    int index;
+    char err[256];
+} s_connect_arg_t;
+
+static void *
+s_connect_thread(void *arg)
+{
+    s_connect_arg_t *a = arg;
+    a->index = p2pkv_client_connect(a->c, a->ep, 10, a->err);
+    return NULL;
+}
+
+//  The client connected to the fake (connect waits for the ack, so it
+//  runs on a helper thread while this one answers); the server's index.
+static int
+s_fake_connected(s_fake_t *f, p2pkv_client_t *c)
+{
+    s_connect_arg_t arg = { c, f->endpoint, -1, "" };
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, s_connect_thread, &arg), 0);
+    s_fake_accept(f);
+    pthread_join(t, NULL);
+    ck_assert_msg(arg.index >= 0, "connect: %s", arg.err);
+    return arg.index;
+}
+
+//  A fetch of one key into block 0 (deadline 0: the config's load_timeout).
+static void
+s_fetch_one(p2pkv_client_t *c, int server, const char *kv)
+{
+    static const uint8_t key[32] = { 0x42 };
+    p2pkv_key_t k = { key, sizeof key };
+    uint32_t dest = 0;
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, kv, &k, &dest, 1, 0, 0, &id), 0);
+}
+
+//  ---------------------------------------------------------------------------
+
+//  load_timeout 0.5 s (default 30): a fetch the server never answers is
+//  aborted: abort_fetch reaches the server about 0.5 s after the fetch,
+//  and its abort_ack (nothing landing) ends the fetch ABORTED.
+START_TEST(test_load_timeout_aborts_an_unanswered_fetch)
+{
+    const double load = 0.5;
+    s_fake_t f;
+    s_fake_start(&f);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client((p2pkv_config_t) { .load_timeout = load,
+                                                    .abort_ack_timeout = 10,
+                                                    .silence_timeout = 30 }, &seen);
+    int server = s_fake_connected(&f, c);
+    s_fetch_one(c, server, "lt");
+    pk_msg_t *fetch = s_fake_next(&f, PK_MSG_FETCH, 5);
+    ck_assert_msg(fetch != NULL, "no fetch reached the fake server");
+    double sent = pk_clock_monotonic();
+    pk_msg_destroy(&fetch);
+    pk_msg_t *abort = s_fake_next(&f, PK_MSG_ABORT_FETCH, 10);
+    double asked = pk_clock_monotonic() - sent;
+    ck_assert_msg(abort != NULL, "no abort_fetch within 10 s");
+    ck_assert_str_eq(abort->kv_request_id, "lt");
+    ck_assert_msg(asked > load - 0.1 && asked < load + 1.5, "abort_fetch %.2f s after the fetch",
+                  asked);
+    ck_assert_int_eq(atomic_load(&seen.fetches), 0);      //  open until the ack
+    pk_msg_t *ack = pk_msg_new(PK_MSG_ABORT_ACK);
+    pk_msg_set_string(ack, PK_F_KV_REQUEST_ID, abort->kv_request_id);
+    pk_msg_set_uint(ack, PK_F_ROUND_SEQ, abort->round_seq);
+    pk_msg_set_uint(ack, PK_F_LANDING, 0);
+    pk_msg_destroy(&abort);
+    s_fake_send(&f, ack);
+    s_until(&seen.fetches, 1, 5);
+    ck_assert_msg(atomic_load(&seen.status) == P2PKV_ABORTED, "status %d: %s",
+                  atomic_load(&seen.status), seen.fetch_reason);
+    ck_assert_int_eq(atomic_load(&seen.downs), 0);        //  the session lives on
+    p2pkv_client_destroy(&c);
+    s_fake_stop(&f);
+}
+END_TEST
+
+//  abort_ack_timeout 0.5 s (default 10): an abort the server does not
+//  acknowledge cuts it off (its endpoint closed) and fails the fetch
+//  about 0.5 s after the abort_fetch; later fetches on it are refused.
+START_TEST(test_abort_ack_timeout_cuts_off_the_server)
+{
+    const double ack_timeout = 0.5;
+    s_fake_t f;
+    s_fake_start(&f);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client((p2pkv_config_t) { .load_timeout = 0.3,
+                                                    .abort_ack_timeout = ack_timeout,
+                                                    .silence_timeout = 30 }, &seen);
+    int server = s_fake_connected(&f, c);
+    s_fetch_one(c, server, "aat");
+    pk_msg_t *abort = s_fake_next(&f, PK_MSG_ABORT_FETCH, 10);
+    double asked = pk_clock_monotonic();
+    ck_assert_msg(abort != NULL, "no abort_fetch within 10 s");
+    pk_msg_destroy(&abort);
+    ck_assert_int_eq(atomic_load(&seen.fetches), 0);
+    double took = s_until(&seen.fetches, 1, 8);
+    ck_assert_msg(took < ack_timeout + 1.5, "failed %.2f s after the abort", took);
+    ck_assert_msg(pk_clock_monotonic() - asked > ack_timeout - 0.1, "failed before the timeout");
+    ck_assert_int_eq(atomic_load(&seen.status), P2PKV_FAILED);
+    ck_assert_msg(strstr(seen.fetch_reason, "abort not acknowledged"), "reason: %s",
+                  seen.fetch_reason);
+    //  cut off: nothing more from this server can land, so a fetch on it
+    //  is refused (the session itself is not ended: see the report in
+    //  doc/architecture.md's table)
+    static const uint8_t key[32] = { 0x43 };
+    p2pkv_key_t k = { key, sizeof key };
+    uint32_t dest = 1;
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, "aat2", &k, &dest, 1, 0, 0, &id), -ENOTCONN);
+    p2pkv_client_destroy(&c);
+    s_fake_stop(&f);
+}
+END_TEST
+
+//  silence_timeout 0.6 s (default 10): a server that stops answering
+//  (pings unanswered) is DOWN about 0.6 s after its last word, and the
+//  client then connects again on its own.
+START_TEST(test_silence_timeout_takes_the_server_down)
+{
+    const double silence = 0.6;
+    s_fake_t f;
+    s_fake_start(&f);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client((p2pkv_config_t) { .keepalive_interval = 0.1,
+                                                    .silence_timeout = silence,
+                                                    .connect_retry = 0.1 }, &seen);
+    double acked = pk_clock_monotonic();
+    int server = s_fake_connected(&f, c);
+    //  it keeps asking (pings) while it waits
+    pk_msg_t *ping = s_fake_next(&f, PK_MSG_PING, 5);
+    ck_assert_msg(ping != NULL, "no ping within 5 s");
+    pk_msg_destroy(&ping);
+    s_until(&seen.downs, 1, 8);
+    double took = pk_clock_monotonic() - acked;
+    ck_assert_msg(took > silence - 0.1 && took < silence + 1.5, "DOWN %.2f s after the ack",
+                  took);
+    char reason[P2PKV_ERRLEN];
+    int st = p2pkv_client_server_state(c, server, reason);
+    ck_assert_msg(st == P2PKV_SERVER_DOWN || st == P2PKV_SERVER_CONNECTING, "state %d", st);
+    ck_assert_msg(strstr(seen.reason, "silent"), "reason: %s", seen.reason);
+    //  not no_reconnect: a new session's connect follows
+    pk_msg_t *again = s_fake_next(&f, PK_MSG_CONNECT, 5);
+    ck_assert_msg(again != NULL, "no new connect within 5 s");
+    pk_msg_destroy(&again);
+    p2pkv_client_destroy(&c);
+    s_fake_stop(&f);
+}
+END_TEST
+
+//  no_reconnect: a server lost (silent here) stays DOWN: no connect
+//  reaches it in 1.5 s at connect_retry 0.1 (where test_silence_timeout_
+//  takes_the_server_down sees one within it), and its state stays DOWN.
+START_TEST(test_no_reconnect_keeps_a_lost_server_down)
+{
+    s_fake_t f;
+    s_fake_start(&f);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client((p2pkv_config_t) { .keepalive_interval = 0.1,
+                                                    .silence_timeout = 0.5,
+                                                    .connect_retry = 0.1,
+                                                    .no_reconnect = true }, &seen);
+    int server = s_fake_connected(&f, c);
+    s_until(&seen.downs, 1, 8);
+    //  a bounded window, fifteen retries long, in which a reconnecting
+    //  client would have sent connect again
+    pk_msg_t *again = s_fake_next(&f, PK_MSG_CONNECT, 1.5);
+    ck_assert_msg(again == NULL, "connect again despite no_reconnect");
+    char reason[P2PKV_ERRLEN];
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, reason), P2PKV_SERVER_DOWN);
+    ck_assert_msg(strstr(reason, "silent"), "reason: %s", reason);
+    ck_assert_int_eq(atomic_load(&seen.ups), 0);
+    ck_assert_int_eq(atomic_load(&seen.downs), 1);
+    p2pkv_client_destroy(&c);
+    s_fake_stop(&f);
+}
+END_TEST
+
+//  fingerprint and hash_seed: a client whose value differs from the
+//  server's ("fp", "7") is refused at connect (-EPROTO), the error and
+//  the STOPPED reason naming the field and both values; the same
+//  client's values made equal connect.
+START_TEST(test_fingerprint_and_hash_seed_mismatch_refused)
+{
+    td_t s;
+    td_start(&s, NULL);
+    struct { const char *fp, *seed, *reason; } cases[] = {
+        { "other", "7", "config_fingerprint: server \"fp\", consumer \"other\"" },
+        { "fp", "8", "hash_seed: server \"7\", consumer \"8\"" },
+        { "fp", "7", NULL },
+    };
+    for (int i = 0; i < 3; i++) {
+        s_seen_t seen;
+        p2pkv_client_t *c = s_client((p2pkv_config_t) { .fingerprint = cases[i].fp,
+                                                        .hash_seed = cases[i].seed }, &seen);
+        char err[256] = "";
+        int rc = p2pkv_client_connect(c, s.endpoint, 10, err);
+        if (cases[i].reason) {
+            ck_assert_msg(rc == -EPROTO, "case %d: connect %d: %s", i, rc, err);
+            ck_assert_msg(strstr(err, cases[i].reason), "case %d: %s", i, err);
+        }
+        else
+            ck_assert_msg(rc >= 0, "connect: %s", err);
+        p2pkv_client_destroy(&c);
+    }
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  provider: one libfabric does not have is refused at p2pkv_client_new,
+//  by name; "tcp" (every other test) opens.
+START_TEST(test_unknown_provider_refused_at_new)
+{
+    char err[256] = "";
+    p2pkv_config_t cfg = { .peer_id = "c-prov", .provider = "no-such-provider",
+                           .node = "127.0.0.1" };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(err, "no-such-provider"), "err: %s", err);
+    cfg.provider = "tcp";
+    c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "tcp: %s", err);
+    p2pkv_client_destroy(&c);
+}
+END_TEST
+
+//  The consumer's fabric address blob in a connect holds the IPv4
+//  address a (network order) as a sockaddr would.
+static bool
+s_blob_has_addr(const pk_msg_t *m, const uint8_t a[4])
+{
+    for (size_t i = 0; m->agent_metadata && i + 4 <= m->agent_metadata_len; i++)
+        if (memcmp(m->agent_metadata + i, a, 4) == 0)
+            return true;
+    return false;
+}
+
+//  node: the fabric endpoint a client offers its servers (the address
+//  blob in every connect) is on the local address asked for: 127.0.0.2
+//  for one client, 127.0.0.3 for another, each blob holding its own and
+//  not the other's.
+START_TEST(test_node_is_the_endpoints_address)
+{
+    const char *nodes[2] = { "127.0.0.2", "127.0.0.3" };
+    const uint8_t addr[2][4] = { { 127, 0, 0, 2 }, { 127, 0, 0, 3 } };
+    for (int i = 0; i < 2; i++) {
+        s_fake_t f;
+        s_fake_start(&f);
+        char err[256] = "";
+        p2pkv_config_t cfg = { .peer_id = "c-node", .fingerprint = "fp", .hash_seed = "7",
+                               .provider = "tcp", .node = nodes[i], .connect_retry = 0.1 };
+        p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 },
+                                             err);
+        ck_assert_msg(c != NULL, "p2pkv_client_new on %s: %s", nodes[i], err);
+        //  unanswered: connect gives up, the connect it sent is what we read
+        ck_assert_int_eq(p2pkv_client_connect(c, f.endpoint, 0.3, err), -ETIMEDOUT);
+        pk_msg_t *m = s_fake_next(&f, PK_MSG_CONNECT, 5);
+        ck_assert_msg(m != NULL, "no connect reached the fake server");
+        ck_assert_msg(m->agent_metadata_len > 0, "a connect without an address blob");
+        ck_assert_msg(s_blob_has_addr(m, addr[i]), "%s not in the connect's blob", nodes[i]);
+        ck_assert_msg(!s_blob_has_addr(m, addr[1 - i]), "%s in the blob of a client on %s",
+                      nodes[1 - i], nodes[i]);
+        pk_msg_destroy(&m);
+        p2pkv_client_destroy(&c);
+        s_fake_stop(&f);
+    }
+}
+END_TEST
+
+int
+main(void)
+{
+    int rc = td_suite_start();
+    if (rc)
+        return rc;
+    Suite *suite = suite_create("client_settings");
+    TCase *tc = tcase_create("settings");
+    tcase_add_test(tc, test_load_timeout_aborts_an_unanswered_fetch);
+    tcase_add_test(tc, test_abort_ack_timeout_cuts_off_the_server);
+    tcase_add_test(tc, test_silence_timeout_takes_the_server_down);
+    tcase_add_test(tc, test_no_reconnect_keeps_a_lost_server_down);
+    tcase_add_test(tc, test_fingerprint_and_hash_seed_mismatch_refused);
+    tcase_add_test(tc, test_unknown_provider_refused_at_new);
+    tcase_add_test(tc, test_node_is_the_endpoints_address);
+    suite_add_tcase(suite, tc);
+    return pk_test_run("client_settings", suite);
+}
