@@ -287,14 +287,20 @@ START_TEST(test_abort_ack_timeout_cuts_off_the_server)
     ck_assert_int_eq(atomic_load(&seen.status), P2PKV_FAILED);
     ck_assert_msg(strstr(seen.fetch_reason, "abort not acknowledged"), "reason: %s",
                   seen.fetch_reason);
-    //  cut off: nothing more from this server can land, so a fetch on it
-    //  is refused (the session itself is not ended: see the report in
-    //  doc/architecture.md's table)
+    //  cut off: nothing more from this server can land, and the session
+    //  ends (DOWN, saying why); a fetch on it is refused meanwhile, and a
+    //  new session follows, with a new endpoint and registration
+    //  (protocol.md section 7)
+    s_until(&seen.downs, 1, 5);
+    ck_assert_msg(strstr(seen.reason, "cut off"), "reason: %s", seen.reason);
     static const uint8_t key[32] = { 0x43 };
     p2pkv_key_t k = { key, sizeof key };
     uint32_t dest = 1;
     uint64_t id;
     ck_assert_int_eq(p2pkv_client_fetch(c, server, "aat2", &k, &dest, 1, 0, 0, &id), -ENOTCONN);
+    pk_msg_t *again = s_fake_next(&f, PK_MSG_CONNECT, 5);
+    ck_assert_msg(again != NULL, "no new connect within 5 s");
+    pk_msg_destroy(&again);
     p2pkv_client_destroy(&c);
     s_fake_stop(&f);
 }

@@ -625,6 +625,13 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
         pk_client_role_flush(s->role);
         pk_client_role_tick(s->role);
     }
+    //  The role cut this server off (an abort not acknowledged in time,
+    //  landing blocks that never came): a session without its channel can
+    //  fetch nothing, so it ends as after any loss and a new one follows,
+    //  with a new endpoint and registration (protocol.md section 7).
+    if (s->role && s->state == P2PKV_SERVER_UP && !s->channel)
+        pk_client_session_lost(s->session, "cut off: an abort was not acknowledged in time, "
+                               "or blocks announced as landing never came");
     //  A stuck server (stopped, wedged) keeps its connections open and
     //  says nothing for silence_timeout; a fetch that began to land (a
     //  completion since the last fetch started or ended) and then sees
