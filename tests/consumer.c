@@ -202,6 +202,18 @@ tc_connect(tc_t *self, double timeout)
     return NULL;
 }
 
+tc_t *
+tc_new_connected(const tc_config_t *config)
+{
+    tc_t *self = tc_new(config);
+    pk_msg_t *answer = self ? tc_connect(self, 10) : NULL;
+    bool acked = answer && answer->type == PK_MSG_CONNECT_ACK;
+    pk_msg_destroy(&answer);
+    if (!acked)
+        tc_destroy(&self);
+    return self;
+}
+
 uint8_t *
 tc_pool(tc_t *self)
 {

@@ -34,6 +34,10 @@ void tc_destroy(tc_t **self_p);
     destroys) or NULL.  */
 pk_msg_t *tc_connect(tc_t *self, double timeout);
 
+/*  tc_new, then tc_connect within 10 s: the consumer once the server
+    answered connect_ack, else NULL (nothing left behind).  */
+tc_t *tc_new_connected(const tc_config_t *config);
+
 /*  Sends m with this session's epochs (unless m has epochs); destroys m.  */
 int tc_send(tc_t *self, pk_msg_t *m);
 int tc_send_raw(tc_t *self, const void *data, size_t len);

@@ -103,13 +103,8 @@ s_put_blocks(td_t *s, int first, int n, pk_key_t *keys)
 static tc_t *
 s_consumer(td_t *s, const char *id)
 {
-    tc_config_t c = { s->endpoint, id, 64, BLOCK, "fp", "7", 0 };
-    tc_t *tc = tc_new(&c);
-    ck_assert_ptr_nonnull(tc);
-    pk_msg_t *answer = tc_connect(tc, 10);
-    ck_assert_msg(answer != NULL, "no answer to connect");
-    ck_assert_int_eq(answer->type, PK_MSG_CONNECT_ACK);
-    pk_msg_destroy(&answer);
+    tc_t *tc = tc_new_connected(&(tc_config_t) { s->endpoint, id, 64, BLOCK, "fp", "7", 0 });
+    ck_assert_msg(tc != NULL, "%s: no connect_ack within 10 s", id);
     return tc;
 }
 
