@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <sodium.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -303,6 +304,61 @@ s_run_server(const char *const *args, char *said, size_t len)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+//  --max-queued-frames 4: with its actor held still (the test-only
+//  $P2PKV_TEST_HOLD_SESSION, lib/daemon/peer.c), a consumer's fifth frame
+//  finds four queued: the door counts it dropped and ends the session as
+//  a flood.  Released, the actor answers the four it was given (pongs),
+//  then says disconnect violation, naming the limit; the frames past it
+//  were never given to it.
+START_TEST(test_max_queued_frames_ends_a_flood)
+{
+    char release[] = "/tmp/p2pkv-hold-XXXXXX";
+    int fd = mkstemp(release);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    unlink(release);                            //  held until it exists again
+    char hold[128];
+    snprintf(hold, sizeof hold, "c-held:%s", release);
+    setenv("P2PKV_TEST_HOLD_SESSION", hold, 1);
+    td_t s;
+    td_start(&s, (const char *const[]) { "--max-queued-frames", "4", NULL });
+    unsetenv("P2PKV_TEST_HOLD_SESSION");
+    tc_t *tc = s_consumer(&s, "c-held");
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(tc_send(tc, pk_msg_new(PK_MSG_PING)), 0);
+    //  the door has seen the flood once it counted the drop
+    json_int_t dropped = 0;
+    double until = pk_clock_monotonic() + 10;
+    while (dropped < 1 && pk_clock_monotonic() < until) {
+        json_t *st = s_ok(td_engine(&s, "{s:s}", "cmd", "stats"));
+        json_t *f = json_object_get(json_object_get(st, "metrics"), "p2pkv_frames_dropped_total");
+        dropped = json_integer_value(json_object_get(f, "total"));
+        json_decref(st);
+        if (dropped < 1)
+            zclock_sleep(10);
+    }
+    ck_assert_msg(dropped >= 1, "no frame counted dropped within 10 s");
+    fd = open(release, O_CREAT | O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    int pongs = 0;
+    pk_msg_t *m;
+    while ((m = tc_recv(tc, 10)) && m->type == PK_MSG_PONG) {
+        pongs++;
+        pk_msg_destroy(&m);
+    }
+    ck_assert_msg(m != NULL, "neither pong nor disconnect within 10 s");
+    ck_assert_int_eq(m->type, PK_MSG_DISCONNECT);
+    ck_assert_int_eq(m->code, PK_DISC_VIOLATION);
+    ck_assert_msg(strstr(m->reason, "more than 4 frames queued"), "reason: %s", m->reason);
+    ck_assert_int_eq(pongs, 4);
+    pk_msg_destroy(&m);
+    tc_destroy(&tc);
+    unlink(release);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  --provider and --peer-id: the server serves with the provider asked
 //  for under the name asked for (the description says both), and refuses
 //  to start with a provider libfabric lacks, naming it.
@@ -560,6 +616,7 @@ main(void)
     tcase_add_test(tc, test_shutdown_timeout_bounds_a_stuck_drain);
     tcase_add_test(tc, test_stall_timeout_gives_up_a_stuck_write);
     tcase_add_test(tc, test_fabric_addr_is_the_endpoints_address);
+    tcase_add_test(tc, test_max_queued_frames_ends_a_flood);
     suite_add_tcase(s, tc);
     return pk_test_run("settings_e2e", s);
 }

@@ -138,6 +138,20 @@ s_open_metrics_http(pk_node_t *self, char *err)
     return rc < 0 ? rc : -EIO;
 }
 
+//  Test only (peer.c): $P2PKV_TEST_FAIL_SESSION names a consumer whose
+//  session fails to be created; $P2PKV_TEST_HOLD_SESSION, "peer_id:path",
+//  one whose actor stands still after its connect_ack until path exists.
+static int
+s_test_hooks(pk_node_t *self, char *err)
+{
+    const char *fail = getenv("P2PKV_TEST_FAIL_SESSION");
+    const char *hold = getenv("P2PKV_TEST_HOLD_SESSION");
+    if ((fail && *fail && !(self->fail_session = strdup(fail)))
+        || (hold && *hold && !(self->hold_session = strdup(hold))))
+        return pk_err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
 pk_node_t *
 pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 {
@@ -148,12 +162,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail;
     }
     self->config = config;
-    //  test only (peer.c): a consumer whose session fails to be created
-    const char *fail = getenv("P2PKV_TEST_FAIL_SESSION");
-    if (fail && *fail && !(self->fail_session = strdup(fail))) {
-        snprintf(err, PK_ERRLEN, "out of memory");
+    if ((rc = s_test_hooks(self, err)) != 0)
         goto fail_self;
-    }
     //  every family of metric_families.h (architecture.md, Observability)
     self->metrics = pk_metrics_new();
     if (!self->metrics) {
@@ -206,6 +216,7 @@ fail_store:
 fail_self:
     pk_metrics_destroy(&self->metrics);
     free(self->fail_session);
+    free(self->hold_session);
     free(self);
 fail:
     if (rc_p)
@@ -350,6 +361,7 @@ pk_node_destroy(pk_node_t **self_p)
     pk_store_destroy(&self->store);
     pk_metrics_destroy(&self->metrics);
     free(self->fail_session);
+    free(self->hold_session);
     free(self);
     *self_p = NULL;
 }

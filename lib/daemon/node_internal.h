@@ -97,6 +97,7 @@ struct _pk_node_t {
     uint64_t handshakes_sent;
     atomic_uint_fast64_t handshakes_done;
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
+    char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
 };
 
 //  node.c

@@ -25,12 +25,18 @@
     Test only: when $P2PKV_TEST_FAIL_SESSION names a consumer's peer_id at
     the server's start, that consumer's session fails to be created, as
     on a failed allocation (tests/test_server_e2e.c, defect 1 of issue 10).
+    When $P2PKV_TEST_HOLD_SESSION is "peer_id:path", that consumer's actor
+    stands still after its connect_ack until path exists (at most 30 s),
+    so a test can fill its backlog (tests/test_settings_e2e.c,
+    --max-queued-frames).
 */
 #include "daemon/door.h"
 #include "base/thread.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 typedef struct {
     pk_peer_t *peer;
@@ -322,10 +328,24 @@ s_self_handle_pipe(self_t *self)
     return !self->terminated;
 }
 
+//  Test only ($P2PKV_TEST_HOLD_SESSION): stand still until the file exists.
+static void
+s_test_hold(self_t *self)
+{
+    const char *hold = self->node->hold_session;
+    const char *colon = hold ? strchr(hold, ':') : NULL;
+    if (!colon || strlen(self->peer->consumer) != (size_t) (colon - hold)
+        || strncmp(hold, self->peer->consumer, (size_t) (colon - hold)) != 0)
+        return;
+    for (int i = 0; i < 3000 && access(colon + 1, F_OK) != 0; i++)
+        zclock_sleep(10);
+}
+
 //  Runs the session until it retires or the pipe ends.
 static void
 s_self_run(self_t *self)
 {
+    s_test_hold(self);
     pk_server_session_t *session = self->session;
     while (!pk_server_session_reason(session)[0]) {
         //  Spin while writes run.  Lookups parked on keys the engine is
