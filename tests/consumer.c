@@ -1,5 +1,6 @@
 /*  consumer.c: the end-to-end tests' consumer (see consumer.h).  */
 #include "consumer.h"
+#include "testutil.h"
 #include "base/clock.h"
 #include "roles/client_session.h"
 #include "base/transport.h"
@@ -203,15 +204,30 @@ tc_connect(tc_t *self, double timeout)
 }
 
 tc_t *
-tc_new_connected(const tc_config_t *config)
+tc_connected(const tc_config_t *config)
 {
     tc_t *self = tc_new(config);
-    pk_msg_t *answer = self ? tc_connect(self, 10) : NULL;
-    bool acked = answer && answer->type == PK_MSG_CONNECT_ACK;
+    ck_assert_msg(self != NULL, "%s: no consumer", config->peer_id);
+    pk_msg_t *answer = tc_connect(self, 10);
+    ck_assert_msg(answer && answer->type == PK_MSG_CONNECT_ACK, "%s: %s within 10 s",
+                  config->peer_id, answer ? pk_msg_type_name(answer->type) : "no answer");
     pk_msg_destroy(&answer);
-    if (!acked)
-        tc_destroy(&self);
     return self;
+}
+
+pk_msg_t *
+tc_expect(tc_t *self, pk_msg_type_t type, double timeout)
+{
+    pk_msg_t *m = tc_recv(self, timeout);
+    while (m && m->type == PK_MSG_PONG && type != PK_MSG_PONG) {
+        pk_msg_destroy(&m);
+        m = tc_recv(self, timeout);
+    }
+    ck_assert_msg(m != NULL, "no %s within %.1f s", pk_msg_type_name(type), timeout);
+    ck_assert_msg(m->type == type, "got %s, want %s%s%s", pk_msg_type_name(m->type),
+                  pk_msg_type_name(type), m->type == PK_MSG_DISCONNECT ? ": " : "",
+                  m->type == PK_MSG_DISCONNECT ? m->reason : "");
+    return m;
 }
 
 uint8_t *

@@ -34,9 +34,14 @@ void tc_destroy(tc_t **self_p);
     destroys) or NULL.  */
 pk_msg_t *tc_connect(tc_t *self, double timeout);
 
-/*  tc_new, then tc_connect within 10 s: the consumer once the server
-    answered connect_ack, else NULL (nothing left behind).  */
-tc_t *tc_new_connected(const tc_config_t *config);
+/*  tc_new, then tc_connect within 10 s; the test fails unless the server
+    answered connect_ack.  */
+tc_t *tc_connected(const tc_config_t *config);
+
+/*  The next message other than a pong (unless a pong is what is asked
+    for) within timeout; the test fails unless it is of type, saying what
+    came instead (a disconnect's reason too).  Caller destroys.  */
+pk_msg_t *tc_expect(tc_t *self, pk_msg_type_t type, double timeout);
 
 /*  Sends m with this session's epochs (unless m has epochs); destroys m.  */
 int tc_send(tc_t *self, pk_msg_t *m);

@@ -103,24 +103,7 @@ s_put_blocks(td_t *s, int first, int n, pk_key_t *keys)
 static tc_t *
 s_consumer(td_t *s, const char *id)
 {
-    tc_t *tc = tc_new_connected(&(tc_config_t) { s->endpoint, id, 64, BLOCK, "fp", "7", 0 });
-    ck_assert_msg(tc != NULL, "%s: no connect_ack within 10 s", id);
-    return tc;
-}
-
-//  The next message of a type, skipping pongs.
-static pk_msg_t *
-s_expect(tc_t *tc, pk_msg_type_t type, double timeout)
-{
-    pk_msg_t *m = tc_recv(tc, timeout);
-    while (m && m->type == PK_MSG_PONG && type != PK_MSG_PONG) {
-        pk_msg_destroy(&m);
-        m = tc_recv(tc, timeout);
-    }
-    ck_assert_msg(m != NULL, "no %s within %.1f s", pk_msg_type_name(type), timeout);
-    ck_assert_msg(m->type == type, "got %s, want %s", pk_msg_type_name(m->type),
-                  pk_msg_type_name(type));
-    return m;
+    return tc_connected(&(tc_config_t) { s->endpoint, id, 64, BLOCK, "fp", "7", 0 });
 }
 
 //  The text's line that starts with prefix, or NULL.
@@ -164,13 +147,13 @@ START_TEST(test_scrape_live_server)
     keys[4] = pk_key_make(absent, 32);
     tc_t *tc = s_consumer(&s, "c-scrape");
     ck_assert_int_eq(tc_send(tc, tc_lookup("r1", 1, keys, 5)), 0);
-    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
     for (int i = 0; i < 5; i++)
         ck_assert_msg(resp->hits[i] == (i < 4), "key %d: hit %d", i, resp->hits[i]);
     pk_msg_destroy(&resp);
     uint32_t idx[4] = { 10, 11, 12, 13 };
     ck_assert_int_eq(tc_send(tc, tc_fetch("r1", 1, keys, idx, 4)), 0);
-    pk_msg_t *done = s_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
     ck_assert(done->success);
     pk_msg_destroy(&done);
     double deadline = pk_clock_monotonic() + 5;
@@ -181,7 +164,7 @@ START_TEST(test_scrape_live_server)
     //  a second consumer breaks a rule: a server-to-consumer message
     tc_t *bad = s_consumer(&s, "c-rude");
     ck_assert_int_eq(tc_send(bad, pk_msg_new(PK_MSG_PONG)), 0);
-    pk_msg_t *disc = s_expect(bad, PK_MSG_DISCONNECT, 5);
+    pk_msg_t *disc = tc_expect(bad, PK_MSG_DISCONNECT, 5);
     ck_assert_int_eq(disc->code, PK_DISC_VIOLATION);
     pk_msg_destroy(&disc);
 

@@ -53,11 +53,8 @@ s_consumer(td_t *s, const char *id, uint64_t block_len, const char *fp, const ch
            pk_msg_t **answer_p)
 {
     tc_config_t c = { s->endpoint, id, 64, block_len, fp, seed, 0 };
-    if (!answer_p) {
-        tc_t *tc = tc_new_connected(&c);
-        ck_assert_msg(tc != NULL, "%s: no connect_ack within 10 s", id);
-        return tc;
-    }
+    if (!answer_p)
+        return tc_connected(&c);
     tc_t *tc = tc_new(&c);
     ck_assert_ptr_nonnull(tc);
     *answer_p = tc_connect(tc, 10);
@@ -65,24 +62,12 @@ s_consumer(td_t *s, const char *id, uint64_t block_len, const char *fp, const ch
     return tc;
 }
 
-//  The next message of a type, skipping pongs.
-static pk_msg_t *
-s_expect(tc_t *tc, pk_msg_type_t type, double timeout)
-{
-    pk_msg_t *m = tc_recv(tc, timeout);
-    ck_assert_msg(m != NULL, "no %s within %.1f s", pk_msg_type_name(type), timeout);
-    ck_assert_msg(m->type == type, "got %s, want %s%s%s", pk_msg_type_name(m->type),
-                  pk_msg_type_name(type), m->type == PK_MSG_DISCONNECT ? ": " : "",
-                  m->type == PK_MSG_DISCONNECT ? m->reason : "");
-    return m;
-}
-
 //  Lookup then fetch n blocks into indexes 10.., verify every byte landed.
 static void
 s_symmetric(tc_t *tc, const char *kv, uint64_t round, const pk_key_t *keys, int n)
 {
     ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round, keys, (size_t) n)), 0);
-    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
     ck_assert_uint_eq(resp->round_seq, round);
     for (int i = 0; i < n; i++)
         ck_assert(resp->hits[i]);
@@ -91,7 +76,7 @@ s_symmetric(tc_t *tc, const char *kv, uint64_t round, const pk_key_t *keys, int 
     for (int i = 0; i < n; i++)
         idx[i] = 10 + (uint32_t) i;
     ck_assert_int_eq(tc_send(tc, tc_fetch(kv, round, keys, idx, (size_t) n)), 0);
-    pk_msg_t *done = s_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
     ck_assert(done->success);
     ck_assert_uint_eq(done->landing, (uint64_t) n);
     pk_msg_destroy(&done);
@@ -137,7 +122,7 @@ START_TEST(test_handshake_and_mismatches)
     tc_send(tc, stale);
     ck_assert_ptr_null(tc_recv(tc, 0.3));
     tc_send(tc, pk_msg_new(PK_MSG_PING));
-    pk_msg_t *pong = s_expect(tc, PK_MSG_PONG, 5);
+    pk_msg_t *pong = tc_expect(tc, PK_MSG_PONG, 5);
     pk_msg_destroy(&pong);
     tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&s), 0);
@@ -176,7 +161,7 @@ START_TEST(test_bad_peer_does_not_disturb_another)
                         "\"source_epoch\":\"0123456789abcdef0123456789abcdef\","
                         "\"target_epoch\":\"0123456789abcdef0123456789abcdef\"}";
     tc_send_raw(bad, wrong, strlen(wrong));
-    pk_msg_t *d = s_expect(bad, PK_MSG_DISCONNECT, 5);
+    pk_msg_t *d = tc_expect(bad, PK_MSG_DISCONNECT, 5);
     ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
     ck_assert_str_eq(d->reason, "lookup.kv_request_id: expected string, got 7");
     pk_msg_destroy(&d);
@@ -194,7 +179,7 @@ START_TEST(test_bad_peer_does_not_disturb_another)
     snprintf(frame + at, cap - at, "]}");
     tc_send_raw(big, frame, strlen(frame));
     free(frame);
-    d = s_expect(big, PK_MSG_DISCONNECT, 10);
+    d = tc_expect(big, PK_MSG_DISCONNECT, 10);
     ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
     ck_assert_str_eq(d->reason, "lookup.keys: expected at most 65536 items, got 65537");
     pk_msg_destroy(&d);
@@ -217,7 +202,7 @@ START_TEST(test_duplicate_fetch_ends_only_that_session)
     uint32_t idx[1] = { 0 };
     tc_send(a, tc_fetch("r1", 1, keys, idx, 1));
     tc_send(a, tc_fetch("r1", 1, keys, idx, 1));
-    pk_msg_t *d = s_expect(a, PK_MSG_DISCONNECT, 5);
+    pk_msg_t *d = tc_expect(a, PK_MSG_DISCONNECT, 5);
     ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
     ck_assert_str_eq(d->reason, "duplicate fetch for r1 round 1");
     pk_msg_destroy(&d);
@@ -236,13 +221,13 @@ START_TEST(test_silent_consumer_retired_pins_released)
     s_put_blocks(&s, 4, keys);
     tc_t *tc = s_consumer(&s, "c-silent", BLOCK, "fp", "7", NULL);
     tc_send(tc, tc_lookup("r1", 1, keys, 4));
-    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
     pk_msg_destroy(&resp);
     json_t *st = td_engine(&s, "{s:s}", "cmd", "stats");
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "pinned")), 4);
     json_decref(st);
     //  silent for the silence timeout (1.5 s here)
-    pk_msg_t *d = s_expect(tc, PK_MSG_DISCONNECT, 5);
+    pk_msg_t *d = tc_expect(tc, PK_MSG_DISCONNECT, 5);
     ck_assert_int_eq(d->code, PK_DISC_SILENT);
     pk_msg_destroy(&d);
     double deadline = pk_clock_monotonic() + 5;
@@ -278,7 +263,7 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     tc_t *tc = s_consumer(&s, "c-pd", BLOCK, "fp", "7", NULL);
     uint32_t idx[2] = { 3, 4 };
     tc_send(tc, tc_fetch("req-1", 5, keys, idx, 2));
-    pk_msg_t *done = s_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
     ck_assert(done->success);
     ck_assert_uint_eq(done->round_seq, 5);
     pk_msg_destroy(&done);
@@ -298,7 +283,7 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
                  "keys", hex[2], hex[3]);
     ck_assert(json_is_true(json_object_get(a, "ok")));
     json_decref(a);
-    done = s_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
     ck_assert(done->success);
     ck_assert_uint_eq(done->round_seq, 6);
     pk_msg_destroy(&done);
@@ -611,7 +596,7 @@ START_TEST(test_sigterm_during_transfers_leaves_no_pool)
     s_put_blocks(&s, 32, keys);
     tc_t *tc = s_consumer(&s, "c-term", BLOCK, "fp", "7", NULL);
     tc_send(tc, tc_lookup("r1", 1, keys, 32));
-    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
     pk_msg_destroy(&resp);
     uint32_t idx[32];
     for (int i = 0; i < 32; i++)
@@ -683,7 +668,7 @@ START_TEST(test_failed_session_frees_its_slot)
     tc_t *b = s_consumer(&s, "c-two", BLOCK, "fp", "7", NULL);
     ck_assert_int_eq(s_sessions(&s, NULL), 2);
     tc_send(b, pk_msg_new(PK_MSG_PING));
-    pk_msg_t *pong = s_expect(b, PK_MSG_PONG, 5);
+    pk_msg_t *pong = tc_expect(b, PK_MSG_PONG, 5);
     pk_msg_destroy(&pong);
     tc_destroy(&a);
     tc_destroy(&b);

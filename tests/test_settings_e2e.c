@@ -32,19 +32,7 @@
 static tc_t *
 s_consumer(td_t *s, const char *id)
 {
-    tc_t *tc = tc_new_connected(&(tc_config_t) { s->endpoint, id, 64, BLOCK, "fp", "7", 0 });
-    ck_assert_msg(tc != NULL, "%s: no connect_ack within 10 s", id);
-    return tc;
-}
-
-static pk_msg_t *
-s_expect(tc_t *tc, pk_msg_type_t type, double timeout)
-{
-    pk_msg_t *m = tc_recv(tc, timeout);
-    ck_assert_msg(m != NULL, "no %s within %.1f s", pk_msg_type_name(type), timeout);
-    ck_assert_msg(m->type == type, "got %s, want %s", pk_msg_type_name(m->type),
-                  pk_msg_type_name(type));
-    return m;
+    return tc_connected(&(tc_config_t) { s->endpoint, id, 64, BLOCK, "fp", "7", 0 });
 }
 
 //  One engine request that must succeed; its answer (caller decrefs).
@@ -102,7 +90,7 @@ START_TEST(test_lookup_timeout_expires_pending_to_miss)
     tc_t *tc = s_consumer(&s, "c-pending");
     double t0 = pk_clock_monotonic();
     ck_assert_int_eq(tc_send(tc, tc_lookup("r1", 1, &key, 1)), 0);
-    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 10);
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 10);
     double took = pk_clock_monotonic() - t0;
     ck_assert_uint_eq(resp->keys.count, 1);
     ck_assert_msg(!resp->hits[0], "a key still being written answered as a hit");
@@ -447,7 +435,7 @@ s_stuck_transfer(td_t *s, const char *const *flags)
     ck_assert_msg(answer && answer->type == PK_MSG_CONNECT_ACK, "no connect_ack");
     pk_msg_destroy(&answer);
     ck_assert_int_eq(tc_send(tc, tc_lookup("stuck", 1, keys, NBIG)), 0);
-    pk_msg_t *resp = s_expect(tc, PK_MSG_LOOKUP_RESP, 10);
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 10);
     size_t hits = 0;
     for (size_t i = 0; i < resp->keys.count; i++)
         hits += resp->hits[i];
@@ -513,7 +501,7 @@ START_TEST(test_stall_timeout_gives_up_a_stuck_write)
                   took, stall);
     //  and the consumer is told: the round failed (its landing blocks may
     //  still arrive)
-    pk_msg_t *done = s_expect(tc, PK_MSG_TRANSFER_DONE, 5);
+    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 5);
     ck_assert_str_eq(done->kv_request_id, "stuck");
     ck_assert_msg(!done->success, "a stalled transfer reported a success");
     ck_assert_uint_lt(done->landing, NBIG);
