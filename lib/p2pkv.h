@@ -183,7 +183,20 @@ int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2p
     unread.  Fetch ids are unique within the client.  */
 int p2pkv_client_fetch_status(p2pkv_client_t *self, uint64_t fetch_id, char *reason);
 
-/*  The request is done on that server.  */
+/*  Cancels an open fetch: sends the protocol's abort for its round, and
+    the fetch ends exactly once, as P2PKV_ABORTED (to on_fetch, or
+    p2pkv_client_fetch_status), only once no byte of it can land any more
+    in its destination blocks (the server's abort_ack or transfer_done
+    came and every block it said may still land has landed, or the
+    server was cut off).  Until then the blocks stay the transfer's;
+    after it their contents are undefined and they may be reused.
+    Returns 0 (cancel under way), -EINPROGRESS (cancelled already, not
+    ended yet), -EALREADY (the fetch ended already: nothing changes),
+    -ENOENT (no fetch of that id was issued).  */
+int p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id);
+
+/*  The request is done on that server: its fetches still open are
+    cancelled first, as by p2pkv_client_cancel.  */
 int p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv);
 
 /*  A file descriptor that is readable whenever p2pkv_client_poll has

@@ -1,0 +1,160 @@
+/*  p2pkv_engine.h: the engine's side: publish KV-cache blocks into the
+    pool of the p2pkv-server running beside you, and tell it about
+    requests.
+
+    The server owns the pool (num_blocks * block_len bytes of shared
+    memory) and its index of key -> block; the engine maps the pool and
+    writes blocks in place: reserve blocks for keys, write them (straight
+    into the mapping, or with p2pkv_engine_write), commit them under their
+    keys; from then on the server's consumers can look them up and have
+    them written into their own memory.  For prefill/decode, store a
+    request's blocks for a named consumer and finish the request; the
+    store's end arrives later, as an event.  pull has the server fetch
+    keys from another server into its pool, and ends as an event too.
+
+    Every call is one request on the server's local socket (--local) and
+    waits for its answer; the server stays authoritative (what it refuses,
+    the call returns as a negative errno with the server's sentence in
+    err).  The library checks what it can first, without asking: keys of
+    length 0 or over P2PKV_ENGINE_MAX_KEY bytes, a block index outside
+    this engine's reservations, a commit of a key this engine did not
+    reserve: -EINVAL or -ENOENT with err naming the argument.
+
+    Events (a store's result, a pull's result) come in between answers;
+    they are queued and delivered by p2pkv_engine_poll, to the callback
+    given at open (or read one by one with p2pkv_engine_next_event when
+    there is none).  p2pkv_engine_fd is readable whenever an event is
+    waiting, for an event loop.
+
+    Threads: one engine handle is used by one thread at a time (an engine
+    with several threads opens one handle each; a reservation belongs to
+    the handle that made it).  Err buffers are P2PKV_ERRLEN bytes, or
+    NULL.
+*/
+#ifndef P2PKV_ENGINE_H_INCLUDED
+#define P2PKV_ENGINE_H_INCLUDED
+
+#include "p2pkv.h"
+
+/*  The longest key the server accepts, in bytes.  */
+#define P2PKV_ENGINE_MAX_KEY 4096
+
+typedef struct _p2pkv_engine_t p2pkv_engine_t;
+
+typedef struct {
+    char peer_id[256];          //  the server's name
+    char endpoint[256];         //  where consumers reach it
+    char pool_name[256];        //  its shared-memory object
+    uint64_t num_blocks;
+    uint64_t block_len;
+} p2pkv_engine_info_t;
+
+typedef enum {
+    P2PKV_EVENT_STORE = 1,      //  a store for a consumer ended (id: its job)
+    P2PKV_EVENT_PULL            //  a pull ended (id: the pull)
+} p2pkv_event_kind_t;
+
+typedef struct {
+    p2pkv_event_kind_t kind;
+    uint64_t id;
+    bool success;               //  store: the consumer got the blocks; pull: every key landed
+    size_t landed;              //  pull: keys now in the pool
+    size_t missing;             //  pull: keys the remote server did not have or send
+    char reason[P2PKV_ERRLEN];  //  pull: why some are missing ("" when none)
+} p2pkv_engine_event_t;
+
+typedef void (p2pkv_engine_event_fn)(void *arg, const p2pkv_engine_event_t *event);
+
+typedef struct {
+    uint64_t free, writing, ready, pinned;  //  blocks by state
+    uint64_t evictions, lookups, hits, misses;
+    uint64_t sessions;                      //  consumers connected now
+    uint64_t channels_open;                 //  data-plane channels open now
+} p2pkv_engine_stats_t;
+
+/*  Attaches to the server whose local socket is local_endpoint (its
+    --local, e.g. ipc:///tmp/p2pkv-NAME.sock), waiting up to timeout
+    seconds for it to answer, and maps its pool read-write.  on_event may
+    be NULL (then read events with p2pkv_engine_next_event).  */
+p2pkv_engine_t *p2pkv_engine_open(const char *local_endpoint, double timeout,
+                                  p2pkv_engine_event_fn *on_event, void *arg, char *err);
+
+/*  Unmaps the pool and closes the socket.  What this handle reserved and
+    did not commit is returned to the free list by the server (the engine
+    connection went away), after its reservation timeout.  */
+void p2pkv_engine_close(p2pkv_engine_t **self_p);
+
+/*  What the server said at open.  */
+const p2pkv_engine_info_t *p2pkv_engine_info(const p2pkv_engine_t *self);
+
+/*  The mapped pool: block b is at pool + b * block_len.  */
+uint8_t *p2pkv_engine_pool(p2pkv_engine_t *self);
+
+/*  Each answer is waited for up to this long (default 10 s).  */
+void p2pkv_engine_set_timeout(p2pkv_engine_t *self, double timeout);
+
+/*  Reserves a free block for each key (all or nothing): blocks[i] gets
+    keys[i]'s block, to be written and then committed.  -ENOSPC when every
+    block is pinned or being written, -EEXIST when a key is in the pool.  */
+int p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
+                         uint32_t *blocks, char *err);
+
+/*  Copies len bytes to offset of block, which must be reserved by this
+    handle and not committed yet; -EINVAL (err naming block, offset or
+    len) otherwise.  Writing through p2pkv_engine_pool is the same
+    without the copy's check.  */
+int p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, const void *data,
+                       size_t len, char *err);
+
+/*  Publishes reserved blocks under their keys: consumers may look them
+    up now.  -ENOENT (err naming the key) for a key this handle did not
+    reserve.  */
+int p2pkv_engine_commit(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, char *err);
+
+/*  reserve, copy block_len bytes, commit: one block.  1 when the key was
+    in the pool already (nothing written), 0 when published.  */
+int p2pkv_engine_put(p2pkv_engine_t *self, const p2pkv_key_t *key, const void *data,
+                     size_t len, char *err);
+
+/*  Removes keys from the pool (their blocks go free once no transfer
+    pins them).  -EBUSY when a key is pinned by a transfer.  */
+int p2pkv_engine_drop(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, char *err);
+
+/*  Prefill/decode: the blocks of keys (committed) are for consumer's
+    request kv; they are pinned and sent once the consumer asks (round <
+    0: the consumer's next fetch of kv, or the round it names).  *job_p
+    names the store in its P2PKV_EVENT_STORE event.  */
+int p2pkv_engine_store(p2pkv_engine_t *self, const char *consumer, const char *kv,
+                       const p2pkv_key_t *keys, size_t n, int64_t round, uint64_t *job_p,
+                       char *err);
+
+/*  The request kv of consumer is finished on this side.  */
+int p2pkv_engine_finish(p2pkv_engine_t *self, const char *consumer, const char *kv, char *err);
+
+/*  Has the server fetch keys from the server at endpoint into its pool.
+    *pull_id_p names it in its P2PKV_EVENT_PULL event; *fetching_p (may
+    be NULL) gets how many keys are being fetched (the others are in the
+    pool already, and no event follows when it is 0).  */
+int p2pkv_engine_pull(p2pkv_engine_t *self, const char *endpoint, const p2pkv_key_t *keys,
+                      size_t n, uint64_t *pull_id_p, size_t *fetching_p, char *err);
+
+/*  The server's counters.  */
+int p2pkv_engine_stats(p2pkv_engine_t *self, p2pkv_engine_stats_t *out, char *err);
+
+/*  The server's whole stats answer as JSON text (its metrics too), for
+    tools; free() it.  NULL with err on failure.  */
+char *p2pkv_engine_stats_json(p2pkv_engine_t *self, char *err);
+
+/*  Readable while an event is waiting (or may be: call poll).  */
+int p2pkv_engine_fd(p2pkv_engine_t *self);
+
+/*  Waits up to timeout seconds (0: not at all) for events and delivers
+    every one waiting to on_event.  Returns how many, or a negative
+    errno.  */
+int p2pkv_engine_poll(p2pkv_engine_t *self, double timeout);
+
+/*  Without on_event: the next event into *event, waiting up to timeout
+    seconds: 0, or -ETIMEDOUT.  */
+int p2pkv_engine_next_event(p2pkv_engine_t *self, double timeout, p2pkv_engine_event_t *event);
+
+#endif
