@@ -1,0 +1,143 @@
+"""The shared library and its C declarations (p2pkv.h, p2pkv_engine.h).
+
+Loaded once, on first use: $P2PKV_LIBRARY when set (a build tree's
+lib/.libs/libp2pkv.so.0, as `make check` does), else the library installed
+beside this package (the libdir recorded by `make install`), else
+libp2pkv.so.0 by the dynamic loader's search.  ctypes releases the GIL
+around every call, so a fetch or a get runs in C while other Python
+threads go on.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
+                    c_int64, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p)
+
+ERRLEN = 256
+
+
+class Key(Structure):
+    _fields_ = [("bytes", POINTER(c_uint8)), ("len", c_size_t)]
+
+
+ON_LOOKUP = CFUNCTYPE(None, c_void_p, c_int, c_char_p, c_uint64, POINTER(Key), POINTER(c_bool),
+                      c_size_t)
+ON_FETCH = CFUNCTYPE(None, c_void_p, c_int, c_uint64, c_int, c_char_p)
+ON_SERVER = CFUNCTYPE(None, c_void_p, c_int, c_int, c_char_p)
+
+
+class Callbacks(Structure):
+    _fields_ = [("arg", c_void_p), ("on_lookup", ON_LOOKUP), ("on_fetch", ON_FETCH),
+                ("on_server", ON_SERVER)]
+
+
+class Config(Structure):
+    _fields_ = [("peer_id", c_char_p), ("fingerprint", c_char_p), ("hash_seed", c_char_p),
+                ("provider", c_char_p), ("node", c_char_p),
+                ("load_timeout", c_double), ("abort_ack_timeout", c_double),
+                ("keepalive_interval", c_double), ("silence_timeout", c_double),
+                ("connect_retry", c_double), ("stall_timeout", c_double),
+                ("no_reconnect", c_bool), ("progress_thread", c_bool)]
+
+
+class Description(Structure):
+    _fields_ = [("peer_id", c_char * 256), ("block_len", c_uint64),
+                ("fingerprint", c_char * 256), ("hash_seed", c_char * 256),
+                ("provider", c_char * 64)]
+
+
+class EngineInfo(Structure):
+    _fields_ = [("peer_id", c_char * 256), ("endpoint", c_char * 256),
+                ("pool_name", c_char * 256), ("num_blocks", c_uint64), ("block_len", c_uint64)]
+
+
+class EngineEvent(Structure):
+    _fields_ = [("kind", c_int), ("id", c_uint64), ("success", c_bool), ("landed", c_size_t),
+                ("missing", c_size_t), ("reason", c_char * ERRLEN)]
+
+
+PROGRESS = CFUNCTYPE(None, c_void_p, c_size_t, c_size_t)
+ON_EVENT = CFUNCTYPE(None, c_void_p, POINTER(EngineEvent))
+
+_P = c_void_p
+_ERR = c_char_p       # a create_string_buffer(ERRLEN) passed in
+_KEYS = POINTER(Key)
+
+_PROTOTYPES = {
+    "p2pkv_describe": (c_int, [c_char_p, c_double, POINTER(Description), _ERR]),
+    "p2pkv_client_new": (_P, [POINTER(Config), c_void_p, c_uint64, c_uint64, Callbacks, _ERR]),
+    "p2pkv_client_destroy": (None, [POINTER(_P)]),
+    "p2pkv_client_pool": (c_void_p, [_P]),
+    "p2pkv_client_connect": (c_int, [_P, c_char_p, c_double, _ERR]),
+    "p2pkv_client_disconnect": (c_int, [_P, c_int]),
+    "p2pkv_client_server_state": (c_int, [_P, c_int, _ERR]),
+    "p2pkv_client_lookup": (c_int, [_P, c_int, c_char_p, _KEYS, c_size_t]),
+    "p2pkv_client_fetch": (c_int, [_P, c_int, c_char_p, _KEYS, POINTER(c_uint32), c_size_t,
+                                   c_uint64, c_double, POINTER(c_uint64)]),
+    "p2pkv_client_get": (c_int, [_P, c_int, c_char_p, _KEYS, POINTER(c_uint32), c_size_t, c_bool,
+                                 c_double, POINTER(c_bool), PROGRESS, c_void_p, _ERR]),
+    "p2pkv_client_cancel": (c_int, [_P, c_uint64]),
+    "p2pkv_client_finish": (c_int, [_P, c_int, c_char_p]),
+    "p2pkv_client_open_fetches": (c_size_t, [_P]),
+    "p2pkv_engine_open": (_P, [c_char_p, c_double, ON_EVENT, c_void_p, _ERR]),
+    "p2pkv_engine_close": (None, [POINTER(_P)]),
+    "p2pkv_engine_info": (POINTER(EngineInfo), [_P]),
+    "p2pkv_engine_pool": (c_void_p, [_P]),
+    "p2pkv_engine_set_timeout": (None, [_P, c_double]),
+    "p2pkv_engine_reserve": (c_int, [_P, _KEYS, c_size_t, POINTER(c_uint32), _ERR]),
+    "p2pkv_engine_write": (c_int, [_P, c_uint32, c_size_t, c_void_p, c_size_t, _ERR]),
+    "p2pkv_engine_commit": (c_int, [_P, _KEYS, c_size_t, _ERR]),
+    "p2pkv_engine_put": (c_int, [_P, _KEYS, c_void_p, c_size_t, _ERR]),
+    "p2pkv_engine_drop": (c_int, [_P, _KEYS, c_size_t, _ERR]),
+    "p2pkv_engine_store": (c_int, [_P, c_char_p, c_char_p, _KEYS, c_size_t, c_int64,
+                                   POINTER(c_uint64), _ERR]),
+    "p2pkv_engine_finish": (c_int, [_P, c_char_p, c_char_p, _ERR]),
+    "p2pkv_engine_pull": (c_int, [_P, c_char_p, _KEYS, c_size_t, POINTER(c_uint64),
+                                  POINTER(c_size_t), _ERR]),
+    "p2pkv_engine_stats_json": (c_void_p, [_P, _ERR]),
+    "p2pkv_engine_fd": (c_int, [_P]),
+    "p2pkv_engine_next_event": (c_int, [_P, c_double, POINTER(EngineEvent)]),
+}
+
+_lib = None
+
+
+def _candidates() -> list[str]:
+    found = []
+    if os.environ.get("P2PKV_LIBRARY"):
+        return [os.environ["P2PKV_LIBRARY"]]
+    try:
+        from . import _install
+        found.append(os.path.join(_install.LIBDIR, "libp2pkv.so.0"))
+    except ImportError:
+        pass
+    found.append("libp2pkv.so.0")
+    return found
+
+
+def lib() -> ctypes.CDLL:
+    """The loaded library, with every function's prototype declared."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    errors = []
+    for path in _candidates():
+        try:
+            loaded = ctypes.CDLL(path)
+            break
+        except OSError as e:
+            errors.append(str(e))
+    else:
+        raise ImportError("p2pkv: cannot load the shared library libp2pkv.so.0 (" +
+                          "; ".join(errors) + "): install it (make install) or point "
+                          "$P2PKV_LIBRARY at it")
+    for name, (res, args) in _PROTOTYPES.items():
+        fn = getattr(loaded, name)
+        fn.restype = res
+        fn.argtypes = args
+    libc = ctypes.CDLL(None)
+    libc.free.argtypes = [c_void_p]
+    loaded.libc_free = libc.free
+    _lib = loaded
+    return _lib

@@ -1,0 +1,286 @@
+"""The consumer: have a server's KV-cache blocks written into your pool.
+
+A Client owns (or is given) a pool of num_blocks * block_len bytes and
+keeps a session with each server it connects to.  A thread of the
+library's drives every session in the background (heartbeats, timers,
+completions), so nothing here needs polling.  Block bytes never cross
+Python: servers write them straight into the pool (RDMA or its tcp
+emulation), and `pool`/`blocks` are views of that memory.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import threading
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from . import _lib as L
+from ._buffers import KeyLike, Keys, uint32s, writable_address
+from .errors import Error, FetchError, Timeout, check
+
+_STATUS = {0: "landed", 1: "failed", 2: "aborted"}
+_STATES = {0: "connecting", 1: "up", 2: "down", 3: "stopped"}
+
+
+def describe(endpoint: str, timeout: float = 5.0) -> dict:
+    """A server's block length, fingerprint, hash seed and provider, to
+    size a pool before connecting."""
+    d = L.Description()
+    err = ctypes.create_string_buffer(L.ERRLEN)
+    check(L.lib().p2pkv_describe(endpoint.encode(), timeout, ctypes.byref(d), err), err,
+          f"describe {endpoint}")
+    return {"peer_id": d.peer_id.decode(), "block_len": d.block_len,
+            "fingerprint": d.fingerprint.decode(), "hash_seed": d.hash_seed.decode(),
+            "provider": d.provider.decode()}
+
+
+@dataclass
+class Lookup:
+    """A lookup's answer: hits[i] says whether the server holds keys[i]
+    (and pinned it for this request); round is the lookup's round, to
+    fetch the hits under."""
+    keys: list
+    hits: list
+    round: int
+
+    def hit_keys(self) -> list:
+        return [k for k, h in zip(self.keys, self.hits) if h]
+
+
+class Fetch:
+    """One fetch; it ends exactly once, as landed, failed or aborted."""
+
+    def __init__(self, client: "Client", fetch_id: int, server: int, kv: str):
+        self.client, self.id, self.server, self.kv = client, fetch_id, server, kv
+        self.status: Optional[str] = None
+        self.reason = ""
+
+    @property
+    def done(self) -> bool:
+        """True once the fetch ended: its destination blocks may be reused."""
+        return self.status is not None
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Waits for the end: returns when landed, raises FetchError when
+        failed or aborted, Timeout when still running after timeout."""
+        c = self.client
+        with c._cond:
+            if not c._cond.wait_for(lambda: self.status is not None, timeout):
+                raise Timeout(errno.ETIMEDOUT, f"fetch {self.id}: not ended after {timeout} s")
+        if self.status != "landed":
+            raise FetchError(self.status, f"fetch {self.id} {self.status}: {self.reason}")
+
+    def cancel(self) -> bool:
+        """Cancels the fetch (see Client.cancel)."""
+        return self.client.cancel(self.id)
+
+
+class Client:
+    """A consumer of p2pkv servers, over a pool of num_blocks * block_len
+    bytes: pool=None allocates it; else any writable C-contiguous buffer
+    of that size (a bytearray, a NumPy array: an engine's KV pool),
+    which must outlive the client."""
+
+    def __init__(self, peer_id: str, num_blocks: int, block_len: int, pool=None, *,
+                 fingerprint: str = "", hash_seed: str = "0", provider: Optional[str] = None,
+                 node: Optional[str] = None, load_timeout: float = 0,
+                 abort_ack_timeout: float = 0, keepalive_interval: float = 0,
+                 silence_timeout: float = 0, connect_retry: float = 0,
+                 stall_timeout: float = 0, no_reconnect: bool = False):
+        lib = L.lib()
+        self.num_blocks, self.block_len = int(num_blocks), int(block_len)
+        self._cond = threading.Condition()
+        self._fetches: dict[int, Fetch] = {}
+        self._early: dict[int, tuple] = {}
+        self._answers: dict[tuple, dict] = {}
+        self._gone: dict[int, int] = {}        # server -> lookups answered without hits
+        self._handle = None
+        # The pool is always memory Python owns (an anonymous mapping unless
+        # given), so views of it stay valid after close: no view can outlive it.
+        if pool is None:
+            pool = mmap.mmap(-1, max(self.num_blocks * self.block_len, 1))
+        address, self._pool_ref = writable_address(pool, self.num_blocks * self.block_len)
+        self.pool: memoryview = memoryview(pool).cast("B")[:self.num_blocks * self.block_len]
+        """The pool, num_blocks * block_len bytes: block b at b * block_len."""
+        enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+        self._strings = [enc(peer_id), enc(fingerprint), enc(hash_seed), enc(provider),
+                         enc(node)]
+        cfg = L.Config(*self._strings, load_timeout, abort_ack_timeout, keepalive_interval,
+                       silence_timeout, connect_retry, stall_timeout, no_reconnect, True)
+        # the callbacks must live as long as the client
+        self._cbs = L.Callbacks(None, L.ON_LOOKUP(self._on_lookup),
+                                L.ON_FETCH(self._on_fetch), L.ON_SERVER(self._on_server))
+        err = ctypes.create_string_buffer(L.ERRLEN)
+        handle = lib.p2pkv_client_new(ctypes.byref(cfg), address, self.num_blocks,
+                                      self.block_len, self._cbs, err)
+        if not handle:
+            raise Error(errno.EINVAL, err.value.decode(errors="replace") or "p2pkv_client_new")
+        self._handle = ctypes.c_void_p(handle)
+
+    # ---- callbacks, on the library's thread, with its lock held ----------
+    def _on_lookup(self, arg, server, kv, round_seq, keys, hits, n):
+        got = {}
+        for i in range(n):
+            k = ctypes.string_at(keys[i].bytes, keys[i].len)
+            got[k] = (bool(hits[i]) if hits else None, round_seq)
+        with self._cond:
+            self._answers.setdefault((server, kv.decode()), {}).update(got)
+            self._cond.notify_all()
+
+    def _on_fetch(self, arg, server, fetch_id, status, reason):
+        end = (_STATUS.get(status, "failed"), reason.decode(errors="replace") if reason else "")
+        with self._cond:
+            f = self._fetches.pop(fetch_id, None)
+            if f is None:
+                self._early[fetch_id] = end
+            else:
+                f.status, f.reason = end
+            self._cond.notify_all()
+
+    def _on_server(self, arg, server, state, reason):
+        with self._cond:
+            self._cond.notify_all()
+
+    # ---- the API -----------------------------------------------------------
+    def _h(self):
+        if self._handle is None:
+            raise Error(errno.EBADF, "the client is closed")
+        return self._handle
+
+    def connect(self, endpoint: str, timeout: float = 10.0) -> int:
+        """Connects to a server (tcp://HOST:PORT) and returns its index."""
+        err = ctypes.create_string_buffer(L.ERRLEN)
+        return check(L.lib().p2pkv_client_connect(self._h(), endpoint.encode(), timeout, err),
+                     err, f"connect {endpoint}")
+
+    def disconnect(self, server: int) -> None:
+        """Ends the session with a server; its open fetches fail."""
+        check(L.lib().p2pkv_client_disconnect(self._h(), server), None, f"server {server}")
+
+    def server_state(self, server: int) -> tuple[str, str]:
+        """(state, reason): connecting, up, down or stopped."""
+        err = ctypes.create_string_buffer(L.ERRLEN)
+        st = check(L.lib().p2pkv_client_server_state(self._h(), server, err), None,
+                   f"server {server}")
+        return _STATES.get(st, str(st)), err.value.decode(errors="replace")
+
+    def lookup(self, server: int, kv: str, keys: Sequence[KeyLike],
+               timeout: float = 10.0) -> Lookup:
+        """Asks the server which keys it holds, for request kv; the hits
+        are pinned on the server for this request until fetched or
+        finished.  Keys asked before for the same request are answered
+        from that answer (the protocol asks each once per request)."""
+        ks = Keys(keys)
+        if ks.n == 0:
+            raise ValueError("keys: expected at least one key")
+        answers = self._answers.get((server, kv), {})
+        if any(k not in answers for k in ks.items):
+            check(L.lib().p2pkv_client_lookup(self._h(), server, kv.encode(), ks.array, ks.n),
+                  None, f"lookup on server {server}")
+        with self._cond:
+            ready = lambda: all(k in self._answers.get((server, kv), {})  # noqa: E731
+                                for k in ks.items)
+            if not self._cond.wait_for(ready, timeout):
+                raise Timeout(errno.ETIMEDOUT, f"lookup {kv}: no answer in {timeout} s")
+            got = [self._answers[(server, kv)][k] for k in ks.items]
+        if any(h is None for h, _ in got):
+            raise Error(errno.ENOTCONN, f"lookup {kv}: server {server} went away first")
+        return Lookup(list(ks.items), [h for h, _ in got], max(r for _, r in got))
+
+    def fetch(self, server: int, kv: str, keys: Sequence[KeyLike], blocks: Sequence[int],
+              round: int = 0, deadline: float = 0) -> Fetch:
+        """Has the server write keys[i] into pool block blocks[i]; round is
+        the Lookup's round whose hits these are (0: a fresh round).
+        Returns at once; wait on the Fetch, or cancel it."""
+        ks = Keys(keys)
+        if len(blocks) != ks.n:
+            raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")
+        dest = uint32s(blocks, "blocks")
+        fid = ctypes.c_uint64()
+        check(L.lib().p2pkv_client_fetch(self._h(), server, kv.encode(), ks.array, dest, ks.n,
+                                         round, deadline, ctypes.byref(fid)), None,
+              f"fetch on server {server}")
+        f = Fetch(self, fid.value, server, kv)
+        with self._cond:
+            end = self._early.pop(f.id, None)
+            if end is None:
+                self._fetches[f.id] = f
+            else:
+                f.status, f.reason = end
+        return f
+
+    def cancel(self, fetch_id: int) -> bool:
+        """Cancels an open fetch: it ends once, as aborted, only when no
+        byte of it can land any more (then its blocks may be reused).
+        True when this started the cancel, False when it was cancelled
+        already or had ended already; Error(ENOENT) for an id never
+        issued."""
+        rc = L.lib().p2pkv_client_cancel(self._h(), fetch_id)
+        if rc in (-errno.EINPROGRESS, -errno.EALREADY):
+            return False
+        check(rc, None, f"cancel {fetch_id}")
+        return True
+
+    def finish(self, server: int, kv: str) -> None:
+        """The request is done on that server: its pins go, and its fetches
+        still open are cancelled."""
+        check(L.lib().p2pkv_client_finish(self._h(), server, kv.encode()), None,
+              f"finish {kv}")
+        with self._cond:
+            self._answers.pop((server, kv), None)
+
+    def get(self, server: int, keys: Sequence[KeyLike], blocks: Sequence[int],
+            kv: str = "get", fetch: bool = True, timeout: float = 10.0) -> list[bool]:
+        """Gets keys[i] into pool block blocks[i], as many as the server
+        holds, and waits: lookup, fetch the hits, finish, all in C with the
+        GIL released.  Returns which keys landed (fetch=False: which the
+        server holds)."""
+        ks = Keys(keys)
+        if len(blocks) != ks.n:
+            raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")
+        dest = uint32s(blocks, "blocks")
+        landed = (ctypes.c_bool * max(ks.n, 1))()
+        err = ctypes.create_string_buffer(L.ERRLEN)
+        check(L.lib().p2pkv_client_get(self._h(), server, kv.encode(), ks.array, dest, ks.n,
+                                       fetch, timeout, landed, L.PROGRESS(), None, err),
+              err, f"get on server {server}")
+        return [bool(landed[i]) for i in range(ks.n)]
+
+    @property
+    def open_fetches(self) -> int:
+        """Fetches not ended yet, on every server."""
+        return L.lib().p2pkv_client_open_fetches(self._h())
+
+    def block(self, b: int) -> memoryview:
+        """Block b of the pool, as a writable memoryview."""
+        if not 0 <= b < self.num_blocks:
+            raise IndexError(f"block {b}: the pool has {self.num_blocks}")
+        return self.pool[b * self.block_len:(b + 1) * self.block_len]
+
+    def blocks(self):
+        """The pool as a NumPy uint8 array of shape (num_blocks, block_len),
+        sharing its memory (NumPy must be installed)."""
+        import numpy
+        return numpy.frombuffer(self.pool, dtype=numpy.uint8).reshape(self.num_blocks,
+                                                                      self.block_len)
+
+    def close(self) -> None:
+        """Says goodbye to every server and frees everything."""
+        if self._handle is not None:
+            h = self._handle
+            self._handle = None
+            L.lib().p2pkv_client_destroy(ctypes.byref(h))
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,49 @@
+"""Exceptions: every failure carries the errno and the library's sentence."""
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+
+class Error(OSError):
+    """A p2pkv call failed: .errno (positive) and .reason (the library's
+    sentence naming what was wrong)."""
+
+    def __init__(self, err: int, reason: str = ""):
+        self.reason = reason or os.strerror(err)
+        super().__init__(err, self.reason)
+
+    def __str__(self) -> str:
+        return f"[{_errno.errorcode.get(self.errno, self.errno)}] {self.reason}"
+
+
+class Timeout(Error, TimeoutError):
+    """No answer within the timeout."""
+
+
+class Refused(Error):
+    """The server refused us as incompatible (block length, fingerprint,
+    hash seed, wire version, provider): reason names the field."""
+
+
+class FetchError(Error):
+    """A fetch ended FAILED or ABORTED: .status says which, .reason why.
+    Its destination blocks may be reused (the library waited for the
+    fence: nothing of it can land any more)."""
+
+    def __init__(self, status: str, reason: str):
+        self.status = status
+        super().__init__(_errno.EIO if status == "failed" else _errno.ECANCELED, reason)
+
+
+def check(rc: int, err=None, what: str = "") -> int:
+    """rc when >= 0; else raises the Error its negative errno names."""
+    if rc >= 0:
+        return rc
+    reason = err.value.decode(errors="replace") if err is not None and err.value else ""
+    if not reason:
+        reason = os.strerror(-rc)
+    if what:
+        reason = f"{what}: {reason}"
+    cls = {_errno.ETIMEDOUT: Timeout, _errno.EPROTO: Refused}.get(-rc, Error)
+    raise cls(-rc, reason)

@@ -1,0 +1,167 @@
+"""The Python package against real daemons: an engine publishes, a
+consumer fetches into NumPy, cancels, finishes; errors carry reasons."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import select
+
+import numpy as np
+import pytest
+
+import p2pkv
+
+
+def key_of(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+def publish(engine: p2pkv.Engine, n: int, seed: int = 0) -> tuple[list, list]:
+    """n blocks of distinct bytes, written in place and committed."""
+    rng = np.random.default_rng(seed)
+    datas = [rng.integers(0, 256, engine.block_len, dtype=np.uint8).tobytes() for _ in range(n)]
+    keys = [key_of(d) for d in datas]
+    blocks = engine.reserve(keys)
+    view = engine.blocks()
+    for b, d in zip(blocks, datas):
+        view[b] = np.frombuffer(d, dtype=np.uint8)
+    del view
+    engine.commit(keys)
+    return keys, datas
+
+
+def test_engine_publishes_and_numpy_consumer_fetches(server):
+    with p2pkv.Engine(server.local) as engine:
+        assert engine.block_len == 4096 and engine.num_blocks == 512
+        assert engine.endpoint == server.endpoint
+        keys, datas = publish(engine, 16)
+        pool = np.zeros((64, engine.block_len), dtype=np.uint8)
+        with p2pkv.Client("py-consumer", 64, engine.block_len, pool=pool) as c:
+            s = c.connect(server.endpoint)
+            landed = c.get(s, keys, list(range(16)))
+            assert landed == [True] * 16
+            for i, d in enumerate(datas):
+                assert pool[i].tobytes() == d
+            st = engine.stats()
+            assert st["pool"]["ready"] == 16
+
+
+def test_lookup_then_fetch_under_its_round(server):
+    with p2pkv.Engine(server.local) as engine:
+        keys, datas = publish(engine, 4)
+        absent = key_of(b"not there")
+        with p2pkv.Client("py-c2", 8, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            look = c.lookup(s, "req-1", keys + [absent])
+            assert look.hits == [True] * 4 + [False]
+            assert look.round > 0
+            f = c.fetch(s, "req-1", look.hit_keys(), [3, 2, 1, 0], round=look.round)
+            f.wait(10)
+            assert f.status == "landed"
+            blocks = c.blocks()
+            for i, d in enumerate(datas):
+                assert blocks[3 - i].tobytes() == d
+            del blocks
+            c.finish(s, "req-1")
+            assert c.open_fetches == 0
+
+
+def test_cancel_ends_once_aborted_and_ids_are_checked(server):
+    with p2pkv.Engine(server.local) as engine:
+        keys, _ = publish(engine, 8)
+        with p2pkv.Client("py-c3", 8, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            done = c.fetch(s, "req-2", keys, list(range(8)))
+            done.wait(10)
+            assert done.cancel() is False          # ended already: no effect
+            with pytest.raises(p2pkv.Error) as e:
+                c.cancel(10**9)
+            assert e.value.errno == errno.ENOENT
+            # a store job for another consumer keeps this fetch pending: a
+            # fetch of a key the server is about to get waits for supply
+            later = key_of(b"pending")
+            f = c.fetch(s, "req-3", [later], [0], deadline=30)
+            assert f.cancel() is True
+            assert f.cancel() is False             # twice: under way
+            with pytest.raises(p2pkv.FetchError) as fe:
+                f.wait(10)
+            assert fe.value.status == "aborted" and f.status == "aborted"
+            assert c.open_fetches == 0
+
+
+def test_errors_carry_the_reason(server):
+    with pytest.raises(p2pkv.Error) as e:
+        p2pkv.Engine("ipc:///tmp/p2pkv-py-nobody.sock", timeout=0.5)
+    assert e.value.reason
+    with p2pkv.Engine(server.local) as engine:
+        with pytest.raises(p2pkv.Error) as e:
+            engine.reserve([b""])
+        assert e.value.errno == errno.EINVAL and "key" in e.value.reason
+        with pytest.raises(p2pkv.Error) as e:
+            engine.commit([key_of(b"never reserved")])
+        assert "reserve" in e.value.reason or "key" in e.value.reason
+        with pytest.raises(p2pkv.Error) as e:
+            engine.write(engine.num_blocks + 1, b"x")
+        assert "block" in e.value.reason
+    # a consumer whose block length differs is refused, naming it
+    with p2pkv.Client("py-c4", 4, 8192) as c:
+        with pytest.raises(p2pkv.Refused) as e:
+            c.connect(server.endpoint, timeout=5)
+        assert "block" in e.value.reason
+    with pytest.raises(ValueError):
+        p2pkv.Client("py-c5", 4, 4096, pool=bytearray(100))
+
+
+def test_engine_store_for_a_consumer_and_its_event(server):
+    with p2pkv.Engine(server.local) as engine:
+        keys, datas = publish(engine, 2)
+        with p2pkv.Client("py-decode", 4, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            job = engine.store("py-decode", "pd-1", keys)
+            f = c.fetch(s, "pd-1", keys, [0, 1])
+            f.wait(10)
+            assert select.select([engine], [], [], 10)[0] == [engine]
+            ev = engine.next_event(5)
+            assert ev is not None and ev.kind == "store" and ev.id == job and ev.success
+            assert c.block(0).tobytes() == datas[0] and c.block(1).tobytes() == datas[1]
+            engine.finish("py-decode", "pd-1")
+            c.finish(s, "pd-1")
+
+
+def test_pull_between_two_servers(server_factory):
+    a, b = server_factory(), server_factory()
+    with p2pkv.Engine(a.local) as ea, p2pkv.Engine(b.local) as eb:
+        keys, datas = publish(ea, 3)
+        pull, fetching = eb.pull(a.endpoint, keys)
+        assert fetching == 3
+        ev = eb.next_event(15)
+        assert ev.kind == "pull" and ev.id == pull and ev.success and ev.landed == 3
+        with p2pkv.Client("py-c6", 3, eb.block_len) as c:
+            s = c.connect(b.endpoint)
+            assert c.get(s, keys, [0, 1, 2]) == [True] * 3
+            assert [c.block(i).tobytes() for i in range(3)] == datas
+
+
+def test_the_readme_example_runs(server):
+    """README.md's ten lines, run as written against a live server."""
+    readme = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
+    text = open(readme).read()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) <= 10
+    exec(compile(code.replace("ipc:///tmp/p2pkv-a.sock", server.local), "README.md", "exec"),
+         {})
+
+
+def test_the_connector_example_against_two_servers(server_factory):
+    """python/examples/kv_connector.py, as CI runs it: every byte intact."""
+    import subprocess
+    import sys
+    a, b = server_factory(), server_factory()
+    here = os.path.dirname(__file__)
+    example = os.path.join(here, "..", "examples", "kv_connector.py")
+    out = subprocess.run([sys.executable, example, "--peer", a.local, "--peer", b.local,
+                          "--requests", "6"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("all intact") == 5, out.stdout
+    assert "aborted" in out.stdout
