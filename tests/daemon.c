@@ -190,6 +190,36 @@ td_engine_event(td_t *self)
     return j;
 }
 
+p2pkv_engine_t *
+td_engine_open(td_t *self, p2pkv_engine_event_fn *on_event, void *arg)
+{
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_engine_t *engine = p2pkv_engine_open(self->local, 10, on_event, arg, err);
+    ck_assert_msg(engine != NULL, "p2pkv_engine_open %s: %s", self->local, err);
+    return engine;
+}
+
+void
+td_put(p2pkv_engine_t *engine, const p2pkv_key_t *keys, const uint8_t *data, size_t n,
+       size_t block_len)
+{
+    for (size_t i = 0; i < n; i++) {
+        char err[P2PKV_ERRLEN] = "";
+        int rc = p2pkv_engine_put(engine, &keys[i], data + i * block_len, block_len, err);
+        ck_assert_msg(rc == 0, "p2pkv_engine_put: %d %s", rc, err);
+    }
+}
+
+p2pkv_engine_stats_t
+td_stats(p2pkv_engine_t *engine)
+{
+    p2pkv_engine_stats_t st;
+    char err[P2PKV_ERRLEN] = "";
+    int rc = p2pkv_engine_stats(engine, &st, err);
+    ck_assert_msg(rc == 0, "p2pkv_engine_stats: %d %s", rc, err);
+    return st;
+}
+
 uint8_t *
 td_map_pool(td_t *self, size_t *len_p)
 {

@@ -16,6 +16,7 @@
 #define PK_TEST_DAEMON_H_INCLUDED
 
 #include "p2pkv.h"
+#include "p2pkv_engine.h"
 
 #include <czmq.h>
 #include <jansson.h>
@@ -48,7 +49,20 @@ void td_kill(td_t *self);
     server on the same names copes.  */
 void td_kill_only(td_t *self);
 
-/*  One engine request built by json_pack (fmt, ...); its answer, skipping
+/*  The engine C API (p2pkv_engine.h) on the server's local socket, with
+    on_event and arg as for p2pkv_engine_open; the test fails unless it
+    opens within 10 s.  Close it with p2pkv_engine_close.  */
+p2pkv_engine_t *td_engine_open(td_t *self, p2pkv_engine_event_fn *on_event, void *arg);
+
+/*  p2pkv_engine_put of each block, asserting it was published.  */
+void td_put(p2pkv_engine_t *engine, const p2pkv_key_t *keys, const uint8_t *data, size_t n,
+            size_t block_len);
+
+/*  The server's counters (p2pkv_engine_stats), asserting the call worked.  */
+p2pkv_engine_stats_t td_stats(p2pkv_engine_t *engine);
+
+/*  Raw JSON, for the tests of the server's JSON protocol itself (malformed
+    commands, the answer's fields as sent): one engine request built by json_pack (fmt, ...); its answer, skipping
     events that arrive before it.  Caller decrefs.  */
 json_t *td_engine(td_t *self, const char *fmt, ...);
 
