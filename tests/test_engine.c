@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sodium.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #define BLOCK 4096
 #define NKEYS 8
@@ -399,6 +400,36 @@ START_TEST(test_late_answer_is_not_the_next_ones)
 }
 END_TEST
 
+//  p2pkv pull (bin/p2pkv.c, through this API): each key's fate, and the
+//  exit status 1 for a missing one.
+START_TEST(test_cli_pull)
+{
+    td_t a, b;
+    td_start(&a, NULL);
+    td_start(&b, NULL);
+    p2pkv_engine_t *ea = td_engine_open(&a, NULL, NULL), *eb = td_engine_open(&b, NULL, NULL);
+    td_put(ea, s_keys, &s_data[0][0], 2, BLOCK);
+    td_put(eb, &s_keys[2], s_data[2], 1, BLOCK);
+    char hex[3][65], cmd[1024], want[1024], got[1024] = "";
+    for (int i = 0; i < 3; i++)
+        pk_hex_encode(s_bytes[i], 32, hex[i]);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv pull --local %s --server %s %s %s %s 00ff", b.local,
+             a.endpoint, hex[0], hex[2], hex[1]);
+    snprintf(want, sizeof want, "%s landed\n%s present\n%s landed\n00ff missing\n", hex[0],
+             hex[2], hex[1]);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(got, 1, sizeof got - 1, p);
+    got[n] = '\0';
+    ck_assert_int_eq(WEXITSTATUS(pclose(p)), 1);
+    ck_assert_str_eq(got, want);
+    ck_assert_uint_eq(td_stats(eb).ready, 3);
+    p2pkv_engine_close(&ea);
+    p2pkv_engine_close(&eb);
+    ck_assert_int_eq(td_stop(&b), 0);
+    ck_assert_int_eq(td_stop(&a), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -417,6 +448,7 @@ main(void)
     tcase_add_test(tc, test_store_event_by_fd);
     tcase_add_test(tc, test_pull_event);
     tcase_add_test(tc, test_late_answer_is_not_the_next_ones);
+    tcase_add_test(tc, test_cli_pull);
     suite_add_tcase(suite, tc);
     return pk_test_run("engine", suite);
 }
