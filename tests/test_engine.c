@@ -363,6 +363,16 @@ START_TEST(test_pull_event)
     ck_assert_uint_eq(ev.missing_keys[0].len, 2);
     ck_assert_mem_eq(ev.missing_keys[0].bytes, absent_bytes, 2);
     ck_assert_uint_eq(td_stats(eb).ready, 4);
+    //  nothing to fetch: the answer says present, and an event still follows
+    uint64_t id2 = 0;
+    ck_assert_int_eq(p2pkv_engine_pull(eb, a.endpoint, &s_keys[3], 1, &id2, &fetching, present,
+                                       err), 0);
+    ck_assert_uint_eq(fetching, 0);
+    ck_assert(present[0]);
+    ck_assert_int_eq(p2pkv_engine_next_event(eb, 30, &ev), 0);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_PULL);
+    ck_assert_uint_eq(ev.id, id2);
+    ck_assert_uint_eq(ev.missing, 0);
     //  the pulled bytes are in b's pool
     tc_t *tc = s_consumer(&b, "c-of-b");
     s_fetch_and_verify(tc, "r1", 1, s_pkeys, s_data, 4, false);

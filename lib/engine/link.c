@@ -193,14 +193,20 @@ pk_elink_drain(p2pkv_engine_t *self)
         json_decref(s_read_one(self, &got));    //  an answer nobody asked for: dropped
 }
 
-//  Waits up to deadline (monotonic seconds) for the socket: 1 readable, 0 not.
+//  Waits up to deadline (monotonic seconds) for the socket: 1 readable, 0
+//  not.  A signal does not cut the wait short (the engine's own handlers
+//  may interrupt us at any time).
 int
 pk_elink_wait(p2pkv_engine_t *self, double deadline)
 {
-    double left = deadline - pk_clock_monotonic();
     zmq_pollitem_t item = { zsock_resolve(self->sock), 0, ZMQ_POLLIN, 0 };
-    long ms = left > 0 ? (long) (left * 1000) + 1 : 0;
-    return zmq_poll(&item, 1, ms) > 0;
+    for (;;) {
+        double left = deadline - pk_clock_monotonic();
+        long ms = left > 0 ? (long) (left * 1000) + 1 : 0;
+        int rc = zmq_poll(&item, 1, ms);
+        if (rc >= 0 || zmq_errno() != EINTR || left <= 0)
+            return rc > 0;
+    }
 }
 
 int
