@@ -1,6 +1,7 @@
 /*  p2pkv: the command line.
 
-    `put` and `stats` talk to the local p2pkv-server over its engine socket;
+    `put`, `stats` and `pull` talk to the local p2pkv-server through the
+    engine API (p2pkv_engine.h);
     `lookup` and `get` ask a (remote) server through the client library
     (p2pkv.h), `get` having the blocks written into its own registered
     memory; `codec` decodes control-plane frames and prints each one's
@@ -8,6 +9,7 @@
 */
 #include "base/clock.h"
 #include "p2pkv.h"
+#include "p2pkv_engine.h"
 #include "wire/protocol.h"
 #include "daemon/server_config.h"
 #include "base/version.h"
@@ -199,42 +201,17 @@ s_local_opts(int argc, char *argv[], s_local_opts_t *o, char **dflt)
     return o->local ? 0 : -ENOMEM;
 }
 
-//  One request, its answer (skipping events); NULL with a message on error.
-static json_t *
-s_ask(zsock_t *sock, json_t *req)
+//  The local server through the engine API; NULL with a message on error.
+static p2pkv_engine_t *
+s_engine_open(const char *cmd, const char *endpoint)
 {
-    char *text = json_dumps(req, JSON_COMPACT);
-    json_decref(req);
-    if (!text || zstr_send(sock, text) != 0) {
-        free(text);
-        return NULL;
-    }
-    free(text);
-    for (;;) {
-        char *answer = zstr_recv(sock);
-        if (!answer) {
-            fprintf(stderr, "p2pkv: no answer from the local server within 5 s\n");
-            return NULL;
-        }
-        json_t *j = json_loads(answer, 0, NULL);
-        zstr_free(&answer);
-        if (j && !json_object_get(j, "event"))
-            return j;
-        json_decref(j);
-    }
-}
-
-static zsock_t *
-s_local_connect(const char *endpoint)
-{
-    zsock_t *sock = zsock_new_dealer(endpoint);
-    if (!sock) {
-        fprintf(stderr, "p2pkv: cannot connect to %s\n", endpoint);
-        return NULL;
-    }
-    zsock_set_rcvtimeo(sock, 5000);
-    zsock_set_sndtimeo(sock, 5000);
-    return sock;
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_engine_t *engine = p2pkv_engine_open(endpoint, 5, NULL, NULL, err);
+    if (!engine)
+        fprintf(stderr, "p2pkv %s: %s\n", cmd, err);
+    else
+        p2pkv_engine_set_timeout(engine, 5);
+    return engine;
 }
 
 static int
@@ -247,21 +224,55 @@ s_cmd_stats(int argc, char *argv[])
         fprintf(stderr, "usage: p2pkv stats [--local ENDPOINT] [--json]\n");
         return EXIT_ERROR;
     }
-    zsock_t *sock = s_local_connect(o.local);
-    json_t *a = sock ? s_ask(sock, json_pack("{s:s}", "cmd", "stats")) : NULL;
-    int rc = EXIT_ERROR;
-    if (a && json_is_true(json_object_get(a, "ok"))) {
-        char *text = json_dumps(a, o.json ? JSON_COMPACT : JSON_INDENT(2));
-        puts(text);
-        free(text);
-        rc = EXIT_SUCCESS;
-    }
-    else if (a)
-        fprintf(stderr, "p2pkv stats: %s\n", json_string_value(json_object_get(a, "error")));
+    p2pkv_engine_t *engine = s_engine_open("stats", o.local);
+    char err[P2PKV_ERRLEN] = "";
+    char *text = engine ? p2pkv_engine_stats_json(engine, err) : NULL;
+    //  the server's answer as it is, indented for a terminal
+    json_t *a = text ? json_loads(text, 0, NULL) : NULL;
+    char *out = a ? json_dumps(a, o.json ? JSON_COMPACT : JSON_INDENT(2)) : NULL;
+    int rc = out ? EXIT_SUCCESS : EXIT_ERROR;
+    if (out)
+        puts(out);
+    else if (engine)
+        fprintf(stderr, "p2pkv stats: %s\n", err[0] ? err : "out of memory");
+    free(out);
     json_decref(a);
-    zsock_destroy(&sock);
+    free(text);
+    p2pkv_engine_close(&engine);
     free(dflt);
     return rc;
+}
+
+//  One FILE of put: its block read into data and published under its
+//  SHA-256 (hex into hex): 0, or -1 with the error said.
+static int
+s_put_file(p2pkv_engine_t *engine, const char *path, uint8_t *data, size_t block_len,
+           char *hex)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "p2pkv put: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t got = fread(data, 1, block_len + 1, f);
+    fclose(f);
+    if (got != block_len) {
+        fprintf(stderr, "p2pkv put: %s: %s%zu bytes, blocks are %zu bytes\n", path,
+                got > block_len ? "more than " : "", got > block_len ? block_len : got,
+                block_len);
+        return -1;
+    }
+    uint8_t hash[crypto_hash_sha256_BYTES];
+    crypto_hash_sha256(hash, data, got);
+    pk_hex_encode(hash, sizeof hash, hex);
+    p2pkv_key_t key = { hash, sizeof hash };
+    char err[P2PKV_ERRLEN] = "";
+    //  1: the pool has it already, which is what put is for
+    if (p2pkv_engine_put(engine, &key, data, got, err) < 0) {
+        fprintf(stderr, "p2pkv put: %s: %s\n", path, err);
+        return -1;
+    }
+    return 0;
 }
 
 static int
@@ -274,54 +285,23 @@ s_cmd_put(int argc, char *argv[])
         fprintf(stderr, "usage: p2pkv put [--local ENDPOINT] [--json] FILE...\n");
         return EXIT_ERROR;
     }
-    zsock_t *sock = s_local_connect(o.local);
-    json_t *d = sock ? s_ask(sock, json_pack("{s:s}", "cmd", "describe")) : NULL;
-    json_int_t block_len = json_integer_value(json_object_get(d, "block_len"));
-    json_decref(d);
-    if (block_len <= 0) {
-        zsock_destroy(&sock);
+    p2pkv_engine_t *engine = s_engine_open("put", o.local);
+    if (!engine) {
         free(dflt);
         return EXIT_ERROR;
     }
+    size_t block_len = (size_t) p2pkv_engine_info(engine)->block_len;
     int rc = EXIT_SUCCESS;
     json_t *out = json_array();
-    uint8_t *data = malloc((size_t) block_len + 1);
+    uint8_t *data = malloc(block_len + 1);
     for (int i = o.first; i < argc && rc == EXIT_SUCCESS; i++) {
-        FILE *f = fopen(argv[i], "rb");
-        size_t got = f ? fread(data, 1, (size_t) block_len + 1, f) : 0;
-        if (!f) {
-            fprintf(stderr, "p2pkv put: %s: %s\n", argv[i], strerror(errno));
+        char hex[2 * crypto_hash_sha256_BYTES + 1];
+        if (!data || s_put_file(engine, argv[i], data, block_len, hex) < 0)
             rc = EXIT_ERROR;
-            break;
-        }
-        fclose(f);
-        if (got != (size_t) block_len) {
-            fprintf(stderr, "p2pkv put: %s: %s%zu bytes, blocks are %lld bytes\n", argv[i],
-                    got > (size_t) block_len ? "more than " : "", got > (size_t) block_len
-                    ? (size_t) block_len : got, (long long) block_len);
-            rc = EXIT_ERROR;
-            break;
-        }
-        uint8_t hash[crypto_hash_sha256_BYTES];
-        crypto_hash_sha256(hash, data, got);
-        char hex[2 * sizeof hash + 1];
-        pk_hex_encode(hash, sizeof hash, hex);
-        size_t b64len = sodium_base64_ENCODED_LEN(got, sodium_base64_VARIANT_ORIGINAL);
-        char *b64 = malloc(b64len);
-        sodium_bin2base64(b64, b64len, data, got, sodium_base64_VARIANT_ORIGINAL);
-        json_t *a = s_ask(sock, json_pack("{s:s, s:s, s:s}", "cmd", "put", "key", hex,
-                                          "data", b64));
-        free(b64);
-        if (!a || !json_is_true(json_object_get(a, "ok"))) {
-            fprintf(stderr, "p2pkv put: %s: %s\n", argv[i],
-                    a ? json_string_value(json_object_get(a, "error")) : "no answer");
-            rc = EXIT_ERROR;
-        }
         else if (o.json)
             json_array_append_new(out, json_pack("{s:s, s:s}", "key", hex, "file", argv[i]));
         else
             printf("%s %s\n", hex, argv[i]);
-        json_decref(a);
     }
     if (o.json && rc == EXIT_SUCCESS) {
         char *text = json_dumps(out, JSON_COMPACT);
@@ -330,7 +310,7 @@ s_cmd_put(int argc, char *argv[])
     }
     json_decref(out);
     free(data);
-    zsock_destroy(&sock);
+    p2pkv_engine_close(&engine);
     free(dflt);
     return rc;
 }
@@ -531,6 +511,53 @@ done:
     return rc;
 }
 
+//  What became of key: present (in the pool before), missing (the event
+//  names it) or landed.
+static const char *
+s_pull_status(const p2pkv_key_t *key, bool present, const p2pkv_engine_event_t *ev)
+{
+    if (present)
+        return "present";
+    for (size_t k = 0; k < ev->missing; k++)
+        if (ev->missing_keys[k].len == key->len
+            && memcmp(ev->missing_keys[k].bytes, key->bytes, key->len) == 0)
+            return "missing";
+    return "landed";
+}
+
+//  The pull, then its event (after the fetches): KEY landed|present|missing.
+static int
+s_pull(const s_local_opts_t *o, const char *server, char *argv[], const s_get_t *g)
+{
+    p2pkv_engine_t *engine = s_engine_open("pull", o->local);
+    bool *present = calloc(g->n, sizeof *present);
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t id;
+    int rc = !engine || !present ? -ENOMEM
+             : p2pkv_engine_pull(engine, server, g->keys, g->n, &id, NULL, present, err);
+    p2pkv_engine_event_t ev = { 0 };
+    double deadline = pk_clock_monotonic() + 120;
+    while (rc == 0 && (ev.kind != P2PKV_EVENT_PULL || ev.id != id)) {
+        double left = deadline - pk_clock_monotonic();
+        rc = left > 0 ? p2pkv_engine_next_event(engine, left, &ev) : -ETIMEDOUT;
+        if (rc == -ETIMEDOUT)
+            snprintf(err, sizeof err, "no result within 120 s");
+    }
+    if (rc == 0) {
+        for (size_t i = 0; i < g->n; i++)
+            printf("%s %s\n", argv[o->first + (int) i],
+                   s_pull_status(&g->keys[i], present[i], &ev));
+        if (ev.reason[0])
+            fprintf(stderr, "p2pkv pull: %s\n", ev.reason);
+    }
+    else if (engine)
+        fprintf(stderr, "p2pkv pull: %s\n", err[0] ? err : strerror(-rc));
+    int exit = rc ? EXIT_ERROR : ev.missing ? EXIT_SOME_INVALID : EXIT_SUCCESS;
+    free(present);
+    p2pkv_engine_close(&engine);
+    return exit;
+}
+
 static int
 s_cmd_pull(int argc, char *argv[])
 {
@@ -552,56 +579,10 @@ s_cmd_pull(int argc, char *argv[])
         fprintf(stderr, "usage: p2pkv pull [--local ENDPOINT] --server tcp://HOST:PORT KEY...\n");
         return EXIT_ERROR;
     }
-    zsock_t *sock = s_local_connect(o.local);
-    json_t *keys = json_array();
-    for (int i = o.first; i < nrest; i++)
-        json_array_append_new(keys, json_string(rest[i]));
-    json_t *a = sock ? s_ask(sock, json_pack("{s:s, s:s, s:o}", "cmd", "pull", "server", server,
-                                             "keys", keys))
-                     : (json_decref(keys), NULL);
-    int rc = EXIT_ERROR;
-    if (!a || !json_is_true(json_object_get(a, "ok"))) {
-        if (a)
-            fprintf(stderr, "p2pkv pull: %s\n", json_string_value(json_object_get(a, "error")));
-        goto done;
-    }
-    json_int_t id = json_integer_value(json_object_get(a, "pull"));
-    //  the result comes as an event, after the fetches
-    json_t *ev = NULL;
-    double deadline = pk_clock_monotonic() + 120;
-    while (!ev && pk_clock_monotonic() < deadline) {
-        char *text = zstr_recv(sock);
-        json_t *j = text ? json_loads(text, 0, NULL) : NULL;
-        zstr_free(&text);
-        if (j && json_integer_value(json_object_get(j, "pull")) == id
-            && json_object_get(j, "event"))
-            ev = j;
-        else
-            json_decref(j);
-    }
-    if (!ev) {
-        fprintf(stderr, "p2pkv pull: no result within 120 s\n");
-        goto done;
-    }
-    json_t *missing = json_object_get(ev, "missing"), *present = json_object_get(a, "present");
-    size_t nmissing = json_array_size(missing);
-    for (int i = o.first; i < nrest; i++) {
-        const char *what = "landed";
-        for (size_t k = 0; k < json_array_size(present); k++)
-            if (streq(json_string_value(json_array_get(present, k)), rest[i]))
-                what = "present";
-        for (size_t k = 0; k < nmissing; k++)
-            if (streq(json_string_value(json_array_get(missing, k)), rest[i]))
-                what = "missing";
-        printf("%s %s\n", rest[i], what);
-    }
-    if (json_object_get(ev, "reason"))
-        fprintf(stderr, "p2pkv pull: %s\n", json_string_value(json_object_get(ev, "reason")));
-    rc = nmissing ? EXIT_SOME_INVALID : EXIT_SUCCESS;
-    json_decref(ev);
-done:
-    json_decref(a);
-    zsock_destroy(&sock);
+    s_get_t g = { 0 };
+    int rc = s_parse_keys(rest, o.first, nrest, &g) ? EXIT_ERROR : s_pull(&o, server, rest, &g);
+    free(g.keys);
+    free(g.bytes);
     free(dflt);
     free(rest);
     return rc;

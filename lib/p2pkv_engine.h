@@ -18,13 +18,22 @@
     err).  The library checks what it can first, without asking: keys of
     length 0 or over P2PKV_ENGINE_MAX_KEY bytes, a block index outside
     this engine's reservations, a commit of a key this engine did not
-    reserve: -EINVAL or -ENOENT with err naming the argument.
+    reserve, NULL pointers, empty strings: -EINVAL or -ENOENT with err
+    naming the argument.  The server's refusals map to the errno their
+    sentence stands for (-ENOSPC, -EEXIST, -EBUSY, -ENOENT, -EAGAIN), or
+    -EINVAL; -ETIMEDOUT when no answer came in time.  The protocol has no
+    request ids: the server answers in order, so the answer of a request
+    that timed out is recognised when it comes late and dropped, never
+    taken for the next request's.
 
     Events (a store's result, a pull's result) come in between answers;
     they are queued and delivered by p2pkv_engine_poll, to the callback
     given at open (or read one by one with p2pkv_engine_next_event when
     there is none).  p2pkv_engine_fd is readable whenever an event is
-    waiting, for an event loop.
+    waiting, for an event loop.  It is an epoll fd over an eventfd kept
+    readable while the queue is not empty and the socket's ZMQ_FD, and
+    every call drains the socket into the queue before it returns (ZMQ_FD
+    does not signal again for messages already waiting).
 
     Threads: one engine handle is used by one thread at a time (an engine
     with several threads opens one handle each; a reservation belongs to
@@ -36,8 +45,10 @@
 
 #include "p2pkv.h"
 
-/*  The longest key the server accepts, in bytes.  */
+/*  The longest key the server accepts, in bytes, and the most keys in
+    one call (the server's PK_MAX_KEY_BYTES and PK_MAX_LIST).  */
 #define P2PKV_ENGINE_MAX_KEY 4096
+#define P2PKV_ENGINE_MAX_LIST 65536
 
 typedef struct _p2pkv_engine_t p2pkv_engine_t;
 
@@ -61,6 +72,9 @@ typedef struct {
     size_t landed;              //  pull: keys now in the pool
     size_t missing;             //  pull: keys the remote server did not have or send
     char reason[P2PKV_ERRLEN];  //  pull: why some are missing ("" when none)
+    //  pull: the missing keys (missing of them); valid during the callback,
+    //  or until the next poll, next_event or close of this handle
+    const p2pkv_key_t *missing_keys;
 } p2pkv_engine_event_t;
 
 typedef void (p2pkv_engine_event_fn)(void *arg, const p2pkv_engine_event_t *event);
@@ -74,8 +88,12 @@ typedef struct {
 
 /*  Attaches to the server whose local socket is local_endpoint (its
     --local, e.g. ipc:///tmp/p2pkv-NAME.sock), waiting up to timeout
-    seconds for it to answer, and maps its pool read-write.  on_event may
-    be NULL (then read events with p2pkv_engine_next_event).  */
+    seconds for it to answer (describe), and maps its pool read-write,
+    checking that the shared-memory object is as large as the server
+    says.  on_event may be NULL (then read events with
+    p2pkv_engine_next_event).  Later calls wait p2pkv_engine_set_timeout's
+    time, not this one.  NULL with err on failure: a bad endpoint, no
+    answer within timeout, a pool that cannot be mapped.  */
 p2pkv_engine_t *p2pkv_engine_open(const char *local_endpoint, double timeout,
                                   p2pkv_engine_event_fn *on_event, void *arg, char *err);
 
@@ -111,8 +129,10 @@ int p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, cons
     reserve.  */
 int p2pkv_engine_commit(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, char *err);
 
-/*  reserve, copy block_len bytes, commit: one block.  1 when the key was
-    in the pool already (nothing written), 0 when published.  */
+/*  reserve, copy block_len bytes into the mapping, commit: one block
+    (two requests, no block data over the socket).  len must equal
+    block_len (-EINVAL naming len otherwise).  1 when the key was in the
+    pool already, or being written (nothing written), 0 when published.  */
 int p2pkv_engine_put(p2pkv_engine_t *self, const p2pkv_key_t *key, const void *data,
                      size_t len, char *err);
 
@@ -134,9 +154,13 @@ int p2pkv_engine_finish(p2pkv_engine_t *self, const char *consumer, const char *
 /*  Has the server fetch keys from the server at endpoint into its pool.
     *pull_id_p names it in its P2PKV_EVENT_PULL event; *fetching_p (may
     be NULL) gets how many keys are being fetched (the others are in the
-    pool already, and no event follows when it is 0).  */
+    pool already; the event follows even when it is 0, once the server's
+    puller has been through the pull); present (may be
+    NULL; n entries) which keys those are: the server's answer names them,
+    and a tool reporting each key needs it (the event names the missing).  */
 int p2pkv_engine_pull(p2pkv_engine_t *self, const char *endpoint, const p2pkv_key_t *keys,
-                      size_t n, uint64_t *pull_id_p, size_t *fetching_p, char *err);
+                      size_t n, uint64_t *pull_id_p, size_t *fetching_p, bool *present,
+                      char *err);
 
 /*  The server's counters.  */
 int p2pkv_engine_stats(p2pkv_engine_t *self, p2pkv_engine_stats_t *out, char *err);
@@ -149,8 +173,9 @@ char *p2pkv_engine_stats_json(p2pkv_engine_t *self, char *err);
 int p2pkv_engine_fd(p2pkv_engine_t *self);
 
 /*  Waits up to timeout seconds (0: not at all) for events and delivers
-    every one waiting to on_event.  Returns how many, or a negative
-    errno.  */
+    every one waiting to on_event (those a callback's own calls bring wait
+    for the next poll).  Returns how many, or a negative errno.  Without
+    on_event it only waits, and returns how many wait for next_event.  */
 int p2pkv_engine_poll(p2pkv_engine_t *self, double timeout);
 
 /*  Without on_event: the next event into *event, waiting up to timeout

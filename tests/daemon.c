@@ -118,6 +118,7 @@ int
 td_stop(td_t *self)
 {
     zsock_destroy(&self->engine);
+    p2pkv_engine_close(&self->api);
     kill(self->pid, SIGTERM);
     //  10 s, or longer when the server runs under valgrind (P2PKV_STOP_BOUND)
     const char *bound = getenv("P2PKV_STOP_BOUND");
@@ -138,6 +139,7 @@ void
 td_kill_only(td_t *self)
 {
     zsock_destroy(&self->engine);
+    p2pkv_engine_close(&self->api);
     ck_assert_int_eq(kill(self->pid, SIGKILL), 0);
     int status;
     ck_assert_int_eq(waitpid(self->pid, &status, 0), self->pid);
@@ -179,32 +181,76 @@ td_engine(td_t *self, const char *fmt, ...)
     }
 }
 
-json_t *
-td_engine_event(td_t *self)
+p2pkv_engine_t *
+td_engine_open(td_t *self, p2pkv_engine_event_fn *on_event, void *arg)
 {
-    char *text = zstr_recv(self->engine);
-    ck_assert_msg(text != NULL, "no event from the engine API");
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_engine_t *engine = p2pkv_engine_open(self->local, 10, on_event, arg, err);
+    ck_assert_msg(engine != NULL, "p2pkv_engine_open %s: %s", self->local, err);
+    return engine;
+}
+
+p2pkv_engine_t *
+td_api(td_t *self)
+{
+    if (!self->api)
+        self->api = td_engine_open(self, NULL, NULL);
+    return self->api;
+}
+
+json_t *
+td_stats_json(td_t *self)
+{
+    char err[P2PKV_ERRLEN] = "";
+    char *text = p2pkv_engine_stats_json(td_api(self), err);
+    ck_assert_msg(text != NULL, "p2pkv_engine_stats_json: %s", err);
     json_t *j = json_loads(text, 0, NULL);
-    zstr_free(&text);
+    free(text);
     ck_assert_ptr_nonnull(j);
     return j;
 }
 
-uint8_t *
-td_map_pool(td_t *self, size_t *len_p)
+p2pkv_key_t
+td_key(const pk_key_t *key)
 {
-    json_t *d = td_engine(self, "{s:s}", "cmd", "describe");
-    ck_assert(json_is_true(json_object_get(d, "ok")));
-    size_t len = (size_t) json_integer_value(json_object_get(d, "num_blocks"))
-                 * (size_t) json_integer_value(json_object_get(d, "block_len"));
-    json_decref(d);
-    int fd = shm_open(self->pool, O_RDWR, 0);
-    ck_assert_msg(fd >= 0, "cannot open the pool %s", self->pool);
-    void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    ck_assert(base != MAP_FAILED);
-    *len_p = len;
-    return base;
+    return (p2pkv_key_t) { key->bytes, key->len };
+}
+
+void
+td_reserve(td_t *self, const p2pkv_key_t *keys, size_t n, uint32_t *blocks)
+{
+    char err[P2PKV_ERRLEN] = "";
+    int rc = p2pkv_engine_reserve(td_api(self), keys, n, blocks, err);
+    ck_assert_msg(rc == 0, "p2pkv_engine_reserve: %d %s", rc, err);
+}
+
+void
+td_commit(td_t *self, const p2pkv_key_t *keys, size_t n)
+{
+    char err[P2PKV_ERRLEN] = "";
+    int rc = p2pkv_engine_commit(td_api(self), keys, n, err);
+    ck_assert_msg(rc == 0, "p2pkv_engine_commit: %d %s", rc, err);
+}
+
+void
+td_put(p2pkv_engine_t *engine, const p2pkv_key_t *keys, const uint8_t *data, size_t n,
+       size_t block_len)
+{
+    for (size_t i = 0; i < n; i++) {
+        char err[P2PKV_ERRLEN] = "";
+        int rc = p2pkv_engine_put(engine, &keys[i], data + i * block_len, block_len, err);
+        ck_assert_msg(rc == 0, "p2pkv_engine_put: %d %s", rc, err);
+    }
+}
+
+p2pkv_engine_stats_t
+td_stats(p2pkv_engine_t *engine)
+{
+    p2pkv_engine_stats_t st;
+    char err[P2PKV_ERRLEN] = "";
+    int rc = p2pkv_engine_stats(engine, &st, err);
+    ck_assert_msg(rc == 0, "p2pkv_engine_stats: %d %s", rc, err);
+    return st;
 }
 
 void
@@ -263,14 +309,3 @@ td_suite_start(void)
     return 0;
 }
 
-json_t *
-td_keys_json(const p2pkv_key_t *keys, size_t n)
-{
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        char hex[2 * PK_MAX_KEY_BYTES + 1];
-        pk_hex_encode(keys[i].bytes, keys[i].len, hex);
-        json_array_append_new(arr, json_string(hex));
-    }
-    return arr;
-}

@@ -1,5 +1,7 @@
 /*  daemon.h: a real p2pkv-server process for the end-to-end tests, and
-    its engine JSON API on the local socket.
+    its engine API on the local socket: the C API (p2pkv_engine.h, td_api)
+    for tests that use it, raw JSON (td_engine) for the test of the JSON
+    protocol itself.
 
     td_start forks and execs bin/p2pkv-server (or $P2PKV_SERVER) on
     127.0.0.1 over the tcp provider with short timeouts, waits for its
@@ -16,6 +18,8 @@
 #define PK_TEST_DAEMON_H_INCLUDED
 
 #include "p2pkv.h"
+#include "p2pkv_engine.h"
+#include "base/key.h"
 
 #include <czmq.h>
 #include <jansson.h>
@@ -26,7 +30,8 @@ typedef struct {
     char endpoint[256];         //  where peers reach it (tcp://127.0.0.1:PORT)
     char local[256];            //  its engine socket
     char pool[96];              //  its pool's shared-memory name
-    zsock_t *engine;
+    zsock_t *engine;            //  raw JSON (td_engine)
+    p2pkv_engine_t *api;        //  the engine C API (td_api), opened on first use
 } td_t;
 
 /*  extra: "--flag", "value" pairs, NULL-terminated, or NULL.  */
@@ -48,20 +53,38 @@ void td_kill(td_t *self);
     server on the same names copes.  */
 void td_kill_only(td_t *self);
 
-/*  One engine request built by json_pack (fmt, ...); its answer, skipping
+/*  The engine C API (p2pkv_engine.h) on the server's local socket, with
+    on_event and arg as for p2pkv_engine_open; the test fails unless it
+    opens within 10 s.  Close it with p2pkv_engine_close.  */
+p2pkv_engine_t *td_engine_open(td_t *self, p2pkv_engine_event_fn *on_event, void *arg);
+
+/*  The server's engine handle (p2pkv_engine.h, no event callback),
+    opened on first use and closed by td_stop and td_kill*.  */
+p2pkv_engine_t *td_api(td_t *self);
+
+/*  The server's whole stats answer (p2pkv_engine_stats_json), parsed:
+    for the fields p2pkv_engine_stats_t has not (metrics, peers, fabric
+    counters).  Caller decrefs.  */
+json_t *td_stats_json(td_t *self);
+
+/*  The engine API's view of a key.  */
+p2pkv_key_t td_key(const pk_key_t *key);
+
+/*  p2pkv_engine_reserve and _commit on td_api, asserting they worked.  */
+void td_reserve(td_t *self, const p2pkv_key_t *keys, size_t n, uint32_t *blocks);
+void td_commit(td_t *self, const p2pkv_key_t *keys, size_t n);
+
+/*  p2pkv_engine_put of each block, asserting it was published.  */
+void td_put(p2pkv_engine_t *engine, const p2pkv_key_t *keys, const uint8_t *data, size_t n,
+            size_t block_len);
+
+/*  The server's counters (p2pkv_engine_stats), asserting the call worked.  */
+p2pkv_engine_stats_t td_stats(p2pkv_engine_t *engine);
+
+/*  Raw JSON, for the tests of the server's JSON protocol itself (malformed
+    commands, the answer's fields as sent): one engine request built by json_pack (fmt, ...); its answer, skipping
     events that arrive before it.  Caller decrefs.  */
 json_t *td_engine(td_t *self, const char *fmt, ...);
-
-/*  The next engine event (e.g. store_result).  Caller decrefs.  */
-json_t *td_engine_event(td_t *self);
-
-/*  Maps the server's pool (num_blocks * block_len bytes) read-write, as a
-    local engine does; *len_p gets its size.  Unmap with munmap.  */
-uint8_t *td_map_pool(td_t *self, size_t *len_p);
-
-/*  Keys as the engine API's JSON array of lowercase hex.  Caller owns it
-    (or hands it to json_pack's "o").  */
-json_t *td_keys_json(const p2pkv_key_t *keys, size_t n);
 
 /*  What every end-to-end suite does first: 0 to go on, else its exit
     code: 77 (skip) when bin/p2pkv-server (or $P2PKV_SERVER) is not built

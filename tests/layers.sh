@@ -21,7 +21,10 @@ allowed() {
         # The one arrow up: the daemon's puller is a client of p2pkv.h.
         lib/daemon)     echo "base wire roles daemon p2pkv.h" ;;
         lib/client)     echo "base wire roles client p2pkv.h" ;;
-        lib)            echo "" ;;
+        # beside client: the engine's side of the local socket
+        lib/engine)     echo "base wire engine p2pkv.h p2pkv_engine.h" ;;
+        # the public headers: p2pkv_engine.h uses p2pkv.h's key type
+        lib)            echo "p2pkv.h" ;;
         *)              echo "?" ;;
     esac
 }

@@ -93,13 +93,8 @@ s_publish(td_t *s)
             s_data[i][k] = (uint8_t) (i * 13 + k * 3 + 5);
         crypto_hash_sha256(s_key[i], s_data[i], BLOCK);
         s_keys[i] = (p2pkv_key_t) { s_key[i], 32 };
-        char hex[65], b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
-        pk_hex_encode(s_key[i], 32, hex);
-        sodium_bin2base64(b64, sizeof b64, s_data[i], BLOCK, sodium_base64_VARIANT_ORIGINAL);
-        json_t *a = td_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64);
-        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "put failed");
-        json_decref(a);
     }
+    td_put(td_api(s), s_keys, &s_data[0][0], NKEYS, BLOCK);
 }
 
 static p2pkv_client_t *
@@ -668,30 +663,19 @@ s_big_server(td_t *s)
     const char *flags[] = { "--pool-blocks", "4096", "--block-len", "65536", "--pin-quota",
                             "4096", "--silence-timeout", "10", NULL };
     td_start(s, flags);
-    json_t *list = json_array();
     for (size_t i = 0; i < NBIG; i++) {
         memcpy(s_big_key[i], "big-", 4);
         memset(s_big_key[i] + 4, 0x3c, 4);
         for (int b = 0; b < 8; b++)
             s_big_key[i][8 + b] = (uint8_t) (i >> (8 * b));
         s_big_keys[i] = (p2pkv_key_t) { s_big_key[i], 16 };
-        char hex[33];
-        pk_hex_encode(s_big_key[i], 16, hex);
-        json_array_append_new(list, json_string(hex));
     }
-    size_t len;
-    uint8_t *pool = td_map_pool(s, &len);
-    json_t *a = td_engine(s, "{s:s, s:O}", "cmd", "reserve", "keys", list);
-    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "reserve failed");
-    json_t *blocks = json_object_get(a, "blocks");
+    static uint32_t blocks[NBIG];
+    td_reserve(s, s_big_keys, NBIG, blocks);
+    uint8_t *pool = p2pkv_engine_pool(td_api(s));
     for (size_t i = 0; i < NBIG; i++)
-        memset(pool + (size_t) json_integer_value(json_array_get(blocks, i)) * BIG,
-               (int) (i % 251) + 1, BIG);
-    json_decref(a);
-    a = td_engine(s, "{s:s, s:o}", "cmd", "commit", "keys", list);
-    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "commit failed");
-    json_decref(a);
-    munmap(pool, len);
+        memset(pool + (size_t) blocks[i] * BIG, (int) (i % 251) + 1, BIG);
+    td_commit(s, s_big_keys, NBIG);
 }
 
 //  Issue 10: the client's stall timeout was 5 s whatever one asked for.

@@ -123,28 +123,17 @@ s_fill(td_t *d, uint64_t tag, size_t n, size_t block_len)
 {
     s_keys_t k;
     s_keys_make(&k, tag, 0, n);
-    size_t pool_len;
-    uint8_t *pool = td_map_pool(d, &pool_len);
+    uint8_t *pool = p2pkv_engine_pool(td_api(d));
+    uint32_t *blocks = malloc(8192 * sizeof *blocks);
+    ck_assert_ptr_nonnull(blocks);
     for (size_t at = 0; at < n; at += 8192) {
         size_t m = n - at < 8192 ? n - at : 8192;
-        json_t *a = td_engine(d, "{s:s, s:o}", "cmd", "reserve", "keys",
-                              td_keys_json(k.keys + at, m));
-        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "reserve: %s",
-                      json_string_value(json_object_get(a, "error")));
-        json_t *blocks = json_object_get(a, "blocks");
-        ck_assert_uint_eq(json_array_size(blocks), m);
-        for (size_t i = 0; i < m; i++) {
-            size_t b = (size_t) json_integer_value(json_array_get(blocks, i));
-            ck_assert_uint_lt((b + 1) * block_len, pool_len + 1);
-            s_block_fill(pool + b * block_len, tag, at + i, block_len);
-        }
-        json_decref(a);
-        a = td_engine(d, "{s:s, s:o}", "cmd", "commit", "keys", td_keys_json(k.keys + at, m));
-        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "commit: %s",
-                      json_string_value(json_object_get(a, "error")));
-        json_decref(a);
+        td_reserve(d, k.keys + at, m, blocks);
+        for (size_t i = 0; i < m; i++)
+            s_block_fill(pool + (size_t) blocks[i] * block_len, tag, at + i, block_len);
+        td_commit(d, k.keys + at, m);
     }
-    munmap(pool, pool_len);
+    free(blocks);
     s_keys_free(&k);
 }
 
@@ -322,11 +311,11 @@ static json_t *
 s_stats_until(td_t *d, bool (*cond)(json_t *st), double timeout)
 {
     double deadline = pk_clock_monotonic() + timeout;
-    json_t *st = td_engine(d, "{s:s}", "cmd", "stats");
+    json_t *st = td_stats_json(d);
     while (!cond(st) && pk_clock_monotonic() < deadline) {
         json_decref(st);
         zclock_sleep(10);
-        st = td_engine(d, "{s:s}", "cmd", "stats");
+        st = td_stats_json(d);
     }
     return st;
 }
@@ -438,14 +427,11 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     s_fill(&d, 2, 4, SMALL);
     s_keys_t k;
     s_keys_make(&k, 2, 0, 4);
-    json_t *hex = td_keys_json(k.keys, 4);
     //  stored before the consumer even connected: held, then bound
-    json_t *a = td_engine(&d, "{s:s, s:s, s:s, s:[O,O]}", "cmd", "store", "peer", "c-pd", "kv",
-                          "req-1", "keys", json_array_get(hex, 0), json_array_get(hex, 1));
-    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "store: %s",
-                  json_string_value(json_object_get(a, "error")));
-    json_int_t job = json_integer_value(json_object_get(a, "job"));
-    json_decref(a);
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t job;
+    ck_assert_msg(p2pkv_engine_store(td_api(&d), "c-pd", "req-1", k.keys, 2, -1, &job, err) == 0,
+                  "store: %s", err);
     s_client_t c;
     s_client_open(&c, &d, "c-pd", 64, SMALL, (s_timeouts_t) { 0 });
     uint8_t *pool = p2pkv_client_pool(c.client);
@@ -454,11 +440,11 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     ck_assert_msg(st == P2PKV_LANDED, "store then fetch: %s (%s)", s_status_name(st), c.reason);
     ck_assert(s_block_ok(pool + 3 * SMALL, 2, 0, SMALL));
     ck_assert(s_block_ok(pool + 4 * SMALL, 2, 1, SMALL));
-    json_t *ev = td_engine_event(&d);
-    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "store_result");
-    ck_assert_int_eq(json_integer_value(json_object_get(ev, "job")), job);
-    ck_assert(json_is_true(json_object_get(ev, "success")));
-    json_decref(ev);
+    p2pkv_engine_event_t ev;
+    ck_assert_int_eq(p2pkv_engine_next_event(td_api(&d), 10, &ev), 0);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
+    ck_assert_uint_eq(ev.id, job);
+    ck_assert(ev.success);
     //  fetch first: nothing ends until the engine stores
     uint32_t dest2[2] = { 20, 21 };
     uint64_t id;
@@ -468,23 +454,18 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     ck_assert_int_eq(c.fetches, 1);
     ck_assert_uint_eq(p2pkv_client_open_fetches(c.client), 1);
     ck_assert(s_block_zero(pool + 20 * SMALL, 2 * SMALL));
-    a = td_engine(&d, "{s:s, s:s, s:s, s:[O,O]}", "cmd", "store", "peer", "c-pd", "kv", "req-2",
-                  "keys", json_array_get(hex, 2), json_array_get(hex, 3));
-    ck_assert(json_is_true(json_object_get(a, "ok")));
-    job = json_integer_value(json_object_get(a, "job"));
-    json_decref(a);
+    ck_assert_msg(p2pkv_engine_store(td_api(&d), "c-pd", "req-2", k.keys + 2, 2, -1, &job,
+                                     err) == 0, "store: %s", err);
     ck_assert_msg(S_POLL_UNTIL(&c, c.fetches == 2, 10), "fetch then store: no end");
     ck_assert_uint_eq(c.fetch_id, id);
     ck_assert_msg(c.status == P2PKV_LANDED, "fetch then store: %s (%s)", s_status_name(c.status),
                   c.reason);
     ck_assert(s_block_ok(pool + 20 * SMALL, 2, 2, SMALL));
     ck_assert(s_block_ok(pool + 21 * SMALL, 2, 3, SMALL));
-    ev = td_engine_event(&d);
-    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "store_result");
-    ck_assert_int_eq(json_integer_value(json_object_get(ev, "job")), job);
-    ck_assert(json_is_true(json_object_get(ev, "success")));
-    json_decref(ev);
-    json_decref(hex);
+    ck_assert_int_eq(p2pkv_engine_next_event(td_api(&d), 10, &ev), 0);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
+    ck_assert_uint_eq(ev.id, job);
+    ck_assert(ev.success);
     s_keys_free(&k);
     s_client_close(&c);
     ck_assert_int_eq(td_stop(&d), 0);
@@ -807,7 +788,7 @@ START_TEST(test_consumer_restarted_mid_transfer)
     bool ended = s_child_line(out[0], 'E', buf, &got, 0.05, line, sizeof line);
     ck_assert_msg(!ended, "the load ended (%s) before the kill: make it larger", line);
     close(out[0]);
-    json_t *st = td_engine(&d, "{s:s}", "cmd", "stats");
+    json_t *st = td_stats_json(&d);
     ck_assert_int_eq(s_metric_total(st, "p2pkv_sessions_opened_total"), 1);
     json_decref(st);
     //  the restarted consumer, same peer id: the same keys, every byte

@@ -91,12 +91,8 @@ s_put_blocks(td_t *s, int first, int n, pk_key_t *keys)
             data[k] = (uint8_t) (i * 31 + k * 7 + 1);
         crypto_hash_sha256(s_hash[i], data, BLOCK);
         keys[i - first] = pk_key_make(s_hash[i], 32);
-        char hex[65], b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
-        pk_hex_encode(s_hash[i], 32, hex);
-        sodium_bin2base64(b64, sizeof b64, data, BLOCK, sodium_base64_VARIANT_ORIGINAL);
-        json_t *a = td_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64);
-        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "put failed");
-        json_decref(a);
+        p2pkv_key_t key = td_key(&keys[i - first]);
+        td_put(td_api(s), &key, data, 1, BLOCK);
     }
 }
 

@@ -74,26 +74,15 @@ s_keys_make(s_keys_t *k, uint64_t tag)
 static void
 s_publish(td_t *d, const s_keys_t *k, uint64_t tag)
 {
-    size_t pool_len;
-    uint8_t *pool = td_map_pool(d, &pool_len);
-    json_t *a = td_engine(d, "{s:s, s:o}", "cmd", "reserve", "keys", td_keys_json(k->keys, NBIG));
-    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "reserve: %s",
-                  json_string_value(json_object_get(a, "error")));
-    json_t *blocks = json_object_get(a, "blocks");
-    ck_assert_uint_eq(json_array_size(blocks), NBIG);
+    static uint32_t blocks[NBIG];
+    td_reserve(d, k->keys, NBIG, blocks);
+    uint8_t *pool = p2pkv_engine_pool(td_api(d));
     for (size_t i = 0; i < NBIG; i++) {
-        size_t b = (size_t) json_integer_value(json_array_get(blocks, i));
-        ck_assert_uint_le((b + 1) * BIG, pool_len);
-        uint64_t *w = (uint64_t *) (pool + b * BIG);
+        uint64_t *w = (uint64_t *) (pool + (size_t) blocks[i] * BIG);
         for (size_t x = 0; x < BIG / 8; x++)
             w[x] = s_word(tag, i, x);
     }
-    json_decref(a);
-    a = td_engine(d, "{s:s, s:o}", "cmd", "commit", "keys", td_keys_json(k->keys, NBIG));
-    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "commit: %s",
-                  json_string_value(json_object_get(a, "error")));
-    json_decref(a);
-    munmap(pool, pool_len);
+    td_commit(d, k->keys, NBIG);
 }
 
 //  What the client's callbacks saw.

@@ -39,12 +39,8 @@ s_put_blocks(td_t *s, int n, pk_key_t *keys)
             s_data[i][k] = (uint8_t) (i * 31 + k * 7 + 1);
         crypto_hash_sha256(s_hash[i], s_data[i], BLOCK);
         keys[i] = pk_key_make(s_hash[i], 32);
-        char hex[65], b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
-        pk_hex_encode(s_hash[i], 32, hex);
-        sodium_bin2base64(b64, sizeof b64, s_data[i], BLOCK, sodium_base64_VARIANT_ORIGINAL);
-        json_t *a = td_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64);
-        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "put failed");
-        json_decref(a);
+        p2pkv_key_t key = td_key(&keys[i]);
+        td_put(td_api(s), &key, s_data[i], 1, BLOCK);
     }
 }
 
@@ -223,20 +219,17 @@ START_TEST(test_silent_consumer_retired_pins_released)
     tc_send(tc, tc_lookup("r1", 1, keys, 4));
     pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
     pk_msg_destroy(&resp);
-    json_t *st = td_engine(&s, "{s:s}", "cmd", "stats");
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "pinned")), 4);
-    json_decref(st);
+    ck_assert_uint_eq(td_stats(td_api(&s)).pinned, 4);
     //  silent for the silence timeout (1.5 s here)
     pk_msg_t *d = tc_expect(tc, PK_MSG_DISCONNECT, 5);
     ck_assert_int_eq(d->code, PK_DISC_SILENT);
     pk_msg_destroy(&d);
     double deadline = pk_clock_monotonic() + 5;
-    json_int_t pinned = -1, sessions = -1;
+    uint64_t pinned = 1, sessions = 1;
     while (pk_clock_monotonic() < deadline && (pinned || sessions)) {
-        st = td_engine(&s, "{s:s}", "cmd", "stats");
-        pinned = json_integer_value(json_object_get(json_object_get(st, "pool"), "pinned"));
-        sessions = json_integer_value(json_object_get(st, "sessions"));
-        json_decref(st);
+        p2pkv_engine_stats_t st = td_stats(td_api(&s));
+        pinned = st.pinned;
+        sessions = st.sessions;
     }
     ck_assert_int_eq(pinned, 0);
     ck_assert_int_eq(sessions, 0);
@@ -251,15 +244,13 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     td_start(&s, NULL);
     pk_key_t keys[4];
     s_put_blocks(&s, 4, keys);
-    char hex[4][65];
+    p2pkv_key_t ekeys[4];
     for (int i = 0; i < 4; i++)
-        pk_hex_encode(s_hash[i], 32, hex[i]);
+        ekeys[i] = td_key(&keys[i]);
     //  stored before the consumer even connected: held, then bound
-    json_t *a = td_engine(&s, "{s:s, s:s, s:s, s:[s,s]}", "cmd", "store", "peer", "c-pd", "kv",
-                         "req-1", "keys", hex[0], hex[1]);
-    ck_assert(json_is_true(json_object_get(a, "ok")));
-    json_int_t job = json_integer_value(json_object_get(a, "job"));
-    json_decref(a);
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t job;
+    ck_assert_int_eq(p2pkv_engine_store(td_api(&s), "c-pd", "req-1", ekeys, 2, -1, &job, err), 0);
     tc_t *tc = s_consumer(&s, "c-pd", BLOCK, "fp", "7", NULL);
     uint32_t idx[2] = { 3, 4 };
     tc_send(tc, tc_fetch("req-1", 5, keys, idx, 2));
@@ -267,11 +258,11 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     ck_assert(done->success);
     ck_assert_uint_eq(done->round_seq, 5);
     pk_msg_destroy(&done);
-    json_t *ev = td_engine_event(&s);
-    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "store_result");
-    ck_assert_int_eq(json_integer_value(json_object_get(ev, "job")), job);
-    ck_assert(json_is_true(json_object_get(ev, "success")));
-    json_decref(ev);
+    p2pkv_engine_event_t ev;
+    ck_assert_int_eq(p2pkv_engine_next_event(td_api(&s), 10, &ev), 0);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
+    ck_assert_uint_eq(ev.id, job);
+    ck_assert(ev.success);
     tc_progress(tc, 0.1);
     ck_assert_mem_eq(tc_pool(tc) + 3 * BLOCK, s_data[0], BLOCK);
     ck_assert_mem_eq(tc_pool(tc) + 4 * BLOCK, s_data[1], BLOCK);
@@ -279,10 +270,8 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     uint32_t idx2[2] = { 20, 21 };
     tc_send(tc, tc_fetch("req-2", 6, keys + 2, idx2, 2));
     ck_assert_ptr_null(tc_recv(tc, 0.2));
-    a = td_engine(&s, "{s:s, s:s, s:s, s:[s,s]}", "cmd", "store", "peer", "c-pd", "kv", "req-2",
-                 "keys", hex[2], hex[3]);
-    ck_assert(json_is_true(json_object_get(a, "ok")));
-    json_decref(a);
+    ck_assert_int_eq(p2pkv_engine_store(td_api(&s), "c-pd", "req-2", ekeys + 2, 2, -1, &job,
+                                        err), 0);
     done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
     ck_assert(done->success);
     ck_assert_uint_eq(done->round_seq, 6);
@@ -342,7 +331,7 @@ START_TEST(test_junk_blobs_refused_before_any_channel)
         pk_msg_destroy(&m);
     }
     zsock_destroy(&d);
-    json_t *st = td_engine(&s, "{s:s}", "cmd", "stats");
+    json_t *st = td_stats_json(&s);
     json_t *fab = json_object_get(st, "fabric");
     ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_opened")), 0);
     ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_open")), 0);
@@ -351,7 +340,7 @@ START_TEST(test_junk_blobs_refused_before_any_channel)
     json_decref(st);
     //  a good consumer still gets its channel, and only it
     tc_t *tc = s_consumer(&s, "c-good", BLOCK, "fp", "7", NULL);
-    st = td_engine(&s, "{s:s}", "cmd", "stats");
+    st = td_stats_json(&s);
     fab = json_object_get(st, "fabric");
     ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_opened")), 1);
     json_decref(st);
@@ -432,7 +421,7 @@ START_TEST(test_metrics_endpoint)
     ck_assert(strstr(text, "p2pkv_sessions_opened_total 1"));
     free(text);
     //  the same counters through the engine API's stats
-    json_t *st = td_engine(&s, "{s:s}", "cmd", "stats");
+    json_t *st = td_stats_json(&s);
     json_t *m = json_object_get(json_object_get(st, "metrics"), "p2pkv_lookup_keys_total");
     ck_assert_int_eq(json_integer_value(json_object_get(m, "total")), 4);
     json_decref(st);
@@ -557,29 +546,28 @@ START_TEST(test_pull_between_servers)
     td_start(&b, NULL);
     pk_key_t keys[8];
     s_put_blocks(&a, 8, keys);
-    json_t *hexes = json_array();
-    for (int i = 0; i < 8; i++) {
-        char hex[65];
-        pk_hex_encode(s_hash[i], 32, hex);
-        json_array_append_new(hexes, json_string(hex));
-    }
-    json_array_append_new(hexes, json_string("00ff"));         //  a has no such key
-    json_t *ans = td_engine(&b, "{s:s, s:s, s:o}", "cmd", "pull", "server", a.endpoint, "keys",
-                           hexes);
-    ck_assert_msg(json_is_true(json_object_get(ans, "ok")), "%s",
-                  json_string_value(json_object_get(ans, "error")));
-    ck_assert_int_eq(json_integer_value(json_object_get(ans, "fetching")), 9);
-    json_decref(ans);
-    json_t *ev = td_engine_event(&b);
-    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "pull_result");
-    ck_assert_int_eq(json_integer_value(json_object_get(ev, "landed")), 8);
-    ck_assert_int_eq(json_array_size(json_object_get(ev, "missing")), 1);
-    ck_assert_str_eq(json_string_value(json_array_get(json_object_get(ev, "missing"), 0)), "00ff");
-    json_decref(ev);
-    json_t *st = td_engine(&b, "{s:s}", "cmd", "stats");
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "ready")), 8);
-    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "pool"), "writing")), 0);
-    json_decref(st);
+    static const uint8_t absent[2] = { 0x00, 0xff };          //  a has no such key
+    p2pkv_key_t pulled[9];
+    for (int i = 0; i < 8; i++)
+        pulled[i] = td_key(&keys[i]);
+    pulled[8] = (p2pkv_key_t) { absent, 2 };
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t id;
+    size_t fetching;
+    ck_assert_msg(p2pkv_engine_pull(td_api(&b), a.endpoint, pulled, 9, &id, &fetching, NULL,
+                                    err) == 0, "%s", err);
+    ck_assert_uint_eq(fetching, 9);
+    p2pkv_engine_event_t ev;
+    ck_assert_int_eq(p2pkv_engine_next_event(td_api(&b), 30, &ev), 0);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_PULL);
+    ck_assert_uint_eq(ev.id, id);
+    ck_assert_uint_eq(ev.landed, 8);
+    ck_assert_uint_eq(ev.missing, 1);
+    ck_assert_uint_eq(ev.missing_keys[0].len, 2);
+    ck_assert_mem_eq(ev.missing_keys[0].bytes, absent, 2);
+    p2pkv_engine_stats_t st = td_stats(td_api(&b));
+    ck_assert_uint_eq(st.ready, 8);
+    ck_assert_uint_eq(st.writing, 0);
     tc_t *tc = s_consumer(&b, "c-of-b", BLOCK, "fp", "7", NULL);
     s_symmetric(tc, "r1", 1, keys, 8);
     tc_destroy(&tc);
@@ -618,7 +606,7 @@ END_TEST
 static json_int_t
 s_sessions(td_t *s, size_t *npeers_p)
 {
-    json_t *st = td_engine(s, "{s:s}", "cmd", "stats");
+    json_t *st = td_stats_json(s);
     json_int_t n = json_integer_value(json_object_get(st, "sessions"));
     if (npeers_p)
         *npeers_p = json_array_size(json_object_get(st, "peers"));
@@ -783,6 +771,81 @@ START_TEST(test_retired_sessions_leave_no_peers)
 }
 END_TEST
 
+//  The engine's JSON protocol itself (the C API of p2pkv_engine.h covers
+//  its use): what it refuses, with which sentence, and the base64 put the
+//  C API does not use.
+static void
+s_refused(td_t *s, json_t *answer, const char *says)
+{
+    ck_assert_msg(!json_is_true(json_object_get(answer, "ok")), "accepted, want \"%s\"", says);
+    const char *error = json_string_value(json_object_get(answer, "error"));
+    ck_assert_msg(error && strstr(error, says), "error \"%s\", want \"%s\"", error, says);
+    json_decref(answer);
+}
+
+START_TEST(test_engine_json_protocol)
+{
+    td_t s;
+    td_start(&s, NULL);
+    zstr_send(s.engine, "not json");
+    char *text = zstr_recv(s.engine);
+    ck_assert_ptr_nonnull(text);
+    s_refused(&s, json_loads(text, 0, NULL), "not a JSON object");
+    zstr_free(&text);
+    s_refused(&s, td_engine(&s, "{s:i}", "x", 1), "expected a JSON object with a \"cmd\" string");
+    s_refused(&s, td_engine(&s, "{s:s}", "cmd", "nope"), "unknown cmd \"nope\"");
+    s_refused(&s, td_engine(&s, "{s:s, s:[]}", "cmd", "reserve", "keys"),
+              "reserve: keys: expected an array of 1..65536 hex strings");
+    s_refused(&s, td_engine(&s, "{s:s, s:[s]}", "cmd", "commit", "keys", "ABC"),
+              "commit: keys[0]: expected lowercase hex of even length");
+    s_refused(&s, td_engine(&s, "{s:s, s:s, s:s, s:[s], s:i}", "cmd", "store", "peer", "c",
+                            "kv", "k", "keys", "00", "round", -1),
+              "store: round: expected an integer >= 0");
+    s_refused(&s, td_engine(&s, "{s:s, s:s}", "cmd", "finish", "peer", "c"),
+              "finish: expected \"peer\" and \"kv\" strings");
+    s_refused(&s, td_engine(&s, "{s:s, s:[s]}", "cmd", "pull", "keys", "00"),
+              "pull: expected \"server\"");
+    //  put by value: base64 of exactly one block
+    static uint8_t block[BLOCK];
+    randombytes_buf(block, sizeof block);
+    char b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
+    sodium_bin2base64(b64, sizeof b64, block, BLOCK, sodium_base64_VARIANT_ORIGINAL);
+    s_refused(&s, td_engine(&s, "{s:s, s:s, s:s}", "cmd", "put", "key", "00aa", "data", "@@"),
+              "put: data is not base64");
+    s_refused(&s, td_engine(&s, "{s:s, s:s, s:s}", "cmd", "put", "key", "00aa", "data", "aGVsbG8="),
+              "put: data is 5 bytes, blocks are 4096");
+    json_t *a = td_engine(&s, "{s:s, s:s, s:s}", "cmd", "put", "key", "00aa", "data", b64);
+    ck_assert(json_is_true(json_object_get(a, "ok")));
+    ck_assert_ptr_null(json_object_get(a, "existed"));
+    json_decref(a);
+    a = td_engine(&s, "{s:s, s:s, s:s}", "cmd", "put", "key", "00aa", "data", b64);
+    ck_assert(json_is_true(json_object_get(a, "existed")));
+    json_decref(a);
+    a = td_engine(&s, "{s:s}", "cmd", "describe");
+    ck_assert_str_eq(json_string_value(json_object_get(a, "pool_name")), s.pool);
+    ck_assert_int_eq(json_integer_value(json_object_get(a, "block_len")), BLOCK);
+    json_decref(a);
+    //  the block is there for a consumer
+    pk_key_t key = pk_key_make((const uint8_t *) "\x00\xaa", 2);
+    tc_t *tc = s_consumer(&s, "c-json", BLOCK, "fp", "7", NULL);
+    uint32_t idx = 7;
+    tc_send(tc, tc_lookup("r1", 1, &key, 1));
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    ck_assert(resp->hits[0]);
+    pk_msg_destroy(&resp);
+    tc_send(tc, tc_fetch("r1", 1, &key, &idx, 1));
+    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    ck_assert(done->success);
+    pk_msg_destroy(&done);
+    double deadline = pk_clock_monotonic() + 5;
+    while (tc_landed(tc, 1) < 1 && pk_clock_monotonic() < deadline)
+        tc_progress(tc, 0.01);
+    ck_assert_mem_eq(tc_pool(tc) + 7 * BLOCK, block, BLOCK);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -803,6 +866,7 @@ main(void)
     tcase_add_test(tc, test_cli_put_and_stats);
     tcase_add_test(tc, test_cli_get_verifies_bytes);
     tcase_add_test(tc, test_pull_between_servers);
+    tcase_add_test(tc, test_engine_json_protocol);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
     suite_add_tcase(s, tc);
     //  the actors' failure paths, the crowd at the door and reaping

@@ -35,45 +35,24 @@ s_consumer(td_t *s, const char *id)
     return tc_connected(&(tc_config_t) { s->endpoint, id, 64, BLOCK, "fp", "7", 0 });
 }
 
-//  One engine request that must succeed; its answer (caller decrefs).
-static json_t *
-s_ok(json_t *answer)
-{
-    ck_assert_msg(json_is_true(json_object_get(answer, "ok")), "engine API: %s",
-                  json_string_value(json_object_get(answer, "error")));
-    return answer;
-}
-
-//  A random key, as bytes and as hex.
+//  A random key, as bytes (raw) and for the engine API.
 static pk_key_t
-s_random_key(uint8_t raw[32], char hex[65])
+s_random_key(uint8_t raw[32], p2pkv_key_t *key)
 {
     randombytes_buf(raw, 32);
-    pk_hex_encode(raw, 32, hex);
+    *key = (p2pkv_key_t) { raw, 32 };
     return pk_key_make(raw, 32);
 }
 
-//  A block published on the server; its key's hex.
+//  A block published on the server under key (its SHA-256 into raw).
 static void
-s_put(td_t *s, char hex[65])
+s_put(td_t *s, uint8_t raw[32], p2pkv_key_t *key)
 {
     static uint8_t data[BLOCK];
     randombytes_buf(data, sizeof data);
-    uint8_t hash[32];
-    crypto_hash_sha256(hash, data, sizeof data);
-    pk_hex_encode(hash, 32, hex);
-    char b64[sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL)];
-    sodium_bin2base64(b64, sizeof b64, data, sizeof data, sodium_base64_VARIANT_ORIGINAL);
-    json_decref(s_ok(td_engine(s, "{s:s, s:s, s:s}", "cmd", "put", "key", hex, "data", b64)));
-}
-
-static json_int_t
-s_pool(td_t *s, const char *what)
-{
-    json_t *st = td_engine(s, "{s:s}", "cmd", "stats");
-    json_int_t n = json_integer_value(json_object_get(json_object_get(st, "pool"), what));
-    json_decref(st);
-    return n;
+    crypto_hash_sha256(raw, data, sizeof data);
+    *key = (p2pkv_key_t) { raw, 32 };
+    td_put(td_api(s), key, data, 1, BLOCK);
 }
 
 //  --lookup-timeout: a key the engine is still writing is answered as a
@@ -84,9 +63,10 @@ START_TEST(test_lookup_timeout_expires_pending_to_miss)
     td_t s;
     td_start(&s, (const char *const[]) { "--lookup-timeout", "0.2", NULL });
     uint8_t raw[32];
-    char hex[65];
-    pk_key_t key = s_random_key(raw, hex);
-    json_decref(s_ok(td_engine(&s, "{s:s, s:[s]}", "cmd", "reserve", "keys", hex)));
+    p2pkv_key_t ekey;
+    uint32_t block;
+    pk_key_t key = s_random_key(raw, &ekey);
+    td_reserve(&s, &ekey, 1, &block);
     tc_t *tc = s_consumer(&s, "c-pending");
     double t0 = pk_clock_monotonic();
     ck_assert_int_eq(tc_send(tc, tc_lookup("r1", 1, &key, 1)), 0);
@@ -109,23 +89,24 @@ START_TEST(test_store_timeout_fails_an_unfetched_store)
 {
     td_t s;
     td_start(&s, (const char *const[]) { "--store-timeout", "0.5", NULL });
-    char hex[65];
-    s_put(&s, hex);
+    uint8_t raw[32];
+    p2pkv_key_t key;
+    s_put(&s, raw, &key);
     double t0 = pk_clock_monotonic();
-    json_t *a = s_ok(td_engine(&s, "{s:s, s:s, s:s, s:[s]}", "cmd", "store", "peer", "c-never",
-                               "kv", "req-1", "keys", hex));
-    json_int_t job = json_integer_value(json_object_get(a, "job"));
-    json_decref(a);
-    ck_assert_int_eq(s_pool(&s, "pinned"), 1);
-    json_t *ev = td_engine_event(&s);
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t job;
+    ck_assert_int_eq(p2pkv_engine_store(td_api(&s), "c-never", "req-1", &key, 1, -1, &job,
+                                        err), 0);
+    ck_assert_int_eq(td_stats(td_api(&s)).pinned, 1);
+    p2pkv_engine_event_t ev;
+    ck_assert_int_eq(p2pkv_engine_next_event(td_api(&s), 10, &ev), 0);
     double took = pk_clock_monotonic() - t0;
-    ck_assert_str_eq(json_string_value(json_object_get(ev, "event")), "store_result");
-    ck_assert_int_eq(json_integer_value(json_object_get(ev, "job")), job);
-    ck_assert(json_is_false(json_object_get(ev, "success")));
-    json_decref(ev);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
+    ck_assert_uint_eq(ev.id, job);
+    ck_assert(!ev.success);
     ck_assert_msg(took >= 0.45, "failed after %.3f s, before the store timeout", took);
     ck_assert_msg(took < 2.5, "failed after %.3f s: the fixture's 3 s, not 0.5", took);
-    ck_assert_int_eq(s_pool(&s, "pinned"), 0);
+    ck_assert_int_eq(td_stats(td_api(&s)).pinned, 0);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -137,24 +118,25 @@ START_TEST(test_lease_timeout_frees_an_uncommitted_block)
     td_t s;
     td_start(&s, (const char *const[]) { "--lease-timeout", "1", NULL });
     uint8_t raw[32];
-    char hex[65];
-    s_random_key(raw, hex);
+    p2pkv_key_t key;
+    uint32_t block;
+    s_random_key(raw, &key);
     double t0 = pk_clock_monotonic();
-    json_decref(s_ok(td_engine(&s, "{s:s, s:[s]}", "cmd", "reserve", "keys", hex)));
-    ck_assert_int_eq(s_pool(&s, "writing"), 1);
+    td_reserve(&s, &key, 1, &block);
+    ck_assert_int_eq(td_stats(td_api(&s)).writing, 1);
     double deadline = t0 + 15;
-    json_int_t writing = 1;
+    uint64_t writing = 1;
     while (writing && pk_clock_monotonic() < deadline)
-        if ((writing = s_pool(&s, "writing")))
+        if ((writing = td_stats(td_api(&s)).writing))
             zclock_sleep(50);
     double took = pk_clock_monotonic() - t0;
     ck_assert_msg(writing == 0, "still reserved after %.1f s", took);
     ck_assert_msg(took >= 0.95, "freed after %.3f s, before the lease timeout", took);
-    json_t *a = td_engine(&s, "{s:s, s:[s]}", "cmd", "commit", "keys", hex);
-    ck_assert(!json_is_true(json_object_get(a, "ok")));
-    ck_assert_msg(strstr(json_string_value(json_object_get(a, "error")), "not reserved"),
-                  "commit after the lease: %s", json_string_value(json_object_get(a, "error")));
-    json_decref(a);
+    //  this handle reserved it, so the server is asked, and refuses
+    char err[P2PKV_ERRLEN] = "";
+    ck_assert_int_eq(p2pkv_engine_commit(td_api(&s), &key, 1, err), -ENOENT);
+    ck_assert_msg(strstr(err, "not reserved by this connection"), "commit after the lease: %s",
+                  err);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -318,7 +300,7 @@ START_TEST(test_max_queued_frames_ends_a_flood)
     json_int_t dropped = 0;
     double until = pk_clock_monotonic() + 10;
     while (dropped < 1 && pk_clock_monotonic() < until) {
-        json_t *st = s_ok(td_engine(&s, "{s:s}", "cmd", "stats"));
+        json_t *st = td_stats_json(&s);
         json_t *f = json_object_get(json_object_get(st, "metrics"), "p2pkv_frames_dropped_total");
         dropped = json_integer_value(json_object_get(f, "total"));
         json_decref(st);
@@ -379,7 +361,7 @@ END_TEST
 static double
 s_in_flight(td_t *s, const char *id)
 {
-    json_t *st = s_ok(td_engine(s, "{s:s}", "cmd", "stats"));
+    json_t *st = td_stats_json(s);
     json_t *f = json_object_get(json_object_get(st, "metrics"), "p2pkv_transfers_in_flight");
     double n = json_number_value(json_object_get(json_object_get(f, "peers"), id));
     json_decref(st);
@@ -406,28 +388,21 @@ s_stuck_transfer(td_t *s, const char *const *flags)
     td_start(s, all);
     static uint8_t raw[NBIG][16];
     static pk_key_t keys[NBIG];
-    static uint32_t idx[NBIG];
-    json_t *list = json_array();
+    static uint32_t idx[NBIG], blocks[NBIG];
+    static p2pkv_key_t ekeys[NBIG];
     for (size_t i = 0; i < NBIG; i++) {
         memcpy(raw[i], "stuck---", 8);
         for (int b = 0; b < 8; b++)
             raw[i][8 + b] = (uint8_t) (i >> (8 * b));
         keys[i] = pk_key_make(raw[i], 16);
+        ekeys[i] = (p2pkv_key_t) { raw[i], 16 };
         idx[i] = (uint32_t) i;
-        char hex[33];
-        pk_hex_encode(raw[i], 16, hex);
-        json_array_append_new(list, json_string(hex));
     }
-    size_t len;
-    uint8_t *pool = td_map_pool(s, &len);
-    json_t *a = s_ok(td_engine(s, "{s:s, s:O}", "cmd", "reserve", "keys", list));
-    json_t *blocks = json_object_get(a, "blocks");
+    td_reserve(s, ekeys, NBIG, blocks);
+    uint8_t *pool = p2pkv_engine_pool(td_api(s));
     for (size_t i = 0; i < NBIG; i++)
-        memset(pool + (size_t) json_integer_value(json_array_get(blocks, i)) * BIG,
-               (int) (i % 251) + 1, BIG);
-    json_decref(a);
-    munmap(pool, len);
-    json_decref(s_ok(td_engine(s, "{s:s, s:o}", "cmd", "commit", "keys", list)));
+        memset(pool + (size_t) blocks[i] * BIG, (int) (i % 251) + 1, BIG);
+    td_commit(s, ekeys, NBIG);
     tc_config_t c = { s->endpoint, "c-stuck", NBIG, BIG, "fp", "7", 0 };
     tc_t *tc = tc_new(&c);
     ck_assert_ptr_nonnull(tc);

@@ -1,0 +1,238 @@
+/*  commands.c: the engine's commands, each one JSON request on the local
+    socket (link.c) after the checks that need no server.
+*/
+#include "engine/engine_internal.h"
+#include "base/err.h"
+#include "base/key.h"
+#include "wire/protocol.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+//  {"cmd": cmd, "keys": [...]}, or NULL (out of memory).
+static json_t *
+s_keys_req(const char *cmd, const p2pkv_key_t *keys, size_t n)
+{
+    json_t *arr = pk_engine_keys_json(keys, n);
+    return arr ? json_pack("{s:s, s:o}", "cmd", cmd, "keys", arr) : NULL;
+}
+
+int
+p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
+                     uint32_t *blocks, char *err)
+{
+    int rc = !self ? pk_err(err, -EINVAL, "self: NULL")
+             : !blocks ? pk_err(err, -EINVAL, "blocks: NULL")
+             : pk_engine_check_keys(keys, n, err);
+    if (rc)
+        return rc;
+    json_t *a = pk_elink_ask(self, s_keys_req("reserve", keys, n), "reserve", &rc, err);
+    if (!a)
+        return rc;
+    const json_t *arr = json_object_get(a, "blocks");
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        json_int_t b = json_integer_value(json_array_get(arr, i));
+        if (json_array_size(arr) != n || b < 0 || (uint64_t) b >= self->info.num_blocks)
+            rc = pk_err(err, -EPROTO, "reserve: the server's blocks are not %zu blocks of "
+                        "its pool", n);
+        blocks[i] = (uint32_t) b;
+    }
+    json_decref(a);
+    if (!rc && pk_engine_hold(self, keys, n, blocks) < 0)
+        rc = pk_err(err, -ENOMEM, "reserve: out of memory (the blocks go free at their "
+                    "lease's end)");
+    return rc;
+}
+
+int
+p2pkv_engine_commit(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, char *err)
+{
+    int rc = !self ? pk_err(err, -EINVAL, "self: NULL") : pk_engine_check_keys(keys, n, err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        pk_key_t k = pk_key_make(keys[i].bytes, keys[i].len);
+        if (!pk_keymap_find(&self->reserved, &k))
+            rc = pk_err(err, -ENOENT, "keys[%zu]: not reserved by this handle (or committed "
+                        "already)", i);
+    }
+    if (rc)
+        return rc;
+    json_t *a = pk_elink_ask(self, s_keys_req("commit", keys, n), "commit", &rc, err);
+    if (a)
+        pk_engine_unhold(self, keys, n);
+    json_decref(a);
+    return rc;
+}
+
+int
+p2pkv_engine_put(p2pkv_engine_t *self, const p2pkv_key_t *key, const void *data, size_t len,
+                 char *err)
+{
+    int rc = !self ? pk_err(err, -EINVAL, "self: NULL")
+             : !key || !key->bytes || key->len == 0 || key->len > P2PKV_ENGINE_MAX_KEY
+             ? pk_err(err, -EINVAL, "key: %zu bytes, expected 1..%d", key ? key->len : 0,
+                      P2PKV_ENGINE_MAX_KEY)
+             : !data ? pk_err(err, -EINVAL, "data: NULL")
+             : len != self->info.block_len
+             ? pk_err(err, -EINVAL, "len: %zu bytes, blocks are %llu", len,
+                      (unsigned long long) self->info.block_len) : 0;
+    if (rc)
+        return rc;
+    uint32_t block;
+    rc = p2pkv_engine_reserve(self, key, 1, &block, err);
+    if (rc == -EEXIST)
+        return 1;               //  in the pool (or being written) already
+    if (rc)
+        return rc;
+    memcpy(self->pool + (size_t) block * self->info.block_len, data, len);
+    return p2pkv_engine_commit(self, key, 1, err);
+}
+
+int
+p2pkv_engine_drop(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, char *err)
+{
+    int rc = !self ? pk_err(err, -EINVAL, "self: NULL") : pk_engine_check_keys(keys, n, err);
+    if (rc)
+        return rc;
+    json_decref(pk_elink_ask(self, s_keys_req("drop", keys, n), "drop", &rc, err));
+    return rc;
+}
+
+//  consumer and kv of store and finish: 0 or -EINVAL naming the argument.
+static int
+s_check_request(p2pkv_engine_t *self, const char *consumer, const char *kv, char *err)
+{
+    return !self ? pk_err(err, -EINVAL, "self: NULL")
+           : !consumer || !*consumer ? pk_err(err, -EINVAL, "consumer: expected a peer id")
+           : strlen(consumer) > PK_MAX_STRING
+           ? pk_err(err, -EINVAL, "consumer: over %d bytes", PK_MAX_STRING)
+           : !kv || !*kv ? pk_err(err, -EINVAL, "kv: expected a request id")
+           : strlen(kv) > PK_MAX_STRING ? pk_err(err, -EINVAL, "kv: over %d bytes", PK_MAX_STRING)
+           : 0;
+}
+
+int
+p2pkv_engine_store(p2pkv_engine_t *self, const char *consumer, const char *kv,
+                   const p2pkv_key_t *keys, size_t n, int64_t round, uint64_t *job_p,
+                   char *err)
+{
+    int rc = s_check_request(self, consumer, kv, err);
+    if (!rc)
+        rc = !job_p ? pk_err(err, -EINVAL, "job_p: NULL") : pk_engine_check_keys(keys, n, err);
+    if (rc)
+        return rc;
+    json_t *arr = pk_engine_keys_json(keys, n);
+    json_t *req = arr ? json_pack("{s:s, s:s, s:s, s:o}", "cmd", "store", "peer", consumer,
+                                  "kv", kv, "keys", arr) : NULL;
+    if (req && round >= 0)
+        json_object_set_new(req, "round", json_integer(round));
+    json_t *a = pk_elink_ask(self, req, "store", &rc, err);
+    if (a)
+        *job_p = (uint64_t) json_integer_value(json_object_get(a, "job"));
+    json_decref(a);
+    return rc;
+}
+
+int
+p2pkv_engine_finish(p2pkv_engine_t *self, const char *consumer, const char *kv, char *err)
+{
+    int rc = s_check_request(self, consumer, kv, err);
+    if (rc)
+        return rc;
+    json_decref(pk_elink_ask(self, json_pack("{s:s, s:s, s:s}", "cmd", "finish", "peer",
+                                             consumer, "kv", kv), "finish", &rc, err));
+    return rc;
+}
+
+//  present[i] for the keys the server listed as in its pool: its list is
+//  the keys' subsequence, in order.
+static void
+s_present(const json_t *list, const p2pkv_key_t *keys, size_t n, bool *present)
+{
+    char *hex = malloc(2 * P2PKV_ENGINE_MAX_KEY + 1);
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        present[i] = false;
+        const char *next = json_string_value(json_array_get(list, j));
+        if (!hex || !next)
+            continue;
+        pk_hex_encode(keys[i].bytes, keys[i].len, hex);
+        if (streq(hex, next)) {
+            present[i] = true;
+            j++;
+        }
+    }
+    free(hex);
+}
+
+int
+p2pkv_engine_pull(p2pkv_engine_t *self, const char *endpoint, const p2pkv_key_t *keys,
+                  size_t n, uint64_t *pull_id_p, size_t *fetching_p, bool *present, char *err)
+{
+    int rc = !self ? pk_err(err, -EINVAL, "self: NULL")
+             : !endpoint || !*endpoint
+             ? pk_err(err, -EINVAL, "endpoint: expected the remote server's endpoint")
+             : !pull_id_p ? pk_err(err, -EINVAL, "pull_id_p: NULL")
+             : pk_engine_check_keys(keys, n, err);
+    if (rc)
+        return rc;
+    json_t *arr = pk_engine_keys_json(keys, n);
+    json_t *req = arr ? json_pack("{s:s, s:s, s:o}", "cmd", "pull", "server", endpoint,
+                                  "keys", arr) : NULL;
+    json_t *a = pk_elink_ask(self, req, "pull", &rc, err);
+    if (!a)
+        return rc;
+    *pull_id_p = (uint64_t) json_integer_value(json_object_get(a, "pull"));
+    if (fetching_p)
+        *fetching_p = (size_t) json_integer_value(json_object_get(a, "fetching"));
+    if (present)
+        s_present(json_object_get(a, "present"), keys, n, present);
+    json_decref(a);
+    return 0;
+}
+
+static uint64_t
+s_u64(const json_t *obj, const char *name)
+{
+    json_int_t v = json_integer_value(json_object_get(obj, name));
+    return v > 0 ? (uint64_t) v : 0;
+}
+
+int
+p2pkv_engine_stats(p2pkv_engine_t *self, p2pkv_engine_stats_t *out, char *err)
+{
+    int rc = !self ? pk_err(err, -EINVAL, "self: NULL")
+             : !out ? pk_err(err, -EINVAL, "out: NULL") : 0;
+    json_t *a = rc ? NULL : pk_elink_ask(self, json_pack("{s:s}", "cmd", "stats"), "stats",
+                                         &rc, err);
+    if (!a)
+        return rc;
+    const json_t *pool = json_object_get(a, "pool");
+    *out = (p2pkv_engine_stats_t) {
+        .free = s_u64(pool, "free"), .writing = s_u64(pool, "writing"),
+        .ready = s_u64(pool, "ready"), .pinned = s_u64(pool, "pinned"),
+        .evictions = s_u64(pool, "evictions"), .lookups = s_u64(pool, "lookups"),
+        .hits = s_u64(pool, "hits"), .misses = s_u64(pool, "misses"),
+        .sessions = s_u64(a, "sessions"),
+        .channels_open = s_u64(json_object_get(a, "fabric"), "channels_open"),
+    };
+    json_decref(a);
+    return 0;
+}
+
+char *
+p2pkv_engine_stats_json(p2pkv_engine_t *self, char *err)
+{
+    int rc;
+    if (!self) {
+        pk_err(err, -EINVAL, "self: NULL");
+        return NULL;
+    }
+    json_t *a = pk_elink_ask(self, json_pack("{s:s}", "cmd", "stats"), "stats", &rc, err);
+    char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+    if (a && !text)
+        pk_err(err, -ENOMEM, "stats: out of memory");
+    json_decref(a);
+    return text;
+}

@@ -1,0 +1,272 @@
+/*  engine.c: the engine handle: open (describe, then map the pool),
+    close, the pool, this handle's reservations and p2pkv_engine_write.
+    The commands are in commands.c, the socket and events in link.c.
+*/
+#include "engine/engine_internal.h"
+#include "base/err.h"
+#include "base/key.h"
+#include "wire/protocol.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+_Static_assert(P2PKV_ENGINE_MAX_KEY == PK_MAX_KEY_BYTES, "the server's key limit");
+_Static_assert(P2PKV_ENGINE_MAX_LIST == PK_MAX_LIST, "the server's list limit");
+
+#define S_DEFAULT_TIMEOUT 10.0
+
+//  A string of describe's answer into a field of info: 0, or -EPROTO.
+static int
+s_copy(char *dst, size_t size, const json_t *answer, const char *name, char *err)
+{
+    const char *v = json_string_value(json_object_get(answer, name));
+    if (!v || !*v || strlen(v) >= size)
+        return pk_err(err, -EPROTO, "describe: the server's \"%s\" is missing or too long", name);
+    memcpy(dst, v, strlen(v) + 1);
+    return 0;
+}
+
+static int
+s_info(p2pkv_engine_t *self, const json_t *d, char *err)
+{
+    p2pkv_engine_info_t *info = &self->info;
+    int rc = s_copy(info->peer_id, sizeof info->peer_id, d, "peer_id", err);
+    if (!rc)
+        rc = s_copy(info->endpoint, sizeof info->endpoint, d, "endpoint", err);
+    if (!rc)
+        rc = s_copy(info->pool_name, sizeof info->pool_name, d, "pool_name", err);
+    json_int_t nb = json_integer_value(json_object_get(d, "num_blocks"));
+    json_int_t bl = json_integer_value(json_object_get(d, "block_len"));
+    if (!rc && (nb <= 0 || (uint64_t) nb > PK_MAX_NUM_BLOCKS || bl <= 0
+                || (uint64_t) bl > SIZE_MAX / (uint64_t) nb))
+        rc = pk_err(err, -EPROTO, "describe: the server's pool of %lld x %lld bytes is not "
+                    "a pool this process can map", (long long) nb, (long long) bl);
+    info->num_blocks = (uint64_t) nb;
+    info->block_len = (uint64_t) bl;
+    return rc;
+}
+
+//  The server's pool, mapped read-write; it must be as large as it said.
+static int
+s_map(p2pkv_engine_t *self, char *err)
+{
+    const char *name = self->info.pool_name;
+    size_t len = (size_t) (self->info.num_blocks * self->info.block_len);
+    int rc, fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return pk_err(err, -errno, "pool_name: cannot open the pool \"%s\": %s", name,
+                      strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (uint64_t) st.st_size < (uint64_t) len) {
+        rc = pk_err(err, -EPROTO, "pool_name: the pool \"%s\" has %lld bytes, the server "
+                    "said %zu", name, (long long) st.st_size, len);
+        goto undo_fd;
+    }
+    void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = pk_err(err, -errno, "pool_name: cannot map the pool \"%s\": %s", name,
+                    strerror(errno));
+        goto undo_fd;
+    }
+    close(fd);                  //  the mapping keeps the object
+    self->pool = base;
+    self->pool_len = len;
+    return 0;
+
+undo_fd:
+    close(fd);
+    return rc;
+}
+
+//  describe, its answer into info, and the mapping: 0 or -errno.
+static int
+s_attach(p2pkv_engine_t *self, const char *endpoint, char *err)
+{
+    int rc;
+    json_t *d = pk_elink_ask(self, json_pack("{s:s}", "cmd", "describe"), "describe", &rc, err);
+    if (rc == -ETIMEDOUT)
+        return pk_err(err, rc, "local_endpoint: no answer from \"%.128s\" within %g s (is "
+                      "p2pkv-server running with --local there?)", endpoint, self->timeout);
+    if (!d)
+        return rc;
+    rc = s_info(self, d, err);
+    json_decref(d);
+    if (rc)
+        return rc;
+    rc = s_map(self, err);
+    if (rc)
+        return rc;
+    self->held = calloc((size_t) (self->info.num_blocks / 8 + 1), 1);
+    if (!self->held) {
+        munmap(self->pool, self->pool_len);
+        self->pool = NULL;
+        return pk_err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+p2pkv_engine_t *
+p2pkv_engine_open(const char *local_endpoint, double timeout, p2pkv_engine_event_fn *on_event,
+                  void *arg, char *err)
+{
+    if (!local_endpoint || !*local_endpoint) {
+        pk_err(err, -EINVAL, "local_endpoint: expected an endpoint (e.g. ipc:///tmp/x.sock)");
+        return NULL;
+    }
+    if (!(timeout > 0)) {
+        pk_err(err, -EINVAL, "timeout: expected seconds > 0");
+        return NULL;
+    }
+    p2pkv_engine_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        pk_err(err, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    self->timeout = timeout;
+    self->on_event = on_event;
+    self->arg = arg;
+    if (pk_elink_open(self, local_endpoint, err))
+        goto undo_self;
+    if (s_attach(self, local_endpoint, err))
+        goto undo_link;
+    self->timeout = S_DEFAULT_TIMEOUT;
+    return self;
+
+undo_link:
+    pk_elink_close(self);
+undo_self:
+    free(self);
+    return NULL;
+}
+
+void
+p2pkv_engine_close(p2pkv_engine_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    p2pkv_engine_t *self = *self_p;
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->reserved, &at)); )
+        free((void *) (uintptr_t) e->b);
+    pk_keymap_fini(&self->reserved);
+    free(self->held);
+    if (self->pool)
+        munmap(self->pool, self->pool_len);
+    pk_elink_close(self);
+    free(self);
+    *self_p = NULL;
+}
+
+const p2pkv_engine_info_t *
+p2pkv_engine_info(const p2pkv_engine_t *self)
+{
+    return self ? &self->info : NULL;
+}
+
+uint8_t *
+p2pkv_engine_pool(p2pkv_engine_t *self)
+{
+    return self ? self->pool : NULL;
+}
+
+void
+p2pkv_engine_set_timeout(p2pkv_engine_t *self, double timeout)
+{
+    if (self && timeout > 0)
+        self->timeout = timeout;
+}
+
+int
+pk_engine_check_keys(const p2pkv_key_t *keys, size_t n, char *err)
+{
+    if (!keys)
+        return pk_err(err, -EINVAL, "keys: NULL");
+    if (n == 0 || n > P2PKV_ENGINE_MAX_LIST)
+        return pk_err(err, -EINVAL, "n: %zu keys, expected 1..%d", n, P2PKV_ENGINE_MAX_LIST);
+    for (size_t i = 0; i < n; i++)
+        if (!keys[i].bytes || keys[i].len == 0 || keys[i].len > P2PKV_ENGINE_MAX_KEY)
+            return pk_err(err, -EINVAL, "keys[%zu]: %zu bytes%s, expected 1..%d", i,
+                          keys[i].len, keys[i].bytes ? "" : " at NULL", P2PKV_ENGINE_MAX_KEY);
+    return 0;
+}
+
+json_t *
+pk_engine_keys_json(const p2pkv_key_t *keys, size_t n)
+{
+    json_t *arr = json_array();
+    char *hex = malloc(2 * P2PKV_ENGINE_MAX_KEY + 1);
+    for (size_t i = 0; arr && hex && i < n; i++) {
+        pk_hex_encode(keys[i].bytes, keys[i].len, hex);
+        if (json_array_append_new(arr, json_string(hex)) < 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    if (!hex) {
+        json_decref(arr);
+        arr = NULL;
+    }
+    free(hex);
+    return arr;
+}
+
+int
+pk_engine_hold(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, const uint32_t *blocks)
+{
+    if (pk_keymap_reserve(&self->reserved, pk_keymap_size(&self->reserved) + n) < 0)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t *copy = malloc(keys[i].len);
+        if (!copy) {
+            pk_engine_unhold(self, keys, i);
+            return -ENOMEM;
+        }
+        memcpy(copy, keys[i].bytes, keys[i].len);
+        pk_key_t k = pk_key_make(copy, keys[i].len);
+        pk_engine_unhold(self, &keys[i], 1);     //  a lease that ran out, reserved again
+        pk_keymap_put(&self->reserved, &k, blocks[i], (uintptr_t) copy);
+        self->held[blocks[i] / 8] |= (uint8_t) (1u << (blocks[i] % 8));
+    }
+    return 0;
+}
+
+void
+pk_engine_unhold(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        pk_key_t k = pk_key_make(keys[i].bytes, keys[i].len);
+        uint64_t block, copy;
+        if (!pk_keymap_take(&self->reserved, &k, &block, &copy))
+            continue;
+        free((void *) (uintptr_t) copy);
+        self->held[block / 8] &= (uint8_t) ~(1u << (block % 8));
+    }
+}
+
+int
+p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, const void *data,
+                   size_t len, char *err)
+{
+    if (!self)
+        return pk_err(err, -EINVAL, "self: NULL");
+    if (!data && len)
+        return pk_err(err, -EINVAL, "data: NULL");
+    if (block >= self->info.num_blocks || !(self->held[block / 8] & (1u << (block % 8))))
+        return pk_err(err, -EINVAL, "block: %u is not reserved by this handle (or is "
+                      "committed already)", block);
+    if (offset > self->info.block_len)
+        return pk_err(err, -EINVAL, "offset: %zu is past the block's %llu bytes", offset,
+                      (unsigned long long) self->info.block_len);
+    if (len > self->info.block_len - offset)
+        return pk_err(err, -EINVAL, "len: %zu bytes at offset %zu overrun the block's %llu",
+                      len, offset, (unsigned long long) self->info.block_len);
+    if (len)
+        memcpy(self->pool + (size_t) block * self->info.block_len + offset, data, len);
+    return 0;
+}

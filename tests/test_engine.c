@@ -1,0 +1,464 @@
+/*  test_engine.c: the engine C API (p2pkv_engine.h) against a real
+    p2pkv-server: every call, its events by callback and by fd, and the
+    checks it makes before asking.  */
+#include "consumer.h"
+#include "daemon.h"
+#include "base/clock.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define BLOCK 4096
+#define NKEYS 8
+
+static uint8_t s_data[NKEYS][BLOCK];
+static uint8_t s_bytes[NKEYS][32];
+static p2pkv_key_t s_keys[NKEYS];      //  for the engine
+static pk_key_t s_pkeys[NKEYS];        //  the same, for the test consumer
+
+static void
+s_setup(void)
+{
+    for (int i = 0; i < NKEYS; i++) {
+        randombytes_buf(s_data[i], BLOCK);
+        crypto_hash_sha256(s_bytes[i], s_data[i], BLOCK);
+        s_keys[i] = (p2pkv_key_t) { s_bytes[i], 32 };
+        s_pkeys[i] = pk_key_make(s_bytes[i], 32);
+    }
+}
+
+//  Whether fd is readable now (poll(2), not waiting).
+static bool
+s_readable(int fd, int ms)
+{
+    struct pollfd pfd = { fd, POLLIN, 0 };
+    return poll(&pfd, 1, ms) == 1 && (pfd.revents & POLLIN);
+}
+
+//  A consumer of s fetches keys[0..n) into its blocks 10.. (a lookup first
+//  unless stored for it: pd) and finds exactly data there.
+static void
+s_fetch_and_verify(tc_t *tc, const char *kv, uint64_t round, const pk_key_t *keys,
+                   uint8_t (*data)[BLOCK], size_t n, bool pd)
+{
+    if (!pd) {
+        ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round, keys, n)), 0);
+        pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(resp->hits[i], "key %zu is not in the pool", i);
+        pk_msg_destroy(&resp);
+    }
+    uint32_t idx[NKEYS];
+    for (size_t i = 0; i < n; i++)
+        idx[i] = 10 + (uint32_t) i;
+    ck_assert_int_eq(tc_send(tc, tc_fetch(kv, round, keys, idx, n)), 0);
+    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    ck_assert(done->success);
+    pk_msg_destroy(&done);
+    double deadline = pk_clock_monotonic() + 5;
+    while (tc_landed(tc, round) < n && pk_clock_monotonic() < deadline)
+        tc_progress(tc, 0.01);
+    ck_assert_uint_eq(tc_landed(tc, round), n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_mem_eq(tc_pool(tc) + (size_t) idx[i] * BLOCK, data[i], BLOCK);
+}
+
+static tc_t *
+s_consumer(td_t *s, const char *id)
+{
+    tc_config_t c = { s->endpoint, id, 64, BLOCK, "fp", "7", 0 };
+    return tc_connected(&c);
+}
+
+//  err names the argument: it starts with name and a colon.
+#define S_NAMES(err, name) \
+    ck_assert_msg(strncmp((err), name ":", strlen(name ":")) == 0, \
+                  "err \"%s\" does not name %s", (err), name)
+
+START_TEST(test_open_fails_clearly_and_in_bounded_time)
+{
+    char err[P2PKV_ERRLEN] = "";
+    ck_assert_ptr_null(p2pkv_engine_open(NULL, 1, NULL, NULL, err));
+    S_NAMES(err, "local_endpoint");
+    ck_assert_ptr_null(p2pkv_engine_open("nonsense://x", 1, NULL, NULL, err));
+    S_NAMES(err, "local_endpoint");
+    ck_assert_ptr_null(p2pkv_engine_open("ipc:///tmp/x", 0, NULL, NULL, err));
+    S_NAMES(err, "timeout");
+    //  nobody there: no answer within the timeout, and not much longer
+    char ep[128];
+    snprintf(ep, sizeof ep, "ipc:///tmp/p2pkv-e2e-%d-none.sock", (int) getpid());
+    double t0 = pk_clock_monotonic();
+    ck_assert_ptr_null(p2pkv_engine_open(ep, 0.3, NULL, NULL, err));
+    double took = pk_clock_monotonic() - t0;
+    ck_assert_msg(took >= 0.25 && took < 2, "open took %.2f s", took);
+    S_NAMES(err, "local_endpoint");
+    ck_assert_ptr_nonnull(strstr(err, "no answer"));
+}
+END_TEST
+
+//  info says what describe says; bytes the engine writes (both ways) are
+//  what a consumer fetches; put publishes one block.
+START_TEST(test_info_pool_reserve_write_commit_put)
+{
+    td_t s;
+    td_start(&s, NULL);
+    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    const p2pkv_engine_info_t *info = p2pkv_engine_info(e);
+    ck_assert_uint_eq(info->num_blocks, 256);
+    ck_assert_uint_eq(info->block_len, BLOCK);
+    ck_assert_str_eq(info->pool_name, s.pool);
+    ck_assert_str_eq(info->endpoint, s.endpoint);
+    ck_assert(strncmp(info->peer_id, "srv-", 4) == 0);
+    char err[P2PKV_ERRLEN] = "";
+    uint32_t blocks[2];
+    ck_assert_int_eq(p2pkv_engine_reserve(e, s_keys, 2, blocks, err), 0);
+    ck_assert_uint_lt(blocks[0], 256);
+    ck_assert_uint_ne(blocks[0], blocks[1]);
+    //  block 0 by p2pkv_engine_write in two halves, block 1 straight into the mapping
+    ck_assert_int_eq(p2pkv_engine_write(e, blocks[0], 0, s_data[0], BLOCK / 2, err), 0);
+    ck_assert_int_eq(p2pkv_engine_write(e, blocks[0], BLOCK / 2, s_data[0] + BLOCK / 2,
+                                        BLOCK / 2, err), 0);
+    memcpy(p2pkv_engine_pool(e) + (size_t) blocks[1] * BLOCK, s_data[1], BLOCK);
+    ck_assert_uint_eq(td_stats(e).writing, 2);
+    ck_assert_int_eq(p2pkv_engine_commit(e, s_keys, 2, err), 0);
+    //  committed: no longer this handle's to write
+    ck_assert_int_eq(p2pkv_engine_write(e, blocks[0], 0, s_data[0], 1, err), -EINVAL);
+    S_NAMES(err, "block");
+    ck_assert_int_eq(p2pkv_engine_put(e, &s_keys[2], s_data[2], BLOCK, err), 0);
+    ck_assert_int_eq(p2pkv_engine_put(e, &s_keys[2], s_data[2], BLOCK, err), 1);
+    ck_assert_int_eq(p2pkv_engine_put(e, &s_keys[3], s_data[3], BLOCK - 1, err), -EINVAL);
+    S_NAMES(err, "len");
+    p2pkv_engine_stats_t st = td_stats(e);
+    ck_assert_uint_eq(st.ready, 3);
+    ck_assert_uint_eq(st.writing, 0);
+    ck_assert_uint_eq(st.free, 253);
+    tc_t *tc = s_consumer(&s, "c-map");
+    s_fetch_and_verify(tc, "r1", 1, s_pkeys, s_data, 3, false);
+    ck_assert_uint_eq(td_stats(e).sessions, 1);
+    ck_assert_uint_eq(td_stats(e).hits, 3);
+    tc_destroy(&tc);
+    p2pkv_engine_close(&e);
+    ck_assert_ptr_null(e);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+START_TEST(test_drop_and_stats_json)
+{
+    td_t s;
+    td_start(&s, NULL);
+    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    td_put(e, s_keys, &s_data[0][0], 3, BLOCK);
+    char err[P2PKV_ERRLEN] = "";
+    ck_assert_int_eq(p2pkv_engine_drop(e, &s_keys[1], 1, err), 0);
+    p2pkv_engine_stats_t st = td_stats(e);
+    ck_assert_uint_eq(st.ready, 2);
+    ck_assert_uint_eq(st.free, 254);
+    char *text = p2pkv_engine_stats_json(e, err);
+    ck_assert_ptr_nonnull(text);
+    json_t *j = json_loads(text, 0, NULL);
+    free(text);
+    ck_assert_ptr_nonnull(j);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "pool"), "ready")), 2);
+    ck_assert_ptr_nonnull(json_object_get(j, "metrics"));
+    json_decref(j);
+    p2pkv_engine_close(&e);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  What the library refuses before asking, each naming the argument, and
+//  what the server refuses, with its sentence.
+START_TEST(test_bad_input)
+{
+    td_t s;
+    td_start(&s, NULL);
+    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    char err[P2PKV_ERRLEN] = "";
+    uint32_t block;
+    uint8_t big[P2PKV_ENGINE_MAX_KEY + 1] = { 0 };
+    p2pkv_key_t empty = { s_bytes[0], 0 }, toolong = { big, sizeof big };
+    ck_assert_int_eq(p2pkv_engine_reserve(e, &empty, 1, &block, err), -EINVAL);
+    S_NAMES(err, "keys[0]");
+    p2pkv_key_t two[2] = { s_keys[0], toolong };
+    ck_assert_int_eq(p2pkv_engine_reserve(e, two, 2, &block, err), -EINVAL);
+    S_NAMES(err, "keys[1]");
+    ck_assert_int_eq(p2pkv_engine_put(e, &toolong, big, BLOCK, err), -EINVAL);
+    S_NAMES(err, "key");
+    ck_assert_int_eq(p2pkv_engine_drop(e, s_keys, 0, err), -EINVAL);
+    S_NAMES(err, "n");
+    ck_assert_int_eq(p2pkv_engine_drop(e, s_keys, P2PKV_ENGINE_MAX_LIST + 1, err), -EINVAL);
+    S_NAMES(err, "n");
+    ck_assert_int_eq(p2pkv_engine_commit(e, NULL, 1, err), -EINVAL);
+    S_NAMES(err, "keys");
+    ck_assert_int_eq(p2pkv_engine_reserve(e, s_keys, 1, NULL, err), -EINVAL);
+    S_NAMES(err, "blocks");
+    //  writes outside this handle's reservations
+    ck_assert_int_eq(p2pkv_engine_write(e, 0, 0, s_data[0], 1, err), -EINVAL);
+    S_NAMES(err, "block");
+    ck_assert_int_eq(p2pkv_engine_write(e, 1000000, 0, s_data[0], 1, err), -EINVAL);
+    S_NAMES(err, "block");
+    ck_assert_int_eq(p2pkv_engine_reserve(e, s_keys, 1, &block, err), 0);
+    ck_assert_int_eq(p2pkv_engine_write(e, block, BLOCK + 1, s_data[0], 1, err), -EINVAL);
+    S_NAMES(err, "offset");
+    ck_assert_int_eq(p2pkv_engine_write(e, block, 1, s_data[0], BLOCK, err), -EINVAL);
+    S_NAMES(err, "len");
+    //  a commit of a key this handle did not reserve
+    ck_assert_int_eq(p2pkv_engine_commit(e, &s_keys[1], 1, err), -ENOENT);
+    S_NAMES(err, "keys[0]");
+    ck_assert_int_eq(p2pkv_engine_commit(e, s_keys, 1, err), 0);
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_engine_pull(e, "", s_keys, 1, &id, NULL, NULL, err), -EINVAL);
+    S_NAMES(err, "endpoint");
+    ck_assert_int_eq(p2pkv_engine_store(e, "", "kv", s_keys, 1, -1, &id, err), -EINVAL);
+    S_NAMES(err, "consumer");
+    ck_assert_int_eq(p2pkv_engine_finish(e, "c", NULL, err), -EINVAL);
+    S_NAMES(err, "kv");
+    //  the server's refusals: a key in the pool, a store of keys it lacks
+    ck_assert_int_eq(p2pkv_engine_reserve(e, s_keys, 1, &block, err), -EEXIST);
+    ck_assert_str_eq(err, "reserve: a key is already in the pool");
+    ck_assert_int_eq(p2pkv_engine_store(e, "c", "kv", &s_keys[5], 1, -1, &id, err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err, "is not ready in the pool"));
+    p2pkv_engine_close(&e);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  A key pinned by a store cannot be dropped (-EBUSY); a full pool
+//  cannot be reserved in (-ENOSPC).
+START_TEST(test_busy_and_full)
+{
+    td_t s;
+    const char *const extra[] = { "--pool-blocks", "4", NULL };
+    td_start(&s, extra);
+    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    char err[P2PKV_ERRLEN] = "";
+    td_put(e, s_keys, &s_data[0][0], 1, BLOCK);
+    uint64_t job;
+    ck_assert_int_eq(p2pkv_engine_store(e, "c-never", "kv", s_keys, 1, -1, &job, err), 0);
+    ck_assert_int_eq(p2pkv_engine_drop(e, s_keys, 1, err), -EBUSY);
+    ck_assert_str_eq(err, "drop: a key is pinned by a transfer");
+    uint32_t blocks[4];
+    ck_assert_int_eq(p2pkv_engine_reserve(e, &s_keys[1], 3, blocks, err), 0);
+    ck_assert_int_eq(p2pkv_engine_reserve(e, &s_keys[4], 1, blocks, err), -ENOSPC);
+    ck_assert_str_eq(err, "reserve: every block is pinned or being written");
+    ck_assert_int_eq(p2pkv_engine_put(e, &s_keys[4], s_data[4], BLOCK, err), -ENOSPC);
+    p2pkv_engine_close(&e);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+typedef struct {
+    int n;
+    p2pkv_engine_event_t last;
+} s_seen_t;
+
+static void
+s_on_event(void *arg, const p2pkv_engine_event_t *event)
+{
+    s_seen_t *seen = arg;
+    seen->n++;
+    seen->last = *event;
+}
+
+//  Prefill/decode: the store's end arrives as P2PKV_EVENT_STORE, by the
+//  callback through p2pkv_engine_poll.
+START_TEST(test_store_event_by_callback)
+{
+    td_t s;
+    td_start(&s, NULL);
+    s_seen_t seen = { 0 };
+    p2pkv_engine_t *e = td_engine_open(&s, s_on_event, &seen);
+    td_put(e, s_keys, &s_data[0][0], 2, BLOCK);
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t job = 0;
+    ck_assert_int_eq(p2pkv_engine_store(e, "c-pd", "req-1", s_keys, 2, -1, &job, err), 0);
+    ck_assert_uint_gt(job, 0);
+    ck_assert_int_eq(p2pkv_engine_poll(e, 0), 0);
+    tc_t *tc = s_consumer(&s, "c-pd");
+    s_fetch_and_verify(tc, "req-1", 5, s_pkeys, s_data, 2, true);
+    double deadline = pk_clock_monotonic() + 10;
+    while (seen.n == 0 && pk_clock_monotonic() < deadline)
+        ck_assert_int_ge(p2pkv_engine_poll(e, 0.1), 0);
+    ck_assert_int_eq(seen.n, 1);
+    ck_assert_int_eq(seen.last.kind, P2PKV_EVENT_STORE);
+    ck_assert_uint_eq(seen.last.id, job);
+    ck_assert(seen.last.success);
+    ck_assert_int_eq(p2pkv_engine_finish(e, "c-pd", "req-1", err), 0);
+    ck_assert_uint_eq(td_stats(e).pinned, 0);
+    tc_destroy(&tc);
+    p2pkv_engine_close(&e);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  The same event by fd and next_event.  The fd stays readable when a
+//  request read the event off the socket first (ZMQ_FD alone would not
+//  signal again), and goes quiet once the event is taken.
+START_TEST(test_store_event_by_fd)
+{
+    td_t s;
+    td_start(&s, NULL);
+    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    int fd = p2pkv_engine_fd(e);
+    ck_assert_int_ge(fd, 0);
+    td_put(e, s_keys, &s_data[0][0], 2, BLOCK);
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t job = 0;
+    ck_assert_int_eq(p2pkv_engine_store(e, "c-fd", "req-1", s_keys, 2, 3, &job, err), 0);
+    ck_assert(!s_readable(fd, 0));
+    p2pkv_engine_event_t ev;
+    ck_assert_int_eq(p2pkv_engine_next_event(e, 0, &ev), -ETIMEDOUT);
+    tc_t *tc = s_consumer(&s, "c-fd");
+    s_fetch_and_verify(tc, "req-1", 3, s_pkeys, s_data, 2, true);
+    ck_assert_msg(s_readable(fd, 10000), "no event on the fd within 10 s");
+    //  a request reads the event into the queue on its way to the answer
+    td_stats(e);
+    ck_assert(s_readable(fd, 0));
+    ck_assert_int_eq(p2pkv_engine_next_event(e, 0, &ev), 0);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
+    ck_assert_uint_eq(ev.id, job);
+    ck_assert(ev.success);
+    ck_assert(!s_readable(fd, 0));
+    ck_assert_int_eq(p2pkv_engine_next_event(e, 0, &ev), -ETIMEDOUT);
+    tc_destroy(&tc);
+    p2pkv_engine_close(&e);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  b pulls from a: a key b has is present, a key a lacks is missing, and
+//  the P2PKV_EVENT_PULL event says so.
+START_TEST(test_pull_event)
+{
+    td_t a, b;
+    td_start(&a, NULL);
+    td_start(&b, NULL);
+    p2pkv_engine_t *ea = td_engine_open(&a, NULL, NULL), *eb = td_engine_open(&b, NULL, NULL);
+    td_put(ea, s_keys, &s_data[0][0], 3, BLOCK);
+    td_put(eb, &s_keys[3], s_data[3], 1, BLOCK);
+    static uint8_t absent_bytes[2] = { 0x00, 0xff };
+    p2pkv_key_t keys[5] = { s_keys[0], s_keys[3], s_keys[1], s_keys[2], { absent_bytes, 2 } };
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t id = 0;
+    size_t fetching = 0;
+    bool present[5];
+    ck_assert_int_eq(p2pkv_engine_pull(eb, a.endpoint, keys, 5, &id, &fetching, present, err),
+                     0);
+    ck_assert_uint_eq(fetching, 4);
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(present[i], i == 1);
+    p2pkv_engine_event_t ev;
+    ck_assert_int_eq(p2pkv_engine_next_event(eb, 30, &ev), 0);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_PULL);
+    ck_assert_uint_eq(ev.id, id);
+    ck_assert(!ev.success);
+    ck_assert_uint_eq(ev.landed, 3);
+    ck_assert_uint_eq(ev.missing, 1);
+    ck_assert_uint_eq(ev.missing_keys[0].len, 2);
+    ck_assert_mem_eq(ev.missing_keys[0].bytes, absent_bytes, 2);
+    ck_assert_uint_eq(td_stats(eb).ready, 4);
+    //  nothing to fetch: the answer says present, and an event still follows
+    uint64_t id2 = 0;
+    ck_assert_int_eq(p2pkv_engine_pull(eb, a.endpoint, &s_keys[3], 1, &id2, &fetching, present,
+                                       err), 0);
+    ck_assert_uint_eq(fetching, 0);
+    ck_assert(present[0]);
+    ck_assert_int_eq(p2pkv_engine_next_event(eb, 30, &ev), 0);
+    ck_assert_int_eq(ev.kind, P2PKV_EVENT_PULL);
+    ck_assert_uint_eq(ev.id, id2);
+    ck_assert_uint_eq(ev.missing, 0);
+    //  the pulled bytes are in b's pool
+    tc_t *tc = s_consumer(&b, "c-of-b");
+    s_fetch_and_verify(tc, "r1", 1, s_pkeys, s_data, 4, false);
+    tc_destroy(&tc);
+    p2pkv_engine_close(&ea);
+    p2pkv_engine_close(&eb);
+    ck_assert_int_eq(td_stop(&b), 0);
+    ck_assert_int_eq(td_stop(&a), 0);
+}
+END_TEST
+
+//  A request that timed out (the server stopped) leaves its answer to come
+//  late; it is dropped, not taken for the next request's answer.
+START_TEST(test_late_answer_is_not_the_next_ones)
+{
+    td_t s;
+    td_start(&s, NULL);
+    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    char err[P2PKV_ERRLEN] = "";
+    ck_assert_int_eq(kill(s.pid, SIGSTOP), 0);
+    p2pkv_engine_set_timeout(e, 0.3);
+    uint32_t block;
+    double t0 = pk_clock_monotonic();
+    ck_assert_int_eq(p2pkv_engine_reserve(e, s_keys, 1, &block, err), -ETIMEDOUT);
+    ck_assert_double_lt(pk_clock_monotonic() - t0, 2);
+    ck_assert_ptr_nonnull(strstr(err, "no answer"));
+    ck_assert_int_eq(kill(s.pid, SIGCONT), 0);
+    p2pkv_engine_set_timeout(e, 10);
+    //  the reserve's answer comes first: a stats that took it would see no pool
+    p2pkv_engine_stats_t st = td_stats(e);
+    ck_assert_uint_eq(st.writing, 1);
+    ck_assert_uint_eq(st.free, 255);
+    p2pkv_engine_close(&e);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  p2pkv pull (bin/p2pkv.c, through this API): each key's fate, and the
+//  exit status 1 for a missing one.
+START_TEST(test_cli_pull)
+{
+    td_t a, b;
+    td_start(&a, NULL);
+    td_start(&b, NULL);
+    p2pkv_engine_t *ea = td_engine_open(&a, NULL, NULL), *eb = td_engine_open(&b, NULL, NULL);
+    td_put(ea, s_keys, &s_data[0][0], 2, BLOCK);
+    td_put(eb, &s_keys[2], s_data[2], 1, BLOCK);
+    char hex[3][65], cmd[1024], want[1024], got[1024] = "";
+    for (int i = 0; i < 3; i++)
+        pk_hex_encode(s_bytes[i], 32, hex[i]);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv pull --local %s --server %s %s %s %s 00ff", b.local,
+             a.endpoint, hex[0], hex[2], hex[1]);
+    snprintf(want, sizeof want, "%s landed\n%s present\n%s landed\n00ff missing\n", hex[0],
+             hex[2], hex[1]);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(got, 1, sizeof got - 1, p);
+    got[n] = '\0';
+    ck_assert_int_eq(WEXITSTATUS(pclose(p)), 1);
+    ck_assert_str_eq(got, want);
+    ck_assert_uint_eq(td_stats(eb).ready, 3);
+    p2pkv_engine_close(&ea);
+    p2pkv_engine_close(&eb);
+    ck_assert_int_eq(td_stop(&b), 0);
+    ck_assert_int_eq(td_stop(&a), 0);
+}
+END_TEST
+
+int
+main(void)
+{
+    int skip = td_suite_start();
+    if (skip)
+        return skip;
+    s_setup();
+    Suite *suite = suite_create("engine");
+    TCase *tc = tcase_create("engine");
+    tcase_add_test(tc, test_open_fails_clearly_and_in_bounded_time);
+    tcase_add_test(tc, test_info_pool_reserve_write_commit_put);
+    tcase_add_test(tc, test_drop_and_stats_json);
+    tcase_add_test(tc, test_bad_input);
+    tcase_add_test(tc, test_busy_and_full);
+    tcase_add_test(tc, test_store_event_by_callback);
+    tcase_add_test(tc, test_store_event_by_fd);
+    tcase_add_test(tc, test_pull_event);
+    tcase_add_test(tc, test_late_answer_is_not_the_next_ones);
+    tcase_add_test(tc, test_cli_pull);
+    suite_add_tcase(suite, tc);
+    return pk_test_run("engine", suite);
+}
