@@ -549,7 +549,6 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
         free(l);
         return -ENOMEM;
     }
-    l->id = self->config.load_ids ? ++*self->config.load_ids : self->next_load++;
     l->round = round;
     l->n = n;
     l->state = L_SENT;
@@ -560,6 +559,9 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
         free(l);
         return -ENOMEM;
     }
+    //  drawn only for a load that exists: the owner takes every id up to
+    //  its counter as issued (p2pkv_client_cancel's -EALREADY)
+    l->id = self->config.load_ids ? ++*self->config.load_ids : self->next_load++;
     l->prev = self->loads_tail;
     if (self->loads_tail)
         self->loads_tail->next = l;
