@@ -36,7 +36,9 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define KEY_LEN 16
@@ -618,6 +620,65 @@ START_TEST(test_cancel_never_acked)
 }
 END_TEST
 
+//  ---------------------------------------------------------------------------
+//  6. `p2pkv get` interrupted: SIGINT cancels the get and the tool exits
+//  130 once it ended, not after the lookup's 30 s (its key is being
+//  written by the engine, so the lookup waits).
+
+START_TEST(test_cli_get_interrupted)
+{
+    td_t d;
+    td_start(&d, (const char *[]) { "--lookup-timeout", "30", NULL });
+    s_keys_t k;
+    s_keys_make(&k, 7, 1);
+    json_t *hex = td_keys_json(k.keys, 1);
+    json_t *a = td_engine(&d, "{s:s, s:O}", "cmd", "reserve", "keys", hex);
+    ck_assert(json_is_true(json_object_get(a, "ok")));
+    json_decref(a);
+    char dir[] = "/tmp/p2pkv-intr-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, STDOUT_FILENO);
+        execl("bin/p2pkv", "p2pkv", "get", "--server", d.endpoint, "-o", dir,
+              json_string_value(json_array_get(hex, 0)), (char *) NULL);
+        _exit(127);
+    }
+    //  connected: past the point where it blocks the signals for the get
+    double until = pk_clock_monotonic() + 10;
+    json_int_t sessions = 0;
+    while (sessions < 1 && pk_clock_monotonic() < until) {
+        json_t *st = td_engine(&d, "{s:s}", "cmd", "stats");
+        sessions = json_integer_value(json_object_get(st, "sessions"));
+        json_decref(st);
+        if (sessions < 1)
+            zclock_sleep(10);
+    }
+    ck_assert_msg(sessions == 1, "p2pkv get never connected");
+    double t0 = pk_clock_monotonic();
+    kill(pid, SIGINT);
+    int status = 0;
+    pid_t got = 0;
+    until = t0 + 10;
+    while ((got = waitpid(pid, &status, WNOHANG)) == 0 && pk_clock_monotonic() < until)
+        zclock_sleep(10);
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    ck_assert_msg(got == pid, "p2pkv get still ran 10 s after SIGINT");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 130,
+                  "p2pkv get after SIGINT: %s %d", WIFEXITED(status) ? "exit" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    rmdir(dir);
+    json_decref(hex);
+    s_keys_free(&k);
+    ck_assert_int_eq(td_stop(&d), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -632,6 +693,7 @@ main(void)
     tcase_add_test(tc, test_cancel_return_codes);
     tcase_add_test(tc, test_finish_cancels_open_fetches);
     tcase_add_test(tc, test_cancel_never_acked);
+    tcase_add_test(tc, test_cli_get_interrupted);
     suite_add_tcase(s, tc);
     int rc = pk_test_run("cancel", s);
     td_sweep();
