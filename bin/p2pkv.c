@@ -23,6 +23,10 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -438,9 +442,75 @@ s_report(const s_remote_opts_t *o, char *argv[], size_t n, const bool *landed,
     return rc;
 }
 
+//  SIGINT or SIGTERM during a get cancels it (p2pkv_client_finish of its
+//  request) and the get returns only once its fetch ended, so the tool
+//  never exits while a server still writes into its pool.  The signals
+//  are blocked in every thread and taken here with sigtimedwait; finish
+//  is repeated until the get returned, since one made before the get
+//  began has nothing to cancel yet.
+typedef struct {
+    p2pkv_client_t *client;
+    int server;
+    sigset_t set, old;
+    pthread_t thread;
+    bool watching;
+    atomic_int signo;               //  the signal taken, or 0
+    atomic_bool done;               //  the get returned
+} s_interrupt_t;
+
+static void *
+s_interrupt_run(void *arg)
+{
+    s_interrupt_t *self = arg;
+    struct timespec tick = { 0, 50 * 1000 * 1000 };
+    while (!atomic_load(&self->done)) {
+        if (!atomic_load(&self->signo)) {
+            int signo = sigtimedwait(&self->set, NULL, &tick);
+            if (signo > 0)
+                atomic_store(&self->signo, signo);
+            continue;
+        }
+        (void) p2pkv_client_finish(self->client, self->server, "p2pkv-cli");
+        nanosleep(&tick, NULL);
+    }
+    return NULL;
+}
+
+//  Before any thread starts, so that every one inherits the block.
+static void
+s_interrupt_init(s_interrupt_t *self)
+{
+    memset(self, 0, sizeof *self);
+    sigemptyset(&self->set);
+    sigaddset(&self->set, SIGINT);
+    sigaddset(&self->set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &self->set, &self->old);
+}
+
+static void
+s_interrupt_watch(s_interrupt_t *self, p2pkv_client_t *client, int server)
+{
+    self->client = client;
+    self->server = server;
+    self->watching = pthread_create(&self->thread, NULL, s_interrupt_run, self) == 0;
+}
+
+//  The get returned: the signal it was cancelled for, or 0.
+static int
+s_interrupt_end(s_interrupt_t *self)
+{
+    atomic_store(&self->done, true);
+    if (self->watching)
+        pthread_join(self->thread, NULL);
+    self->watching = false;
+    return atomic_load(&self->signo);
+}
+
 static int
 s_cmd_remote(int argc, char *argv[], bool get)
 {
+    s_interrupt_t intr;
+    s_interrupt_init(&intr);
     s_remote_opts_t o = { 0 };
     if (s_remote_opts(argc, argv, &o)) {
         fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT%s [--json] KEY...\n",
@@ -490,24 +560,31 @@ s_cmd_remote(int argc, char *argv[], bool get)
     for (size_t i = 0; i < g.n; i++)
         dest[i] = (uint32_t) i;             //  the pool has a block per key
     bool progress = get && !o.json && isatty(STDERR_FILENO);
+    s_interrupt_watch(&intr, client, server);
     double t0 = pk_clock_monotonic();
     int got = p2pkv_client_get(client, server, "p2pkv-cli", g.keys, dest, g.n, get, o.timeout, landed,
                                progress ? s_progress : NULL, NULL, err);
     double seconds = pk_clock_monotonic() - t0;
     if (progress)
         fprintf(stderr, "\r\033[K");
+    //  interrupted: the get's fetch has ended (nothing lands any more); no report
+    int signo = s_interrupt_end(&intr);
     bool failed = got == -EIO;
     if (got < 0)
-        fprintf(stderr, "p2pkv%s: %s\n", failed ? " get" : "", err);
-    rc = s_report(&o, argv, g.n, landed, p2pkv_client_pool(client), d.block_len, get, seconds);
-    if (failed)
+        fprintf(stderr, "p2pkv%s: %s%s%s\n", failed ? " get" : "", signo ? strsignal(signo) : "",
+                signo ? ": " : "", err);
+    rc = signo ? 128 + signo
+         : s_report(&o, argv, g.n, landed, p2pkv_client_pool(client), d.block_len, get, seconds);
+    if (failed && !signo)
         rc = EXIT_ERROR;
     free(landed);
     free(dest);
 done:
+    s_interrupt_end(&intr);
     p2pkv_client_destroy(&client);
     free(g.keys);
     free(g.bytes);
+    pthread_sigmask(SIG_SETMASK, &intr.old, NULL);
     return rc;
 }
 

@@ -100,6 +100,7 @@ typedef struct {
     const char *node;               //  local address for the fabric (NULL: any)
     double load_timeout;            //  30 s: a fetch without transfer_done is aborted
     double abort_ack_timeout;       //  10 s: then the server is cut off, the fetch failed
+                                    //  (ABORTED when it was cancelled)
     double keepalive_interval;      //  2 s: ping a server we sent nothing to
     double silence_timeout;         //  10 s: a server silent that long is DOWN
     double connect_retry;           //  0.5 s: connect repeated until answered, and a
@@ -168,8 +169,12 @@ typedef void (p2pkv_progress_fn)(void *arg, size_t landed, size_t n);
     the callbacks; progress, if given, is called after each batch with
     the count so far.  Requests are named kv-0, kv-1, ...  Returns the
     count, or a negative errno with err: -ETIMEDOUT or -ENOTCONN (no
-    answer to a lookup), -EIO (a fetch failed), -EBUSY (a get of the same
-    kv on the same server runs); landed[] still says what arrived before.
+    answer to a lookup), -EIO (a fetch failed or was aborted at its
+    deadline), -ECANCELED (p2pkv_client_finish of kv on that server from
+    another thread, or a p2pkv_client_cancel of its fetch: returned only
+    once that fetch ended, so the blocks may be reused), -EBUSY (a get of
+    the same kv on the same server runs); landed[] still says what
+    arrived before (not the cancelled batch's blocks).
     Gets of different requests, or on different servers, may run at once
     from several threads: each waits for its own answers only.  */
 int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
@@ -183,20 +188,35 @@ int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2p
     unread.  Fetch ids are unique within the client.  */
 int p2pkv_client_fetch_status(p2pkv_client_t *self, uint64_t fetch_id, char *reason);
 
-/*  Cancels an open fetch: sends the protocol's abort for its round, and
-    the fetch ends exactly once, as P2PKV_ABORTED (to on_fetch, or
+/*  Cancels an open fetch: sends the protocol's abort for its round (not
+    when one went out already at its deadline, nor when the server has
+    answered and only its landing blocks are awaited), and the fetch ends
+    exactly once, as P2PKV_ABORTED (to on_fetch, or
     p2pkv_client_fetch_status), only once no byte of it can land any more
-    in its destination blocks (the server's abort_ack or transfer_done
+    in its destination blocks: the server's abort_ack or transfer_done
     came and every block it said may still land has landed, or the
-    server was cut off).  Until then the blocks stay the transfer's;
-    after it their contents are undefined and they may be reused.
+    server was cut off.  Until then the blocks stay the transfer's; after
+    it their contents are undefined (also when a transfer_done(success)
+    crossed the abort: the fetch still ends ABORTED, and what landed is
+    not promised whole) and they may be reused.  A server that does not
+    acknowledge within abort_ack_timeout is cut off (on_server DOWN, a
+    new session follows) and the fetch still ends ABORTED, once, with a
+    reason saying so: whatever ends a cancelled fetch, its status is
+    P2PKV_ABORTED.  It does not wait: the end comes from
+    p2pkv_client_poll (or the progress thread).
     Returns 0 (cancel under way), -EINPROGRESS (cancelled already, not
-    ended yet), -EALREADY (the fetch ended already: nothing changes),
-    -ENOENT (no fetch of that id was issued).  */
+    ended yet: nothing more is sent), -EALREADY (the fetch ended already,
+    its end read or not: nothing changes), -ENOENT (no fetch of that id
+    was issued).  */
 int p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id);
 
 /*  The request is done on that server: its fetches still open are
-    cancelled first, as by p2pkv_client_cancel.  */
+    cancelled first, as by p2pkv_client_cancel (an abort for each, before
+    the terminal fetch), and each still ends once, as P2PKV_ABORTED, later,
+    from p2pkv_client_poll.  A p2pkv_client_get of kv on that server
+    running on another thread is cancelled too: its open fetch as above,
+    and it returns -ECANCELED once that fetch ended.  -ENOTCONN when the
+    server is not UP (its fetches ended when it went away).  */
 int p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv);
 
 /*  A file descriptor that is readable whenever p2pkv_client_poll has

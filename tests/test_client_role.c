@@ -424,10 +424,13 @@ START_TEST(test_terminal_fetch_on_finish)
     //  its late answer is stale now
     s_deliver(s_resp("r1", round, 1, 0));
     ck_assert_int_eq(H->lookups_done, 0);
-    //  a request that never looked up gets no terminal fetch
+    //  a request that never looked up gets no terminal fetch (only the
+    //  abort of its open load)
     s_fetch("r2", 0, 1, 0, 0);
     pk_client_role_finish(H->role, "r2");
-    ck_assert_int_eq(H->nsent, 3);
+    ck_assert_int_eq(H->nsent, 4);
+    ck_assert_int_eq(H->sent[3].type, PK_MSG_ABORT_FETCH);
+    ck_assert_uint_eq(H->sent[3].round, H->sent[2].round);
 }
 END_TEST
 
@@ -642,22 +645,24 @@ START_TEST(test_rounds_from_one_counter)
     ck_assert_int_eq(s_try_fetch("r2", 1, 1, 3), -EINVAL);     //  not answered yet
     s_deliver(s_resp("r2", 3, 1, 1));
     ck_assert_int_eq(s_try_fetch("r1", 1, 1, 3), -EINVAL);     //  another request's
-    //  r2 holds an answered lookup not fetched: its round; r1 none: fresh
+    //  r2 holds an answered lookup not fetched: its round; r1 none: fresh;
+    //  each request's open loads are aborted before its terminal fetch
     pk_client_role_finish(H->role, "r2");
     pk_client_role_finish(H->role, "r1");
-    ck_assert_int_eq(H->nsent, 7);
-    static const uint64_t rounds[7] = { 1, 2, 3, 1, 4, 3, 5 };
-    static const pk_msg_type_t types[7] = { PK_MSG_LOOKUP, PK_MSG_FETCH, PK_MSG_LOOKUP,
-                                            PK_MSG_FETCH, PK_MSG_FETCH, PK_MSG_FETCH,
-                                            PK_MSG_FETCH };
-    for (int i = 0; i < 7; i++) {
+    ck_assert_int_eq(H->nsent, 10);
+    static const uint64_t rounds[10] = { 1, 2, 3, 1, 4, 2, 3, 1, 4, 5 };
+    static const pk_msg_type_t types[10] = { PK_MSG_LOOKUP, PK_MSG_FETCH, PK_MSG_LOOKUP,
+                                             PK_MSG_FETCH, PK_MSG_FETCH, PK_MSG_ABORT_FETCH,
+                                             PK_MSG_FETCH, PK_MSG_ABORT_FETCH,
+                                             PK_MSG_ABORT_FETCH, PK_MSG_FETCH };
+    for (int i = 0; i < 10; i++) {
         ck_assert_int_eq(H->sent[i].type, types[i]);
         ck_assert_uint_eq(H->sent[i].round, rounds[i]);
     }
-    ck_assert_uint_eq(H->sent[5].n, 0);
-    ck_assert_str_eq(H->sent[5].kv, "r2");
     ck_assert_uint_eq(H->sent[6].n, 0);
-    ck_assert_str_eq(H->sent[6].kv, "r1");
+    ck_assert_str_eq(H->sent[6].kv, "r2");
+    ck_assert_uint_eq(H->sent[9].n, 0);
+    ck_assert_str_eq(H->sent[9].kv, "r1");
 }
 END_TEST
 
@@ -918,6 +923,164 @@ START_TEST(test_round_over_without_forget)
 }
 END_TEST
 
+//  ---------------------------------------------------------------------------
+//  Cancel (p2pkv_client_cancel): one abort, one end, ABORTED, after the fence
+
+START_TEST(test_cancel_aborts_once_and_waits_for_the_fence)
+{
+    uint64_t id = s_fetch("r1", 0, 3, 0, 0);
+    uint64_t round = H->sent[0].round;
+    ck_assert_int_eq(pk_client_role_cancel(H->role, id), 0);
+    ck_assert_int_eq(H->nsent, 2);
+    ck_assert_int_eq(H->sent[1].type, PK_MSG_ABORT_FETCH);
+    ck_assert_uint_eq(H->sent[1].round, round);
+    ck_assert_str_eq(H->sent[1].kv, "r1");
+    //  a second cancel sends nothing and says it runs
+    ck_assert_int_eq(pk_client_role_cancel(H->role, id), -EINPROGRESS);
+    ck_assert_int_eq(pk_client_role_cancel(H->role, id + 7), -ENOENT);
+    H->now += 9.9;                      //  within the abort-ack timeout
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->nsent, 2);
+    ck_assert_int_eq(H->ndone, 0);
+    //  acked with two blocks that may still land: not ended before both
+    ck_assert_int_eq(s_deliver(s_ack("r1", round, 2)), 0);
+    ck_assert_int_eq(H->ndone, 0);
+    H->landed[round] = 1;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 0);
+    H->landed[round] = 2;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, id);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
+    ck_assert(!H->cut);
+    ck_assert_int_eq(strncmp(H->done[0].reason, "cancelled", 9), 0);
+    //  ended: not the role's any more; a late transfer_done ends nothing
+    ck_assert_int_eq(pk_client_role_cancel(H->role, id), -ENOENT);
+    ck_assert_int_eq(s_deliver(s_done("r1", round, false, 2)), 0);
+    H->now += 60;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_int_eq(H->nsent, 2);
+}
+END_TEST
+
+START_TEST(test_cancel_crossed_by_a_successful_transfer_done)
+{
+    uint64_t id = s_fetch("r1", 0, 2, 0, 0);
+    uint64_t round = H->sent[0].round;
+    ck_assert_int_eq(pk_client_role_cancel(H->role, id), 0);
+    //  the transfer completed before the abort arrived: every block may
+    //  still be on its way, so the fence is all of them
+    ck_assert_int_eq(s_deliver(s_done("r1", round, true, 2)), 0);
+    H->landed[round] = 1;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 0);
+    H->landed[round] = 2;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);     //  not LANDED
+    //  the ack that follows is not a conflict and ends nothing
+    ck_assert_int_eq(s_deliver(s_ack("r1", round, 0)), 0);
+    ck_assert_int_eq(H->ndone, 1);
+}
+END_TEST
+
+START_TEST(test_cancel_not_acked_cuts_off_and_ends_once)
+{
+    uint64_t id = s_fetch("r1", 0, 2, 0, 0);
+    ck_assert_int_eq(pk_client_role_cancel(H->role, id), 0);
+    H->now += 9.9;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 0);
+    ck_assert(!H->cut);
+    H->now += 0.1;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, id);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
+    ck_assert(H->done[0].cut_before);
+    ck_assert_str_eq(H->done[0].reason, "cancelled (abort not acknowledged in time)");
+    H->now += 60;
+    pk_client_role_tick(H->role);
+    pk_client_role_server_gone(H->role, "gone");
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_int_eq(H->nsent, 2);
+}
+END_TEST
+
+START_TEST(test_cancel_late_in_the_load_sends_nothing)
+{
+    //  answered already (waiting for its landing blocks): no abort
+    uint64_t a = s_fetch("r1", 0, 4, 0, 0);
+    uint64_t ra = H->sent[0].round;
+    s_deliver(s_done("r1", ra, false, 2));
+    ck_assert_int_eq(pk_client_role_cancel(H->role, a), 0);
+    ck_assert_int_eq(H->nsent, 1);
+    H->landed[ra] = 2;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
+    //  aborting at its deadline already: no second abort
+    uint64_t b = s_fetch("r1", 0, 1, 0, 5);
+    uint64_t rb = H->sent[1].round;
+    H->now += 5;
+    pk_client_role_tick(H->role);
+    ck_assert_int_eq(H->nsent, 3);
+    ck_assert_int_eq(pk_client_role_cancel(H->role, b), 0);
+    ck_assert_int_eq(pk_client_role_cancel(H->role, b), -EINPROGRESS);
+    ck_assert_int_eq(H->nsent, 3);
+    s_deliver(s_ack("r1", rb, 0));
+    ck_assert_int_eq(H->ndone, 2);
+    ck_assert_int_eq(H->done[1].status, PK_LOAD_ABORTED);
+    //  the server gone ends a cancelled load ABORTED too, cut off first
+    uint64_t c = s_fetch("r1", 0, 1, 0, 0);
+    ck_assert_int_eq(pk_client_role_cancel(H->role, c), 0);
+    pk_client_role_server_gone(H->role, "silent");
+    ck_assert_int_eq(H->ndone, 3);
+    ck_assert_int_eq(H->done[2].status, PK_LOAD_ABORTED);
+    ck_assert(H->done[2].cut_before);
+}
+END_TEST
+
+START_TEST(test_finish_cancels_open_loads_before_the_terminal_fetch)
+{
+    pk_key_t a[2] = { K(0), K(1) };
+    pk_client_role_probe(H->role, "r1", a, 2);
+    pk_client_role_flush(H->role);
+    uint64_t lr = H->sent[0].round;
+    s_deliver(s_resp("r1", lr, 2, 0));
+    uint64_t x = s_fetch("r1", 0, 2, lr, 0);        //  the lookup's hits
+    uint64_t y = s_fetch("r1", 4, 1, 0, 0);         //  a fresh round
+    uint64_t z = s_fetch("r2", 5, 1, 0, 0);         //  another request
+    uint64_t ry = H->sent[2].round;
+    ck_assert_int_eq(H->nsent, 4);
+    ck_assert_int_eq(pk_client_role_finish(H->role, "r1"), 0);
+    //  an abort for each open load of r1, then the terminal fetch
+    ck_assert_int_eq(H->nsent, 7);
+    ck_assert_int_eq(H->sent[4].type, PK_MSG_ABORT_FETCH);
+    ck_assert_uint_eq(H->sent[4].round, lr);
+    ck_assert_int_eq(H->sent[5].type, PK_MSG_ABORT_FETCH);
+    ck_assert_uint_eq(H->sent[5].round, ry);
+    ck_assert_int_eq(H->sent[6].type, PK_MSG_FETCH);
+    ck_assert_uint_eq(H->sent[6].n, 0);
+    ck_assert_uint_ne(H->sent[6].round, lr);
+    ck_assert_uint_ne(H->sent[6].round, ry);
+    ck_assert_int_eq(pk_client_role_cancel(H->role, x), -EINPROGRESS);
+    ck_assert_int_eq(H->ndone, 0);
+    s_deliver(s_ack("r1", ry, 0));
+    s_deliver(s_ack("r1", lr, 0));
+    ck_assert_int_eq(H->ndone, 2);
+    ck_assert_uint_eq(H->done[0].id, y);
+    ck_assert_uint_eq(H->done[1].id, x);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
+    ck_assert_int_eq(H->done[1].status, PK_LOAD_ABORTED);
+    //  r2 is untouched
+    ck_assert_uint_eq(pk_client_role_open_loads(H->role), 1);
+    ck_assert_int_eq(pk_client_role_cancel(H->role, z), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -949,6 +1112,11 @@ main(void)
     tcase_add_test(tc, test_load_ids_from_the_owners_counter);
     tcase_add_test(tc, test_round_over_tells_the_transport);
     tcase_add_test(tc, test_round_over_without_forget);
+    tcase_add_test(tc, test_cancel_aborts_once_and_waits_for_the_fence);
+    tcase_add_test(tc, test_cancel_crossed_by_a_successful_transfer_done);
+    tcase_add_test(tc, test_cancel_not_acked_cuts_off_and_ends_once);
+    tcase_add_test(tc, test_cancel_late_in_the_load_sends_nothing);
+    tcase_add_test(tc, test_finish_cancels_open_loads_before_the_terminal_fetch);
     suite_add_tcase(s, tc);
     return pk_test_run("client_role", s);
 }

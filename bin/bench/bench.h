@@ -153,6 +153,8 @@ typedef struct {
     bool miss;                  //  lookups of absent keys
     double seconds;             //  of each timed phase
     int id;
+    bool cancel;                //  each fetch cancelled as soon as it is made: its
+                                //  samples are cancel -> ABORTED, not fetch -> landed
 } pkb_consumer_cfg_t;
 
 /*  What one consumer reports of one timed phase.  */

@@ -5,7 +5,9 @@
     connects, runs one untimed iteration and checks every block it
     fetched, says ready, and then runs one timed phase per 'g' on its
     command pipe until 'q' or EOF: lookup + fetch until landed + finish,
-    again and again for --seconds, two requests in flight (S_SLOTS).  Each phase's report (pkb_phase_t,
+    again and again for --seconds, two requests in flight (S_SLOTS); with
+    cancel, each fetch is cancelled as soon as it is made, and waited for
+    until it ended ABORTED.  Each phase's report (pkb_phase_t,
     then the lookup and fetch samples in seconds) goes up its result pipe.
 */
 #include "bench.h"
@@ -79,7 +81,7 @@ typedef struct {
     size_t hits;
     uint64_t round, fetch_id;
     p2pkv_status_t status;
-    double t_ask, t_answer, t_fetch, t_end;
+    double t_ask, t_answer, t_fetch, t_end;     //  t_fetch: of the cancel, when cancelling
     char reason[P2PKV_ERRLEN];
 } s_slot_t;
 
@@ -163,13 +165,17 @@ s_step(s_cons_t *c, s_slot_t *sl, double *lk, double *ft, char *err, size_t size
                                     c->dest + (sl - c->slot) * n, n, sl->round, 30,
                                     &sl->fetch_id);
             sl->fetching = rc == 0;
+            if (rc == 0 && c->cfg->cancel) {
+                sl->t_fetch = pk_clock_monotonic();
+                rc = p2pkv_client_cancel(c->client, sl->fetch_id);
+            }
             if (rc == 0)
                 return 0;
         }
     }
-    else if (sl->status != P2PKV_LANDED) {
-        snprintf(err, size, "fetch ended %s: %.100s",
-                 sl->status == P2PKV_FAILED ? "failed" : "aborted", sl->reason);
+    else if (sl->status != (c->cfg->cancel ? P2PKV_ABORTED : P2PKV_LANDED)) {
+        snprintf(err, size, "fetch ended %s: %.100s", sl->status == P2PKV_FAILED ? "failed"
+                 : sl->status == P2PKV_LANDED ? "landed, cancelled" : "aborted", sl->reason);
         return -EIO;
     }
     else
@@ -227,7 +233,7 @@ s_setup(s_cons_t *c, char *err, size_t size)
     for (int s = 0; rc == 0 && s < S_SLOTS; s++) {
         memset(pool + (size_t) s * n * cfg->block_len, 0, n * cfg->block_len);
         rc = s_request(c, &c->slot[s], (uint64_t) s + 1 + (1ull << 40), err, size);
-        for (size_t i = 0; rc == 0 && cfg->fetch && i < n; i++)
+        for (size_t i = 0; rc == 0 && cfg->fetch && !cfg->cancel && i < n; i++)
             if (!pkb_check(i, pool + (s * n + i) * cfg->block_len, cfg->block_len)) {
                 snprintf(err, size, "block %zu landed with the wrong content", i);
                 rc = -EIO;

@@ -2,7 +2,9 @@
     trip, through a real p2pkv-server and consumer processes of the
     client library (lookup, wait for the answer, finish; no fetch), of
     keys all present (hits: the server pins them until finish) or all
-    absent (misses).  */
+    absent (misses); and the cancel's latency (cancel: the hits fetched
+    and cancelled at once, timed from p2pkv_client_cancel to its end,
+    ABORTED, which waits for the server's abort_ack and the fence).  */
 #include "bench.h"
 
 #include <stdio.h>
@@ -12,6 +14,7 @@
 typedef struct {
     uint64_t keys, c;
     bool miss;
+    bool cancel;                    //  hits, fetched and cancelled at once
 } s_point_t;
 
 #define S_MAX_POINTS 256
@@ -26,17 +29,18 @@ s_points(const pkb_opts_t *o, s_point_t *p)
         pkb_list_t c = o->consumers.n ? o->consumers : (pkb_list_t) { 1, { 1 } };
         for (size_t j = 0; j < n.n; j++)
             for (size_t l = 0; l < c.n; l++)
-                for (int m = 0; m < 2 && k < S_MAX_POINTS; m++)
-                    p[k++] = (s_point_t) { n.v[j], c.v[l], m };
+                for (int m = 0; m < 3 && k < S_MAX_POINTS; m++)
+                    p[k++] = (s_point_t) { n.v[j], c.v[l], m == 1, m == 2 };
         return k;
     }
     static const uint64_t full_n[] = { 1, 64, 1024, 4096 }, quick_n[] = { 1, 1024 };
     for (size_t i = 0; i < (o->quick ? 2u : 4u); i++)
         for (int m = 0; m < 2; m++)
-            p[k++] = (s_point_t) { o->quick ? quick_n[i] : full_n[i], 1, m };
+            p[k++] = (s_point_t) { o->quick ? quick_n[i] : full_n[i], 1, m, false };
     static const uint64_t full_c[] = { 8, 64 }, quick_c[] = { 8 };
     for (size_t i = 0; i < (o->quick ? 1u : 2u); i++)
-        p[k++] = (s_point_t) { 1, o->quick ? quick_c[i] : full_c[i], false };
+        p[k++] = (s_point_t) { 1, o->quick ? quick_c[i] : full_c[i], false, false };
+    p[k++] = (s_point_t) { 256, 1, false, true };
     return k;
 }
 
@@ -45,6 +49,26 @@ static const char *const s_names[] = { "keys", "cons", "kind", "lookups/s", "key
                                        "zmq echo p50", "rtt/zmq" };
 static const int s_w[] = { 5, 4, 4, 16, 18, 16, 16, 16, 12, 16, 16 };
 #define S_FIGS 9
+
+//  A cancel row's own figures: p2pkv_client_cancel -> on_fetch ABORTED
+//  (its fetch samples), p50 and p99 of each repetition, as median
+//  [min..max] over them, on a line of their own under the row.
+static void
+s_cancel_row(json_t *row, const pkb_rep_t *r, int reps)
+{
+    double p50[PKB_MAX_REPS], p99[PKB_MAX_REPS];
+    for (int i = 0; i < reps; i++) {
+        p50[i] = r[i].ft[0];
+        p99[i] = r[i].ft[1];
+    }
+    pkb_fig_t f50 = pkb_fig(p50, (size_t) reps), f99 = pkb_fig(p99, (size_t) reps);
+    char a[64], b[64];
+    printf("    cancel -> ABORTED, ms: p50 %s, p99 %s\n", pkb_fig_str(f50, "%.3f", a, sizeof a),
+           pkb_fig_str(f99, "%.3f", b, sizeof b));
+    fflush(stdout);
+    json_object_set_new(row, "cancel_p50_ms", pkb_fig_json(f50));
+    json_object_set_new(row, "cancel_p99_ms", pkb_fig_json(f99));
+}
 
 //  z: the bare ZeroMQ echo's p50 of each repetition (zecho.c), in ms.
 static void
@@ -64,7 +88,8 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *z
     char n[24], c[24];
     snprintf(n, sizeof n, "%llu", (unsigned long long) p->keys);
     snprintf(c, sizeof c, "%llu", (unsigned long long) p->c);
-    const char *params[] = { n, c, p->miss ? "miss" : "hit" };
+    const char *kind = p->cancel ? "cancel" : p->miss ? "miss" : "hit";
+    const char *params[] = { n, c, kind };
     static const char *const fmts[] = { "%.0f", "%.0f", "%.3f", "%.3f", "%.3f", "%.2f",
                                         "%.3f", "%.2fx" };
     pkb_table_row(params, s_w, 3, g, fmts, s_w + 3, 8);
@@ -75,18 +100,20 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *z
                                         "rtt_over_zmq_echo", "samples" };
     json_object_set_new(row, "keys_per_lookup", json_integer((json_int_t) p->keys));
     json_object_set_new(row, "consumers", json_integer((json_int_t) p->c));
-    json_object_set_new(row, "kind", json_string(p->miss ? "miss" : "hit"));
+    json_object_set_new(row, "kind", json_string(kind));
     json_object_set_new(row, "repetitions", json_integer(reps));
     for (int j = 0; j < S_FIGS; j++)
         json_object_set_new(row, keys[j], pkb_fig_json(g[j]));
+    if (p->cancel)
+        s_cancel_row(row, r, reps);
 }
 
 static int
 s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p)
 {
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
-    pkb_consumer_cfg_t cfg = { srv->endpoint, S_BLOCK, p->keys, false, p->miss,
-                               o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0 };
+    pkb_consumer_cfg_t cfg = { srv->endpoint, S_BLOCK, p->keys, p->cancel, p->miss,
+                               o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, p->cancel };
     static pkb_consumer_t cs[1024];
     pkb_rep_t r[PKB_MAX_REPS];
     double z[PKB_MAX_REPS], z99;
@@ -131,7 +158,8 @@ pkb_control(const pkb_opts_t *o)
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
     printf("control: lookup round trips through p2pkv-server (pool of %llu blocks of %d bytes) "
            "from consumer processes of the client library, tcp on 127.0.0.1; hit: every key "
-           "present (pinned until finish), miss: none; srv cpu in cores; zmq echo: a bare "
+           "present (pinned until finish), miss: none, cancel: hits fetched and cancelled at "
+           "once (p2pkv_client_cancel), rtt still the lookup's; srv cpu in cores; zmq echo: a bare "
            "ZeroMQ DEALER->ROUTER echo of a frame the lookup's size between two processes, "
            "one client, in the same repetition; median, and [min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK, reps);
     pkb_table_head(s_names, s_w, 11);

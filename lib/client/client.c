@@ -851,12 +851,64 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
     return rc;
 }
 
+//  The fetch is open on at most one server's role; one that is open
+//  nowhere ended already when the shared counter issued its id (ids are
+//  drawn in order, so every id up to the counter was issued).
+int
+p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id)
+{
+    pthread_mutex_lock(&self->lock);
+    int rc = -ENOENT;
+    for (int i = 0; i < self->nservers && rc == -ENOENT; i++) {
+        s_server_t *s = self->servers[i];
+        if (s && s->role)
+            rc = pk_client_role_cancel(s->role, fetch_id);
+    }
+    if (rc == -ENOENT && fetch_id >= 1 && fetch_id <= self->fetch_ids)
+        rc = -EALREADY;
+    //  a get's own fetch: the get says so when it returns
+    for (s_sync_t *sync = self->syncs; sync && rc != -EALREADY && rc != -ENOENT;
+         sync = sync->next)
+        if (sync->fetch_id == fetch_id && sync->status == -EINPROGRESS)
+            sync->cancelled = 1;
+    s_arm(self);
+    pthread_mutex_unlock(&self->lock);
+    return rc;
+}
+
+//  Gets on server s that a finish of kv cancels: those of request kv (their
+//  open fetch is cancelled here; they stop before the next step), and one
+//  whose open fetch is under batch request kv (the role cancels that one).
+//  A get's own finish of its batch comes after its fetch ended: no mark.
+static void
+s_cancel_gets(p2pkv_client_t *self, s_server_t *s, const char *kv)
+{
+    for (s_sync_t *sync = self->syncs; sync; sync = sync->next) {
+        if (sync->server != s->index)
+            continue;
+        bool open = sync->fetch_id && sync->status == -EINPROGRESS;
+        if (strcmp(sync->request, kv) == 0) {
+            sync->cancelled = 1;
+            if (open)
+                (void) pk_client_role_cancel(s->role, sync->fetch_id);
+        }
+        else if (open && strcmp(sync->kv, kv) == 0)
+            sync->cancelled = 1;
+    }
+}
+
+//  The role aborts the request's open fetches before its terminal fetch;
+//  their ends come later, from the poll, once the fence holds.
 int
 p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
 {
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
+    if (s)
+        s_cancel_gets(self, s, kv);
     int rc = s ? pk_client_role_finish(s->role, kv) : -ENOTCONN;
+    if (s)
+        s_arm(self);
     pthread_mutex_unlock(&self->lock);
     return rc;
 }

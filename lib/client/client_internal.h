@@ -38,6 +38,8 @@ typedef struct s_sync {
     bool *hits;                     //  the batch's, parallel to its keys
     uint64_t round, fetch_id;
     int status;                     //  -EINPROGRESS until the fetch ends
+    int cancelled;                  //  1: the get ends with -ECANCELED (finish of
+                                    //  its request, or its fetch cancelled)
     char reason[256];
     const char *request;            //  the caller's kv, for -EBUSY
     struct s_sync *prev, *next;     //  every get running now

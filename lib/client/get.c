@@ -52,14 +52,22 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     sync->answered = 0;
     sync->status = -EINPROGRESS;
     sync->fetch_id = 0;
+    bool cancelled = sync->cancelled;
     pthread_mutex_unlock(&self->lock);
+    if (cancelled)
+        return pk_err(err, -ECANCELED, "cancelled");
     int rc = p2pkv_client_lookup(self, g->server, sync->kv, g->ask, nask);
     if (rc)
         return rc;
     double deadline = pk_clock_monotonic() + g->timeout;
     while (!s_sync_read(self, &sync->answered) && pk_clock_monotonic() < deadline
+           && !s_sync_read(self, &sync->cancelled)
            && p2pkv_client_server_state(self, g->server, NULL) == P2PKV_SERVER_UP)
         p2pkv_client_poll(self, 0.05);
+    if (s_sync_read(self, &sync->cancelled)) {
+        p2pkv_client_finish(self, g->server, sync->kv);
+        return pk_err(err, -ECANCELED, "cancelled");
+    }
     if (s_sync_read(self, &sync->answered) != 1) {
         char why[256] = "";
         p2pkv_client_server_state(self, g->server, why);
@@ -77,9 +85,16 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     if (nhit && g->fetch) {
         rc = p2pkv_client_fetch(self, g->server, sync->kv, g->ask, g->to, nhit, sync->round,
                                 g->timeout, &sync->fetch_id);
+        //  cancelled while the fetch was being made: cancel it now.  Its
+        //  end always comes (a cancelled fetch ends at the fence, or when
+        //  the server is cut off), so this wait is bounded.
+        if (rc == 0 && s_sync_read(self, &sync->cancelled))
+            (void) p2pkv_client_cancel(self, sync->fetch_id);
         while (rc == 0 && s_sync_read(self, &sync->status) == -EINPROGRESS)
             p2pkv_client_poll(self, 0.05);
-        if (rc == 0 && sync->status != P2PKV_LANDED)
+        if (rc == 0 && s_sync_read(self, &sync->cancelled))
+            rc = pk_err(err, -ECANCELED, "cancelled: %s", sync->reason);
+        else if (rc == 0 && sync->status != P2PKV_LANDED)
             rc = pk_err(err, -EIO, "the fetch failed: %s", sync->reason);
     }
     p2pkv_client_finish(self, g->server, sync->kv);

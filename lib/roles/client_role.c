@@ -11,6 +11,7 @@
     it lives.
 */
 #include "roles/client_role.h"
+#include "base/err.h"
 #include "base/keymap.h"
 
 #include <errno.h>
@@ -29,6 +30,7 @@ typedef struct s_load {
     uint64_t want_landed;           //  LANDING: blocks that may still arrive
     pk_load_status_t status;        //  LANDING: what the load ends as
     bool aborted, done_seen, ack_seen;
+    bool cancelled;                 //  by the caller: ends PK_LOAD_ABORTED, whatever ends it
     struct s_load *prev, *next;
 } s_load_t;
 
@@ -435,12 +437,60 @@ s_load_end(pk_client_role_t *self, s_load_t *l, pk_load_status_t status, const c
         e->ack_seen = l->ack_seen;
     }
     uint64_t id = l->id;
+    //  A cancelled load ends ABORTED whatever ended it (an ack, a
+    //  transfer_done that crossed the abort, even with success, or a cut
+    //  off): the caller asked to stop, and what it may rely on is only that
+    //  nothing lands any more; what did land is undefined to it.
+    char why[PK_ERRLEN + 96];
+    if (l->cancelled) {
+        snprintf(why, sizeof why, "cancelled (%s)", reason ? reason : "");
+        status = PK_LOAD_ABORTED;
+        reason = why;
+    }
     //  the round is over for the transport too: no block of it is awaited
     if (self->transport.forget)
         self->transport.forget(self->transport.self, l->round);
     free(l->kv);
     free(l);
     self->events.load_done(self->events.self, id, status, reason);
+}
+
+//  abort_fetch for a load still waiting for its transfer_done; its ack (or
+//  the transfer_done that crossed it) is then awaited for abort_ack_timeout.
+static void
+s_abort(pk_client_role_t *self, s_load_t *l)
+{
+    l->state = L_ABORTING;
+    l->aborted = true;
+    l->deadline = s_now(self) + self->config.abort_ack_timeout;
+    pk_msg_t m = { .type = PK_MSG_ABORT_FETCH, .kv_request_id = l->kv, .round_seq = l->round,
+                   .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_ROUND_SEQ) };
+    self->sender.send(self->sender.self, &m);
+}
+
+//  The caller's cancel: an abort unless one went out already (its deadline
+//  passed) or the server has answered (LANDING: only the fence is left to
+//  wait for).  Either way the load ends through the usual paths, once.
+static void
+s_cancel(pk_client_role_t *self, s_load_t *l)
+{
+    l->cancelled = true;
+    if (l->state == L_SENT)
+        s_abort(self, l);
+}
+
+int
+pk_client_role_cancel(pk_client_role_t *self, uint64_t load_id)
+{
+    s_load_t *l = self->loads_head;
+    while (l && l->id != load_id)
+        l = l->next;
+    if (!l)
+        return -ENOENT;
+    if (l->cancelled)
+        return -EINPROGRESS;
+    s_cancel(self, l);
+    return 0;
 }
 
 static void
@@ -499,7 +549,6 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
         free(l);
         return -ENOMEM;
     }
-    l->id = self->config.load_ids ? ++*self->config.load_ids : self->next_load++;
     l->round = round;
     l->n = n;
     l->state = L_SENT;
@@ -510,6 +559,9 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
         free(l);
         return -ENOMEM;
     }
+    //  drawn only for a load that exists: the owner takes every id up to
+    //  its counter as issued (p2pkv_client_cancel's -EALREADY)
+    l->id = self->config.load_ids ? ++*self->config.load_ids : self->next_load++;
     l->prev = self->loads_tail;
     if (self->loads_tail)
         self->loads_tail->next = l;
@@ -563,6 +615,14 @@ s_take_lookups(pk_client_role_t *self, const char *kv, bool open_only, size_t *n
 int
 pk_client_role_finish(pk_client_role_t *self, const char *kv)
 {
+    //  Its loads still open are cancelled first, so their aborts reach the
+    //  server before the terminal fetch: the server fails each aborted
+    //  round and owes it an abort_ack (the terminal fetch leaves a failed
+    //  round to publish what it owes), and the loads end, ABORTED, once
+    //  the fence holds.  Loads outlive their request; they carry its kv.
+    for (s_load_t *l = self->loads_head; l; l = l->next)
+        if (!l->cancelled && strcmp(l->kv, kv) == 0)
+            s_cancel(self, l);
     s_request_t *r = s_request(self, kv, false);
     if (!r)
         return 0;
@@ -677,13 +737,7 @@ pk_client_role_tick(pk_client_role_t *self)
             continue;
         if (l->state == L_SENT) {
             //  the deadline passed without an answer: ask the server to stop
-            l->state = L_ABORTING;
-            l->aborted = true;
-            l->deadline = now + self->config.abort_ack_timeout;
-            pk_msg_t m = { .type = PK_MSG_ABORT_FETCH, .kv_request_id = l->kv,
-                           .round_seq = l->round,
-                           .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_ROUND_SEQ) };
-            self->sender.send(self->sender.self, &m);
+            s_abort(self, l);
             continue;
         }
         //  no ack, or the landing blocks never came: cut the server off

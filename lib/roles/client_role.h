@@ -34,7 +34,7 @@ typedef struct {
 typedef enum {
     PK_LOAD_LANDED = 0,         //  every block of the round is in the destination
     PK_LOAD_FAILED,             //  the destination may be reused; nothing landed for sure
-    PK_LOAD_ABORTED             //  ended by the caller's deadline (abort_fetch)
+    PK_LOAD_ABORTED             //  ended by the caller's deadline or cancel (abort_fetch)
 } pk_load_status_t;
 
 typedef struct {
@@ -78,9 +78,21 @@ int pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t 
                          const uint32_t *dest, size_t n, uint64_t round_seq, double deadline,
                          uint64_t *load_id_p);
 
-/*  The request is done: the terminal empty fetch when it looked up,
-    under the latest lookup whose hits were not fetched, else a fresh
-    round.  */
+/*  Cancels load load_id: abort_fetch for its round, unless an abort went
+    out already (its deadline passed) or the server answered already
+    (the load waits for its landing blocks: nothing is sent).  The load
+    then ends once, as PK_LOAD_ABORTED whatever ends it (abort_ack, a
+    transfer_done that crossed the abort, success or not, the abort-ack
+    timeout's cut off, the server gone), and only when nothing of the
+    round can land any more (the fence of protocol.md section 7).  0, or
+    -EINPROGRESS when cancelled already, -ENOENT when no open load has
+    that id here (ended, or never this role's).  */
+int pk_client_role_cancel(pk_client_role_t *self, uint64_t load_id);
+
+/*  The request is done: its open loads are cancelled first (as by
+    pk_client_role_cancel, each aborted before what follows), then the
+    terminal empty fetch when it looked up, under the latest lookup whose
+    hits were not fetched, else a fresh round.  */
 int pk_client_role_finish(pk_client_role_t *self, const char *kv);
 
 /*  A message from the server (epochs already checked by the session).
