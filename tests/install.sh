@@ -60,6 +60,10 @@ dest=$work/dest
 say "make install DESTDIR=$dest"
 (unset MAKEFLAGS MFLAGS; ${MAKE:-make} install DESTDIR="$dest") > "$work/install.log" 2>&1 \
     || { cat "$work/install.log"; fail "make install DESTDIR=$dest failed"; }
+for page in p2pkv.1 p2pkv-bench.1 p2pkv-replay.1 p2pkv.3 p2pkv-server.8; do
+    [ -n "$(find "$dest" -name "$page" -path "*/man${page##*.}/*")" ] \
+        || fail "man page $page not installed"
+done
 pcfile=$dest$libdir/pkgconfig/p2pkv.pc
 [ -f "$pcfile" ] || fail "no $pcfile installed"
 [ -e "$dest$libdir/libp2pkv.so.0" ] || fail "no libp2pkv.so.0 in $dest$libdir"
