@@ -99,6 +99,7 @@ done
 # shellcheck disable=SC2086
 $cc -std=c11 -Wall -Wextra -Werror $san -o "$work/consumer" "$top/tests/install/consumer.c" \
     $flags || fail "the consumer does not build with pkg-config --cflags --libs p2pkv"
+say "the consumer built with $cc -std=c11 -Wall -Wextra -Werror${san:+ $san} and those flags"
 
 LD_LIBRARY_PATH=$dest$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
