@@ -80,7 +80,8 @@ export PKG_CONFIG_PATH
 pkg-config --validate p2pkv || fail "pkg-config --validate p2pkv fails"
 flags=$(pkg-config --cflags --libs p2pkv) || fail "pkg-config --cflags --libs p2pkv fails"
 say "pkg-config --cflags --libs p2pkv: $flags"
-case "$flags" in *"$top"*|*"$PWD"*) fail "the flags name the source or build tree: $flags" ;; esac
+src=$(cd "$top" && pwd)
+case "$flags" in *"$src"*|*"$PWD"*) fail "the flags name the source or build tree: $flags" ;; esac
 
 # An ASan-instrumented libp2pkv.so needs the ASan runtime loaded first:
 # the consumer is built with the build's sanitizer flags (PK_LDFLAGS, empty
