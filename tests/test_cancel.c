@@ -125,27 +125,20 @@ s_fill(td_t *d, uint64_t tag, size_t n, size_t block_len)
 {
     s_keys_t k;
     s_keys_make(&k, tag, n);
-    size_t pool_len;
-    uint8_t *pool = td_map_pool(d, &pool_len);
+    uint8_t *pool = p2pkv_engine_pool(td_api(d));
+    uint32_t *blocks = malloc(8192 * sizeof *blocks);
+    ck_assert_ptr_nonnull(blocks);
     for (size_t at = 0; at < n; at += 8192) {
         size_t m = n - at < 8192 ? n - at : 8192;
-        json_t *a = td_engine(d, "{s:s, s:o}", "cmd", "reserve", "keys",
-                              td_keys_json(k.keys + at, m));
-        ck_assert_msg(json_is_true(json_object_get(a, "ok")), "reserve: %s",
-                      json_string_value(json_object_get(a, "error")));
-        json_t *blocks = json_object_get(a, "blocks");
+        td_reserve(d, k.keys + at, m, blocks);
         for (size_t i = 0; i < m; i++) {
-            size_t b = (size_t) json_integer_value(json_array_get(blocks, i));
-            uint64_t *w = (uint64_t *) (pool + b * block_len);
+            uint64_t *w = (uint64_t *) (pool + (size_t) blocks[i] * block_len);
             for (size_t x = 0; x < block_len / 8; x++)
                 w[x] = s_word(tag, at + i, x);
         }
-        json_decref(a);
-        a = td_engine(d, "{s:s, s:o}", "cmd", "commit", "keys", td_keys_json(k.keys + at, m));
-        ck_assert(json_is_true(json_object_get(a, "ok")));
-        json_decref(a);
+        td_commit(d, k.keys + at, m);
     }
-    munmap(pool, pool_len);
+    free(blocks);
     s_keys_free(&k);
 }
 
@@ -154,11 +147,10 @@ s_fill(td_t *d, uint64_t tag, size_t n, size_t block_len)
 static void
 s_store(td_t *d, const char *peer, const char *kv, const p2pkv_key_t *keys, size_t n)
 {
-    json_t *a = td_engine(d, "{s:s, s:s, s:s, s:o}", "cmd", "store", "peer", peer, "kv", kv,
-                          "keys", td_keys_json(keys, n));
-    ck_assert_msg(json_is_true(json_object_get(a, "ok")), "store: %s",
-                  json_string_value(json_object_get(a, "error")));
-    json_decref(a);
+    char err[P2PKV_ERRLEN];
+    uint64_t job;
+    int rc = p2pkv_engine_store(td_api(d), peer, kv, keys, n, -1, &job, err);
+    ck_assert_msg(rc == 0, "store: %s", err);
 }
 
 static bool
@@ -166,11 +158,7 @@ s_unpinned(td_t *d, double timeout)
 {
     double deadline = pk_clock_monotonic() + timeout;
     while (true) {
-        json_t *st = td_engine(d, "{s:s}", "cmd", "stats");
-        json_int_t pinned = json_integer_value(json_object_get(json_object_get(st, "pool"),
-                                                               "pinned"));
-        json_decref(st);
-        if (pinned == 0)
+        if (td_stats(td_api(d)).pinned == 0)
             return true;
         if (pk_clock_monotonic() >= deadline)
             return false;
@@ -631,10 +619,11 @@ START_TEST(test_cli_get_interrupted)
     td_start(&d, (const char *[]) { "--lookup-timeout", "30", NULL });
     s_keys_t k;
     s_keys_make(&k, 7, 1);
-    json_t *hex = td_keys_json(k.keys, 1);
-    json_t *a = td_engine(&d, "{s:s, s:O}", "cmd", "reserve", "keys", hex);
-    ck_assert(json_is_true(json_object_get(a, "ok")));
-    json_decref(a);
+    uint32_t block;
+    td_reserve(&d, k.keys, 1, &block);
+    char hex[2 * KEY_LEN + 1];
+    for (size_t i = 0; i < KEY_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", k.keys[0].bytes[i]);
     char dir[] = "/tmp/p2pkv-intr-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     pid_t pid = fork();
@@ -643,16 +632,14 @@ START_TEST(test_cli_get_interrupted)
         int null = open("/dev/null", O_WRONLY);
         dup2(null, STDOUT_FILENO);
         execl("bin/p2pkv", "p2pkv", "get", "--server", d.endpoint, "-o", dir,
-              json_string_value(json_array_get(hex, 0)), (char *) NULL);
+              hex, (char *) NULL);
         _exit(127);
     }
     //  connected: past the point where it blocks the signals for the get
     double until = pk_clock_monotonic() + 10;
-    json_int_t sessions = 0;
+    uint64_t sessions = 0;
     while (sessions < 1 && pk_clock_monotonic() < until) {
-        json_t *st = td_engine(&d, "{s:s}", "cmd", "stats");
-        sessions = json_integer_value(json_object_get(st, "sessions"));
-        json_decref(st);
+        sessions = td_stats(td_api(&d)).sessions;
         if (sessions < 1)
             zclock_sleep(10);
     }
@@ -673,7 +660,6 @@ START_TEST(test_cli_get_interrupted)
                   "p2pkv get after SIGINT: %s %d", WIFEXITED(status) ? "exit" : "signal",
                   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     rmdir(dir);
-    json_decref(hex);
     s_keys_free(&k);
     ck_assert_int_eq(td_stop(&d), 0);
 }

@@ -72,14 +72,15 @@ def test_cancel_ends_once_aborted_and_ids_are_checked(server):
         keys, _ = publish(engine, 8)
         with p2pkv.Client("py-c3", 8, engine.block_len) as c:
             s = c.connect(server.endpoint)
-            done = c.fetch(s, "req-2", keys, list(range(8)))
+            look = c.lookup(s, "req-2", keys)
+            done = c.fetch(s, "req-2", keys, list(range(8)), round=look.round)
             done.wait(10)
             assert done.cancel() is False          # ended already: no effect
             with pytest.raises(p2pkv.Error) as e:
                 c.cancel(10**9)
             assert e.value.errno == errno.ENOENT
-            # a store job for another consumer keeps this fetch pending: a
-            # fetch of a key the server is about to get waits for supply
+            # a fetch in a fresh round (no lookup) waits for the engine's
+            # store of its keys (prefill/decode): nothing is written yet
             later = key_of(b"pending")
             f = c.fetch(s, "req-3", [later], [0], deadline=30)
             assert f.cancel() is True
