@@ -149,6 +149,38 @@ st=0
 [ "$st" -eq 1 ] && grep -q 'block-3: byte' "$work/mismatch" \
     || fail "a changed byte went unnoticed: status $st, $(cat "$work/mismatch")"
 
+# The Python package as installed: under pythondir, finding the library
+# where _install.py says make install put it (moved into DESTDIR here).
+py=${PYTHON:-:}
+if [ "$py" != ":" ] && [ -n "${pythondir:-}" ] && "$py" -c 'import numpy' 2> /dev/null; then
+    [ -f "$dest$pythondir/p2pkv/__init__.py" ] || fail "the Python package is not in $dest$pythondir"
+    grep -q "LIBDIR = \"$libdir\"" "$dest$pythondir/p2pkv/_install.py" \
+        || fail "_install.py does not name $libdir"
+    case "$san" in
+        *-fsanitize=*) pre="$($cc -print-file-name=libasan.so) $($cc -print-file-name=libubsan.so)" ;;
+        *) pre="" ;;
+    esac
+    # shellcheck disable=SC2016
+    LD_PRELOAD=$pre ASAN_OPTIONS=detect_leaks=0 PYTHONPATH=$dest$pythondir \
+    P2PKV_LIBRARY=$dest$libdir/libp2pkv.so.0 PYTHONDONTWRITEBYTECODE=1 "$py" - \
+        "$endpoint" "$work/keys" "$block_len" > "$work/py.out" 2>&1 <<'PY' || { cat "$work/py.out"; fail "the installed Python package failed"; }
+import sys, p2pkv
+endpoint, listing, block_len = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rows = [line.split() for line in open(listing)]
+keys = [bytes.fromhex(k) for k, _ in rows]
+with p2pkv.Client("install-py", len(keys), block_len) as c:
+    s = c.connect(endpoint)
+    assert all(c.get(s, keys, list(range(len(keys)))))
+    # block-3 was changed above: every other block is as published
+    bad = [f for i, (_, f) in enumerate(rows) if c.block(i).tobytes() != open(f, "rb").read()]
+    assert [b.rsplit("/", 1)[1] for b in bad] == ["block-3"], bad
+print("python ok:", p2pkv.__file__)
+PY
+    say "$(cat "$work/py.out")"
+else
+    say "no Python with NumPy: the installed Python package is not exercised"
+fi
+
 # a clean shutdown (the sanitizers report at exit)
 st=0
 stop "$pid" || st=$?
