@@ -39,7 +39,7 @@ def main() -> int:
     args = ap.parse_args()
     n, blen = args.blocks, args.block_len
     srv = LocalServer(["--block-len", str(blen), "--pool-blocks", str(2 * n),
-                  "--silence-timeout", "10"])
+                       "--pin-quota", str(n), "--silence-timeout", "10"])
     try:
         with p2pkv.Engine(srv.local) as eng:
             rng = np.random.default_rng(0)
