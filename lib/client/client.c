@@ -650,6 +650,44 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
     pk_client_session_tick(s->session);
 }
 
+//  The handshake, servicing only this server (and the progress thread
+//  the others), the lock released between steps: the server's index, or
+//  a negative errno with the server forgotten.
+static int
+s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char *err)
+{
+    double deadline = pk_clock_monotonic() + timeout;
+    int rc = -ETIMEDOUT;
+    while (true) {
+        pthread_mutex_lock(&self->lock);
+        if (s->state == P2PKV_SERVER_CONNECTING)
+            s_server_step(self, s);
+        if (s->state == P2PKV_SERVER_UP)
+            rc = 0;
+        else if (s->state == P2PKV_SERVER_STOPPED) {
+            (void) pk_err(err, 0, "%s", s->reason);
+            rc = -EPROTO;
+        }
+        bool done = rc != -ETIMEDOUT || pk_clock_monotonic() >= deadline;
+        if (done && rc == 0)
+            s->announced = true;
+        else if (done) {
+            if (rc == -ETIMEDOUT)
+                (void) pk_err(err, 0, "no answer from %s within %.1f s%s%s", s->endpoint,
+                              timeout, *s->reason ? ": " : "", s->reason);
+            self->servers[slot] = NULL;
+            while (self->nservers && !self->servers[self->nservers - 1])
+                self->nservers--;
+            s_server_free(&s);
+        }
+        s_arm(self);
+        pthread_mutex_unlock(&self->lock);
+        if (done)
+            return rc ? rc : slot;
+        zclock_sleep(1);
+    }
+}
+
 int
 p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout, char *err)
 {
@@ -700,39 +738,7 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
     if (slot == self->nservers)
         self->nservers++;
     pthread_mutex_unlock(&self->lock);
-
-    //  the handshake, servicing only this server (and the progress thread
-    //  the others), the lock released between steps
-    double deadline = pk_clock_monotonic() + timeout;
-    rc = -ETIMEDOUT;
-    while (true) {
-        pthread_mutex_lock(&self->lock);
-        if (s->state == P2PKV_SERVER_CONNECTING)
-            s_server_step(self, s);
-        if (s->state == P2PKV_SERVER_UP)
-            rc = 0;
-        else if (s->state == P2PKV_SERVER_STOPPED) {
-            (void) pk_err(err, 0, "%s", s->reason);
-            rc = -EPROTO;
-        }
-        bool done = rc != -ETIMEDOUT || pk_clock_monotonic() >= deadline;
-        if (done && rc == 0)
-            s->announced = true;
-        else if (done) {
-            if (rc == -ETIMEDOUT)
-                (void) pk_err(err, 0, "no answer from %s within %.1f s%s%s", endpoint, timeout,
-                      *s->reason ? ": " : "", s->reason);
-            self->servers[slot] = NULL;
-            while (self->nservers && !self->servers[self->nservers - 1])
-                self->nservers--;
-            s_server_free(&s);
-        }
-        s_arm(self);
-        pthread_mutex_unlock(&self->lock);
-        if (done)
-            return rc ? rc : slot;
-        zclock_sleep(1);
-    }
+    return s_handshake(self, s, slot, timeout, err);
 }
 
 int
