@@ -166,3 +166,28 @@ def test_the_connector_example_against_two_servers(server_factory):
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("all intact") == 5, out.stdout
     assert "aborted" in out.stdout
+
+
+def test_engine_write_put_drop_and_a_bytearray_pool(server):
+    with p2pkv.Engine(server.local) as engine:
+        key = key_of(b"written")
+        [b] = engine.reserve([key])
+        engine.write(b, b"\x07" * 100)
+        engine.write(b, b"\x09" * (engine.block_len - 100), offset=100)
+        with pytest.raises(p2pkv.Error) as e:
+            engine.write(b, b"x", offset=engine.block_len)   # beyond the block
+        assert e.value.errno == errno.EINVAL
+        engine.commit([key])
+        put_key = key_of(b"put")
+        assert engine.put(put_key, bytes(engine.block_len)) is True
+        assert engine.put(put_key, bytes(engine.block_len)) is False   # there already
+        pool = bytearray(2 * engine.block_len)
+        with p2pkv.Client("py-c7", 2, engine.block_len, pool=pool) as c:
+            s = c.connect(server.endpoint)
+            assert c.get(s, [key, put_key], [1, 0]) == [True, True]
+        assert pool[engine.block_len:] == b"\x07" * 100 + b"\x09" * (engine.block_len - 100)
+        assert pool[:engine.block_len] == bytes(engine.block_len)
+        engine.drop([key])
+        with p2pkv.Client("py-c8", 1, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            assert c.lookup(s, "after-drop", [key]).hits == [False]
