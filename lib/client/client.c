@@ -154,6 +154,7 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
             memcpy(sync->hits, hits, n * sizeof *hits);
         sync->round = round;
         sync->answered = hits ? 1 : -1;
+        pthread_cond_broadcast(&c->synced);
         c->ran++;
         return;
     }
@@ -238,6 +239,7 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     if (synced) {
         sync->status = (int) st;
         snprintf(sync->reason, sizeof sync->reason, "%s", reason ? reason : "");
+        pthread_cond_broadcast(&c->synced);
     }
     if (synced || c->callbacks.on_fetch) {
         if (f)
@@ -389,6 +391,11 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&self->lock, &attr);
     pthread_mutexattr_destroy(&attr);
+    pthread_condattr_t cattr;
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&self->synced, &cattr);
+    pthread_condattr_destroy(&cattr);
     if (self->config.progress_thread) {
         s_watch(self, self->wake_fd, true);
         if (pthread_create(&self->thread, NULL, s_progress_thread, self) != 0) {
@@ -400,6 +407,7 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     return self;
 
 fail_lock:
+    pthread_cond_destroy(&self->synced);
     pthread_mutex_destroy(&self->lock);
 fail_fds:
     if (self->epoll_fd >= 0)
@@ -582,6 +590,7 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
     close(self->epoll_fd);
     close(self->timer_fd);
     close(self->wake_fd);
+    pthread_cond_destroy(&self->synced);
     pthread_mutex_destroy(&self->lock);
     if (self->own_pool)
         free(self->pool);
@@ -877,6 +886,7 @@ p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id)
          sync = sync->next)
         if (sync->fetch_id == fetch_id && sync->status == -EINPROGRESS)
             sync->cancelled = 1;
+    pthread_cond_broadcast(&self->synced);
     s_arm(self);
     pthread_mutex_unlock(&self->lock);
     return rc;
@@ -901,6 +911,7 @@ s_cancel_gets(p2pkv_client_t *self, s_server_t *s, const char *kv)
         else if (open && strcmp(sync->kv, kv) == 0)
             sync->cancelled = 1;
     }
+    pthread_cond_broadcast(&self->synced);
 }
 
 //  The role aborts the request's open fetches before its terminal fetch;

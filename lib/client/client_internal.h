@@ -82,6 +82,8 @@ struct _p2pkv_client_t {
     s_fetch_t *unread_head, *unread_tail;
     size_t nunread;
     pthread_mutex_t lock;           //  recursive: callbacks may call in
+    pthread_cond_t synced;          //  a get's record changed (with the progress
+                                    //  thread, gets sleep on it: get.c)
     int epoll_fd, timer_fd, wake_fd;
     pthread_t thread;
     bool thread_running;
