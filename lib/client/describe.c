@@ -1,6 +1,7 @@
 /*  describe.c: p2pkv_describe, a server's description without a session:
     one DEALER, describe repeated until answered, nothing kept.  */
 #include "client/client_internal.h"
+#include "base/thread.h"
 #include "base/clock.h"
 #include "wire/protocol.h"
 
@@ -44,6 +45,7 @@ s_recv_msg(zsock_t *dealer, char *err)
 int
 p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, char *err)
 {
+    pk_leave_signals_to_the_application();
     zsock_t *dealer = zsock_new_dealer(endpoint);
     if (!dealer) {
         (void) pk_err(err, 0, "cannot connect to %s", endpoint);

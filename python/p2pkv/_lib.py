@@ -103,6 +103,33 @@ _PROTOTYPES = {
 _lib = None
 
 
+class _SigAction(Structure):
+    """glibc's struct sigaction on Linux (handler, mask, flags, restorer)."""
+    _fields_ = [("handler", c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", c_int),
+                ("restorer", c_void_p)]
+
+
+# What a library that libfabric pulls in (libinfinipath) takes over at load
+# (it would end the process with exit(1) on Ctrl-C: no KeyboardInterrupt).
+_GUARDED = (2, 15, 11, 7, 4, 6, 3, 1)     # INT TERM SEGV BUS ILL ABRT QUIT HUP
+
+
+def _load_keeping_signals(path: str) -> ctypes.CDLL:
+    """Loads path, and puts back every signal handler the process had
+    before (Python's own SIGINT, faulthandler's), whatever the loaded
+    libraries' constructors did to them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    saved = []
+    for sig in _GUARDED:
+        sa = _SigAction()
+        if libc.sigaction(sig, None, ctypes.byref(sa)) == 0:
+            saved.append((sig, sa))
+    loaded = ctypes.CDLL(path)
+    for sig, sa in saved:
+        libc.sigaction(sig, ctypes.byref(sa), None)
+    return loaded
+
+
 def _candidates() -> list[str]:
     found = []
     if os.environ.get("P2PKV_LIBRARY"):
@@ -124,7 +151,7 @@ def lib() -> ctypes.CDLL:
     errors = []
     for path in _candidates():
         try:
-            loaded = ctypes.CDLL(path)
+            loaded = _load_keeping_signals(path)
             break
         except OSError as e:
             errors.append(str(e))

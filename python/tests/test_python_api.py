@@ -191,3 +191,26 @@ def test_engine_write_put_drop_and_a_bytearray_pool(server):
         with p2pkv.Client("py-c8", 1, engine.block_len) as c:
             s = c.connect(server.endpoint)
             assert c.lookup(s, "after-drop", [key]).hits == [False]
+
+
+def test_ctrl_c_still_raises_keyboard_interrupt(server):
+    """Loading the library must not take Python's SIGINT away (a library
+    libfabric pulls in would make Ctrl-C exit(1) silently)."""
+    import subprocess
+    import sys
+    script = (
+        "import os, signal, time, p2pkv\n"
+        f"e = p2pkv.Engine({server.local!r})\n"
+        "c = p2pkv.Client('py-sig', 4, e.block_len)\n"
+        f"c.connect({server.endpoint!r})\n"
+        "try:\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(5)\n"
+        "    print('no KeyboardInterrupt')\n"
+        "except KeyboardInterrupt:\n"
+        "    print('KeyboardInterrupt')\n"
+        "c.close(); e.close()\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "KeyboardInterrupt", \
+        (out.returncode, out.stdout, out.stderr)

@@ -22,8 +22,10 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -50,6 +52,38 @@ static atomic_uint_fast64_t s_next_key = 1;
 //  its message endpoints' receive queues are cut to 64 since we post no
 //  receives (it cut connection set-up from 40 to 10 ms of CPU).  An
 //  operator's own setting of either always wins.
+//  Debian's libfabric pulls in libinfinipath (the PSM provider's), whose
+//  constructor takes SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT
+//  for itself at load and ends the process with exit(1) on any of them:
+//  an engine loading libp2pkv then dies silently on Ctrl-C (no
+//  KeyboardInterrupt in Python, no cleanup) and a crash leaves no core.
+//  Our constructor runs after our dependencies' (the loader's order), so
+//  it gives back the default for each signal whose handler lies in that
+//  library; a handler anyone else installed is left alone.  A process that
+//  had handlers before it loaded us (a dlopen, as Python's ctypes does)
+//  must save and restore its own around the load (python/p2pkv/_lib.py).
+static bool
+s_handler_is_psm(void *handler)
+{
+    Dl_info info;
+    return dladdr(handler, &info) && info.dli_fname && strstr(info.dli_fname, "libinfinipath");
+}
+
+__attribute__((constructor)) static void
+s_give_back_signals(void)
+{
+    const int sigs[] = { SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL, SIGABRT, SIGQUIT, SIGHUP };
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction sa;
+        if (sigaction(sigs[i], NULL, &sa) != 0)
+            continue;
+        void *fn = (sa.sa_flags & SA_SIGINFO) ? (void *) (uintptr_t) sa.sa_sigaction
+                                              : (void *) (uintptr_t) sa.sa_handler;
+        if (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN && s_handler_is_psm(fn))
+            signal(sigs[i], SIG_DFL);
+    }
+}
+
 static void
 s_setenv_defaults(void)
 {
