@@ -108,7 +108,7 @@ s_open_store(pk_node_t *self, char *err)
     char store_err[PK_ERRLEN] = "";
     int rc;
     self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
-                                      &(pk_store_config_t) { config->lease_timeout },
+                                      &(pk_store_config_t) { config->lease_timeout, 1 },
                                       pk_clock_system(), s_store_log, self, store_err, &rc);
     if (self->store)
         return 0;
