@@ -39,12 +39,14 @@
 static const struct {
     const char *name, *synopsis, *text;
 } s_commands[] = {
-    { "put", "put [--local EP] [--json] FILE...",
+    { "put", "put [--local EP] [--namespace NS] [--json] FILE...",
       "publish each file (exactly one block long) on the local\n"
-      "server, keyed by the SHA-256 of its content; prints\n"
-      "KEY FILE per block" },
+      "server, keyed by the SHA-256 of its content, into the\n"
+      "tenant namespace NS (default shared); prints KEY FILE\n"
+      "per block" },
     { "stats", "stats [--local EP] [--json]",
-      "the local server's pool, sessions and counters" },
+      "the local server's pool, sessions and counters, per\n"
+      "namespace too" },
     { "pull", "pull [--local EP] --server tcp://HOST:PORT KEY...",
       "the local server fetches the keys from that server into\n"
       "its own pool; prints KEY landed|present|missing" },
@@ -171,6 +173,7 @@ s_cmd_codec(int argc, char *argv[])
 
 typedef struct {
     const char *local;
+    const char *ns;             //  --namespace (put only)
     bool json;
     int first;                  //  argv index of the first operand
 } s_local_opts_t;
@@ -181,6 +184,7 @@ s_local_opts(int argc, char *argv[], s_local_opts_t *o, char **dflt)
     static const struct option opts[] = {
         { "local", required_argument, NULL, 'l' },
         { "json", no_argument, NULL, 'j' },
+        { "namespace", required_argument, NULL, 'n' },
         { NULL, 0, NULL, 0 }
     };
     optind = 0;
@@ -188,6 +192,8 @@ s_local_opts(int argc, char *argv[], s_local_opts_t *o, char **dflt)
     while ((c = getopt_long(argc, argv, "+l:j", opts, NULL)) != -1) {
         if (c == 'l')
             o->local = optarg;
+        else if (c == 'n')
+            o->ns = optarg;
         else if (c == 'j')
             o->json = true;
         else
@@ -223,7 +229,7 @@ s_cmd_stats(int argc, char *argv[])
 {
     s_local_opts_t o = { 0 };
     char *dflt = NULL;
-    if (s_local_opts(argc, argv, &o, &dflt) || o.first != argc) {
+    if (s_local_opts(argc, argv, &o, &dflt) || o.first != argc || o.ns) {
         free(dflt);
         fprintf(stderr, "usage: p2pkv stats [--local ENDPOINT] [--json]\n");
         return EXIT_ERROR;
@@ -286,10 +292,16 @@ s_cmd_put(int argc, char *argv[])
     char *dflt = NULL;
     if (s_local_opts(argc, argv, &o, &dflt) || o.first >= argc) {
         free(dflt);
-        fprintf(stderr, "usage: p2pkv put [--local ENDPOINT] [--json] FILE...\n");
+        fprintf(stderr, "usage: p2pkv put [--local ENDPOINT] [--namespace NS] [--json] "
+                "FILE...\n");
         return EXIT_ERROR;
     }
     p2pkv_engine_t *engine = s_engine_open("put", o.local);
+    char err[P2PKV_ERRLEN] = "";
+    if (engine && p2pkv_engine_set_namespace(engine, o.ns, err) < 0) {
+        fprintf(stderr, "p2pkv put: --namespace: %s\n", err);
+        p2pkv_engine_close(&engine);
+    }
     if (!engine) {
         free(dflt);
         return EXIT_ERROR;
@@ -650,7 +662,7 @@ s_cmd_pull(int argc, char *argv[])
     }
     s_local_opts_t o = { 0 };
     char *dflt = NULL;
-    if (!server || s_local_opts(nrest, rest, &o, &dflt) || o.first >= nrest) {
+    if (!server || s_local_opts(nrest, rest, &o, &dflt) || o.first >= nrest || o.ns) {
         free(rest);
         free(dflt);
         fprintf(stderr, "usage: p2pkv pull [--local ENDPOINT] --server tcp://HOST:PORT KEY...\n");

@@ -50,6 +50,9 @@
 #define P2PKV_ENGINE_MAX_KEY 4096
 #define P2PKV_ENGINE_MAX_LIST 65536
 
+/*  The longest namespace name (the server's --tenants rule).  */
+#define P2PKV_ENGINE_MAX_NAMESPACE 32
+
 typedef struct _p2pkv_engine_t p2pkv_engine_t;
 
 typedef struct {
@@ -110,6 +113,21 @@ uint8_t *p2pkv_engine_pool(p2pkv_engine_t *self);
 
 /*  Each answer is waited for up to this long (default 10 s).  */
 void p2pkv_engine_set_timeout(p2pkv_engine_t *self, double timeout);
+
+/*  Tenant namespaces (the server's --tenants): the namespace this handle's
+    later reserve, commit, put, drop, store and pull name.  Blocks are
+    published into it; a store or pull sees it and the shared namespace; a
+    consumer sees its own namespace and the shared one only.  ns is one of
+    the server's namespaces (1..P2PKV_ENGINE_MAX_NAMESPACE of a-z 0-9 _ -,
+    the first a letter or digit), or NULL, "" or "shared" for the shared
+    namespace, the default, which every existing call keeps using.  One
+    setter rather than an _ns twin of each call: the calls stay as they
+    are, and an engine that serves one tenant per handle says it once.
+    -EINVAL (err naming ns) for a malformed name, checked here; a name the
+    server does not have is refused by the call that uses it.  A
+    reservation is the namespace's it was made in: commit it before
+    switching.  */
+int p2pkv_engine_set_namespace(p2pkv_engine_t *self, const char *ns, char *err);
 
 /*  Reserves a free block for each key (all or nothing): blocks[i] gets
     keys[i]'s block, to be written and then committed.  -ENOSPC when every

@@ -27,9 +27,9 @@ static const char *const s_options[] = {
     "store-timeout", "drain-timeout", "silence-timeout", "lease-timeout", "stall-timeout",
     "shutdown-timeout", "max-requests", "max-parked-keys", "max-rounds", "pin-quota",
     "max-queued-frames", "max-frame", "max-sessions", "load-timeout", "abort-ack-timeout",
-    "connect-retry", "keepalive-interval", "config", "help", "version",
+    "connect-retry", "keepalive-interval", "tenants", "config", "help", "version",
 };
-#define S_NSETTINGS 31      //  the leading ones that are settings
+#define S_NSETTINGS 32      //  the leading ones that are settings
 
 static char s_err[S_ERRLEN];
 
@@ -625,6 +625,8 @@ END_TEST
 //  in its field, just as on the command line (test_every_option).
 START_TEST(test_every_setting_in_a_file)
 {
+    char tenants[128];
+    snprintf(tenants, sizeof tenants, "%s", s_file("every.tenants", "* alpha\n"));
     const char *path = s_file("every.conf",
         "bind = tcp://10.1.2.3:6000\nlocal = ipc:///run/p2pkv/engine.sock\n"
         "peer-id = node-7\npool-blocks = 4096\nblock-len = 1048576\n"
@@ -637,8 +639,12 @@ START_TEST(test_every_setting_in_a_file)
         "max-queued-frames = 500\nmax-frame = 4096\nmax-sessions = 600\n"
         "load-timeout = 34\nabort-ack-timeout = 13\nconnect-retry = 0.25\n"
         "keepalive-interval = 1.5\n");
+    FILE *f = fopen(path, "a");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "tenants = %s\n", tenants);
+    fclose(f);
     //  the file names every setting: none can be left out of this test
-    FILE *f = fopen(path, "r");
+    f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
     char text[2048];
     size_t n = fread(text, 1, sizeof text - 1, f);
@@ -684,7 +690,11 @@ START_TEST(test_every_setting_in_a_file)
     ck_assert_double_eq(c.abort_ack_timeout, 13);
     ck_assert_double_eq(c.connect_retry, 0.25);
     ck_assert_double_eq(c.keepalive_interval, 1.5);
+    ck_assert_str_eq(c.tenants, tenants);
+    ck_assert_uint_eq(pk_tenants_count(c.tenant_map), 2);
+    ck_assert_int_eq(pk_tenants_find(c.tenant_map, "alpha"), 1);
     pk_server_config_fini(&c);
+    unlink(tenants);
 }
 END_TEST
 

@@ -54,7 +54,7 @@ s_name(char *buf, size_t len)
 static pk_store_t *
 s_store(s_clock_t *clock, uint64_t num_blocks, uint64_t block_len, double lease)
 {
-    pk_store_config_t config = { lease };
+    pk_store_config_t config = { lease, 1 };
     int rc = 1;
     pk_store_t *store = pk_store_new(NULL, num_blocks, block_len, &config,
                                      (pk_clock_t) { clock, s_clock_now }, &rc);

@@ -182,6 +182,8 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
                     peer->consumer);
         s_peer_destroy(self, old);
     }
+    //  Before the actor starts, which reads it: the namespace it looks up in.
+    peer->ns = (unsigned) pk_tenants_of(self->config->tenant_map, peer->curve_key);
     pk_key_t rk = pk_node_key(peer->rid, peer->rlen);
     pk_key_t ck = pk_node_key(peer->consumer, strlen(peer->consumer));
     self->npeers++;             //  s_peer_destroy counts it out again

@@ -17,9 +17,12 @@ struct pk_peer {
     uint8_t rid[256];
     size_t rlen;
     char *consumer;
+    char curve_key[41];         //  the consumer's CURVE public key (Z85), "" without CURVE
     pk_msg_t *connect;
     pk_channel_t *channel;      //  opened by the peer's actor, closed by the door
     zactor_t *actor;
+    unsigned ns;                    //  its namespace (tenants.h): the door's reading of
+                                    //  curve_key, set before the actor starts
     uint64_t id;                    //  names it on the door's actors socket (by_id)
     zsock_t *out;                   //  PUSH to the door's actors socket: the actor's
                                     //  words, made and closed by the door

@@ -6,6 +6,13 @@
     unasked: store_result (a prefill job ended) and pull_result (a pull
     ended, puller.c).  A prefill store or finish for a consumer without a
     session is held until its session starts or the store-job timeout.
+
+    reserve, commit, drop, put, store and pull take an optional
+    "namespace" (a name of --tenants, or "shared", the default): writes
+    land in it, and store and pull see it and the shared one.  A store's
+    blocks go only to a consumer whose namespace is theirs, or to anyone
+    when they are shared: refused at once for a consumer connected, failed
+    at delivery for one that connects later (its namespace is known then).
 */
 #include "daemon/door.h"
 
@@ -84,12 +91,42 @@ s_held_fail(pk_node_t *self, pk_held_t *h)
     pk_held_free(h);
 }
 
-//  Never waits on the actor: a full pipe fails the store.
+//  Whether a consumer in namespace consumer_ns may be sent blocks pinned
+//  in ns: its own, or shared ones (what its lookups see too).
+static bool
+s_ns_fits(unsigned ns, unsigned consumer_ns)
+{
+    return ns == PK_NS_SHARED || ns == consumer_ns;
+}
+
+//  Never waits on the actor: a full pipe fails the store, and so does a
+//  store whose blocks the consumer's namespace may not see.
 static void
 s_deliver(pk_node_t *self, pk_peer_t *peer, pk_held_t *h)
 {
-    if (pk_door_deliver(self, peer, h) != 0)
+    if (!h->finish && !s_ns_fits(h->ns, peer->ns)) {
+        const pk_tenants_t *t = self->config->tenant_map;
+        pk_node_log(self, PK_LOG_WARN, "store job %llu refused: consumer %s is in namespace "
+                    "%s, the blocks in %s", (unsigned long long) h->job, peer->consumer,
+                    pk_tenants_name(t, peer->ns), pk_tenants_name(t, h->ns));
         s_held_fail(self, h);
+    }
+    else if (pk_door_deliver(self, peer, h) != 0)
+        s_held_fail(self, h);
+}
+
+//  The request's "namespace" (absent: shared): its id, or -1 with *error
+//  set to the answer naming cmd.
+static int
+s_namespace(pk_node_t *self, const char *cmd, const json_t *req, json_t **error)
+{
+    const json_t *v = json_object_get(req, "namespace");
+    const char *name = json_string_value(v);
+    int ns = !v ? PK_NS_SHARED : name ? pk_tenants_find(self->config->tenant_map, name) : -1;
+    if (ns < 0)
+        *error = !name ? s_error("%s: namespace: expected a string", cmd)
+                       : s_error("%s: namespace \"%.40s\" is not one of --tenants", cmd, name);
+    return ns < 0 ? -1 : ns;
 }
 
 void
@@ -180,7 +217,8 @@ s_store_pin(pk_node_t *self, pk_held_t *h, const json_t *req, const void *rid, s
     bool *pinned = calloc(h->n, sizeof *pinned);
     h->job = pk_store_new_job_id(self->store);
     int rc = h->blocks && pinned
-             ? pk_store_pin_job(self->store, h->job, h->keys, h->n, h->blocks, pinned) : -ENOMEM;
+             ? pk_store_pin_job_ns(self->store, h->ns, h->job, h->keys, h->n, h->blocks, pinned)
+             : -ENOMEM;
     size_t missing = h->n;
     for (size_t i = 0; rc == 0 && i < h->n; i++)
         if (!pinned[i]) {
@@ -216,6 +254,24 @@ s_store_pin(pk_node_t *self, pk_held_t *h, const json_t *req, const void *rid, s
     return NULL;
 }
 
+//  The store's namespace into h->ns; refused (the answer) when it is not
+//  one, or when the consumer is connected and may not see it.
+static json_t *
+s_store_refused(pk_node_t *self, pk_held_t *h, const json_t *req, const pk_peer_t *peer)
+{
+    json_t *error = NULL;
+    int ns = s_namespace(self, "store", req, &error);
+    if (ns < 0)
+        return error;
+    h->ns = (unsigned) ns;
+    if (!peer || peer->retired || s_ns_fits(h->ns, peer->ns))
+        return NULL;
+    const pk_tenants_t *t = self->config->tenant_map;
+    return s_error("store: consumer %.64s is in namespace %s, the blocks in %s: it may not "
+                   "have them", h->consumer, pk_tenants_name(t, peer->ns),
+                   pk_tenants_name(t, h->ns));
+}
+
 //  {"cmd":"store"|"finish","peer":ID,"kv":KV,...}: to the consumer's
 //  session now, or held until it connects.
 static json_t *
@@ -234,14 +290,16 @@ s_cmd_store(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
     }
     h->finish = finish;
     h->expires = zclock_mono() / 1e3 + self->config->store_timeout;
-    json_t *error = finish ? NULL : s_store_pin(self, h, req, rid, rlen);
+    pk_peer_t *peer = pk_door_peer_by_consumer(self, consumer);
+    json_t *error = finish ? NULL : s_store_refused(self, h, req, peer);
+    if (!error && !finish)
+        error = s_store_pin(self, h, req, rid, rlen);
     if (error) {
         pk_held_free(h);
         return error;
     }
     json_t *answer = finish ? json_pack("{s:b}", "ok", 1)
                             : json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t) h->job);
-    pk_peer_t *peer = pk_door_peer_by_consumer(self, consumer);
     if (peer && !peer->retired)
         s_deliver(self, peer, h);
     else if (self->nheld < PK_MAX_HELD) {
@@ -271,7 +329,7 @@ s_pull_missing(pk_node_t *self, pk_pull_t *p, const pk_key_t *keys, size_t n, js
 {
     uint8_t *at = (uint8_t *) (p->keys + n);
     for (size_t i = 0; i < n; i++) {
-        if (pk_store_lookup(self->store, &keys[i]) != PK_LOOKUP_MISS) {
+        if (pk_store_lookup_ns(self->store, p->ns, &keys[i]) != PK_LOOKUP_MISS) {
             char hex[2 * PK_MAX_KEY_BYTES + 1];
             pk_hex_encode(keys[i].bytes, keys[i].len, hex);
             json_array_append_new(present, json_string(hex));
@@ -292,6 +350,10 @@ s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
     const char *server = json_string_value(json_object_get(req, "server"));
     char err[PK_ERRLEN];
     size_t n;
+    json_t *error = NULL;
+    int ns = s_namespace(self, cmd, req, &error);
+    if (ns < 0)
+        return error;
     if (!server || !*server)
         return s_error("pull: expected \"server\" (an endpoint) and \"keys\"");
     pk_key_t *keys = s_json_keys(json_object_get(req, "keys"), &n, err);
@@ -308,13 +370,15 @@ s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
         json_decref(present);
         return s_error("out of memory");
     }
+    p->ns = (unsigned) ns;
     s_pull_missing(self, p, keys, n, present);
     free(keys);
     p->id = ++self->next_pull;
     p->owner = PK_PULL_OWNER | p->id;
     memcpy(p->rid, rid, rlen);
     p->rlen = rlen;
-    int rc = p->n ? pk_store_reserve(self->store, p->owner, p->keys, p->n, p->blocks) : 0;
+    int rc = p->n ? pk_store_reserve_ns(self->store, p->owner, p->ns, p->keys, p->n, p->blocks)
+                  : 0;
     if (rc) {
         pk_pull_free(p);
         json_decref(present);
@@ -354,22 +418,26 @@ s_cmd_keys(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
     uint64_t owner = pk_key_hash(rid, rlen) & ~(UINT64_C(1) << 63);
     char err[PK_ERRLEN];
     size_t n;
+    json_t *answer = NULL;
+    int ns = s_namespace(self, cmd, req, &answer);
+    if (ns < 0)
+        return answer;
     pk_key_t *keys = s_json_keys(json_object_get(req, "keys"), &n, err);
     if (!keys)
         return s_error("%s: %s", cmd, err);
-    json_t *answer;
     int rc;
     if (streq(cmd, "reserve")) {
         uint32_t *blocks = calloc(n, sizeof *blocks);
-        rc = blocks ? pk_store_reserve(self->store, owner, keys, n, blocks) : -ENOMEM;
+        rc = blocks ? pk_store_reserve_ns(self->store, owner, (unsigned) ns, keys, n, blocks)
+                    : -ENOMEM;
         answer = rc ? NULL : json_pack("{s:b, s:[]}", "ok", 1, "blocks");
         for (size_t i = 0; answer && i < n; i++)
             json_array_append_new(json_object_get(answer, "blocks"), json_integer(blocks[i]));
         free(blocks);
     }
     else {
-        rc = streq(cmd, "commit") ? pk_store_commit(self->store, owner, keys, n)
-                                  : pk_store_drop(self->store, keys, n);
+        rc = streq(cmd, "commit") ? pk_store_commit_ns(self->store, owner, (unsigned) ns, keys, n)
+                                  : pk_store_drop_ns(self->store, (unsigned) ns, keys, n);
         answer = rc ? NULL : json_pack("{s:b}", "ok", 1);
     }
     free(keys);
@@ -389,6 +457,10 @@ s_cmd_put(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, 
 {
     const char *hex = json_string_value(json_object_get(req, "key"));
     const char *b64 = json_string_value(json_object_get(req, "data"));
+    json_t *error = NULL;
+    int ns = s_namespace(self, cmd, req, &error);
+    if (ns < 0)
+        return error;
     uint8_t key[PK_MAX_KEY_BYTES];
     int klen = hex ? pk_hex_decode(hex, strlen(hex), key) : -EINVAL;
     if (klen <= 0 || !b64)
@@ -401,7 +473,7 @@ s_cmd_put(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, 
         return s_error("put: data is not base64");
     }
     pk_key_t k = pk_key_make(key, (size_t) klen);
-    int rc = pk_store_put(self->store, &k, data, len);
+    int rc = pk_store_put_ns(self->store, (unsigned) ns, &k, data, len);
     free(data);
     if (rc == -EINVAL)
         return s_error("put: data is %zu bytes, blocks are %llu", len,
@@ -409,6 +481,28 @@ s_cmd_put(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, 
     if (rc == -EEXIST)
         return json_pack("{s:b, s:b}", "ok", 1, "existed", 1);
     return rc ? s_error("put: %s", strerror(-rc)) : json_pack("{s:b}", "ok", 1);
+}
+
+//  {"NAME": {"ready", "pinned", "lookups", "hits", "pending", "misses"}, ...}
+//  for every namespace, shared included (store.h, pk_store_ns_stats_t).
+static json_t *
+s_namespaces_json(pk_node_t *self)
+{
+    json_t *all = json_object();
+    for (unsigned ns = 0; all && ns < pk_store_namespaces(self->store); ns++) {
+        pk_store_ns_stats_t st;
+        if (pk_store_stats_ns(self->store, ns, &st) != 0)
+            continue;
+        json_object_set_new(all, pk_tenants_name(self->config->tenant_map, ns),
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
+                                      "ready", (json_int_t) st.ready,
+                                      "pinned", (json_int_t) st.pinned,
+                                      "lookups", (json_int_t) st.lookups,
+                                      "hits", (json_int_t) st.hits,
+                                      "pending", (json_int_t) st.pending,
+                                      "misses", (json_int_t) st.misses));
+    }
+    return all;
 }
 
 static json_t *
@@ -423,7 +517,7 @@ s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
     for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_consumer, &at)); )
         json_array_append_new(peers, json_string(((pk_peer_t *) (uintptr_t) e->a)->consumer));
     return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, "
-                     "s:I, s:o, s:o}", "ok", 1,
+                     "s:I, s:o, s:o, s:o}", "ok", 1,
                      "pool", "free", (json_int_t) st.free, "writing", (json_int_t) st.writing,
                      "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
                      "evictions", (json_int_t) st.evictions, "lookups",
@@ -432,7 +526,8 @@ s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
                      "fabric", "channels_opened", (json_int_t) f.channels_opened,
                      "channels_open", (json_int_t) f.channels_open,
                      "blobs_refused", (json_int_t) f.blobs_refused, "sessions", (json_int_t) self->npeers, "peers",
-                     peers, "metrics", pk_metrics_json(self->metrics));
+                     peers, "metrics", pk_metrics_json(self->metrics),
+                     "namespaces", s_namespaces_json(self));
 }
 
 typedef json_t *(s_cmd_fn)(pk_node_t *self, const char *cmd, const json_t *req,

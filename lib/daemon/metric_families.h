@@ -12,8 +12,9 @@
 
     and pk_metrics_new declares every row, in this order (the order of the
     Prometheus text).  TYPE is COUNTER, GAUGE or HISTOGRAM; LABEL is the
-    one label a family's samples may carry, PEER (the consumer's peer_id)
-    or REASON (a fixed class, e.g. of protocol violation).  A counter's
+    one label a family's samples may carry, PEER (the consumer's peer_id),
+    REASON (a fixed class, e.g. of protocol violation) or NAMESPACE (a
+    namespace of --tenants: values only from the operator's file).  A counter's
     name ends in _total, a histogram's in _seconds.
 
     To add a metric: one row here, and its producer (a counter in the
@@ -76,6 +77,22 @@ PK_METRIC(POOL_PINNED, "p2pkv_pool_pinned_blocks", GAUGE,
           "Pool blocks pinned by transfers", PEER)
 PK_METRIC(POOL_EVICTIONS, "p2pkv_pool_evictions_total", COUNTER,
           "Blocks evicted from the pool", PEER)
+
+//  The pool by tenant namespace (the store's per-namespace stats, tenants.h):
+//  blocks by the block's namespace, lookups by the asking consumer's.  The
+//  total is the unlabelled sum over namespaces.
+PK_METRIC(NS_READY, "p2pkv_namespace_ready_blocks", GAUGE,
+          "Pool blocks holding a key, by namespace", NAMESPACE)
+PK_METRIC(NS_PINNED, "p2pkv_namespace_pinned_blocks", GAUGE,
+          "Pool blocks pinned by transfers, by namespace", NAMESPACE)
+PK_METRIC(NS_LOOKUPS, "p2pkv_namespace_lookups_total", COUNTER,
+          "Keys looked up in the pool, by the consumer's namespace", NAMESPACE)
+PK_METRIC(NS_HITS, "p2pkv_namespace_hits_total", COUNTER,
+          "Keys looked up and found ready (own or shared), by the consumer's namespace",
+          NAMESPACE)
+PK_METRIC(NS_MISSES, "p2pkv_namespace_misses_total", COUNTER,
+          "Keys looked up and not found (another namespace's count as absent), by the "
+          "consumer's namespace", NAMESPACE)
 
 //  Latencies (the session's timers)
 PK_METRIC(LOOKUP_SECONDS, "p2pkv_lookup_seconds", HISTOGRAM,

@@ -51,7 +51,9 @@ typedef enum {
 /*  The label a family's samples carry beside its total.  */
 typedef enum {
     PK_METRIC_PEER = 0,         //  peer: the consumer's peer_id; forget_peer drops them
-    PK_METRIC_REASON            //  reason: a fixed class, e.g. of protocol violation
+    PK_METRIC_REASON,           //  reason: a fixed class, e.g. of protocol violation
+    PK_METRIC_NAMESPACE         //  namespace: a name of --tenants (or shared), so as
+                                //  many values as the operator's file names
 } pk_metric_label_t;
 
 /*  The daemon's families, one per row of metric_families.h, in its order.  */
@@ -112,7 +114,8 @@ size_t pk_metrics_forget_peer(pk_metrics_t *self, const char *peer);
 int pk_metrics_render(pk_metrics_t *self, char **text_p, size_t *len_p);
 
 /*  The registry as {"name": {"total": v, "peers": {"peer": v, ...}}, ...}
-    ("reasons" in place of "peers" for a family labelled reason):
+    ("reasons" in place of "peers" for a family labelled reason,
+    "namespaces" for one labelled namespace):
     a counter's v an integer, a gauge's a real (null when not finite; no
     "total" until set), a histogram's {"count": n, "sum": s}.  The caller
     owns the object; NULL when out of memory.  */

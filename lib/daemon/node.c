@@ -108,7 +108,9 @@ s_open_store(pk_node_t *self, char *err)
     char store_err[PK_ERRLEN] = "";
     int rc;
     self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
-                                      &(pk_store_config_t) { config->lease_timeout },
+                                      &(pk_store_config_t) {
+                                          config->lease_timeout,
+                                          pk_tenants_count(config->tenant_map) },
                                       pk_clock_system(), s_store_log, self, store_err, &rc);
     if (self->store)
         return 0;
@@ -172,6 +174,12 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     }
     if ((rc = s_open_store(self, err)) != 0)
         goto fail_self;
+    rc = -ENOMEM;
+    self->ns_pushed = calloc(pk_store_namespaces(self->store), sizeof *self->ns_pushed);
+    if (!self->ns_pushed) {
+        snprintf(err, PK_ERRLEN, "out of memory");
+        goto fail_store;
+    }
     pk_fabric_config_t fabric_config = { config->provider, config->fabric_addr,
                                          config->stall_timeout };
     self->ops = pk_transport_find(NULL);       //  the registry's default
@@ -214,6 +222,7 @@ fail_sockets:
 fail_store:
     pk_store_destroy(&self->store);
 fail_self:
+    free(self->ns_pushed);
     pk_metrics_destroy(&self->metrics);
     free(self->fail_session);
     free(self->hold_session);
@@ -234,6 +243,31 @@ const char *
 pk_node_endpoint(const pk_node_t *self)
 {
     return self->endpoint;
+}
+
+//  Each namespace's blocks and lookups, labelled by its name: as many
+//  samples as --tenants names namespaces (shared alone without it).
+static void
+s_namespace_metrics(pk_node_t *self)
+{
+    pk_metrics_t *m = self->metrics;
+    size_t ready = 0, pinned = 0;
+    for (unsigned ns = 0; ns < pk_store_namespaces(self->store); ns++) {
+        pk_store_ns_stats_t st, *last = &self->ns_pushed[ns];
+        if (pk_store_stats_ns(self->store, ns, &st) != 0)
+            continue;
+        const char *name = pk_tenants_name(self->config->tenant_map, ns);
+        pk_metrics_set(m, PK_M_NS_READY, name, (double) st.ready);
+        pk_metrics_set(m, PK_M_NS_PINNED, name, (double) st.pinned);
+        pk_metrics_add(m, PK_M_NS_LOOKUPS, name, st.lookups - last->lookups);
+        pk_metrics_add(m, PK_M_NS_HITS, name, st.hits - last->hits);
+        pk_metrics_add(m, PK_M_NS_MISSES, name, st.misses - last->misses);
+        ready += st.ready;
+        pinned += st.pinned;
+        *last = st;
+    }
+    pk_metrics_set(m, PK_M_NS_READY, NULL, (double) ready);
+    pk_metrics_set(m, PK_M_NS_PINNED, NULL, (double) pinned);
 }
 
 //  Pool occupancy, refreshed by the main loop twice a second.
@@ -259,6 +293,7 @@ s_pool_gauges(pk_node_t *self)
                    f.blobs_refused - self->fabric_pushed.blobs_refused);
     self->fabric_pushed = f;
     pk_metrics_set(self->metrics, PK_M_SESSIONS, NULL, (double) self->npeers);
+    s_namespace_metrics(self);
 }
 
 //  The loop's readers: where each socket's wake goes.
@@ -360,6 +395,7 @@ pk_node_destroy(pk_node_t **self_p)
     self->ops->fabric_close(&self->fabric);
     pk_store_destroy(&self->store);
     pk_metrics_destroy(&self->metrics);
+    free(self->ns_pushed);
     free(self->fail_session);
     free(self->hold_session);
     free(self);

@@ -33,6 +33,7 @@ typedef struct pk_held {
     uint64_t job;
     bool has_round;
     uint64_t round;
+    unsigned ns;                //  the namespace its blocks were pinned in
     pk_key_t *keys;             //  bytes follow the array
     uint32_t *blocks;
     size_t n;
@@ -44,6 +45,7 @@ typedef struct pk_held {
 //  pool, committed (READY) once their bytes have landed.
 typedef struct {
     uint64_t id, owner;
+    unsigned ns;                    //  the namespace the keys land in
     char *server;
     pk_key_t *keys;                 //  bytes follow the array
     uint32_t *blocks;
@@ -86,6 +88,7 @@ struct _pk_node_t {
     pk_metrics_t *metrics;
     pk_fabric_stats_t fabric_pushed; //  the fabric's counts already in the metrics
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
+    pk_store_ns_stats_t *ns_pushed; //  each namespace's lookups already in the metrics
     pk_metrics_http_t *http;
     zactor_t *handshake;
     zsock_t *actors;                //  PULL: what every peer's actor says

@@ -76,11 +76,13 @@ s_actor_out(void *arg, const char *frame, size_t len)
     zsock_send(a->peer->out, "bsb", &a->peer->id, sizeof a->peer->id, "FRAME", frame, len);
 }
 
+//  Lookups and their pins see the consumer's namespace and the shared one
+//  (store.h); without --tenants that is the shared one, as before.
 static pk_lookup_result_t
 s_actor_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 {
     self_t *a = arg;
-    return a->store_parent.lookup(a->store_parent.self, key, ctx);
+    return pk_store_lookup_ns(a->node->store, a->peer->ns, key);
 }
 
 static int
@@ -88,8 +90,7 @@ s_actor_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t 
             uint64_t *job, uint32_t *blocks, bool *pinned)
 {
     self_t *a = arg;
-    return a->store_parent.create_store_job(a->store_parent.self, ctx, keys, n, job, blocks,
-                                            pinned);
+    return pk_store_pin_ns(a->node->store, a->peer->ns, keys, n, job, blocks, pinned);
 }
 
 static void

@@ -134,6 +134,8 @@ pk_server_config_fini(pk_server_config_t *self)
     free(self->fingerprint);
     free(self->hash_seed);
     free(self->metrics_bind);
+    free(self->tenants);
+    pk_tenants_destroy(&self->tenant_map);
     for (size_t i = 0; i < self->nallow; i++)
         free(self->allow[i]);
     free(self->allow);

@@ -27,6 +27,7 @@
 #include "p2pkv.h"
 #include "base/err.h"
 #include "roles/server_session.h"
+#include "daemon/tenants.h"
 
 #define PK_LOG_ERROR 0
 #define PK_LOG_WARN  1
@@ -57,6 +58,8 @@ typedef struct {
     char **allow;               //  IPv4/IPv6 addresses or CIDR ranges; none = everyone
     size_t nallow;
     int log_level;              //  PK_LOG_*: PK_LOG_INFO
+    char *tenants;              //  --tenants FILE; NULL = one shared namespace
+    pk_tenants_t *tenant_map;   //  FILE as read by parse (tenants.h); NULL without
     //  Timeouts in seconds (0 < t <= PK_CONFIG_MAX_SECONDS), server side.
     double lookup_timeout;      //  5: parked lookup keys answer as misses
     double store_timeout;       //  30: a store job fails its round

@@ -45,7 +45,8 @@ typedef enum {
     S_HASH_SEED,
     S_METRICS,
     S_ALLOW,
-    S_LOG_LEVEL
+    S_LOG_LEVEL,
+    S_TENANTS
 } s_kind_t;
 
 typedef struct {
@@ -71,6 +72,7 @@ static const s_setting_t s_settings[] = {
     { "metrics-bind",       S_METRICS,     S_FIELD(metrics_bind), 0, 0 },
     { "allow",              S_ALLOW,       S_FIELD(allow), 0, 0 },
     { "log-level",          S_LOG_LEVEL,   S_FIELD(log_level), 0, 0 },
+    { "tenants",            S_TENANTS,     S_FIELD(tenants), 0, 0 },
     { "lookup-timeout",     S_SECONDS,     S_FIELD(lookup_timeout), 0, 0 },
     { "store-timeout",      S_SECONDS,     S_FIELD(store_timeout), 0, 0 },
     { "drain-timeout",      S_SECONDS,     S_FIELD(drain_timeout), 0, 0 },
@@ -122,6 +124,11 @@ static const char s_usage[] =
     "                               an IPv4 address, [IPv6], a host name or *);\n"
     "                               default off\n"
     "      --log-level LEVEL        error, warn, info or debug; default info\n"
+    "      --tenants FILE           consumers' namespaces: KEY NAMESPACE lines (KEY\n"
+    "                               a CURVE public key in Z85, or * for every\n"
+    "                               consumer not listed, keyless ones included);\n"
+    "                               each sees its namespace and the shared one;\n"
+    "                               default none: one shared namespace\n"
     "\n"
     "Pool and data plane:\n"
     "      --pool-blocks N          blocks in the pool (1..2147483648); default 1024\n"
@@ -340,6 +347,9 @@ s_apply_text(s_parser_t *p, const s_setting_t *s, const char *value, const char 
         if (len && !pk_config_host_ok(value, false, false))
             return s_bad(p, where, "an IPv4 or IPv6 address or a host name", value);
         return s_set_or_clear(p, field, value, !len);
+    case S_TENANTS:
+        //  Read (and checked line by line) once every setting is in: s_finish.
+        return s_set_or_clear(p, field, value, !len);
     case S_METRICS:
         //  Empty turns the listener off, so a command line can undo a file.
         if (len && !pk_config_metrics_ok(value))
@@ -497,6 +507,11 @@ s_finish(s_parser_t *p)
     if (c->pin_quota > c->pool_blocks)
         return s_fail(p, -EINVAL, "--pin-quota: %" PRIu64 " is more than --pool-blocks %" PRIu64,
                       c->pin_quota, c->pool_blocks);
+    //  Read at start, before any socket: a bad line is a usage error.
+    pk_tenants_destroy(&c->tenant_map);
+    char terr[PK_ERRLEN] = "";
+    if (c->tenants && !(c->tenant_map = pk_tenants_load(c->tenants, terr, &rc)))
+        return s_fail(p, rc, "--tenants: %s", terr);
     return 0;
 }
 

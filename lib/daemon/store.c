@@ -7,12 +7,22 @@
     (READY and pinned: neither evictable nor reusable).  WRITING blocks are
     also on their owner's list, so an owner's departure costs what it held.
     Lookups by key, owner and job are pk_keymap probes; the pool is scanned
-    only by new and destroy.  One mutex guards it all, held for one short
+    only by new and destroy.
+
+    Namespaces (tenants.h): the index is keyed by (namespace, key).  A
+    block's index hash is its key's SipHash mixed with its namespace id
+    (the shared namespace, 0, keeps the plain hash, so a store without
+    tenants hashes exactly as before), and an entry is that namespace's
+    only if the block's ns says so.  A lookup or pin on behalf of
+    namespace ns != 0 always makes two probes, (ns, key) then (0, key),
+    and only then chooses: a key of another namespace and an absent key
+    cost the same two probes, the same counters and no pin.  One mutex guards it all, held for one short
     critical section per call; the bytes of put are copied outside it.
 */
 #include "daemon/store.h"
 #include "base/err.h"
 #include "base/keymap.h"
+#include "daemon/tenants.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,6 +57,7 @@ typedef struct {
     uint32_t pins;
     uint32_t prev, next;        //  free list, lease FIFO or LRU
     uint32_t oprev, onext;      //  owner list (WRITING)
+    uint16_t ns;                //  its namespace (0: shared)
     uint8_t state;
     uint8_t inline_key[S_INLINE_KEY];
 } s_block_t;
@@ -55,6 +66,13 @@ typedef struct {
     uint32_t head, tail;
     size_t count;
 } s_list_t;
+
+//  One namespace's counts: blocks by the block's namespace, lookups by
+//  the asker's.
+typedef struct {
+    size_t ready, pinned;
+    uint64_t lookups, hits, pending, misses;
+} s_ns_t;
 
 typedef struct {
     uint64_t id;                //  the jobs map's key bytes
@@ -80,7 +98,9 @@ struct _pk_store_t {
     pk_keymap_t jobs;           //  job id -> a: s_job_t *
     uint64_t next_job_id;
     size_t ready, pinned, open_lookups;
-    uint64_t evictions, lookups, hits, pending, misses, expired;
+    uint64_t evictions, lookups, hits, pending, misses, expired, probes;
+    s_ns_t *ns;                 //  nns of them
+    size_t nns;
 };
 
 //  ---------------------------------------------------------------------------
@@ -150,8 +170,16 @@ s_id_key(const uint64_t *id)
     return (pk_key_t) { (const uint8_t *) id, sizeof *id, pk_hash_id(*id, 0) };
 }
 
+//  The index hash of key in namespace ns.  pk_hash_id is keyed and its
+//  input is already a keyed SipHash, so a peer can choose no collisions.
+static inline uint64_t
+s_ns_hash(uint64_t hash, unsigned ns)
+{
+    return ns == 0 ? hash : pk_hash_id(hash, ns);
+}
+
 static int
-s_block_set_key(s_block_t *blk, const pk_key_t *key)
+s_block_set_key(s_block_t *blk, const pk_key_t *key, unsigned ns)
 {
     if (key->len <= S_INLINE_KEY)
         blk->key = blk->inline_key;
@@ -167,19 +195,44 @@ s_block_set_key(s_block_t *blk, const pk_key_t *key)
     }
     memcpy(blk->key, key->bytes, key->len);
     blk->key_len = key->len;
-    blk->key_hash = key->hash;
+    blk->key_hash = s_ns_hash(key->hash, ns);
+    blk->ns = (uint16_t) ns;
     return 0;
 }
 
+//  The block of key in namespace ns, or NULL.  The ns comparison only
+//  matters in a collision of the mixed hashes; the index never holds two
+//  entries pk_key_eq calls equal (s_reserve_one), so one probe decides.
 static s_block_t *
-s_find(pk_store_t *self, const pk_key_t *key, uint32_t *b_p)
+s_find(pk_store_t *self, unsigned ns, const pk_key_t *key, uint32_t *b_p)
 {
-    pk_keymap_entry_t *e = pk_keymap_find(&self->index, key);
-    if (!e)
+    pk_key_t view = { key->bytes, key->len, s_ns_hash(key->hash, ns) };
+    pk_keymap_entry_t *e = pk_keymap_find(&self->index, &view);
+    if (!e || self->blocks[e->a].ns != ns)
         return NULL;
     if (b_p)
         *b_p = (uint32_t) e->a;
     return &self->blocks[e->a];
+}
+
+//  What namespace ns sees of key: its own block if READY, else the shared
+//  one if READY, else either being written (own first), else NULL.  Both
+//  probes always run, whatever the first found: the work does not depend
+//  on whether another namespace holds the key.
+static s_block_t *
+s_resolve(pk_store_t *self, unsigned ns, const pk_key_t *key, uint32_t *b_p)
+{
+    uint32_t own_b = S_NONE, shared_b = S_NONE;
+    s_block_t *own = s_find(self, ns, key, &own_b);
+    s_block_t *shared = ns ? s_find(self, PK_NS_SHARED, key, &shared_b) : NULL;
+    self->probes += ns ? 2 : 1;
+    bool own_ready = own && own->state == S_READY;
+    bool shared_ready = shared && shared->state == S_READY;
+    bool use_own = own_ready || (own && !shared_ready);
+    s_block_t *blk = use_own ? own : shared;
+    if (b_p)
+        *b_p = use_own ? own_b : shared_b;
+    return blk;
 }
 
 //  ---------------------------------------------------------------------------
@@ -257,6 +310,7 @@ s_free_ready(pk_store_t *self, uint32_t b)
     s_unindex(self, &self->blocks[b]);
     s_list_push(self->blocks, &self->free, b);
     self->ready--;
+    self->ns[self->blocks[b].ns].ready--;
 }
 
 static double
@@ -294,6 +348,7 @@ s_unpin(pk_store_t *self, uint32_t b)
     if (--self->blocks[b].pins == 0) {
         s_list_push(self->blocks, &self->lru, b);
         self->pinned--;
+        self->ns[self->blocks[b].ns].pinned--;
     }
 }
 
@@ -442,7 +497,8 @@ pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
     if (num_blocks < 1 || num_blocks > PK_MAX_NUM_BLOCKS || block_len < 1
         || block_len > (uint64_t) INT64_MAX / num_blocks
         || num_blocks * block_len > SIZE_MAX
-        || !isfinite(config->lease_timeout) || config->lease_timeout <= 0)
+        || !isfinite(config->lease_timeout) || config->lease_timeout <= 0
+        || config->namespaces > PK_NS_MAX)
         goto fail;
 
     rc = -ENOMEM;
@@ -462,7 +518,9 @@ pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
         goto fail_self;
 
     rc = -ENOMEM;
-    self->blocks = calloc((size_t) num_blocks, sizeof *self->blocks);
+    self->nns = config->namespaces ? config->namespaces : 1;
+    self->ns = calloc(self->nns, sizeof *self->ns);
+    self->blocks = self->ns ? calloc((size_t) num_blocks, sizeof *self->blocks) : NULL;
     if (!self->blocks)
         goto fail_mutex;
     for (uint32_t b = 0; b < num_blocks; b++) {
@@ -488,6 +546,7 @@ fail_blocks:
     pk_keymap_fini(&self->index);
     free(self->blocks);
 fail_mutex:
+    free(self->ns);
     pthread_mutex_destroy(&self->mutex);
 fail_self:
     free(self);
@@ -518,6 +577,7 @@ pk_store_destroy(pk_store_t **self_p)
     for (uint64_t b = 0; b < self->num_blocks; b++)
         free(self->blocks[b].heap);
     free(self->blocks);
+    free(self->ns);
     pthread_mutex_destroy(&self->mutex);
     free(self);
     *self_p = NULL;
@@ -553,23 +613,37 @@ pk_store_name(const pk_store_t *self)
 pk_lookup_result_t
 pk_store_lookup(pk_store_t *self, const pk_key_t *key)
 {
+    return pk_store_lookup_ns(self, PK_NS_SHARED, key);
+}
+
+pk_lookup_result_t
+pk_store_lookup_ns(pk_store_t *self, unsigned ns, const pk_key_t *key)
+{
     pk_lookup_result_t result = PK_LOOKUP_MISS;
+    if (ns >= self->nns)
+        ns = PK_NS_SHARED;      //  an id the store was not made for sees shared only
+    s_ns_t *c = &self->ns[ns];
     pthread_mutex_lock(&self->mutex);
     s_expire(self, s_now(self));
     self->lookups++;
-    uint32_t b;
-    s_block_t *blk = s_key_ok(key) ? s_find(self, key, &b) : NULL;
+    c->lookups++;
+    uint32_t b = S_NONE;
+    s_block_t *blk = s_key_ok(key) ? s_resolve(self, ns, key, &b) : NULL;
     if (blk && blk->state == S_READY) {
         s_use(self, b);
         self->hits++;
+        c->hits++;
         result = PK_LOOKUP_HIT;
     }
     else if (blk) {
         self->pending++;
+        c->pending++;
         result = PK_LOOKUP_HIT_PENDING;
     }
-    else
+    else {
         self->misses++;
+        c->misses++;
+    }
     pthread_mutex_unlock(&self->mutex);
     return result;
 }
@@ -591,22 +665,28 @@ s_take_block(pk_store_t *self)
 }
 
 static int
-s_reserve_one(pk_store_t *self, uint64_t owner, const pk_key_t *key, double deadline,
-              uint32_t *b_p)
+s_reserve_one(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *key,
+              double deadline, uint32_t *b_p)
 {
     //  Checked here, not only up front, to catch a key repeated in the batch.
-    if (pk_keymap_find(&self->index, key))
+    if (s_find(self, ns, key, NULL))
         return -EEXIST;
     uint32_t b = s_take_block(self);
     s_block_t *blk = &self->blocks[b];
     pk_key_t view;
-    int rc = s_block_set_key(blk, key);
+    pk_keymap_entry_t *e;
+    int rc = s_block_set_key(blk, key, ns);
     if (rc)
         goto fail_block;
     view = s_block_key(blk);
     //  Does not fail: the index was sized for every block at construction.
-    if ((rc = pk_keymap_put(&self->index, &view, b, 0)) < 0)
+    //  An entry equal to the view belongs to another namespace whose mixed
+    //  hash collided with ours (odds 2^-64): refused as present, so that
+    //  no two entries are ever equal and one probe always decides.
+    if ((rc = pk_keymap_get_or_put(&self->index, &view, b, 0, &e)) <= 0) {
+        rc = rc ? rc : -EEXIST;
         goto fail_block;
+    }
     blk->owner = owner;
     if ((rc = s_owner_link(self, b)) < 0)
         goto fail_index;
@@ -627,20 +707,27 @@ int
 pk_store_reserve(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n,
                  uint32_t *blocks)
 {
-    if (owner == PK_STORE_OWNER_PUT || !s_keys_ok(keys, n) || (n && !blocks))
+    return pk_store_reserve_ns(self, owner, PK_NS_SHARED, keys, n, blocks);
+}
+
+int
+pk_store_reserve_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                    size_t n, uint32_t *blocks)
+{
+    if (owner == PK_STORE_OWNER_PUT || ns >= self->nns || !s_keys_ok(keys, n) || (n && !blocks))
         return -EINVAL;
     pthread_mutex_lock(&self->mutex);
     double now = s_now(self);
     s_expire(self, now);
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++)
-        if (pk_keymap_find(&self->index, &keys[i]))
+        if (s_find(self, ns, &keys[i], NULL))
             rc = -EEXIST;
     if (!rc && self->free.count + self->lru.count < n)
         rc = -ENOSPC;
     size_t done = 0;
     while (!rc && done < n) {
-        rc = s_reserve_one(self, owner, &keys[done], now + self->lease_timeout,
+        rc = s_reserve_one(self, owner, ns, &keys[done], now + self->lease_timeout,
                            &blocks[done]);
         if (!rc)
             done++;
@@ -653,17 +740,17 @@ pk_store_reserve(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t 
 }
 
 static int
-s_commit(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n)
+s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, size_t n)
 {
     s_expire(self, s_now(self));
     for (size_t i = 0; i < n; i++) {
-        s_block_t *blk = s_find(self, &keys[i], NULL);
+        s_block_t *blk = s_find(self, ns, &keys[i], NULL);
         if (!blk || blk->state != S_WRITING || blk->owner != owner)
             return -ENOENT;
     }
     for (size_t i = 0; i < n; i++) {
         uint32_t b;
-        s_block_t *blk = s_find(self, &keys[i], &b);
+        s_block_t *blk = s_find(self, ns, &keys[i], &b);
         if (blk->state != S_WRITING)
             continue;           //  a repeated key
         s_owner_unlink(self, b);
@@ -671,6 +758,7 @@ s_commit(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n)
         blk->state = S_READY;
         s_list_push(self->blocks, &self->lru, b);
         self->ready++;
+        self->ns[ns].ready++;
     }
     return 0;
 }
@@ -678,10 +766,17 @@ s_commit(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n)
 int
 pk_store_commit(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n)
 {
-    if (owner == PK_STORE_OWNER_PUT || !s_keys_ok(keys, n))
+    return pk_store_commit_ns(self, owner, PK_NS_SHARED, keys, n);
+}
+
+int
+pk_store_commit_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                   size_t n)
+{
+    if (owner == PK_STORE_OWNER_PUT || ns >= self->nns || !s_keys_ok(keys, n))
         return -EINVAL;
     pthread_mutex_lock(&self->mutex);
-    int rc = s_commit(self, owner, keys, n);
+    int rc = s_commit(self, owner, ns, keys, n);
     pthread_mutex_unlock(&self->mutex);
     return rc;
 }
@@ -689,7 +784,14 @@ pk_store_commit(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n
 int
 pk_store_put(pk_store_t *self, const pk_key_t *key, const void *data, size_t len)
 {
-    if (!s_key_ok(key) || !data || len != self->block_len)
+    return pk_store_put_ns(self, PK_NS_SHARED, key, data, len);
+}
+
+int
+pk_store_put_ns(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *data,
+                size_t len)
+{
+    if (ns >= self->nns || !s_key_ok(key) || !data || len != self->block_len)
         return -EINVAL;
     pthread_mutex_lock(&self->mutex);
     double now = s_now(self);
@@ -697,14 +799,14 @@ pk_store_put(pk_store_t *self, const pk_key_t *key, const void *data, size_t len
     uint32_t b = 0;
     int rc = self->free.count + self->lru.count < 1
            ? -ENOSPC
-           : s_reserve_one(self, PK_STORE_OWNER_PUT, key, now + self->lease_timeout, &b);
+           : s_reserve_one(self, PK_STORE_OWNER_PUT, ns, key, now + self->lease_timeout, &b);
     pthread_mutex_unlock(&self->mutex);
     if (rc)
         return rc;
     //  A WRITING block is nobody else's to touch until its lease ends.
     memcpy((uint8_t *) self->base + (size_t) b * self->block_len, data, len);
     pthread_mutex_lock(&self->mutex);
-    rc = s_commit(self, PK_STORE_OWNER_PUT, key, 1);
+    rc = s_commit(self, PK_STORE_OWNER_PUT, ns, key, 1);
     pthread_mutex_unlock(&self->mutex);
     return rc == -ENOENT ? -ETIMEDOUT : rc;
 }
@@ -712,18 +814,24 @@ pk_store_put(pk_store_t *self, const pk_key_t *key, const void *data, size_t len
 int
 pk_store_drop(pk_store_t *self, const pk_key_t *keys, size_t n)
 {
-    if (!s_keys_ok(keys, n))
+    return pk_store_drop_ns(self, PK_NS_SHARED, keys, n);
+}
+
+int
+pk_store_drop_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n)
+{
+    if (ns >= self->nns || !s_keys_ok(keys, n))
         return -EINVAL;
     pthread_mutex_lock(&self->mutex);
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
-        s_block_t *blk = s_find(self, &keys[i], NULL);
+        s_block_t *blk = s_find(self, ns, &keys[i], NULL);
         if (blk && (blk->state != S_READY || blk->pins))
             rc = -EBUSY;
     }
     for (size_t i = 0; i < n && !rc; i++) {
         uint32_t b;
-        if (s_find(self, &keys[i], &b))
+        if (s_find(self, ns, &keys[i], &b))
             s_free_ready(self, b);
     }
     pthread_mutex_unlock(&self->mutex);
@@ -736,8 +844,8 @@ pk_store_drop(pk_store_t *self, const pk_key_t *keys, size_t n)
 //  Files the job and pins what it can; the job record comes allocated
 //  (outside the lock) with room for n blocks.
 static int
-s_pin(pk_store_t *self, s_job_t *job, const pk_key_t *keys, size_t n, uint32_t *blocks,
-      bool *pinned)
+s_pin(pk_store_t *self, unsigned ns, s_job_t *job, const pk_key_t *keys, size_t n,
+      uint32_t *blocks, bool *pinned)
 {
     s_expire(self, s_now(self));
     pk_key_t id = s_id_key(&job->id);
@@ -747,7 +855,7 @@ s_pin(pk_store_t *self, s_job_t *job, const pk_key_t *keys, size_t n, uint32_t *
     job->n = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t b;
-        s_block_t *blk = s_find(self, &keys[i], &b);
+        s_block_t *blk = s_resolve(self, ns, &keys[i], &b);
         pinned[i] = blk && blk->state == S_READY;
         blocks[i] = pinned[i] ? b : PK_STORE_NO_BLOCK;
         if (!pinned[i])
@@ -755,6 +863,7 @@ s_pin(pk_store_t *self, s_job_t *job, const pk_key_t *keys, size_t n, uint32_t *
         if (blk->pins++ == 0) {
             s_list_remove(self->blocks, &self->lru, b);
             self->pinned++;
+            self->ns[blk->ns].pinned++;
         }
         job->blocks[job->n++] = b;
     }
@@ -780,7 +889,14 @@ int
 pk_store_pin(pk_store_t *self, const pk_key_t *keys, size_t n, uint64_t *job_id,
              uint32_t *blocks, bool *pinned)
 {
-    if (!job_id)
+    return pk_store_pin_ns(self, PK_NS_SHARED, keys, n, job_id, blocks, pinned);
+}
+
+int
+pk_store_pin_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n,
+                uint64_t *job_id, uint32_t *blocks, bool *pinned)
+{
+    if (!job_id || ns >= self->nns)
         return -EINVAL;
     int rc;
     s_job_t *job = s_job_new(keys, n, blocks, pinned, &rc);
@@ -788,7 +904,7 @@ pk_store_pin(pk_store_t *self, const pk_key_t *keys, size_t n, uint64_t *job_id,
         return rc;
     pthread_mutex_lock(&self->mutex);
     job->id = self->next_job_id++;
-    rc = s_pin(self, job, keys, n, blocks, pinned);
+    rc = s_pin(self, ns, job, keys, n, blocks, pinned);
     pthread_mutex_unlock(&self->mutex);
     if (rc)
         free(job);
@@ -801,6 +917,15 @@ int
 pk_store_pin_job(pk_store_t *self, uint64_t job_id, const pk_key_t *keys, size_t n,
                  uint32_t *blocks, bool *pinned)
 {
+    return pk_store_pin_job_ns(self, PK_NS_SHARED, job_id, keys, n, blocks, pinned);
+}
+
+int
+pk_store_pin_job_ns(pk_store_t *self, unsigned ns, uint64_t job_id, const pk_key_t *keys,
+                    size_t n, uint32_t *blocks, bool *pinned)
+{
+    if (ns >= self->nns)
+        return -EINVAL;
     int rc;
     s_job_t *job = s_job_new(keys, n, blocks, pinned, &rc);
     if (!job)
@@ -813,7 +938,7 @@ pk_store_pin_job(pk_store_t *self, uint64_t job_id, const pk_key_t *keys, size_t
     else if (pk_keymap_find(&self->jobs, &id))
         rc = -EEXIST;
     else
-        rc = s_pin(self, job, keys, n, blocks, pinned);
+        rc = s_pin(self, ns, job, keys, n, blocks, pinned);
     pthread_mutex_unlock(&self->mutex);
     if (rc)
         free(job);
@@ -897,8 +1022,28 @@ pk_store_stats(pk_store_t *self, pk_store_stats_t *out)
         .pending = self->pending,
         .misses = self->misses,
         .expired = self->expired,
+        .probes = self->probes,
     };
     pthread_mutex_unlock(&self->mutex);
+}
+
+int
+pk_store_stats_ns(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out)
+{
+    if (ns >= self->nns || !out)
+        return -EINVAL;
+    pthread_mutex_lock(&self->mutex);
+    const s_ns_t *c = &self->ns[ns];
+    *out = (pk_store_ns_stats_t) { c->ready, c->pinned, c->lookups, c->hits, c->pending,
+                                   c->misses };
+    pthread_mutex_unlock(&self->mutex);
+    return 0;
+}
+
+size_t
+pk_store_namespaces(const pk_store_t *self)
+{
+    return self->nns;
 }
 
 static pk_lookup_result_t

@@ -12,6 +12,15 @@
 
     Keys are copied into the store (up to PK_MAX_KEY_BYTES bytes); the
     caller's pk_key_t must carry pk_key_make's hash.
+
+    Namespaces (--tenants, tenants.h): every key lives in one namespace,
+    numbered 0 (shared) .. namespaces - 1, and the same key may be in
+    several.  The _ns calls name one; the calls without _ns are namespace
+    0, which is all a store made without namespaces has.  Writes (reserve,
+    commit, put, drop) act on their namespace only; reads on behalf of
+    namespace ns (lookup, pin) see ns and shared, and always probe both:
+    a key held only by another namespace answers exactly like an absent
+    one, at the same cost (store.c says how).
 */
 #ifndef PK_STORE_H_INCLUDED
 #define PK_STORE_H_INCLUDED
@@ -28,9 +37,10 @@
 
 typedef struct {
     double lease_timeout;       //  a reservation not committed by then is freed (30 s)
+    size_t namespaces;          //  0 or 1: the shared one only; at most PK_NS_MAX
 } pk_store_config_t;
 
-#define PK_STORE_CONFIG_DEFAULT { 30.0 }
+#define PK_STORE_CONFIG_DEFAULT { 30.0, 1 }
 
 /*  Where pk_store_new_logged says that it reclaimed a dead owner's pool.  */
 typedef void (pk_store_log_fn)(void *arg, const char *line);
@@ -48,7 +58,17 @@ typedef struct {
     uint64_t pending;           //  answered HIT_PENDING
     uint64_t misses;
     uint64_t expired;           //  leases that ran out
+    uint64_t probes;            //  index probes made by lookups and pins (2 per key
+                                //  for a namespace other than shared, else 1)
 } pk_store_stats_t;
+
+/*  One namespace's share: its blocks READY and pinned (by the block's
+    namespace), and the lookups made on its behalf (by the asker's
+    namespace; a hit may be on a shared block).  */
+typedef struct {
+    size_t ready, pinned;
+    uint64_t lookups, hits, pending, misses;
+} pk_store_ns_stats_t;
 
 typedef struct _pk_store_t pk_store_t;
 
@@ -87,6 +107,10 @@ const char *pk_store_name(const pk_store_t *self);      //  NULL for anonymous m
 
 /*  HIT (READY; counts as a use for the LRU), HIT_PENDING (WRITING) or MISS.  */
 pk_lookup_result_t pk_store_lookup(pk_store_t *self, const pk_key_t *key);
+/*  The same on behalf of namespace ns: ns's block if READY, else shared's
+    if READY, else HIT_PENDING if either is being written, else MISS.  An
+    ns the store has not (>= namespaces) looks at shared only.  */
+pk_lookup_result_t pk_store_lookup_ns(pk_store_t *self, unsigned ns, const pk_key_t *key);
 
 /*  The engine's write path.  reserve takes n blocks in WRITING state for n
     new keys, under owner's lease, evicting LRU blocks if nothing is free,
@@ -98,16 +122,25 @@ pk_lookup_result_t pk_store_lookup(pk_store_t *self, const pk_key_t *key);
 int pk_store_reserve(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n,
                      uint32_t *blocks);
 int pk_store_commit(pk_store_t *self, uint64_t owner, const pk_key_t *keys, size_t n);
+/*  The same in namespace ns (-EINVAL for one the store has not): -EEXIST
+    means present in ns itself, whatever other namespaces hold.  */
+int pk_store_reserve_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                        size_t n, uint32_t *blocks);
+int pk_store_commit_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                       size_t n);
 
 /*  Reserve, copy and commit one block by value; len must be block_len
     (-EINVAL).  The copy runs outside the lock.  -ETIMEDOUT if the lease ran
     out during the copy.  */
 int pk_store_put(pk_store_t *self, const pk_key_t *key, const void *data, size_t len);
+int pk_store_put_ns(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *data,
+                    size_t len);
 
 /*  Removes READY keys; absent keys are ignored.  All or nothing: -EBUSY if
     a key is pinned or WRITING (a reservation ends by commit, lease or
     release_owner, never by drop).  */
 int pk_store_drop(pk_store_t *self, const pk_key_t *keys, size_t n);
+int pk_store_drop_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n);
 
 /*  Pins the READY keys of keys[] as one new job: *job_id is the next id
     of the store's one counter, and for each key pinned[i] and blocks[i]
@@ -116,12 +149,18 @@ int pk_store_drop(pk_store_t *self, const pk_key_t *keys, size_t n);
     pinned.  Returns 0, or -EINVAL / -ENOMEM with nothing pinned.  */
 int pk_store_pin(pk_store_t *self, const pk_key_t *keys, size_t n, uint64_t *job_id,
                  uint32_t *blocks, bool *pinned);
+/*  The same on behalf of namespace ns: each key resolves as
+    pk_store_lookup_ns does, only READY blocks pinned.  */
+int pk_store_pin_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n,
+                    uint64_t *job_id, uint32_t *blocks, bool *pinned);
 
 /*  The same under an id from pk_store_new_job_id (the engine's
     prefill/decode stores): -EINVAL if the counter never gave it, -EEXIST
     if a job with that id is live.  */
 int pk_store_pin_job(pk_store_t *self, uint64_t job_id, const pk_key_t *keys, size_t n,
                      uint32_t *blocks, bool *pinned);
+int pk_store_pin_job_ns(pk_store_t *self, unsigned ns, uint64_t job_id, const pk_key_t *keys,
+                        size_t n, uint32_t *blocks, bool *pinned);
 
 /*  Takes the next id from the counter pk_store_pin uses (the first is 1).  */
 uint64_t pk_store_new_job_id(pk_store_t *self);
@@ -138,6 +177,9 @@ size_t pk_store_expire_leases(pk_store_t *self);
 size_t pk_store_release_owner(pk_store_t *self, uint64_t owner);
 
 void pk_store_stats(pk_store_t *self, pk_store_stats_t *out);
+/*  Namespace ns's share (0, or -EINVAL past namespaces).  */
+int pk_store_stats_ns(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out);
+size_t pk_store_namespaces(const pk_store_t *self);
 
 /*  The server role's parent seam, served by this store: lookup is
     pk_store_lookup, create_store_job pk_store_pin, store_result

@@ -11,12 +11,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-//  {"cmd": cmd, "keys": [...]}, or NULL (out of memory).
+//  req with the handle's namespace, when it is not the shared one (the
+//  server's default: the request is then exactly what it was before).
 static json_t *
-s_keys_req(const char *cmd, const p2pkv_key_t *keys, size_t n)
+s_in_ns(p2pkv_engine_t *self, json_t *req)
+{
+    if (req && self->ns[0] && json_object_set_new(req, "namespace", json_string(self->ns)) != 0) {
+        json_decref(req);
+        return NULL;
+    }
+    return req;
+}
+
+//  {"cmd": cmd, "keys": [...], "namespace": NS}, or NULL (out of memory).
+static json_t *
+s_keys_req(p2pkv_engine_t *self, const char *cmd, const p2pkv_key_t *keys, size_t n)
 {
     json_t *arr = pk_engine_keys_json(keys, n);
-    return arr ? json_pack("{s:s, s:o}", "cmd", cmd, "keys", arr) : NULL;
+    return s_in_ns(self, arr ? json_pack("{s:s, s:o}", "cmd", cmd, "keys", arr) : NULL);
+}
+
+int
+p2pkv_engine_set_namespace(p2pkv_engine_t *self, const char *ns, char *err)
+{
+    if (!self)
+        return pk_err(err, -EINVAL, "self: NULL");
+    if (!ns || !*ns || streq(ns, "shared")) {
+        self->ns[0] = '\0';
+        return 0;
+    }
+    size_t len = strlen(ns);
+    bool ok = len <= P2PKV_ENGINE_MAX_NAMESPACE
+              && strspn(ns, "abcdefghijklmnopqrstuvwxyz0123456789_-") == len
+              && ns[0] != '_' && ns[0] != '-';
+    if (!ok)
+        return pk_err(err, -EINVAL, "ns: \"%.40s\": expected 1..%d of a-z 0-9 _ -, the first "
+                      "a letter or digit", ns, P2PKV_ENGINE_MAX_NAMESPACE);
+    memcpy(self->ns, ns, len + 1);
+    return 0;
 }
 
 int
@@ -28,7 +60,7 @@ p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
              : pk_engine_check_keys(keys, n, err);
     if (rc)
         return rc;
-    json_t *a = pk_elink_ask(self, s_keys_req("reserve", keys, n), "reserve", &rc, err);
+    json_t *a = pk_elink_ask(self, s_keys_req(self, "reserve", keys, n), "reserve", &rc, err);
     if (!a)
         return rc;
     const json_t *arr = json_object_get(a, "blocks");
@@ -58,7 +90,7 @@ p2pkv_engine_commit(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, cha
     }
     if (rc)
         return rc;
-    json_t *a = pk_elink_ask(self, s_keys_req("commit", keys, n), "commit", &rc, err);
+    json_t *a = pk_elink_ask(self, s_keys_req(self, "commit", keys, n), "commit", &rc, err);
     if (a)
         pk_engine_unhold(self, keys, n);
     json_decref(a);
@@ -95,7 +127,7 @@ p2pkv_engine_drop(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, char 
     int rc = !self ? pk_err(err, -EINVAL, "self: NULL") : pk_engine_check_keys(keys, n, err);
     if (rc)
         return rc;
-    json_decref(pk_elink_ask(self, s_keys_req("drop", keys, n), "drop", &rc, err));
+    json_decref(pk_elink_ask(self, s_keys_req(self, "drop", keys, n), "drop", &rc, err));
     return rc;
 }
 
@@ -123,8 +155,8 @@ p2pkv_engine_store(p2pkv_engine_t *self, const char *consumer, const char *kv,
     if (rc)
         return rc;
     json_t *arr = pk_engine_keys_json(keys, n);
-    json_t *req = arr ? json_pack("{s:s, s:s, s:s, s:o}", "cmd", "store", "peer", consumer,
-                                  "kv", kv, "keys", arr) : NULL;
+    json_t *req = s_in_ns(self, arr ? json_pack("{s:s, s:s, s:s, s:o}", "cmd", "store", "peer",
+                                                consumer, "kv", kv, "keys", arr) : NULL);
     if (req && round >= 0)
         json_object_set_new(req, "round", json_integer(round));
     json_t *a = pk_elink_ask(self, req, "store", &rc, err);
@@ -178,8 +210,8 @@ p2pkv_engine_pull(p2pkv_engine_t *self, const char *endpoint, const p2pkv_key_t 
     if (rc)
         return rc;
     json_t *arr = pk_engine_keys_json(keys, n);
-    json_t *req = arr ? json_pack("{s:s, s:s, s:o}", "cmd", "pull", "server", endpoint,
-                                  "keys", arr) : NULL;
+    json_t *req = s_in_ns(self, arr ? json_pack("{s:s, s:s, s:o}", "cmd", "pull", "server",
+                                                endpoint, "keys", arr) : NULL);
     json_t *a = pk_elink_ask(self, req, "pull", &rc, err);
     if (!a)
         return rc;

@@ -38,6 +38,7 @@ struct _p2pkv_engine_t {
     //  copied bytes), and a bit per block of the pool
     pk_keymap_t reserved;
     uint8_t *held;
+    char ns[P2PKV_ENGINE_MAX_NAMESPACE + 1];    //  "" = the shared namespace
 };
 
 /*  Local checks of keys[n]: 0, or -EINVAL with err naming the argument.  */

@@ -85,6 +85,7 @@ _PROTOTYPES = {
     "p2pkv_engine_info": (POINTER(EngineInfo), [_P]),
     "p2pkv_engine_pool": (c_void_p, [_P]),
     "p2pkv_engine_set_timeout": (None, [_P, c_double]),
+    "p2pkv_engine_set_namespace": (c_int, [_P, c_char_p, _ERR]),
     "p2pkv_engine_reserve": (c_int, [_P, _KEYS, c_size_t, POINTER(c_uint32), _ERR]),
     "p2pkv_engine_write": (c_int, [_P, c_uint32, c_size_t, c_void_p, c_size_t, _ERR]),
     "p2pkv_engine_commit": (c_int, [_P, _KEYS, c_size_t, _ERR]),

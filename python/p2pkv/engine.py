@@ -33,9 +33,12 @@ class Event:
 
 
 class Engine:
-    """Attached to the local server at local_endpoint (its --local)."""
+    """Attached to the local server at local_endpoint (its --local).
+    namespace: the tenant namespace (the server's --tenants) that reserve,
+    commit, put, drop, store and pull name; None is the shared one."""
 
-    def __init__(self, local_endpoint: str, timeout: float = 10.0):
+    def __init__(self, local_endpoint: str, timeout: float = 10.0,
+                 namespace: Optional[str] = None):
         lib = L.lib()
         err = ctypes.create_string_buffer(L.ERRLEN)
         h = lib.p2pkv_engine_open(local_endpoint.encode(), timeout, L.ON_EVENT(), None, err)
@@ -53,6 +56,20 @@ class Engine:
                                      self.num_blocks * self.block_len)
         """The server's pool, mapped read-write: block b at b * block_len.
         Valid until close."""
+        self.namespace: Optional[str] = None
+        if namespace is not None:
+            try:
+                self.set_namespace(namespace)
+            except Error:
+                self.close()
+                raise
+
+    def set_namespace(self, namespace: Optional[str]) -> None:
+        """The namespace of this engine's later calls (None, "" or "shared":
+        the shared one); commit a reservation before switching."""
+        self._call("p2pkv_engine_set_namespace", "namespace",
+                   namespace.encode() if namespace else None)
+        self.namespace = namespace or None
 
     def _h(self):
         if self._handle is None:

@@ -214,3 +214,29 @@ def test_ctrl_c_still_raises_keyboard_interrupt(server):
                          timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "KeyboardInterrupt", \
         (out.returncode, out.stdout, out.stderr)
+
+
+def test_engine_namespace_is_what_consumers_see(server_factory, tmp_path):
+    """--tenants with keyless consumers in alpha: an engine in beta publishes
+    what they cannot see, one in alpha and one in shared what they can."""
+    tenants = tmp_path / "tenants"
+    # a real CURVE public key (libzmq's documentation's), which nobody here
+    # holds: it only brings namespace beta into being
+    tenants.write_text("Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID beta\n* alpha\n")
+    s = server_factory("--tenants", str(tenants))
+    with p2pkv.Engine(s.local, namespace="alpha") as ea, \
+            p2pkv.Engine(s.local, namespace="beta") as eb, p2pkv.Engine(s.local) as es:
+        assert ea.namespace == "alpha" and es.namespace is None
+        ka, _ = publish(ea, 1, seed=1)
+        kb, _ = publish(eb, 1, seed=2)
+        ks, _ = publish(es, 1, seed=3)
+        with p2pkv.Client("py-tenant", 8, ea.block_len) as c:
+            srv = c.connect(s.endpoint)
+            look = c.lookup(srv, "req-t", ka + kb + ks)
+            assert look.hits == [True, False, True]
+        st = es.stats()["namespaces"]
+        assert st["alpha"]["ready"] == 1 and st["beta"]["ready"] == 1
+        assert st["alpha"]["misses"] == 1 and st["beta"]["lookups"] == 0
+    with pytest.raises(p2pkv.Error) as e:
+        p2pkv.Engine(s.local, namespace="Not-A-Name")
+    assert "ns:" in str(e.value)
