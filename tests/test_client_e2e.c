@@ -576,7 +576,9 @@ START_TEST(test_server_killed_mid_transfer)
     ck_assert_int_eq(c.fetches, 1);
     ck_assert_uint_eq(c.fetch_id, id);
     ck_assert_msg(c.status == P2PKV_FAILED, "status %s (%s)", s_status_name(c.status), c.reason);
-    ck_assert_msg(c.ended_at - killed <= bound + 1.0,
+    //  3 s of slack: a loaded 2-core machine (CI under ASan, or builds
+    //  beside it) was seen to take 2 s; the defaults it must beat are 10-40 s
+    ck_assert_msg(c.ended_at - killed <= bound + 3.0,
                   "failed %.2f s after the kill; the timeouts allow %.2f s (%s)",
                   c.ended_at - killed, bound, c.reason);
     ck_assert_uint_eq(p2pkv_client_open_fetches(c.client), 0);
