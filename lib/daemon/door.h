@@ -17,6 +17,7 @@ struct pk_peer {
     uint8_t rid[256];
     size_t rlen;
     char *consumer;
+    char curve_key[41];         //  the consumer's CURVE public key (Z85), "" without CURVE
     pk_msg_t *connect;
     pk_channel_t *channel;      //  opened by the peer's actor, closed by the door
     zactor_t *actor;
@@ -46,6 +47,11 @@ pk_peer_t *pk_door_peer_by_consumer(pk_node_t *node, const char *consumer);
 /*  Hands a held store or finish to the peer's actor without waiting: 0,
     or -EAGAIN (its pipe is full) with h still the caller's.  */
 int pk_door_deliver(pk_node_t *node, pk_peer_t *peer, pk_held_t *h);
+
+/*  After a SIGHUP reload: ends the session of every peer whose CURVE key
+    is no longer allowed (disconnect retired, "CURVE key revoked"); the
+    number ended.  */
+size_t pk_door_revoke(pk_node_t *node);
 
 /*  Tears down the peers on the gone list (and only those).  */
 void pk_door_reap(pk_node_t *node);

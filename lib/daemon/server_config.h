@@ -56,6 +56,9 @@ typedef struct {
     char *metrics_bind;         //  "ADDR:PORT", NULL = no metrics listener
     char **allow;               //  IPv4/IPv6 addresses or CIDR ranges; none = everyone
     size_t nallow;
+    char *curve_secret;         //  the server's czmq certificate (NAME_secret); NULL = no CURVE
+    char *curve_allow;          //  directory of the consumers' public certificates
+    char *curve_servers;        //  directory of the servers' public certificates (for pull)
     int log_level;              //  PK_LOG_*: PK_LOG_INFO
     //  Timeouts in seconds (0 < t <= PK_CONFIG_MAX_SECONDS), server side.
     double lookup_timeout;      //  5: parked lookup keys answer as misses
