@@ -467,6 +467,60 @@ START_TEST(test_cli_get_with_curve)
 }
 END_TEST
 
+//  --curve-servers: server a, with its own keypair allowed by server b and
+//  b's certificate (its endpoint in the metadata) in a's --curve-servers,
+//  pulls a block from b; a pull from a server a has no key for fails,
+//  saying so, rather than going in the clear.
+START_TEST(test_pull_between_curve_servers)
+{
+    s_keys_t k;
+    s_keys_new(&k);
+    zcert_t *a_cert = s_keygen(&k, "a");
+    s_allow(&k, "a", true);
+    td_t a, b;
+    s_start(&b, &k, -1);
+    char servers[128], path[160], a_secret[128];
+    snprintf(servers, sizeof servers, "%s/servers", k.dir);
+    ck_assert_int_eq(mkdir(servers, 0700), 0);
+    snprintf(path, sizeof path, "%s/b", servers);
+    zcert_t *b_pub = zcert_new_from(zcert_public_key(k.server), zcert_secret_key(k.server));
+    zcert_set_meta(b_pub, "endpoint", "%s", b.endpoint);
+    ck_assert_int_eq(zcert_save_public(b_pub, path), 0);
+    zcert_destroy(&b_pub);
+    snprintf(a_secret, sizeof a_secret, "%s/a_secret", k.dir);
+    td_start(&a, (const char *const[]) { "--curve-secret", a_secret, "--curve-allow", k.allow,
+                                         "--curve-servers", servers, NULL });
+    uint8_t raw[32], data[BLOCK];
+    s_publish(&b, raw, data);
+    p2pkv_engine_t *ea = td_engine_open(&a, NULL, NULL);
+    p2pkv_key_t key = { raw, 32 };
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t id = 0;
+    size_t fetching = 0;
+    bool present = false;
+    ck_assert_msg(p2pkv_engine_pull(ea, b.endpoint, &key, 1, &id, &fetching, &present, err) == 0,
+                  "%s", err);
+    p2pkv_engine_event_t ev;
+    ck_assert_int_eq(p2pkv_engine_next_event(ea, 30, &ev), 0);
+    ck_assert_msg(ev.kind == P2PKV_EVENT_PULL && ev.success && ev.landed == 1, "pull: %s",
+                  ev.reason);
+    uint8_t other[32];
+    randombytes_buf(other, sizeof other);
+    key = (p2pkv_key_t) { other, 32 };
+    ck_assert_int_eq(p2pkv_engine_pull(ea, "tcp://127.0.0.1:9", &key, 1, &id, &fetching,
+                                       &present, err), 0);
+    ck_assert_int_eq(p2pkv_engine_next_event(ea, 30, &ev), 0);
+    ck_assert_msg(ev.kind == P2PKV_EVENT_PULL && !ev.success
+                  && strstr(ev.reason, "no CURVE key for tcp://127.0.0.1:9"), "pull: %s",
+                  ev.reason);
+    p2pkv_engine_close(&ea);
+    ck_assert_int_eq(td_stop(&a), 0);
+    ck_assert_int_eq(td_stop(&b), 0);
+    zcert_destroy(&a_cert);
+    s_keys_destroy(&k);
+}
+END_TEST
+
 //  p2pkv_client_new refuses a partial set, bad Z85 and a public key that
 //  is not the secret key's, naming the field (no server needed).
 START_TEST(test_client_config_keys_checked)
@@ -510,6 +564,7 @@ main(void)
     tcase_add_test(tc, test_curve_on_one_side_only);
     tcase_add_test(tc, test_sighup_adds_and_revokes);
     tcase_add_test(tc, test_cli_get_with_curve);
+    tcase_add_test(tc, test_pull_between_curve_servers);
     suite_add_tcase(s, tc);
     return pk_test_run("curve", s);
 }
