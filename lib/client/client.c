@@ -628,9 +628,12 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
     double now = pk_clock_monotonic();
     if (s->channel && self->ops->channel_progress(s->channel) > 0)
         s->last_landed = now;
-    //  refused (the key, or CURVE on one side only): retrying cannot help
+    //  refused (the key, or CURVE on one side only): retrying cannot help.
+    //  Only a handshake is refused, never an UP session's traffic, so the
+    //  monitor costs an UP server's step nothing (ZMQ_EVENTS may poll the
+    //  socket's mailbox)
     char why[PK_ERRLEN];
-    if (s->monitor && !s->refused
+    if (s->monitor && !s->refused && s->state != P2PKV_SERVER_UP
         && (s->refused = pk_client_curve_refused(s->monitor, self->curve.on, why, sizeof why))) {
         pk_client_session_disconnect(s->session, PK_DISC_RETIRED, why);
         snprintf(s->reason, sizeof s->reason, "%s", why);
