@@ -5,7 +5,8 @@
     for it, and runs until SIGINT or SIGTERM.  The first signal shuts down
     cleanly within --shutdown-timeout (sessions get `disconnect shutdown`,
     writes drain, the shared-memory pool is unlinked); a second exits at
-    once, still unlinking the pool.
+    once, still unlinking the pool.  SIGHUP reloads --curve-allow (and
+    --curve-servers) in the node's loop.
 */
 #include "daemon/limits.h"
 #include "daemon/node.h"
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t s_stop;
+static volatile sig_atomic_t s_reload;
 static char s_pool_name[256];
 
 static void
@@ -32,6 +34,14 @@ s_on_signal(int sig)
         _exit(PK_EXIT_RUNTIME);
     }
     s_stop = 1;
+}
+
+//  Only a flag: the node's loop reloads between wakes (the signal also
+//  interrupts its poll, so it comes within a wake).
+static void
+s_on_hup(int sig)
+{
+    s_reload = 1;
 }
 
 int
@@ -66,6 +76,8 @@ main(int argc, char *argv[])
     sa.sa_handler = s_on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = s_on_hup;
+    sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     snprintf(s_pool_name, sizeof s_pool_name, "%s", config.pool_name);
@@ -76,6 +88,7 @@ main(int argc, char *argv[])
         pk_server_config_fini(&config);
         return PK_EXIT_RUNTIME;
     }
+    pk_node_watch_reload(node, &s_reload);
     printf("%s\n", pk_node_ready_line(node));
     fflush(stdout);
     pk_node_run(node, &s_stop);

@@ -60,7 +60,15 @@ static const struct {
       "terminal, a progress line on standard error\n"
       "--fingerprint F --hash-seed S (the server's, learnt by\n"
       "default), --provider P (tcp), --fabric-addr ADDR (the\n"
-      "data plane's local address), --timeout SECONDS (30)" },
+      "data plane's local address), --timeout SECONDS (30),\n"
+      "--curve-secret FILE --server-key FILE (a CURVE server:\n"
+      "our certificate as keygen wrote it, NAME_secret, and\n"
+      "the server's public certificate; both or neither)" },
+    { "keygen", "keygen [--endpoint EP] NAME",
+      "writes a new CURVE keypair as czmq certificates: NAME\n"
+      "(public: give it to the server's --curve-allow DIR, or\n"
+      "--curve-servers DIR with --endpoint) and NAME_secret\n"
+      "(mode 0600); refuses to overwrite either" },
     { "codec", "codec [FILE...]",
       "decode control-plane frames, one JSON object per line\n"
       "(from the files, or standard input), and print each\n"
@@ -332,10 +340,89 @@ s_cmd_put(int argc, char *argv[])
 }
 
 //  --------------------------------------------------------------------------
+//  keygen, and the certificates lookup and get read
+
+//  A CURVE keypair as czmq certificates, NAME and NAME_secret, neither
+//  overwritten; the secret one created 0600 (the umask, not a chmod
+//  after: never readable by others, not even for a moment).
+static int
+s_cmd_keygen(int argc, char *argv[])
+{
+    static const struct option opts[] = {
+        { "endpoint", required_argument, NULL, 'e' }, { NULL, 0, NULL, 0 }
+    };
+    const char *endpoint = NULL;
+    optind = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+        if (c != 'e') {
+            fprintf(stderr, "usage: p2pkv keygen [--endpoint EP] NAME\n");
+            return EXIT_ERROR;
+        }
+        endpoint = optarg;
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "usage: p2pkv keygen [--endpoint EP] NAME\n");
+        return EXIT_ERROR;
+    }
+    const char *name = argv[optind];
+    char secret[4096];
+    snprintf(secret, sizeof secret, "%s_secret", name);
+    struct stat st;
+    if (stat(name, &st) == 0 || stat(secret, &st) == 0) {
+        fprintf(stderr, "p2pkv keygen: %s exists: not overwritten\n",
+                stat(name, &st) == 0 ? name : secret);
+        return EXIT_ERROR;
+    }
+    zcert_t *cert = zcert_new();
+    if (!cert)
+        return EXIT_ERROR;
+    if (endpoint)
+        zcert_set_meta(cert, "endpoint", "%s", endpoint);
+    mode_t old = umask(077);
+    int rc = zcert_save_secret(cert, secret);
+    umask(old);
+    if (rc == 0)
+        rc = zcert_save_public(cert, name);
+    if (rc != 0)
+        fprintf(stderr, "p2pkv keygen: cannot write %s: %s\n", name, strerror(errno));
+    else
+        printf("%s %s\n", name, zcert_public_txt(cert));
+    zcert_destroy(&cert);
+    return rc == 0 ? EXIT_SUCCESS : EXIT_ERROR;
+}
+
+//  --curve-secret and --server-key into the client's config: the texts
+//  live in the certificates, destroyed by the caller.  0, or -EINVAL
+//  with the reason printed.
+static int
+s_curve_certs(const char *cmd, const char *secret, const char *server, zcert_t **mine,
+              zcert_t **theirs, p2pkv_config_t *cfg)
+{
+    static const char zeros[41] = "0000000000000000000000000000000000000000";
+    if (!secret)
+        return 0;
+    *mine = zcert_load(secret);
+    *theirs = zcert_load(server);
+    const char *bad = !*mine ? "--curve-secret: not a czmq certificate"
+                      : streq(zcert_secret_txt(*mine), zeros) ? "--curve-secret: no secret key in it"
+                      : !*theirs ? "--server-key: not a czmq certificate" : NULL;
+    if (bad) {
+        fprintf(stderr, "p2pkv %s: %s (%s)\n", cmd, bad, strncmp(bad, "--s", 3) ? secret : server);
+        return -EINVAL;
+    }
+    cfg->curve_public = zcert_public_txt(*mine);
+    cfg->curve_secret = zcert_secret_txt(*mine);
+    cfg->curve_server = zcert_public_txt(*theirs);
+    return 0;
+}
+
+//  --------------------------------------------------------------------------
 //  lookup and get: the client library against a server
 
 typedef struct {
     const char *server, *outdir, *fingerprint, *hash_seed, *provider, *fabric_addr;
+    const char *curve_secret, *server_key;
     double timeout;
     bool json;
     int first;
@@ -353,6 +440,8 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
         { "fabric-addr", required_argument, NULL, 'a' },
         { "timeout", required_argument, NULL, 't' },
         { "json", no_argument, NULL, 'j' },
+        { "curve-secret", required_argument, NULL, 'C' },
+        { "server-key", required_argument, NULL, 'K' },
         { NULL, 0, NULL, 0 }
     };
     optind = 0;
@@ -370,11 +459,14 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
             case 'a': o->fabric_addr = optarg; break;
             case 't': o->timeout = atof(optarg); break;
             case 'j': o->json = true; break;
+            case 'C': o->curve_secret = optarg; break;
+            case 'K': o->server_key = optarg; break;
             default: return -EINVAL;
         }
     }
     o->first = optind;
-    return o->server && o->first < argc && o->timeout > 0 ? 0 : -EINVAL;
+    return o->server && o->first < argc && o->timeout > 0
+           && !o->curve_secret == !o->server_key ? 0 : -EINVAL;
 }
 
 //  The keys of a lookup or get, decoded from the command line.
@@ -518,6 +610,30 @@ s_interrupt_end(s_interrupt_t *self)
     return atomic_load(&self->signo);
 }
 
+//  The server described (its block length, and unless given its
+//  fingerprint and seed), then a client for it with a block per key.
+static p2pkv_client_t *
+s_remote_client(const s_remote_opts_t *o, const p2pkv_config_t *keys, size_t n,
+                p2pkv_description_t *d, char *err)
+{
+    if (p2pkv_describe_curve(o->server, o->timeout < 10 ? o->timeout : 10, keys, d, err))
+        return NULL;
+    char name[64];
+    snprintf(name, sizeof name, "p2pkv-cli-%d", (int) getpid());
+    //  a one-shot tool: a server that goes away fails the get
+    p2pkv_config_t cfg = { .peer_id = name,
+                           .fingerprint = o->fingerprint ? o->fingerprint : d->fingerprint,
+                           .hash_seed = o->hash_seed ? o->hash_seed : d->hash_seed,
+                           .provider = o->provider, .node = o->fabric_addr,
+                           .load_timeout = o->timeout,
+                           .abort_ack_timeout = 10, .keepalive_interval = 2,
+                           .silence_timeout = 10,
+                           .no_reconnect = true, .curve_public = keys->curve_public,
+                           .curve_secret = keys->curve_secret,
+                           .curve_server = keys->curve_server };
+    return p2pkv_client_new(&cfg, NULL, n, d->block_len, (p2pkv_callbacks_t) { 0 }, err);
+}
+
 static int
 s_cmd_remote(int argc, char *argv[], bool get)
 {
@@ -525,36 +641,24 @@ s_cmd_remote(int argc, char *argv[], bool get)
     s_interrupt_init(&intr);
     s_remote_opts_t o = { 0 };
     if (s_remote_opts(argc, argv, &o)) {
-        fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT%s [--json] KEY...\n",
+        fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT%s [--json] "
+                "[--curve-secret FILE --server-key FILE] KEY...\n",
                 get ? "get" : "lookup", get ? " [-o DIR]" : "");
         return EXIT_ERROR;
     }
     s_get_t g = { 0 };
     int rc = EXIT_ERROR;
     p2pkv_client_t *client = NULL;
-    if (s_parse_keys(argv, o.first, argc, &g))
+    zcert_t *mine = NULL, *theirs = NULL;
+    p2pkv_config_t keys = { 0 };
+    if (s_parse_keys(argv, o.first, argc, &g)
+        || s_curve_certs(get ? "get" : "lookup", o.curve_secret, o.server_key, &mine, &theirs,
+                         &keys))
         goto done;
     char err[256] = "";
     p2pkv_description_t d;
-    if (p2pkv_describe(o.server, o.timeout < 10 ? o.timeout : 10, &d, err)) {
+    if (!(client = s_remote_client(&o, &keys, g.n, &d, err))) {
         fprintf(stderr, "p2pkv %s: %s\n", get ? "get" : "lookup", err);
-        goto done;
-    }
-    //  learn the block length (and, unless given, the fingerprint and seed)
-    char name[64];
-    snprintf(name, sizeof name, "p2pkv-cli-%d", (int) getpid());
-    //  a one-shot tool: a server that goes away fails the get
-    p2pkv_config_t cfg = { .peer_id = name,
-                           .fingerprint = o.fingerprint ? o.fingerprint : d.fingerprint,
-                           .hash_seed = o.hash_seed ? o.hash_seed : d.hash_seed,
-                           .provider = o.provider, .node = o.fabric_addr,
-                           .load_timeout = o.timeout,
-                           .abort_ack_timeout = 10, .keepalive_interval = 2,
-                           .silence_timeout = 10,
-                           .no_reconnect = true };
-    client = p2pkv_client_new(&cfg, NULL, g.n, d.block_len, (p2pkv_callbacks_t) { 0 }, err);
-    if (!client) {
-        fprintf(stderr, "p2pkv: %s\n", err);
         goto done;
     }
     int server = p2pkv_client_connect(client, o.server, o.timeout, err);
@@ -594,6 +698,8 @@ s_cmd_remote(int argc, char *argv[], bool get)
 done:
     s_interrupt_end(&intr);
     p2pkv_client_destroy(&client);
+    zcert_destroy(&mine);
+    zcert_destroy(&theirs);
     free(g.keys);
     free(g.bytes);
     pthread_sigmask(SIG_SETMASK, &intr.old, NULL);
@@ -709,6 +815,8 @@ main(int argc, char *argv[])
         return EXIT_SUCCESS;
     if (strcmp(cmd, "codec") == 0)
         return s_cmd_codec(argc - optind, argv + optind);
+    if (strcmp(cmd, "keygen") == 0)
+        return s_cmd_keygen(argc - optind, argv + optind);
     if (sodium_init() < 0)
         return EXIT_ERROR;
     if (strcmp(cmd, "put") == 0)

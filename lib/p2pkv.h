@@ -110,12 +110,33 @@ typedef struct {
                                     //  (DOWN, its fetches failed), as a stuck one
     bool no_reconnect;              //  a server gone stays DOWN
     bool progress_thread;           //  a thread of the client's drives it
+    /*  CURVE (doc/security.md): all three, or none (NULL: plain TCP).  Z85
+        text, 40 characters each, as in a czmq certificate (p2pkv keygen).
+        With them every control socket (sessions, p2pkv_describe_curve)
+        authenticates this consumer to the server and encrypts; a server
+        that refuses the key fails p2pkv_client_connect with -EACCES,
+        "the server refused our CURVE key".  At the end of the struct, so
+        that code built before them (zeroing the struct) is unchanged.  */
+    const char *curve_public;       //  this consumer's public key
+    const char *curve_secret;       //  this consumer's secret key
+    const char *curve_server;       //  the server's public key (per server:
+                                    //  p2pkv_client_connect_curve)
 } p2pkv_config_t;
 
 /*  Learns a server's block length, fingerprint and hash seed (so a tool
     can size its pool before connecting).  0 or a negative errno with err
     (P2PKV_ERRLEN bytes).  */
 int p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, char *err);
+
+/*  p2pkv_describe of a server that runs CURVE (p2pkv-server
+    --curve-secret): the DEALER uses config's curve_public, curve_secret
+    and curve_server (config NULL, or none of them: as p2pkv_describe; its
+    other fields are not read).  -EINVAL for a bad or partial set of keys
+    (err names the field), -EACCES when the server refused the key, or
+    only one side has CURVE.  A CURVE server answers no describe from a
+    consumer whose key it does not allow.  */
+int p2pkv_describe_curve(const char *endpoint, double timeout, const p2pkv_config_t *config,
+                         p2pkv_description_t *out, char *err);
 
 /*  A client over pool (num_blocks * block_len bytes the caller owns), or
     over a pool it allocates when pool is NULL.  */
@@ -131,9 +152,18 @@ uint8_t *p2pkv_client_pool(p2pkv_client_t *self);
     Returns the server's index (>= 0; the same index again for an
     endpoint already connected) or a negative errno with err: -EPROTO when
     refused as incompatible (err names the field that differs),
-    -ETIMEDOUT, -ENOSPC beyond 64 servers at once.  While it waits, only this server is serviced (unless the
+    -ETIMEDOUT, -ENOSPC beyond 64 servers at once, -EACCES when the
+    server refused our CURVE key (or one side has CURVE, the other not).  While it waits, only this server is serviced (unless the
     progress thread runs).  */
 int p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout, char *err);
+
+/*  p2pkv_client_connect to a CURVE server whose public key (Z85) is
+    server_key rather than config.curve_server: a client of several
+    servers, each with its own key.  The client needs its CURVE keypair
+    (config): -EINVAL without it, or for a bad server_key.  -EACCES when
+    the server refused our key (or does not use CURVE).  */
+int p2pkv_client_connect_curve(p2pkv_client_t *self, const char *endpoint,
+                               const char *server_key, double timeout, char *err);
 
 /*  Ends the session with a server (its open fetches fail, cut off first)
     and frees its index for another connect.  */

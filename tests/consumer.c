@@ -7,6 +7,7 @@
 
 #include <czmq.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +19,7 @@ struct _tc_t {
     const pk_transport_ops_t *ops;
     pk_fabric_t *fabric;
     pk_channel_t *ch;
+    char curve[3][41];              //  public, secret, server's (Z85); "" without CURVE
 };
 
 //  The session's ops.  The channel lives as long as the consumer (the
@@ -34,11 +36,32 @@ s_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p, char *e
     uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
     memcpy(rid + 1, epoch, PK_EPOCH_LEN);
     zmq_setsockopt(zsock_resolve(self->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
+    if (*self->curve[0]) {
+        zsock_set_curve_serverkey(self->dealer, self->curve[2]);
+        zsock_set_curve_publickey(self->dealer, self->curve[0]);
+        zsock_set_curve_secretkey(self->dealer, self->curve[1]);
+    }
     if (zsock_connect(self->dealer, "%s", self->config.endpoint) < 0)
         return pk_err(err, -EINVAL, "cannot connect to %s", self->config.endpoint);
     if (self->ops->channel_blob(self->ch, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the endpoint");
     return 0;
+}
+
+void
+tc_set_curve(tc_t *self, const char *public_key, const char *secret_key, const char *server_key)
+{
+    snprintf(self->curve[0], sizeof self->curve[0], "%s", public_key);
+    snprintf(self->curve[1], sizeof self->curve[1], "%s", secret_key);
+    snprintf(self->curve[2], sizeof self->curve[2], "%s", server_key);
+}
+
+size_t
+tc_routing_id(tc_t *self, uint8_t *rid)
+{
+    rid[0] = 'P';
+    memcpy(rid + 1, pk_client_session_epoch(self->session), PK_EPOCH_LEN);
+    return 1 + PK_EPOCH_LEN;
 }
 
 static void

@@ -27,6 +27,15 @@ typedef struct {
 } tc_config_t;
 
 tc_t *tc_new(const tc_config_t *config);
+
+/*  The session's socket uses CURVE with these keys (Z85), from the next
+    tc_connect on.  */
+void tc_set_curve(tc_t *self, const char *public_key, const char *secret_key,
+                  const char *server_key);
+
+/*  The session's routing id ("P" + epoch) into rid (at least 17 bytes);
+    its length.  */
+size_t tc_routing_id(tc_t *self, uint8_t *rid);
 void tc_destroy(tc_t **self_p);
 
 /*  Starts the session: connect (every 0.5 s) until connect_ack or

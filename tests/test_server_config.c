@@ -27,9 +27,10 @@ static const char *const s_options[] = {
     "store-timeout", "drain-timeout", "silence-timeout", "lease-timeout", "stall-timeout",
     "shutdown-timeout", "max-requests", "max-parked-keys", "max-rounds", "pin-quota",
     "max-queued-frames", "max-frame", "max-sessions", "load-timeout", "abort-ack-timeout",
-    "connect-retry", "keepalive-interval", "tenants", "config", "help", "version",
+    "connect-retry", "keepalive-interval", "tenants", "curve-secret", "curve-allow",
+    "curve-servers", "config", "help", "version",
 };
-#define S_NSETTINGS 32      //  the leading ones that are settings
+#define S_NSETTINGS 35      //  the leading ones that are settings
 
 static char s_err[S_ERRLEN];
 
@@ -37,13 +38,13 @@ static char s_err[S_ERRLEN];
 static int
 s_parse_out(pk_server_config_t *config, FILE *out, ...)
 {
-    char *argv[64] = { "p2pkv-server" };
+    char *argv[96] = { "p2pkv-server" };
     int argc = 1;
     va_list ap;
     va_start(ap, out);
     const char *arg;
     while ((arg = va_arg(ap, const char *))) {
-        ck_assert_int_lt(argc, 63);
+        ck_assert_int_lt(argc, 95);
         argv[argc++] = (char *) arg;
     }
     va_end(ap);
@@ -211,8 +212,13 @@ START_TEST(test_every_option)
                 "--max-requests", "100", "--max-parked-keys", "200", "--max-rounds", "300",
                 "--pin-quota", "400", "--max-queued-frames", "500", "--max-frame", "4096",
                 "--max-sessions", "600", "--load-timeout", "34", "--abort-ack-timeout", "13",
-                "--connect-retry", "0.25", "--keepalive-interval", "1.5"),
+                "--connect-retry", "0.25", "--keepalive-interval", "1.5",
+                "--curve-secret", "/etc/p2pkv/server_secret", "--curve-allow",
+                "/etc/p2pkv/consumers", "--curve-servers", "/etc/p2pkv/servers"),
         0);
+    ck_assert_str_eq(c.curve_secret, "/etc/p2pkv/server_secret");
+    ck_assert_str_eq(c.curve_allow, "/etc/p2pkv/consumers");
+    ck_assert_str_eq(c.curve_servers, "/etc/p2pkv/servers");
     ck_assert_str_eq(c.bind, "tcp://10.1.2.3:6000");
     ck_assert_str_eq(c.local, "ipc:///run/p2pkv/engine.sock");
     ck_assert_str_eq(c.peer_id, "node-7");
@@ -638,7 +644,8 @@ START_TEST(test_every_setting_in_a_file)
         "max-requests = 100\nmax-parked-keys = 200\nmax-rounds = 300\npin-quota = 400\n"
         "max-queued-frames = 500\nmax-frame = 4096\nmax-sessions = 600\n"
         "load-timeout = 34\nabort-ack-timeout = 13\nconnect-retry = 0.25\n"
-        "keepalive-interval = 1.5\n");
+        "keepalive-interval = 1.5\ncurve-secret = /k/s_secret\ncurve-allow = /k/allow\n"
+        "curve-servers = /k/servers\n");
     FILE *f = fopen(path, "a");
     ck_assert_ptr_nonnull(f);
     fprintf(f, "tenants = %s\n", tenants);
@@ -693,8 +700,32 @@ START_TEST(test_every_setting_in_a_file)
     ck_assert_str_eq(c.tenants, tenants);
     ck_assert_uint_eq(pk_tenants_count(c.tenant_map), 2);
     ck_assert_int_eq(pk_tenants_find(c.tenant_map, "alpha"), 1);
+    ck_assert_str_eq(c.curve_secret, "/k/s_secret");
+    ck_assert_str_eq(c.curve_allow, "/k/allow");
+    ck_assert_str_eq(c.curve_servers, "/k/servers");
     pk_server_config_fini(&c);
     unlink(tenants);
+}
+END_TEST
+
+//  Issue 13: --curve-secret and --curve-allow go together; an empty
+//  value (a command line undoing a file) turns them off.
+START_TEST(test_curve_takes_both_or_neither)
+{
+    pk_server_config_t c;
+    ck_assert_int_lt(s_parse(&c, "--curve-secret", "/k/s_secret"), 0);
+    ck_assert_str_eq(s_err, "--curve-secret: needs --curve-allow too (CURVE takes both or "
+                     "neither)");
+    pk_server_config_fini(&c);
+    ck_assert_int_lt(s_parse(&c, "--curve-allow", "/k/allow"), 0);
+    ck_assert_str_eq(s_err, "--curve-allow: needs --curve-secret too (CURVE takes both or "
+                     "neither)");
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--curve-secret", "/k/s", "--curve-allow", "/k/a",
+                             "--curve-secret", "", "--curve-allow", ""), 0);
+    ck_assert_ptr_null(c.curve_secret);
+    ck_assert_ptr_null(c.curve_allow);
+    pk_server_config_fini(&c);
 }
 END_TEST
 
@@ -1006,6 +1037,7 @@ main(void)
     tcase_add_test(tc, test_help_and_version);
     tcase_add_test(tc, test_parse_twice);
     tcase_add_test(tc, test_usage_and_man_page_name_every_option);
+    tcase_add_test(tc, test_curve_takes_both_or_neither);
     suite_add_tcase(s, tc);
     return pk_test_run("server_config", s);
 }

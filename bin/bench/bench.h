@@ -155,6 +155,9 @@ typedef struct {
     int id;
     bool cancel;                //  each fetch cancelled as soon as it is made: its
                                 //  samples are cancel -> ABORTED, not fetch -> landed
+    const char *curve_public;   //  CURVE keys (Z85) for a server with --curve-secret;
+    const char *curve_secret;   //  NULL: none.  The forked consumer reads them from
+    const char *curve_server;   //  the parent's memory it was copied with.
 } pkb_consumer_cfg_t;
 
 /*  What one consumer reports of one timed phase.  */

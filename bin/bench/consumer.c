@@ -218,7 +218,9 @@ s_setup(s_cons_t *c, char *err, size_t size)
         c->dest[i] = (uint32_t) i;
     char id[64], e[P2PKV_ERRLEN] = "";
     snprintf(id, sizeof id, "pkbench-consumer-%d-%d", cfg->id, (int) getpid());
-    p2pkv_config_t pc = { .peer_id = id, .fingerprint = "pkbench", .provider = "tcp" };
+    p2pkv_config_t pc = { .peer_id = id, .fingerprint = "pkbench", .provider = "tcp",
+                          .curve_public = cfg->curve_public, .curve_secret = cfg->curve_secret,
+                          .curve_server = cfg->curve_server };
     p2pkv_callbacks_t cb = { .arg = c, .on_lookup = s_on_lookup, .on_fetch = s_on_fetch };
     c->client = p2pkv_client_new(&pc, NULL, S_SLOTS * n, cfg->block_len, cb, e);
     if (c->client)

@@ -4,8 +4,15 @@
     keys all present (hits: the server pins them until finish) or all
     absent (misses); and the cancel's latency (cancel: the hits fetched
     and cancelled at once, timed from p2pkv_client_cancel to its end,
-    ABORTED, which waits for the server's abort_ack and the fence).  */
+    ABORTED, which waits for the server's abort_ack and the fence).
+    Last, CURVE's cost (issue 13): the same hit lookups against a second
+    server with --curve-secret (kind "curve"), each repetition right
+    after one against the plain server, and the ratio of their p50s.  */
 #include "bench.h"
+
+#include <czmq.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +22,7 @@ typedef struct {
     uint64_t keys, c;
     bool miss;
     bool cancel;                    //  hits, fetched and cancelled at once
+    bool curve;                     //  against the CURVE server (s_curve)
 } s_point_t;
 
 #define S_MAX_POINTS 256
@@ -30,24 +38,24 @@ s_points(const pkb_opts_t *o, s_point_t *p)
         for (size_t j = 0; j < n.n; j++)
             for (size_t l = 0; l < c.n; l++)
                 for (int m = 0; m < 3 && k < S_MAX_POINTS; m++)
-                    p[k++] = (s_point_t) { n.v[j], c.v[l], m == 1, m == 2 };
+                    p[k++] = (s_point_t) { n.v[j], c.v[l], m == 1, m == 2, false };
         return k;
     }
     static const uint64_t full_n[] = { 1, 64, 1024, 4096 }, quick_n[] = { 1, 1024 };
     for (size_t i = 0; i < (o->quick ? 2u : 4u); i++)
         for (int m = 0; m < 2; m++)
-            p[k++] = (s_point_t) { o->quick ? quick_n[i] : full_n[i], 1, m, false };
+            p[k++] = (s_point_t) { o->quick ? quick_n[i] : full_n[i], 1, m, false, false };
     static const uint64_t full_c[] = { 8, 64 }, quick_c[] = { 8 };
     for (size_t i = 0; i < (o->quick ? 1u : 2u); i++)
-        p[k++] = (s_point_t) { 1, o->quick ? quick_c[i] : full_c[i], false, false };
-    p[k++] = (s_point_t) { 256, 1, false, true };
+        p[k++] = (s_point_t) { 1, o->quick ? quick_c[i] : full_c[i], false, false, false };
+    p[k++] = (s_point_t) { 256, 1, false, true, false };
     return k;
 }
 
 static const char *const s_names[] = { "keys", "cons", "kind", "lookups/s", "keys/s",
                                        "rtt p50 ms", "p99", "p999", "srv cpu",
                                        "zmq echo p50", "rtt/zmq" };
-static const int s_w[] = { 5, 4, 4, 16, 18, 16, 16, 16, 12, 16, 16 };
+static const int s_w[] = { 5, 4, 6, 16, 18, 16, 16, 16, 12, 16, 16 };
 #define S_FIGS 9
 
 //  A cancel row's own figures: p2pkv_client_cancel -> on_fetch ABORTED
@@ -88,7 +96,7 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *z
     char n[24], c[24];
     snprintf(n, sizeof n, "%llu", (unsigned long long) p->keys);
     snprintf(c, sizeof c, "%llu", (unsigned long long) p->c);
-    const char *kind = p->cancel ? "cancel" : p->miss ? "miss" : "hit";
+    const char *kind = p->curve ? "curve" : p->cancel ? "cancel" : p->miss ? "miss" : "hit";
     const char *params[] = { n, c, kind };
     static const char *const fmts[] = { "%.0f", "%.0f", "%.3f", "%.3f", "%.3f", "%.2f",
                                         "%.3f", "%.2fx" };
@@ -108,25 +116,42 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *z
         s_cancel_row(row, r, reps);
 }
 
+static pkb_consumer_cfg_t
+s_cfg(const pkb_opts_t *o, const pkb_server_t *srv, const s_point_t *p)
+{
+    return (pkb_consumer_cfg_t) { srv->endpoint, S_BLOCK, p->keys, p->cancel, p->miss,
+                                  o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, p->cancel,
+                                  NULL, NULL, NULL };
+}
+
+//  A repetition of a load already started, and the bare ZeroMQ echo of
+//  a frame the lookup's size beside it: 0, or a negative errno with err.
+static int
+s_rep(const pkb_opts_t *o, pkb_consumer_t *cs, const s_point_t *p, pid_t pid, pkb_rep_t *r,
+      double *z, char *err, size_t size)
+{
+    //  a lookup frame is about 100 bytes plus 67 per key (64 hex and quotes)
+    size_t frame = 100 + 67 * (size_t) p->keys;
+    double z99;
+    int rc = pkb_load_rep(cs, p->c, pid, p->keys, r, err, size);
+    if (rc == 0 && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, z, &z99)) != 0)
+        snprintf(err, size, "the bare ZeroMQ echo failed");
+    return rc;
+}
+
 static int
 s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p)
 {
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
-    pkb_consumer_cfg_t cfg = { srv->endpoint, S_BLOCK, p->keys, p->cancel, p->miss,
-                               o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, p->cancel };
+    pkb_consumer_cfg_t cfg = s_cfg(o, srv, p);
     static pkb_consumer_t cs[1024];
     pkb_rep_t r[PKB_MAX_REPS];
-    double z[PKB_MAX_REPS], z99;
+    double z[PKB_MAX_REPS];
     char err[256] = "";
     int rc = pkb_load_start(cs, p->c, &cfg, err, sizeof err);
     bool started = rc == 0;
-    //  a lookup frame is about 100 bytes plus 67 per key (64 hex and quotes)
-    size_t frame = 100 + 67 * (size_t) p->keys;
-    for (int i = 0; rc == 0 && i < reps; i++) {
-        rc = pkb_load_rep(cs, p->c, srv->pid, p->keys, &r[i], err, sizeof err);
-        if (rc == 0 && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, &z[i], &z99)) != 0)
-            snprintf(err, sizeof err, "the bare ZeroMQ echo failed");
-    }
+    for (int i = 0; rc == 0 && i < reps; i++)
+        rc = s_rep(o, cs, p, srv->pid, &r[i], &z[i], err, sizeof err);
     if (started)
         pkb_load_stop(cs, p->c);
     if (rc) {
@@ -136,6 +161,134 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
     }
     s_row(rep, p, r, z, reps);
     return 0;
+}
+
+//  --------------------------------------------------------------------------
+//  CURVE's cost: a second server with --curve-secret and one allowed key
+
+typedef struct {
+    char dir[64], secret[96], allow[96];
+    zcert_t *server, *consumer;
+} s_curve_t;
+
+//  The server's certificate and the consumer's public one in dir/allow,
+//  as p2pkv keygen would write them.  0 or -errno.
+static int
+s_curve_keys(s_curve_t *k)
+{
+    snprintf(k->dir, sizeof k->dir, "/tmp/p2pkv-bench-curve-XXXXXX");
+    if (!mkdtemp(k->dir))
+        return -errno;
+    snprintf(k->secret, sizeof k->secret, "%s/server_secret", k->dir);
+    snprintf(k->allow, sizeof k->allow, "%s/allow", k->dir);
+    char pub[160];
+    snprintf(pub, sizeof pub, "%s/consumer", k->allow);
+    k->server = zcert_new();
+    k->consumer = zcert_new();
+    if (!k->server || !k->consumer || mkdir(k->allow, 0700) != 0
+        || zcert_save_secret(k->server, k->secret) != 0
+        || zcert_save_public(k->consumer, pub) != 0)
+        return -EIO;
+    return 0;
+}
+
+static void
+s_curve_free(s_curve_t *k)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/consumer", k->allow);
+    unlink(path);
+    rmdir(k->allow);
+    unlink(k->secret);
+    rmdir(k->dir);
+    zcert_destroy(&k->server);
+    zcert_destroy(&k->consumer);
+}
+
+//  The curve row, and the ratio of each repetition's p50 to the plain
+//  one's just before it.
+static void
+s_curve_rows(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *plain,
+             const pkb_rep_t *curve, const double *zp, const double *zc, int reps)
+{
+    s_point_t plain_p = *p, curve_p = *p;
+    plain_p.curve = false;
+    curve_p.curve = true;
+    s_row(rep, &plain_p, plain, zp, reps);
+    s_row(rep, &curve_p, curve, zc, reps);
+    double ratio[PKB_MAX_REPS];
+    for (int i = 0; i < reps; i++)
+        ratio[i] = curve[i].lk[0] / plain[i].lk[0];
+    pkb_fig_t f = pkb_fig(ratio, (size_t) reps);
+    char a[64];
+    printf("    curve/plain rtt p50, %llu keys: %s (target: at most 1.3x)\n",
+           (unsigned long long) p->keys, pkb_fig_str(f, "%.3fx", a, sizeof a));
+    fflush(stdout);
+    json_object_set_new(pkb_report_row(rep), "curve_over_plain_rtt_p50", pkb_fig_json(f));
+}
+
+//  One point, plain and CURVE repetitions alternating (the machine's load
+//  drifts alike over both).
+static int
+s_curve_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *plain, pkb_server_t *cs_srv,
+              const s_curve_t *k, const s_point_t *p)
+{
+    int reps = o->reps ? o->reps : o->quick ? 2 : 5;
+    pkb_consumer_cfg_t pc = s_cfg(o, plain, p), cc = s_cfg(o, cs_srv, p);
+    cc.curve_public = zcert_public_txt(k->consumer);
+    cc.curve_secret = zcert_secret_txt(k->consumer);
+    cc.curve_server = zcert_public_txt(k->server);
+    //  one consumer on each server, both started: the one not timed waits
+    pkb_consumer_t cp, ccs;
+    pkb_rep_t rp[PKB_MAX_REPS], rc_[PKB_MAX_REPS];
+    double zp[PKB_MAX_REPS], zc[PKB_MAX_REPS];
+    char err[256] = "";
+    int rc = pkb_load_start(&cp, 1, &pc, err, sizeof err);
+    bool plain_up = rc == 0;
+    if (rc == 0)
+        rc = pkb_load_start(&ccs, 1, &cc, err, sizeof err);
+    bool curve_up = plain_up && rc == 0;
+    for (int i = 0; rc == 0 && i < reps; i++) {
+        rc = s_rep(o, &cp, p, plain->pid, &rp[i], &zp[i], err, sizeof err);
+        if (rc == 0)
+            rc = s_rep(o, &ccs, p, cs_srv->pid, &rc_[i], &zc[i], err, sizeof err);
+    }
+    if (curve_up)
+        pkb_load_stop(&ccs, 1);
+    if (plain_up)
+        pkb_load_stop(&cp, 1);
+    if (rc) {
+        fprintf(stderr, "p2pkv-bench control: CURVE, %llu keys: %s\n",
+                (unsigned long long) p->keys, err);
+        return rc;
+    }
+    s_curve_rows(rep, p, rp, rc_, zp, zc, reps);
+    return 0;
+}
+
+static int
+s_curve(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *plain, uint64_t pool,
+        uint64_t max_sessions)
+{
+    s_curve_t k = { 0 };
+    int rc = s_curve_keys(&k);
+    const char *const extra[] = { "--curve-secret", k.secret, "--curve-allow", k.allow, NULL };
+    pkb_server_t srv;
+    bool started = rc == 0 && (rc = pkb_server_start(&srv, o, S_BLOCK, 2 * pool, max_sessions,
+                                                     extra)) == 0;
+    if (rc == 0)
+        rc = pkb_server_populate(&srv, pool);
+    static const uint64_t keys[] = { 1, 1024 };
+    for (size_t i = 0; rc == 0 && i < 2; i++)
+        if (keys[i] <= pool)
+            rc = s_curve_point(rep, o, plain, &srv, &k,
+                               &(s_point_t) { keys[i], 1, false, false, false });
+    if (started)
+        pkb_server_stop(&srv);
+    if (rc && !started)
+        fprintf(stderr, "p2pkv-bench control: cannot start the CURVE server\n");
+    s_curve_free(&k);
+    return rc;
 }
 
 int
@@ -172,6 +325,8 @@ pkb_control(const pkb_opts_t *o)
         rc = pkb_server_populate(&srv, pool);
     for (size_t i = 0; rc == 0 && i < np; i++)
         rc = s_point(rep, o, &srv, &p[i]);
+    if (rc == 0)
+        rc = s_curve(rep, o, &srv, pool, max_sessions);
     pkb_server_stop(&srv);
     if (rc == 0)
         rc = pkb_report_finish(rep);

@@ -147,7 +147,8 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
 {
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
     pkb_consumer_cfg_t cfg = { srv->endpoint, p->block, p->n, true, false,
-                               o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, false };
+                               o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, false,
+                               NULL, NULL, NULL };
     static pkb_consumer_t cs[1024];
     pkb_rep_t r[PKB_MAX_REPS];
     double raw[PKB_MAX_REPS];

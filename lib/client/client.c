@@ -365,11 +365,18 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
         (void) pk_err(err, 0, "libsodium failed to start");
         return NULL;
     }
+    pk_client_curve_t curve;
+    if (pk_client_curve_keys(config, &curve, err) != 0)
+        return NULL;
     p2pkv_client_t *self = calloc(1, sizeof *self);
     if (!self)
         goto fail;
     self->epoll_fd = self->timer_fd = self->wake_fd = -1;
     self->config = *config;
+    //  the keys live in self->curve: the caller's strings are not kept
+    self->config.curve_public = self->config.curve_secret = self->config.curve_server = NULL;
+    self->curve = curve;
+    sodium_memzero(&curve, sizeof curve);
     self->peer_id = strdup(config->peer_id);
     self->fingerprint = strdup(config->fingerprint ? config->fingerprint : "");
     self->hash_seed = strdup(config->hash_seed ? config->hash_seed : "0");
@@ -454,6 +461,12 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
     memcpy(rid + 1, epoch, PK_EPOCH_LEN);
     zmq_setsockopt(zsock_resolve(s->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
+    pk_client_curve_apply(s->dealer, &self->curve, s->curve_server);
+    //  a refused handshake is retried by ZeroMQ in silence: the monitor
+    //  tells a refusal from a server that does not answer
+    s->monitor = pk_client_curve_monitor(s->dealer);
+    if (!s->monitor)
+        return pk_err(err, -ENOMEM, "cannot monitor the socket to %s", s->endpoint);
     if (zsock_connect(s->dealer, "%s", s->endpoint) < 0)
         return pk_err(err, -EINVAL, "cannot connect to %s", s->endpoint);
     s_watch(self, zsock_fd(s->dealer), true);
@@ -466,8 +479,10 @@ s_session_close(void *arg)
     s_server_t *s = arg;
     pk_client_role_destroy(&s->role);
     s_cut_off(s);
-    if (s->dealer)
+    if (s->dealer) {
         s_watch(s->client, zsock_fd(s->dealer), false);
+        pk_client_curve_monitor_close(s->dealer, &s->monitor);
+    }
     zsock_destroy(&s->dealer);
 }
 
@@ -623,6 +638,17 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
     double now = pk_clock_monotonic();
     if (s->channel && self->ops->channel_progress(s->channel) > 0)
         s->last_landed = now;
+    //  refused (the key, or CURVE on one side only): retrying cannot help.
+    //  Only a handshake is refused, never an UP session's traffic, so the
+    //  monitor costs an UP server's step nothing (ZMQ_EVENTS may poll the
+    //  socket's mailbox)
+    char why[PK_ERRLEN];
+    if (s->monitor && !s->refused && s->state != P2PKV_SERVER_UP
+        && (s->refused = pk_client_curve_refused(s->monitor, self->curve.on, why, sizeof why))) {
+        pk_client_session_disconnect(s->session, PK_DISC_RETIRED, why);
+        snprintf(s->reason, sizeof s->reason, "%s", why);
+        return;
+    }
     //  the session may end while reading (a violation closes the socket)
     while (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN)) {
         zframe_t *f = zframe_recv(s->dealer);
@@ -674,6 +700,10 @@ s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char 
             s_server_step(self, s);
         if (s->state == P2PKV_SERVER_UP)
             rc = 0;
+        else if (s->refused) {
+            (void) pk_err(err, 0, "%s: %s", s->endpoint, s->reason);
+            rc = s->refused;
+        }
         else if (s->state == P2PKV_SERVER_STOPPED) {
             (void) pk_err(err, 0, "%s", s->reason);
             rc = -EPROTO;
@@ -698,8 +728,33 @@ s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char 
     }
 }
 
+static int s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key,
+                     double timeout, char *err);
+
 int
 p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout, char *err)
+{
+    return s_connect(self, endpoint, "", timeout, err);
+}
+
+int
+p2pkv_client_connect_curve(p2pkv_client_t *self, const char *endpoint, const char *server_key,
+                           double timeout, char *err)
+{
+    char key[41];
+    if (!self->curve.on)
+        return pk_err(err, -EINVAL, "p2pkv_client_connect_curve: the client has no CURVE "
+                      "keypair (config curve_public, curve_secret, curve_server)");
+    if (!server_key || pk_client_curve_server_key(server_key, key, err) != 0)
+        return pk_err(err, -EINVAL, "server_key: expected a Z85 key of 40 characters");
+    return s_connect(self, endpoint, key, timeout, err);
+}
+
+//  A new server slot and its session; server_key: its CURVE key ("": the
+//  config's).  The index, or a negative errno with err.
+static int
+s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, double timeout,
+          char *err)
 {
     pthread_mutex_lock(&self->lock);
     int slot = -1;
@@ -729,6 +784,7 @@ p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout,
     s->client = self;
     s->index = slot;
     s->wait_fd = -1;
+    snprintf(s->curve_server, sizeof s->curve_server, "%s", server_key);
     pk_client_session_config_t scfg = { self->config.connect_retry,
                                         self->config.keepalive_interval,
                                         self->config.silence_timeout, self->config.no_reconnect };

@@ -18,6 +18,32 @@
 #include <stdbool.h>
 
 #define S_MAX_SERVERS 64
+
+//  The consumer's CURVE keys, checked (curve.c); on false: no CURVE.
+typedef struct {
+    bool on;
+    char public_key[41], secret_key[41], server_key[41];   //  Z85
+} pk_client_curve_t;
+
+//  config's curve_* fields: all three valid Z85 keys, the public one that
+//  of the secret one, or none.  0, or -EINVAL with err naming the field.
+int pk_client_curve_keys(const p2pkv_config_t *config, pk_client_curve_t *out, char *err);
+
+//  One Z85 server key into out (41 bytes): 0 or -EINVAL with err.
+int pk_client_curve_server_key(const char *text, char out[41], char *err);
+
+//  The keys onto a DEALER before it connects; server_key ("" or NULL:
+//  the config's) names the server's.  Nothing when keys are off.
+void pk_client_curve_apply(zsock_t *dealer, const pk_client_curve_t *keys,
+                           const char *server_key);
+
+//  A monitor of the DEALER's failed handshakes (a PAIR), or NULL.
+zsock_t *pk_client_curve_monitor(zsock_t *dealer);
+void pk_client_curve_monitor_close(zsock_t *dealer, zsock_t **monitor_p);
+
+//  What the monitor saw: 0, or -EACCES with reason (the server refused
+//  our key, or one side has CURVE and the other not).  curve: ours is on.
+int pk_client_curve_refused(zsock_t *monitor, bool curve, char *reason, size_t len);
 #define S_MAX_UNREAD 65536          //  ended fetches kept for p2pkv_client_fetch_status
 
 //  A fetch, from p2pkv_client_fetch until its status is delivered: by
@@ -55,6 +81,9 @@ typedef struct {
     pk_client_session_t *session;
     //  what lives with one session: a new set at each (re)connect
     zsock_t *dealer;
+    zsock_t *monitor;               //  the dealer's failed handshakes (curve.c)
+    char curve_server[41];          //  this server's CURVE key; "": the config's
+    int refused;                    //  -EACCES once the monitor saw a refusal
     pk_channel_t *channel;
     int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
@@ -65,6 +94,7 @@ typedef struct {
 
 struct _p2pkv_client_t {
     p2pkv_config_t config;
+    pk_client_curve_t curve;        //  the config's keys, copied and checked
     char *peer_id, *fingerprint, *hash_seed, *provider, *node;
     uint8_t *pool;
     bool own_pool;

@@ -1,11 +1,14 @@
 /*  describe.c: p2pkv_describe, a server's description without a session:
-    one DEALER, describe repeated until answered, nothing kept.  */
+    one DEALER, describe repeated until answered, nothing kept.  With CURVE
+    keys (p2pkv_describe_curve) the DEALER authenticates, and a monitor
+    turns a refused key into -EACCES rather than a timeout.  */
 #include "client/client_internal.h"
 #include "base/thread.h"
 #include "base/clock.h"
 #include "wire/protocol.h"
 
 #include <czmq.h>
+#include <sodium.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,18 +45,62 @@ s_recv_msg(zsock_t *dealer, char *err)
     return m;
 }
 
+static void
+s_description(const pk_msg_t *m, p2pkv_description_t *out)
+{
+    snprintf(out->peer_id, sizeof out->peer_id, "%s", m->peer_id);
+    out->block_len = m->block_len;
+    snprintf(out->fingerprint, sizeof out->fingerprint, "%s", m->config_fingerprint);
+    snprintf(out->hash_seed, sizeof out->hash_seed, "%s", m->hash_seed);
+    snprintf(out->provider, sizeof out->provider, "%s", m->provider);
+}
+
 int
 p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, char *err)
 {
+    return p2pkv_describe_curve(endpoint, timeout, NULL, out, err);
+}
+
+//  The DEALER with the keys applied and its monitor, connected: 0, or a
+//  negative errno with err (the caller destroys what was made).
+static int
+s_open(const char *endpoint, const p2pkv_config_t *config, pk_client_curve_t *keys,
+       zsock_t **dealer, zsock_t **monitor, char *err)
+{
+    int rc = pk_client_curve_keys(config, keys, err);
+    if (rc)
+        return rc;
+    *dealer = zsock_new(ZMQ_DEALER);
+    if (!*dealer)
+        return pk_err(err, -ENOMEM, "cannot create a socket");
+    pk_client_curve_apply(*dealer, keys, NULL);
+    *monitor = pk_client_curve_monitor(*dealer);
+    if (!*monitor)
+        return pk_err(err, -ENOMEM, "cannot monitor the socket to %s", endpoint);
+    if (zsock_connect(*dealer, "%s", endpoint) < 0)
+        return pk_err(err, -EINVAL, "cannot connect to %s", endpoint);
+    return 0;
+}
+
+int
+p2pkv_describe_curve(const char *endpoint, double timeout, const p2pkv_config_t *config,
+                     p2pkv_description_t *out, char *err)
+{
     pk_leave_signals_to_the_application();
-    zsock_t *dealer = zsock_new_dealer(endpoint);
-    if (!dealer) {
-        (void) pk_err(err, 0, "cannot connect to %s", endpoint);
-        return -EINVAL;
-    }
+    pk_client_curve_t keys;
+    zsock_t *dealer = NULL, *monitor = NULL;
+    char why[PK_ERRLEN] = "";
+    int rc = s_open(endpoint, config, &keys, &dealer, &monitor, err);
+    if (rc)
+        goto done;
     double deadline = pk_clock_monotonic() + timeout, next = 0;
-    int rc = -ETIMEDOUT;
+    rc = -ETIMEDOUT;
     while (rc == -ETIMEDOUT && pk_clock_monotonic() < deadline) {
+        int refused = pk_client_curve_refused(monitor, keys.on, why, sizeof why);
+        if (refused) {
+            rc = pk_err(err, refused, "%s: %s", endpoint, why);
+            break;
+        }
         if (pk_clock_monotonic() >= next) {
             pk_msg_t d = { .type = PK_MSG_DESCRIBE };
             bool sent = s_send_frame(dealer, &d) == 0;
@@ -61,20 +108,20 @@ p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, c
         }
         pk_msg_t *m = s_recv_msg(dealer, NULL);
         if (m && m->type == PK_MSG_DESCRIPTION) {
-            snprintf(out->peer_id, sizeof out->peer_id, "%s", m->peer_id);
-            out->block_len = m->block_len;
-            snprintf(out->fingerprint, sizeof out->fingerprint, "%s", m->config_fingerprint);
-            snprintf(out->hash_seed, sizeof out->hash_seed, "%s", m->hash_seed);
-            snprintf(out->provider, sizeof out->provider, "%s", m->provider);
+            s_description(m, out);
             rc = 0;
         }
         else if (!m)
             zclock_sleep(2);
         pk_msg_destroy(&m);
     }
-    if (rc)
+    if (rc == -ETIMEDOUT)
         (void) pk_err(err, 0, "no description from %s within %.1f s", endpoint, timeout);
+done:
+    if (dealer)
+        pk_client_curve_monitor_close(dealer, &monitor);
     zsock_destroy(&dealer);
+    sodium_memzero(&keys, sizeof keys);
     return rc;
 }
 

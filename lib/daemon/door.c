@@ -243,7 +243,7 @@ pk_door_from_handshake(pk_node_t *self)
 //  One frame per unknown routing id at a time (a consumer repeats its
 //  connect until answered), and a bounded backlog overall.
 static void
-s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame)
+s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
 {
     pk_key_t k = pk_node_key(zframe_data(rid), zframe_size(rid));
     uint64_t backlog = self->handshakes_sent - atomic_load(&self->handshakes_done);
@@ -259,7 +259,7 @@ s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame)
         free(copy);
         return;
     }
-    if (zsock_send(self->handshake, "sff", "HELLO", rid, frame) != 0) {
+    if (zsock_send(self->handshake, "sffs", "HELLO", rid, frame, key) != 0) {
         pk_keymap_take(&self->pending, &k, NULL, NULL);
         free(copy);
         pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
@@ -290,6 +290,22 @@ s_to_peer(pk_node_t *self, pk_peer_t *peer, zframe_t *frame)
         pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
 }
 
+//  A frame on a session's routing id under another CURVE key: the id was
+//  taken over (ROUTER handover) by another consumer's connection.  The
+//  session ends; the frame goes nowhere.
+static void
+s_key_changed(pk_node_t *self, pk_peer_t *peer, const char *key)
+{
+    char who[160];
+    snprintf(who, sizeof who, "CURVE key %s on the routing id of %s's session", key,
+             peer->consumer);
+    pk_curve_refused(self, who, "key_changed");
+    if (!peer->flooding && !peer->retired
+        && zsock_send(peer->actor, "ss", "VIOLATION",
+                      "its routing id reused by another CURVE key") == 0)
+        peer->flooding = true;      //  what else comes on it is dropped
+}
+
 void
 pk_door_from_router(pk_node_t *self)
 {
@@ -303,10 +319,23 @@ pk_door_from_router(pk_node_t *self)
     }
     zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
     pk_peer_t *peer = s_peer_by_rid(self, zframe_data(rid), zframe_size(rid));
-    if (peer)
+    //  ZAP's User-Id: the key this frame's connection authenticated with
+    const char *key = self->curve_cert ? zframe_meta(frame, "User-Id") : "";
+    if (!key)
+        key = "";
+    if (peer && strcmp(key, peer->curve_key) != 0)
+        s_key_changed(self, peer, key);
+    else if (peer)
         s_to_peer(self, peer, frame);
+    //  a connection authenticated before its key was revoked stays open:
+    //  its frames, not only its handshake, must find the key still allowed
+    else if (self->curve_cert && !pk_curve_admits(self, key)) {
+        char who[96];
+        snprintf(who, sizeof who, "CURVE key %s (an open connection)", key);
+        pk_curve_refused(self, who, pk_curve_refusal(self, key));
+    }
     else
-        s_to_handshake(self, rid, frame);
+        s_to_handshake(self, rid, frame, key);
     zframe_destroy(&rid);
     zframe_destroy(&frame);
     zmsg_destroy(&msg);
@@ -387,6 +416,29 @@ pk_door_reap(pk_node_t *self)
         s_peer_destroy(self, self->gone);       //  unlinks it from the list
         self->reaped_since_trim++;
     }
+}
+
+size_t
+pk_door_revoke(pk_node_t *self)
+{
+    //  Only at SIGHUP, so a walk of every peer is fine here.
+    size_t ended = 0;
+    for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
+        if (!self->by_rid.slots[i].key.bytes)
+            continue;
+        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
+        if (peer->retired || peer->flooding || pk_curve_admits(self, peer->curve_key))
+            continue;
+        //  flooding: its frames are dropped from now on, as after VIOLATION
+        if (zsock_send(peer->actor, "ss", "RETIRE", "CURVE key revoked") == 0) {
+            peer->flooding = true;
+            ended++;
+            pk_metrics_add(self->metrics, PK_M_SESSIONS_REVOKED, peer->consumer, 1);
+            pk_node_log(self, PK_LOG_INFO, "session %s ended: its CURVE key %s was revoked",
+                        peer->consumer, peer->curve_key);
+        }
+    }
+    return ended;
 }
 
 void

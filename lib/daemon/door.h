@@ -50,6 +50,11 @@ pk_peer_t *pk_door_peer_by_consumer(pk_node_t *node, const char *consumer);
     or -EAGAIN (its pipe is full) with h still the caller's.  */
 int pk_door_deliver(pk_node_t *node, pk_peer_t *peer, pk_held_t *h);
 
+/*  After a SIGHUP reload: ends the session of every peer whose CURVE key
+    is no longer allowed (disconnect retired, "CURVE key revoked"); the
+    number ended.  */
+size_t pk_door_revoke(pk_node_t *node);
+
 /*  Tears down the peers on the gone list (and only those).  */
 void pk_door_reap(pk_node_t *node);
 

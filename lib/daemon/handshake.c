@@ -7,7 +7,8 @@
     connects costs this actor microseconds each, not an endpoint each.
 
     Words, door -> handshake:
-        HELLO rid frame     a frame from a routing id without a session
+        HELLO rid frame key a frame from a routing id without a session, and
+                            the CURVE key it came with ("" without CURVE)
         STOP                answer STOPPED; nothing follows it
         $TERM               (zactor) end
     handshake -> door, exactly one per HELLO:
@@ -64,7 +65,7 @@ s_disconnect(self_t *self, const uint8_t *rid, size_t rlen, pk_disconnect_code_t
 
 //  An accepted connect becomes a peer; the connect message goes with it.
 static void
-s_accept(self_t *self, const uint8_t *rid, size_t rlen, pk_msg_t **m_p)
+s_accept(self_t *self, const uint8_t *rid, size_t rlen, const char *key, pk_msg_t **m_p)
 {
     pk_peer_t *peer = calloc(1, sizeof *peer);
     if (!peer || rlen > sizeof peer->rid || !(peer->consumer = strdup((*m_p)->peer_id))) {
@@ -73,6 +74,7 @@ s_accept(self_t *self, const uint8_t *rid, size_t rlen, pk_msg_t **m_p)
         return;
     }
     peer->node = self->node;
+    snprintf(peer->curve_key, sizeof peer->curve_key, "%s", key);
     memcpy(peer->rid, rid, rlen);
     peer->rlen = rlen;
     peer->connect = *m_p;
@@ -81,7 +83,8 @@ s_accept(self_t *self, const uint8_t *rid, size_t rlen, pk_msg_t **m_p)
 }
 
 static void
-s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t len)
+s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t len,
+        const char *key)
 {
     pk_node_t *node = self->node;
     char err[PK_ERRLEN];
@@ -110,7 +113,7 @@ s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t 
         s_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
     }
     else
-        s_accept(self, rid, rlen, &m);
+        s_accept(self, rid, rlen, key, &m);
     pk_msg_destroy(&m);
 }
 
@@ -119,13 +122,15 @@ s_self_handle_pipe(self_t *self, zmsg_t *msg, const char *cmd)
 {
     if (streq(cmd, "HELLO")) {
         zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
+        char *key = zmsg_popstr(msg);
         atomic_fetch_add(&self->node->handshakes_done, 1);
-        if (rid && frame)
+        if (rid && frame && key)
             s_hello(self, zframe_data(rid), zframe_size(rid), zframe_data(frame),
-                    zframe_size(frame));
+                    zframe_size(frame), key);
         else
             s_reply(self, rid ? zframe_data(rid) : (const uint8_t *) "",
                     rid ? zframe_size(rid) : 0, "", 0);
+        zstr_free(&key);
         zframe_destroy(&rid);
         zframe_destroy(&frame);
     }

@@ -64,6 +64,11 @@ PK_METRIC(BLOBS_REFUSED, "p2pkv_connect_blobs_refused_total", COUNTER,
           "Connects refused for their address blob, before any channel existed", PEER)
 
 //  Sessions (the node)
+PK_METRIC(CONNECTIONS_REFUSED, "p2pkv_connections_refused_total", COUNTER,
+          "Connections or frames refused before a session: address (--allow), unknown_key, "
+          "revoked, mechanism, handshake, key_changed (CURVE)", REASON)
+PK_METRIC(SESSIONS_REVOKED, "p2pkv_sessions_revoked_total", COUNTER,
+          "Sessions ended because a SIGHUP revoked their CURVE key", PEER)
 PK_METRIC(SESSIONS_OPENED, "p2pkv_sessions_opened_total", COUNTER, "Sessions opened", PEER)
 PK_METRIC(SESSIONS_RETIRED, "p2pkv_sessions_retired_total", COUNTER, "Sessions retired", PEER)
 PK_METRIC(SESSIONS, "p2pkv_sessions", GAUGE, "Live sessions", PEER)

@@ -41,12 +41,15 @@ static int
 s_open_sockets(pk_node_t *self, char *err)
 {
     const pk_server_config_t *config = self->config;
-    if (config->nallow) {
+    bool zap = config->nallow || self->curve_cert;
+    if (zap) {
         //  czmq's zauth matches whole address strings only, so CIDR ranges
-        //  need our own handler on libzmq's ZAP endpoint (RFC 27).
+        //  need our own handler on libzmq's ZAP endpoint (RFC 27); without
+        //  a handler, libzmq would admit every CURVE key.
         self->zap = zsock_new_rep("inproc://zeromq.zap.01");
         if (!self->zap) {
-            snprintf(err, PK_ERRLEN, "cannot start the --allow filter (ZAP handler)");
+            snprintf(err, PK_ERRLEN, "cannot start the --allow and --curve-allow filter "
+                     "(ZAP handler)");
             return -ENOMEM;
         }
     }
@@ -61,8 +64,11 @@ s_open_sockets(pk_node_t *self, char *err)
     }
     zsock_set_router_handover(self->router, 1);
     zsock_set_maxmsgsize(self->router, (int64_t) config->max_frame);
-    if (config->nallow)
+    if (zap)
         zsock_set_zap_domain(self->router, "p2pkv");
+    int rc = pk_curve_apply(self, err);
+    if (rc)
+        return rc;
     if (zsock_bind(self->router, "%s", config->bind) < 0) {
         snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->bind, zmq_strerror(zmq_errno()));
         return -EADDRINUSE;
@@ -166,6 +172,9 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     self->config = config;
     if ((rc = s_test_hooks(self, err)) != 0)
         goto fail_self;
+    //  the keys first: a bad one is refused before a pool exists
+    if ((rc = pk_curve_open(self, err)) != 0)
+        goto fail_self;
     //  every family of metric_families.h (architecture.md, Observability)
     self->metrics = pk_metrics_new();
     if (!self->metrics) {
@@ -198,22 +207,22 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail_sockets;
     self->handshake = pk_handshake_new(self);
     self->poller = self->handshake
-                   ? zpoller_new(self->router, self->local, self->handshake, self->actors,
-                                 self->zap, NULL)
+                   ? zpoller_new(self->router, self->local, self->handshake, self->actors, NULL)
                    : NULL;
-    if (!self->poller)
+    if (!self->poller || (self->zap && zpoller_add(self->poller, self->zap) != 0)
+        || (self->curve_monitor && zpoller_add(self->poller, self->curve_monitor) != 0))
         goto fail_sockets;
     if ((rc = s_open_metrics_http(self, err)) != 0)
-        goto fail_poller;
+        goto fail_sockets;
     s_ready_line(self);
     if (rc_p)
         *rc_p = 0;
     return self;
 
-fail_poller:
-    zpoller_destroy(&self->poller);
 fail_sockets:
+    zpoller_destroy(&self->poller);
     pk_handshake_destroy(&self->handshake);
+    pk_curve_close(self);
     zsock_destroy(&self->actors);
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
@@ -223,6 +232,7 @@ fail_store:
     pk_store_destroy(&self->store);
 fail_self:
     free(self->ns_pushed);
+    pk_curve_close(self);
     pk_metrics_destroy(&self->metrics);
     free(self->fail_session);
     free(self->hold_session);
@@ -231,6 +241,12 @@ fail:
     if (rc_p)
         *rc_p = rc < 0 ? rc : -EIO;
     return NULL;
+}
+
+void
+pk_node_watch_reload(pk_node_t *self, volatile sig_atomic_t *reload)
+{
+    self->reload = reload;
 }
 
 const char *
@@ -304,6 +320,7 @@ static const struct {
     { offsetof(pk_node_t, router), pk_door_from_router },
     { offsetof(pk_node_t, local), pk_engine_from_local },
     { offsetof(pk_node_t, zap), pk_zap_handle },
+    { offsetof(pk_node_t, curve_monitor), pk_curve_monitor_read },
     { offsetof(pk_node_t, handshake), pk_door_from_handshake },
     { offsetof(pk_node_t, actors), pk_door_from_actors },
     { offsetof(pk_node_t, puller), pk_puller_from },
@@ -352,9 +369,15 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
         if (quit_deadline && (self->npeers == 0 || zclock_mono() / 1e3 >= quit_deadline))
             break;
         void *which = zpoller_wait(self->poller, 100);
+        bool reload = self->reload && *self->reload;
+        if (reload) {
+            //  SIGHUP: it also interrupted the poll, which is no stop
+            *self->reload = 0;
+            pk_curve_reload(self);
+        }
         if (which)
             s_read(self, which);
-        else if (zpoller_terminated(self->poller) && !*stop)
+        else if (zpoller_terminated(self->poller) && !*stop && !reload)
             *stop = 1;
         pk_door_reap(self);
         double now = zclock_mono() / 1e3;
@@ -387,6 +410,7 @@ pk_node_destroy(pk_node_t **self_p)
             free((void *) (uintptr_t) self->pending.slots[i].b);
     pk_keymap_fini(&self->pending);
     zpoller_destroy(&self->poller);
+    pk_curve_close(self);
     zsock_destroy(&self->actors);
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);

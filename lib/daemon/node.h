@@ -33,6 +33,11 @@ const char *pk_node_endpoint(const pk_node_t *self);
     configured bound: sessions say `shutdown`, writes drain.  Returns 0.  */
 int pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop);
 
+/*  *reload becoming nonzero (a SIGHUP) makes the loop reload
+    --curve-allow and --curve-servers, end the sessions of revoked keys
+    and set it back to 0.  */
+void pk_node_watch_reload(pk_node_t *self, volatile sig_atomic_t *reload);
+
 /*  Frees everything; the shared-memory pool is unlinked.  */
 void pk_node_destroy(pk_node_t **self_p);
 

@@ -47,6 +47,7 @@ typedef struct {
     uint64_t id, owner;
     unsigned ns;                    //  the namespace the keys land in
     char *server;
+    char server_key[41];            //  its CURVE key (--curve-servers), "" unknown
     pk_key_t *keys;                 //  bytes follow the array
     uint32_t *blocks;
     bool *landed;
@@ -58,6 +59,15 @@ typedef struct {
 
 //  Owners of pull reservations: a range no engine connection hashes into.
 #define PK_PULL_OWNER (UINT64_C(1) << 63)
+
+//  Refusals remembered for the rate-limited log (curve.c).
+#define PK_REFUSAL_SLOTS 64
+
+typedef struct {
+    char who[128];                  //  the key (Z85) or address refused
+    double since;                   //  its last line
+    uint64_t count;                 //  refusals since (0: a free slot)
+} pk_refusal_t;
 
 //  Stores held for consumers not connected yet.
 #define PK_MAX_HELD 1024
@@ -71,7 +81,17 @@ struct _pk_node_t {
     pk_fabric_t *fabric;
     zsock_t *router;
     zsock_t *local;
-    zsock_t *zap;                   //  our ZAP handler: --allow with CIDR ranges
+    zsock_t *zap;                   //  our ZAP handler: --allow, --curve-allow
+    zcert_t *curve_cert;            //  --curve-secret: the ROUTER is a CURVE server
+    zhashx_t *curve_allowed;        //  --curve-allow: Z85 public key -> file name
+    zhashx_t *curve_revoked;        //  keys the last SIGHUP removed -> file name
+    zhashx_t *curve_servers;        //  --curve-servers: endpoint -> Z85 public key
+    zsock_t *curve_monitor;         //  PAIR: the ROUTER's failed handshakes
+    pk_refusal_t refusals[PK_REFUSAL_SLOTS];
+    double refusal_window;          //  start of the log's current interval
+    unsigned refusal_lines;         //  refusal lines in it
+    uint64_t refusal_unlogged;      //  refusals past the interval's lines
+    volatile sig_atomic_t *reload;  //  SIGHUP seen (pk_node_watch_reload)
     zpoller_t *poller;
     char endpoint[256];
     char ready[1024];
@@ -147,7 +167,19 @@ void pk_engine_expire_held(pk_node_t *node);
 void pk_engine_destroy(pk_node_t *node);
 void pk_held_free(pk_held_t *held);
 
-//  zap.c: one ZAP request (RFC 27) answered from --allow
+//  zap.c: one ZAP request (RFC 27) answered from --allow and --curve-allow
 void pk_zap_handle(pk_node_t *node);
+
+//  curve.c: the keys (--curve-secret, --curve-allow, --curve-servers)
+int pk_curve_open(pk_node_t *node, char *err);      //  loads them: 0 or -errno, err
+int pk_curve_apply(pk_node_t *node, char *err);     //  the ROUTER: a CURVE server
+void pk_curve_close(pk_node_t *node);
+bool pk_curve_admits(const pk_node_t *node, const char *key);
+const char *pk_curve_refusal(const pk_node_t *node, const char *key);  //  its reason
+const char *pk_curve_server_key(const pk_node_t *node, const char *endpoint);
+//  Counts a refusal by reason (a metric label) and logs it, rate-limited.
+void pk_curve_refused(pk_node_t *node, const char *who, const char *reason);
+void pk_curve_monitor_read(pk_node_t *node);
+void pk_curve_reload(pk_node_t *node);              //  SIGHUP
 
 #endif

@@ -13,7 +13,10 @@
     Words, door -> peer:
         FRAME frame         a frame from the consumer (counted in consumed)
         STORE held          a pk_held_t (store or finish) the actor frees
-        VIOLATION reason    retire the session: the consumer floods
+        VIOLATION reason    retire the session: the consumer floods, or its
+                            routing id came under another CURVE key
+        RETIRE reason       retire the session (disconnect retired): its
+                            CURVE key was revoked
         QUIT                shut down: drain writes (bounded), say shutdown
         $TERM               (zactor) end
     peer -> door, on the peer's out socket (a PUSH to the door's one
@@ -294,6 +297,14 @@ s_on_violation(self_t *self, zmsg_t *msg)
 }
 
 static void
+s_on_retire(self_t *self, zmsg_t *msg)
+{
+    char *reason = zmsg_popstr(msg);
+    pk_server_session_retire(self->session, PK_DISC_RETIRED, reason ? reason : "retired");
+    zstr_free(&reason);
+}
+
+static void
 s_on_quit(self_t *self, zmsg_t *msg)
 {
     self->quitting = true;
@@ -307,6 +318,7 @@ static const struct {
     { "FRAME", s_on_frame },
     { "STORE", s_on_store },
     { "VIOLATION", s_on_violation },
+    { "RETIRE", s_on_retire },
     { "QUIT", s_on_quit },
 };
 

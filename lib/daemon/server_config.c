@@ -136,6 +136,9 @@ pk_server_config_fini(pk_server_config_t *self)
     free(self->metrics_bind);
     free(self->tenants);
     pk_tenants_destroy(&self->tenant_map);
+    free(self->curve_secret);
+    free(self->curve_allow);
+    free(self->curve_servers);
     for (size_t i = 0; i < self->nallow; i++)
         free(self->allow[i]);
     free(self->allow);

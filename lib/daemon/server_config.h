@@ -57,6 +57,9 @@ typedef struct {
     char *metrics_bind;         //  "ADDR:PORT", NULL = no metrics listener
     char **allow;               //  IPv4/IPv6 addresses or CIDR ranges; none = everyone
     size_t nallow;
+    char *curve_secret;         //  the server's czmq certificate (NAME_secret); NULL = no CURVE
+    char *curve_allow;          //  directory of the consumers' public certificates
+    char *curve_servers;        //  directory of the servers' public certificates (for pull)
     int log_level;              //  PK_LOG_*: PK_LOG_INFO
     char *tenants;              //  --tenants FILE; NULL = one shared namespace
     pk_tenants_t *tenant_map;   //  FILE as read by parse (tenants.h); NULL without

@@ -45,6 +45,7 @@ typedef enum {
     S_HASH_SEED,
     S_METRICS,
     S_ALLOW,
+    S_PATH,
     S_LOG_LEVEL,
     S_TENANTS
 } s_kind_t;
@@ -71,6 +72,9 @@ static const s_setting_t s_settings[] = {
     { "hash-seed",          S_HASH_SEED,   S_FIELD(hash_seed), 0, 0 },
     { "metrics-bind",       S_METRICS,     S_FIELD(metrics_bind), 0, 0 },
     { "allow",              S_ALLOW,       S_FIELD(allow), 0, 0 },
+    { "curve-secret",       S_PATH,        S_FIELD(curve_secret), 0, 0 },
+    { "curve-allow",        S_PATH,        S_FIELD(curve_allow), 0, 0 },
+    { "curve-servers",      S_PATH,        S_FIELD(curve_servers), 0, 0 },
     { "log-level",          S_LOG_LEVEL,   S_FIELD(log_level), 0, 0 },
     { "tenants",            S_TENANTS,     S_FIELD(tenants), 0, 0 },
     { "lookup-timeout",     S_SECONDS,     S_FIELD(lookup_timeout), 0, 0 },
@@ -120,6 +124,15 @@ static const char s_usage[] =
     "      --allow ADDR[/PREFIX]    accept peers only from this IPv4 or IPv6\n"
     "                               address or CIDR range; repeatable, or a\n"
     "                               comma-separated list; default everyone\n"
+    "      --curve-secret FILE      be a CURVE server with the czmq certificate\n"
+    "                               FILE (NAME_secret, as p2pkv keygen writes);\n"
+    "                               needs --curve-allow; default off\n"
+    "      --curve-allow DIR        admit only consumers whose public certificate\n"
+    "                               is a file in DIR (reloaded at SIGHUP: revoked\n"
+    "                               keys' sessions end); with --allow, both hold\n"
+    "      --curve-servers DIR      public certificates of the servers pull\n"
+    "                               reaches, each with its endpoint in its\n"
+    "                               metadata; default none\n"
     "      --metrics-bind ADDR:PORT serve Prometheus metrics over HTTP there (ADDR\n"
     "                               an IPv4 address, [IPv6], a host name or *);\n"
     "                               default off\n"
@@ -350,6 +363,12 @@ s_apply_text(s_parser_t *p, const s_setting_t *s, const char *value, const char 
     case S_TENANTS:
         //  Read (and checked line by line) once every setting is in: s_finish.
         return s_set_or_clear(p, field, value, !len);
+    case S_PATH:
+        //  Empty turns it off, so a command line can undo a file; what
+        //  the file holds is checked when the node starts (curve.c).
+        if (len && !pk_config_text_ok(value))
+            return s_bad(p, where, "a path", value);
+        return s_set_or_clear(p, field, value, !len);
     case S_METRICS:
         //  Empty turns the listener off, so a command line can undo a file.
         if (len && !pk_config_metrics_ok(value))
@@ -504,6 +523,10 @@ s_finish(s_parser_t *p)
                       "--block-len: %" PRIu64 " blocks of %" PRIu64
                       " bytes do not fit in a pool (at most 2^63-1 bytes)",
                       c->pool_blocks, c->block_len);
+    if (!c->curve_secret != !c->curve_allow)
+        return s_fail(p, -EINVAL, "%s: needs %s too (CURVE takes both or neither)",
+                      c->curve_secret ? "--curve-secret" : "--curve-allow",
+                      c->curve_secret ? "--curve-allow" : "--curve-secret");
     if (c->pin_quota > c->pool_blocks)
         return s_fail(p, -EINVAL, "--pin-quota: %" PRIu64 " is more than --pool-blocks %" PRIu64,
                       c->pin_quota, c->pool_blocks);

@@ -38,7 +38,10 @@ class Config(Structure):
                 ("load_timeout", c_double), ("abort_ack_timeout", c_double),
                 ("keepalive_interval", c_double), ("silence_timeout", c_double),
                 ("connect_retry", c_double), ("stall_timeout", c_double),
-                ("no_reconnect", c_bool), ("progress_thread", c_bool)]
+                ("no_reconnect", c_bool), ("progress_thread", c_bool),
+                # CURVE, all three or none (p2pkv.h): Z85 text, 40 characters
+                ("curve_public", c_char_p), ("curve_secret", c_char_p),
+                ("curve_server", c_char_p)]
 
 
 class Description(Structure):
@@ -66,6 +69,9 @@ _KEYS = POINTER(Key)
 
 _PROTOTYPES = {
     "p2pkv_describe": (c_int, [c_char_p, c_double, POINTER(Description), _ERR]),
+    "p2pkv_describe_curve": (c_int, [c_char_p, c_double, POINTER(Config), POINTER(Description),
+                                     _ERR]),
+    "p2pkv_client_connect_curve": (c_int, [_P, c_char_p, c_char_p, c_double, _ERR]),
     "p2pkv_client_new": (_P, [POINTER(Config), c_void_p, c_uint64, c_uint64, Callbacks, _ERR]),
     "p2pkv_client_destroy": (None, [POINTER(_P)]),
     "p2pkv_client_pool": (c_void_p, [_P]),

@@ -24,13 +24,25 @@ _STATUS = {0: "landed", 1: "failed", 2: "aborted"}
 _STATES = {0: "connecting", 1: "up", 2: "down", 3: "stopped"}
 
 
-def describe(endpoint: str, timeout: float = 5.0) -> dict:
+def _curve(curve_public, curve_secret, curve_server) -> list:
+    """The three CURVE keys as bytes (None stays None: the library checks
+    that all three or none are given, naming the one missing)."""
+    return [k.encode() if isinstance(k, str) else k
+            for k in (curve_public, curve_secret, curve_server)]
+
+
+def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str] = None,
+             curve_secret: Optional[str] = None, curve_server: Optional[str] = None) -> dict:
     """A server's block length, fingerprint, hash seed and provider, to
-    size a pool before connecting."""
+    size a pool before connecting.  A CURVE server describes itself only
+    to an allowed key: give the consumer's keypair and the server's key
+    (Z85), as for Client."""
     d = L.Description()
     err = ctypes.create_string_buffer(L.ERRLEN)
-    check(L.lib().p2pkv_describe(endpoint.encode(), timeout, ctypes.byref(d), err), err,
-          f"describe {endpoint}")
+    keys = _curve(curve_public, curve_secret, curve_server)
+    cfg = L.Config(curve_public=keys[0], curve_secret=keys[1], curve_server=keys[2])
+    check(L.lib().p2pkv_describe_curve(endpoint.encode(), timeout, ctypes.byref(cfg),
+                                       ctypes.byref(d), err), err, f"describe {endpoint}")
     return {"peer_id": d.peer_id.decode(), "block_len": d.block_len,
             "fingerprint": d.fingerprint.decode(), "hash_seed": d.hash_seed.decode(),
             "provider": d.provider.decode()}
@@ -88,7 +100,9 @@ class Client:
                  node: Optional[str] = None, load_timeout: float = 0,
                  abort_ack_timeout: float = 0, keepalive_interval: float = 0,
                  silence_timeout: float = 0, connect_retry: float = 0,
-                 stall_timeout: float = 0, no_reconnect: bool = False):
+                 stall_timeout: float = 0, no_reconnect: bool = False,
+                 curve_public: Optional[str] = None, curve_secret: Optional[str] = None,
+                 curve_server: Optional[str] = None):
         lib = L.lib()
         self.num_blocks, self.block_len = int(num_blocks), int(block_len)
         self._cond = threading.Condition()
@@ -107,8 +121,11 @@ class Client:
         enc = lambda s: s.encode() if s is not None else None  # noqa: E731
         self._strings = [enc(peer_id), enc(fingerprint), enc(hash_seed), enc(provider),
                          enc(node)]
+        # CURVE keys (Z85): the library copies them, as it does the strings
+        self._curve = _curve(curve_public, curve_secret, curve_server)
         cfg = L.Config(*self._strings, load_timeout, abort_ack_timeout, keepalive_interval,
-                       silence_timeout, connect_retry, stall_timeout, no_reconnect, True)
+                       silence_timeout, connect_retry, stall_timeout, no_reconnect, True,
+                       *self._curve)
         # the callbacks must live as long as the client
         self._cbs = L.Callbacks(None, L.ON_LOOKUP(self._on_lookup),
                                 L.ON_FETCH(self._on_fetch), L.ON_SERVER(self._on_server))
@@ -149,9 +166,17 @@ class Client:
             raise Error(errno.EBADF, "the client is closed")
         return self._handle
 
-    def connect(self, endpoint: str, timeout: float = 10.0) -> int:
-        """Connects to a server (tcp://HOST:PORT) and returns its index."""
+    def connect(self, endpoint: str, timeout: float = 10.0,
+                server_key: Optional[str] = None) -> int:
+        """Connects to a server (tcp://HOST:PORT) and returns its index.
+        server_key: that server's CURVE public key (Z85) when it is not
+        the client's curve_server.  A server that refuses our key raises
+        Error with errno EACCES ("the server refused our CURVE key")."""
         err = ctypes.create_string_buffer(L.ERRLEN)
+        if server_key is not None:
+            return check(L.lib().p2pkv_client_connect_curve(
+                self._h(), endpoint.encode(), server_key.encode(), timeout, err),
+                err, f"connect {endpoint}")
         return check(L.lib().p2pkv_client_connect(self._h(), endpoint.encode(), timeout, err),
                      err, f"connect {endpoint}")
 
