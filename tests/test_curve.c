@@ -195,6 +195,95 @@ s_publish(td_t *s, uint8_t raw[32], uint8_t data[BLOCK])
     td_put(td_api(s), &key, data, 1, BLOCK);
 }
 
+//  Issue 13, tenants by CURVE key: --tenants maps alice to alpha and bob
+//  to beta; carol (allowed, not in the file) is in shared only.  A key
+//  held only by the other tenant is a miss, exactly as an absent one; the
+//  same key held by both lands each tenant's own bytes; nothing of beta is
+//  pinned by alice's lookups.
+static void
+s_put_ns(td_t *s, const char *ns, const uint8_t key[32], uint8_t data[BLOCK])
+{
+    p2pkv_engine_t *e = td_engine_open(s, NULL, NULL);
+    char err[P2PKV_ERRLEN];
+    ck_assert_msg(p2pkv_engine_set_namespace(e, ns, err) == 0, "%s", err);
+    randombytes_buf(data, BLOCK);
+    p2pkv_key_t k = { key, 32 };
+    td_put(e, &k, data, 1, BLOCK);
+    p2pkv_engine_close(&e);
+}
+
+//  Which of keys the server holds for this consumer (a get without fetch),
+//  as a string of h and m; and with fetch, key 0's bytes into block 0.
+static void
+s_tenant_sees(td_t *s, const char *id, zcert_t *me, zcert_t *server, const uint8_t (*keys)[32],
+              const char *want, const uint8_t *k1_data)
+{
+    p2pkv_client_t *c = s_client(id, me, server, false, (p2pkv_callbacks_t) { 0 });
+    char err[P2PKV_ERRLEN];
+    int srv = p2pkv_client_connect(c, s->endpoint, 10, err);
+    ck_assert_msg(srv >= 0, "%s: connect: %s", id, err);
+    p2pkv_key_t k[4];
+    uint32_t dest[4] = { 0, 1, 2, 3 };
+    bool held[4] = { false };
+    for (int i = 0; i < 4; i++)
+        k[i] = (p2pkv_key_t) { keys[i], 32 };
+    ck_assert_int_ge(p2pkv_client_get(c, srv, "look", k, dest, 4, false, 10, held, NULL, NULL,
+                                      err), 0);
+    char saw[5];
+    for (int i = 0; i < 4; i++)
+        saw[i] = held[i] ? 'h' : 'm';
+    saw[4] = 0;
+    ck_assert_msg(streq(saw, want), "%s sees %s, want %s", id, saw, want);
+    if (k1_data) {
+        bool landed = false;
+        ck_assert_int_eq(p2pkv_client_get(c, srv, "get", k, dest, 1, true, 10, &landed, NULL,
+                                          NULL, err), 1);
+        ck_assert_mem_eq(p2pkv_client_pool(c), k1_data, BLOCK);
+    }
+    p2pkv_client_destroy(&c);
+}
+
+START_TEST(test_tenants_by_curve_key)
+{
+    s_keys_t k;
+    s_keys_new(&k);
+    s_allow(&k, "bob", true);
+    zcert_t *carol = s_keygen(&k, "carol");
+    s_allow(&k, "carol", true);
+    char tenants[128];
+    snprintf(tenants, sizeof tenants, "%s/tenants", k.dir);
+    FILE *f = fopen(tenants, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%s alpha\n%s beta\n", zcert_public_txt(k.alice), zcert_public_txt(k.bob));
+    fclose(f);
+    td_t s;
+    td_start(&s, (const char *const[]) { "--curve-secret", k.server_secret, "--curve-allow",
+                                         k.allow, "--tenants", tenants, NULL });
+    uint8_t keys[4][32], x[BLOCK], y[BLOCK], other[BLOCK];
+    for (int i = 0; i < 4; i++)
+        memset(keys[i], 0x10 + i, 32);
+    s_put_ns(&s, "alpha", keys[0], x);          //  k1 in alpha: X
+    s_put_ns(&s, "beta", keys[1], other);       //  k2 in beta only
+    s_put_ns(&s, "beta", keys[0], y);           //  k1 in beta too: Y
+    s_put_ns(&s, "shared", keys[2], other);     //  k3 shared; k4 nowhere
+    s_tenant_sees(&s, "alice", k.alice, k.server, (const uint8_t (*)[32]) keys, "hmhm", x);
+    json_t *st = td_stats_json(&s);
+    json_t *ns = json_object_get(st, "namespaces");
+    ck_assert_msg(ns != NULL, "stats has no namespaces");
+    json_t *beta = json_object_get(ns, "beta"), *alpha = json_object_get(ns, "alpha");
+    ck_assert_msg(beta && alpha, "stats names no alpha or beta namespace");
+    ck_assert_int_eq(json_integer_value(json_object_get(beta, "pinned")), 0);
+    ck_assert_int_eq(json_integer_value(json_object_get(beta, "lookups")), 0);
+    ck_assert_int_ge(json_integer_value(json_object_get(alpha, "lookups")), 4);
+    json_decref(st);
+    s_tenant_sees(&s, "bob", k.bob, k.server, (const uint8_t (*)[32]) keys, "hhhm", y);
+    s_tenant_sees(&s, "carol", carol, k.server, (const uint8_t (*)[32]) keys, "mmhm", NULL);
+    zcert_destroy(&carol);
+    ck_assert_int_eq(td_stop(&s), 0);
+    s_keys_destroy(&k);
+}
+END_TEST
+
 //  --------------------------------------------------------------------------
 
 //  An allowed key describes the server, connects and fetches a block whose
@@ -608,6 +697,7 @@ main(void)
     tcase_add_test(tc, test_cli_get_with_curve);
     tcase_add_test(tc, test_pull_between_curve_servers);
     tcase_add_test(tc, test_routing_id_under_another_key_ends_the_session);
+    tcase_add_test(tc, test_tenants_by_curve_key);
     suite_add_tcase(s, tc);
     return pk_test_run("curve", s);
 }

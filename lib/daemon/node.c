@@ -243,6 +243,22 @@ fail:
     return NULL;
 }
 
+//  SIGHUP: the CURVE keys (curve.c), then the tenant map; a map that does
+//  not load keeps the running one (pk_tenants_reload), said at warn.
+static void
+s_reload(pk_node_t *self)
+{
+    pk_curve_reload(self);
+    if (!self->config->tenants)
+        return;
+    char err[PK_ERRLEN];
+    if (pk_tenants_reload(self->config->tenant_map, self->config->tenants, err) != 0)
+        pk_node_log(self, PK_LOG_WARN, "SIGHUP: %s; the tenants in use stay", err);
+    else
+        pk_node_log(self, PK_LOG_INFO, "SIGHUP: tenants reloaded from %s (%zu namespaces)",
+                    self->config->tenants, pk_tenants_count(self->config->tenant_map));
+}
+
 void
 pk_node_watch_reload(pk_node_t *self, volatile sig_atomic_t *reload)
 {
@@ -373,7 +389,7 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
         if (reload) {
             //  SIGHUP: it also interrupted the poll, which is no stop
             *self->reload = 0;
-            pk_curve_reload(self);
+            s_reload(self);
         }
         if (which)
             s_read(self, which);
