@@ -948,7 +948,7 @@ s_attack_kill_consumer(ctx_t *c)
         ck_assert_msg(s_pins_released(c, 10), "killed consumer: pins not released");
     }
     ck_assert_uint_eq(caught, n);
-    hh_report("kill -9 of a consumer mid-transfer (1,024 blocks pinned)", n,
+    hh_report("kill -9 of a consumer mid-transfer (while its 1,024-block get held pins)", n,
               "session retired (silent); every pin released",
               s_nothing_lost(c, "kill consumer"), pk_clock_monotonic() - t0);
 }
