@@ -27,6 +27,9 @@
 
     Child processes (a consumer to kill or stop, an engine that dies with
     reservations) are this binary again: --child-consumer, --child-engine.
+    For a look at one attack: $P2PKV_HARDENING_ONLY, names from s_attacks
+    (comma-separated), runs only those; $P2PKV_HARDENING_DEBUG makes the
+    child consumers say why a get failed, on stderr.
     No sleep-and-hope: every wait is on a condition, with a bound.
 */
 #include "hardening.h"
