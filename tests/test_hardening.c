@@ -49,6 +49,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1107,15 +1108,8 @@ s_attack_store_pending(ctx_t *c)
               s_nothing_lost(c, "store pending"), pk_clock_monotonic() - t0);
 }
 
-//  CURVE is being built on another branch: this row says so, and is not a
-//  passing test.  The integrator replaces it with the attack.
-static void
-s_attack_curve_revoked(ctx_t *c)
-{
-    (void) c;
-    hh_report("CURVE key revoked mid-transfer", 0, "NOT BUILT YET (CURVE is on another branch)",
-              "not tried", 0);
-}
+//  A CURVE key revoked mid-transfer (after the witness's code below).
+static void s_attack_curve_revoked(ctx_t *c);
 
 //  ---------------------------------------------------------------------------
 //  The list, and the pass criteria after it
@@ -1143,7 +1137,7 @@ static const struct {
     { "no-poll", s_attack_no_poll },
     { "engine-dies", s_attack_engine_dies },
     { "store-pending", s_attack_store_pending },
-    { "curve-revoked", s_attack_curve_revoked },    //  placeholder: not built yet
+    { "curve-revoked", s_attack_curve_revoked },
 };
 
 static const char *const s_victim_flags[] = {
@@ -1297,14 +1291,20 @@ s_wit_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const cha
         (cond);                                                                \
     })
 
+//  me: the witness's CURVE keypair, for server's key (NULL: no CURVE).
 static void
-s_wit_open(wit_t *w, const char *endpoint)
+s_wit_open(wit_t *w, const char *endpoint, zcert_t *me, zcert_t *server)
 {
     memset(w, 0, sizeof *w);
     p2pkv_config_t cfg = { .peer_id = "witness", .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .load_timeout = 20,
                            .abort_ack_timeout = 2, .keepalive_interval = 0.3,
                            .silence_timeout = 2, .connect_retry = 0.2, .stall_timeout = 1 };
+    if (me) {
+        cfg.curve_public = zcert_public_txt(me);
+        cfg.curve_secret = zcert_secret_txt(me);
+        cfg.curve_server = zcert_public_txt(server);
+    }
     p2pkv_callbacks_t cb = { .arg = w, .on_lookup = s_wit_lookup, .on_fetch = s_wit_fetch };
     char err[P2PKV_ERRLEN] = "";
     w->client = p2pkv_client_new(&cfg, NULL, FLOAD + FFENCE, FBLOCK, cb, err);
@@ -1383,7 +1383,7 @@ static void
 s_server_fault(td_t *s, const char *endpoint, bool killed, const p2pkv_key_t *keys)
 {
     wit_t w;
-    s_wit_open(&w, endpoint);
+    s_wit_open(&w, endpoint, NULL, NULL);
     bool caught = false;
     for (int attempt = 0; attempt < 10 && !caught; attempt++)
         caught = s_catch_mid_transfer(&w, s, keys, attempt);
@@ -1412,6 +1412,128 @@ s_server_fault(td_t *s, const char *endpoint, bool killed, const p2pkv_key_t *ke
                   changed);
     free(w.dest);
     p2pkv_client_destroy(&w.client);
+}
+
+//  ---------------------------------------------------------------------------
+//  A CURVE key revoked mid-transfer
+
+//  A server of its own with CURVE: DIR/server_secret, DIR/allow holding
+//  the witness's (revoked here) and a second consumer's (the fence's)
+//  public certificates.
+typedef struct {
+    char dir[64], allow[96], secret[128], witness_pub[128];
+    zcert_t *server, *witness, *fence;
+} s_curve_t;
+
+static void
+s_curve_new(s_curve_t *k)
+{
+    memset(k, 0, sizeof *k);
+    snprintf(k->dir, sizeof k->dir, "/tmp/p2pkv-hard-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(k->dir));
+    snprintf(k->allow, sizeof k->allow, "%s/allow", k->dir);
+    ck_assert_int_eq(mkdir(k->allow, 0700), 0);
+    char path[160];
+    k->server = zcert_new();
+    snprintf(path, sizeof path, "%s/server", k->dir);
+    ck_assert_int_eq(zcert_save(k->server, path), 0);
+    snprintf(k->secret, sizeof k->secret, "%s/server_secret", k->dir);
+    k->witness = zcert_new();
+    k->fence = zcert_new();
+    snprintf(k->witness_pub, sizeof k->witness_pub, "%s/witness", k->allow);
+    ck_assert_int_eq(zcert_save_public(k->witness, k->witness_pub), 0);
+    snprintf(path, sizeof path, "%s/fence", k->allow);
+    ck_assert_int_eq(zcert_save_public(k->fence, path), 0);
+}
+
+static void
+s_curve_destroy(s_curve_t *k)
+{
+    zcert_destroy(&k->server);
+    zcert_destroy(&k->witness);
+    zcert_destroy(&k->fence);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", k->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+//  One revocation: the witness's load caught mid-transfer (server stopped),
+//  its key revoked (certificate removed, SIGHUP), the server continued.
+//  true when the load failed as the session ended; false when it landed
+//  whole first (checked whole; the caller tries again on a fresh server).
+static bool
+s_revoke_once(s_curve_t *k, const p2pkv_key_t *keys, int64_t *revoked)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--curve-secret", k->secret, "--curve-allow", k->allow,
+                                         "--pool-blocks", "2048", "--block-len", "65536",
+                                         "--pin-quota", "2048", NULL });
+    hh_fill(&s, 3, FLOAD + FFENCE, FBLOCK);
+    ck_assert_int_eq(zcert_save_public(k->witness, k->witness_pub), 0);
+    wit_t w;
+    s_wit_open(&w, s.endpoint, k->witness, k->server);
+    bool caught = false;
+    for (int attempt = 0; attempt < 10 && !caught; attempt++)
+        caught = s_catch_mid_transfer(&w, &s, keys, attempt);
+    ck_assert_msg(caught, "the load always ended before the revocation: 10 tries");
+    ck_assert_int_eq(unlink(k->witness_pub), 0);
+    kill(s.pid, SIGHUP);            //  pending while stopped: handled at once after
+    kill(s.pid, SIGCONT);
+    ck_assert_msg(S_POLL_UNTIL(&w, w.ended, 20), "the fetch did not end within 20 s");
+    bool failed = w.status == P2PKV_FAILED;
+    if (!failed)
+        ck_assert_uint_eq(s_wit_diff(&w, 0, FLOAD), 0);
+    ck_assert_msg(S_POLL_UNTIL(&w, p2pkv_client_server_state(w.client, w.server, NULL)
+                                   != P2PKV_SERVER_UP, 20), "the revoked session stayed UP");
+    *revoked = hh_metric_reach(&s, "p2pkv_sessions_revoked_total", NULL, 1, 10);
+    //  the fence: another allowed consumer's get lands on the same server
+    wit_t f;
+    s_wit_open(&f, s.endpoint, k->fence, k->server);
+    s_wit_get(&f, "fence", keys, FLOAD, FFENCE);
+    ck_assert_msg(S_POLL_UNTIL(&f, f.ended, 20), "the fence fetch did not end");
+    ck_assert_int_eq(f.status, P2PKV_LANDED);
+    ck_assert_uint_eq(s_wit_diff(&f, FLOAD, FFENCE), 0);
+    free(f.dest);
+    p2pkv_client_destroy(&f.client);
+    //  after it: no byte of the failed load's blocks changed
+    size_t changed = 0;
+    uint8_t *pool = p2pkv_client_pool(w.client);
+    for (size_t i = 0; failed && i < (size_t) FLOAD * FBLOCK; i++)
+        changed += pool[i] != SENTINEL;
+    ck_assert_msg(changed == 0, "%zu bytes changed after the fetch was reported FAILED",
+                  changed);
+    double deadline = pk_clock_monotonic() + 10;
+    while (td_stats(td_api(&s)).pinned && pk_clock_monotonic() < deadline)
+        zclock_sleep(10);
+    ck_assert_uint_eq(td_stats(td_api(&s)).pinned, 0);
+    free(w.dest);
+    p2pkv_client_destroy(&w.client);
+    ck_assert_int_eq(td_stop(&s), 0);
+    return failed;
+}
+
+static void
+s_attack_curve_revoked(ctx_t *c)
+{
+    double t0 = pk_clock_monotonic();
+    uint64_t n = s_n(1, 5), done = 0;
+    s_curve_t k;
+    s_curve_new(&k);
+    p2pkv_key_t *keys = hh_keys(3, FLOAD + FFENCE);
+    for (int tries = 0; done < n && tries < (int) n + 5; tries++) {
+        int64_t revoked = 0;
+        if (s_revoke_once(&k, keys, &revoked)) {
+            ck_assert_int_eq(revoked, 1);
+            done++;
+        }
+    }
+    ck_assert_msg(done == n, "the load landed before the revocation every time");
+    hh_keys_free(keys);
+    s_curve_destroy(&k);
+    hh_report("CURVE key revoked mid-transfer (certificate removed, SIGHUP)", n,
+              "session ended (revoked, counted); its fetch FAILED, its blocks untouched after; "
+              "another key's fence fetch whole; pins released",
+              s_nothing_lost(c, "curve revoked"), pk_clock_monotonic() - t0);
 }
 
 START_TEST(test_server_faults)
