@@ -390,7 +390,9 @@ s_cmd_put(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, 
     const char *hex = json_string_value(json_object_get(req, "key"));
     const char *b64 = json_string_value(json_object_get(req, "data"));
     uint8_t key[PK_MAX_KEY_BYTES];
-    int klen = hex ? pk_hex_decode(hex, strlen(hex), key) : -EINVAL;
+    //  pk_hex_decode writes all it is given: a longer key overran key[]
+    int klen = hex && strlen(hex) <= PK_MAX_KEY_HEX ? pk_hex_decode(hex, strlen(hex), key)
+                                                     : -EINVAL;
     if (klen <= 0 || !b64)
         return s_error("put: expected \"key\" (lowercase hex) and \"data\" (base64)");
     size_t cap = strlen(b64) / 4 * 3 + 3, len = 0;
