@@ -23,9 +23,11 @@
     epoch is fedcba9876543210 x2: libsodium's random source is replaced, so
     a corpus can hold frames the session applies.
 
-    What it asserts: every frame the session sends decodes; the session
-    is live with no reason or retired with one; every write stays inside
-    the consumer's declared pool and the store's; and once the session is
+    What it asserts: every frame the session sends decodes; every latency
+    it reports is a finite time >= 0; the session is live with no reason
+    or retired with one; it counted at most one violation, of one class,
+    exactly when it retired for one; every write stays inside the
+    consumer's declared pool and the store's; and once the session is
     destroyed, the store holds no pin, no job and no open lookup, and its
     blocks add up (free + writing + ready = num_blocks).
 */
@@ -34,6 +36,7 @@
 #include "sim/memtransport.h"
 #include "wire/protocol.h"
 
+#include <math.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +125,14 @@ s_out(void *arg, const char *frame, size_t len)
         abort();
     }
     pk_msg_destroy(&m);
+}
+
+//  The daemon times lookups and fetches: so does the harness.
+static void
+s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
+{
+    if (!isfinite(seconds) || seconds < 0 || !peer)
+        s_fail("a latency that is not a time");
 }
 
 //  The write path, checked: nothing outside either pool.
@@ -264,6 +275,26 @@ s_ops(s_world_t *w, const char *at, const char *end)
     }
 }
 
+//  The session at the end of the stream: its status, reason and counters
+//  agree.
+static void
+s_check_end(s_world_t *w)
+{
+    pk_server_session_status_t st = pk_server_session_tick(w->session);
+    const char *reason = pk_server_session_reason(w->session);
+    if ((st == PK_SERVER_SESSION_LIVE) != (reason[0] == '\0'))
+        s_fail("a live session with a reason, or a retired one without");
+    pk_server_session_counters_t c;
+    pk_server_session_counters(w->session, &c);
+    uint64_t sum = 0;
+    for (int i = 0; i < PK_VIOLATION_COUNT; i++)
+        sum += c.by_reason[i];
+    if (sum != c.violations || c.violations > 1)
+        s_fail("violations are not one class each, or more than one was counted");
+    if ((c.violations == 1) != (strncmp(reason, "violation:", 10) == 0))
+        s_fail("a violation counted without retiring for it, or the other way");
+}
+
 //  The session for the first line when it is an acceptable connect, else
 //  for the built-in one; true when the first line was used up.
 static bool
@@ -289,6 +320,7 @@ s_open(s_world_t *w, const uint8_t *line, size_t len)
     pk_msg_destroy(&connect);
     if (!w->session)
         s_fail("the session could not be made");
+    pk_server_session_set_latency(w->session, s_latency, w);
     return used;
 }
 
@@ -313,10 +345,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         first = false;
         at = stop + 1;
     }
-    pk_server_session_status_t st = pk_server_session_tick(w.session);
-    const char *reason = pk_server_session_reason(w.session);
-    if ((st == PK_SERVER_SESSION_LIVE) != (reason[0] == '\0'))
-        s_fail("a live session with a reason, or a retired one without");
+    s_check_end(&w);
     pk_server_session_destroy(&w.session);
     s_world_check(&w);
     pk_memtransport_destroy(&w.mem);
