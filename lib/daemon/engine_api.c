@@ -462,7 +462,9 @@ s_cmd_put(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, 
     if (ns < 0)
         return error;
     uint8_t key[PK_MAX_KEY_BYTES];
-    int klen = hex ? pk_hex_decode(hex, strlen(hex), key) : -EINVAL;
+    //  pk_hex_decode writes all it is given: a longer key overran key[]
+    int klen = hex && strlen(hex) <= PK_MAX_KEY_HEX ? pk_hex_decode(hex, strlen(hex), key)
+                                                     : -EINVAL;
     if (klen <= 0 || !b64)
         return s_error("put: expected \"key\" (lowercase hex) and \"data\" (base64)");
     size_t cap = strlen(b64) / 4 * 3 + 3, len = 0;
@@ -560,6 +562,17 @@ s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
     return s_error("unknown cmd \"%.64s\"", cmd);
 }
 
+json_t *
+pk_engine_answer(pk_node_t *self, const void *body, size_t len, const void *rid, size_t rlen)
+{
+    json_error_t jerr;
+    json_t *req = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *answer = json_is_object(req) ? s_cmd(self, req, rid, rlen)
+                                         : s_error("not a JSON object: %s", jerr.text);
+    json_decref(req);
+    return answer;
+}
+
 void
 pk_engine_from_local(pk_node_t *self)
 {
@@ -567,15 +580,10 @@ pk_engine_from_local(pk_node_t *self)
     if (!msg)
         return;
     zframe_t *rid = zmsg_pop(msg), *body = zmsg_pop(msg);
-    if (rid && body) {
-        json_error_t jerr;
-        json_t *req = json_loadb((const char *) zframe_data(body), zframe_size(body),
-                                 JSON_REJECT_DUPLICATES, &jerr);
-        json_t *answer = json_is_object(req) ? s_cmd(self, req, zframe_data(rid), zframe_size(rid))
-                                             : s_error("not a JSON object: %s", jerr.text);
-        json_decref(req);
-        pk_engine_send(self, zframe_data(rid), zframe_size(rid), answer);
-    }
+    if (rid && body)
+        pk_engine_send(self, zframe_data(rid), zframe_size(rid),
+                       pk_engine_answer(self, zframe_data(body), zframe_size(body),
+                                        zframe_data(rid), zframe_size(rid)));
     zframe_destroy(&rid);
     zframe_destroy(&body);
     zmsg_destroy(&msg);

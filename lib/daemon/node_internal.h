@@ -160,6 +160,11 @@ void pk_pull_free(pk_pull_t *pull);
 
 //  engine_api.c: the engine's JSON API and the stores held for consumers
 void pk_engine_from_local(pk_node_t *node);
+/*  The answer to one request body (a JSON object with "cmd") from the
+    engine connection rid: what pk_engine_from_local sends back.  Apart
+    for tests/fuzz/fuzz_engine.c, which has no local socket.  */
+json_t *pk_engine_answer(pk_node_t *node, const void *body, size_t len, const void *rid,
+                         size_t rlen);
 void pk_engine_send(pk_node_t *node, const void *rid, size_t rlen, json_t *answer);
 void pk_engine_event(pk_node_t *node, uint64_t job, bool success);
 void pk_engine_deliver_held(pk_node_t *node, pk_peer_t *peer);

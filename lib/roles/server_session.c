@@ -344,6 +344,12 @@ s_close_role(pk_server_session_t *self)
         for (size_t i = 0; i < njobs; i++)
             parent.store_result(parent.self, jobs[i], false);
         free(jobs);
+        //  and every parked lookup's bracket closes: the role reports only
+        //  how many, so the store's open_lookups would never come back
+        //  down (fuzz_session found it)
+        pk_lookup_ctx_t none = { "", 0, 0 };
+        for (size_t i = 0; i < owed; i++)
+            parent.on_request_finished(parent.self, &none);
     }
     s_add_role_counters(self->role, &self->counters);
     pk_server_role_destroy(&self->role);
