@@ -12,6 +12,7 @@
 #include "daemon/node.h"
 #include "base/keymap.h"
 #include "daemon/metrics.h"
+#include "daemon/directory.h"
 #include "daemon/store.h"
 #include "base/transport.h"
 #include "roles/server_session.h"
@@ -44,7 +45,7 @@ typedef struct pk_held {
 //  pool, committed (READY) once their bytes have landed.
 typedef struct {
     uint64_t id, owner;
-    char *server;
+    char *server;                   //  NULL: any holder (--directory)
     pk_key_t *keys;                 //  bytes follow the array
     uint32_t *blocks;
     bool *landed;
@@ -98,6 +99,8 @@ struct _pk_node_t {
     atomic_uint_fast64_t handshakes_done;
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
     char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
+    pk_directory_t *directory;      //  --directory: the cluster directory's actor, or NULL
+    pk_directory_stats_t directory_pushed; //  its counts already in the metrics
 };
 
 //  node.c

@@ -134,6 +134,7 @@ pk_server_config_fini(pk_server_config_t *self)
     free(self->fingerprint);
     free(self->hash_seed);
     free(self->metrics_bind);
+    free(self->directory);
     for (size_t i = 0; i < self->nallow; i++)
         free(self->allow[i]);
     free(self->allow);
@@ -189,6 +190,7 @@ pk_server_config_client(const pk_server_config_t *self, const char *peer_id)
         .stall_timeout = self->stall_timeout,
         .no_reconnect = true,
         .progress_thread = false,
+        .directory = self->directory,
     };
 }
 

@@ -38,7 +38,24 @@ class Config(Structure):
                 ("load_timeout", c_double), ("abort_ack_timeout", c_double),
                 ("keepalive_interval", c_double), ("silence_timeout", c_double),
                 ("connect_retry", c_double), ("stall_timeout", c_double),
-                ("no_reconnect", c_bool), ("progress_thread", c_bool)]
+                ("no_reconnect", c_bool), ("progress_thread", c_bool),
+                # the cluster directory (issue 14)
+                ("directory", c_char_p)]
+
+
+class Holder(Structure):
+    _fields_ = [("peer_id", c_char_p), ("endpoint", c_char_p), ("host", c_char_p),
+                ("block_len", c_uint64), ("provider", c_char_p)]
+
+
+class DirectoryStats(Structure):
+    _fields_ = [("up", c_bool), ("locates", c_uint64), ("round_trips", c_uint64),
+                ("junk", c_uint64), ("stale", c_uint64), ("corrected", c_uint64),
+                ("failovers", c_uint64)]
+
+
+ON_LOCATE = CFUNCTYPE(None, c_void_p, c_size_t, POINTER(Holder), c_size_t)
+ANY_SERVER = -1
 
 
 class Description(Structure):
@@ -80,6 +97,8 @@ _PROTOTYPES = {
     "p2pkv_client_cancel": (c_int, [_P, c_uint64]),
     "p2pkv_client_finish": (c_int, [_P, c_int, c_char_p]),
     "p2pkv_client_open_fetches": (c_size_t, [_P]),
+    "p2pkv_client_locate": (c_int, [_P, _KEYS, c_size_t, ON_LOCATE, c_void_p, _ERR]),
+    "p2pkv_client_directory_stats": (c_int, [_P, POINTER(DirectoryStats)]),
     "p2pkv_engine_open": (_P, [c_char_p, c_double, ON_EVENT, c_void_p, _ERR]),
     "p2pkv_engine_close": (None, [POINTER(_P)]),
     "p2pkv_engine_info": (POINTER(EngineInfo), [_P]),
