@@ -649,26 +649,28 @@ s_cmd_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, bool get)
 }
 
 static int
+s_remote_usage(bool get)
+{
+    fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT | --directory "
+            "redis://HOST:PORT[/DB]%s [--json] KEY...\n", get ? "get" : "lookup",
+            get ? " [-o DIR]" : "");
+    return EXIT_ERROR;
+}
+
+static int
 s_cmd_remote(int argc, char *argv[], bool get)
 {
     s_interrupt_t intr;
     s_interrupt_init(&intr);
     s_remote_opts_t o = { 0 };
-    if (s_remote_opts(argc, argv, &o)) {
-        fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT | --directory "
-                "redis://HOST:PORT[/DB]%s [--json] KEY...\n", get ? "get" : "lookup",
-                get ? " [-o DIR]" : "");
-        return EXIT_ERROR;
-    }
+    if (s_remote_opts(argc, argv, &o))
+        return s_remote_usage(get);
     s_get_t g = { 0 };
     int rc = EXIT_ERROR;
     p2pkv_client_t *client = NULL;
-    if (s_parse_keys(argv, o.first, argc, &g))
+    if (s_parse_keys(argv, o.first, argc, &g) || (o.directory
+                                                  && (rc = s_cmd_by_key(&o, argv, &g, get)) >= 0))
         goto done;
-    if (o.directory) {
-        rc = s_cmd_by_key(&o, argv, &g, get);
-        goto done;
-    }
     char err[256] = "";
     p2pkv_description_t d;
     if (p2pkv_describe(o.server, o.timeout < 10 ? o.timeout : 10, &d, err)) {
