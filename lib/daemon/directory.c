@@ -331,6 +331,15 @@ s_beat(self_t *self)
     return 0;
 }
 
+//  Between the chunks of a long resync or goodbye: the heartbeat when it
+//  is due, so a large pool's republication never lets the record lapse
+//  (which would start the resync over).  0 or -EIO.
+static int
+s_beat_due(self_t *self)
+{
+    return pk_clock_monotonic() >= self->next_beat ? s_beat(self) : 0;
+}
+
 //  ---------------------------------------------------------------------------
 //  Batches
 
@@ -549,7 +558,7 @@ s_unpublish(self_t *self, redisReply *index, const pk_keymap_t *keep)
             && s_cmd3(self, &owed, "SREM", dir->held_name, strlen(dir->held_name), m->str,
                       m->len) != 0)
             return -EIO;
-        if (owed >= S_BATCH && s_sync(self, &owed) != 0)
+        if (owed >= S_BATCH && (s_sync(self, &owed) != 0 || s_beat_due(self) != 0))
             return -EIO;
     }
     return s_sync(self, &owed);
@@ -578,7 +587,7 @@ s_publish(self_t *self)
             self->argv[1] = dir->held_name;
             self->argvlen[1] = strlen(dir->held_name);
             if (s_cmd(self, &owed, (int) argc, self->argv, self->argvlen) != 0
-                || s_sync(self, &owed) != 0)
+                || s_sync(self, &owed) != 0 || s_beat_due(self) != 0)
                 return -EIO;
             argc = 2;
         }
