@@ -345,7 +345,12 @@ START_TEST(test_holder_killed_mid_get)
     s_get_all(c, &set);
     pthread_join(thread, NULL);
     ck_assert(atomic_load(&k.killed));
-    ck_assert_uint_ge(s_stats(c).failovers, 1);
+    //  the victim failed mid-get (failovers); or, when another test's
+    //  server took its port at once and the client's session reconnected
+    //  there, that server answered misses and the victim's entries were
+    //  corrected: either way its keys came from the survivor
+    p2pkv_directory_stats_t st = s_stats(c);
+    ck_assert_uint_ge(st.failovers + st.corrected, 1);
     p2pkv_client_destroy(&c);
     s_found_free(&f);
     s_set_free(&set);

@@ -165,6 +165,10 @@ s_run_holder(s_any_t *a, int s, int attempt, char *err)
     if (rc >= 0)
         rc = p2pkv_client_get(a->client, h->server, kv, a->ask, a->to, m, a->fetch, a->timeout,
                               a->got, NULL, NULL, err);
+    //  A holder that went away during the get failed, whatever it said
+    //  before: its misses are no evidence against its entries.
+    if (rc >= 0 && p2pkv_client_server_state(a->client, h->server, NULL) != P2PKV_SERVER_UP)
+        rc = pk_err(err, -ENOTCONN, "the holder went away during the get");
     for (size_t j = 0; j < m; j++) {
         size_t k = a->pos[j];
         if (a->got[j]) {
