@@ -79,7 +79,9 @@ s_server(td_t *s, const char *peer, const tr_redis_t *r)
 }
 
 //  A consumer of the directory: a pool of n blocks, short timeouts so a
-//  lost holder is noticed within a second.
+//  lost holder is noticed within a second, and no reconnecting: a killed
+//  server's ephemeral port may go to another suite's server at once, and
+//  a session there would disturb that suite's counts.
 static p2pkv_client_t *
 s_client(const char *name, const tr_redis_t *r, size_t n)
 {
@@ -87,7 +89,8 @@ s_client(const char *name, const tr_redis_t *r, size_t n)
     p2pkv_config_t cfg = { .peer_id = name, .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .silence_timeout = 1, .stall_timeout = 1,
                            .keepalive_interval = 0.3, .connect_retry = 0.1,
-                           .load_timeout = 5, .directory = r->url, .progress_thread = true };
+                           .load_timeout = 5, .directory = r->url, .progress_thread = true,
+                           .no_reconnect = true };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, n, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     return c;
