@@ -47,17 +47,23 @@ static const struct {
     { "stats", "stats [--local EP] [--json]",
       "the local server's pool, sessions and counters, per\n"
       "namespace too" },
-    { "pull", "pull [--local EP] --server tcp://HOST:PORT KEY...",
+    { "pull", "pull [--local EP] [--server tcp://HOST:PORT] KEY...",
       "the local server fetches the keys from that server into\n"
-      "its own pool; prints KEY landed|present|missing" },
-    { "lookup", "lookup --server tcp://HOST:PORT [--json] KEY...",
-      "prints KEY hit|miss\n"
+      "its own pool (without --server: from any holder its\n"
+      "--directory names); prints KEY landed|present|missing" },
+    { "lookup", "lookup --server tcp://HOST:PORT | --directory redis://HOST:PORT[/DB]\n"
+      "       [--json] KEY...",
+      "prints KEY hit|miss; by --directory, KEY hit PEER,... (the\n"
+      "live holders) or KEY miss\n"
       "(with --fingerprint, --hash-seed, --provider, --fabric-addr,\n"
       "--timeout as for get)" },
-    { "get", "get --server tcp://HOST:PORT [-o DIR] [--json] KEY...",
+    { "get", "get --server tcp://HOST:PORT | --directory redis://HOST:PORT[/DB]\n"
+      "       [-o DIR] [--json] KEY...",
       "fetches the blocks into this process's memory over the\n"
       "data plane and writes DIR/KEY for each (DIR: .); on a\n"
-      "terminal, a progress line on standard error\n"
+      "terminal, a progress line on standard error; by\n"
+      "--directory, each key from any live holder, another one\n"
+      "if a holder fails\n"
       "--fingerprint F --hash-seed S (the server's, learnt by\n"
       "default), --provider P (tcp), --fabric-addr ADDR (the\n"
       "data plane's local address), --timeout SECONDS (30),\n"
@@ -423,6 +429,7 @@ s_curve_certs(const char *cmd, const char *secret, const char *server, zcert_t *
 typedef struct {
     const char *server, *outdir, *fingerprint, *hash_seed, *provider, *fabric_addr;
     const char *curve_secret, *server_key;
+    const char *directory;          //  by key: the cluster directory (issue 14)
     double timeout;
     bool json;
     int first;
@@ -442,6 +449,7 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
         { "json", no_argument, NULL, 'j' },
         { "curve-secret", required_argument, NULL, 'C' },
         { "server-key", required_argument, NULL, 'K' },
+        { "directory", required_argument, NULL, 'd' },
         { NULL, 0, NULL, 0 }
     };
     optind = 0;
@@ -461,11 +469,13 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
             case 'j': o->json = true; break;
             case 'C': o->curve_secret = optarg; break;
             case 'K': o->server_key = optarg; break;
+            case 'd': o->directory = optarg; break;
             default: return -EINVAL;
         }
     }
     o->first = optind;
-    return o->server && o->first < argc && o->timeout > 0
+    //  one of --server and --directory; CURVE's two files together
+    return !o->server != !o->directory && o->first < argc && o->timeout > 0
            && !o->curve_secret == !o->server_key ? 0 : -EINVAL;
 }
 
@@ -634,24 +644,161 @@ s_remote_client(const s_remote_opts_t *o, const p2pkv_config_t *keys, size_t n,
     return p2pkv_client_new(&cfg, NULL, n, d->block_len, (p2pkv_callbacks_t) { 0 }, err);
 }
 
+//  --------------------------------------------------------------------------
+//  lookup and get by key (--directory): who holds what, from the cluster
+//  directory, then each key from any of its live holders
+
+typedef struct {
+    bool *held;
+    char **holders;                 //  each key's holders' peer ids, comma-separated
+    char endpoint[256];             //  a holder, to learn the block length from
+} s_found_t;
+
+static void
+s_on_found(void *arg, size_t i, const p2pkv_holder_t *h, size_t n)
+{
+    s_found_t *f = arg;
+    f->held[i] = n > 0;
+    if (n && !f->endpoint[0])
+        snprintf(f->endpoint, sizeof f->endpoint, "%s", h[0].endpoint);
+    size_t len = 1;
+    for (size_t k = 0; k < n; k++)
+        len += strlen(h[k].peer_id) + 1;
+    f->holders[i] = calloc(1, len);
+    for (size_t k = 0; k < n && f->holders[i]; k++)
+        strcat(strcat(f->holders[i], k ? "," : ""), h[k].peer_id);
+}
+
+//  Locates the keys with a client of a one-byte pool (a locate needs no
+//  pool): 0, or -1 with a message.
+static int
+s_locate(const s_remote_opts_t *o, const s_get_t *g, s_found_t *f)
+{
+    char err[P2PKV_ERRLEN] = "", name[64];
+    snprintf(name, sizeof name, "p2pkv-cli-%d", (int) getpid());
+    p2pkv_config_t cfg = { .peer_id = name, .provider = o->provider, .node = o->fabric_addr,
+                           .directory = o->directory, .no_reconnect = true };
+    p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, 1, 1, (p2pkv_callbacks_t) { 0 }, err);
+    int rc = client ? p2pkv_client_locate(client, g->keys, g->n, s_on_found, f, err) : -1;
+    p2pkv_client_destroy(&client);
+    if (rc)
+        fprintf(stderr, "p2pkv: %s\n", err);
+    return rc ? -1 : 0;
+}
+
+static int
+s_report_holders(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const s_found_t *f)
+{
+    json_t *out = json_array();
+    size_t nheld = 0;
+    for (size_t i = 0; i < g->n; i++) {
+        const char *hex = argv[o->first + (int) i];
+        nheld += f->held[i];
+        if (o->json)
+            json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "key", hex, "status",
+                                                 f->held[i] ? "hit" : "miss", "holders",
+                                                 f->holders[i] ? f->holders[i] : ""));
+        else if (f->held[i])
+            printf("%s hit %s\n", hex, f->holders[i] ? f->holders[i] : "");
+        else
+            printf("%s miss\n", hex);
+    }
+    if (o->json) {
+        char *text = json_dumps(out, JSON_COMPACT);
+        puts(text);
+        free(text);
+    }
+    json_decref(out);
+    return nheld == g->n ? EXIT_SUCCESS : EXIT_SOME_INVALID;
+}
+
+//  The get by key: the block length (and, unless given, the fingerprint
+//  and seed) learnt from one holder, then p2pkv_client_get of any server.
+static int
+s_get_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const char *endpoint)
+{
+    char err[P2PKV_ERRLEN] = "", name[64];
+    p2pkv_description_t d;
+    if (p2pkv_describe(endpoint, o->timeout < 10 ? o->timeout : 10, &d, err)) {
+        fprintf(stderr, "p2pkv get: %s\n", err);
+        return EXIT_ERROR;
+    }
+    snprintf(name, sizeof name, "p2pkv-cli-%d", (int) getpid());
+    p2pkv_config_t cfg = { .peer_id = name,
+                           .fingerprint = o->fingerprint ? o->fingerprint : d.fingerprint,
+                           .hash_seed = o->hash_seed ? o->hash_seed : d.hash_seed,
+                           .provider = o->provider, .node = o->fabric_addr,
+                           .load_timeout = o->timeout, .silence_timeout = 10,
+                           .directory = o->directory, .no_reconnect = true };
+    p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, g->n, d.block_len,
+                                              (p2pkv_callbacks_t) { 0 }, err);
+    bool *landed = calloc(g->n, sizeof *landed);
+    uint32_t *dest = calloc(g->n, sizeof *dest);
+    int rc = EXIT_ERROR;
+    if (client && landed && dest) {
+        for (size_t i = 0; i < g->n; i++)
+            dest[i] = (uint32_t) i;
+        double t0 = pk_clock_monotonic();
+        int got = p2pkv_client_get(client, P2PKV_ANY_SERVER, "p2pkv-cli", g->keys, dest, g->n,
+                                   true, o->timeout, landed, NULL, NULL, err);
+        if (got < 0 || (size_t) got < g->n)
+            fprintf(stderr, "p2pkv get: %s\n", err[0] ? err : "some keys have no live holder");
+        rc = got < 0 && got != -ENOTCONN ? EXIT_ERROR
+             : s_report(o, argv, g->n, landed, p2pkv_client_pool(client), d.block_len, true,
+                        pk_clock_monotonic() - t0);
+    }
+    else
+        fprintf(stderr, "p2pkv: %s\n", err[0] ? err : "out of memory");
+    free(landed);
+    free(dest);
+    p2pkv_client_destroy(&client);
+    return rc;
+}
+
+static int
+s_cmd_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, bool get)
+{
+    s_found_t f = { calloc(g->n, sizeof *f.held), calloc(g->n, sizeof *f.holders), "" };
+    int rc = EXIT_ERROR;
+    if (f.held && f.holders && s_locate(o, g, &f) == 0) {
+        if (!get)
+            rc = s_report_holders(o, argv, g, &f);
+        else if (!f.endpoint[0])
+            rc = s_report(o, argv, g->n, f.held, NULL, 0, true, 0);    //  all missing
+        else
+            rc = s_get_by_key(o, argv, g, f.endpoint);
+    }
+    for (size_t i = 0; f.holders && i < g->n; i++)
+        free(f.holders[i]);
+    free(f.holders);
+    free(f.held);
+    return rc;
+}
+
+static int
+s_remote_usage(bool get)
+{
+    fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT | --directory "
+            "redis://HOST:PORT[/DB]%s [--json] [--curve-secret FILE --server-key FILE] "
+            "KEY...\n", get ? "get" : "lookup", get ? " [-o DIR]" : "");
+    return EXIT_ERROR;
+}
+
 static int
 s_cmd_remote(int argc, char *argv[], bool get)
 {
     s_interrupt_t intr;
     s_interrupt_init(&intr);
     s_remote_opts_t o = { 0 };
-    if (s_remote_opts(argc, argv, &o)) {
-        fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT%s [--json] "
-                "[--curve-secret FILE --server-key FILE] KEY...\n",
-                get ? "get" : "lookup", get ? " [-o DIR]" : "");
-        return EXIT_ERROR;
-    }
+    if (s_remote_opts(argc, argv, &o))
+        return s_remote_usage(get);
     s_get_t g = { 0 };
     int rc = EXIT_ERROR;
     p2pkv_client_t *client = NULL;
     zcert_t *mine = NULL, *theirs = NULL;
     p2pkv_config_t keys = { 0 };
     if (s_parse_keys(argv, o.first, argc, &g)
+        || (o.directory && (rc = s_cmd_by_key(&o, argv, &g, get)) >= 0)
         || s_curve_certs(get ? "get" : "lookup", o.curve_secret, o.server_key, &mine, &theirs,
                          &keys))
         goto done;
@@ -768,10 +915,10 @@ s_cmd_pull(int argc, char *argv[])
     }
     s_local_opts_t o = { 0 };
     char *dflt = NULL;
-    if (!server || s_local_opts(nrest, rest, &o, &dflt) || o.first >= nrest || o.ns) {
+    if (s_local_opts(nrest, rest, &o, &dflt) || o.first >= nrest || o.ns) {
         free(rest);
         free(dflt);
-        fprintf(stderr, "usage: p2pkv pull [--local ENDPOINT] --server tcp://HOST:PORT KEY...\n");
+        fprintf(stderr, "usage: p2pkv pull [--local ENDPOINT] [--server tcp://HOST:PORT] KEY...\n");
         return EXIT_ERROR;
     }
     s_get_t g = { 0 };

@@ -121,6 +121,9 @@ typedef struct {
     const char *curve_secret;       //  this consumer's secret key
     const char *curve_server;       //  the server's public key (per server:
                                     //  p2pkv_client_connect_curve)
+    //  the cluster directory (issue 14)
+    const char *directory;          //  redis://HOST:PORT[/DB]: p2pkv_client_locate and
+                                    //  p2pkv_client_get of P2PKV_ANY_SERVER (NULL: none)
 } p2pkv_config_t;
 
 /*  Learns a server's block length, fingerprint and hash seed (so a tool
@@ -206,10 +209,71 @@ typedef void (p2pkv_progress_fn)(void *arg, size_t landed, size_t n);
     the same kv on the same server runs); landed[] still says what
     arrived before (not the cancelled batch's blocks).
     Gets of different requests, or on different servers, may run at once
-    from several threads: each waits for its own answers only.  */
+    from several threads: each waits for its own answers only.
+    server P2PKV_ANY_SERVER (with config.directory): the keys are located
+    (p2pkv_client_locate), spread over their live holders (those on this
+    host first, then the least loaded), each holder connected as needed
+    and asked with a get of its own (kv-aN-sM); keys a holder did not
+    deliver are asked of another holder within the same call: a holder
+    that failed (died, refused, timed out) is not asked again in this
+    call, and one that answered a key as a miss (it evicted it since) has
+    its directory entry for that key removed.  Keys no live holder
+    delivered are left false in landed[]; -ENOTCONN with err when the
+    directory is down.  */
 int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
                      const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
                      p2pkv_progress_fn *progress, void *progress_arg, char *err);
+
+/*  The cluster directory (issue 14; doc/directory.md).  With
+    config.directory set, a client finds keys' holders in Redis, where
+    every p2pkv-server started with --directory keeps the keys it holds.
+    A holder is listed only while its record is live (refreshed by its
+    heartbeat; a server killed drops out when the record's TTL ends).
+    The directory is one connection under its own lock, never the
+    client's: locating never stalls the other calls or the progress
+    thread.  */
+
+/*  p2pkv_client_get's server meaning "any holder": each key is fetched
+    from a holder the directory names, see p2pkv_client_get.  */
+#define P2PKV_ANY_SERVER (-1)
+
+/*  A live holder of a key, as its server published itself.  */
+typedef struct {
+    const char *peer_id;
+    const char *endpoint;           //  for p2pkv_client_connect
+    const char *host;               //  its host name (the same host is preferred)
+    uint64_t block_len;
+    const char *provider;
+} p2pkv_holder_t;
+
+/*  One key's answer: keys[i]'s live holders (n may be 0).  The pointers
+    are valid during the call only.  */
+typedef void (p2pkv_locate_fn)(void *arg, size_t i, const p2pkv_holder_t *holders, size_t n);
+
+/*  Asks the directory who holds keys[0..n-1] (n 1..65536) in one
+    pipelined round trip (two when a server joined since the last call),
+    then calls fn once per key, in order, on the calling thread, with no
+    lock of the client held (fn may call any client function).  Entries
+    that do not parse (another program's keys, a truncated record) are
+    ignored and counted (p2pkv_client_directory_stats).  0, or a negative
+    errno with err: -EINVAL (no config.directory), -ENOTCONN (Redis is not
+    answering: down, or slower than 1 s; the next call connects again).
+    Any thread; calls at once queue on the directory's lock.  */
+int p2pkv_client_locate(p2pkv_client_t *self, const p2pkv_key_t *keys, size_t n,
+                        p2pkv_locate_fn *fn, void *arg, char *err);
+
+typedef struct {
+    bool up;                        //  the last call reached Redis
+    uint64_t locates;               //  p2pkv_client_locate calls answered
+    uint64_t round_trips;           //  pipelines they took
+    uint64_t junk;                  //  entries that did not parse, ignored
+    uint64_t stale;                 //  holders listed without a live record, skipped
+    uint64_t corrected;             //  entries removed: a holder did not have the key
+    uint64_t failovers;             //  holders given up mid-get (dead, refusing)
+} p2pkv_directory_stats_t;
+
+/*  The directory's counters: 0, or -EINVAL without config.directory.  */
+int p2pkv_client_directory_stats(p2pkv_client_t *self, p2pkv_directory_stats_t *out);
 
 /*  Without an on_fetch callback, a fetch's end is read here, once:
     P2PKV_LANDED, P2PKV_FAILED or P2PKV_ABORTED (reason: P2PKV_ERRLEN bytes, or

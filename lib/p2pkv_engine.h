@@ -169,7 +169,9 @@ int p2pkv_engine_store(p2pkv_engine_t *self, const char *consumer, const char *k
 /*  The request kv of consumer is finished on this side.  */
 int p2pkv_engine_finish(p2pkv_engine_t *self, const char *consumer, const char *kv, char *err);
 
-/*  Has the server fetch keys from the server at endpoint into its pool.
+/*  Has the server fetch keys from the server at endpoint into its pool
+    (endpoint NULL: from any holder its --directory names, with failover
+    between holders; a server without --directory refuses it).
     *pull_id_p names it in its P2PKV_EVENT_PULL event; *fetching_p (may
     be NULL) gets how many keys are being fetched (the others are in the
     pool already; the event follows even when it is 0, once the server's

@@ -19,8 +19,10 @@ allowed() {
         # registry.c: the one file that names every implementation
         transports)     echo "base transports" ;;
         # The one arrow up: the daemon's puller is a client of p2pkv.h.
-        lib/daemon)     echo "base wire roles daemon p2pkv.h" ;;
-        lib/client)     echo "base wire roles client p2pkv.h" ;;
+        # the directory's codec and connection, beside wire (issue 14)
+        lib/cluster)    echo "base wire cluster" ;;
+        lib/daemon)     echo "base wire roles cluster daemon p2pkv.h" ;;
+        lib/client)     echo "base wire roles cluster client p2pkv.h" ;;
         # beside client: the engine's side of the local socket
         lib/engine)     echo "base wire engine p2pkv.h p2pkv_engine.h" ;;
         # the public headers: p2pkv_engine.h uses p2pkv.h's key type

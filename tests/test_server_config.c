@@ -28,9 +28,9 @@ static const char *const s_options[] = {
     "shutdown-timeout", "max-requests", "max-parked-keys", "max-rounds", "pin-quota",
     "max-queued-frames", "max-frame", "max-sessions", "load-timeout", "abort-ack-timeout",
     "connect-retry", "keepalive-interval", "tenants", "curve-secret", "curve-allow",
-    "curve-servers", "config", "help", "version",
+    "curve-servers", "directory", "directory-optional", "config", "help", "version",
 };
-#define S_NSETTINGS 35      //  the leading ones that are settings
+#define S_NSETTINGS 37      //  the leading ones that are settings
 
 static char s_err[S_ERRLEN];
 
@@ -645,7 +645,8 @@ START_TEST(test_every_setting_in_a_file)
         "max-queued-frames = 500\nmax-frame = 4096\nmax-sessions = 600\n"
         "load-timeout = 34\nabort-ack-timeout = 13\nconnect-retry = 0.25\n"
         "keepalive-interval = 1.5\ncurve-secret = /k/s_secret\ncurve-allow = /k/allow\n"
-        "curve-servers = /k/servers\n");
+        "curve-servers = /k/servers\ndirectory = redis://10.1.2.3:6379/2\n"
+        "directory-optional = redis://10.1.2.4:6380\n");
     FILE *f = fopen(path, "a");
     ck_assert_ptr_nonnull(f);
     fprintf(f, "tenants = %s\n", tenants);
@@ -703,6 +704,8 @@ START_TEST(test_every_setting_in_a_file)
     ck_assert_str_eq(c.curve_secret, "/k/s_secret");
     ck_assert_str_eq(c.curve_allow, "/k/allow");
     ck_assert_str_eq(c.curve_servers, "/k/servers");
+    ck_assert_str_eq(c.directory, "redis://10.1.2.4:6380");     //  the later line wins
+    ck_assert(c.directory_optional);
     pk_server_config_fini(&c);
     unlink(tenants);
 }
@@ -726,6 +729,48 @@ START_TEST(test_curve_takes_both_or_neither)
     ck_assert_ptr_null(c.curve_secret);
     ck_assert_ptr_null(c.curve_allow);
     pk_server_config_fini(&c);
+}
+END_TEST
+
+//  Issue 14: --directory and --directory-optional take a redis:// URL;
+//  the later one wins, an empty value turns the directory off, and a URL
+//  that does not parse is refused naming the option and the form.
+START_TEST(test_directory_options)
+{
+    pk_server_config_t c;
+    ck_assert_int_eq(s_parse(&c, "--peer-id", "d"), 0);
+    ck_assert_ptr_null(c.directory);
+    ck_assert(!c.directory_optional);
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--directory", "redis://127.0.0.1:6379"), 0);
+    ck_assert_str_eq(c.directory, "redis://127.0.0.1:6379");
+    ck_assert(!c.directory_optional);
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--directory-optional", "redis://[::1]:7000/15"), 0);
+    ck_assert_str_eq(c.directory, "redis://[::1]:7000/15");
+    ck_assert(c.directory_optional);
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--directory-optional", "redis://redis.example-1.net:1",
+                             "--directory", "redis://h:2/0"), 0);
+    ck_assert_str_eq(c.directory, "redis://h:2/0");
+    ck_assert(!c.directory_optional);
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--directory", "redis://h:2", "--directory", ""), 0);
+    ck_assert_ptr_null(c.directory);
+    pk_server_config_fini(&c);
+    const char *bad[] = { "h:6379", "redis://h", "redis://h:", "redis://:6379", "redis://h:0",
+                          "redis://h:65536", "redis://h:6379/16", "redis://h:6379/x",
+                          "redis://h:63a9", "http://h:6379", "redis://[::1:6379",
+                          "redis://u@h:6379", "redis://h:6379/" };
+    char msg[256];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(msg, sizeof msg, "--directory: expected redis://HOST:PORT[/DB] (PORT 1..65535, "
+                 "DB 0..15), got \"%s\"", bad[i]);
+        s_refuse(msg, "--directory", bad[i]);
+        snprintf(msg, sizeof msg, "--directory-optional: expected redis://HOST:PORT[/DB] "
+                 "(PORT 1..65535, DB 0..15), got \"%s\"", bad[i]);
+        s_refuse(msg, "--directory-optional", bad[i]);
+    }
 }
 END_TEST
 
@@ -755,6 +800,12 @@ START_TEST(test_consumer_settings_reach_the_client)
     ck_assert_str_eq(p.node, "10.1.2.3");
     ck_assert(p.no_reconnect);
     ck_assert(!p.progress_thread);
+    ck_assert_ptr_null(p.directory);
+    pk_server_config_fini(&c);
+    //  the directory reaches the puller too: a pull without a server
+    ck_assert_int_eq(s_parse(&c, "--directory", "redis://127.0.0.1:6379"), 0);
+    p = pk_server_config_client(&c, "n");
+    ck_assert_str_eq(p.directory, "redis://127.0.0.1:6379");
     pk_server_config_fini(&c);
     //  the defaults, and automatic provider and address as NULL
     ck_assert_int_eq(s_parse(&c, "--provider", "auto"), 0);
@@ -1038,6 +1089,7 @@ main(void)
     tcase_add_test(tc, test_parse_twice);
     tcase_add_test(tc, test_usage_and_man_page_name_every_option);
     tcase_add_test(tc, test_curve_takes_both_or_neither);
+    tcase_add_test(tc, test_directory_options);
     suite_add_tcase(s, tc);
     return pk_test_run("server_config", s);
 }

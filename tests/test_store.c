@@ -869,6 +869,65 @@ s_worker(void *arg)
     return NULL;
 }
 
+//  The directory's feed (issue 14): the watch hears every change of the
+//  READY set, in order: commit and put add, drop and eviction remove, an
+//  expired lease or a refused drop is no change; a snapshot lists what is
+//  READY after its begin.
+typedef struct {
+    char log[512];
+    int begins;
+} s_watch_t;
+
+static void
+s_watch(void *arg, bool added, const pk_key_t *key)
+{
+    s_watch_t *w = arg;
+    char item[16];
+    snprintf(item, sizeof item, "%c%d ", added ? '+' : '-', key->bytes[4]);
+    strncat(w->log, item, sizeof w->log - strlen(w->log) - 1);
+}
+
+static void
+s_watch_begin(void *arg)
+{
+    s_watch_t *w = arg;
+    w->begins++;
+    w->log[0] = '\0';
+}
+
+START_TEST(test_watch_tells_every_change)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 16, 1);
+    s_watch_t w = { "", 0 };
+    pk_store_watch(store, s_watch, &w);
+    uint32_t block;
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_reserve(store, 7, 2, &block), 0);
+    ck_assert_int_eq(s_commit(store, 7, 2), 0);
+    ck_assert_int_eq(s_put(store, 3), 0);               //  evicts 1, the oldest
+    ck_assert_int_eq(s_reserve(store, 7, 4, &block), 0);   //  evicts 2
+    clock.t = 2;                                        //  its lease runs out: no change
+    ck_assert_uint_eq(pk_store_expire_leases(store), 1);
+    pk_key_t three = s_key(3);
+    uint64_t job;
+    bool pinned;
+    ck_assert_int_eq(pk_store_pin(store, &three, 1, &job, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_drop(store, &three, 1), -EBUSY);     //  refused: no change
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    ck_assert_int_eq(pk_store_drop(store, &three, 1), 0);
+    ck_assert_str_eq(w.log, "+1 +2 -1 +3 -2 -3 ");
+    ck_assert_int_eq(s_put(store, 5), 0);
+    pk_store_snapshot(store, s_watch_begin, s_watch, &w);
+    ck_assert_int_eq(w.begins, 1);
+    ck_assert_str_eq(w.log, "+5 ");
+    pk_store_watch(store, NULL, NULL);
+    ck_assert_int_eq(s_put(store, 6), 0);
+    ck_assert_str_eq(w.log, "+5 ");
+    pk_store_destroy(&store);
+}
+END_TEST
+
 START_TEST(test_concurrent_actors)
 {
     pk_store_t *store = pk_store_new(NULL, S_POOL, S_BLEN, NULL, (pk_clock_t) { 0 }, NULL);
@@ -928,6 +987,7 @@ main(void)
     tcase_add_test(tc, test_invalid_arguments);
     tcase_add_test(tc, test_parent_seam);
     tcase_add_test(tc, test_concurrent_actors);
+    tcase_add_test(tc, test_watch_tells_every_change);
     suite_add_tcase(s, tc);
     return pk_test_run("store", s);
 }

@@ -223,6 +223,7 @@ int pkb_fabric(const pkb_opts_t *o);
 int pkb_fetch(const pkb_opts_t *o);
 int pkb_control(const pkb_opts_t *o);
 int pkb_sessions(const pkb_opts_t *o);
+int pkb_directory(const pkb_opts_t *o);     //  issue 14: against a redis-server
 
 /*  fabric's raw loop as a service for fetch: raw fi_writedata GB/s of
     one block size and batch, contiguous, in processes of its own (the

@@ -35,6 +35,9 @@ static const char s_usage[] =
     "  control   lookups/s and round-trip percentiles, hits and misses\n"
     "  sessions  idle sessions: server RSS, threads and CPU per session, and the\n"
     "            same for one client holding sessions to N servers\n"
+    "  directory the cluster directory on a redis-server it starts: a server's\n"
+    "            upkeep (key changes/s into Redis, as batches) and a locate of\n"
+    "            1,024 keys (latency percentiles, round trips)\n"
     "\n"
     "Options:\n"
     "  --quick              fewer points and repetitions (what make bench runs)\n"
@@ -67,7 +70,7 @@ static const char s_usage[] =
     "object behind.  Exit status: 0 done, 1 a run failed, 2 bad parameters.\n";
 
 typedef enum { S_CODEC = 1, S_ROLE = 2, S_FABRIC = 4, S_FETCH = 8, S_CONTROL = 16,
-               S_SESSIONS = 32, S_ALL = 63 } s_suite_bit_t;
+               S_SESSIONS = 32, S_DIRECTORY = 64, S_ALL = 127 } s_suite_bit_t;
 
 static const struct {
     const char *name;
@@ -77,6 +80,7 @@ static const struct {
     { "codec", S_CODEC, pkb_codec },       { "role", S_ROLE, pkb_role },
     { "fabric", S_FABRIC, pkb_fabric },    { "fetch", S_FETCH, pkb_fetch },
     { "control", S_CONTROL, pkb_control }, { "sessions", S_SESSIONS, pkb_sessions },
+    { "directory", S_DIRECTORY, pkb_directory },
 };
 
 static int
@@ -249,7 +253,7 @@ s_parse(int argc, char **argv, pkb_opts_t *o, int *bit)
             *bit = s_suites[i].bit;
     if (!*bit)
         return s_bad(NULL, "unknown suite \"%s\": one of codec, role, fabric, fetch, "
-                     "control, sessions%s", argv[1], "");
+                     "control, sessions, directory%s", argv[1], "");
     o->suite = argv[1];
     int npos = 0;
     for (int a = 2; a < argc; a++) {

@@ -384,6 +384,11 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     self->node = config->node ? strdup(config->node) : NULL;
     if (!self->peer_id || !self->fingerprint || !self->hash_seed)
         goto fail_strings;
+    //  the directory: its URL is checked now, Redis is asked at the first
+    //  locate (a client without the directory up still fetches by server)
+    if (config->directory && !(self->locator = pk_locator_new(config->directory, err)))
+        goto fail_strings;
+    self->config.directory = NULL;          //  the locator keeps its own copy
     s_config_defaults(&self->config);
     self->num_blocks = num_blocks;
     self->block_len = block_len;
@@ -429,6 +434,7 @@ fail_pool:
     if (self->own_pool)
         free(self->pool);
 fail_strings:
+    pk_locator_destroy(&self->locator);
     s_strings_free(self);
     free(self);
 fail:
@@ -610,6 +616,7 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
     pthread_mutex_destroy(&self->lock);
     if (self->own_pool)
         free(self->pool);
+    pk_locator_destroy(&self->locator);
     s_strings_free(self);
     free(self);
     *self_p = NULL;

@@ -92,6 +92,18 @@ typedef struct {
     char reason[PK_ERRLEN + 64];
 } s_server_t;
 
+//  locate.c: the directory (config.directory), under its own mutex
+typedef struct _pk_locator_t pk_locator_t;
+pk_locator_t *pk_locator_new(const char *url, char *err);
+void pk_locator_destroy(pk_locator_t **self_p);
+void pk_locator_forget(pk_locator_t *self, const p2pkv_key_t *key, const char *peer_id);
+void pk_locator_count_failover(pk_locator_t *self);
+
+//  get_any.c: p2pkv_client_get of P2PKV_ANY_SERVER
+int pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
+                      const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
+                      p2pkv_progress_fn *progress, void *progress_arg, char *err);
+
 struct _p2pkv_client_t {
     p2pkv_config_t config;
     pk_client_curve_t curve;        //  the config's keys, copied and checked
@@ -118,6 +130,7 @@ struct _p2pkv_client_t {
     pthread_t thread;
     bool thread_running;
     atomic_bool stopping;
+    pk_locator_t *locator;          //  config.directory's, or NULL
 };
 
 #endif

@@ -182,6 +182,9 @@ p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_k
                  const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
                  p2pkv_progress_fn *progress, void *progress_arg, char *err)
 {
+    if (server == P2PKV_ANY_SERVER)
+        return pk_client_get_any(self, kv, keys, dest, n, fetch, timeout, landed, progress,
+                                 progress_arg, err);
     if (n == 0 || n > PK_MAX_LIST || strlen(kv) > PK_ERRLEN - 16)
         return -EINVAL;
     memset(landed, 0, n * sizeof *landed);

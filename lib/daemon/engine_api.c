@@ -343,7 +343,8 @@ s_pull_missing(pk_node_t *self, pk_pull_t *p, const pk_key_t *keys, size_t n, js
 
 //  {"cmd":"pull","server":EP,"keys":[...]}: keys already here are
 //  "present"; the others get blocks reserved now (all or nothing) and are
-//  fetched by the puller; a pull_result event follows.
+//  fetched by the puller; a pull_result event follows.  Without "server"
+//  (with --directory) each key comes from any holder the directory names.
 static json_t *
 s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
 {
@@ -354,14 +355,15 @@ s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
     int ns = s_namespace(self, cmd, req, &error);
     if (ns < 0)
         return error;
-    if (!server || !*server)
-        return s_error("pull: expected \"server\" (an endpoint) and \"keys\"");
+    if ((!server && !self->config->directory) || (server && !*server))
+        return s_error("pull: expected \"server\" (an endpoint, or none with --directory) "
+                       "and \"keys\"");
     pk_key_t *keys = s_json_keys(json_object_get(req, "keys"), &n, err);
     if (!keys)
         return s_error("pull: %s", err);
     pk_pull_t *p = calloc(1, sizeof *p);
     json_t *present = json_array();
-    if (!p || !(p->server = strdup(server)) || rlen > sizeof p->rid
+    if (!p || (server && !(p->server = strdup(server))) || rlen > sizeof p->rid
         || !(p->keys = malloc(n * (sizeof *p->keys + PK_MAX_KEY_BYTES)))
         || !(p->blocks = calloc(n, sizeof *p->blocks)) || !(p->landed = calloc(n, sizeof *p->landed))) {
         if (p)

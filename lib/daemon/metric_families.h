@@ -104,3 +104,19 @@ PK_METRIC(LOOKUP_SECONDS, "p2pkv_lookup_seconds", HISTOGRAM,
           "Lookup receipt to lookup_resp", PEER)
 PK_METRIC(FETCH_SECONDS, "p2pkv_fetch_seconds", HISTOGRAM,
           "Fetch receipt to transfer_done or abort_ack", PEER)
+
+//  The cluster directory (issue 14; the directory actor's counters)
+PK_METRIC(DIRECTORY_UP, "p2pkv_directory_up", GAUGE,
+          "1 while the directory (--directory) is connected and in sync, else 0", PEER)
+PK_METRIC(DIRECTORY_UPDATES, "p2pkv_directory_updates_total", COUNTER,
+          "Key additions and removals sent to the directory", PEER)
+PK_METRIC(DIRECTORY_BATCHES, "p2pkv_directory_batches_total", COUNTER,
+          "Pipelines (one round trip each) that carried them", PEER)
+PK_METRIC(DIRECTORY_DROPPED, "p2pkv_directory_dropped_total", COUNTER,
+          "Changes lost to a full directory queue, then covered by a resync", PEER)
+PK_METRIC(DIRECTORY_ERRORS, "p2pkv_directory_errors_total", COUNTER,
+          "Directory connections refused or lost", PEER)
+PK_METRIC(DIRECTORY_JUNK, "p2pkv_directory_junk_total", COUNTER,
+          "Directory entries that did not parse, ignored", PEER)
+PK_METRIC(DIRECTORY_RESYNCS, "p2pkv_directory_resyncs_total", COUNTER,
+          "Whole pools republished to the directory", PEER)

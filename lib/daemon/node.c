@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void
 pk_node_log(const pk_node_t *self, int level, const char *fmt, ...)
@@ -146,6 +147,57 @@ s_open_metrics_http(pk_node_t *self, char *err)
     return rc < 0 ? rc : -EIO;
 }
 
+//  The directory's lines, at the node's log level.
+static void
+s_directory_log(void *self, int level, const char *line)
+{
+    pk_node_log(self, level, "%s", line);
+}
+
+//  The endpoint consumers are told: what the ROUTER bound, with a
+//  wildcard address (tcp://*:PORT binds 0.0.0.0) replaced by the host
+//  name, which another host can resolve.
+static void
+s_advertised(const char *endpoint, char *out, size_t cap)
+{
+    char host[256] = "";
+    const char *wild = strstr(endpoint, "://0.0.0.0:");
+    if (!wild)
+        wild = strstr(endpoint, "://[::]:");
+    if (!wild || gethostname(host, sizeof host - 1) != 0 || !host[0]) {
+        snprintf(out, cap, "%s", endpoint);
+        return;
+    }
+    snprintf(out, cap, "%.*s://%s%s", (int) (wild - endpoint), endpoint, host,
+             strchr(wild + 3, ']') ? strchr(wild + 3, ']') + 1 : strchr(wild + 3, ':'));
+}
+
+//  --directory: the record this server publishes and the actor that
+//  keeps it and the pool's keys in Redis.  0, or a negative errno with
+//  err (no Redis at start, unless --directory-optional).
+static int
+s_open_directory(pk_node_t *self, char *err)
+{
+    const pk_server_config_t *config = self->config;
+    if (!config->directory)
+        return 0;
+    pk_directory_config_t dc = { .url = config->directory,
+                                 .optional = config->directory_optional,
+                                 .log = s_directory_log, .log_arg = self };
+    pk_dir_record_t *r = &dc.record;
+    snprintf(r->peer_id, sizeof r->peer_id, "%s", config->peer_id);
+    s_advertised(self->endpoint, r->endpoint, sizeof r->endpoint);
+    if (gethostname(r->host, sizeof r->host - 1) != 0)
+        r->host[0] = '\0';
+    r->block_len = config->block_len;
+    r->pool_blocks = config->pool_blocks;
+    snprintf(r->provider, sizeof r->provider, "%s", self->ops->fabric_provider(self->fabric));
+    snprintf(r->fingerprint, sizeof r->fingerprint, "%s", config->fingerprint);
+    int rc;
+    self->directory = pk_directory_new(&dc, self->store, &rc, err);
+    return self->directory ? 0 : rc;
+}
+
 //  Test only (peer.c): $P2PKV_TEST_FAIL_SESSION names a consumer whose
 //  session fails to be created; $P2PKV_TEST_HOLD_SESSION, "peer_id:path",
 //  one whose actor stands still after its connect_ack until path exists.
@@ -230,11 +282,15 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail_sockets;
     if ((rc = s_open_metrics_http(self, err)) != 0)
         goto fail_sockets;
+    if ((rc = s_open_directory(self, err)) != 0)
+        goto fail_http;
     s_ready_line(self);
     if (rc_p)
         *rc_p = 0;
     return self;
 
+fail_http:
+    pk_metrics_http_destroy(&self->http);
 fail_sockets:
     zpoller_destroy(&self->poller);
     pk_handshake_destroy(&self->handshake);
@@ -318,6 +374,24 @@ s_namespace_metrics(pk_node_t *self)
     pk_metrics_set(m, PK_M_NS_PINNED, NULL, (double) pinned);
 }
 
+//  The directory actor's counters, pushed as deltas (with --directory).
+static void
+s_directory_gauges(pk_node_t *self)
+{
+    if (!self->directory)
+        return;
+    pk_directory_stats_t d, *was = &self->directory_pushed;
+    pk_directory_stats(self->directory, &d);
+    pk_metrics_set(self->metrics, PK_M_DIRECTORY_UP, NULL, d.up ? 1 : 0);
+    pk_metrics_add(self->metrics, PK_M_DIRECTORY_UPDATES, NULL, d.updates - was->updates);
+    pk_metrics_add(self->metrics, PK_M_DIRECTORY_BATCHES, NULL, d.batches - was->batches);
+    pk_metrics_add(self->metrics, PK_M_DIRECTORY_DROPPED, NULL, d.dropped - was->dropped);
+    pk_metrics_add(self->metrics, PK_M_DIRECTORY_ERRORS, NULL, d.errors - was->errors);
+    pk_metrics_add(self->metrics, PK_M_DIRECTORY_JUNK, NULL, d.junk - was->junk);
+    pk_metrics_add(self->metrics, PK_M_DIRECTORY_RESYNCS, NULL, d.resyncs - was->resyncs);
+    *was = d;
+}
+
 //  Pool occupancy, refreshed by the main loop twice a second.
 static void
 s_pool_gauges(pk_node_t *self)
@@ -333,6 +407,7 @@ s_pool_gauges(pk_node_t *self)
         pk_metrics_add(self->metrics, PK_M_POOL_EVICTIONS, NULL,
                        st.evictions - self->evictions_pushed);
     self->evictions_pushed = st.evictions;
+    s_directory_gauges(self);
     pk_fabric_stats_t f;
     self->ops->fabric_stats(self->fabric, &f);
     pk_metrics_add(self->metrics, PK_M_CHANNELS_OPENED, NULL,
@@ -430,6 +505,7 @@ pk_node_destroy(pk_node_t **self_p)
     if (!self_p || !*self_p)
         return;
     pk_node_t *self = *self_p;
+    pk_directory_destroy(&self->directory);     //  removes this server from Redis
     pk_door_destroy_all(self);
     pk_engine_destroy(self);
     pk_keymap_fini(&self->by_rid);

@@ -12,6 +12,7 @@
 #include "daemon/node.h"
 #include "base/keymap.h"
 #include "daemon/metrics.h"
+#include "daemon/directory.h"
 #include "daemon/store.h"
 #include "base/transport.h"
 #include "roles/server_session.h"
@@ -46,7 +47,7 @@ typedef struct pk_held {
 typedef struct {
     uint64_t id, owner;
     unsigned ns;                    //  the namespace the keys land in
-    char *server;
+    char *server;                   //  NULL: any holder (--directory)
     char server_key[41];            //  its CURVE key (--curve-servers), "" unknown
     pk_key_t *keys;                 //  bytes follow the array
     uint32_t *blocks;
@@ -121,6 +122,8 @@ struct _pk_node_t {
     atomic_uint_fast64_t handshakes_done;
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
     char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
+    pk_directory_t *directory;      //  --directory: the cluster directory's actor, or NULL
+    pk_directory_stats_t directory_pushed; //  its counts already in the metrics
 };
 
 //  node.c

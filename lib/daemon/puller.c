@@ -64,21 +64,28 @@ static void
 s_pull_run(pk_node_t *node, p2pkv_client_t *client, pk_pull_t *p)
 {
     char err[256] = "";
-    int server = s_connect(node, client, p, err);
-    p2pkv_key_t *keys = server >= 0 ? calloc(p->n, sizeof *keys) : NULL;
+    //  no server: any holder the directory names (p2pkv_client_get's failover)
+    int server = p->server ? s_connect(node, client, p, err) : P2PKV_ANY_SERVER;
+    p2pkv_key_t *keys = server >= 0 || !p->server ? calloc(p->n, sizeof *keys) : NULL;
     if (keys) {
         for (size_t i = 0; i < p->n; i++)
             keys[i] = (p2pkv_key_t) { p->keys[i].bytes, p->keys[i].len };
         char kv[64];
         snprintf(kv, sizeof kv, "pull-%llu", (unsigned long long) p->id);
-        p2pkv_client_get(client, server, kv, keys, p->blocks, p->n, true,
-                         node->config->load_timeout, p->landed, NULL, NULL, err);
+        int got = p2pkv_client_get(client, server, kv, keys, p->blocks, p->n, true,
+                                   node->config->load_timeout, p->landed, NULL, NULL, err);
+        if (got >= 0 && !p->server)
+            err[0] = '\0';         //  a holder lost on the way, its keys got elsewhere
         free(keys);
     }
     snprintf(p->reason, sizeof p->reason, "%s", err);
-    //  a session per pull: between pulls nobody would keep it alive
+    //  a session per pull: between pulls nobody would keep it alive (by
+    //  the directory, every holder it connected; an index without a server
+    //  is refused, -EINVAL)
     if (server >= 0)
         p2pkv_client_disconnect(client, server);
+    for (int i = 0; !p->server && i < 64; i++)
+        (void) p2pkv_client_disconnect(client, i);
 }
 
 //  One client for the daemon's life: a new session per pull is cheap, a

@@ -139,6 +139,7 @@ pk_server_config_fini(pk_server_config_t *self)
     free(self->curve_secret);
     free(self->curve_allow);
     free(self->curve_servers);
+    free(self->directory);
     for (size_t i = 0; i < self->nallow; i++)
         free(self->allow[i]);
     free(self->allow);
@@ -194,6 +195,7 @@ pk_server_config_client(const pk_server_config_t *self, const char *peer_id)
         .stall_timeout = self->stall_timeout,
         .no_reconnect = true,
         .progress_thread = false,
+        .directory = self->directory,
     };
 }
 

@@ -85,13 +85,16 @@ typedef struct {
     double abort_ack_timeout;   //  10: then close the server's endpoint, fail the load
     double connect_retry;       //  0.5: resend connect
     double keepalive_interval;  //  2: ping a server we sent nothing to
+    //  the cluster directory (issue 14)
+    char *directory;            //  redis://HOST:PORT[/DB]; NULL = none
+    bool directory_optional;    //  set by --directory-optional: no Redis at start warns
 } pk_server_config_t;
 
 /*  The client configuration the daemon's puller runs with: every
     consumer-side setting under the p2pkv_config_t field of the same name
     (load_timeout, abort_ack_timeout, keepalive_interval, silence_timeout,
     connect_retry, stall_timeout), the handshake's fingerprint, hash_seed
-    and provider, fabric_addr as node, and peer_id; no_reconnect (a
+    and provider, fabric_addr as node, directory, and peer_id; no_reconnect (a
     session per pull, nobody keeps it alive between pulls), no progress
     thread.  The strings point into self and peer_id.  One function, so
     that a setting cannot be parsed and documented and then not reach the

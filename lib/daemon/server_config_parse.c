@@ -20,6 +20,7 @@
 #include "daemon/server_config_internal.h"
 #include "base/err.h"
 #include "base/version.h"
+#include "cluster/dir_entry.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -47,7 +48,8 @@ typedef enum {
     S_ALLOW,
     S_PATH,
     S_LOG_LEVEL,
-    S_TENANTS
+    S_TENANTS,
+    S_DIRECTORY
 } s_kind_t;
 
 typedef struct {
@@ -96,6 +98,10 @@ static const s_setting_t s_settings[] = {
     { "abort-ack-timeout",  S_SECONDS,     S_FIELD(abort_ack_timeout), 0, 0 },
     { "connect-retry",      S_SECONDS,     S_FIELD(connect_retry), 0, 0 },
     { "keepalive-interval", S_SECONDS,     S_FIELD(keepalive_interval), 0, 0 },
+    //  the cluster directory (issue 14): both set the URL; the second also
+    //  makes a Redis absent at start a warning
+    { "directory",          S_DIRECTORY,   S_FIELD(directory), 0, 0 },
+    { "directory-optional", S_DIRECTORY,   S_FIELD(directory), 0, 0 },
 };
 
 #define S_NSETTINGS (sizeof s_settings / sizeof s_settings[0])
@@ -142,6 +148,12 @@ static const char s_usage[] =
     "                               consumer not listed, keyless ones included);\n"
     "                               each sees its namespace and the shared one;\n"
     "                               default none: one shared namespace\n"
+    "      --directory URL          publish this server and the keys it holds in\n"
+    "                               the cluster directory, a Redis at\n"
+    "                               redis://HOST:PORT[/DB]; no Redis there at\n"
+    "                               start is an error; default none\n"
+    "      --directory-optional URL the same, but no Redis at start is a warning\n"
+    "                               and it is retried in the background\n"
     "\n"
     "Pool and data plane:\n"
     "      --pool-blocks N          blocks in the pool (1..2147483648); default 1024\n"
@@ -368,6 +380,12 @@ s_apply_text(s_parser_t *p, const s_setting_t *s, const char *value, const char 
         //  the file holds is checked when the node starts (curve.c).
         if (len && !pk_config_text_ok(value))
             return s_bad(p, where, "a path", value);
+        return s_set_or_clear(p, field, value, !len);
+    case S_DIRECTORY:
+        //  Empty turns it off, so a command line can undo a file.
+        if (len && pk_dir_url_parse(value, &(pk_dir_url_t) { 0 }, NULL) != 0)
+            return s_bad(p, where, "redis://HOST:PORT[/DB] (PORT 1..65535, DB 0..15)", value);
+        c->directory_optional = len && strcmp(s->name, "directory-optional") == 0;
         return s_set_or_clear(p, field, value, !len);
     case S_METRICS:
         //  Empty turns the listener off, so a command line can undo a file.

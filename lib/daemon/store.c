@@ -101,6 +101,8 @@ struct _pk_store_t {
     uint64_t evictions, lookups, hits, pending, misses, expired, probes;
     s_ns_t *ns;                 //  nns of them
     size_t nns;
+    pk_store_watch_fn *watch;   //  the directory's feed, or NULL
+    void *watch_arg;
 };
 
 //  ---------------------------------------------------------------------------
@@ -302,10 +304,21 @@ s_free_writing(pk_store_t *self, uint32_t b)
     s_list_push(self->blocks, &self->free, b);
 }
 
+//  A change of the set of READY keys, told to the watch.
+static void
+s_tell(pk_store_t *self, bool added, const s_block_t *blk)
+{
+    if (self->watch) {
+        pk_key_t key = s_block_key(blk);
+        self->watch(self->watch_arg, added, &key);
+    }
+}
+
 //  READY, unpinned -> FREE
 static void
 s_free_ready(pk_store_t *self, uint32_t b)
 {
+    s_tell(self, false, &self->blocks[b]);
     s_list_remove(self->blocks, &self->lru, b);
     s_unindex(self, &self->blocks[b]);
     s_list_push(self->blocks, &self->free, b);
@@ -759,6 +772,7 @@ s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, si
         s_list_push(self->blocks, &self->lru, b);
         self->ready++;
         self->ns[ns].ready++;
+        s_tell(self, true, blk);
     }
     return 0;
 }
@@ -836,6 +850,29 @@ pk_store_drop_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n)
     }
     pthread_mutex_unlock(&self->mutex);
     return rc;
+}
+
+void
+pk_store_watch(pk_store_t *self, pk_store_watch_fn *fn, void *arg)
+{
+    pthread_mutex_lock(&self->mutex);
+    self->watch = fn;
+    self->watch_arg = arg;
+    pthread_mutex_unlock(&self->mutex);
+}
+
+void
+pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watch_fn *fn, void *arg)
+{
+    pthread_mutex_lock(&self->mutex);
+    if (begin)
+        begin(arg);
+    for (uint64_t b = 0; b < self->num_blocks; b++)
+        if (self->blocks[b].state == S_READY) {
+            pk_key_t key = s_block_key(&self->blocks[b]);
+            fn(arg, true, &key);
+        }
+    pthread_mutex_unlock(&self->mutex);
 }
 
 //  ---------------------------------------------------------------------------

@@ -181,6 +181,25 @@ void pk_store_stats(pk_store_t *self, pk_store_stats_t *out);
 int pk_store_stats_ns(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out);
 size_t pk_store_namespaces(const pk_store_t *self);
 
+/*  The directory's feed (issue 14): fn hears every change of the set of
+    keys the store holds READY, added (commit, put: WRITING -> READY) or
+    removed (drop, eviction: READY -> FREE).  It runs inside the store's
+    critical section, on the thread that made the change, so it sees the
+    changes in their true order; it must be short and must not call the
+    store (the directory copies the key into its bounded queue).  A lease
+    that runs out is no change: a WRITING key was never held.  fn NULL
+    stops it.  */
+typedef void (pk_store_watch_fn)(void *arg, bool added, const pk_key_t *key);
+void pk_store_watch(pk_store_t *self, pk_store_watch_fn *fn, void *arg);
+
+/*  Under one hold of the lock: begin(arg), then fn(arg, true, key) for
+    every READY key.  The watch's calls after it are exactly the changes
+    since, so begin may discard what the watch queued before.  Costs one
+    pass over the pool's blocks inside the critical section (a resync
+    after start, a lost directory or a full queue, not a steady cost).  */
+void pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watch_fn *fn,
+                       void *arg);
+
 /*  The server role's parent seam, served by this store: lookup is
     pk_store_lookup, create_store_job pk_store_pin, store_result
     pk_store_release_job, and the request brackets keep open_lookups.  */

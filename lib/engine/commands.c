@@ -203,15 +203,16 @@ p2pkv_engine_pull(p2pkv_engine_t *self, const char *endpoint, const p2pkv_key_t 
                   size_t n, uint64_t *pull_id_p, size_t *fetching_p, bool *present, char *err)
 {
     int rc = !self ? pk_err(err, -EINVAL, "self: NULL")
-             : !endpoint || !*endpoint
-             ? pk_err(err, -EINVAL, "endpoint: expected the remote server's endpoint")
+             : endpoint && !*endpoint
+             ? pk_err(err, -EINVAL, "endpoint: expected the remote server's endpoint, or NULL")
              : !pull_id_p ? pk_err(err, -EINVAL, "pull_id_p: NULL")
              : pk_engine_check_keys(keys, n, err);
     if (rc)
         return rc;
     json_t *arr = pk_engine_keys_json(keys, n);
-    json_t *req = s_in_ns(self, arr ? json_pack("{s:s, s:s, s:o}", "cmd", "pull", "server",
-                                                endpoint, "keys", arr) : NULL);
+    json_t *req = s_in_ns(self, arr ? json_pack("{s:s, s:o}", "cmd", "pull", "keys", arr) : NULL);
+    if (req && endpoint)
+        json_object_set_new(req, "server", json_string(endpoint));
     json_t *a = pk_elink_ask(self, req, "pull", &rc, err);
     if (!a)
         return rc;

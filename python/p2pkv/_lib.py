@@ -41,7 +41,24 @@ class Config(Structure):
                 ("no_reconnect", c_bool), ("progress_thread", c_bool),
                 # CURVE, all three or none (p2pkv.h): Z85 text, 40 characters
                 ("curve_public", c_char_p), ("curve_secret", c_char_p),
-                ("curve_server", c_char_p)]
+                ("curve_server", c_char_p),
+                # the cluster directory (issue 14)
+                ("directory", c_char_p)]
+
+
+class Holder(Structure):
+    _fields_ = [("peer_id", c_char_p), ("endpoint", c_char_p), ("host", c_char_p),
+                ("block_len", c_uint64), ("provider", c_char_p)]
+
+
+class DirectoryStats(Structure):
+    _fields_ = [("up", c_bool), ("locates", c_uint64), ("round_trips", c_uint64),
+                ("junk", c_uint64), ("stale", c_uint64), ("corrected", c_uint64),
+                ("failovers", c_uint64)]
+
+
+ON_LOCATE = CFUNCTYPE(None, c_void_p, c_size_t, POINTER(Holder), c_size_t)
+ANY_SERVER = -1
 
 
 class Description(Structure):
@@ -86,6 +103,8 @@ _PROTOTYPES = {
     "p2pkv_client_cancel": (c_int, [_P, c_uint64]),
     "p2pkv_client_finish": (c_int, [_P, c_int, c_char_p]),
     "p2pkv_client_open_fetches": (c_size_t, [_P]),
+    "p2pkv_client_locate": (c_int, [_P, _KEYS, c_size_t, ON_LOCATE, c_void_p, _ERR]),
+    "p2pkv_client_directory_stats": (c_int, [_P, POINTER(DirectoryStats)]),
     "p2pkv_engine_open": (_P, [c_char_p, c_double, ON_EVENT, c_void_p, _ERR]),
     "p2pkv_engine_close": (None, [POINTER(_P)]),
     "p2pkv_engine_info": (POINTER(EngineInfo), [_P]),

@@ -102,7 +102,7 @@ class Client:
                  silence_timeout: float = 0, connect_retry: float = 0,
                  stall_timeout: float = 0, no_reconnect: bool = False,
                  curve_public: Optional[str] = None, curve_secret: Optional[str] = None,
-                 curve_server: Optional[str] = None):
+                 curve_server: Optional[str] = None, directory: Optional[str] = None):
         lib = L.lib()
         self.num_blocks, self.block_len = int(num_blocks), int(block_len)
         self._cond = threading.Condition()
@@ -123,9 +123,10 @@ class Client:
                          enc(node)]
         # CURVE keys (Z85): the library copies them, as it does the strings
         self._curve = _curve(curve_public, curve_secret, curve_server)
+        self._directory = enc(directory)
         cfg = L.Config(*self._strings, load_timeout, abort_ack_timeout, keepalive_interval,
                        silence_timeout, connect_retry, stall_timeout, no_reconnect, True,
-                       *self._curve)
+                       *self._curve, self._directory)
         # the callbacks must live as long as the client
         self._cbs = L.Callbacks(None, L.ON_LOOKUP(self._on_lookup),
                                 L.ON_FETCH(self._on_fetch), L.ON_SERVER(self._on_server))
@@ -256,12 +257,15 @@ class Client:
         with self._cond:
             self._answers.pop((server, kv), None)
 
-    def get(self, server: int, keys: Sequence[KeyLike], blocks: Sequence[int],
+    def get(self, server: Optional[int], keys: Sequence[KeyLike], blocks: Sequence[int],
             kv: str = "get", fetch: bool = True, timeout: float = 10.0) -> list[bool]:
         """Gets keys[i] into pool block blocks[i], as many as the server
         holds, and waits: lookup, fetch the hits, finish, all in C with the
         GIL released.  Returns which keys landed (fetch=False: which the
-        server holds)."""
+        server holds).  server None (with directory=): each key from any
+        live holder the directory names, another one if a holder fails."""
+        if server is None:
+            server = L.ANY_SERVER
         ks = Keys(keys)
         if len(blocks) != ks.n:
             raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")
@@ -272,6 +276,32 @@ class Client:
                                        fetch, timeout, landed, L.PROGRESS(), None, err),
               err, f"get on server {server}")
         return [bool(landed[i]) for i in range(ks.n)]
+
+    def locate(self, keys: Sequence[KeyLike]) -> list[list[dict]]:
+        """Each key's live holders in the directory (directory=), as dicts
+        of peer_id, endpoint, host, block_len and provider: one pipelined
+        round trip."""
+        ks = Keys(keys)
+        found: list[list[dict]] = [[] for _ in range(ks.n)]
+
+        def on_locate(arg, i, holders, n):
+            found[i] = [{"peer_id": holders[h].peer_id.decode(errors="replace"),
+                         "endpoint": holders[h].endpoint.decode(errors="replace"),
+                         "host": holders[h].host.decode(errors="replace"),
+                         "block_len": int(holders[h].block_len),
+                         "provider": holders[h].provider.decode(errors="replace")}
+                        for h in range(n)]
+        err = ctypes.create_string_buffer(L.ERRLEN)
+        check(L.lib().p2pkv_client_locate(self._h(), ks.array, ks.n, L.ON_LOCATE(on_locate),
+                                          None, err), err, "locate")
+        return found
+
+    def directory_stats(self) -> dict:
+        """The directory's counters (see p2pkv_client_directory_stats)."""
+        st = L.DirectoryStats()
+        check(L.lib().p2pkv_client_directory_stats(self._h(), ctypes.byref(st)), None,
+              "directory_stats")
+        return {name: getattr(st, name) for name, _ in L.DirectoryStats._fields_}
 
     @property
     def open_fetches(self) -> int:

@@ -1,0 +1,70 @@
+/*  directory.h: the daemon's side of the cluster directory (issue 14;
+    doc/directory.md): an actor that publishes this server's record under
+    a TTL refreshed by heartbeat and keeps the set of keys it holds
+    current in Redis.
+
+    The store tells it every change (pk_store_watch) inside its critical
+    section; the directory copies the key into a bounded queue and
+    returns, so the data path costs one short memcpy per change and never
+    waits on Redis.  The actor drains the queue every few milliseconds
+    into one pipeline per batch (coalesced: a key's last change wins), so
+    the directory costs one round trip per batch, never one per block.
+    A full queue, a slow Redis (every read and write is bounded by the
+    timeout) or a lost one degrades to "no directory": counted, said once
+    per change of state, and when Redis answers again the actor resyncs
+    from a snapshot of the store.  Destroy removes the server from Redis.
+*/
+#ifndef PK_DIRECTORY_H_INCLUDED
+#define PK_DIRECTORY_H_INCLUDED
+
+#include "cluster/dir_entry.h"
+#include "daemon/store.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct _pk_directory_t pk_directory_t;
+
+typedef void (pk_directory_log_fn)(void *arg, int level, const char *line);
+
+typedef struct {
+    const char *url;                //  redis://HOST:PORT[/DB]
+    bool optional;                  //  no Redis at start: a warning, retried
+    pk_dir_record_t record;         //  what the server publishes about itself
+    double ttl;                     //  the record's TTL (3 s); heartbeat at a third
+    double timeout;                 //  bound on connect and each read or write (1 s)
+    size_t queue_bytes;             //  the queue's room (4 MiB); full: a resync
+    double batch_interval;          //  the actor drains the queue this often (0.002 s)
+    pk_directory_log_fn *log;       //  level as PK_LOG_* (0 error .. 3 debug)
+    void *log_arg;
+} pk_directory_config_t;
+
+typedef struct {
+    bool up;                        //  connected and in sync (resync done)
+    uint64_t updates;               //  key additions and removals sent
+    uint64_t batches;               //  pipelines sent for them
+    uint64_t dropped;               //  changes lost to a full queue (then resynced)
+    uint64_t errors;                //  connections lost or refused
+    uint64_t junk;                  //  entries in Redis that did not parse, ignored
+    uint64_t resyncs;               //  full republications of the pool
+} pk_directory_stats_t;
+
+/*  Parses the URL, connects (unless optional, a failure is the error),
+    publishes the record and the store's keys, watches the store, and
+    starts the actor.  NULL with *rc_p and err (PK_ERRLEN bytes).  */
+pk_directory_t *pk_directory_new(const pk_directory_config_t *config, pk_store_t *store,
+                                 int *rc_p, char *err);
+
+/*  Stops watching the store, stops the actor, and (connected) removes
+    the server's record and its keys' entries.  */
+void pk_directory_destroy(pk_directory_t **self_p);
+
+/*  Counters so far; any thread.  */
+void pk_directory_stats(pk_directory_t *self, pk_directory_stats_t *out);
+
+/*  Waits up to timeout seconds for everything queued so far to be in
+    Redis: 0, or -ETIMEDOUT (also while Redis is down).  For tests and
+    the bench.  */
+int pk_directory_flush(pk_directory_t *self, double timeout);
+
+#endif

@@ -1,0 +1,37 @@
+/*  redis.h: a real redis-server for the directory's tests (issue 14), on
+    a free loopback port, with nothing saved to disk.
+
+    tr_redis_start runs `redis-server --port N --bind 127.0.0.1 --save ''
+    --appendonly no --daemonize no` and waits (bounded) until it answers
+    PING; tr_redis_stop ends it with SIGTERM and reaps it.  Started again
+    with the same port, it comes back empty, as a restarted Redis without
+    persistence does.  tr_redis_suite_start says whether redis-server is
+    installed: 77 (skip) with the reason on stderr when it is not.
+*/
+#ifndef PK_TEST_REDIS_H_INCLUDED
+#define PK_TEST_REDIS_H_INCLUDED
+
+#include <hiredis/hiredis.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char url[64];                   //  redis://127.0.0.1:PORT
+} tr_redis_t;
+
+/*  0 to go on, 77 when redis-server is not on PATH.  */
+int tr_redis_suite_start(void);
+
+/*  port 0: a free one.  */
+void tr_redis_start(tr_redis_t *self, int port);
+void tr_redis_stop(tr_redis_t *self);
+
+/*  A free loopback TCP port now.  */
+int tr_free_port(void);
+
+/*  One command on a connection of its own, asserting it got a reply
+    (freeReplyObject it).  */
+redisReply *tr_redis(tr_redis_t *self, const char *fmt, ...);
+
+#endif
