@@ -19,6 +19,8 @@
 #include "daemon/door.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +30,25 @@ void
 pk_door_peer_free(pk_peer_t *peer)
 {
     if (peer->actor) {
-        //  The actor reads its pipe until $TERM on every path, so the
-        //  $TERM zactor_destroy sends may wait for it (a non-blocking one
-        //  could be lost to a full pipe and leave the thread running).
-        zsock_set_sndtimeo(zactor_sock(peer->actor), -1);
+        //  The actor reads its pipe until $TERM on every path, and uses the
+        //  peer until then, so zactor_destroy must not return before it
+        //  ended.  Two ways it did: its $TERM is sent without waiting, lost
+        //  to a full pipe; and its wait ends at a signal to this thread
+        //  (SIGTERM at shutdown).  Either freed the peer under a running
+        //  actor (a crash in s_await_term, seen in the fuzz helper's runs).
+        //  So: room in the pipe first (the actor drains it), and the
+        //  process's signals held for the wait (delivered right after).
+        zsock_t *pipe = zactor_sock(peer->actor);
+        for (int i = 0; i < 10000 && !(zsock_events(pipe) & ZMQ_POLLOUT); i++)
+            zclock_sleep(1);
+        sigset_t hold, was;
+        sigemptyset(&hold);
+        sigaddset(&hold, SIGTERM);
+        sigaddset(&hold, SIGINT);
+        sigaddset(&hold, SIGHUP);
+        pthread_sigmask(SIG_BLOCK, &hold, &was);
         zactor_destroy(&peer->actor);
+        pthread_sigmask(SIG_SETMASK, &was, NULL);
     }
     zsock_destroy(&peer->out);
     if (peer->channel)
