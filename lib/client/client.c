@@ -351,6 +351,23 @@ s_open_fds(p2pkv_client_t *self, char *err)
     return 0;
 }
 
+//  The client's lock (recursive: callbacks may call in) and the condition
+//  its gets sleep on (get.c), on the monotonic clock.
+static void
+s_init_lock(p2pkv_client_t *self)
+{
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&self->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
+    pthread_condattr_t cattr;
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&self->synced, &cattr);
+    pthread_condattr_destroy(&cattr);
+}
+
 p2pkv_client_t *
 p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
                  uint64_t block_len, p2pkv_callbacks_t callbacks, char *err)
@@ -399,16 +416,7 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
         goto fail_pool;
     if (s_open_fds(self, err) != 0)
         goto fail_fds;
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
-    pthread_mutex_init(&self->lock, &attr);
-    pthread_mutexattr_destroy(&attr);
-    pthread_condattr_t cattr;
-    pthread_condattr_init(&cattr);
-    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
-    pthread_cond_init(&self->synced, &cattr);
-    pthread_condattr_destroy(&cattr);
+    s_init_lock(self);
     if (self->config.progress_thread) {
         s_watch(self, self->wake_fd, true);
         if (pthread_create(&self->thread, NULL, s_progress_thread, self) != 0) {

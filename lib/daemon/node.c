@@ -227,6 +227,29 @@ s_heap_settings(void)
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 }
 
+//  The data plane over the pool (the registry's default transport), and
+//  the identity the handshake announces with its provider.
+static int
+s_open_fabric(pk_node_t *self, char *err)
+{
+    const pk_server_config_t *config = self->config;
+    pk_fabric_config_t fabric_config = { config->provider, config->fabric_addr,
+                                         config->stall_timeout };
+    self->ops = pk_transport_find(NULL);
+    int rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err);
+    if (rc)
+        return rc;
+    self->fabric = self->ops->fabric_open(&fabric_config, pk_store_base(self->store),
+                                          config->pool_blocks, config->block_len, &rc, err);
+    if (!self->fabric)
+        return rc < 0 ? rc : -EIO;
+    self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
+                                        config->fingerprint, config->hash_seed,
+                                        self->ops->fabric_provider(self->fabric) };
+    self->session_config = pk_server_config_session(config);
+    return 0;
+}
+
 pk_node_t *
 pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 {
@@ -257,19 +280,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         snprintf(err, PK_ERRLEN, "out of memory");
         goto fail_store;
     }
-    pk_fabric_config_t fabric_config = { config->provider, config->fabric_addr,
-                                         config->stall_timeout };
-    self->ops = pk_transport_find(NULL);       //  the registry's default
-    if ((rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
+    if ((rc = s_open_fabric(self, err)) != 0)
         goto fail_store;
-    self->fabric = self->ops->fabric_open(&fabric_config, pk_store_base(self->store),
-                                          config->pool_blocks, config->block_len, &rc, err);
-    if (!self->fabric)
-        goto fail_store;
-    self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
-                                        config->fingerprint, config->hash_seed,
-                                        self->ops->fabric_provider(self->fabric) };
-    self->session_config = pk_server_config_session(config);
     rc = s_open_sockets(self, err);
     if (rc)
         goto fail_sockets;
