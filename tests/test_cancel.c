@@ -28,6 +28,7 @@
 #include "p2pkv.h"
 #include "base/clock.h"
 #include "daemon.h"
+#include "hardening.h"
 #include "testutil.h"
 
 #include <czmq.h>
@@ -41,7 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define KEY_LEN 16
+#define KEY_LEN HH_KEY_LEN
 #define SMALL 4096
 #define BIG (64 * 1024)
 #define NBIG 4096                   //  the server's pool for the large load: 256 MiB
@@ -49,33 +50,12 @@
 #define SENTINEL 0x5e
 
 //  ---------------------------------------------------------------------------
-//  Blocks and keys (as in test_client_e2e.c)
-
-static uint64_t
-s_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-//  Never zero, so a landed block is never mistaken for an untouched one,
-//  nor for a sentinel.
-static inline uint64_t
-s_word(uint64_t tag, uint64_t i, uint64_t k)
-{
-    return s_mix((tag << 44) ^ (i << 16) ^ k) | 1;
-}
+//  Blocks and keys: the hardening suite's pattern (tests/hardening.h)
 
 static bool
 s_block_ok(const uint8_t *at, uint64_t tag, uint64_t i, size_t block_len)
 {
-    const uint64_t *w = (const uint64_t *) at;
-    for (size_t k = 0; k < block_len / 8; k++)
-        if (w[k] != s_word(tag, i, k))
-            return false;
-    return true;
+    return hh_block_diff(at, tag, i, block_len) == 0;
 }
 
 static bool
@@ -88,58 +68,19 @@ s_block_is(const uint8_t *at, uint8_t byte, size_t block_len)
 }
 
 typedef struct {
-    size_t n;
-    uint8_t *bytes;
     p2pkv_key_t *keys;
 } s_keys_t;
 
 static void
 s_keys_make(s_keys_t *k, uint64_t tag, size_t n)
 {
-    k->n = n;
-    k->bytes = malloc(n * KEY_LEN);
-    k->keys = malloc(n * sizeof *k->keys);
-    ck_assert(k->bytes && k->keys);
-    for (size_t i = 0; i < n; i++) {
-        uint8_t *at = k->bytes + i * KEY_LEN;
-        memcpy(at, "cnl", 3);
-        at[3] = (uint8_t) tag;
-        memset(at + 4, 0xa5, 4);
-        for (int b = 0; b < 8; b++)
-            at[8 + b] = (uint8_t) (i >> (8 * b));
-        k->keys[i] = (p2pkv_key_t) { at, KEY_LEN };
-    }
+    k->keys = hh_keys(tag, n);
 }
 
 static void
 s_keys_free(s_keys_t *k)
 {
-    free(k->bytes);
-    free(k->keys);
-}
-
-//  Blocks 0..n-1 of fill tag into the server, as a local engine does:
-//  reserve, write in the mapped pool, commit.
-static void
-s_fill(td_t *d, uint64_t tag, size_t n, size_t block_len)
-{
-    s_keys_t k;
-    s_keys_make(&k, tag, n);
-    uint8_t *pool = p2pkv_engine_pool(td_api(d));
-    uint32_t *blocks = malloc(8192 * sizeof *blocks);
-    ck_assert_ptr_nonnull(blocks);
-    for (size_t at = 0; at < n; at += 8192) {
-        size_t m = n - at < 8192 ? n - at : 8192;
-        td_reserve(d, k.keys + at, m, blocks);
-        for (size_t i = 0; i < m; i++) {
-            uint64_t *w = (uint64_t *) (pool + (size_t) blocks[i] * block_len);
-            for (size_t x = 0; x < block_len / 8; x++)
-                w[x] = s_word(tag, at + i, x);
-        }
-        td_commit(d, k.keys + at, m);
-    }
-    free(blocks);
-    s_keys_free(&k);
+    hh_keys_free(k->keys);
 }
 
 //  The engine's store of keys for our peer under kv: a fetch of kv is
@@ -308,7 +249,7 @@ START_TEST(test_cancel_before_any_byte)
 {
     td_t d;
     td_start(&d, NULL);
-    s_fill(&d, 2, 8, SMALL);
+    hh_fill(&d, 2, 8, SMALL);
     s_keys_t k;
     s_keys_make(&k, 2, 8);
     s_client_t c;
@@ -359,7 +300,7 @@ START_TEST(test_cancel_mid_transfer)
     td_t d;
     td_start(&d, (const char *[]) { "--pool-blocks", "4096", "--block-len", "65536",
                                     "--pin-quota", "4096", "--silence-timeout", "10", NULL });
-    s_fill(&d, 3, NBIG, BIG);
+    hh_fill(&d, 3, NBIG, BIG);
     s_keys_t k;
     s_keys_make(&k, 3, NBIG);
     s_client_t c;
@@ -431,7 +372,7 @@ START_TEST(test_cancel_return_codes)
 {
     td_t d;
     td_start(&d, NULL);
-    s_fill(&d, 4, 8, SMALL);
+    hh_fill(&d, 4, 8, SMALL);
     s_keys_t k;
     s_keys_make(&k, 4, 8);
     s_client_t c;
@@ -490,7 +431,7 @@ START_TEST(test_finish_cancels_open_fetches)
 {
     td_t d;
     td_start(&d, NULL);
-    s_fill(&d, 5, 8, SMALL);
+    hh_fill(&d, 5, 8, SMALL);
     s_keys_t k;
     s_keys_make(&k, 5, 8);
     s_client_t c;
@@ -560,7 +501,7 @@ START_TEST(test_cancel_never_acked)
     td_t d;
     td_start(&d, (const char *[]) { "--silence-timeout", "10", NULL });
     unsetenv("P2PKV_TEST_HOLD_SESSION");
-    s_fill(&d, 6, 4, SMALL);
+    hh_fill(&d, 6, 4, SMALL);
     s_keys_t k;
     s_keys_make(&k, 6, 4);
     s_client_t c;
