@@ -174,6 +174,18 @@ s_resp_hits(const char *kv, uint64_t round, int n, int first_key, unsigned hitbi
     return m;
 }
 
+//  The same answer as a server of wire 1.1 sends it to us: no keys, the
+//  hits counting them.
+static pk_msg_t *
+s_keyless(const char *kv, uint64_t round, int n, unsigned hitbits)
+{
+    pk_msg_t *m = s_resp_hits(kv, round, n, 0, hitbits);
+    m->present &= ~PK_BIT(PK_F_KEYS);
+    free(m->keys.v);                //  as the decoder leaves it: count only
+    m->keys.v = NULL;
+    return m;
+}
+
 static pk_msg_t *
 s_resp(const char *kv, uint64_t round, int n, int first_key)
 {
@@ -537,6 +549,40 @@ START_TEST(test_lookup_resp_other_keys_stale)
     s_fetch("r1", 5, 1, 0, 0);
     ck_assert_int_eq(s_deliver(s_resp("r1", H->sent[1].round, 1, 5)), 0);
     ck_assert_int_eq(H->lookups_done, 1);
+}
+END_TEST
+
+//  Wire 1.1: an answer without keys answers the lookup of its round with
+//  that lookup's own keys; its request and number of hits must match, and
+//  a conflicting repeat is a violation as with keys.
+START_TEST(test_keyless_answer)
+{
+    s_probe("r1", 2, 3);
+    pk_client_role_flush(H->role);
+    uint64_t round = H->sent[0].round;
+    ck_assert_int_eq(s_deliver(s_keyless("r2", round, 3, 0x5)), 0);    //  another request
+    ck_assert_int_eq(s_deliver(s_keyless("r1", round, 2, 0x1)), 0);    //  too few hits
+    ck_assert_int_eq(s_deliver(s_keyless("r1", round, 4, 0x5)), 0);    //  too many
+    ck_assert_int_eq(H->lookups_done, 0);
+    ck_assert_int_eq(s_deliver(s_keyless("r1", round, 3, 0x5)), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    ck_assert_str_eq(H->answers[0].kv, "r1");
+    ck_assert_uint_eq(H->answers[0].n, 3);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_uint_eq(H->answers[0].keys[i], 0xa2 + i);     //  the probed K(2)..K(4)
+        ck_assert(H->answers[0].hits[i] == (i != 1));
+    }
+    //  repeats: the same answer, with keys or without, is harmless
+    ck_assert_int_eq(s_deliver(s_keyless("r1", round, 3, 0x5)), 0);
+    ck_assert_int_eq(s_deliver(s_resp_hits("r1", round, 3, 2, 0x5)), 0);
+    ck_assert_ptr_null(pk_client_role_violation(H->role));
+    ck_assert_int_eq(s_deliver(s_keyless("r1", round, 3, 0x4)), -EPROTO);
+    ck_assert_str_eq(pk_client_role_violation(H->role), "a conflicting duplicate lookup_resp");
+    ck_assert_int_eq(H->lookups_done, 1);
+    //  the hits fetch under the lookup's round
+    s_fetch("r1", 2, 1, round, 0);
+    ck_assert_int_eq(H->sent[1].type, PK_MSG_FETCH);
+    ck_assert_uint_eq(H->sent[1].round, round);
 }
 END_TEST
 
@@ -1101,6 +1147,7 @@ main(void)
     tcase_add_test(tc, test_split_transfer_partial_landing);
     tcase_add_test(tc, test_lookup_resp_other_keys_stale);
     tcase_add_test(tc, test_conflicting_duplicate_answer);
+    tcase_add_test(tc, test_keyless_answer);
     tcase_add_test(tc, test_remembered_rounds_expire);
     tcase_add_test(tc, test_overlapping_rounds_any_order);
     tcase_add_test(tc, test_rounds_from_one_counter);

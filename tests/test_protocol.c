@@ -53,6 +53,9 @@ static const char *s_valid[] = {
         "\"round_seq\":9007199254740991" EP "}",
     "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"keys\":[\"ab\",\"cd\"],"
         "\"hits\":[true,false],\"round_seq\":5" EP "}",
+    //  wire 1.1: an answer without the keys, the hits counting them
+    "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true,false,true],"
+        "\"round_seq\":5" EP "}",
     FETCH_HEAD ",\"keys\":[\"ab\",\"abcd\"],\"block_indexes\":[2147483647,0],\"round_seq\":1" EP "}",
     FETCH_HEAD ",\"keys\":[],\"block_indexes\":[],\"round_seq\":4" EP "}",
     "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":false,\"round_seq\":2,"
@@ -83,6 +86,23 @@ START_TEST(test_valid_round_trip)
     free(out);
     free(out2);
     pk_msg_destroy(&again);
+    //  each half of the decoder on its own gives the same message (the
+    //  scanner may pass a frame to the reference, never differ from it)
+    ck_assert_int_eq(pk_msg_decode_reference(text, strlen(text), &again, err), 0);
+    ck_assert_uint_eq(again->present, msg->present);
+    ck_assert_uint_eq(again->keys.count, msg->keys.count);
+    ck_assert_int_eq(pk_msg_encode(again, &out, NULL, err), 0);
+    ck_assert_str_eq(out, text);
+    free(out);
+    pk_msg_destroy(&again);
+    if (pk_msg_decode_scan(text, strlen(text), &again) == 0) {
+        ck_assert_uint_eq(again->present, msg->present);
+        ck_assert_uint_eq(again->keys.count, msg->keys.count);
+        ck_assert_int_eq(pk_msg_encode(again, &out, NULL, err), 0);
+        ck_assert_str_eq(out, text);
+        free(out);
+        pk_msg_destroy(&again);
+    }
     pk_msg_destroy(&msg);
     ck_assert_ptr_null(msg);
 }
@@ -225,6 +245,14 @@ static const s_reject_t s_rejects[] = {
       "\"hits\":[],\"round_seq\":0" EP "}", -EPROTO,
       "lookup_resp.keys: expected at least one key, got 0" },
     { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"keys\":[\"ab\"],"
+      "\"round_seq\":0" EP "}", -EPROTO, "lookup_resp.hits: missing" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[],"
+      "\"round_seq\":0" EP "}", -EPROTO, "lookup_resp.hits: expected at least one item, got 0" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":7,"
+      "\"round_seq\":0" EP "}", -EPROTO, "lookup_resp.hits: expected array, got 7" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true,0],"
+      "\"round_seq\":0" EP "}", -EPROTO, "lookup_resp.hits[1]: expected boolean, got 0" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\","
       "\"round_seq\":0" EP "}", -EPROTO, "lookup_resp.hits: missing" },
     // transfer_done, abort_ack
     { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":1,\"round_seq\":0,"
@@ -471,6 +499,55 @@ START_TEST(test_list_bounds)
 }
 END_TEST
 
+static void s_expect_encode_error(pk_msg_t *msg, const char *want);
+
+//  A lookup_resp of n hits and no keys (wire 1.1), every third a miss.
+static char *
+s_keyless_answer(size_t n)
+{
+    size_t cap = 256 + n * 6;
+    char *s = malloc(cap);
+    size_t at = (size_t) snprintf(s, cap, "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\","
+                                  "\"hits\":[");
+    for (size_t i = 0; i < n; i++)
+        at += (size_t) snprintf(s + at, cap - at, "%s%s", i ? "," : "",
+                                i % 3 ? "true" : "false");
+    snprintf(s + at, cap - at, "],\"round_seq\":0" EP "}");
+    return s;
+}
+
+//  Without keys the hits count themselves, under the lists' bound.
+START_TEST(test_keyless_answer_bounds)
+{
+    char err[PK_ERRLEN];
+    pk_msg_t *msg = NULL;
+    char *ok = s_keyless_answer(PK_MAX_LIST);
+    ck_assert_int_eq(pk_msg_decode(ok, strlen(ok), &msg, err), 0);
+    ck_assert_uint_eq(msg->keys.count, PK_MAX_LIST);
+    ck_assert_ptr_null(msg->keys.v);
+    ck_assert(!msg->hits[0] && msg->hits[1] && !msg->hits[65535 - 65535 % 3]);
+    char *out = NULL;
+    ck_assert_int_eq(pk_msg_encode(msg, &out, NULL, err), 0);
+    ck_assert_str_eq(out, ok);
+    free(out);
+    //  the encoder holds the same bound on a message built by hand
+    msg->keys.count = PK_MAX_LIST + 1;
+    bool *more = realloc(msg->hits, PK_MAX_LIST + 1);
+    ck_assert_ptr_nonnull(more);
+    msg->hits = more;
+    s_expect_encode_error(msg, "lookup_resp.hits: expected at most 65536 items, got 65537");
+    pk_msg_destroy(&msg);
+    free(ok);
+
+    char *over = s_keyless_answer(PK_MAX_LIST + 1);
+    ck_assert_int_eq(pk_msg_decode(over, strlen(over), &msg, err), -EPROTO);
+    ck_assert_str_eq(err, "lookup_resp.hits: expected at most 65536 items, got 65537");
+    ck_assert_ptr_null(msg);
+    free(over);
+
+}
+END_TEST
+
 START_TEST(test_metadata_bounds)
 {
     char err[PK_ERRLEN];
@@ -706,6 +783,7 @@ main(void)
     tcase_add_test(tc, test_string_bounds);
     tcase_add_test(tc, test_key_length_bounds);
     tcase_add_test(tc, test_list_bounds);
+    tcase_add_test(tc, test_keyless_answer_bounds);
     tcase_add_test(tc, test_metadata_bounds);
     tcase_add_test(tc, test_raw_nul_byte);
     tcase_add_test(tc, test_unknown_members_ignored);

@@ -99,11 +99,11 @@ s_clear_out(void)
 }
 
 static pk_msg_t *
-s_connect_msg(const char *fingerprint, uint64_t block_len)
+s_connect_msg_minor(const char *fingerprint, uint64_t block_len, uint64_t minor)
 {
     pk_msg_t *m = pk_msg_new(PK_MSG_CONNECT);
     pk_msg_set_uint(m, PK_F_WIRE_MAJOR, 1);
-    pk_msg_set_uint(m, PK_F_WIRE_MINOR, 0);
+    pk_msg_set_uint(m, PK_F_WIRE_MINOR, minor);
     pk_msg_set_string(m, PK_F_PEER_ID, "consumer-1");
     pk_msg_set_epochs(m, CE, ZERO);
     pk_msg_set_metadata(m, "addr", 4);
@@ -115,15 +115,18 @@ s_connect_msg(const char *fingerprint, uint64_t block_len)
     return m;
 }
 
-static void
-s_setup(void)
+//  A consumer of wire 1.0, as the seed's (the sessions below but one).
+static pk_msg_t *
+s_connect_msg(const char *fingerprint, uint64_t block_len)
 {
-    H = calloc(1, sizeof *H);
-    H->now = 100;
-    H->mem = pk_memtransport_new();
-    H->id = (pk_server_identity_t) { "server-a", 4096, 128, "fp", "7", "tcp" };
-    H->config = (pk_server_session_config_t) { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0, 4, 8, 3, 6 };
-    pk_msg_t *connect = s_connect_msg("fp", 4096);
+    return s_connect_msg_minor(fingerprint, block_len, 0);
+}
+
+//  H->session for a consumer speaking wire 1.minor, its connect_ack read.
+static void
+s_open(uint64_t minor)
+{
+    pk_msg_t *connect = s_connect_msg_minor("fp", 4096, minor);
     char reason[PK_ERRLEN];
     ck_assert_int_eq(pk_server_session_check_connect(&H->id, connect, reason, sizeof reason), 0);
     H->session = pk_server_session_new(&H->id, &H->config, connect, (pk_clock_t) { NULL, s_now },
@@ -141,6 +144,17 @@ s_setup(void)
     memcpy(H->epoch, H->out[0]->source_epoch, PK_EPOCH_LEN);
     ck_assert(!sodium_is_zero(H->epoch, PK_EPOCH_LEN));
     s_clear_out();
+}
+
+static void
+s_setup(void)
+{
+    H = calloc(1, sizeof *H);
+    H->now = 100;
+    H->mem = pk_memtransport_new();
+    H->id = (pk_server_identity_t) { "server-a", 4096, 128, "fp", "7", "tcp" };
+    H->config = (pk_server_session_config_t) { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0, 4, 8, 3, 6 };
+    s_open(0);
 }
 
 static void
@@ -362,6 +376,32 @@ START_TEST(test_lookup_fetch_and_duplicate)
     ck_assert_int_eq(s_send(s_fetch_msg("r2", 1, 1, 1)), PK_SERVER_SESSION_RETIRED);
     s_expect_disconnect(PK_DISC_VIOLATION, "duplicate fetch for r2 round 1");
     s_violated(PK_VIOLATION_DUPLICATE_FETCH);
+}
+END_TEST
+
+//  Wire 1.1: a consumer that said minor 1 gets its answers without the
+//  keys (they are its own lookup's); one of minor 0 gets them echoed.
+START_TEST(test_lookup_resp_keys_by_minor)
+{
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 3)), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(H->nout, 1);
+    ck_assert(H->out[0]->present & PK_BIT(PK_F_KEYS));
+    ck_assert_uint_eq(H->out[0]->keys.count, 3);
+    ck_assert_uint_eq(H->out[0]->keys.v[2].bytes[0], 3);
+    s_clear_out();
+
+    pk_server_session_destroy(&H->session);
+    s_clear_out();                  //  what the session said at its end
+    s_open(1);
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 3)), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(H->nout, 1);
+    ck_assert_int_eq(H->out[0]->type, PK_MSG_LOOKUP_RESP);
+    ck_assert(!(H->out[0]->present & PK_BIT(PK_F_KEYS)));
+    ck_assert_ptr_null(H->out[0]->keys.v);
+    ck_assert_uint_eq(H->out[0]->keys.count, 3);        //  the hits count them
+    ck_assert(H->out[0]->hits[0] && H->out[0]->hits[1] && H->out[0]->hits[2]);
+    ck_assert_str_eq(H->out[0]->kv_request_id, "r1");
+    ck_assert_uint_eq(H->out[0]->round_seq, 1);
 }
 END_TEST
 
@@ -593,6 +633,7 @@ main(void)
     tcase_add_test(tc, test_bad_frames_dropped);
     tcase_add_test(tc, test_wrong_direction);
     tcase_add_test(tc, test_lookup_fetch_and_duplicate);
+    tcase_add_test(tc, test_lookup_resp_keys_by_minor);
     tcase_add_test(tc, test_index_outside_consumer_pool);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_limit_rounds_and_keys);

@@ -232,9 +232,9 @@ int pkb_directory(const pkb_opts_t *o);     //  issue 14: against a redis-server
 int pkb_fabric_raw_gbps(uint64_t block, size_t batch, bool quick, double *gbps);
 
 /*  A bare ZeroMQ DEALER -> ROUTER echo over tcp on 127.0.0.1 between two
-    processes of its own, frames of bytes, n round trips: p50 and p99 in
-    ms (zecho.c).  0 or -errno.  */
-int pkb_zmq_echo_ms(size_t bytes, int n, double *p50, double *p99);
+    processes of its own, frames of bytes, n round trips, with CURVE on
+    both sockets when curve: p50 and p99 in ms (zecho.c).  0 or -errno.  */
+int pkb_zmq_echo_ms(size_t bytes, int n, bool curve, double *p50, double *p99);
 
 /*  Refusals before any process starts: 0, or 2 with a message naming
     the parameter.  */

@@ -125,7 +125,8 @@ s_cfg(const pkb_opts_t *o, const pkb_server_t *srv, const s_point_t *p)
 }
 
 //  A repetition of a load already started, and the bare ZeroMQ echo of
-//  a frame the lookup's size beside it: 0, or a negative errno with err.
+//  a frame the lookup's size beside it (with CURVE for a CURVE row): 0, or
+//  a negative errno with err.
 static int
 s_rep(const pkb_opts_t *o, pkb_consumer_t *cs, const s_point_t *p, pid_t pid, pkb_rep_t *r,
       double *z, char *err, size_t size)
@@ -134,7 +135,8 @@ s_rep(const pkb_opts_t *o, pkb_consumer_t *cs, const s_point_t *p, pid_t pid, pk
     size_t frame = 100 + 67 * (size_t) p->keys;
     double z99;
     int rc = pkb_load_rep(cs, p->c, pid, p->keys, r, err, size);
-    if (rc == 0 && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, z, &z99)) != 0)
+    if (rc == 0
+        && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, p->curve, z, &z99)) != 0)
         snprintf(err, size, "the bare ZeroMQ echo failed");
     return rc;
 }
@@ -216,15 +218,20 @@ s_curve_rows(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *plain,
     curve_p.curve = true;
     s_row(rep, &plain_p, plain, zp, reps);
     s_row(rep, &curve_p, curve, zc, reps);
-    double ratio[PKB_MAX_REPS];
-    for (int i = 0; i < reps; i++)
+    double ratio[PKB_MAX_REPS], bare[PKB_MAX_REPS];
+    for (int i = 0; i < reps; i++) {
         ratio[i] = curve[i].lk[0] / plain[i].lk[0];
-    pkb_fig_t f = pkb_fig(ratio, (size_t) reps);
-    char a[64];
-    printf("    curve/plain rtt p50, %llu keys: %s (target: at most 1.3x)\n",
-           (unsigned long long) p->keys, pkb_fig_str(f, "%.3fx", a, sizeof a));
+        bare[i] = zc[i] / zp[i];
+    }
+    pkb_fig_t f = pkb_fig(ratio, (size_t) reps), g = pkb_fig(bare, (size_t) reps);
+    char a[64], b[64];
+    printf("    curve/plain rtt p50, %llu keys: %s (target: at most 1.3x); a bare ZeroMQ "
+           "echo of a lookup's bytes, curve/plain: %s\n", (unsigned long long) p->keys,
+           pkb_fig_str(f, "%.3fx", a, sizeof a), pkb_fig_str(g, "%.3fx", b, sizeof b));
     fflush(stdout);
-    json_object_set_new(pkb_report_row(rep), "curve_over_plain_rtt_p50", pkb_fig_json(f));
+    json_t *row = pkb_report_row(rep);
+    json_object_set_new(row, "curve_over_plain_rtt_p50", pkb_fig_json(f));
+    json_object_set_new(row, "curve_over_plain_zmq_echo_p50", pkb_fig_json(g));
 }
 
 //  One point, plain and CURVE repetitions alternating (the machine's load
@@ -250,8 +257,10 @@ s_curve_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *plain, pkb_s
     bool curve_up = plain_up && rc == 0;
     for (int i = 0; rc == 0 && i < reps; i++) {
         rc = s_rep(o, &cp, p, plain->pid, &rp[i], &zp[i], err, sizeof err);
+        s_point_t curve_p = *p;
+        curve_p.curve = true;
         if (rc == 0)
-            rc = s_rep(o, &ccs, p, cs_srv->pid, &rc_[i], &zc[i], err, sizeof err);
+            rc = s_rep(o, &ccs, &curve_p, cs_srv->pid, &rc_[i], &zc[i], err, sizeof err);
     }
     if (curve_up)
         pkb_load_stop(&ccs, 1);
@@ -314,7 +323,7 @@ pkb_control(const pkb_opts_t *o)
            "present (pinned until finish), miss: none, cancel: hits fetched and cancelled at "
            "once (p2pkv_client_cancel), rtt still the lookup's; srv cpu in cores; zmq echo: a bare "
            "ZeroMQ DEALER->ROUTER echo of a frame the lookup's size between two processes, "
-           "one client, in the same repetition; median, and [min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK, reps);
+           "one client, in the same repetition (CURVE on both sockets in a curve row); median, and [min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK, reps);
     pkb_table_head(s_names, s_w, 11);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
     pkb_server_t srv;

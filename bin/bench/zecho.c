@@ -2,7 +2,9 @@
     over tcp on 127.0.0.1, two processes, with frames of a lookup's size.
     What a lookup's round trip is compared with, in the same repetition
     (control): p2pkv adds the door and the peer's actor (two thread
-    hand-offs each way) and the work on the message.  */
+    hand-offs each way) and the work on the message.  With curve, both
+    sockets speak CURVE (fresh keypairs, no ZAP handler): what CURVE
+    itself costs those bytes, beside what it costs p2pkv.  */
 #include "bench.h"
 
 #include <czmq.h>
@@ -30,9 +32,13 @@ s_cmp(const void *a, const void *b)
 }
 
 static void __attribute__((noreturn))
-s_echo(int port_out)
+s_echo(int port_out, zcert_t *server)
 {
     zsock_t *r = zsock_new(ZMQ_ROUTER);
+    if (r && server) {
+        zcert_apply(server, r);
+        zsock_set_curve_server(r, 1);
+    }
     int port = r ? zsock_bind(r, "tcp://127.0.0.1:*") : -1;
     if (write(port_out, &port, sizeof port) != sizeof port || port < 0)
         _exit(1);
@@ -47,21 +53,26 @@ s_echo(int port_out)
 //  In a process of its own (czmq starts there, after the fork): the echo
 //  in another, then n round trips; p50 and p99 in ms up the pipe.
 static void __attribute__((noreturn))
-s_client(size_t bytes, int n, int out)
+s_client(size_t bytes, int n, bool curve, int out)
 {
     int p[2];
-    if (pipe(p))
+    zcert_t *server = curve ? zcert_new() : NULL, *client = curve ? zcert_new() : NULL;
+    if (pipe(p) || (curve && (!server || !client)))
         _exit(1);
     pid_t echo = fork();
     if (echo == 0) {
         close(p[0]);
-        s_echo(p[1]);
+        s_echo(p[1], server);
     }
     close(p[1]);
     int port = -1;
     double v[2] = { -1, -1 };
     if (echo > 0 && read(p[0], &port, sizeof port) == sizeof port && port > 0) {
-        zsock_t *d = zsock_new_dealer(NULL);
+        zsock_t *d = zsock_new(ZMQ_DEALER);
+        if (d && curve) {
+            zcert_apply(client, d);
+            zsock_set_curve_serverkey(d, zcert_public_txt(server));
+        }
         char *frame = malloc(bytes);
         double *t = malloc((size_t) n * sizeof *t);
         if (d && frame && t && zsock_connect(d, "tcp://127.0.0.1:%d", port) == 0) {
@@ -83,6 +94,8 @@ s_client(size_t bytes, int n, int out)
         free(t);
         zsock_destroy(&d);
     }
+    zcert_destroy(&server);
+    zcert_destroy(&client);
     if (echo > 0) {
         kill(echo, SIGKILL);
         waitpid(echo, NULL, 0);
@@ -91,7 +104,7 @@ s_client(size_t bytes, int n, int out)
 }
 
 int
-pkb_zmq_echo_ms(size_t bytes, int n, double *p50, double *p99)
+pkb_zmq_echo_ms(size_t bytes, int n, bool curve, double *p50, double *p99)
 {
     int p[2];
     if (pipe(p))
@@ -99,7 +112,7 @@ pkb_zmq_echo_ms(size_t bytes, int n, double *p50, double *p99)
     pid_t pid = pkb_fork();
     if (pid == 0) {
         close(p[0]);
-        s_client(bytes, n, p[1]);
+        s_client(bytes, n, curve, p[1]);
     }
     close(p[1]);
     double v[2] = { -1, -1 };

@@ -41,6 +41,7 @@ typedef struct s_ended {
     struct s_ended *next;
     bool done_seen, ack_seen;       //  an ended load
     uint64_t ask, answer;           //  an answered lookup: hashes of question and hits
+    uint64_t ask_kv;                //  the question without its keys (wire 1.1)
 } s_ended_t;
 
 //  Expiry order is insertion order, since every record lives equally long.
@@ -362,11 +363,13 @@ pk_client_role_flush(pk_client_role_t *self)
 //  The question of a lookup (request and keys in order) and its answer, as
 //  hashes: a repeat of the question with another answer is a conflict.
 //  Key hashes are keyed (pk_key_hash), so folding them cannot be steered.
+//  keys NULL: the question as an answer without keys (wire 1.1) states
+//  it, the request and the number of keys.
 static uint64_t
 s_ask_hash(const char *kv, const pk_key_t *keys, size_t n)
 {
     uint64_t h = pk_hash_id(pk_key_hash((const uint8_t *) kv, strlen(kv)), n);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; keys && i < n; i++)
         h = pk_hash_id(h, keys[i].hash);
     return h;
 }
@@ -378,6 +381,9 @@ s_answer_hash(const bool *hits, size_t n)
     return pk_key_hash((const uint8_t *) hits, n * sizeof *hits);
 }
 
+//  An answer without keys (wire 1.1: a server leaves them out for a
+//  consumer of minor 1 or later) answers the lookup of its round: its
+//  request and its number of hits must match, and the keys are ours.
 static int
 s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
 {
@@ -385,12 +391,14 @@ s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
     pk_key_t rk = s_round_key(&round);
     pk_keymap_entry_t *e = pk_keymap_find(&self->lookups, &rk);
     s_lookup_t *l = e ? (s_lookup_t *) (uintptr_t) e->a : NULL;
+    const pk_key_t *keys = m->present & PK_BIT(PK_F_KEYS) ? m->keys.v : NULL;
     if (!l || l->answered) {
         //  Answered before: the same answer again is harmless, another
         //  answer to the same question is a violation; a round we never
         //  asked, or asked for another request or keys, is stale.
         s_ended_t *a = s_memory_find(&self->answered, round);
-        if (!a || a->ask != s_ask_hash(m->kv_request_id, m->keys.v, m->keys.count)
+        uint64_t ask = s_ask_hash(m->kv_request_id, keys, m->keys.count);
+        if (!a || (keys ? a->ask : a->ask_kv) != ask
             || a->answer == s_answer_hash(m->hits, m->keys.count))
             return 0;
         self->violation = "a conflicting duplicate lookup_resp";
@@ -399,19 +407,23 @@ s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
     //  stale: asked for another request, or not the keys we asked
     if (strcmp(l->kv, m->kv_request_id) != 0 || m->keys.count != l->n)
         return 0;
-    for (size_t i = 0; i < l->n; i++)
-        if (!pk_key_eq(&l->keys[i], &m->keys.v[i]))
+    for (size_t i = 0; keys && i < l->n; i++)
+        if (!pk_key_eq(&l->keys[i], &keys[i]))
             return 0;
     s_ended_t *a = s_memory_add(self, &self->answered, round);
     if (a) {
         a->ask = s_ask_hash(l->kv, l->keys, l->n);
+        a->ask_kv = s_ask_hash(l->kv, NULL, l->n);
         a->answer = s_answer_hash(m->hits, m->keys.count);
     }
-    //  the lookup stays until its hits are fetched under its round
+    //  The lookup stays until its hits are fetched under its round; its
+    //  keys go with this answer.  They are taken out first, since the
+    //  owner may fetch (and so free l) from inside the event.
     l->answered = true;
-    free(l->keys);
+    pk_key_t *asked = l->keys;
     l->keys = NULL;
-    self->events.lookup_done(self->events.self, l->kv, round, m->keys.v, m->hits, m->keys.count);
+    self->events.lookup_done(self->events.self, l->kv, round, asked, m->hits, m->keys.count);
+    free(asked);
     return 0;
 }
 

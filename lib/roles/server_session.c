@@ -38,6 +38,8 @@ struct _pk_session_t {
     uint8_t consumer_epoch[PK_EPOCH_LEN];
     uint8_t epoch[PK_EPOCH_LEN];    //  ours
     uint64_t consumer_blocks;
+    bool keyless_answers;           //  the consumer speaks wire 1.1 or later:
+                                    //  its lookup_resps go without keys
     char *connect_canon;            //  the connect, canonical, target epoch zeroed
 
     double last_heard;
@@ -203,6 +205,8 @@ s_role_send(void *arg, const pk_msg_t *msg)
     else if (msg->type == PK_MSG_TRANSFER_DONE || msg->type == PK_MSG_ABORT_ACK)
         s_timer_stop(self, 'f', msg->kv_request_id, msg->round_seq, PK_LATENCY_FETCH);
     pk_msg_t m = *msg;
+    if (m.type == PK_MSG_LOOKUP_RESP && self->keyless_answers)
+        m.present &= ~PK_BIT(PK_F_KEYS);        //  the hits still count them
     pk_msg_set_epochs(&m, self->epoch, self->consumer_epoch);
     char *frame;
     size_t len;
@@ -263,6 +267,7 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
         goto fail_strings;
     memcpy(self->consumer_epoch, connect->source_epoch, PK_EPOCH_LEN);
     self->consumer_blocks = connect->num_blocks;
+    self->keyless_answers = connect->wire_minor >= 1;
     do
         randombytes_buf(self->epoch, sizeof self->epoch);
     while (sodium_is_zero(self->epoch, sizeof self->epoch));

@@ -80,7 +80,7 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
     [PK_MSG_LOOKUP]        = { "lookup",
         B(KV_REQUEST_ID) | B(KEYS) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_LOOKUP_RESP]   = { "lookup_resp",
-        B(KV_REQUEST_ID) | B(KEYS) | B(HITS) | B(ROUND_SEQ) | EPOCHS, 0, TO_CONSUMER },
+        B(KV_REQUEST_ID) | B(HITS) | B(ROUND_SEQ) | EPOCHS, B(KEYS), TO_CONSUMER },
     [PK_MSG_FETCH]         = { "fetch",
         B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
         TO_SERVER },
@@ -439,7 +439,9 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
             break;
         case PK_MSG_LOOKUP_RESP:
             if (n == 0)
-                return pk_err(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
+                return pk_err(err, -EPROTO, "%s.%s: expected at least one %s, got 0", tn,
+                              m->present & B(KEYS) ? "keys" : "hits",
+                              m->present & B(KEYS) ? "key" : "item");
             break;
         case PK_MSG_FETCH: {
             ssize_t dup;
@@ -575,11 +577,18 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
             return s_decode_keys(m, j, tn, err);
         case K_INDEXES:
         case K_HITS: {
-            //  Keys come first in field order, so their count is known here.
+            //  Keys come first in field order, so their count is known
+            //  here; hits without keys (wire 1.1) count themselves.
             size_t n = m->keys.count;
             if (!json_is_array(j))
                 return pk_err(err, -EPROTO, "%s.%s: expected array, got %s",
                               tn, fn, s_got(j, got, sizeof got));
+            if (spec->kind == K_HITS && !(m->present & B(KEYS))) {
+                if (json_array_size(j) > PK_MAX_LIST)
+                    return pk_err(err, -EPROTO, "%s.hits: expected at most %d items, got %zu",
+                                  tn, PK_MAX_LIST, json_array_size(j));
+                n = m->keys.count = json_array_size(j);
+            }
             if (json_array_size(j) != n)
                 return pk_err(err, -EPROTO, "%s.%s: expected %zu items (one per key), got %zu",
                               tn, fn, n, json_array_size(j));
@@ -885,10 +894,14 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
     if (required & ~self->present)
         return pk_err(err, -EPROTO, "%s.%s: missing", tn,
                       pk_wire_fields[__builtin_ctz(required & ~self->present)].name);
-    //  Lists share the keys' count; a list set without keys is a caller bug
-    //  the rules below would not see.
-    if ((emit & (B(BLOCK_INDEXES) | B(HITS))) && !(emit & B(KEYS)))
-        return pk_err(err, -EPROTO, "%s: block_indexes/hits without keys", tn);
+    //  Lists share the keys' count; block indexes set without keys are a
+    //  caller bug the rules below would not see.  Hits may go without
+    //  (wire 1.1): keys.count still counts them.
+    if ((emit & B(BLOCK_INDEXES)) && !(emit & B(KEYS)))
+        return pk_err(err, -EPROTO, "%s: block_indexes without keys", tn);
+    if ((emit & B(HITS)) && !(emit & B(KEYS)) && self->keys.count > PK_MAX_LIST)
+        return pk_err(err, -EPROTO, "%s.hits: expected at most %d items, got %zu", tn,
+                      PK_MAX_LIST, self->keys.count);
 
     for (int f = 0; f < PK_F_COUNT; f++) {
         if (!(emit & PK_BIT(f)))

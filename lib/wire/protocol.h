@@ -26,7 +26,11 @@
 #include "base/key.h"
 
 #define PK_WIRE_MAJOR 1
-#define PK_WIRE_MINOR 0
+/*  Minor 1: a server may leave the keys out of a lookup_resp to a consumer
+    whose connect said minor >= 1 (they echo the lookup's; the hits count
+    them).  Half the bytes of a large lookup's round trip, which CURVE
+    encrypts twice: see doc/design.md, "Lookup answers without the keys".  */
+#define PK_WIRE_MINOR 1
 
 #define PK_MAX_LIST        65536        /* items in keys / block_indexes / hits */
 #define PK_MAX_KEY_HEX     8192         /* hex chars of one key */
@@ -105,7 +109,9 @@ typedef struct {
     char *provider;
     char *reason;
 
-    pk_keys_t keys;
+    pk_keys_t keys;                 /* count: also the lists' length; a
+                                       lookup_resp without keys has
+                                       keys.v NULL and count its hits */
     uint32_t *block_indexes;        /* keys.count items */
     bool *hits;                     /* keys.count items */
 

@@ -291,6 +291,8 @@ s_scan_finish(s_scan_t *sc, char *err)
     for (uint32_t extra = fields & ~wanted; extra; extra &= extra - 1)
         s_forget_field(m, (pk_field_t) __builtin_ctz(extra));
     m->present = fields & wanted;
+    if ((m->present & B(HITS)) && !(m->present & B(KEYS)))
+        m->keys.count = sc->n_hits;         //  a lookup_resp of wire 1.1
     if ((required & ~m->present)
         || ((m->present & B(BLOCK_INDEXES)) && sc->n_indexes != m->keys.count)
         || ((m->present & B(HITS)) && sc->n_hits != m->keys.count))
