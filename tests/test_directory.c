@@ -670,6 +670,49 @@ START_TEST(test_clean_exit_removes_the_server)
 }
 END_TEST
 
+//  --directory-ttl: the record lives that long in Redis, so a server
+//  killed with SIGKILL stops being a holder after it, while one of the
+//  default TTL (3 s) beside it is still listed for its whole TTL.
+START_TEST(test_ttl_setting_ends_a_killed_holder)
+{
+    tr_redis_t r;
+    tr_redis_start(&r, 0);
+    td_t a, b;
+    td_start(&a, (const char *[]) { "--peer-id", "dir-short-ttl", "--directory", r.url,
+                                     "--directory-ttl", "0.6", "--directory-timeout", "0.5",
+                                     NULL });
+    s_server(&b, "dir-default-ttl", &r);
+    s_set_t set;
+    s_set_make(&set, 4, 11);
+    for (size_t i = 0; i < set.n; i++) {
+        s_put(&a, &set, i);
+        s_put(&b, &set, i);
+    }
+    p2pkv_client_t *c = s_client("dir-ttl-consumer", &r, set.n);
+    s_found_t f = { 0 };
+    s_wait_all(c, &set, 2, &f);
+    long long short_ttl = s_int(&r, "PTTL %s", PK_DIR_SERVERS ":rec:dir-short-ttl", NULL);
+    long long long_ttl = s_int(&r, "PTTL %s", PK_DIR_SERVERS ":rec:dir-default-ttl", NULL);
+    ck_assert_msg(short_ttl > 0 && short_ttl <= 600, "PTTL %lld ms", short_ttl);
+    ck_assert_msg(long_ttl > 600 && long_ttl <= 3000, "PTTL %lld ms", long_ttl);
+
+    double killed = pk_clock_monotonic();
+    td_kill(&a);
+    s_wait_all(c, &set, 1, &f);
+    double gone = pk_clock_monotonic() - killed;
+    for (size_t i = 0; i < set.n; i++)
+        ck_assert_str_eq(f.holders[i], "dir-default-ttl,");
+    //  the killed server's record expired, not the default's 3 s
+    ck_assert_msg(gone < 3.0, "the killed holder stayed %.2f s", gone);
+    ck_assert_int_eq(s_int(&r, "EXISTS %s", PK_DIR_SERVERS ":rec:dir-short-ttl", NULL), 0);
+    p2pkv_client_destroy(&c);
+    s_found_free(&f);
+    s_set_free(&set);
+    ck_assert_int_eq(td_stop(&b), 0);
+    tr_redis_stop(&r);
+}
+END_TEST
+
 //  The command line by key (p2pkv lookup/get --directory), and the
 //  daemon's pull without a server (from whoever holds the keys).
 START_TEST(test_cli_and_pull_by_key)
@@ -752,6 +795,7 @@ main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_three_servers_fetch_by_key);
     tcase_add_test(tc, test_holder_killed_mid_get);
+    tcase_add_test(tc, test_ttl_setting_ends_a_killed_holder);
     tcase_add_test(tc, test_redis_stopped_and_restarted);
     tcase_add_test(tc, test_evicted_but_listed);
     tcase_add_test(tc, test_bad_directory);

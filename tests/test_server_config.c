@@ -28,9 +28,10 @@ static const char *const s_options[] = {
     "shutdown-timeout", "max-requests", "max-parked-keys", "max-rounds", "pin-quota",
     "max-queued-frames", "max-frame", "max-sessions", "load-timeout", "abort-ack-timeout",
     "connect-retry", "keepalive-interval", "tenants", "curve-secret", "curve-allow",
-    "curve-servers", "directory", "directory-optional", "config", "help", "version",
+    "curve-servers", "directory", "directory-optional", "directory-ttl", "directory-timeout",
+    "config", "help", "version",
 };
-#define S_NSETTINGS 37      //  the leading ones that are settings
+#define S_NSETTINGS 39      //  the leading ones that are settings
 
 static char s_err[S_ERRLEN];
 
@@ -158,6 +159,8 @@ START_TEST(test_defaults)
     ck_assert_double_eq(c.abort_ack_timeout, 10);
     ck_assert_double_eq(c.connect_retry, 0.5);
     ck_assert_double_eq(c.keepalive_interval, 2);
+    ck_assert_double_eq(c.directory_ttl, 3);
+    ck_assert_double_eq(c.directory_timeout, 1);
 
     //  No arguments at all: the same, and it validates.
     pk_server_config_t p;
@@ -646,7 +649,8 @@ START_TEST(test_every_setting_in_a_file)
         "load-timeout = 34\nabort-ack-timeout = 13\nconnect-retry = 0.25\n"
         "keepalive-interval = 1.5\ncurve-secret = /k/s_secret\ncurve-allow = /k/allow\n"
         "curve-servers = /k/servers\ndirectory = redis://10.1.2.3:6379/2\n"
-        "directory-optional = redis://10.1.2.4:6380\n");
+        "directory-optional = redis://10.1.2.4:6380\ndirectory-ttl = 4.5\n"
+        "directory-timeout = 0.25\n");
     FILE *f = fopen(path, "a");
     ck_assert_ptr_nonnull(f);
     fprintf(f, "tenants = %s\n", tenants);
@@ -706,6 +710,8 @@ START_TEST(test_every_setting_in_a_file)
     ck_assert_str_eq(c.curve_servers, "/k/servers");
     ck_assert_str_eq(c.directory, "redis://10.1.2.4:6380");     //  the later line wins
     ck_assert(c.directory_optional);
+    ck_assert_double_eq(c.directory_ttl, 4.5);
+    ck_assert_double_eq(c.directory_timeout, 0.25);
     pk_server_config_fini(&c);
     unlink(tenants);
 }
@@ -771,6 +777,15 @@ START_TEST(test_directory_options)
                  "(PORT 1..65535, DB 0..15), got \"%s\"", bad[i]);
         s_refuse(msg, "--directory-optional", bad[i]);
     }
+    //  its timeouts are seconds like every other
+    ck_assert_int_eq(s_parse(&c, "--directory-ttl", "0.75", "--directory-timeout", "0.2"), 0);
+    ck_assert_double_eq(c.directory_ttl, 0.75);
+    ck_assert_double_eq(c.directory_timeout, 0.2);
+    pk_server_config_fini(&c);
+    s_refuse("--directory-ttl: expected seconds 0.001..1000000, got \"0\"", "--directory-ttl",
+             "0");
+    s_refuse("--directory-timeout: expected seconds 0.001..1000000, got \"1s\"",
+             "--directory-timeout", "1s");
 }
 END_TEST
 

@@ -183,6 +183,8 @@ s_open_directory(pk_node_t *self, char *err)
         return 0;
     pk_directory_config_t dc = { .url = config->directory,
                                  .optional = config->directory_optional,
+                                 .ttl = config->directory_ttl,
+                                 .timeout = config->directory_timeout,
                                  .log = s_directory_log, .log_arg = self };
     pk_dir_record_t *r = &dc.record;
     snprintf(r->peer_id, sizeof r->peer_id, "%s", config->peer_id);

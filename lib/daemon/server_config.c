@@ -112,6 +112,8 @@ pk_server_config_defaults(pk_server_config_t *self)
     self->abort_ack_timeout = 10;
     self->connect_retry = 0.5;
     self->keepalive_interval = 2;
+    self->directory_ttl = 3;
+    self->directory_timeout = 1;
     if (!self->bind || !self->peer_id || !self->provider || !self->fingerprint
         || !self->hash_seed || pk_server_config_derive_local(self) || pk_server_config_derive_pool_name(self)) {
         pk_server_config_fini(self);

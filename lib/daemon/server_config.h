@@ -88,6 +88,8 @@ typedef struct {
     //  the cluster directory (issue 14)
     char *directory;            //  redis://HOST:PORT[/DB]; NULL = none
     bool directory_optional;    //  set by --directory-optional: no Redis at start warns
+    double directory_ttl;       //  3: our record's TTL in Redis; heartbeat at a third
+    double directory_timeout;   //  1: bound on the connect and each read or write
 } pk_server_config_t;
 
 /*  The client configuration the daemon's puller runs with: every

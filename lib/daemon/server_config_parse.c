@@ -102,6 +102,8 @@ static const s_setting_t s_settings[] = {
     //  makes a Redis absent at start a warning
     { "directory",          S_DIRECTORY,   S_FIELD(directory), 0, 0 },
     { "directory-optional", S_DIRECTORY,   S_FIELD(directory), 0, 0 },
+    { "directory-ttl",      S_SECONDS,     S_FIELD(directory_ttl), 0, 0 },
+    { "directory-timeout",  S_SECONDS,     S_FIELD(directory_timeout), 0, 0 },
 };
 
 #define S_NSETTINGS (sizeof s_settings / sizeof s_settings[0])
@@ -154,6 +156,11 @@ static const char s_usage[] =
     "                               start is an error; default none\n"
     "      --directory-optional URL the same, but no Redis at start is a warning\n"
     "                               and it is retried in the background\n"
+    "      --directory-ttl S        our record's time to live in the directory: a\n"
+    "                               server killed is no holder after it; a\n"
+    "                               heartbeat renews it at a third; default 3\n"
+    "      --directory-timeout S    bound on the directory's connect and each read\n"
+    "                               or write; then it is down; default 1\n"
     "\n"
     "Pool and data plane:\n"
     "      --pool-blocks N          blocks in the pool (1..2147483648); default 1024\n"
