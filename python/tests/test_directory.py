@@ -32,21 +32,23 @@ def redis_url():
     proc = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                              "--appendonly", "no", "--daemonize", "no"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    break
-        except OSError:
-            pass
-        assert proc.poll() is None, "redis-server exited at start"
-        assert time.monotonic() < deadline, "redis-server did not answer PING within 15 s"
-        time.sleep(0.02)
-    yield f"redis://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(15)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, "redis-server exited at start"
+            assert time.monotonic() < deadline, "redis-server did not answer PING within 15 s"
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(15)
 
 
 def wait_holders(client: p2pkv.Client, keys: list, want: int) -> list[list[dict]]:
