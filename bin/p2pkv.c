@@ -69,7 +69,8 @@ static const struct {
       "data plane's local address), --timeout SECONDS (30),\n"
       "--curve-secret FILE --server-key FILE (a CURVE server:\n"
       "our certificate as keygen wrote it, NAME_secret, and\n"
-      "the server's public certificate; both or neither)" },
+      "the server's public certificate; both or neither; by\n"
+      "--directory, every holder's)" },
     { "keygen", "keygen [--endpoint EP] NAME",
       "writes a new CURVE keypair as czmq certificates: NAME\n"
       "(public: give it to the server's --curve-allow DIR, or\n"
@@ -714,12 +715,15 @@ s_report_holders(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const
 
 //  The get by key: the block length (and, unless given, the fingerprint
 //  and seed) learnt from one holder, then p2pkv_client_get of any server.
+//  With --curve-secret, the one --server-key is every holder's: a fleet
+//  whose servers share a keypair.
 static int
-s_get_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const char *endpoint)
+s_get_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const char *endpoint,
+             const p2pkv_config_t *keys)
 {
     char err[P2PKV_ERRLEN] = "", name[64];
     p2pkv_description_t d;
-    if (p2pkv_describe(endpoint, o->timeout < 10 ? o->timeout : 10, &d, err)) {
+    if (p2pkv_describe_curve(endpoint, o->timeout < 10 ? o->timeout : 10, keys, &d, err)) {
         fprintf(stderr, "p2pkv get: %s\n", err);
         return EXIT_ERROR;
     }
@@ -729,7 +733,10 @@ s_get_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const cha
                            .hash_seed = o->hash_seed ? o->hash_seed : d.hash_seed,
                            .provider = o->provider, .node = o->fabric_addr,
                            .load_timeout = o->timeout, .silence_timeout = 10,
-                           .directory = o->directory, .no_reconnect = true };
+                           .directory = o->directory, .no_reconnect = true,
+                           .curve_public = keys->curve_public,
+                           .curve_secret = keys->curve_secret,
+                           .curve_server = keys->curve_server };
     p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, g->n, d.block_len,
                                               (p2pkv_callbacks_t) { 0 }, err);
     bool *landed = calloc(g->n, sizeof *landed);
@@ -756,7 +763,8 @@ s_get_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const cha
 }
 
 static int
-s_cmd_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, bool get)
+s_cmd_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, bool get,
+             const p2pkv_config_t *keys)
 {
     s_found_t f = { calloc(g->n, sizeof *f.held), calloc(g->n, sizeof *f.holders), "" };
     int rc = EXIT_ERROR;
@@ -766,7 +774,7 @@ s_cmd_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, bool get)
         else if (!f.endpoint[0])
             rc = s_report(o, argv, g->n, f.held, NULL, 0, true, 0);    //  all missing
         else
-            rc = s_get_by_key(o, argv, g, f.endpoint);
+            rc = s_get_by_key(o, argv, g, f.endpoint, keys);
     }
     for (size_t i = 0; f.holders && i < g->n; i++)
         free(f.holders[i]);
@@ -798,9 +806,9 @@ s_cmd_remote(int argc, char *argv[], bool get)
     zcert_t *mine = NULL, *theirs = NULL;
     p2pkv_config_t keys = { 0 };
     if (s_parse_keys(argv, o.first, argc, &g)
-        || (o.directory && (rc = s_cmd_by_key(&o, argv, &g, get)) >= 0)
         || s_curve_certs(get ? "get" : "lookup", o.curve_secret, o.server_key, &mine, &theirs,
-                         &keys))
+                         &keys)
+        || (o.directory && (rc = s_cmd_by_key(&o, argv, &g, get, &keys)) >= 0))
         goto done;
     char err[256] = "";
     p2pkv_description_t d;

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -713,6 +714,76 @@ START_TEST(test_ttl_setting_ends_a_killed_holder)
 }
 END_TEST
 
+//  What `p2pkv get -o dir` wrote: each key's block, byte for byte, in
+//  dir/HEX (removed after).
+static void
+s_check_files(const char *dir, const s_set_t *set, char (*hex)[65])
+{
+    for (size_t i = 0; i < set->n; i++) {
+        char path[512];
+        uint8_t got[BLOCK];
+        snprintf(path, sizeof path, "%s/%s", dir, hex[i]);
+        FILE *in = fopen(path, "rb");
+        ck_assert_msg(in != NULL, "no %s", path);
+        ck_assert_uint_eq(fread(got, 1, BLOCK, in), BLOCK);
+        fclose(in);
+        unlink(path);
+        ck_assert_msg(memcmp(got, set->data + i * BLOCK, BLOCK) == 0, "block %zu", i);
+    }
+}
+
+//  `p2pkv get --directory` of a CURVE server: with --curve-secret and
+//  --server-key the holders the directory names are reached over CURVE;
+//  without them the server refuses, and nothing is written.
+START_TEST(test_cli_by_key_over_curve)
+{
+    tr_redis_t r;
+    tr_redis_start(&r, 0);
+    char keys[] = "/tmp/p2pkv-dir-curve-XXXXXX", cmd[2048], allow[64], dir[64];
+    ck_assert_ptr_nonnull(mkdtemp(keys));
+    snprintf(allow, sizeof allow, "%s/allow", keys);
+    snprintf(dir, sizeof dir, "%s/out", keys);
+    ck_assert_int_eq(mkdir(allow, 0700), 0);
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv keygen %s/server >/dev/null && bin/p2pkv keygen "
+             "%s/alice >/dev/null && cp %s/alice %s/", keys, keys, keys, allow);
+    ck_assert_int_eq(system(cmd), 0);
+    char secret[96];
+    snprintf(secret, sizeof secret, "%s/server_secret", keys);
+    td_t a;
+    td_start(&a, (const char *[]) { "--peer-id", "dir-curve", "--directory", r.url,
+                                     "--curve-secret", secret, "--curve-allow", allow, NULL });
+    s_set_t set;
+    s_set_make(&set, 3, 13);
+    for (size_t i = 0; i < set.n; i++)
+        s_put(&a, &set, i);
+    p2pkv_client_t *c = s_client("dir-curve-consumer", &r, set.n);
+    s_found_t f = { 0 };
+    s_wait_all(c, &set, 1, &f);
+    char hex[3][65];
+    for (size_t i = 0; i < set.n; i++)
+        pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s --timeout 5 -o %s %s %s %s "
+             ">/dev/null 2>&1", r.url, dir, hex[0], hex[1], hex[2]);
+    ck_assert_int_ne(WEXITSTATUS(system(cmd)), 0);      //  plain: refused
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, hex[0]);
+    ck_assert_int_eq(access(path, F_OK), -1);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s --curve-secret %s/alice_secret "
+             "--server-key %s/server -o %s %s %s %s >/dev/null 2>&1", r.url, keys, keys, dir,
+             hex[0], hex[1], hex[2]);
+    ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
+    s_check_files(dir, &set, hex);
+    p2pkv_client_destroy(&c);
+    s_found_free(&f);
+    s_set_free(&set);
+    ck_assert_int_eq(td_stop(&a), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", keys);
+    ck_assert_int_eq(system(cmd), 0);
+    tr_redis_stop(&r);
+}
+END_TEST
+
 //  The command line by key (p2pkv lookup/get --directory), and the
 //  daemon's pull without a server (from whoever holds the keys).
 START_TEST(test_cli_and_pull_by_key)
@@ -747,17 +818,7 @@ START_TEST(test_cli_and_pull_by_key)
     snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s -o %s %s %s %s %s >/dev/null "
              "2>&1", r.url, dir, hex[0], hex[1], hex[2], hex[3]);
     ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
-    for (size_t i = 0; i < set.n; i++) {
-        char path[512];
-        uint8_t got[BLOCK];
-        snprintf(path, sizeof path, "%s/%s", dir, hex[i]);
-        FILE *in = fopen(path, "rb");
-        ck_assert_ptr_nonnull(in);
-        ck_assert_uint_eq(fread(got, 1, BLOCK, in), BLOCK);
-        fclose(in);
-        unlink(path);
-        ck_assert(memcmp(got, set.data + i * BLOCK, BLOCK) == 0);
-    }
+    s_check_files(dir, &set, hex);
     rmdir(dir);
     //  the engine's pull without a server: b gets them from a, then holds them too
     uint64_t id;
@@ -802,6 +863,7 @@ main(void)
     tcase_add_test(tc, test_junk_entries_ignored_and_counted);
     tcase_add_test(tc, test_clean_exit_removes_the_server);
     tcase_add_test(tc, test_cli_and_pull_by_key);
+    tcase_add_test(tc, test_cli_by_key_over_curve);
     suite_add_tcase(suite, tc);
     return pk_test_run("directory", suite);
 }
