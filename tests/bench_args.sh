@@ -36,6 +36,7 @@ refuse "sessions --sessions 100 --max-sessions 50" '--sessions 100 is more than 
 refuse "fetch --block-sizes 1G --blocks 65536" '--block-sizes 1048576K x --blocks 65536'
 refuse "fetch --block-sizes 1G --blocks 65536" 'MemAvailable'
 refuse "control --plot x.svg" '--plot does not apply to suite control'
+refuse "sessions --threads" '--threads does not apply to suite sessions'
 refuse "fabric --batches 512" '--batches: 512 is more than 256'
 refuse "fetch --reps 0" '--reps: 0'
 refuse "fetch --seconds -1" '--seconds: "-1"'

@@ -31,6 +31,8 @@ typedef struct {
 typedef struct {
     const char *suite;
     bool quick;
+    bool threads;               //  --threads: fetch and control's consumers are
+                                //  threads of one process
     const char *json;           //  --json FILE
     const char *plot;           //  --plot FILE.svg
     int reps;                   //  --reps (0: the suite's default)
@@ -158,6 +160,8 @@ typedef struct {
     const char *curve_public;   //  CURVE keys (Z85) for a server with --curve-secret;
     const char *curve_secret;   //  NULL: none.  The forked consumer reads them from
     const char *curve_server;   //  the parent's memory it was copied with.
+    bool threads;               //  a load's consumers are threads of one process
+                                //  (load.c), not processes
 } pkb_consumer_cfg_t;
 
 /*  What one consumer reports of one timed phase.  */
@@ -165,19 +169,25 @@ typedef struct {
     int rc;                     //  0, or a negative errno
     char err[160];
     double t0, t1;              //  monotonic, of the timed phase
-    double cpu;                 //  the process's CPU seconds in it
+    double cpu;                 //  the process's CPU seconds in it (threads: consumer 0
+                                //  reports the shared process's, the others 0)
     uint64_t iterations, bytes, blocks;
     uint32_t nlookup, nfetch;   //  samples that follow
 } pkb_phase_t;
 
 typedef struct {
-    pid_t pid;
+    pid_t pid;                  //  its process (with threads: the one they share)
+    bool reaps;                 //  stop reaps pid (with threads: only the first)
     int cmd, res;               //  pipes: commands to, results from it
 } pkb_consumer_t;
 
 /*  Forks one; it connects, fetches once and checks every block (or
     looks up once), then waits.  0 or -errno.  */
 int pkb_consumer_start(pkb_consumer_t *c, const pkb_consumer_cfg_t *cfg);
+/*  Forks one process running n consumers, each a thread of its own with
+    its own client, behind the same pipes as pkb_consumer_start's; cs[0]
+    reaps the process.  0 or -errno.  */
+int pkb_consumer_start_threads(pkb_consumer_t *cs, const pkb_consumer_cfg_t *cfgs, size_t n);
 /*  Waits for its "ready" (connected and checked); 0, or -errno with err.  */
 int pkb_consumer_ready(pkb_consumer_t *c, char *err, size_t size);
 /*  Starts a timed phase ('g').  */

@@ -2,9 +2,11 @@
     library (p2pkv.h) for fetch and control.
 
     A consumer is forked (the parent holds no czmq or libfabric state),
-    connects, runs one untimed iteration and checks every block it
-    fetched, says ready, and then runs one timed phase per 'g' on its
-    command pipe until 'q' or EOF: lookup + fetch until landed + finish,
+    or is one of the threads of a forked process (--threads: what an
+    engine with one client per worker thread does), each with a client of
+    its own; it connects, runs one untimed iteration and checks every
+    block it fetched, says ready, and then runs one timed phase per 'g' on
+    its command pipe until 'q' or EOF: lookup + fetch until landed + finish,
     again and again for --seconds, two requests in flight (S_SLOTS); with
     cancel, each fetch is cancelled as soon as it is made, and waited for
     until it ended ABORTED.  Each phase's report (pkb_phase_t,
@@ -18,6 +20,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -244,9 +247,14 @@ s_setup(s_cons_t *c, char *err, size_t size)
     return rc;
 }
 
+//  The CPU a phase reports: its process's.  Threads share one process,
+//  so there only consumer 0 reports it (the others 0), and the load's sum
+//  is the process's, the clients' ZeroMQ and libfabric threads included.
 static double
-s_cpu_self(void)
+s_cpu_self(const pkb_consumer_cfg_t *cfg)
 {
+    if (cfg->threads && cfg->id != 0)
+        return 0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double) ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6
@@ -267,14 +275,14 @@ s_write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-//  One timed phase, reported up the pipe.
-static void
+//  One timed phase, reported up the pipe: 0, or -EIO when the pipe broke.
+static int
 s_phase(s_cons_t *c, int res, uint64_t *k)
 {
     size_t cap = 1024, nl = 0, nf = 0;
     double *lk = malloc(cap * sizeof *lk), *ft = malloc(cap * sizeof *ft);
     pkb_phase_t ph = { 0 };
-    ph.cpu = s_cpu_self();
+    ph.cpu = s_cpu_self(c->cfg);
     ph.t0 = pk_clock_monotonic();
     for (int i = 0; i < S_SLOTS && ph.rc == 0; i++)
         ph.rc = s_ask(c, &c->slot[i], ++*k);
@@ -306,29 +314,30 @@ s_phase(s_cons_t *c, int res, uint64_t *k)
         }
     }
     ph.t1 = pk_clock_monotonic();
-    ph.cpu = s_cpu_self() - ph.cpu;
+    ph.cpu = s_cpu_self(c->cfg) - ph.cpu;
     ph.iterations = nl;
     ph.blocks = c->cfg->fetch ? nl * c->cfg->nkeys : 0;
     ph.bytes = ph.blocks * c->cfg->block_len;
     ph.nlookup = (uint32_t) nl;
     ph.nfetch = (uint32_t) nf;
-    if (s_write_all(res, &ph, sizeof ph) || s_write_all(res, lk, nl * sizeof *lk)
-        || s_write_all(res, ft, nf * sizeof *ft))
-        _exit(3);
+    int rc = s_write_all(res, &ph, sizeof ph) || s_write_all(res, lk, nl * sizeof *lk)
+             || s_write_all(res, ft, nf * sizeof *ft) ? -EIO : 0;
     free(lk);
     free(ft);
+    return rc;
 }
 
-static void __attribute__((noreturn))
-s_consumer_main(const pkb_consumer_cfg_t *cfg, int cmd, int res)
+//  A consumer's life: 0 after 'q' or EOF, 1 when it could not get ready,
+//  3 when its result pipe broke.
+static int
+s_consumer_run(const pkb_consumer_cfg_t *cfg, int cmd, int res)
 {
     s_cons_t c = { .cfg = cfg };
     pkb_phase_t ready = { 0 };
     ready.rc = s_setup(&c, ready.err, sizeof ready.err);
-    if (s_write_all(res, &ready, sizeof ready) || ready.rc)
-        _exit(1);
+    int rc = s_write_all(res, &ready, sizeof ready) || ready.rc ? 1 : 0;
     uint64_t k = 0;
-    for (;;) {
+    while (rc == 0) {
         //  idle: keep the client serviced while waiting for a command
         struct pollfd pfd[2] = { { cmd, POLLIN, 0 },
                                  { p2pkv_client_fd(c.client), POLLIN, 0 } };
@@ -339,34 +348,132 @@ s_consumer_main(const pkb_consumer_cfg_t *cfg, int cmd, int res)
         char b = 'q';
         if (read(cmd, &b, 1) != 1 || b != 'g')
             break;
-        s_phase(&c, res, &k);
+        rc = s_phase(&c, res, &k) ? 3 : 0;
     }
     p2pkv_client_destroy(&c.client);
-    _exit(0);
+    free(c.keys);
+    free(c.kbytes);
+    free(c.dest);
+    return rc;
+}
+
+static void __attribute__((noreturn))
+s_consumer_main(const pkb_consumer_cfg_t *cfg, int cmd, int res)
+{
+    _exit(s_consumer_run(cfg, cmd, res));
+}
+
+//  A consumer's two pipes: p[0..1] its commands, p[2..3] its results.
+static int
+s_pipes(int p[4])
+{
+    if (pipe(p))
+        return -errno;
+    if (pipe(p + 2)) {
+        int rc = -errno;
+        close(p[0]);
+        close(p[1]);
+        return rc;
+    }
+    return 0;
 }
 
 int
 pkb_consumer_start(pkb_consumer_t *c, const pkb_consumer_cfg_t *cfg)
 {
-    int cmd[2], res[2];
-    if (pipe(cmd))
-        return -errno;
-    if (pipe(res)) {
-        close(cmd[0]);
-        close(cmd[1]);
-        return -errno;
-    }
+    int p[4];
+    int rc = s_pipes(p);
+    if (rc)
+        return rc;
     c->pid = pkb_fork();
     if (c->pid == 0) {
-        close(cmd[1]);
-        close(res[0]);
-        s_consumer_main(cfg, cmd[0], res[1]);
+        close(p[1]);
+        close(p[2]);
+        s_consumer_main(cfg, p[0], p[3]);
     }
-    close(cmd[0]);
-    close(res[1]);
-    c->cmd = cmd[1];
-    c->res = res[0];
+    close(p[0]);
+    close(p[3]);
+    c->cmd = p[1];
+    c->res = p[2];
+    c->reaps = true;
     return c->pid < 0 ? -errno : 0;
+}
+
+typedef struct {
+    const pkb_consumer_cfg_t *cfg;
+    int cmd, res, rc;
+} s_thread_t;
+
+static void *
+s_thread_main(void *arg)
+{
+    s_thread_t *t = arg;
+    t->rc = s_consumer_run(t->cfg, t->cmd, t->res);
+    close(t->cmd);
+    close(t->res);
+    return NULL;
+}
+
+//  The forked process of --threads: a thread per consumer, then the worst
+//  status of theirs (8 when a thread could not start).
+static void __attribute__((noreturn))
+s_threads_main(const pkb_consumer_cfg_t *cfgs, int (*p)[4], size_t n)
+{
+    s_thread_t *t = calloc(n, sizeof *t);
+    pthread_t *tid = calloc(n, sizeof *tid);
+    if (!t || !tid)
+        _exit(8);
+    size_t started = 0;
+    for (; started < n; started++) {
+        t[started] = (s_thread_t) { &cfgs[started], p[started][0], p[started][3], 0 };
+        if (pthread_create(&tid[started], NULL, s_thread_main, &t[started]) != 0)
+            break;
+    }
+    int worst = started < n ? 8 : 0;
+    for (size_t i = started; i < n; i++) {      //  never started: EOF to the parent
+        close(p[i][0]);
+        close(p[i][3]);
+    }
+    for (size_t i = 0; i < started; i++) {
+        pthread_join(tid[i], NULL);
+        worst = t[i].rc > worst ? t[i].rc : worst;
+    }
+    _exit(worst);
+}
+
+int
+pkb_consumer_start_threads(pkb_consumer_t *cs, const pkb_consumer_cfg_t *cfgs, size_t n)
+{
+    int (*p)[4] = calloc(n, sizeof *p);
+    if (!p)
+        return -ENOMEM;
+    int rc = 0;
+    size_t made = 0;
+    for (; rc == 0 && made < n; made++)
+        if ((rc = s_pipes(p[made])) != 0)
+            break;
+    pid_t pid = rc == 0 ? pkb_fork() : -1;
+    if (pid == 0) {
+        for (size_t i = 0; i < n; i++) {
+            close(p[i][1]);
+            close(p[i][2]);
+        }
+        s_threads_main(cfgs, p, n);
+    }
+    if (rc == 0 && pid < 0)
+        rc = -errno;
+    for (size_t i = 0; i < made; i++) {
+        close(p[i][0]);
+        close(p[i][3]);
+        if (rc) {
+            close(p[i][1]);
+            close(p[i][2]);
+            continue;
+        }
+        cs[i] = (pkb_consumer_t) { pid, i == 0, p[i][1], p[i][2] };
+    }
+    free(p);
+    return rc;
 }
 
 static int
@@ -438,6 +545,7 @@ pkb_consumer_stop(pkb_consumer_t *c)
     }
     close(c->cmd);
     close(c->res);
-    pkb_reap(c->pid, 10);
+    if (c->reaps)
+        pkb_reap(c->pid, 10);
     c->pid = 0;
 }

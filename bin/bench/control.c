@@ -121,7 +121,7 @@ s_cfg(const pkb_opts_t *o, const pkb_server_t *srv, const s_point_t *p)
 {
     return (pkb_consumer_cfg_t) { srv->endpoint, S_BLOCK, p->keys, p->cancel, p->miss,
                                   o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, p->cancel,
-                                  NULL, NULL, NULL };
+                                  NULL, NULL, NULL, o->threads };
 }
 
 //  A repetition of a load already started, and the bare ZeroMQ echo of
@@ -319,13 +319,15 @@ pkb_control(const pkb_opts_t *o)
         return 2;
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
     printf("control: lookup round trips through p2pkv-server (pool of %llu blocks of %d bytes) "
-           "from consumer processes of the client library, tcp on 127.0.0.1; hit: every key "
+           "from consumer %s of the client library, tcp on 127.0.0.1; hit: every key "
            "present (pinned until finish), miss: none, cancel: hits fetched and cancelled at "
            "once (p2pkv_client_cancel), rtt still the lookup's; srv cpu in cores; zmq echo: a bare "
            "ZeroMQ DEALER->ROUTER echo of a frame the lookup's size between two processes, "
-           "one client, in the same repetition (CURVE on both sockets in a curve row); median, and [min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK, reps);
+           "one client, in the same repetition (CURVE on both sockets in a curve row); median, and [min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK,
+           o->threads ? "threads (of one process)" : "processes", reps);
     pkb_table_head(s_names, s_w, 11);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
+    pkb_report_note(rep, "consumers_are", json_string(o->threads ? "threads" : "processes"));
     pkb_server_t srv;
     //  each consumer has two lookups in flight (consumer.c), each pinning
     //  its hits under the pin quota, which is the pool's size

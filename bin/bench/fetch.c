@@ -148,7 +148,7 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
     pkb_consumer_cfg_t cfg = { srv->endpoint, p->block, p->n, true, false,
                                o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, false,
-                               NULL, NULL, NULL };
+                               NULL, NULL, NULL, o->threads };
     static pkb_consumer_t cs[1024];
     pkb_rep_t r[PKB_MAX_REPS];
     double raw[PKB_MAX_REPS];
@@ -191,14 +191,16 @@ pkb_fetch(const pkb_opts_t *o)
         return 2;
     qsort(p, np, sizeof *p, s_cmp_point);   //  stable enough: one server per size
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
-    printf("fetch: p2pkv-server and consumer processes (client library: lookup + fetch until "
+    printf("fetch: p2pkv-server and consumer %s (client library: lookup + fetch until "
            "landed + finish), tcp on 127.0.0.1, libfabric %s; every block checked once "
            "outside the timed part; raw = bare fi_writedata loop, batch min(blocks, 256), same "
            "run; latencies in ms; abort: n/a (p2pkv.h has no abort call); median, and "
-           "[min..max] of %d repetitions\n", pkb_fabric_version(), reps);
+           "[min..max] of %d repetitions\n",
+           o->threads ? "threads of one process" : "processes", pkb_fabric_version(), reps);
     pkb_table_head(s_names, s_w, 16);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
     pkb_report_note(rep, "abort_ack", json_string("n/a: p2pkv.h exposes no abort"));
+    pkb_report_note(rep, "consumers_are", json_string(o->threads ? "threads" : "processes"));
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < np;) {
         pkb_server_t srv;

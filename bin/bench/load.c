@@ -1,5 +1,6 @@
-/*  load.c: a load of consumer processes (consumer.c) against one server,
-    started together, timed together: one repetition's figures.  */
+/*  load.c: a load of consumers (consumer.c) against one server, started
+    together, timed together: one repetition's figures.  The consumers are
+    processes, or with cfg->threads the threads of one process.  */
 #include "bench.h"
 #include "base/clock.h"
 
@@ -15,15 +16,19 @@ pkb_load_start(pkb_consumer_t *cs, size_t nc, const pkb_consumer_cfg_t *cfg, cha
     static pkb_consumer_cfg_t cfgs[1024];
     int rc = 0;
     size_t started = 0;
-    for (size_t i = 0; rc == 0 && i < nc; i++) {
+    for (size_t i = 0; i < nc; i++) {
         cfgs[i] = *cfg;
         cfgs[i].id = (int) i;
-        rc = pkb_consumer_start(&cs[i], &cfgs[i]);
-        if (rc == 0)
-            started++;
-        else
-            snprintf(err, size, "cannot start a consumer: %s", strerror(-rc));
     }
+    if (cfg->threads) {
+        rc = pkb_consumer_start_threads(cs, cfgs, nc);
+        started = rc == 0 ? nc : 0;
+    }
+    for (size_t i = 0; !cfg->threads && rc == 0 && i < nc; i++)
+        if ((rc = pkb_consumer_start(&cs[i], &cfgs[i])) == 0)
+            started++;
+    if (rc)
+        snprintf(err, size, "cannot start a consumer: %s", strerror(-rc));
     for (size_t i = 0; rc == 0 && i < nc; i++)
         rc = pkb_consumer_ready(&cs[i], err, size);
     if (rc)
@@ -31,10 +36,12 @@ pkb_load_start(pkb_consumer_t *cs, size_t nc, const pkb_consumer_cfg_t *cfg, cha
     return rc;
 }
 
+//  Last to first: with threads the first reaps their process, after every
+//  thread was told to quit.
 void
 pkb_load_stop(pkb_consumer_t *cs, size_t nc)
 {
-    for (size_t i = 0; i < nc; i++)
+    for (size_t i = nc; i-- > 0;)
         pkb_consumer_stop(&cs[i]);
 }
 

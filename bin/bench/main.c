@@ -50,6 +50,8 @@ static const char s_usage[] =
     "  --blocks LIST        fetch: blocks per fetch (1..65536)\n"
     "  --consumers LIST     fetch, control: consumer processes (1..1024, and at\n"
     "                       most --max-sessions)\n"
+    "  --threads            fetch, control: the consumers are threads of one\n"
+    "                       process, each with a client of its own\n"
     "  --keys LIST          control: keys per lookup (1..65536)\n"
     "  --sessions LIST      sessions: idle sessions on one server\n"
     "  --servers LIST       sessions: servers one client holds sessions to (1..64)\n"
@@ -166,6 +168,7 @@ static const s_opt_t s_opts[] = {
     { "--batches", O_LIST, S_FABRIC, F(batches), 256 },
     { "--blocks", O_LIST, S_FETCH, F(blocks), 65536 },
     { "--consumers", O_LIST, S_FETCH | S_CONTROL, F(consumers), 1024 },
+    { "--threads", O_FLAG, S_FETCH | S_CONTROL, F(threads), 0 },
     { "--keys", O_LIST, S_CONTROL, F(keys), 65536 },
     { "--sessions", O_LIST, S_SESSIONS, F(sessions), 65536 },
     { "--servers", O_LIST, S_SESSIONS, F(servers), 64 },
