@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,20 +55,28 @@ s_pings(int port)
     return ok;
 }
 
-void
-tr_redis_start(tr_redis_t *self, int port)
+//  redis-server on self->port, with the cluster options when cluster_dir
+//  (its nodes-PORT.conf there).
+static void
+s_start(tr_redis_t *self, const char *cluster_dir)
 {
-    self->port = port ? port : tr_free_port();
     snprintf(self->url, sizeof self->url, "redis://127.0.0.1:%d", self->port);
-    char portstr[16];
+    char portstr[16], conf[128];
     snprintf(portstr, sizeof portstr, "%d", self->port);
+    snprintf(conf, sizeof conf, "nodes-%d.conf", self->port);
     self->pid = fork();
     ck_assert_int_ge(self->pid, 0);
     if (self->pid == 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, STDOUT_FILENO);
-        execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", "--daemonize", "no", (char *) NULL);
+        if (cluster_dir)
+            execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--daemonize", "no",
+                   "--cluster-enabled", "yes", "--cluster-config-file", conf, "--dir",
+                   cluster_dir, (char *) NULL);
+        else
+            execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no", "--daemonize", "no", (char *) NULL);
         _exit(127);
     }
     //  up within 10 s, or the test fails naming it
@@ -79,6 +88,66 @@ tr_redis_start(tr_redis_t *self, int port)
     }
     ck_assert_msg(s_pings(self->port), "redis-server on port %d never answered PING",
                   self->port);
+}
+
+void
+tr_redis_start(tr_redis_t *self, int port)
+{
+    self->port = port ? port : tr_free_port();
+    s_start(self, NULL);
+}
+
+const char *
+tr_redis_cluster_skip(void)
+{
+    return system("command -v redis-cli >/dev/null 2>&1") == 0
+           ? NULL : "redis-cli is not installed (Debian package redis-tools, a dependency "
+                    "of redis-server)";
+}
+
+//  Whether the node says cluster_state:ok.
+static bool
+s_cluster_ok(tr_redis_t *node)
+{
+    redisReply *r = tr_redis(node, "CLUSTER INFO");
+    bool ok = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") != NULL;
+    freeReplyObject(r);
+    return ok;
+}
+
+void
+tr_redis_cluster_start(tr_cluster_t *self)
+{
+    snprintf(self->dir, sizeof self->dir, "/tmp/p2pkv-redis-cluster-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(self->dir));
+    char cmd[512];
+    int at = snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
+    for (int i = 0; i < TR_CLUSTER_NODES; i++) {
+        self->node[i].port = tr_free_port();
+        s_start(&self->node[i], self->dir);
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " 127.0.0.1:%d", self->node[i].port);
+    }
+    snprintf(cmd + at, sizeof cmd - (size_t) at,
+             " --cluster-replicas 0 --cluster-yes >/dev/null 2>&1");
+    ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
+    snprintf(self->url, sizeof self->url, "%s", self->node[0].url);
+    //  every node agrees within 15 s, or the test fails saying so
+    for (int i = 0; i < TR_CLUSTER_NODES; i++) {
+        for (int k = 0; k < 1500 && !s_cluster_ok(&self->node[i]); k++)
+            zclock_sleep(10);
+        ck_assert_msg(s_cluster_ok(&self->node[i]), "cluster node on port %d never ok",
+                      self->node[i].port);
+    }
+}
+
+void
+tr_redis_cluster_stop(tr_cluster_t *self)
+{
+    for (int i = 0; i < TR_CLUSTER_NODES; i++)
+        tr_redis_stop(&self->node[i]);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", self->dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 
 void

@@ -27,6 +27,22 @@ int tr_redis_suite_start(void);
 void tr_redis_start(tr_redis_t *self, int port);
 void tr_redis_stop(tr_redis_t *self);
 
+/*  A Redis Cluster of TR_CLUSTER_NODES primaries on free loopback ports,
+    no replicas, made by `redis-cli --cluster create` and waited for until
+    every node says cluster_state:ok; url names the first node.  Their
+    cluster config files live in a temporary directory, removed by stop.
+    tr_redis_cluster_skip says why one cannot be made here (NULL: it can).  */
+#define TR_CLUSTER_NODES 3
+typedef struct {
+    tr_redis_t node[TR_CLUSTER_NODES];
+    char url[64];
+    char dir[64];
+} tr_cluster_t;
+
+const char *tr_redis_cluster_skip(void);
+void tr_redis_cluster_start(tr_cluster_t *self);
+void tr_redis_cluster_stop(tr_cluster_t *self);
+
 /*  A free loopback TCP port now.  */
 int tr_free_port(void);
 

@@ -578,6 +578,67 @@ START_TEST(test_bad_directory)
 }
 END_TEST
 
+//  A Redis Cluster of three primaries: servers and consumers given any one
+//  node's URL find the whole Cluster, the keys' sets spread over every
+//  primary, a locate is still one round trip, and every byte of a get by
+//  key arrives.  A DB other than 0 is refused at start, naming why.
+START_TEST(test_redis_cluster)
+{
+    const char *why = tr_redis_cluster_skip();
+    if (why) {
+        fprintf(stderr, "SKIP: test_redis_cluster: %s\n", why);
+        return;
+    }
+    tr_cluster_t rc;
+    tr_redis_cluster_start(&rc);
+    td_t a, b;
+    s_server(&a, "dir-cl-a", &rc.node[0]);
+    s_server(&b, "dir-cl-b", &rc.node[1]);
+    s_set_t set;
+    s_set_make(&set, 48, 21);
+    size_t want[48] = { 0 };
+    for (size_t i = 0; i < set.n; i++) {
+        s_put(i % 2 ? &b : &a, &set, i);
+        want[i] = 1;
+        if (i % 6 == 0) {
+            s_put(i % 2 ? &a : &b, &set, i);
+            want[i] = 2;
+        }
+    }
+    p2pkv_client_t *c = s_client("dir-cl-consumer", &rc.node[2], set.n);
+    s_found_t f = { 0 };
+    s_wait_counts(c, &set, want, &f);
+    for (size_t i = 0; i < set.n; i++)
+        ck_assert_msg(s_lists(f.holders[i], i % 2 ? "dir-cl-b" : "dir-cl-a"), "key %zu: %s", i,
+                      f.holders[i]);
+    p2pkv_directory_stats_t before = s_stats(c);
+    char err[P2PKV_ERRLEN];
+    ck_assert_int_eq(s_locate(c, &set, &f, err), 0);
+    ck_assert_uint_eq(s_stats(c).round_trips - before.round_trips, 1);
+    ck_assert_uint_eq(s_stats(c).junk, 0);
+    s_get_all(c, &set);
+    for (int i = 0; i < TR_CLUSTER_NODES; i++) {
+        redisReply *r = tr_redis(&rc.node[i], "DBSIZE");
+        ck_assert_msg(r->type == REDIS_REPLY_INTEGER && r->integer > 0,
+                      "cluster node %d holds nothing", i);
+        freeReplyObject(r);
+    }
+    char url[80], out[4096];
+    snprintf(url, sizeof url, "%s/1", rc.url);
+    const char *args[] = { "--bind", "tcp://127.0.0.1:*", "--pool-blocks", "4", "--peer-id",
+                           "dir-cl-db", "--local", "ipc:///tmp/p2pkv-dir-cl-db.sock",
+                           "--pool-name", "/p2pkv-dir-cl-db", "--directory", url, NULL };
+    ck_assert_int_eq(s_run_server(args, out, sizeof out), 1);
+    ck_assert_msg(strstr(out, "a Redis Cluster has only DB 0"), "%s", out);
+    p2pkv_client_destroy(&c);
+    s_found_free(&f);
+    s_set_free(&set);
+    ck_assert_int_eq(td_stop(&a), 0);
+    ck_assert_int_eq(td_stop(&b), 0);
+    tr_redis_cluster_stop(&rc);
+}
+END_TEST
+
 //  Entries that do not parse are ignored and counted, never trusted:
 //  another program's key of another type under a key's name, a record
 //  that is truncated, a record that names another server, holders with no
@@ -864,6 +925,7 @@ main(void)
     tcase_add_test(tc, test_clean_exit_removes_the_server);
     tcase_add_test(tc, test_cli_and_pull_by_key);
     tcase_add_test(tc, test_cli_by_key_over_curve);
+    tcase_add_test(tc, test_redis_cluster);
     suite_add_tcase(suite, tc);
     return pk_test_run("directory", suite);
 }

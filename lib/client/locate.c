@@ -28,7 +28,7 @@ struct _pk_locator_t {
     pthread_mutex_t mutex;
     char *url;
     pk_dir_url_t where;
-    redisContext *c;
+    pk_dir_conn_t *c;
     char **known;                   //  the servers' set as the last locate read it
     size_t nknown;
     p2pkv_directory_stats_t stats;
@@ -68,8 +68,7 @@ pk_locator_destroy(pk_locator_t **self_p)
     pk_locator_t *self = *self_p;
     if (!self)
         return;
-    if (self->c)
-        redisFree(self->c);
+    pk_dir_close(&self->c);
     s_known_free(self);
     pthread_mutex_destroy(&self->mutex);
     free(self->url);
@@ -91,11 +90,8 @@ static int
 s_lost(pk_locator_t *self, char *err)
 {
     char why[PK_ERRLEN];
-    snprintf(why, sizeof why, "%s", self->c && self->c->errstr[0] ? self->c->errstr
-                                                                     : "no answer");
-    if (self->c)
-        redisFree(self->c);
-    self->c = NULL;
+    snprintf(why, sizeof why, "%s", self->c ? pk_dir_error(self->c) : "no answer");
+    pk_dir_close(&self->c);
     self->stats.up = false;
     return pk_err(err, -ENOTCONN, "directory %.100s: %.120s", self->url, why);
 }
@@ -315,10 +311,8 @@ s_query(pk_locator_t *self, const p2pkv_key_t *keys, size_t n, s_live_t *live,
         pk_dir_free_replies(replies + lead, n);
     pk_dir_free_replies(replies, lead);
     free(replies);
-    if (rc == -ENOMEM && self->c) {         //  replies may be owed: start afresh
-        redisFree(self->c);
-        self->c = NULL;
-    }
+    if (rc == -ENOMEM)                      //  replies may be owed: start afresh
+        pk_dir_close(&self->c);
     return rc;
 }
 
@@ -400,7 +394,7 @@ pk_locator_forget(pk_locator_t *self, const p2pkv_key_t *key, const char *peer_i
     const char *argv[3] = { "SREM", name, peer_id };
     size_t lens[3] = { 4, (size_t) len, strlen(peer_id) };
     pthread_mutex_lock(&self->mutex);
-    redisReply *r = self->c ? redisCommandArgv(self->c, 3, argv, lens) : NULL;
+    redisReply *r = self->c ? pk_dir_command(self->c, 3, argv, lens) : NULL;
     if (r && r->type == REDIS_REPLY_INTEGER)
         self->stats.corrected += (uint64_t) r->integer;
     if (r)

@@ -1,14 +1,32 @@
-/*  dir_redis.c: the directory's hiredis connection (dir_redis.h).  */
+/*  dir_redis.c: the directory's connection, to one Redis or a Redis
+    Cluster (dir_redis.h).  */
 #include "cluster/dir_redis.h"
 #include "base/err.h"
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+
+#define S_SLOTS 16384
+#define S_MAX_NODES 1024
+
+struct _pk_dir_conn_t {
+    redisContext **node;            //  one Redis: node[0]; a Cluster: its primaries
+    size_t nnodes;
+    bool cluster;
+    uint16_t *slot_node;            //  a Cluster's slot -> node (32 KiB)
+    uint16_t *queue;                //  the node of each command whose reply is owed
+    size_t qhead, qlen, qcap;
+    bool written;                   //  every node's commands written since the last append
+    bool broken;
+    char error[PK_ERRLEN];
+};
 
 static struct timeval
 s_tv(double seconds)
@@ -18,6 +36,47 @@ s_tv(double seconds)
     return (struct timeval) { (time_t) seconds,
                               (suseconds_t) ((seconds - floor(seconds)) * 1e6) };
 }
+
+//  --------------------------------------------------------------------------
+//  Slots: CRC16-CCITT (XMODEM) of the key, or of its hash tag, mod 16384,
+//  as Redis Cluster computes them.  A table, since a locate hashes about
+//  70 KB of names.
+
+static uint16_t s_crc_table[256];
+static pthread_once_t s_crc_once = PTHREAD_ONCE_INIT;
+
+static void
+s_crc_init(void)
+{
+    for (unsigned i = 0; i < 256; i++) {
+        uint16_t c = (uint16_t) (i << 8);
+        for (int b = 0; b < 8; b++)
+            c = (uint16_t) (c & 0x8000 ? (c << 1) ^ 0x1021 : c << 1);
+        s_crc_table[i] = c;
+    }
+}
+
+unsigned
+pk_dir_slot(const char *key, size_t len)
+{
+    pthread_once(&s_crc_once, s_crc_init);
+    //  {tag}: only what is between the first { and the next }, if not empty
+    const char *open = memchr(key, '{', len);
+    if (open) {
+        const char *close = memchr(open + 1, '}', len - (size_t) (open + 1 - key));
+        if (close && close > open + 1) {
+            key = open + 1;
+            len = (size_t) (close - key);
+        }
+    }
+    uint16_t crc = 0;
+    for (size_t i = 0; i < len; i++)
+        crc = (uint16_t) ((crc << 8) ^ s_crc_table[((crc >> 8) ^ (uint8_t) key[i]) & 0xff]);
+    return crc & (S_SLOTS - 1);
+}
+
+//  --------------------------------------------------------------------------
+//  Connecting
 
 //  One command, its one reply checked: 0, or -EIO with err.
 static int
@@ -41,31 +100,249 @@ s_check(redisContext *c, const char *text, const char *what, char *err, const ch
     return rc;
 }
 
-redisContext *
-pk_dir_connect(const pk_dir_url_t *url, const char *text, double timeout, char *err)
+//  A node's connection, its timeouts set and PING answered; NULL with err.
+static redisContext *
+s_node(const char *host, int port, double timeout, const char *text, char *err)
 {
     struct timeval tv = s_tv(timeout);
-    redisContext *c = redisConnectWithTimeout(url->host, url->port, tv);
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
     if (!c) {
         pk_err(err, -ENOMEM, "directory %.100s: out of memory", text);
         return NULL;
     }
-    if (c->err) {
-        pk_err(err, -ENOTCONN, "directory %.100s: cannot connect: %s", text, c->errstr);
-        goto fail;
-    }
-    if (redisSetTimeout(c, tv) != REDIS_OK) {
+    if (c->err)
+        pk_err(err, -ENOTCONN, "directory %.100s: cannot connect to %.100s:%d: %s", text, host,
+               port, c->errstr);
+    else if (redisSetTimeout(c, tv) != REDIS_OK)
         pk_err(err, -EIO, "directory %.100s: cannot set its timeout", text);
-        goto fail;
-    }
-    if (s_check(c, text, "PING", err, "PING") != 0
-        || (url->db && s_check(c, text, "SELECT", err, "SELECT %d", url->db) != 0))
-        goto fail;
-    return c;
-
-fail:
+    else if (s_check(c, text, "PING", err, "PING") == 0)
+        return c;
     redisFree(c);
     return NULL;
+}
+
+//  The node index of a primary, connecting it when it is new: >= 0, or -1
+//  with err.
+static int
+s_primary(pk_dir_conn_t *self, const redisReply *who, const pk_dir_url_t *url, double timeout,
+          const char *text, char *err)
+{
+    if (who->type != REDIS_REPLY_ARRAY || who->elements < 2
+        || who->element[0]->type != REDIS_REPLY_STRING
+        || who->element[1]->type != REDIS_REPLY_INTEGER) {
+        pk_err(err, -EPROTO, "directory %.100s: CLUSTER SLOTS: a node not as Redis names one",
+               text);
+        return -1;
+    }
+    //  an empty host is the node we asked (Redis does not know its own)
+    const char *host = who->element[0]->len ? who->element[0]->str : url->host;
+    int port = (int) who->element[1]->integer;
+    for (size_t i = 0; i < self->nnodes; i++)
+        if (self->node[i]->tcp.port == port && strcmp(self->node[i]->tcp.host, host) == 0)
+            return (int) i;
+    if (self->nnodes == S_MAX_NODES) {
+        pk_err(err, -E2BIG, "directory %.100s: more than %d primaries", text, S_MAX_NODES);
+        return -1;
+    }
+    redisContext *c = s_node(host, port, timeout, text, err);
+    if (!c)
+        return -1;
+    self->node[self->nnodes] = c;
+    return (int) self->nnodes++;
+}
+
+//  A Cluster's slots from the CLUSTER SLOTS reply: 0, or a negative errno
+//  with err.
+static int
+s_learn_slots(pk_dir_conn_t *self, const redisReply *r, const pk_dir_url_t *url,
+              double timeout, const char *text, char *err)
+{
+    self->cluster = true;
+    self->slot_node = malloc(S_SLOTS * sizeof *self->slot_node);
+    if (!self->slot_node)
+        return pk_err(err, -ENOMEM, "out of memory");
+    for (size_t s = 0; s < S_SLOTS; s++)
+        self->slot_node[s] = UINT16_MAX;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3
+            || e->element[0]->type != REDIS_REPLY_INTEGER
+            || e->element[1]->type != REDIS_REPLY_INTEGER
+            || e->element[0]->integer < 0 || e->element[1]->integer >= S_SLOTS
+            || e->element[0]->integer > e->element[1]->integer)
+            return pk_err(err, -EPROTO, "directory %.100s: CLUSTER SLOTS: not a slot range",
+                          text);
+        int n = s_primary(self, e->element[2], url, timeout, text, err);
+        if (n < 0)
+            return -EIO;
+        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
+            self->slot_node[s] = (uint16_t) n;
+    }
+    for (size_t s = 0; s < S_SLOTS; s++)
+        if (self->slot_node[s] == UINT16_MAX)
+            return pk_err(err, -EIO, "directory %.100s: the Cluster serves no slot %zu "
+                          "(is its state ok?)", text, s);
+    return 0;
+}
+
+//  One Redis or a Cluster, as the URL's node says: 0, or a negative errno
+//  with err.
+static int
+s_discover(pk_dir_conn_t *self, redisContext *first, const pk_dir_url_t *url, double timeout,
+           const char *text, char *err)
+{
+    redisReply *r = redisCommand(first, "CLUSTER SLOTS");
+    if (!r) {
+        int rc = pk_err(err, -EIO, "directory %.100s: CLUSTER SLOTS: %s", text, first->errstr);
+        redisFree(first);
+        return rc;
+    }
+    int rc = 0;
+    if (r->type != REDIS_REPLY_ARRAY) {         //  no Cluster: this one Redis
+        self->node[self->nnodes++] = first;
+        first = NULL;
+        if (url->db)
+            rc = s_check(self->node[0], text, "SELECT", err, "SELECT %d", url->db);
+    }
+    else if (url->db)
+        rc = pk_err(err, -EINVAL, "directory %.100s: a Redis Cluster has only DB 0", text);
+    else
+        rc = s_learn_slots(self, r, url, timeout, text, err);
+    freeReplyObject(r);
+    if (first)
+        redisFree(first);
+    return rc;
+}
+
+pk_dir_conn_t *
+pk_dir_connect(const pk_dir_url_t *url, const char *text, double timeout, char *err)
+{
+    pk_dir_conn_t *self = calloc(1, sizeof *self);
+    if (self)
+        self->node = calloc(S_MAX_NODES, sizeof *self->node);
+    if (!self || !self->node) {
+        free(self);
+        pk_err(err, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    redisContext *first = s_node(url->host, url->port, timeout, text, err);
+    if (first && s_discover(self, first, url, timeout, text, err) == 0)
+        return self;
+    pk_dir_close(&self);
+    return NULL;
+}
+
+void
+pk_dir_close(pk_dir_conn_t **self_p)
+{
+    pk_dir_conn_t *self = *self_p;
+    if (!self)
+        return;
+    for (size_t i = 0; i < self->nnodes; i++)
+        redisFree(self->node[i]);
+    free(self->node);
+    free(self->slot_node);
+    free(self->queue);
+    free(self);
+    *self_p = NULL;
+}
+
+bool
+pk_dir_is_cluster(const pk_dir_conn_t *self)
+{
+    return self->cluster;
+}
+
+size_t
+pk_dir_nodes(const pk_dir_conn_t *self)
+{
+    return self->nnodes;
+}
+
+//  --------------------------------------------------------------------------
+//  Pipelines
+
+int
+pk_dir_append(pk_dir_conn_t *self, int argc, const char **argv, const size_t *argvlen)
+{
+    if (self->qhead + self->qlen == self->qcap) {
+        size_t cap = self->qcap ? 2 * self->qcap : 1024;
+        if (self->qhead) {                      //  room at the front first
+            memmove(self->queue, self->queue + self->qhead, self->qlen * sizeof *self->queue);
+            self->qhead = 0;
+        }
+        else {
+            uint16_t *q = realloc(self->queue, cap * sizeof *q);
+            if (!q)
+                return -ENOMEM;
+            self->queue = q;
+            self->qcap = cap;
+        }
+    }
+    uint16_t n = self->cluster && argc > 1 ? self->slot_node[pk_dir_slot(argv[1], argvlen[1])]
+                                           : 0;
+    if (redisAppendCommandArgv(self->node[n], argc, argv, argvlen) != REDIS_OK)
+        return -ENOMEM;
+    self->queue[self->qhead + self->qlen++] = n;
+    self->written = false;
+    return 0;
+}
+
+static int
+s_fail(pk_dir_conn_t *self, char *err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static int
+s_fail(pk_dir_conn_t *self, char *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(self->error, sizeof self->error, fmt, ap);
+    va_end(ap);
+    self->broken = true;
+    return pk_err(err, -EIO, "directory: %s", self->error);
+}
+
+//  Every node's appended commands onto its socket, so that the nodes work
+//  on their parts of the pipeline at once.
+static int
+s_write_all(pk_dir_conn_t *self, char *err)
+{
+    for (size_t i = 0; i < self->nnodes; i++) {
+        int done = 0;
+        while (!done)
+            if (redisBufferWrite(self->node[i], &done) != REDIS_OK)
+                return s_fail(self, err, "%s", self->node[i]->errstr);
+    }
+    self->written = true;
+    return 0;
+}
+
+int
+pk_dir_next_reply(pk_dir_conn_t *self, redisReply **reply_p, char *err)
+{
+    *reply_p = NULL;
+    if (self->broken)
+        return pk_err(err, -EIO, "directory: %s", self->error);
+    if (!self->qlen)
+        return s_fail(self, err, "no reply is owed");
+    if (!self->written && s_write_all(self, err) != 0)
+        return -EIO;
+    redisContext *c = self->node[self->queue[self->qhead]];
+    void *r = NULL;
+    if (redisGetReply(c, &r) != REDIS_OK || !r)
+        return s_fail(self, err, "%s", c->errstr[0] ? c->errstr : "no reply");
+    self->qhead++;
+    if (--self->qlen == 0)
+        self->qhead = 0;
+    redisReply *reply = r;
+    if (reply->type == REDIS_REPLY_ERROR
+        && (strncmp(reply->str, "MOVED ", 6) == 0 || strncmp(reply->str, "ASK ", 4) == 0)) {
+        s_fail(self, err, "the Cluster moved a slot (%.60s): connect again", reply->str);
+        freeReplyObject(reply);
+        return -EIO;
+    }
+    *reply_p = reply;
+    return 0;
 }
 
 void
@@ -79,23 +356,31 @@ pk_dir_free_replies(redisReply **replies, size_t n)
 }
 
 int
-pk_dir_replies(redisContext *c, redisReply **replies, size_t n, char *err)
+pk_dir_replies(pk_dir_conn_t *self, redisReply **replies, size_t n, char *err)
 {
     for (size_t i = 0; i < n; i++)
         replies[i] = NULL;
-    for (size_t i = 0; i < n; i++) {
-        void *r = NULL;
-        if (redisGetReply(c, &r) != REDIS_OK || !r) {
+    for (size_t i = 0; i < n; i++)
+        if (pk_dir_next_reply(self, &replies[i], err) != 0) {
             pk_dir_free_replies(replies, i);
-            return pk_err(err, -EIO, "directory: %s", c->errstr[0] ? c->errstr : "no reply");
+            return -EIO;
         }
-        replies[i] = r;
-    }
     return 0;
 }
 
-int
-pk_dir_append(redisContext *c, int argc, const char **argv, const size_t *argvlen)
+redisReply *
+pk_dir_command(pk_dir_conn_t *self, int argc, const char **argv, const size_t *argvlen)
 {
-    return redisAppendCommandArgv(c, argc, argv, argvlen) == REDIS_OK ? 0 : -ENOMEM;
+    redisReply *r = NULL;
+    if (pk_dir_append(self, argc, argv, argvlen) != 0) {
+        s_fail(self, NULL, "out of memory");
+        return NULL;
+    }
+    return pk_dir_next_reply(self, &r, NULL) == 0 ? r : NULL;
+}
+
+const char *
+pk_dir_error(const pk_dir_conn_t *self)
+{
+    return self->error[0] ? self->error : "no answer";
 }

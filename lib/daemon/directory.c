@@ -52,7 +52,7 @@ struct _pk_directory_t {
     bool overflow;
     //  the actor
     zactor_t *actor;
-    redisContext *first;            //  the connection new made, handed over
+    pk_dir_conn_t *first;           //  the connection new made, handed over
     atomic_uint_fast64_t applied;   //  changes up to this sequence are in Redis
     atomic_bool up;
     atomic_uint_fast64_t updates, batches, dropped, errors, junk, resyncs;
@@ -145,7 +145,7 @@ typedef struct {
 typedef struct {
     pk_directory_t *dir;
     zsock_t *pipe;
-    redisContext *c;
+    pk_dir_conn_t *c;
     bool need_resync;
     double retry_at, next_beat, last_beat_ok;
     //  a batch: records copied out of the ring, then coalesced
@@ -208,8 +208,7 @@ s_self_destroy(self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
-    if (self->c)
-        redisFree(self->c);
+    pk_dir_close(&self->c);
     free(self->raw);
     free(self->names);
     free(self->changes);
@@ -247,13 +246,13 @@ s_sync(self_t *self, size_t *owed)
 {
     pk_directory_t *dir = self->dir;
     for (; *owed; (*owed)--) {
-        void *r = NULL;
-        if (redisGetReply(self->c, &r) != REDIS_OK || !r) {
+        redisReply *r = NULL;
+        if (pk_dir_next_reply(self->c, &r, NULL) != 0) {
             *owed = 0;
-            s_down(self, self->c->errstr[0] ? self->c->errstr : "no reply");
+            s_down(self, pk_dir_error(self->c));
             return -EIO;
         }
-        if (((redisReply *) r)->type == REDIS_REPLY_ERROR)
+        if (r->type == REDIS_REPLY_ERROR)
             atomic_fetch_add(&dir->junk, 1);
         freeReplyObject(r);
     }
@@ -279,8 +278,7 @@ s_down(self_t *self, const char *reason)
     pk_directory_t *dir = self->dir;
     char why[PK_ERRLEN];            //  reason may be the context's, freed below
     snprintf(why, sizeof why, "%s", reason && *reason ? reason : "no answer");
-    if (self->c)
-        redisFree(self->c);
+    pk_dir_close(&self->c);
     self->c = NULL;
     atomic_fetch_add(&dir->errors, 1);
     if (atomic_exchange(&dir->up, false) || !self->need_resync)
@@ -513,17 +511,23 @@ static redisReply *
 s_index(self_t *self)
 {
     pk_directory_t *dir = self->dir;
-    redisReply *r = redisCommand(self->c, "SMEMBERS %s", dir->held_name);
+    const char *argv[2] = { "SMEMBERS", dir->held_name };
+    size_t lens[2] = { 8, strlen(dir->held_name) };
+    redisReply *r = pk_dir_command(self->c, 2, argv, lens);
     if (!r) {
-        s_down(self, self->c->errstr);
+        s_down(self, pk_dir_error(self->c));
         return NULL;
     }
     if (r->type != REDIS_REPLY_ARRAY) {
         atomic_fetch_add(&dir->junk, 1);
         freeReplyObject(r);
-        r = redisCommand(self->c, "DEL %s", dir->held_name);
+        argv[0] = "DEL";
+        lens[0] = 3;
+        r = pk_dir_command(self->c, 2, argv, lens);
         if (r)
             freeReplyObject(r);
+        else
+            s_down(self, pk_dir_error(self->c));
         return NULL;
     }
     return r;
@@ -701,8 +705,8 @@ s_actor(zsock_t *pipe, void *args)
         if (!self->raw)
             s_self_destroy(&self);
     }
-    if (!self && dir->first)
-        redisFree(dir->first);
+    if (!self)
+        pk_dir_close(&dir->first);
     dir->first = NULL;
     zsock_signal(pipe, 0);
     zpoller_t *poller = self ? zpoller_new(pipe, NULL) : NULL;
@@ -809,8 +813,7 @@ pk_directory_new(const pk_directory_config_t *config, pk_store_t *store, int *rc
     return self;
 
 fail:
-    if (self->first)
-        redisFree(self->first);
+    pk_dir_close(&self->first);
     s_free(self);
     return pk_err_null(rc_p, rc);
 }
