@@ -65,8 +65,10 @@ static const struct {
       "--directory, each key from any live holder, another one\n"
       "if a holder fails\n"
       "--fingerprint F --hash-seed S (the server's, learnt by\n"
-      "default), --provider P (tcp), --fabric-addr ADDR (the\n"
-      "data plane's local address), --timeout SECONDS (30),\n"
+      "default), --provider P (default auto: the best one the\n"
+      "server announces, shm on its host, else its first\n"
+      "network one), --fabric-addr ADDR (the data plane's\n"
+      "local address), --timeout SECONDS (30),\n"
       "--curve-secret FILE --server-key FILE (a CURVE server:\n"
       "our certificate as keygen wrote it, NAME_secret, and\n"
       "the server's public certificate; both or neither)" },
@@ -454,7 +456,7 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
     };
     optind = 0;
     o->outdir = ".";
-    o->provider = "tcp";
+    o->provider = NULL;         //  auto: the best one each server announces
     o->timeout = 30;
     int c;
     while ((c = getopt_long(argc, argv, "+s:o:j", opts, NULL)) != -1) {

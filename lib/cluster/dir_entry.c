@@ -79,17 +79,21 @@ pk_dir_url_parse(const char *url, pk_dir_url_t *out, char *err)
 char *
 pk_dir_record_encode(const pk_dir_record_t *r)
 {
-    json_t *providers = json_array();
+    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:s}", "v", S_VERSION,
+                          "peer_id", r->peer_id, "endpoint", r->endpoint, "host", r->host,
+                          "block_len", (json_int_t) r->block_len, "pool_blocks",
+                          (json_int_t) r->pool_blocks, "provider", r->provider,
+                          "fingerprint", r->fingerprint, "host_id", r->host_id);
+    //  no list: the record says what an older server's says, its provider
+    json_t *providers = r->nproviders ? json_array() : NULL;
     for (size_t i = 0; providers && i < r->nproviders; i++)
         json_array_append_new(providers, json_string(r->providers[i]));
-    json_t *o = providers ? json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:o, s:s}",
-                                      "v", S_VERSION, "peer_id", r->peer_id, "endpoint",
-                                      r->endpoint, "host", r->host, "block_len",
-                                      (json_int_t) r->block_len, "pool_blocks",
-                                      (json_int_t) r->pool_blocks, "provider", r->provider,
-                                      "fingerprint", r->fingerprint, "providers", providers,
-                                      "host_id", r->host_id)
-                          : NULL;
+    if (o && providers && json_object_set_new(o, "providers", providers) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    else if (!o)
+        json_decref(providers);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;

@@ -132,10 +132,10 @@ pk_ofi_blob_provider(const uint8_t *blob, size_t len, char *out, size_t cap, cha
     uint16_t provlen;
     if (!blob || len < 12 || memcmp(blob, S_BLOB_MAGIC, 4) != 0)
         return pk_err(err, -EPROTO, "agent_metadata: not a p2pkv libfabric address");
-    memcpy(&provlen, blob + 10, 2);
-    if (len - 12 < provlen || provlen == 0 || provlen >= cap)
+    memcpy(&provlen, blob + 8, 2);          //  after the magic and the version
+    if (len - 10 < provlen || provlen == 0 || provlen >= cap)
         return pk_err(err, -EPROTO, "agent_metadata: truncated");
-    snprintf(out, cap, "%.*s", (int) provlen, (const char *) blob + 12);
+    snprintf(out, cap, "%.*s", (int) provlen, (const char *) blob + 10);
     return 0;
 }
 
