@@ -821,6 +821,12 @@ START_TEST(test_consumer_settings_reach_the_client)
     ck_assert_ptr_null(p.provider);
     ck_assert_ptr_null(p.node);
     pk_server_config_fini(&c);
+    //  a list: the server opens each, the puller picks per remote (auto)
+    ck_assert_int_eq(s_parse(&c, "--provider", "shm,tcp"), 0);
+    ck_assert_str_eq(c.provider, "shm,tcp");
+    p = pk_server_config_client(&c, "n");
+    ck_assert_ptr_null(p.provider);
+    pk_server_config_fini(&c);
 }
 END_TEST
 
