@@ -97,10 +97,10 @@ s_get_all(void *arg)
     return NULL;
 }
 
-//  The server's channels opened on the fabric of provider (a prefix: the
-//  server names tcp "tcp;ofi_rxm").
+//  A counter of the server's fabric of provider (a prefix: the server
+//  names tcp "tcp;ofi_rxm"): channels_opened or channels_open.
 static json_int_t
-s_channels_opened(td_t *d, const char *provider)
+s_fabric_count(td_t *d, const char *provider, const char *what)
 {
     json_t *st = td_stats_json(d);
     json_t *fabrics = json_object_get(st, "fabrics");
@@ -109,9 +109,22 @@ s_channels_opened(td_t *d, const char *provider)
     json_int_t n = -1;
     json_object_foreach(fabrics, name, f)
         if (strncmp(name, provider, strlen(provider)) == 0)
-            n = json_integer_value(json_object_get(f, "channels_opened"));
+            n = json_integer_value(json_object_get(f, what));
     json_decref(st);
     return n;
+}
+
+//  Waits until the fabric of provider has n channels open, for 10 s.
+static bool
+s_channels_open_reach(td_t *d, const char *provider, json_int_t n)
+{
+    double deadline = pk_clock_monotonic() + 10;
+    while (s_fabric_count(d, provider, "channels_open") != n) {
+        if (pk_clock_monotonic() >= deadline)
+            return false;
+        zclock_sleep(10);
+    }
+    return true;
 }
 
 //  The description: providers best first, the best one as provider (what
@@ -169,9 +182,17 @@ START_TEST(test_shm_and_tcp_consumers_at_once)
         ck_assert_msg(g[i].rc == 0, "%s: %d %s", g[i].kv, g[i].rc, g[i].err);
         ck_assert_msg(g[i].bad == 0, "%s: %zu bytes wrong", g[i].kv, g[i].bad);
     }
-    ck_assert_int_eq(s_channels_opened(&d, "shm"), 1);
-    ck_assert_int_eq(s_channels_opened(&d, "tcp"), 1);
+    ck_assert_int_eq(s_fabric_count(&d, "shm", "channels_opened"), 1);
+    ck_assert_int_eq(s_fabric_count(&d, "tcp", "channels_opened"), 1);
+    //  one session ending closes its channel on its fabric alone: the
+    //  other fabric's session keeps its channel and fetches on
     p2pkv_client_destroy(&near);
+    ck_assert_msg(s_channels_open_reach(&d, "shm", 0), "the shm channel is still open");
+    ck_assert_int_eq(s_fabric_count(&d, "tcp", "channels_open"), 1);
+    g[1].kv = "far-after";
+    s_get_all(&g[1]);
+    ck_assert_msg(g[1].rc == 0 && g[1].bad == 0, "after: %d %s, %zu bytes wrong", g[1].rc,
+                  g[1].err, g[1].bad);
     p2pkv_client_destroy(&far);
     ck_assert_int_eq(td_stop(&d), 0);
 }
