@@ -794,17 +794,25 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
           char *err)
 {
     p2pkv_description_t d;
-    double started = pk_clock_monotonic();
-    int rc = s_describe(self, endpoint, server_key, timeout, &d, err);
-    if (rc)
-        return rc;
-    timeout -= pk_clock_monotonic() - started;
-    pthread_mutex_lock(&self->lock);
-    int slot, known = s_find_server(self, endpoint, &slot);
-    if (known >= 0) {
+    double deadline = pk_clock_monotonic() + timeout;
+    int rc, slot, known;
+    //  a session found while describing is returned; one gone since (it
+    //  was there, so no description was asked) means describing after all
+    for (int tries = 0;; tries++) {
+        rc = s_describe(self, endpoint, server_key, deadline - pk_clock_monotonic(), &d, err);
+        if (rc)
+            return rc;
+        pthread_mutex_lock(&self->lock);
+        known = s_find_server(self, endpoint, &slot);
+        if (known >= 0) {
+            pthread_mutex_unlock(&self->lock);
+            return known;
+        }
+        if (!self->auto_provider || d.nproviders || tries == 2)
+            break;
         pthread_mutex_unlock(&self->lock);
-        return known;
     }
+    timeout = deadline - pk_clock_monotonic();
     if (slot < 0 && self->nservers == S_MAX_SERVERS) {
         pthread_mutex_unlock(&self->lock);
         (void) pk_err(err, 0, "at most %d servers", S_MAX_SERVERS);
