@@ -215,17 +215,23 @@ shm_before=$(sessions a shm) tcp_before=$(sessions a tcp)
 a_tx=$(counter "$ns_a" va tx) || fail "cannot read the veth counters"
 mkdir -p "$work/near-a" "$work/far-a"
 # shellcheck disable=SC2086
-run "$ns_a" get --server "$ep_a" --timeout 30 -o "$work/near-a" $keys > "$work/got-near" &
+run "$ns_a" get --server "$ep_a" --timeout 30 -o "$work/near-a" $keys > "$work/got-near" \
+    2> "$work/said-near" &
 near=$!
 # shellcheck disable=SC2086
-run "$ns_c" get --fabric-addr "$ip_c" --server "$ep_a" --timeout 30 -o "$work/far-a" $keys > "$work/got-far" &
+run "$ns_c" get --fabric-addr "$ip_c" --server "$ep_a" --timeout 30 -o "$work/far-a" $keys \
+    > "$work/got-far" 2> "$work/said-far" &
 far=$!
-wait "$near" || { cat "$work/got-near" "$work/a.log"; fail "p2pkv get from a in a's namespace failed"; }
-wait "$far" || { cat "$work/got-far" "$work/a.log"; fail "p2pkv get from a in c (beside the shm one) failed"; }
+wait "$near" || { cat "$work/got-near" "$work/said-near" "$work/a.log"; fail "p2pkv get from a in a's namespace failed"; }
+wait "$far" || { cat "$work/got-far" "$work/said-far" "$work/a.log"; fail "p2pkv get from a in c (beside the shm one) failed"; }
 for got in near far; do
     [ "$(count "$work/got-$got" fetched)" -eq "$blocks" ] \
         || fail "$got: fetched $(count "$work/got-$got" fetched) of $blocks blocks from a"
+    cat "$work/said-$got"
 done
+# each consumer says which provider its session ran over
+grep -q " over shm\$" "$work/said-near" || fail "the consumer in a's namespace did not say shm"
+grep -q " over tcp" "$work/said-far" || fail "c did not say tcp"
 verify "$work/near-a" "a over shm"
 verify "$work/far-a" "a over tcp beside shm"
 crossed "get a -> c beside shm" "$ns_a" va tx "$a_tx"
