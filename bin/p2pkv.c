@@ -65,8 +65,10 @@ static const struct {
       "--directory, each key from any live holder, another one\n"
       "if a holder fails\n"
       "--fingerprint F --hash-seed S (the server's, learnt by\n"
-      "default), --provider P (tcp), --fabric-addr ADDR (the\n"
-      "data plane's local address), --timeout SECONDS (30),\n"
+      "default), --provider P (default auto: the best one the\n"
+      "server announces, shm on its host, else its first\n"
+      "network one), --fabric-addr ADDR (the data plane's\n"
+      "local address), --timeout SECONDS (30),\n"
       "--curve-secret FILE --server-key FILE (a CURVE server:\n"
       "our certificate as keygen wrote it, NAME_secret, and\n"
       "the server's public certificate; both or neither; by\n"
@@ -455,7 +457,7 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
     };
     optind = 0;
     o->outdir = ".";
-    o->provider = "tcp";
+    o->provider = NULL;         //  auto: the best one each server announces
     o->timeout = 30;
     int c;
     while ((c = getopt_long(argc, argv, "+s:o:j", opts, NULL)) != -1) {
@@ -519,7 +521,8 @@ s_parse_keys(char *argv[], int first, int argc, s_get_t *g)
 //  code for what landed.
 static int
 s_report(const s_remote_opts_t *o, char *argv[], size_t n, const bool *landed,
-         const uint8_t *pool, uint64_t block_len, bool get, double seconds)
+         const uint8_t *pool, uint64_t block_len, bool get, double seconds,
+         const char *provider)
 {
     size_t nhit = 0;
     for (size_t i = 0; i < n; i++)
@@ -550,9 +553,10 @@ s_report(const s_remote_opts_t *o, char *argv[], size_t n, const bool *landed,
         free(text);
     }
     else if (get && nhit)
-        fprintf(stderr, "p2pkv get: %zu of %zu blocks (%.1f MiB) in %.3f s, %.2f GB/s\n", nhit,
-                n, nhit * (double) block_len / 1048576.0, seconds,
-                seconds > 0 ? nhit * (double) block_len / seconds / 1e9 : 0.0);
+        fprintf(stderr, "p2pkv get: %zu of %zu blocks (%.1f MiB) in %.3f s, %.2f GB/s%s%s\n",
+                nhit, n, nhit * (double) block_len / 1048576.0, seconds,
+                seconds > 0 ? nhit * (double) block_len / seconds / 1e9 : 0.0,
+                provider ? " over " : "", provider ? provider : "");
     json_decref(out);
     return rc;
 }
@@ -752,7 +756,7 @@ s_get_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const cha
             fprintf(stderr, "p2pkv get: %s\n", err[0] ? err : "some keys have no live holder");
         rc = got < 0 && got != -ENOTCONN ? EXIT_ERROR
              : s_report(o, argv, g->n, landed, p2pkv_client_pool(client), d.block_len, true,
-                        pk_clock_monotonic() - t0);
+                        pk_clock_monotonic() - t0, NULL);
     }
     else
         fprintf(stderr, "p2pkv: %s\n", err[0] ? err : "out of memory");
@@ -772,7 +776,7 @@ s_cmd_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, bool get,
         if (!get)
             rc = s_report_holders(o, argv, g, &f);
         else if (!f.endpoint[0])
-            rc = s_report(o, argv, g->n, f.held, NULL, 0, true, 0);    //  all missing
+            rc = s_report(o, argv, g->n, f.held, NULL, 0, true, 0, NULL);  //  all missing
         else
             rc = s_get_by_key(o, argv, g, f.endpoint, keys);
     }
@@ -836,6 +840,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
     int got = p2pkv_client_get(client, server, "p2pkv-cli", g.keys, dest, g.n, get, o.timeout, landed,
                                progress ? s_progress : NULL, NULL, err);
     double seconds = pk_clock_monotonic() - t0;
+    char provider[64];
     if (progress)
         fprintf(stderr, "\r\033[K");
     //  interrupted: the get's fetch has ended (nothing lands any more); no report
@@ -845,7 +850,9 @@ s_cmd_remote(int argc, char *argv[], bool get)
         fprintf(stderr, "p2pkv%s: %s%s%s\n", failed ? " get" : "", signo ? strsignal(signo) : "",
                 signo ? ": " : "", err);
     rc = signo ? 128 + signo
-         : s_report(&o, argv, g.n, landed, p2pkv_client_pool(client), d.block_len, get, seconds);
+         : s_report(&o, argv, g.n, landed, p2pkv_client_pool(client), d.block_len, get, seconds,
+                    p2pkv_client_server_provider(client, server, provider, sizeof provider) == 0
+                    ? provider : NULL);
     if (failed && !signo)
         rc = EXIT_ERROR;
     free(landed);

@@ -65,12 +65,21 @@ typedef enum {
     P2PKV_SERVER_STOPPED            //  refused as incompatible, or disconnected by us
 } p2pkv_server_state_t;
 
+#define P2PKV_MAX_PROVIDERS 8
+
 typedef struct {
     char peer_id[256];
     uint64_t block_len;
     char fingerprint[256];
     char hash_seed[256];
-    char provider[64];
+    char provider[64];              //  the best of providers
+    /*  Every data-plane provider the server offers, best first (a server
+        older than the list: provider alone), and its same-host identity
+        ("" when it sent none): a consumer whose own identity is the same
+        runs on that host, in its namespaces, and may use shm.  */
+    char providers[P2PKV_MAX_PROVIDERS][64];
+    size_t nproviders;
+    char host[128];
 } p2pkv_description_t;
 
 typedef struct {
@@ -96,7 +105,13 @@ typedef struct {
     const char *peer_id;            //  this consumer's name (required)
     const char *fingerprint;        //  must equal the servers' ("")
     const char *hash_seed;          //  must equal the servers' ("0")
-    const char *provider;           //  libfabric provider ("tcp"; NULL: verbs, efa, tcp)
+    /*  libfabric provider: one name ("tcp", "shm") is used for every
+        server (one that does not offer it refuses the connect, naming
+        what it offers); NULL or "auto": per server, the best one it
+        describes that this machine has: shm when it runs on this host
+        (p2pkv_description_t.host), else the first network provider of its
+        list.  The client opens one fabric per provider it uses.  */
+    const char *provider;
     const char *node;               //  local address for the fabric (NULL: any)
     double load_timeout;            //  30 s: a fetch without transfer_done is aborted
     double abort_ack_timeout;       //  10 s: then the server is cut off, the fetch failed
@@ -176,6 +191,11 @@ int p2pkv_client_disconnect(p2pkv_client_t *self, int server);
     NULL).  -EINVAL for an index that names no server.  */
 int p2pkv_client_server_state(p2pkv_client_t *self, int server, char *reason);
 
+/*  The data-plane provider of the server's channel ("shm", "tcp;ofi_rxm"),
+    as chosen at connect (config.provider), into out (cap bytes): 0, or
+    -EINVAL for an index that names no server.  */
+int p2pkv_client_server_provider(p2pkv_client_t *self, int server, char *out, size_t cap);
+
 /*  Asks the server about keys; the answer comes to on_lookup.  The keys
     go out at the next poll (or progress-thread step): a request's
     lookups made before it travel as one lookup, keys already asked for
@@ -241,9 +261,13 @@ int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2p
 typedef struct {
     const char *peer_id;
     const char *endpoint;           //  for p2pkv_client_connect
-    const char *host;               //  its host name (the same host is preferred)
+    const char *host;               //  its host name
     uint64_t block_len;
-    const char *provider;
+    const char *provider;           //  the best one it offers
+    /*  Its same-host identity (p2pkv_description_t.host; "" from a server
+        older than it): equal to this client's, the holder runs on this
+        host, in its namespaces, is preferred and reached over shm.  */
+    const char *host_id;
 } p2pkv_holder_t;
 
 /*  One key's answer: keys[i]'s live holders (n may be 0).  The pointers

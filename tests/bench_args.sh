@@ -44,4 +44,8 @@ refuse "fetch --ports 80-90" '--ports: "80-90"'
 refuse "fetch --server /nonexistent/p2pkv-server" '--server: /nonexistent/p2pkv-server'
 refuse "fetch --json" '--json needs a value'
 refuse "codec 1 2" 'unexpected argument "2"'
+refuse "fetch --providers shm,shm" '--providers: shm twice'
+refuse "fetch --providers shm,a/b" '--providers: "a/b" is not a libfabric provider name'
+refuse "control --providers shm" '--providers does not apply to suite control'
+refuse "fetch --providers shm,tcp --consumers 200" '--consumers 200 per provider is more than the server'"'"'s --max-sessions 256'
 exit $fail

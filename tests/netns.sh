@@ -6,8 +6,12 @@
 # from c, `p2pkv lookup` on b must hit every key, and `p2pkv get` from b and
 # straight from a must return every byte (a key is the SHA-256 of its
 # block). The veths' byte counters must show at least the blocks' bytes
-# crossed for each transfer. Needs root and iproute2; exits 77 (skip) with
-# the reason where the namespaces cannot be made.
+# crossed for each transfer. Server a offers shm beside tcp (--provider
+# shm,tcp): a consumer in a's own namespace fetches from it over shm while
+# c, in another namespace (so another host to the same-host identity),
+# fetches over tcp, at once, every byte checked, each session's provider
+# read from a's log. Needs root and iproute2; exits 77 (skip) with the
+# reason where the namespaces cannot be made.
 #   BLOCKS (50) and BLOCK_LEN (65536) size the run.
 set -u
 blocks=${BLOCKS:-50}
@@ -98,13 +102,14 @@ fi
 
 work=$(mktemp -d /tmp/p2pkv-netns-XXXXXX) || fail "mktemp failed"
 
-# start NAME NS IFACE IP POOL: a server in NS bound to IP, its libfabric tcp
-# endpoint on IP (so on IFACE); sets $endpoint
+# start NAME NS IFACE IP POOL [PROVIDERS]: a server in NS bound to IP, its
+# libfabric tcp endpoint on IP (so on IFACE), offering PROVIDERS (tcp); sets
+# $endpoint. Its log at info names the provider of each session it opens.
 start() {
     ip netns exec "$2" "$bin/p2pkv-server" --peer-id "netns-$1-$$" \
         --bind "tcp://$4:*" --fabric-addr "$4" --local "ipc://$work/$1.sock" --pool-name "$5" \
         --pool-blocks $((blocks + 64)) --pin-quota $((blocks + 64)) \
-        --block-len "$block_len" --provider tcp --log-level warn \
+        --block-len "$block_len" --provider "${6:-tcp}" --log-level info \
         --lookup-timeout 2 --silence-timeout 5 --stall-timeout 5 --load-timeout 10 \
         --abort-ack-timeout 3 --store-timeout 10 --shutdown-timeout 3 \
         > "$work/$1.ready" 2> "$work/$1.log" &
@@ -133,7 +138,7 @@ crossed() {
 }
 count() { grep -c " $2\$" "$1" || true; }
 
-start a "$ns_a" va "$ip_a" "$pool_a"; ep_a=$endpoint; pid_a=${pids##* }
+start a "$ns_a" va "$ip_a" "$pool_a" shm,tcp; ep_a=$endpoint; pid_a=${pids##* }
 start b "$ns_b" vb "$ip_b" "$pool_b"; ep_b=$endpoint; pid_b=${pids##* }
 case "$ep_a $ep_b" in
     "tcp://$ip_a:"*" tcp://$ip_b:"*) ;;
@@ -202,6 +207,39 @@ run "$ns_c" get --fabric-addr "$ip_c" --server "$ep_a" --timeout 30 -o "$work/fr
 crossed "get a -> c" "$ns_a" va tx "$a_tx"
 verify "$work/from-a" a
 
+# sessions NAME PROVIDER: how many sessions server NAME opened over it
+sessions() { grep -c "opened over $2" "$work/$1.log" || true; }
+
+say "a consumer in a's namespace (shm) and c (tcp) get them from a at once"
+shm_before=$(sessions a shm) tcp_before=$(sessions a tcp)
+a_tx=$(counter "$ns_a" va tx) || fail "cannot read the veth counters"
+mkdir -p "$work/near-a" "$work/far-a"
+# shellcheck disable=SC2086
+run "$ns_a" get --server "$ep_a" --timeout 30 -o "$work/near-a" $keys > "$work/got-near" \
+    2> "$work/said-near" &
+near=$!
+# shellcheck disable=SC2086
+run "$ns_c" get --fabric-addr "$ip_c" --server "$ep_a" --timeout 30 -o "$work/far-a" $keys \
+    > "$work/got-far" 2> "$work/said-far" &
+far=$!
+wait "$near" || { cat "$work/got-near" "$work/said-near" "$work/a.log"; fail "p2pkv get from a in a's namespace failed"; }
+wait "$far" || { cat "$work/got-far" "$work/said-far" "$work/a.log"; fail "p2pkv get from a in c (beside the shm one) failed"; }
+for got in near far; do
+    [ "$(count "$work/got-$got" fetched)" -eq "$blocks" ] \
+        || fail "$got: fetched $(count "$work/got-$got" fetched) of $blocks blocks from a"
+    cat "$work/said-$got"
+done
+# each consumer says which provider its session ran over
+grep -q " over shm\$" "$work/said-near" || fail "the consumer in a's namespace did not say shm"
+grep -q " over tcp" "$work/said-far" || fail "c did not say tcp"
+verify "$work/near-a" "a over shm"
+verify "$work/far-a" "a over tcp beside shm"
+crossed "get a -> c beside shm" "$ns_a" va tx "$a_tx"
+[ "$(sessions a shm)" -eq $((shm_before + 1)) ] \
+    || { cat "$work/a.log"; fail "the consumer in a's namespace did not connect over shm"; }
+[ "$(sessions a tcp)" -eq $((tcp_before + 1)) ] \
+    || { cat "$work/a.log"; fail "c did not connect over tcp beside the shm consumer"; }
+
 # a clean shutdown of both (the sanitizers report at exit)
 for server in "a $pid_a" "b $pid_b"; do
     name=${server% *} pid=${server#* }
@@ -212,5 +250,5 @@ for server in "a $pid_a" "b $pid_b"; do
     [ "$st" -eq 0 ] || { cat "$work/$name.log"; fail "server $name exited with status $st"; }
 done
 say "all $blocks blocks verified across three namespaces"
-summary "$blocks blocks a -> b -> c and a -> c over veth, all verified"
+summary "$blocks blocks a -> b -> c and a -> c over veth, a -> a over shm beside, all verified"
 exit 0

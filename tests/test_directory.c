@@ -9,6 +9,7 @@
 */
 #include "p2pkv.h"
 #include "base/clock.h"
+#include "base/host_id.h"
 #include "cluster/dir_entry.h"
 #include "daemon.h"
 #include "redis.h"
@@ -115,6 +116,10 @@ s_on_found(void *arg, size_t i, const p2pkv_holder_t *h, size_t nh)
         strcat(f->holders[i], ",");
         ck_assert_uint_eq(h[k].block_len, BLOCK);
         ck_assert(strncmp(h[k].endpoint, "tcp://127.0.0.1:", 16) == 0);
+        //  every server here runs on this host, in these namespaces
+        char host[PK_HOST_ID_LEN];
+        ck_assert_int_eq(pk_host_id(host, sizeof host), 0);
+        ck_assert_str_eq(h[k].host_id, host);
     }
 }
 
@@ -903,6 +908,42 @@ START_TEST(test_cli_and_pull_by_key)
 }
 END_TEST
 
+//  A record carries the providers and the host identity; one an older
+//  server wrote (neither) parses as its provider alone; bad ones are
+//  refused.
+START_TEST(test_record_providers_and_host_id)
+{
+    pk_dir_record_t r = { .peer_id = "a", .endpoint = "tcp://h:1", .host = "h",
+                          .block_len = 4096, .pool_blocks = 8, .provider = "shm",
+                          .fingerprint = "fp", .providers = { "shm", "tcp;ofi_rxm" },
+                          .nproviders = 2, .host_id = "boot/net:1/ipc:2" };
+    char *text = pk_dir_record_encode(&r);
+    ck_assert_ptr_nonnull(text);
+    pk_dir_record_t back;
+    ck_assert_int_eq(pk_dir_record_parse(text, strlen(text), &back), 0);
+    free(text);
+    ck_assert_uint_eq(back.nproviders, 2);
+    ck_assert_str_eq(back.providers[0], "shm");
+    ck_assert_str_eq(back.providers[1], "tcp;ofi_rxm");
+    ck_assert_str_eq(back.host_id, "boot/net:1/ipc:2");
+    const char *old = "{\"v\":1,\"peer_id\":\"a\",\"endpoint\":\"tcp://h:1\",\"host\":\"h\","
+                      "\"block_len\":4096,\"pool_blocks\":8,\"provider\":\"tcp\","
+                      "\"fingerprint\":\"fp\"}";
+    ck_assert_int_eq(pk_dir_record_parse(old, strlen(old), &back), 0);
+    ck_assert_uint_eq(back.nproviders, 1);
+    ck_assert_str_eq(back.providers[0], "tcp");
+    ck_assert_str_eq(back.host_id, "");
+    const char *bad[] = { "\"providers\":\"shm\"", "\"providers\":[]", "\"providers\":[\"\"]",
+                          "\"providers\":[7]", "\"host_id\":7",
+                          "\"providers\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\"]" };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char junk[512];
+        snprintf(junk, sizeof junk, "%.*s,%s}", (int) strlen(old) - 1, old, bad[i]);
+        ck_assert_msg(pk_dir_record_parse(junk, strlen(junk), &back) == -EINVAL, "%s", junk);
+    }
+}
+END_TEST
+
 int
 main(void)
 {
@@ -915,6 +956,7 @@ main(void)
     Suite *suite = suite_create("directory");
     TCase *tc = tcase_create("redis");
     tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_record_providers_and_host_id);
     tcase_add_test(tc, test_three_servers_fetch_by_key);
     tcase_add_test(tc, test_holder_killed_mid_get);
     tcase_add_test(tc, test_ttl_setting_ends_a_killed_holder);

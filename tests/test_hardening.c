@@ -162,6 +162,7 @@ s_valid(pk_field_t f, const hp_t *p)
         case K_HITS: return json_pack("[b]", 1);
         case K_METADATA: return json_string("AAAA");
         case K_CODE: return json_string("violation");
+        case K_STRINGS: return json_pack("[s]", "tcp");
     }
     return json_null();
 }
@@ -242,6 +243,7 @@ s_out_of_range(const pk_field_spec_t *s)
         case K_HITS: return strdup("[true,false]");
         case K_METADATA: return strdup("\"****\"");
         case K_CODE: return strdup("\"nonsense\"");
+        case K_STRINGS: return strdup("[]");
         default: return NULL;
     }
 }
@@ -260,6 +262,7 @@ s_oversize(const pk_field_spec_t *s)
         case K_HITS: return s_list("true", PK_MAX_LIST + 1);
         case K_METADATA: return s_base64(PK_MAX_METADATA + 3);
         case K_CODE: return s_quoted('a', PK_MAX_STRING + 1);
+        case K_STRINGS: return s_list("\"tcp\"", PK_MAX_PROVIDERS + 1);
         default: return NULL;
     }
 }

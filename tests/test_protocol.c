@@ -19,6 +19,8 @@
 #define EP ",\"source_epoch\":\"" SE "\",\"target_epoch\":\"" TE "\""
 #define LOOKUP_HEAD "{\"type\":\"lookup\",\"kv_request_id\":\"r\""
 #define FETCH_HEAD  "{\"type\":\"fetch\",\"kv_request_id\":\"r\""
+#define DESC_HEAD "{\"type\":\"description\",\"wire_major\":1,\"wire_minor\":0,\"peer_id\":\"a\"," \
+    "\"block_len\":1,\"config_fingerprint\":\"\",\"hash_seed\":\"s\",\"provider\":\"shm\""
 #define CONNECT_TAIL "\"config_fingerprint\":\"f\",\"hash_seed\":\"s\"}"
 #define CONNECT(meta, base, nb, bl) \
     "{\"type\":\"connect\",\"wire_major\":1,\"wire_minor\":0,\"peer_id\":\"p\"," \
@@ -32,6 +34,11 @@ static const char *s_valid[] = {
     "{\"type\":\"describe\"}",
     "{\"type\":\"description\",\"wire_major\":1,\"wire_minor\":0,\"peer_id\":\"node-a\","
         "\"block_len\":65536,\"config_fingerprint\":\"\",\"hash_seed\":\"42\",\"provider\":\"tcp\"}",
+    //  the providers offered, best first, and the server's host identity
+    "{\"type\":\"description\",\"wire_major\":1,\"wire_minor\":0,\"peer_id\":\"node-a\","
+        "\"block_len\":65536,\"config_fingerprint\":\"\",\"hash_seed\":\"42\",\"provider\":\"shm\","
+        "\"providers\":[\"shm\",\"tcp;ofi_rxm\",\"a-provider-of-tomorrow\"],"
+        "\"host\":\"5b1f/net:4026531840/ipc:4026531839\"}",
     CONNECT("\"cDJwa3Y=\"", "0", "1", "1"),
     //  the largest pool that ends exactly at 2^64 - 1
     CONNECT("\"YQ==\"", "9223372036854775807", "2147483648", "4294967296"),
@@ -327,6 +334,24 @@ static const s_reject_t s_rejects[] = {
     { "{\"type\":\"description\",\"wire_major\":1,\"wire_minor\":0,\"peer_id\":\"a\","
       "\"block_len\":1,\"config_fingerprint\":false,\"hash_seed\":\"s\",\"provider\":\"tcp\"}",
       -EPROTO, "description.config_fingerprint: expected string, got false" },
+    //  providers and host: the list's type, length and items are named
+    { DESC_HEAD ",\"providers\":\"shm\"}", -EPROTO,
+      "description.providers: expected array, got string" },
+    { DESC_HEAD ",\"providers\":[]}", -EPROTO,
+      "description.providers: expected 1..16 items, got 0" },
+    { DESC_HEAD ",\"providers\":[\"shm\",\"p0\",\"p1\",\"p2\",\"p3\",\"p4\",\"p5\",\"p6\",\"p7\",\"p8\",\"p9\",\"p10\",\"p11\",\"p12\",\"p13\",\"p14\",\"p15\"]}", -EPROTO,
+      "description.providers: expected 1..16 items, got 17" },
+    { DESC_HEAD ",\"providers\":[\"shm\",1]}", -EPROTO,
+      "description.providers[1]: expected string, got 1" },
+    { DESC_HEAD ",\"providers\":[\"shm\",\"\"]}", -EPROTO,
+      "description.providers[1]: expected string of 1..63 bytes, got 0 bytes" },
+    { DESC_HEAD ",\"providers\":[\"shm\",\"0123456789012345678901234567890123456789012345678901234567890123\"]}",
+      -EPROTO, "description.providers[1]: expected string of 1..63 bytes, got 64 bytes" },
+    { DESC_HEAD ",\"providers\":[\"tcp\"]}", -EPROTO,
+      "description.providers[0]: expected the provider (shm), got tcp" },
+    { DESC_HEAD ",\"host\":7}", -EPROTO, "description.host: expected string, got 7" },
+    { DESC_HEAD ",\"host\":\"\"}", -EPROTO,
+      "description.host: expected string of 1..127 bytes, got 0 bytes" },
     { "{\"type\":\"disconnect\",\"code\":\"bogus\",\"reason\":\"\"}", -EPROTO,
       "disconnect.code: expected one of incompatible, no_session, violation, silent, "
       "shutdown, retired, got other text" },

@@ -133,7 +133,7 @@ START_TEST(test_defaults)
     ck_assert_str_eq(c.pool_name, expect);
     ck_assert_uint_eq(c.pool_blocks, 1024);
     ck_assert_uint_eq(c.block_len, 65536);
-    ck_assert_str_eq(c.provider, "tcp");
+    ck_assert_ptr_null(c.provider);      //  auto: what the machine has
     ck_assert_ptr_null(c.fabric_addr);
     ck_assert_str_eq(c.fingerprint, "");
     ck_assert_str_eq(c.hash_seed, "0");
@@ -446,12 +446,14 @@ START_TEST(test_invalid_values)
         snprintf(msg, sizeof msg, "--pool-name: expected %s, got \"%s\"", pn, bad_names[i]);
         s_refuse(msg, "--pool-name", bad_names[i]);
     }
-    s_refuse("--provider: expected a libfabric provider name (tcp, verbs, efa, ...) or auto, "
-             "got \"\"",
-             "--provider", "");
-    s_refuse("--provider: expected a libfabric provider name (tcp, verbs, efa, ...) or auto, "
-             "got \"tcp verbs\"",
-             "--provider", "tcp verbs");
+    const char *pv = "a libfabric provider name (tcp, verbs, efa, ...), a list of them "
+                     "(shm,tcp), or auto";
+    const char *bad_providers[] = { "", "tcp verbs", "shm,", ",tcp", "shm,,tcp", "tcp,tcp",
+                                    "a,b,c,d,e,f,g,h,i" };
+    for (size_t i = 0; i < sizeof bad_providers / sizeof *bad_providers; i++) {
+        snprintf(msg, sizeof msg, "--provider: expected %s, got \"%s\"", pv, bad_providers[i]);
+        s_refuse(msg, "--provider", bad_providers[i]);
+    }
     const char *bad_addrs[] = { "*", "[::1]", "300.1.1.1", "host_name", "-host", "1:2:3" };
     for (size_t i = 0; i < sizeof bad_addrs / sizeof *bad_addrs; i++) {
         snprintf(msg, sizeof msg,
@@ -833,6 +835,12 @@ START_TEST(test_consumer_settings_reach_the_client)
     ck_assert_double_eq(p.stall_timeout, 5);
     ck_assert_ptr_null(p.provider);
     ck_assert_ptr_null(p.node);
+    pk_server_config_fini(&c);
+    //  a list: the server opens each, the puller picks per remote (auto)
+    ck_assert_int_eq(s_parse(&c, "--provider", "shm,tcp"), 0);
+    ck_assert_str_eq(c.provider, "shm,tcp");
+    p = pk_server_config_client(&c, "n");
+    ck_assert_ptr_null(p.provider);
     pk_server_config_fini(&c);
 }
 END_TEST

@@ -351,6 +351,10 @@ START_TEST(test_provider_and_peer_id_are_the_ones_asked_for)
                            "4096", "--provider", "nosuchprovider", NULL };
     ck_assert_int_eq(s_run_server(args, said, sizeof said), 1);
     ck_assert_msg(strstr(said, "nosuchprovider"), "said: %s", said);
+    //  in a list too, beside one that opens: named, never skipped
+    args[13] = "shm,nosuchprovider";
+    ck_assert_int_eq(s_run_server(args, said, sizeof said), 1);
+    ck_assert_msg(strstr(said, "nosuchprovider"), "said: %s", said);
 }
 END_TEST
 

@@ -28,6 +28,16 @@ typedef struct {
     uint64_t v[PKB_MAX_LIST];
 } pkb_list_t;
 
+#define PKB_MAX_PROVIDERS 8
+
+/*  A list of provider names (--providers shm,tcp), as given, and joined
+    back with commas for the server's --provider.  */
+typedef struct {
+    size_t n;
+    char v[PKB_MAX_PROVIDERS][64];
+    char joined[PKB_MAX_PROVIDERS * 65];
+} pkb_names_t;
+
 typedef struct {
     const char *suite;
     bool quick;
@@ -49,6 +59,8 @@ typedef struct {
     uint64_t requests;          //  role: requests
     const char *server;         //  --server PATH of p2pkv-server
     int port_lo, port_hi;       //  --ports LO-HI for servers' --bind
+    pkb_names_t providers;      //  --providers (fetch): the same fetch over each,
+                                //  against one server offering them all
 } pkb_opts_t;
 
 /*  ---- figures and statistics (report.c) ------------------------------ */
@@ -162,6 +174,8 @@ typedef struct {
     const char *curve_server;   //  the parent's memory it was copied with.
     bool threads;               //  a load's consumers are threads of one process
                                 //  (load.c), not processes
+    const char *provider;       //  the client's provider (NULL: tcp); its session's
+                                //  is checked to be the one asked for
 } pkb_consumer_cfg_t;
 
 /*  What one consumer reports of one timed phase.  */

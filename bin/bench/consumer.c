@@ -221,7 +221,8 @@ s_setup(s_cons_t *c, char *err, size_t size)
         c->dest[i] = (uint32_t) i;
     char id[64], e[P2PKV_ERRLEN] = "";
     snprintf(id, sizeof id, "pkbench-consumer-%d-%d", cfg->id, (int) getpid());
-    p2pkv_config_t pc = { .peer_id = id, .fingerprint = "pkbench", .provider = "tcp",
+    p2pkv_config_t pc = { .peer_id = id, .fingerprint = "pkbench",
+                          .provider = cfg->provider ? cfg->provider : "tcp",
                           .curve_public = cfg->curve_public, .curve_secret = cfg->curve_secret,
                           .curve_server = cfg->curve_server };
     p2pkv_callbacks_t cb = { .arg = c, .on_lookup = s_on_lookup, .on_fetch = s_on_fetch };
@@ -231,6 +232,14 @@ s_setup(s_cons_t *c, char *err, size_t size)
     if (!c->client || c->server < 0) {
         snprintf(err, size, "cannot connect: %s", e);
         return -ENOTCONN;
+    }
+    //  the figure is the provider's only if the session runs over it
+    char prov[64] = "";
+    const char *want = pc.provider;
+    if (p2pkv_client_server_provider(c->client, c->server, prov, sizeof prov) != 0
+        || strncmp(prov, want, strlen(want)) != 0) {
+        snprintf(err, size, "asked for provider %s, the session runs over %s", want, prov);
+        return -EPROTO;
     }
     //  untimed: one request per slot, every block checked
     uint8_t *pool = p2pkv_client_pool(c->client);

@@ -63,6 +63,10 @@ static const char s_usage[] =
     "  --server PATH        the p2pkv-server to start (default: beside this\n"
     "                       program, or $P2PKV_SERVER)\n"
     "  --ports LO-HI        ports for the servers' --bind (default 28000-28999)\n"
+    "  --providers LIST     fetch: the same fetch over each provider (shm,tcp),\n"
+    "                       against one server offering them all, alternating\n"
+    "                       within each repetition; each row's \"vs\" column is its\n"
+    "                       GB/s over the last provider's, in the same repetition\n"
     "  -h, --help, -V, --version\n"
     "\n"
     "With any of --block-sizes, --blocks, --consumers (fetch) or --keys,\n"
@@ -148,8 +152,34 @@ s_parse_list(const char *suite, const char *opt, const char *arg, bool size, uin
     return l->n ? 0 : s_bad(suite, "%s: an empty list", opt, NULL);
 }
 
+//  Provider names, comma-separated, each once: what p2pkv-server's
+//  --provider takes.
+static int
+s_parse_names(const char *suite, const char *opt, const char *arg, pkb_names_t *l)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", arg);
+    l->n = 0;
+    l->joined[0] = '\0';
+    for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (l->n == PKB_MAX_PROVIDERS)
+            return s_bad(suite, "%s: more than 8 providers%s", opt, "");
+        if (strlen(t) >= sizeof l->v[0] || strspn(t, "abcdefghijklmnopqrstuvwxyz"
+                                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.;-")
+                                           != strlen(t))
+            return s_bad(suite, "%s: \"%s\" is not a libfabric provider name", opt, t);
+        for (size_t i = 0; i < l->n; i++)
+            if (strcmp(l->v[i], t) == 0)
+                return s_bad(suite, "%s: %s twice", opt, t);
+        snprintf(l->v[l->n], sizeof l->v[0], "%s", t);
+        size_t at = strlen(l->joined);
+        snprintf(l->joined + at, sizeof l->joined - at, "%s%s", l->n++ ? "," : "", t);
+    }
+    return l->n ? 0 : s_bad(suite, "%s: an empty list%s", opt, "");
+}
+
 //  Each option, the suites it applies to, and where it goes.
-typedef enum { O_FLAG, O_STR, O_LIST, O_SIZES, O_UINT, O_SECONDS, O_PORTS } s_kind_t;
+typedef enum { O_FLAG, O_STR, O_LIST, O_SIZES, O_UINT, O_SECONDS, O_PORTS, O_NAMES } s_kind_t;
 typedef struct {
     const char *name;
     s_kind_t kind;
@@ -179,6 +209,7 @@ static const s_opt_t s_opts[] = {
     { "--requests", O_UINT, S_ROLE, F(requests), UINT64_C(1) << 31 },
     { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS, F(server), 0 },
     { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS, 0, 0 },
+    { "--providers", O_NAMES, S_FETCH, F(providers), PKB_MAX_PROVIDERS },
 };
 #define S_NOPTS (sizeof s_opts / sizeof s_opts[0])
 
@@ -218,6 +249,8 @@ s_apply(pkb_opts_t *o, const s_opt_t *d, const char *arg)
         *(double *) at = s;
         return 0;
     }
+    case O_NAMES:
+        return s_parse_names(o->suite, d->name, arg, (pkb_names_t *) at);
     case O_PORTS:
         if (sscanf(arg, "%d-%d", &o->port_lo, &o->port_hi) != 2 || o->port_lo < 1024
             || o->port_hi > 65535 || o->port_lo > o->port_hi)

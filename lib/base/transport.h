@@ -152,6 +152,12 @@ typedef struct pk_transport_ops {
     void (*channel_stats)(const pk_channel_t *channel, pk_channel_stats_t *stats);
     /*  The write path over this channel, for the roles.  */
     pk_transport_t (*channel_transport)(pk_channel_t *channel);
+
+    /*  The provider a peer's blob names, before any fabric is asked (a
+        node with one fabric per provider picks the one to check it
+        with): 0 with out (cap bytes), or -EPROTO with err when the blob
+        names none.  */
+    int (*blob_provider)(const uint8_t *blob, size_t len, char *out, size_t cap, char *err);
 } pk_transport_ops_t;
 
 /*  The smallest table a caller that uses every op above accepts.  */

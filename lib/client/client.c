@@ -317,24 +317,6 @@ s_open_pool(p2pkv_client_t *self, void *pool)
     return 0;
 }
 
-//  The data plane over the pool, from the registry's default transport.
-//  0, or a negative errno with err.
-static int
-s_open_fabric(p2pkv_client_t *self, char *err)
-{
-    char ofi_err[PK_ERRLEN];
-    int rc;
-    self->ops = pk_transport_find(NULL);       //  the registry's default
-    if ((rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, ofi_err)) != 0)
-        return pk_err(err, rc, "%s", ofi_err);
-    pk_fabric_config_t fc = { self->provider, self->node, self->config.stall_timeout };
-    self->fabric = self->ops->fabric_open(&fc, self->pool, self->num_blocks, self->block_len,
-                                          &rc, ofi_err);
-    if (!self->fabric)
-        return pk_err(err, rc < 0 ? rc : -EIO, "%s", ofi_err);
-    return 0;
-}
-
 //  The epoll set, its timer and the wake-up eventfd; the caller closes
 //  those that opened on failure.  0, or a negative errno with err.
 static int
@@ -412,8 +394,8 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     self->callbacks = callbacks;
     if (s_open_pool(self, pool) != 0)
         goto fail_strings;
-    if (s_open_fabric(self, err) != 0)
-        goto fail_pool;
+    if (pk_client_fabrics_open(self, err) != 0)
+        goto fail_fabrics;
     if (s_open_fds(self, err) != 0)
         goto fail_fds;
     s_init_lock(self);
@@ -437,8 +419,8 @@ fail_fds:
         close(self->timer_fd);
     if (self->wake_fd >= 0)
         close(self->wake_fd);
-    self->ops->fabric_close(&self->fabric);
-fail_pool:
+fail_fabrics:
+    pk_client_fabrics_close(self);
     if (self->own_pool)
         free(self->pool);
 fail_strings:
@@ -461,7 +443,7 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     s_server_t *s = arg;
     p2pkv_client_t *self = s->client;
     int rc;
-    s->channel = self->ops->channel_new(self->fabric, true, &rc, err);
+    s->channel = self->ops->channel_new(s->fabric, true, &rc, err);
     if (!s->channel)
         return rc < 0 ? rc : -EIO;
     s->wait_fd = self->ops->channel_wait_fd(s->channel);
@@ -616,7 +598,7 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
         if (self->fetches.slots[i].key.bytes)
             free((s_fetch_t *) (uintptr_t) self->fetches.slots[i].a);
     pk_keymap_fini(&self->fetches);
-    self->ops->fabric_close(&self->fabric);
+    pk_client_fabrics_close(self);
     close(self->epoll_fd);
     close(self->timer_fd);
     close(self->wake_fd);
@@ -765,23 +747,72 @@ p2pkv_client_connect_curve(p2pkv_client_t *self, const char *endpoint, const cha
     return s_connect(self, endpoint, key, timeout, err);
 }
 
+//  The index of a live session to endpoint, or -1; *free_p the first
+//  free slot (-1: none below nservers).  With the lock held.
+static int
+s_find_server(p2pkv_client_t *self, const char *endpoint, int *free_p)
+{
+    *free_p = -1;
+    for (int i = 0; i < self->nservers; i++) {
+        s_server_t *s = self->servers[i];
+        if (s && strcmp(s->endpoint, endpoint) == 0 && s->state != P2PKV_SERVER_STOPPED)
+            return i;
+        if (!s && *free_p < 0)
+            *free_p = i;
+    }
+    return -1;
+}
+
+//  Under auto, the server's description (its providers and host), asked
+//  without the lock and with this client's CURVE keys: 0, or a negative
+//  errno with err.  Named, no question: the provider is the config's.
+static int
+s_describe(p2pkv_client_t *self, const char *endpoint, const char *server_key,
+           double timeout, p2pkv_description_t *d, char *err)
+{
+    memset(d, 0, sizeof *d);
+    if (!self->auto_provider)
+        return 0;
+    pthread_mutex_lock(&self->lock);
+    int slot, known = s_find_server(self, endpoint, &slot);
+    pthread_mutex_unlock(&self->lock);
+    if (known >= 0)
+        return 0;               //  s_connect returns that one
+    p2pkv_config_t keys = { .peer_id = self->peer_id };
+    if (self->curve.on) {
+        keys.curve_public = self->curve.public_key;
+        keys.curve_secret = self->curve.secret_key;
+        keys.curve_server = *server_key ? server_key : self->curve.server_key;
+    }
+    return p2pkv_describe_curve(endpoint, timeout, self->curve.on ? &keys : NULL, d, err);
+}
+
 //  A new server slot and its session; server_key: its CURVE key ("": the
 //  config's).  The index, or a negative errno with err.
 static int
 s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, double timeout,
           char *err)
 {
-    pthread_mutex_lock(&self->lock);
-    int slot = -1;
-    for (int i = 0; i < self->nservers; i++) {
-        s_server_t *s = self->servers[i];
-        if (s && strcmp(s->endpoint, endpoint) == 0 && s->state != P2PKV_SERVER_STOPPED) {
+    p2pkv_description_t d;
+    double deadline = pk_clock_monotonic() + timeout;
+    int rc, slot, known;
+    //  a session found while describing is returned; one gone since (it
+    //  was there, so no description was asked) means describing after all
+    for (int tries = 0;; tries++) {
+        rc = s_describe(self, endpoint, server_key, deadline - pk_clock_monotonic(), &d, err);
+        if (rc)
+            return rc;
+        pthread_mutex_lock(&self->lock);
+        known = s_find_server(self, endpoint, &slot);
+        if (known >= 0) {
             pthread_mutex_unlock(&self->lock);
-            return i;
+            return known;
         }
-        if (!s && slot < 0)
-            slot = i;
+        if (!self->auto_provider || d.nproviders || tries == 2)
+            break;
+        pthread_mutex_unlock(&self->lock);
     }
+    timeout = deadline - pk_clock_monotonic();
     if (slot < 0 && self->nservers == S_MAX_SERVERS) {
         pthread_mutex_unlock(&self->lock);
         (void) pk_err(err, 0, "at most %d servers", S_MAX_SERVERS);
@@ -799,6 +830,13 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
     s->client = self;
     s->index = slot;
     s->wait_fd = -1;
+    //  a description arrived (auto) or the provider is the config's
+    if (!(s->fabric = pk_client_fabric_for(self, &d, err))) {
+        free(s->endpoint);
+        free(s);
+        pthread_mutex_unlock(&self->lock);
+        return -EPROTONOSUPPORT;
+    }
     snprintf(s->curve_server, sizeof s->curve_server, "%s", server_key);
     pk_client_session_config_t scfg = { self->config.connect_retry,
                                         self->config.keepalive_interval,
@@ -808,8 +846,8 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
     pk_client_session_ops_t ops = s_session_ops;
     ops.self = s;
     s->session = pk_client_session_new(&scfg, &id, (pk_clock_t) { s, s_clock_now }, &ops);
-    int rc = s->session ? pk_client_session_start(s->session, err)
-                        : pk_err(err, -ENOMEM, "out of memory");
+    rc = s->session ? pk_client_session_start(s->session, err)
+                    : pk_err(err, -ENOMEM, "out of memory");
     if (rc) {
         s_server_free(&s);
         pthread_mutex_unlock(&self->lock);
@@ -852,6 +890,19 @@ p2pkv_client_server_state(p2pkv_client_t *self, int server, char *reason)
         rc = (int) self->servers[server]->state;
         if (reason)
             snprintf(reason, 256, "%.255s", self->servers[server]->reason);
+    }
+    pthread_mutex_unlock(&self->lock);
+    return rc;
+}
+
+int
+p2pkv_client_server_provider(p2pkv_client_t *self, int server, char *out, size_t cap)
+{
+    pthread_mutex_lock(&self->lock);
+    int rc = -EINVAL;
+    if (server >= 0 && server < self->nservers && self->servers[server] && cap) {
+        snprintf(out, cap, "%s", self->ops->fabric_provider(self->servers[server]->fabric));
+        rc = 0;
     }
     pthread_mutex_unlock(&self->lock);
     return rc;

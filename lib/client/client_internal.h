@@ -18,6 +18,7 @@
 #include <stdbool.h>
 
 #define S_MAX_SERVERS 64
+#define S_MAX_FABRICS 8             //  providers one client uses at once
 
 //  The consumer's CURVE keys, checked (curve.c); on false: no CURVE.
 typedef struct {
@@ -84,6 +85,7 @@ typedef struct {
     zsock_t *monitor;               //  the dealer's failed handshakes (curve.c)
     char curve_server[41];          //  this server's CURVE key; "": the config's
     int refused;                    //  -EACCES once the monitor saw a refusal
+    pk_fabric_t *fabric;            //  the provider chosen at connect (fabrics.c)
     pk_channel_t *channel;
     int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
@@ -99,6 +101,25 @@ void pk_locator_destroy(pk_locator_t **self_p);
 void pk_locator_forget(pk_locator_t *self, const p2pkv_key_t *key, const char *peer_id);
 void pk_locator_count_failover(pk_locator_t *self);
 
+//  fabrics.c: one fabric per provider the client uses, opened lazily
+typedef struct {
+    char asked[64];                 //  the name it was opened with
+    pk_fabric_t *fabric;
+} pk_client_fabric_t;
+
+/*  With config.provider named, its fabric, opened now (an error at
+    p2pkv_client_new, as a provider libfabric lacks); under auto, none
+    until a connect needs one.  0, or a negative errno with err.  */
+int pk_client_fabrics_open(p2pkv_client_t *self, char *err);
+void pk_client_fabrics_close(p2pkv_client_t *self);
+/*  The fabric for a server: config.provider's, or under auto the best
+    one d (its description) offers that opens here: shm when it runs on
+    this host (its host is ours), else the first network provider of its
+    list.  Called with the lock held.  NULL with err naming what it
+    offers.  */
+pk_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d,
+                                  char *err);
+
 //  get_any.c: p2pkv_client_get of P2PKV_ANY_SERVER
 int pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
                       const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
@@ -112,7 +133,10 @@ struct _p2pkv_client_t {
     bool own_pool;
     uint64_t num_blocks, block_len;
     const pk_transport_ops_t *ops;  //  the data plane's, for every channel
-    pk_fabric_t *fabric;
+    bool auto_provider;             //  config.provider NULL or "auto"
+    pk_client_fabric_t fabrics[S_MAX_FABRICS];
+    size_t nfabrics;
+    char host_id[128];              //  ours (base/host_id.h), beside a server's host
     p2pkv_callbacks_t callbacks;
     s_server_t *servers[S_MAX_SERVERS];
     int nservers;                   //  slots in use are below this

@@ -53,6 +53,15 @@ s_description(const pk_msg_t *m, p2pkv_description_t *out)
     snprintf(out->fingerprint, sizeof out->fingerprint, "%s", m->config_fingerprint);
     snprintf(out->hash_seed, sizeof out->hash_seed, "%s", m->hash_seed);
     snprintf(out->provider, sizeof out->provider, "%s", m->provider);
+    //  a server older than the list offers its provider alone
+    out->nproviders = 0;
+    for (size_t i = 0; i < m->nproviders && i < P2PKV_MAX_PROVIDERS; i++)
+        snprintf(out->providers[out->nproviders++], sizeof out->providers[0], "%s",
+                 m->providers[i]);
+    if (!out->nproviders)
+        snprintf(out->providers[out->nproviders++], sizeof out->providers[0], "%s",
+                 m->provider);
+    snprintf(out->host, sizeof out->host, "%s", m->host ? m->host : "");
 }
 
 int

@@ -43,7 +43,7 @@ typedef struct {
     bool fetch;
     double timeout;
     bool *landed;
-    char host[256];
+    char host[256];                 //  our host name, for records without host_id
     s_holder_t *holders;            //  every holder this call heard of
     size_t nholders;
     uint64_t *can, *tried;          //  per key: holders listed, holders that did not deliver
@@ -65,7 +65,11 @@ s_slot(s_any_t *a, const p2pkv_holder_t *h)
         || strlen(h->endpoint) > PK_DIR_MAX_ENDPOINT)
         return -1;
     s_holder_t *slot = &a->holders[a->nholders];
-    *slot = (s_holder_t) { .server = -1, .same_host = strcmp(h->host, a->host) == 0 };
+    //  the same host identity as ours (boot and namespaces, base/host_id.h);
+    //  a record older than it has only a host name to go by
+    bool same = h->host_id && *h->host_id ? strcmp(h->host_id, a->client->host_id) == 0
+                                          : strcmp(h->host, a->host) == 0;
+    *slot = (s_holder_t) { .server = -1, .same_host = same };
     strcpy(slot->peer_id, h->peer_id);
     strcpy(slot->endpoint, h->endpoint);
     return (int) a->nholders++;

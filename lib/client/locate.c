@@ -336,7 +336,7 @@ s_answer(const s_live_t *live, redisReply *r, size_t i, p2pkv_holder_t *holders,
         else {
             const pk_dir_record_t *rec = &live->v[at->a];
             holders[nh++] = (p2pkv_holder_t) { rec->peer_id, rec->endpoint, rec->host,
-                                               rec->block_len, rec->provider };
+                                               rec->block_len, rec->provider, rec->host_id };
         }
     }
     fn(arg, i, holders, nh);

@@ -79,27 +79,71 @@ pk_dir_url_parse(const char *url, pk_dir_url_t *out, char *err)
 char *
 pk_dir_record_encode(const pk_dir_record_t *r)
 {
-    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:s, s:s}", "v", S_VERSION,
+    json_t *o = json_pack("{s:i, s:s, s:s, s:s, s:I, s:I, s:s, s:s, s:s}", "v", S_VERSION,
                           "peer_id", r->peer_id, "endpoint", r->endpoint, "host", r->host,
                           "block_len", (json_int_t) r->block_len, "pool_blocks",
                           (json_int_t) r->pool_blocks, "provider", r->provider,
-                          "fingerprint", r->fingerprint);
+                          "fingerprint", r->fingerprint, "host_id", r->host_id);
+    //  no list: the record says what an older server's says, its provider
+    json_t *providers = r->nproviders ? json_array() : NULL;
+    for (size_t i = 0; providers && i < r->nproviders; i++)
+        json_array_append_new(providers, json_string(r->providers[i]));
+    if (o && providers && json_object_set_new(o, "providers", providers) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    else if (!o)
+        json_decref(providers);
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;
 }
 
-//  Copies a string member of at most cap - 1 bytes: 0 or -1.
+//  Copies a string of at most cap - 1 bytes: 0 or -1.
 static int
-s_field(json_t *o, const char *name, char *out, size_t cap, bool nonempty)
+s_string(const json_t *v, char *out, size_t cap, bool nonempty)
 {
-    json_t *v = json_object_get(o, name);
     if (!json_is_string(v))
         return -1;
     size_t len = json_string_length(v);
     if (len >= cap || (nonempty && len == 0) || memchr(json_string_value(v), 0, len))
         return -1;
     memcpy(out, json_string_value(v), len + 1);
+    return 0;
+}
+
+//  A string member, as s_string.
+static int
+s_field(json_t *o, const char *name, char *out, size_t cap, bool nonempty)
+{
+    return s_string(json_object_get(o, name), out, cap, nonempty);
+}
+
+//  providers and host_id came later: absent, the record is an older
+//  server's (its one provider, no identity); present, they must be right.
+//  0 or -1.
+static int
+s_later_fields(json_t *o, pk_dir_record_t *out)
+{
+    json_t *list = json_object_get(o, "providers");
+    out->nproviders = 0;
+    out->host_id[0] = '\0';
+    if (!list) {
+        snprintf(out->providers[0], sizeof out->providers[0], "%s", out->provider);
+        out->nproviders = *out->provider != '\0';
+    }
+    else if (!json_is_array(list) || json_array_size(list) == 0
+             || json_array_size(list) > PK_DIR_MAX_PROVIDERS)
+        return -1;
+    for (size_t i = 0; list && i < json_array_size(list); i++) {
+        if (s_string(json_array_get(list, i), out->providers[i], sizeof out->providers[i],
+                     true) != 0)
+            return -1;
+        out->nproviders++;
+    }
+    if (json_object_get(o, "host_id")
+        && s_field(o, "host_id", out->host_id, sizeof out->host_id, false) != 0)
+        return -1;
     return 0;
 }
 
@@ -117,7 +161,8 @@ pk_dir_record_parse(const char *text, size_t len, pk_dir_record_t *out)
         && s_field(o, "endpoint", out->endpoint, sizeof out->endpoint, true) == 0
         && s_field(o, "host", out->host, sizeof out->host, false) == 0
         && s_field(o, "provider", out->provider, sizeof out->provider, false) == 0
-        && s_field(o, "fingerprint", out->fingerprint, sizeof out->fingerprint, false) == 0) {
+        && s_field(o, "fingerprint", out->fingerprint, sizeof out->fingerprint, false) == 0
+        && s_later_fields(o, out) == 0) {
         out->block_len = (uint64_t) json_integer_value(bl);
         out->pool_blocks = (uint64_t) json_integer_value(pb);
         rc = 0;

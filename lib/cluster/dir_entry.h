@@ -29,6 +29,8 @@
 #define PK_DIR_MAX_HOST     255
 #define PK_DIR_MAX_ID       4096        //  a peer id, as --peer-id
 #define PK_DIR_MAX_ENDPOINT 255
+#define PK_DIR_MAX_PROVIDERS 8          //  as many as --provider may list
+#define PK_DIR_MAX_HOST_ID  127         //  base/host_id.h's identity
 
 /*  redis://HOST:PORT[/DB]: HOST a name, an IPv4 address or [IPv6],
     PORT 1..65535, DB 0..15 (default 0).  */
@@ -43,16 +45,22 @@ typedef struct {
 int pk_dir_url_parse(const char *url, pk_dir_url_t *out, char *err);
 
 /*  What a server publishes about itself: enough to connect (endpoint),
-    to choose (host: the same host is preferred) and to know before
-    connecting whether the handshake would refuse us.  */
+    to choose (host_id: the same host is preferred, and shm used; host,
+    its name, for records without host_id) and to know before connecting
+    whether the handshake would refuse us.  A record written before
+    providers and host_id existed parses with providers = { provider }
+    and host_id "".  */
 typedef struct {
     char peer_id[PK_DIR_MAX_ID + 1];
     char endpoint[PK_DIR_MAX_ENDPOINT + 1];
     char host[PK_DIR_MAX_HOST + 1];
     uint64_t block_len;
     uint64_t pool_blocks;
-    char provider[64];
+    char provider[64];              //  the best of providers
     char fingerprint[PK_DIR_MAX_ID + 1];
+    char providers[PK_DIR_MAX_PROVIDERS][64];
+    size_t nproviders;
+    char host_id[PK_DIR_MAX_HOST_ID + 1];
 } pk_dir_record_t;
 
 /*  The record as JSON, malloc'd (NULL: out of memory).  */

@@ -218,7 +218,8 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
         s_peer_destroy(self, peer);
         return;
     }
-    pk_node_log(self, PK_LOG_INFO, "session %s opened", peer->consumer);
+    pk_node_log(self, PK_LOG_INFO, "session %s opened over %s", peer->consumer,
+                self->fabrics[peer->fabric].provider);
     pk_metrics_add(self->metrics, PK_M_SESSIONS_OPENED, NULL, 1);
     pk_engine_deliver_held(self, peer);
 }

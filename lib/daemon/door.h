@@ -20,6 +20,7 @@ struct pk_peer {
     char curve_key[41];         //  the consumer's CURVE public key (Z85), "" without CURVE
     pk_msg_t *connect;
     pk_channel_t *channel;      //  opened by the peer's actor, closed by the door
+    size_t fabric;              //  node->fabrics[] its blob's provider matched (handshake)
     zactor_t *actor;
     unsigned ns;                    //  its namespace (tenants.h): the door's reading of
                                     //  curve_key, set before the actor starts

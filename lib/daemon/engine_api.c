@@ -514,14 +514,28 @@ s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
 {
     pk_store_stats_t st;
     pk_store_stats(self->store, &st);
-    pk_fabric_stats_t f;
-    self->ops->fabric_stats(self->fabric, &f);
+    //  the fabrics' sum, and each one under its provider's name
+    pk_fabric_stats_t f = { 0 };
+    json_t *fabrics = json_object();
+    for (size_t i = 0; i < self->nfabrics; i++) {
+        pk_fabric_stats_t one;
+        self->ops->fabric_stats(self->fabrics[i].fabric, &one);
+        f.channels_opened += one.channels_opened;
+        f.channels_open += one.channels_open;
+        f.blobs_refused += one.blobs_refused;
+        json_object_set_new(fabrics, self->fabrics[i].provider,
+                            json_pack("{s:I, s:I, s:I}",
+                                      "channels_opened", (json_int_t) one.channels_opened,
+                                      "channels_open", (json_int_t) one.channels_open,
+                                      "blobs_refused", (json_int_t) one.blobs_refused));
+    }
+    f.blobs_refused += atomic_load(&self->blobs_unmatched);
     json_t *peers = json_array();
     size_t at = 0;
     for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_consumer, &at)); )
         json_array_append_new(peers, json_string(((pk_peer_t *) (uintptr_t) e->a)->consumer));
     return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, "
-                     "s:I, s:o, s:o, s:o}", "ok", 1,
+                     "s:o, s:I, s:o, s:o, s:o}", "ok", 1,
                      "pool", "free", (json_int_t) st.free, "writing", (json_int_t) st.writing,
                      "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
                      "evictions", (json_int_t) st.evictions, "lookups",
@@ -529,7 +543,8 @@ s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
                      (json_int_t) st.misses,
                      "fabric", "channels_opened", (json_int_t) f.channels_opened,
                      "channels_open", (json_int_t) f.channels_open,
-                     "blobs_refused", (json_int_t) f.blobs_refused, "sessions", (json_int_t) self->npeers, "peers",
+                     "blobs_refused", (json_int_t) f.blobs_refused, "fabrics", fabrics,
+                     "sessions", (json_int_t) self->npeers, "peers",
                      peers, "metrics", pk_metrics_json(self->metrics),
                      "namespaces", s_namespaces_json(self));
 }

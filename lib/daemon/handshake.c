@@ -65,7 +65,8 @@ s_disconnect(self_t *self, const uint8_t *rid, size_t rlen, pk_disconnect_code_t
 
 //  An accepted connect becomes a peer; the connect message goes with it.
 static void
-s_accept(self_t *self, const uint8_t *rid, size_t rlen, const char *key, pk_msg_t **m_p)
+s_accept(self_t *self, const uint8_t *rid, size_t rlen, const char *key, size_t fabric,
+         pk_msg_t **m_p)
 {
     pk_peer_t *peer = calloc(1, sizeof *peer);
     if (!peer || rlen > sizeof peer->rid || !(peer->consumer = strdup((*m_p)->peer_id))) {
@@ -74,6 +75,7 @@ s_accept(self_t *self, const uint8_t *rid, size_t rlen, const char *key, pk_msg_
         return;
     }
     peer->node = self->node;
+    peer->fabric = fabric;
     snprintf(peer->curve_key, sizeof peer->curve_key, "%s", key);
     memcpy(peer->rid, rid, rlen);
     peer->rlen = rlen;
@@ -95,6 +97,7 @@ s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t 
         return;
     }
     char reason[PK_ERRLEN];
+    int fabric = 0;
     if (m->type == PK_MSG_DESCRIBE) {
         char *frame = NULL;
         size_t flen = 0;
@@ -105,15 +108,18 @@ s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t 
     else if (m->type != PK_MSG_CONNECT)
         s_disconnect(self, rid, rlen, PK_DISC_NO_SESSION, "no session: send connect");
     //  the address blob is checked before any data-plane object exists: a
-    //  flood of junk connects costs a parse each, nothing that stays
+    //  flood of junk connects costs a parse each, nothing that stays.  Its
+    //  provider picks the fabric (one per provider offered) that checks it
     else if (pk_server_session_check_connect(&node->id, m, reason, sizeof reason) != 0
-             || node->ops->check_blob(node->fabric, m->agent_metadata, m->agent_metadata_len,
-                                      reason) != 0) {
+             || (fabric = pk_node_fabric_for(node, m->agent_metadata, m->agent_metadata_len,
+                                             reason, sizeof reason)) < 0
+             || node->ops->check_blob(node->fabrics[fabric].fabric, m->agent_metadata,
+                                      m->agent_metadata_len, reason) != 0) {
         pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, reason);
         s_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
     }
     else
-        s_accept(self, rid, rlen, key, &m);
+        s_accept(self, rid, rlen, key, (size_t) fabric, &m);
     pk_msg_destroy(&m);
 }
 

@@ -13,8 +13,9 @@
     and pk_metrics_new declares every row, in this order (the order of the
     Prometheus text).  TYPE is COUNTER, GAUGE or HISTOGRAM; LABEL is the
     one label a family's samples may carry, PEER (the consumer's peer_id),
-    REASON (a fixed class, e.g. of protocol violation) or NAMESPACE (a
-    namespace of --tenants: values only from the operator's file).  A counter's
+    REASON (a fixed class, e.g. of protocol violation), NAMESPACE (a
+    namespace of --tenants: values only from the operator's file) or
+    PROVIDER (a data-plane provider the server opened a fabric for).  A counter's
     name ends in _total, a histogram's in _seconds.
 
     To add a metric: one row here, and its producer (a counter in the
@@ -58,10 +59,15 @@ PK_METRIC(WRITE_ERRORS, "p2pkv_write_errors_total", COUNTER,
 PK_METRIC(TRANSFERS_IN_FLIGHT, "p2pkv_transfers_in_flight", GAUGE, "Transfers in flight", PEER)
 
 //  The data plane (the transport's fabric stats)
+//  per fabric, labelled by its provider (--provider shm,tcp opens two)
 PK_METRIC(CHANNELS_OPENED, "p2pkv_channels_opened_total", COUNTER,
-          "Data-plane channels (endpoint, queue, address vector) opened for consumers", PEER)
+          "Data-plane channels (endpoint, queue, address vector) opened for consumers",
+          PROVIDER)
+PK_METRIC(CHANNELS_OPEN, "p2pkv_channels_open", GAUGE,
+          "Data-plane channels open now, per provider", PROVIDER)
 PK_METRIC(BLOBS_REFUSED, "p2pkv_connect_blobs_refused_total", COUNTER,
-          "Connects refused for their address blob, before any channel existed", PEER)
+          "Connects refused for their address blob, before any channel existed (a "
+          "provider this server does not offer: unlabelled)", PROVIDER)
 
 //  Sessions (the node)
 PK_METRIC(CONNECTIONS_REFUSED, "p2pkv_connections_refused_total", COUNTER,

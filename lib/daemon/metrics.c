@@ -39,8 +39,9 @@ static const char *const s_le[PK_METRICS_BUCKETS] = {
 static const char *const s_type_names[] = { "counter", "gauge", "histogram" };
 
 //  Each label's name, its opening in a series ({peer="), and its key in JSON.
-static const char *const s_label_open[] = { "{peer=\"", "{reason=\"", "{namespace=\"" };
-static const char *const s_label_json[] = { "peers", "reasons", "namespaces" };
+static const char *const s_label_open[] = { "{peer=\"", "{reason=\"", "{namespace=\"",
+                                             "{provider=\"" };
+static const char *const s_label_json[] = { "peers", "reasons", "namespaces", "providers" };
 
 //  The table, for pk_metrics_new.
 static const struct {
@@ -230,7 +231,7 @@ s_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type, const cha
           pk_metric_label_t label)
 {
     if (!self || !s_name_ok(name) || !help || !pk_utf8_ok(help, strlen(help))
-        || (unsigned) type > PK_METRIC_HISTOGRAM || (unsigned) label > PK_METRIC_NAMESPACE)
+        || (unsigned) type > PK_METRIC_HISTOGRAM || (unsigned) label > PK_METRIC_PROVIDER)
         return -EINVAL;
     //  Everything the family needs is allocated before the lock.
     int rc = -ENOMEM;

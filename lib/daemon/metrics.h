@@ -52,8 +52,10 @@ typedef enum {
 typedef enum {
     PK_METRIC_PEER = 0,         //  peer: the consumer's peer_id; forget_peer drops them
     PK_METRIC_REASON,           //  reason: a fixed class, e.g. of protocol violation
-    PK_METRIC_NAMESPACE         //  namespace: a name of --tenants (or shared), so as
+    PK_METRIC_NAMESPACE,        //  namespace: a name of --tenants (or shared), so as
                                 //  many values as the operator's file names
+    PK_METRIC_PROVIDER          //  provider: a data-plane provider of --provider, one
+                                //  value per fabric the server opened
 } pk_metric_label_t;
 
 /*  The daemon's families, one per row of metric_families.h, in its order.  */

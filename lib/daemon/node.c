@@ -10,6 +10,7 @@
 */
 #include "daemon/door.h"
 #include "base/clock.h"
+#include "base/host_id.h"
 #include "base/version.h"
 
 #include <errno.h>
@@ -83,19 +84,24 @@ s_open_sockets(pk_node_t *self, char *err)
     return 0;
 }
 
-//  The line printed when the node serves.
+//  The line printed when the node serves: every fabric, best first.
 static void
 s_ready_line(pk_node_t *self)
 {
     const pk_server_config_t *config = self->config;
-    char fabric[256];
-    self->ops->fabric_describe(self->fabric, fabric, sizeof fabric);
+    char fabrics[1280] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < self->nfabrics && at < sizeof fabrics; i++) {
+        char one[256];
+        self->ops->fabric_describe(self->fabrics[i].fabric, one, sizeof one);
+        at += (size_t) snprintf(fabrics + at, sizeof fabrics - at, "%s%s", i ? "; " : "", one);
+    }
     snprintf(self->ready, sizeof self->ready,
              "p2pkv-server %s ready: peer %s, peers at %s, engine at %s, pool %s "
              "(%llu blocks of %llu bytes), %s",
              PK_VERSION, config->peer_id, self->endpoint, config->local, config->pool_name,
              (unsigned long long) config->pool_blocks, (unsigned long long) config->block_len,
-             fabric);
+             fabrics);
 }
 
 //  The store's one line: a pool a dead server left, reclaimed.
@@ -193,7 +199,11 @@ s_open_directory(pk_node_t *self, char *err)
         r->host[0] = '\0';
     r->block_len = config->block_len;
     r->pool_blocks = config->pool_blocks;
-    snprintf(r->provider, sizeof r->provider, "%s", self->ops->fabric_provider(self->fabric));
+    snprintf(r->provider, sizeof r->provider, "%s", self->providers[0]);
+    for (size_t i = 0; i < self->nfabrics && i < PK_DIR_MAX_PROVIDERS; i++)
+        snprintf(r->providers[r->nproviders++], sizeof r->providers[0], "%s",
+                 self->providers[i]);
+    snprintf(r->host_id, sizeof r->host_id, "%s", self->host_id);
     snprintf(r->fingerprint, sizeof r->fingerprint, "%s", config->fingerprint);
     int rc;
     self->directory = pk_directory_new(&dc, self->store, &rc, err);
@@ -229,27 +239,119 @@ s_heap_settings(void)
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 }
 
-//  The data plane over the pool (the registry's default transport), and
-//  the identity the handshake announces with its provider.
+//  shm moves bytes between processes of one host: an address to bind
+//  means nothing to it (and fi_getinfo refuses one), so it gets none.
+static bool
+s_is_shm(const char *provider)
+{
+    return provider && strcmp(provider, "shm") == 0;
+}
+
+//  One fabric over the pool for provider (NULL: the transport's own
+//  order, verbs, efa, tcp), appended to the node's: 0, -EEXIST when a
+//  fabric of that provider is open already (two names of one provider,
+//  as tcp and tcp;ofi_rxm), or a negative errno with err.
 static int
-s_open_fabric(pk_node_t *self, char *err)
+s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
 {
     const pk_server_config_t *config = self->config;
-    pk_fabric_config_t fabric_config = { config->provider, config->fabric_addr,
-                                         config->stall_timeout };
+    pk_fabric_config_t fc = { provider, s_is_shm(provider) ? NULL : config->fabric_addr,
+                              config->stall_timeout };
+    int rc;
+    pk_fabric_t *fabric = self->ops->fabric_open(&fc, pk_store_base(self->store),
+                                                 config->pool_blocks, config->block_len, &rc,
+                                                 err);
+    if (!fabric)
+        return rc < 0 ? rc : -EIO;
+    const char *name = self->ops->fabric_provider(fabric);
+    for (size_t i = 0; i < self->nfabrics; i++)
+        if (strcmp(self->fabrics[i].provider, name) == 0) {
+            self->ops->fabric_close(&fabric);
+            return pk_err(err, -EEXIST, "--provider: %s twice (as %s)", name,
+                          provider ? provider : "auto");
+        }
+    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, name, { 0 } };
+    self->providers[self->nfabrics++] = name;
+    return 0;
+}
+
+static void
+s_close_fabrics(pk_node_t *self)
+{
+    while (self->nfabrics)
+        self->ops->fabric_close(&self->fabrics[--self->nfabrics].fabric);
+}
+
+//  The data plane over the pool: one fabric per provider of --provider,
+//  best first, each registering the pool (the registry's default
+//  transport); and the identity the handshake announces with them.  A
+//  provider named that does not open is a start error naming it; under
+//  auto (no list), shm where it works and then the transport's first
+//  network provider, the ones that do not open skipped.
+static int
+s_open_fabrics(pk_node_t *self, char *err)
+{
+    const pk_server_config_t *config = self->config;
     self->ops = pk_transport_find(NULL);
     int rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err);
     if (rc)
         return rc;
-    self->fabric = self->ops->fabric_open(&fabric_config, pk_store_base(self->store),
-                                          config->pool_blocks, config->block_len, &rc, err);
-    if (!self->fabric)
-        return rc < 0 ? rc : -EIO;
+    if (!config->provider) {
+        char why[PK_ERRLEN];
+        const char *automatic[] = { "shm", NULL };
+        for (size_t i = 0; i < 2; i++)
+            if ((rc = s_open_one_fabric(self, automatic[i], why)) != 0)
+                pk_node_log(self, PK_LOG_INFO, "--provider auto: %s skipped: %s",
+                            automatic[i] ? automatic[i] : "a network provider", why);
+        if (self->nfabrics == 0)
+            return pk_err(err, rc < 0 ? rc : -EIO, "--provider auto: no provider opens: %s",
+                          why);
+    }
+    else {
+        for (const char *at = config->provider; *at; at += *at == ',') {
+            char name[64];
+            size_t len = strcspn(at, ",");
+            snprintf(name, sizeof name, "%.*s", (int) len, at);
+            at += len;
+            if (self->nfabrics == PK_MAX_FABRICS)
+                rc = pk_err(err, -E2BIG, "--provider: at most %d providers", PK_MAX_FABRICS);
+            else
+                rc = s_open_one_fabric(self, name, err);
+            if (rc) {
+                s_close_fabrics(self);
+                return rc;
+            }
+        }
+    }
+    (void) pk_host_id(self->host_id, sizeof self->host_id);
     self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
                                         config->fingerprint, config->hash_seed,
-                                        self->ops->fabric_provider(self->fabric) };
+                                        self->providers[0], self->providers, self->nfabrics,
+                                        self->host_id };
     self->session_config = pk_server_config_session(config);
     return 0;
+}
+
+int
+pk_node_fabric_for(pk_node_t *self, const uint8_t *blob, size_t len, char *reason, size_t cap)
+{
+    char provider[64], err[PK_ERRLEN];
+    int rc = self->ops->blob_provider(blob, len, provider, sizeof provider, err);
+    for (size_t i = 0; rc == 0 && i < self->nfabrics; i++)
+        if (strcmp(self->fabrics[i].provider, provider) == 0)
+            return (int) i;
+    atomic_fetch_add(&self->blobs_unmatched, 1);
+    if (rc) {
+        snprintf(reason, cap, "%s", err);
+        return rc;
+    }
+    //  the consumer's provider, and every one this server offers
+    size_t at = (size_t) snprintf(reason, cap, "agent_metadata: provider %s, this server "
+                                  "offers ", provider);
+    for (size_t i = 0; i < self->nfabrics && at < cap; i++)
+        at += (size_t) snprintf(reason + at, cap - at, "%s%s", i ? ", " : "",
+                                self->fabrics[i].provider);
+    return -EPROTO;
 }
 
 pk_node_t *
@@ -282,7 +384,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         snprintf(err, PK_ERRLEN, "out of memory");
         goto fail_store;
     }
-    if ((rc = s_open_fabric(self, err)) != 0)
+    if ((rc = s_open_fabrics(self, err)) != 0)
         goto fail_store;
     rc = s_open_sockets(self, err);
     if (rc)
@@ -313,7 +415,7 @@ fail_sockets:
     zsock_destroy(&self->local);
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
-    self->ops->fabric_close(&self->fabric);
+    s_close_fabrics(self);
 fail_store:
     pk_store_destroy(&self->store);
 fail_self:
@@ -406,6 +508,31 @@ s_directory_gauges(pk_node_t *self)
     *was = d;
 }
 
+//  Each fabric's counts, labelled by its provider; a connect for a
+//  provider not offered has no fabric to count it: unlabelled.
+static void
+s_fabric_gauges(pk_node_t *self)
+{
+    pk_metrics_t *m = self->metrics;
+    double open = 0;
+    for (size_t i = 0; i < self->nfabrics; i++) {
+        pk_node_fabric_t *nf = &self->fabrics[i];
+        pk_fabric_stats_t f;
+        self->ops->fabric_stats(nf->fabric, &f);
+        pk_metrics_add(m, PK_M_CHANNELS_OPENED, nf->provider,
+                       f.channels_opened - nf->pushed.channels_opened);
+        pk_metrics_add(m, PK_M_BLOBS_REFUSED, nf->provider,
+                       f.blobs_refused - nf->pushed.blobs_refused);
+        pk_metrics_set(m, PK_M_CHANNELS_OPEN, nf->provider, (double) f.channels_open);
+        open += (double) f.channels_open;
+        nf->pushed = f;
+    }
+    pk_metrics_set(m, PK_M_CHANNELS_OPEN, NULL, open);
+    uint64_t unmatched = atomic_load(&self->blobs_unmatched);
+    pk_metrics_add(m, PK_M_BLOBS_REFUSED, NULL, unmatched - self->unmatched_pushed);
+    self->unmatched_pushed = unmatched;
+}
+
 //  Pool occupancy, refreshed by the main loop twice a second.
 static void
 s_pool_gauges(pk_node_t *self)
@@ -422,13 +549,7 @@ s_pool_gauges(pk_node_t *self)
                        st.evictions - self->evictions_pushed);
     self->evictions_pushed = st.evictions;
     s_directory_gauges(self);
-    pk_fabric_stats_t f;
-    self->ops->fabric_stats(self->fabric, &f);
-    pk_metrics_add(self->metrics, PK_M_CHANNELS_OPENED, NULL,
-                   f.channels_opened - self->fabric_pushed.channels_opened);
-    pk_metrics_add(self->metrics, PK_M_BLOBS_REFUSED, NULL,
-                   f.blobs_refused - self->fabric_pushed.blobs_refused);
-    self->fabric_pushed = f;
+    s_fabric_gauges(self);
     pk_metrics_set(self->metrics, PK_M_SESSIONS, NULL, (double) self->npeers);
     s_namespace_metrics(self);
 }
@@ -538,7 +659,7 @@ pk_node_destroy(pk_node_t **self_p)
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
     pk_metrics_http_destroy(&self->http);
-    self->ops->fabric_close(&self->fabric);
+    s_close_fabrics(self);
     pk_store_destroy(&self->store);
     pk_metrics_destroy(&self->metrics);
     free(self->ns_pushed);

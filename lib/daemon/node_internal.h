@@ -73,13 +73,27 @@ typedef struct {
 //  Stores held for consumers not connected yet.
 #define PK_MAX_HELD 1024
 
+//  Fabrics at most, one per provider offered (--provider shm,tcp).
+#define PK_MAX_FABRICS 8
+
+//  One provider's fabric over the pool (node.c opens them, best first).
+typedef struct {
+    pk_fabric_t *fabric;
+    const char *provider;           //  the fabric's own name ("shm", "tcp;ofi_rxm")
+    pk_fabric_stats_t pushed;       //  its counts already in the metrics
+} pk_node_fabric_t;
+
 struct _pk_node_t {
     const pk_server_config_t *config;
     pk_server_identity_t id;
     pk_server_session_config_t session_config;
     pk_store_t *store;
     const pk_transport_ops_t *ops;  //  the data plane, found by name
-    pk_fabric_t *fabric;
+    pk_node_fabric_t fabrics[PK_MAX_FABRICS];
+    size_t nfabrics;                //  at least one once the node is built
+    const char *providers[PK_MAX_FABRICS];  //  their names, for the description
+    char host_id[128];              //  this server's same-host identity (base/host_id.h)
+    atomic_uint_fast64_t blobs_unmatched;   //  connects naming a provider not offered
     zsock_t *router;
     zsock_t *local;
     zsock_t *zap;                   //  our ZAP handler: --allow, --curve-allow
@@ -95,7 +109,7 @@ struct _pk_node_t {
     volatile sig_atomic_t *reload;  //  SIGHUP seen (pk_node_watch_reload)
     zpoller_t *poller;
     char endpoint[256];
-    char ready[1024];
+    char ready[2048];
     pk_keymap_t by_rid;             //  routing id -> peer
     pk_keymap_t by_id;              //  a peer's id -> peer
     uint64_t next_peer_id;
@@ -107,7 +121,7 @@ struct _pk_node_t {
     pk_peer_t *gone;                //  peers whose actor said GONE: reaped next
     size_t reaped_since_trim;       //  peers freed since the heap was last trimmed
     pk_metrics_t *metrics;
-    pk_fabric_stats_t fabric_pushed; //  the fabric's counts already in the metrics
+    uint64_t unmatched_pushed;      //  blobs_unmatched already in the metrics
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
     pk_store_ns_stats_t *ns_pushed; //  each namespace's lookups already in the metrics
     pk_metrics_http_t *http;
@@ -127,6 +141,10 @@ struct _pk_node_t {
 };
 
 //  node.c
+/*  The fabric a connect's blob is for (its provider's): its index, or
+    -EPROTO with reason naming the providers offered.  Any thread.  */
+int pk_node_fabric_for(pk_node_t *self, const uint8_t *blob, size_t len, char *reason,
+                       size_t cap);
 void pk_node_log(const pk_node_t *self, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

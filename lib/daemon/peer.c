@@ -193,7 +193,8 @@ s_open_channel(self_t *self, char *reason)
     pk_msg_t *m = self->peer->connect;
     char err[PK_ERRLEN];
     int rc;
-    pk_channel_t *ch = node->ops->channel_new(node->fabric, false, &rc, err);
+    pk_channel_t *ch = node->ops->channel_new(node->fabrics[self->peer->fabric].fabric, false,
+                                              &rc, err);
     if (!ch || node->ops->channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
         pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, err);
         s_refuse(self, PK_DISC_INCOMPATIBLE, err);

@@ -88,7 +88,7 @@ pk_server_config_defaults(pk_server_config_t *self)
         strcpy(host, "localhost");
     self->bind = strdup("tcp://*:5710");
     self->peer_id = strdup(host);
-    self->provider = strdup("tcp");
+    self->provider = NULL;      //  auto: what the machine has (shm, then a network one)
     self->fingerprint = strdup("");
     self->hash_seed = strdup("0");
     self->pool_blocks = 1024;
@@ -114,7 +114,7 @@ pk_server_config_defaults(pk_server_config_t *self)
     self->keepalive_interval = 2;
     self->directory_ttl = 3;
     self->directory_timeout = 1;
-    if (!self->bind || !self->peer_id || !self->provider || !self->fingerprint
+    if (!self->bind || !self->peer_id || !self->fingerprint
         || !self->hash_seed || pk_server_config_derive_local(self) || pk_server_config_derive_pool_name(self)) {
         pk_server_config_fini(self);
         return -ENOMEM;
@@ -187,7 +187,9 @@ pk_server_config_client(const pk_server_config_t *self, const char *peer_id)
         .peer_id = peer_id,
         .fingerprint = self->fingerprint,
         .hash_seed = self->hash_seed,
-        .provider = self->provider,
+        //  one provider named: the puller's too; a list or auto: the
+        //  client picks the best one each remote server shares with it
+        .provider = self->provider && !strchr(self->provider, ',') ? self->provider : NULL,
         .node = self->fabric_addr,
         .load_timeout = self->load_timeout,
         .abort_ack_timeout = self->abort_ack_timeout,

@@ -50,7 +50,8 @@ typedef struct {
     uint64_t pool_blocks;       //  1024
     uint64_t block_len;         //  65536
     char *pool_name;            //  shm name: "/p2pkv-ID" (ID sanitised)
-    char *provider;             //  "tcp"; NULL = automatic (verbs, efa, tcp)
+    char *provider;             //  "shm,tcp": one fabric each, best first; NULL = auto
+                                //  (shm where it works, then verbs, efa or tcp)
     char *fabric_addr;          //  the data plane's local address; NULL = the provider's
     char *fingerprint;          //  ""
     char *hash_seed;            //  "0"

@@ -43,6 +43,7 @@ bool pk_config_text_ok(const char *s);
 bool pk_config_endpoint_ok(const char *v);
 bool pk_config_shm_char_ok(char c);
 bool pk_config_pool_name_ok(const char *v);
+#define PK_CONFIG_MAX_PROVIDERS 8
 bool pk_config_provider_ok(const char *v);
 bool pk_config_host_ok(const char *host, bool bracketed, bool star);
 bool pk_config_metrics_ok(const char *v);

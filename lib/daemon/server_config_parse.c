@@ -169,8 +169,10 @@ static const char s_usage[] =
     "      --pool-name /NAME        shared-memory object holding the pool; default\n"
     "                               /p2pkv-ID (characters other than A-Z a-z 0-9\n"
     "                               . _ - become _)\n"
-    "      --provider NAME          libfabric provider (tcp, verbs, efa, ...), or\n"
-    "                               auto: the first of verbs, efa, tcp; default tcp\n"
+    "      --provider LIST          libfabric providers offered, best first, one\n"
+    "                               fabric each (shm,tcp; tcp; verbs; ...), or\n"
+    "                               auto: shm where it works, then the first of\n"
+    "                               verbs, efa, tcp; default auto\n"
     "      --fabric-addr ADDR       local address (IPv4, IPv6 or host name) of the\n"
     "                               data plane; default: the provider's choice\n"
     "      --fingerprint STRING     model and cache layout; peers must match it\n"
@@ -371,8 +373,8 @@ s_apply_text(s_parser_t *p, const s_setting_t *s, const char *value, const char 
         break;
     case S_PROVIDER:
         if (!pk_config_provider_ok(value))
-            return s_bad(p, where, "a libfabric provider name (tcp, verbs, efa, ...) or auto",
-                         value);
+            return s_bad(p, where, "a libfabric provider name (tcp, verbs, efa, ...), a list "
+                         "of them (shm,tcp), or auto", value);
         return s_set_or_clear(p, field, value, strcmp(value, "auto") == 0);
     case S_FABRIC_ADDR:
         //  Empty gives the choice back to the provider.

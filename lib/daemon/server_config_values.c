@@ -112,17 +112,30 @@ pk_config_pool_name_ok(const char *v)
     return true;
 }
 
-//  libfabric provider names and layered stacks ("verbs;ofi_rxm").
+//  libfabric provider names and layered stacks ("verbs;ofi_rxm"), alone
+//  or as a list ("shm,tcp") of at most PK_CONFIG_MAX_PROVIDERS, each once.
 bool
 pk_config_provider_ok(const char *v)
 {
-    size_t len = strlen(v);
-    if (len < 1 || len > 64)
-        return false;
-    for (size_t i = 0; i < len; i++)
-        if (!pk_config_shm_char_ok(v[i]) && v[i] != ';')
+    size_t n = 0;
+    const char *names[PK_CONFIG_MAX_PROVIDERS];
+    size_t lens[PK_CONFIG_MAX_PROVIDERS];
+    for (const char *at = v;; at++) {
+        size_t len = strcspn(at, ",");
+        if (len < 1 || len > 63 || n == PK_CONFIG_MAX_PROVIDERS)
             return false;
-    return true;
+        for (size_t i = 0; i < len; i++)
+            if (!pk_config_shm_char_ok(at[i]) && at[i] != ';')
+                return false;
+        for (size_t i = 0; i < n; i++)
+            if (lens[i] == len && memcmp(names[i], at, len) == 0)
+                return false;
+        names[n] = at;
+        lens[n++] = len;
+        at += len;
+        if (!*at)
+            return true;
+    }
 }
 
 //  An IPv4 address, [IPv6] (bare when !bracketed), a host name (RFC 1123),

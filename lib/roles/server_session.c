@@ -127,10 +127,16 @@ pk_server_session_description(const pk_server_identity_t *id, char **frame_p, si
                    .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
                    .block_len = id->block_len, .config_fingerprint = (char *) id->fingerprint,
                    .hash_seed = (char *) id->hash_seed, .provider = (char *) id->provider,
+                   .providers = (char **) id->providers, .nproviders = id->nproviders,
+                   .host = (char *) id->host,
                    .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                               | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
                               | PK_BIT(PK_F_CONFIG_FINGERPRINT) | PK_BIT(PK_F_HASH_SEED)
                               | PK_BIT(PK_F_PROVIDER) };
+    if (id->nproviders)
+        m.present |= PK_BIT(PK_F_PROVIDERS);
+    if (id->host && *id->host)
+        m.present |= PK_BIT(PK_F_HOST);
     return pk_msg_encode(&m, frame_p, len_p, NULL);
 }
 

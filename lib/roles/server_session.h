@@ -23,7 +23,10 @@ typedef struct {
     uint64_t num_blocks;
     const char *fingerprint;
     const char *hash_seed;
-    const char *provider;
+    const char *provider;           //  the best of providers (old consumers read it alone)
+    const char *const *providers;   //  every data-plane provider offered, best first;
+    size_t nproviders;              //  none: provider alone
+    const char *host;               //  its same-host identity (base/host_id.h), or NULL
 } pk_server_identity_t;
 
 typedef struct {

@@ -295,6 +295,15 @@ s_check_blob(pk_fabric_t *fabric, const uint8_t *blob, size_t len, char *err)
     return rc;
 }
 
+static int
+s_blob_provider(const uint8_t *blob, size_t len, char *out, size_t cap, char *err)
+{
+    if (!blob || len != S_MEM_BLOB_LEN || memcmp(blob, S_MEM_MAGIC, 4) != 0)
+        return pk_err(err, -EPROTO, "agent_metadata: not a p2pkv in-memory address");
+    snprintf(out, cap, "mem");
+    return 0;
+}
+
 static void
 s_fabric_stats(const pk_fabric_t *fabric, pk_fabric_stats_t *stats)
 {
@@ -434,6 +443,7 @@ static const pk_transport_ops_t s_ops = {
     .fabric_provider = s_fabric_provider,
     .fabric_has_cq_data = s_fabric_has_cq_data,
     .check_blob = s_check_blob,
+    .blob_provider = s_blob_provider,
     .fabric_stats = s_fabric_stats,
     .channel_new = s_channel_new,
     .channel_close = s_channel_close,

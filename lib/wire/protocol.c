@@ -50,6 +50,8 @@ const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_CONFIG_FINGERPRINT] = { "config_fingerprint", K_STRING, 0, PK_MAX_STRING },
     [PK_F_HASH_SEED]          = { "hash_seed", K_STRING, 1, PK_MAX_STRING },
     [PK_F_PROVIDER]           = { "provider", K_STRING, 1, PK_MAX_STRING },
+    [PK_F_PROVIDERS]          = { "providers", K_STRINGS, 1, PK_MAX_PROVIDERS },
+    [PK_F_HOST]               = { "host", K_STRING, 1, PK_MAX_HOST },
 };
 
 #define B(f) PK_BIT(PK_F_##f)
@@ -65,7 +67,8 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
     [PK_MSG_DESCRIBE]      = { "describe", 0, 0, TO_SERVER },
     [PK_MSG_DESCRIPTION]   = { "description",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | B(BLOCK_LEN)
-        | B(CONFIG_FINGERPRINT) | B(HASH_SEED) | B(PROVIDER), 0, TO_CONSUMER },
+        | B(CONFIG_FINGERPRINT) | B(HASH_SEED) | B(PROVIDER), B(PROVIDERS) | B(HOST),
+        TO_CONSUMER },
     [PK_MSG_CONNECT]       = { "connect",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | EPOCHS | B(AGENT_METADATA)
         | B(BASE_ADDR) | B(NUM_BLOCKS) | B(BLOCK_LEN) | B(CONFIG_FINGERPRINT)
@@ -224,6 +227,16 @@ pk_wire_keys_free(pk_keys_t *keys)
 }
 
 void
+pk_wire_strings_free(pk_msg_t *self)
+{
+    for (size_t i = 0; i < self->nproviders; i++)
+        free(self->providers[i]);
+    free(self->providers);
+    self->providers = NULL;
+    self->nproviders = 0;
+}
+
+void
 pk_msg_destroy(pk_msg_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -235,6 +248,8 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->hash_seed);
     free(self->provider);
     free(self->reason);
+    free(self->host);
+    pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
     free(self->block_indexes);
     free(self->hits);
@@ -253,6 +268,7 @@ pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
         case PK_F_HASH_SEED:          return &self->hash_seed;
         case PK_F_PROVIDER:           return &self->provider;
         case PK_F_REASON:             return &self->reason;
+        case PK_F_HOST:               return &self->host;
         default:                      return NULL;
     }
 }
@@ -340,6 +356,27 @@ pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count)
     pk_wire_keys_free(&self->keys);
     self->keys = copy;
     self->present |= PK_BIT(PK_F_KEYS);
+    return 0;
+}
+
+int
+pk_msg_set_strings(pk_msg_t *self, pk_field_t field, const char *const *v, size_t n)
+{
+    assert(field == PK_F_PROVIDERS);
+    char **copy = calloc(n ? n : 1, sizeof *copy);
+    if (!copy)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (!(copy[i] = strdup(v[i]))) {
+            while (i--)
+                free(copy[i]);
+            free(copy);
+            return -ENOMEM;
+        }
+    pk_wire_strings_free(self);
+    self->providers = copy;
+    self->nproviders = n;
+    self->present |= PK_BIT(field);
     return 0;
 }
 
@@ -433,6 +470,13 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
             }
             break;
         }
+        case PK_MSG_DESCRIPTION:
+            //  old consumers read provider alone: it must be the best one
+            if ((m->present & B(PROVIDERS)) && m->nproviders
+                && strcmp(m->providers[0], m->provider) != 0)
+                return pk_err(err, -EPROTO, "%s.providers[0]: expected the provider (%.64s), "
+                              "got %.64s", tn, m->provider, m->providers[0]);
+            break;
         case PK_MSG_LOOKUP:
             if (n == 0)
                 return pk_err(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
@@ -644,6 +688,32 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
             m->agent_metadata_len = out_len;
             break;
         }
+        case K_STRINGS: {
+            if (!json_is_array(j))
+                return pk_err(err, -EPROTO, "%s.%s: expected array, got %s",
+                              tn, fn, s_got(j, got, sizeof got));
+            size_t n = json_array_size(j);
+            if (n < spec->min || n > spec->max)
+                return pk_err(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
+                              " items, got %zu", tn, fn, spec->min, spec->max, n);
+            m->providers = calloc(n, sizeof *m->providers);
+            if (!m->providers)
+                return pk_err(err, -ENOMEM, "out of memory");
+            for (size_t i = 0; i < n; i++) {
+                const json_t *s = json_array_get(j, i);
+                if (!json_is_string(s))
+                    return pk_err(err, -EPROTO, "%s.%s[%zu]: expected string, got %s",
+                                  tn, fn, i, s_got(s, got, sizeof got));
+                size_t len = json_string_length(s);
+                if (len < 1 || len > PK_MAX_PROVIDER)
+                    return pk_err(err, -EPROTO, "%s.%s[%zu]: expected string of 1..%d bytes, "
+                                  "got %zu bytes", tn, fn, i, PK_MAX_PROVIDER, len);
+                if (!(m->providers[i] = strndup(json_string_value(s), len)))
+                    return pk_err(err, -ENOMEM, "out of memory");
+                m->nproviders = i + 1;
+            }
+            break;
+        }
         case K_CODE: {
             if (json_is_string(j))
                 for (int c = 0; c < PK_DISC_COUNT; c++)
@@ -799,6 +869,17 @@ s_check_field(const pk_msg_t *m, pk_field_t f, char *err)
             if ((unsigned) m->code >= PK_DISC_COUNT)
                 return pk_err(err, -EPROTO, "%s.code: unknown code %d", tn, (int) m->code);
             break;
+        case K_STRINGS:
+            if (m->nproviders < spec->min || m->nproviders > spec->max)
+                return pk_err(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
+                              " items, got %zu", tn, fn, spec->min, spec->max, m->nproviders);
+            for (size_t i = 0; i < m->nproviders; i++) {
+                size_t len = m->providers[i] ? strlen(m->providers[i]) : 0;
+                if (len < 1 || len > PK_MAX_PROVIDER)
+                    return pk_err(err, -EPROTO, "%s.%s[%zu]: expected string of 1..%d bytes, "
+                                  "got %zu bytes", tn, fn, i, PK_MAX_PROVIDER, len);
+            }
+            break;
         case K_HITS:
         case K_BOOL:
             break;
@@ -818,6 +899,8 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
         size += 12 * m->keys.count;
     if (emit & B(AGENT_METADATA))
         size += m->agent_metadata_len / 3 * 4 + 8;
+    if (emit & B(PROVIDERS))
+        size += m->nproviders * (6 * PK_MAX_PROVIDER + 3);
     return size;
 }
 
@@ -877,6 +960,16 @@ s_encode_field(pk_jout_t *o, const pk_msg_t *m, pk_field_t f)
         case K_INDEXES:
         case K_HITS:
             s_encode_list(o, m, pk_wire_fields[f].kind);
+            break;
+        case K_STRINGS:
+            pk_jout_raw(o, "[", 1);
+            for (size_t i = 0; i < m->nproviders; i++) {
+                if (i)
+                    pk_jout_raw(o, ",", 1);
+                if (pk_jout_string(o, m->providers[i], strlen(m->providers[i])) != 0)
+                    return -EILSEQ;
+            }
+            pk_jout_raw(o, "]", 1);
             break;
     }
     return 0;

@@ -41,6 +41,9 @@
 #define PK_MAX_NUM_BLOCKS  (UINT64_C(1) << 31)
 #define PK_MAX_BLOCK_INDEX 2147483647u
 #define PK_EPOCH_LEN       16
+#define PK_MAX_PROVIDERS   16           /* items in description.providers */
+#define PK_MAX_PROVIDER    63           /* bytes of one provider name (libfabric's stay short) */
+#define PK_MAX_HOST        127          /* bytes of description.host (base/host_id.h) */
 
 typedef enum {
     PK_MSG_DESCRIBE = 0,
@@ -93,6 +96,8 @@ typedef enum {
     PK_F_CONFIG_FINGERPRINT,
     PK_F_HASH_SEED,
     PK_F_PROVIDER,
+    PK_F_PROVIDERS,
+    PK_F_HOST,
     PK_F_COUNT
 } pk_field_t;
 
@@ -108,6 +113,9 @@ typedef struct {
     char *hash_seed;
     char *provider;
     char *reason;
+    char *host;
+    char **providers;               /* nproviders strings, best first */
+    size_t nproviders;
 
     pk_keys_t keys;                 /* count: also the lists' length; a
                                        lookup_resp without keys has
@@ -144,6 +152,8 @@ int pk_msg_set_keys(pk_msg_t *self, const pk_key_t *keys, size_t count);
 int pk_msg_set_block_indexes(pk_msg_t *self, const uint32_t *idx, size_t count);
 int pk_msg_set_hits(pk_msg_t *self, const bool *hits, size_t count);
 int pk_msg_set_metadata(pk_msg_t *self, const void *data, size_t len);
+/*  A list of strings (providers): n copies, in order.  */
+int pk_msg_set_strings(pk_msg_t *self, pk_field_t field, const char *const *v, size_t n);
 void pk_msg_set_uint(pk_msg_t *self, pk_field_t field, uint64_t value);
 void pk_msg_set_bool(pk_msg_t *self, pk_field_t field, bool value);
 void pk_msg_set_epochs(pk_msg_t *self, const uint8_t *source, const uint8_t *target);

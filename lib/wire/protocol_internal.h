@@ -21,7 +21,8 @@ typedef enum {
     K_INDEXES,
     K_HITS,
     K_METADATA,
-    K_CODE
+    K_CODE,
+    K_STRINGS       /* an array of [min, max] strings of 1..PK_MAX_PROVIDER bytes */
 } pk_field_kind_t;
 
 typedef struct {
@@ -44,6 +45,7 @@ extern const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT];
 extern const char *const pk_wire_codes[PK_DISC_COUNT];
 
 void pk_wire_keys_free(pk_keys_t *keys);
+void pk_wire_strings_free(pk_msg_t *self);
 char **pk_wire_string_slot(pk_msg_t *self, pk_field_t field);
 uint64_t *pk_wire_uint_slot(pk_msg_t *self, pk_field_t field);
 bool pk_wire_is_zero(const uint8_t *epoch);

@@ -141,6 +141,26 @@ s_scan_metadata(s_scan_t *sc, const pk_field_spec_t *spec)
     return 0;
 }
 
+//  providers: up to spec->max strings of 1..PK_MAX_PROVIDER bytes.
+static int
+s_scan_strings(s_scan_t *sc, const pk_field_spec_t *spec)
+{
+    pk_msg_t *m = sc->m;
+    if (pk_jscan_take(&sc->js, '[') || pk_jscan_peek(&sc->js) == ']'
+        || !(m->providers = calloc(spec->max, sizeof *m->providers)))
+        return -EBADMSG;
+    int more = 1;
+    for (; more == 1; more = pk_jscan_next(&sc->js, ']')) {
+        const char *text;
+        size_t len;
+        if (m->nproviders == spec->max || pk_jscan_string(&sc->js, &text, &len) || len < 1
+            || len > PK_MAX_PROVIDER || !(m->providers[m->nproviders] = strndup(text, len)))
+            return -EBADMSG;
+        m->nproviders++;
+    }
+    return more < 0 || m->nproviders < spec->min ? -EBADMSG : 0;
+}
+
 //  One member's value, by its field's kind (the type may not be known yet:
 //  the rules that depend on it wait for s_scan_finish).
 static int
@@ -176,6 +196,8 @@ s_scan_field(s_scan_t *sc, pk_field_t f)
             return s_scan_list(sc, spec->kind == K_HITS);
         case K_METADATA:
             return s_scan_metadata(sc, spec);
+        case K_STRINGS:
+            return s_scan_strings(sc, spec);
         case K_CODE:
             if (pk_jscan_string(&sc->js, &text, &len))
                 return -EBADMSG;
@@ -274,6 +296,7 @@ s_forget_field(pk_msg_t *m, pk_field_t f)
             m->agent_metadata = NULL;
             m->agent_metadata_len = 0;
             break;
+        case K_STRINGS:  pk_wire_strings_free(m); break;
     }
 }
 

@@ -48,7 +48,7 @@ class Config(Structure):
 
 class Holder(Structure):
     _fields_ = [("peer_id", c_char_p), ("endpoint", c_char_p), ("host", c_char_p),
-                ("block_len", c_uint64), ("provider", c_char_p)]
+                ("block_len", c_uint64), ("provider", c_char_p), ("host_id", c_char_p)]
 
 
 class DirectoryStats(Structure):
@@ -64,7 +64,8 @@ ANY_SERVER = -1
 class Description(Structure):
     _fields_ = [("peer_id", c_char * 256), ("block_len", c_uint64),
                 ("fingerprint", c_char * 256), ("hash_seed", c_char * 256),
-                ("provider", c_char * 64)]
+                ("provider", c_char * 64), ("providers", (c_char * 64) * 8),
+                ("nproviders", c_size_t), ("host", c_char * 128)]
 
 
 class EngineInfo(Structure):

@@ -33,8 +33,8 @@ def _curve(curve_public, curve_secret, curve_server) -> list:
 
 def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str] = None,
              curve_secret: Optional[str] = None, curve_server: Optional[str] = None) -> dict:
-    """A server's block length, fingerprint, hash seed and provider, to
-    size a pool before connecting.  A CURVE server describes itself only
+    """A server's block length, fingerprint, hash seed and providers (best
+    first) and host identity, to size a pool before connecting.  A CURVE server describes itself only
     to an allowed key: give the consumer's keypair and the server's key
     (Z85), as for Client."""
     d = L.Description()
@@ -45,7 +45,9 @@ def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str]
                                        ctypes.byref(d), err), err, f"describe {endpoint}")
     return {"peer_id": d.peer_id.decode(), "block_len": d.block_len,
             "fingerprint": d.fingerprint.decode(), "hash_seed": d.hash_seed.decode(),
-            "provider": d.provider.decode()}
+            "provider": d.provider.decode(),
+            "providers": [d.providers[i].value.decode() for i in range(d.nproviders)],
+            "host": d.host.decode()}
 
 
 @dataclass

@@ -145,13 +145,17 @@ s_world_init(s_world_t *w)
     snprintf(name, sizeof name, "/p2pkv-fuzz-engine-%d", (int) getpid());
     n->store = pk_store_new(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now }, NULL);
     n->ops = pk_memtransport_ops();
-    n->fabric = n->store ? n->ops->fabric_open(NULL, pk_store_base(n->store), S_BLOCKS,
-                                               S_BLOCK_LEN, NULL, NULL) : NULL;
+    pk_fabric_t *f = n->store ? n->ops->fabric_open(NULL, pk_store_base(n->store), S_BLOCKS,
+                                                    S_BLOCK_LEN, NULL, NULL) : NULL;
+    if (f) {
+        n->fabrics[n->nfabrics] = (pk_node_fabric_t) { f, n->ops->fabric_provider(f), { 0 } };
+        n->providers[n->nfabrics++] = n->fabrics[0].provider;
+    }
     n->metrics = pk_metrics_new();
     n->local = s_local;
     n->puller = s_puller;
     snprintf(n->endpoint, sizeof n->endpoint, "tcp://127.0.0.1:5555");
-    return n->store && n->fabric && n->metrics ? 0 : -1;
+    return n->store && n->nfabrics && n->metrics ? 0 : -1;
 }
 
 static void
@@ -160,7 +164,8 @@ s_world_fini(s_world_t *w)
     pk_node_t *n = &w->node;
     pk_engine_destroy(n);
     pk_metrics_destroy(&n->metrics);
-    n->ops->fabric_close(&n->fabric);
+    while (n->nfabrics)
+        n->ops->fabric_close(&n->fabrics[--n->nfabrics].fabric);
     pk_store_destroy(&n->store);
     pk_keymap_fini(&n->by_consumer);
     pk_server_config_fini(&w->config);

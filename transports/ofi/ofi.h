@@ -77,6 +77,9 @@ void pk_ofi_describe(const pk_ofi_t *self, char *buf, size_t len);
 
 /*  A channel for one peer; expose: register the pool for this peer's
     remote writes under a fresh key (the consumer side).  */
+/*  The provider a blob names (its first field after the version).  */
+int pk_ofi_blob_provider(const uint8_t *blob, size_t len, char *out, size_t cap, char *err);
+
 pk_ofi_channel_t *pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err);
 void pk_ofi_channel_destroy(pk_ofi_channel_t **self_p);
 

@@ -127,6 +127,19 @@ s_parse_blob(const pk_ofi_t *ofi, const uint8_t *blob, size_t len, s_blob_t *b, 
 }
 
 int
+pk_ofi_blob_provider(const uint8_t *blob, size_t len, char *out, size_t cap, char *err)
+{
+    uint16_t provlen;
+    if (!blob || len < 12 || memcmp(blob, S_BLOB_MAGIC, 4) != 0)
+        return pk_err(err, -EPROTO, "agent_metadata: not a p2pkv libfabric address");
+    memcpy(&provlen, blob + 8, 2);          //  after the magic and the version
+    if (len - 10 < provlen || provlen == 0 || provlen >= cap)
+        return pk_err(err, -EPROTO, "agent_metadata: truncated");
+    snprintf(out, cap, "%.*s", (int) provlen, (const char *) blob + 10);
+    return 0;
+}
+
+int
 pk_ofi_check_blob(pk_ofi_t *self, const uint8_t *blob, size_t len, char *err)
 {
     s_blob_t b;

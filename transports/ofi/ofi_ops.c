@@ -171,4 +171,5 @@ const pk_transport_ops_t pk_ofi_transport_ops = {
     .channel_closed = s_channel_closed,
     .channel_stats = s_channel_stats,
     .channel_transport = s_channel_transport,
+    .blob_provider = pk_ofi_blob_provider,
 };

@@ -1,0 +1,106 @@
+/*  fabrics.c: the client's data plane, one fabric per provider it uses.
+
+    A named config.provider is every server's: its fabric opens with the
+    client, so a provider libfabric lacks fails p2pkv_client_new as it
+    always did.  Under auto (NULL or "auto") nothing opens until a connect
+    has the server's description: then the best provider both sides have,
+    shm when the server runs on this host (its host identity is ours:
+    the same boot and network and IPC namespaces, base/host_id.h), else
+    the first network provider of the server's list, best first.  A
+    fabric, once open, serves every server of its provider (one channel
+    each), so a client talking to a same-host server and a remote one
+    holds two fabrics, each registering the pool once.
+*/
+#include "client/client_internal.h"
+#include "base/host_id.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static bool
+s_is_shm(const char *provider)
+{
+    return strcmp(provider, "shm") == 0;
+}
+
+//  The fabric of provider name (as asked, or as libfabric named it: a
+//  server announces "tcp;ofi_rxm" where it was asked for tcp), opened
+//  when none is.  NULL with *rc_p a negative errno and err.
+static pk_fabric_t *
+s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
+{
+    for (size_t i = 0; i < self->nfabrics; i++)
+        if (strcmp(self->fabrics[i].asked, name) == 0
+            || strcmp(self->ops->fabric_provider(self->fabrics[i].fabric), name) == 0)
+            return self->fabrics[i].fabric;
+    if (self->nfabrics == S_MAX_FABRICS) {
+        *rc_p = pk_err(err, -ENOSPC, "at most %d providers at once", S_MAX_FABRICS);
+        return NULL;
+    }
+    //  an address to bind means nothing to shm
+    pk_fabric_config_t fc = { name, s_is_shm(name) ? NULL : self->node,
+                              self->config.stall_timeout };
+    char why[PK_ERRLEN];
+    pk_fabric_t *fabric = self->ops->fabric_open(&fc, self->pool, self->num_blocks,
+                                                 self->block_len, rc_p, why);
+    if (!fabric) {
+        *rc_p = pk_err(err, *rc_p < 0 ? *rc_p : -EIO, "%s", why);
+        return NULL;
+    }
+    pk_client_fabric_t *slot = &self->fabrics[self->nfabrics++];
+    snprintf(slot->asked, sizeof slot->asked, "%s", name);
+    slot->fabric = fabric;
+    return fabric;
+}
+
+int
+pk_client_fabrics_open(p2pkv_client_t *self, char *err)
+{
+    char why[PK_ERRLEN];
+    int rc;
+    self->ops = pk_transport_find(NULL);       //  the registry's default
+    if ((rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, why)) != 0)
+        return pk_err(err, rc, "%s", why);
+    (void) pk_host_id(self->host_id, sizeof self->host_id);
+    self->auto_provider = !self->provider || strcmp(self->provider, "auto") == 0;
+    if (self->auto_provider)
+        return 0;
+    return s_fabric(self, self->provider, &rc, err) ? 0 : rc;
+}
+
+void
+pk_client_fabrics_close(p2pkv_client_t *self)
+{
+    while (self->nfabrics)
+        self->ops->fabric_close(&self->fabrics[--self->nfabrics].fabric);
+}
+
+pk_fabric_t *
+pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, char *err)
+{
+    if (!self->auto_provider)
+        return self->fabrics[0].fabric;
+    bool same_host = *d->host && strcmp(d->host, self->host_id) == 0;
+    char why[PK_ERRLEN] = "";
+    int rc;
+    //  first pass: shm, on one host; second: the network ones, in order
+    for (int pass = same_host ? 0 : 1; pass < 2; pass++)
+        for (size_t i = 0; i < d->nproviders; i++) {
+            if (s_is_shm(d->providers[i]) != (pass == 0))
+                continue;
+            pk_fabric_t *fabric = s_fabric(self, d->providers[i], &rc, why);
+            if (fabric)
+                return fabric;
+        }
+    char offered[P2PKV_MAX_PROVIDERS * 66] = "";
+    for (size_t i = 0, at = 0; i < d->nproviders && at < sizeof offered; i++)
+        at += (size_t) snprintf(offered + at, sizeof offered - at, "%s%s", i ? ", " : "",
+                                d->providers[i]);
+    if (!*why)
+        snprintf(why, sizeof why, "shm needs the same host and namespaces, and %.60s runs "
+                 "elsewhere", d->peer_id[0] ? d->peer_id : "the server");
+    (void) pk_err(err, -EPROTONOSUPPORT, "%.60s offers %.120s, none usable here: %.200s",
+                  d->peer_id, offered, why);
+    return NULL;
+}

@@ -1,0 +1,275 @@
+/*  test_providers.c: one server offering several data-plane providers
+    (--provider shm,tcp), and consumers choosing among them, against real
+    p2pkv-server processes (tests/daemon.c) on 127.0.0.1.
+
+    What is held: the description lists the providers best first with the
+    server's host identity; a same-host consumer under auto connects over
+    shm while one forcing tcp connects over tcp, both to one server at
+    once, every byte checked; a tcp-only server gives an auto consumer
+    tcp; a shm-only server refuses a tcp consumer naming what it offers;
+    a consumer forcing a provider the server lacks, or one this machine
+    lacks, gets a clear error.  Which provider a session runs over is read
+    on both sides: the client's (p2pkv_client_server_provider) and the
+    server's channels per fabric (stats "fabrics").
+
+    The shm provider needs nothing but this host, so nothing here skips;
+    a consumer in another network namespace is tests/netns.sh's.
+*/
+#include "p2pkv.h"
+#include "base/clock.h"
+#include "base/host_id.h"
+#include "daemon.h"
+#include "hardening.h"
+#include "testutil.h"
+
+#include <czmq.h>
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BLOCK (64 * 1024)
+#define NBLOCKS 512                 //  32 MiB moved per consumer per get
+
+static const char *const s_shm_tcp[] = { "--provider", "shm,tcp", "--fabric-addr", "127.0.0.1",
+                                         "--pool-blocks", "1024", "--block-len", "65536",
+                                         "--pin-quota", "1024", NULL };
+
+//  A consumer of the fixture's fingerprint and seed over provider (NULL:
+//  auto), its pool NBLOCKS blocks; asserts it opened.
+static p2pkv_client_t *
+s_client(const char *name, const char *provider)
+{
+    p2pkv_config_t cfg = { .peer_id = name, .fingerprint = "fp", .hash_seed = "7",
+                           .provider = provider,
+                           .node = provider && strncmp(provider, "tcp", 3) == 0 ? "127.0.0.1"
+                                                                                  : NULL };
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, NBLOCKS, BLOCK,
+                                         (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "client %s: %s", name, err);
+    return c;
+}
+
+//  The provider the client's session to server runs over.
+static void
+s_assert_provider(p2pkv_client_t *c, int server, const char *want)
+{
+    char got[64] = "";
+    ck_assert_int_eq(p2pkv_client_server_provider(c, server, got, sizeof got), 0);
+    ck_assert_msg(strncmp(got, want, strlen(want)) == 0, "provider %s, want %s", got, want);
+}
+
+//  One get of every block into the client's pool, then every byte checked.
+typedef struct {
+    p2pkv_client_t *client;
+    int server;
+    const char *kv;
+    int rounds;
+    int rc;
+    size_t bad;                     //  bytes that differ from the pattern
+    char err[P2PKV_ERRLEN];
+} s_getter_t;
+
+static void *
+s_get_all(void *arg)
+{
+    s_getter_t *g = arg;
+    p2pkv_key_t *keys = hh_keys(1, NBLOCKS);
+    uint32_t dest[NBLOCKS];
+    bool landed[NBLOCKS];
+    for (uint32_t i = 0; i < NBLOCKS; i++)
+        dest[i] = i;
+    uint8_t *pool = p2pkv_client_pool(g->client);
+    for (int r = 0; r < g->rounds && g->rc == 0; r++) {
+        memset(pool, 0, (size_t) NBLOCKS * BLOCK);
+        char kv[64];
+        snprintf(kv, sizeof kv, "%s-%d", g->kv, r);
+        int got = p2pkv_client_get(g->client, g->server, kv, keys, dest, NBLOCKS, true, 30,
+                                   landed, NULL, NULL, g->err);
+        if (got != NBLOCKS)
+            g->rc = got < 0 ? got : -EIO;
+        for (size_t i = 0; g->rc == 0 && i < NBLOCKS; i++)
+            g->bad += hh_block_diff(pool + i * BLOCK, 1, i, BLOCK);
+    }
+    hh_keys_free(keys);
+    return NULL;
+}
+
+//  A counter of the server's fabric of provider (a prefix: the server
+//  names tcp "tcp;ofi_rxm"): channels_opened or channels_open.
+static json_int_t
+s_fabric_count(td_t *d, const char *provider, const char *what)
+{
+    json_t *st = td_stats_json(d);
+    json_t *fabrics = json_object_get(st, "fabrics");
+    const char *name;
+    json_t *f;
+    json_int_t n = -1;
+    json_object_foreach(fabrics, name, f)
+        if (strncmp(name, provider, strlen(provider)) == 0)
+            n = json_integer_value(json_object_get(f, what));
+    json_decref(st);
+    return n;
+}
+
+//  Waits until the fabric of provider has n channels open, for 10 s.
+static bool
+s_channels_open_reach(td_t *d, const char *provider, json_int_t n)
+{
+    double deadline = pk_clock_monotonic() + 10;
+    while (s_fabric_count(d, provider, "channels_open") != n) {
+        if (pk_clock_monotonic() >= deadline)
+            return false;
+        zclock_sleep(10);
+    }
+    return true;
+}
+
+//  The description: providers best first, the best one as provider (what
+//  an old consumer reads), and the server's host identity, ours.
+START_TEST(test_description_lists_providers_and_host)
+{
+    td_t d;
+    td_start(&d, s_shm_tcp);
+    p2pkv_description_t desc;
+    char err[P2PKV_ERRLEN] = "", host[PK_HOST_ID_LEN];
+    ck_assert_msg(p2pkv_describe(d.endpoint, 10, &desc, err) == 0, "describe: %s", err);
+    ck_assert_uint_eq(desc.nproviders, 2);
+    ck_assert_str_eq(desc.providers[0], "shm");
+    ck_assert_msg(strncmp(desc.providers[1], "tcp", 3) == 0, "second %s", desc.providers[1]);
+    ck_assert_str_eq(desc.provider, "shm");
+    ck_assert_int_eq(pk_host_id(host, sizeof host), 0);
+    ck_assert_str_eq(desc.host, host);
+    ck_assert_int_eq(td_stop(&d), 0);
+    //  auto opens what this machine has: shm, then a network provider
+    td_start(&d, (const char *const[]) { "--provider", "auto", NULL });
+    ck_assert_msg(p2pkv_describe(d.endpoint, 10, &desc, err) == 0, "describe: %s", err);
+    ck_assert_uint_eq(desc.nproviders, 2);
+    ck_assert_str_eq(desc.providers[0], "shm");
+    ck_assert_str_ne(desc.providers[1], "shm");
+    ck_assert_int_eq(td_stop(&d), 0);
+}
+END_TEST
+
+//  One server, two consumers at once: the same-host one under auto over
+//  shm, the other forcing tcp over tcp; each gets every block, twice,
+//  every byte right, while the other's session is open and fetching.
+START_TEST(test_shm_and_tcp_consumers_at_once)
+{
+    td_t d;
+    td_start(&d, s_shm_tcp);
+    hh_fill(&d, 1, NBLOCKS, BLOCK);
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_client_t *near = s_client("prov-near", NULL);
+    p2pkv_client_t *far = s_client("prov-far", "tcp");
+    int sn = p2pkv_client_connect(near, d.endpoint, 10, err);
+    ck_assert_msg(sn >= 0, "near: %s", err);
+    int sf = p2pkv_client_connect(far, d.endpoint, 10, err);
+    ck_assert_msg(sf >= 0, "far: %s", err);
+    s_assert_provider(near, sn, "shm");
+    s_assert_provider(far, sf, "tcp");
+    //  both sessions are open on the server now (connect returns once UP)
+    ck_assert_int_eq(td_stats(td_api(&d)).sessions, 2);
+    s_getter_t g[2] = { { near, sn, "near", 2, 0, 0, "" }, { far, sf, "far", 2, 0, 0, "" } };
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, s_get_all, &g[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(g[i].rc == 0, "%s: %d %s", g[i].kv, g[i].rc, g[i].err);
+        ck_assert_msg(g[i].bad == 0, "%s: %zu bytes wrong", g[i].kv, g[i].bad);
+    }
+    ck_assert_int_eq(s_fabric_count(&d, "shm", "channels_opened"), 1);
+    ck_assert_int_eq(s_fabric_count(&d, "tcp", "channels_opened"), 1);
+    //  one session ending closes its channel on its fabric alone: the
+    //  other fabric's session keeps its channel and fetches on
+    p2pkv_client_destroy(&near);
+    ck_assert_msg(s_channels_open_reach(&d, "shm", 0), "the shm channel is still open");
+    ck_assert_int_eq(s_fabric_count(&d, "tcp", "channels_open"), 1);
+    g[1].kv = "far-after";
+    s_get_all(&g[1]);
+    ck_assert_msg(g[1].rc == 0 && g[1].bad == 0, "after: %d %s, %zu bytes wrong", g[1].rc,
+                  g[1].err, g[1].bad);
+    p2pkv_client_destroy(&far);
+    ck_assert_int_eq(td_stop(&d), 0);
+}
+END_TEST
+
+//  A tcp-only server: an auto consumer on the same host gets tcp (shm is
+//  not offered), and its blocks.
+START_TEST(test_tcp_server_auto_client_uses_tcp)
+{
+    td_t d;
+    td_start(&d, (const char *const[]) { "--provider", "tcp", "--fabric-addr", "127.0.0.1",
+                                          "--pool-blocks", "1024", "--block-len", "65536",
+                                          "--pin-quota", "1024", NULL });
+    hh_fill(&d, 1, NBLOCKS, BLOCK);
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_client_t *c = s_client("prov-auto", "auto");
+    int s = p2pkv_client_connect(c, d.endpoint, 10, err);
+    ck_assert_msg(s >= 0, "connect: %s", err);
+    s_assert_provider(c, s, "tcp");
+    s_getter_t g = { c, s, "auto", 1, 0, 0, "" };
+    s_get_all(&g);
+    ck_assert_msg(g.rc == 0 && g.bad == 0, "get: %d %s, %zu bytes wrong", g.rc, g.err, g.bad);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&d), 0);
+}
+END_TEST
+
+//  Refusals: a shm-only server refuses a tcp consumer, naming what it
+//  offers; a tcp-only one a consumer forcing shm; a provider this machine
+//  lacks fails the client at once, named.
+START_TEST(test_refusals_name_the_providers)
+{
+    td_t d;
+    td_start(&d, (const char *const[]) { "--provider", "shm", "--block-len", "65536", NULL });
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_client_t *c = s_client("prov-tcp", "tcp");
+    ck_assert_int_eq(p2pkv_client_connect(c, d.endpoint, 10, err), -EPROTO);
+    ck_assert_msg(strstr(err, "this server offers shm") && strstr(err, "provider tcp"),
+                  "err: %s", err);
+    p2pkv_client_destroy(&c);
+    //  the refusal is counted, unlabelled: no fabric of that provider
+    json_t *st = td_stats_json(&d);
+    ck_assert_int_ge(json_integer_value(json_object_get(json_object_get(st, "fabric"),
+                                                        "blobs_refused")), 1);
+    json_decref(st);
+    ck_assert_int_eq(td_stop(&d), 0);
+
+    td_start(&d, (const char *const[]) { "--provider", "tcp", "--fabric-addr", "127.0.0.1",
+                                          "--block-len", "65536", NULL });
+    c = s_client("prov-shm", "shm");
+    ck_assert_int_eq(p2pkv_client_connect(c, d.endpoint, 10, err), -EPROTO);
+    ck_assert_msg(strstr(err, "provider shm, this server offers tcp"), "err: %s", err);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&d), 0);
+
+    p2pkv_config_t cfg = { .peer_id = "prov-none", .provider = "nosuchprovider" };
+    c = p2pkv_client_new(&cfg, NULL, 4, 4096, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(err, "nosuchprovider"), "err: %s", err);
+}
+END_TEST
+
+int
+main(void)
+{
+    int skip = td_suite_start();
+    if (skip)
+        return skip;
+    Suite *s = suite_create("providers");
+    TCase *tc = tcase_create("providers");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_description_lists_providers_and_host);
+    tcase_add_test(tc, test_shm_and_tcp_consumers_at_once);
+    tcase_add_test(tc, test_tcp_server_auto_client_uses_tcp);
+    tcase_add_test(tc, test_refusals_name_the_providers);
+    suite_add_tcase(s, tc);
+    int rc = pk_test_run("providers", s);
+    td_sweep();
+    return rc;
+}
