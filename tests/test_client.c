@@ -6,6 +6,7 @@
 */
 #include "p2pkv.h"
 #include "base/clock.h"
+#include "blocks.h"
 #include "daemon.h"
 #include "wire/protocol.h"
 #include "testutil.h"
@@ -654,8 +655,7 @@ END_TEST
 #define BIG (64 * 1024)
 #define NBIG 4096
 
-static uint8_t s_big_key[NBIG][16];
-static p2pkv_key_t s_big_keys[NBIG];
+#define BIG_TAG 5
 
 static void
 s_big_server(td_t *s)
@@ -663,19 +663,7 @@ s_big_server(td_t *s)
     const char *flags[] = { "--pool-blocks", "4096", "--block-len", "65536", "--pin-quota",
                             "4096", "--silence-timeout", "10", NULL };
     td_start(s, flags);
-    for (size_t i = 0; i < NBIG; i++) {
-        memcpy(s_big_key[i], "big-", 4);
-        memset(s_big_key[i] + 4, 0x3c, 4);
-        for (int b = 0; b < 8; b++)
-            s_big_key[i][8 + b] = (uint8_t) (i >> (8 * b));
-        s_big_keys[i] = (p2pkv_key_t) { s_big_key[i], 16 };
-    }
-    static uint32_t blocks[NBIG];
-    td_reserve(s, s_big_keys, NBIG, blocks);
-    uint8_t *pool = p2pkv_engine_pool(td_api(s));
-    for (size_t i = 0; i < NBIG; i++)
-        memset(pool + (size_t) blocks[i] * BIG, (int) (i % 251) + 1, BIG);
-    td_commit(s, s_big_keys, NBIG);
+    bk_fill(s, BIG_TAG, NBIG, BIG);
 }
 
 //  Issue 10: the client's stall timeout was 5 s whatever one asked for.
@@ -687,6 +675,7 @@ START_TEST(test_stall_timeout_takes_effect)
 {
     td_t s;
     s_big_server(&s);
+    p2pkv_key_t *keys = bk_keys(BIG_TAG, 0, NBIG);
     s_seen_t seen;
     memset(&seen, 0, sizeof seen);
     atomic_store(&seen.status, -1);
@@ -705,14 +694,14 @@ START_TEST(test_stall_timeout_takes_effect)
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     int server = p2pkv_client_connect(c, s.endpoint, 10, err);
     ck_assert_msg(server >= 0, "connect: %s", err);
-    ck_assert_int_eq(p2pkv_client_lookup(c, server, "stall", s_big_keys, NBIG), 0);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "stall", keys, NBIG), 0);
     s_until(c, &seen.lookups, 1, true, 10);
     ck_assert_int_eq(atomic_load(&seen.hits), NBIG);
     uint32_t *dest = malloc(NBIG * sizeof *dest);
     for (uint32_t i = 0; i < NBIG; i++)
         dest[i] = i;
     uint64_t id;
-    ck_assert_int_eq(p2pkv_client_fetch(c, server, "stall", s_big_keys, dest, NBIG,
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, "stall", keys, dest, NBIG,
                                         atomic_load(&seen.round), 0, &id), 0);
     free(dest);
     //  stopped once the first bytes land
@@ -741,6 +730,7 @@ START_TEST(test_stall_timeout_takes_effect)
                   ended - stopped);
     ck_assert_int_ge(atomic_load(&seen.downs), 1);
     p2pkv_client_destroy(&c);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST

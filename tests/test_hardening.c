@@ -420,7 +420,7 @@ typedef void (s_flood_fn)(hp_t *p, const char *kv);
 static pk_msg_t *
 s_lookup_msg(const char *kv, uint64_t round, size_t n, uint64_t tag)
 {
-    p2pkv_key_t *keys = hh_keys(tag, n);
+    p2pkv_key_t *keys = bk_keys(tag, 0, n);
     pk_key_t *k = malloc(n * sizeof *k);
     ck_assert_ptr_nonnull(k);
     for (size_t i = 0; i < n; i++)
@@ -430,7 +430,7 @@ s_lookup_msg(const char *kv, uint64_t round, size_t n, uint64_t tag)
     pk_msg_set_keys(m, k, n);
     pk_msg_set_uint(m, PK_F_ROUND_SEQ, round);
     free(k);
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     return m;
 }
 
@@ -865,7 +865,7 @@ s_child_consumer(const char *endpoint, const char *peer)
     int server = client ? p2pkv_client_connect(client, endpoint, 10, err) : -1;
     if (server < 0)
         return 1;
-    p2pkv_key_t *keys = hh_keys(LOAD_TAG, LOAD_KEYS);
+    p2pkv_key_t *keys = bk_keys(LOAD_TAG, 0, LOAD_KEYS);
     uint32_t *dest = malloc(LOAD_KEYS * sizeof *dest);
     bool *landed = malloc(LOAD_KEYS);
     uint8_t *pool = p2pkv_client_pool(client);
@@ -885,7 +885,7 @@ s_child_consumer(const char *endpoint, const char *peer)
                     why);
         }
         for (uint32_t i = 0; rc == LOAD_KEYS && i < LOAD_KEYS; i++)
-            if (hh_block_diff(pool + (size_t) i * BLOCK, LOAD_TAG, i, BLOCK))
+            if (bk_block_diff(pool + (size_t) i * BLOCK, LOAD_TAG, i, BLOCK))
                 said = 'c';
         if (write(STDOUT_FILENO, &said, 1) != 1)
             break;
@@ -906,7 +906,7 @@ s_child_engine(const char *local, const char *tag)
     p2pkv_engine_t *engine = p2pkv_engine_open(local, 10, NULL, NULL, err);
     if (!engine)
         return 1;
-    p2pkv_key_t *keys = hh_keys(strtoull(tag, NULL, 10), 64);
+    p2pkv_key_t *keys = bk_keys(strtoull(tag, NULL, 10), 0, 64);
     uint32_t blocks[64];
     if (p2pkv_engine_reserve(engine, keys, 64, blocks, err) != 0)
         return 1;
@@ -1002,7 +1002,7 @@ s_attack_no_poll(ctx_t *c)
 {
     double t0 = pk_clock_monotonic();
     uint64_t n = s_n(1, 10);
-    p2pkv_key_t *keys = hh_keys(LOAD_TAG, LOAD_KEYS);
+    p2pkv_key_t *keys = bk_keys(LOAD_TAG, 0, LOAD_KEYS);
     uint32_t *dest = malloc(LOAD_KEYS * sizeof *dest);
     ck_assert_ptr_nonnull(dest);
     for (uint32_t i = 0; i < LOAD_KEYS; i++)
@@ -1032,7 +1032,7 @@ s_attack_no_poll(ctx_t *c)
         p2pkv_client_destroy(&client);
     }
     free(dest);
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     hh_report("a client that never polls after its fetch (no progress thread)", n,
               "session retired; every pin released", s_nothing_lost(c, "no poll"),
               pk_clock_monotonic() - t0);
@@ -1081,7 +1081,7 @@ s_attack_store_pending(ctx_t *c)
 {
     double t0 = pk_clock_monotonic();
     uint64_t n = s_n(2, 20);
-    p2pkv_key_t *keys = hh_keys(GOOD_TAG, 16);
+    p2pkv_key_t *keys = bk_keys(GOOD_TAG, 0, 16);
     int64_t before = hh_metric(c->d, "p2pkv_store_timeouts_total", NULL);
     for (uint64_t i = 0; i < n; i++) {
         hp_t *p = hp_session(c->d->endpoint, "store-never", PEER_BLOCKS);
@@ -1105,7 +1105,7 @@ s_attack_store_pending(ctx_t *c)
         ck_assert_msg(s_pins_released(c, 10), "store pending: pins not released");
         hp_destroy(&p);
     }
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     hh_report("a store for a consumer that never fetches it (pending forever)", n,
               "store job timed out, counted; pins released",
               s_nothing_lost(c, "store pending"), pk_clock_monotonic() - t0);
@@ -1195,8 +1195,8 @@ START_TEST(test_hostile_peers)
     setenv("P2PKV_TEST_HOLD_SESSION", hold, 1);
     td_start(&d, s_victim_flags);
     unsetenv("P2PKV_TEST_HOLD_SESSION");
-    hh_fill(&d, GOOD_TAG, GOOD_KEYS, BLOCK);
-    hh_fill(&d, LOAD_TAG, LOAD_KEYS, BLOCK);
+    bk_fill(&d, GOOD_TAG, GOOD_KEYS, BLOCK);
+    bk_fill(&d, LOAD_TAG, LOAD_KEYS, BLOCK);
     p2pkv_engine_stats_t base = td_stats(td_api(&d));
     //  idle before, idle after: a live endpoint's own memory grows with its
     //  use (the good consumer's, in libfabric's buffers), which is not what
@@ -1341,7 +1341,7 @@ s_wit_diff(wit_t *w, size_t first, size_t n)
 {
     size_t bad = 0;
     for (size_t i = first; i < first + n; i++)
-        bad += hh_block_diff(p2pkv_client_pool(w->client) + i * FBLOCK, 3, i, FBLOCK);
+        bad += bk_block_diff(p2pkv_client_pool(w->client) + i * FBLOCK, 3, i, FBLOCK);
     return bad;
 }
 
@@ -1350,7 +1350,7 @@ s_fault_server_start(td_t *s, const char *endpoint)
 {
     td_start(s, (const char *const[]) { "--bind", endpoint, "--pool-blocks", "2048",
                                         "--block-len", "65536", "--pin-quota", "2048", NULL });
-    hh_fill(s, 3, FLOAD + FFENCE, FBLOCK);
+    bk_fill(s, 3, FLOAD + FFENCE, FBLOCK);
 }
 
 //  The load's fetch, caught mid-transfer: its first block landed and the
@@ -1363,7 +1363,7 @@ s_catch_mid_transfer(wit_t *w, td_t *s, const p2pkv_key_t *keys, int attempt)
     snprintf(kv, sizeof kv, "load-%d", attempt);
     s_wit_get(w, kv, keys, 0, FLOAD);
     uint8_t *pool = p2pkv_client_pool(w->client);
-    ck_assert(S_POLL_UNTIL(w, w->ended || !hh_block_diff(pool, 3, 0, FBLOCK), 20));
+    ck_assert(S_POLL_UNTIL(w, w->ended || !bk_block_diff(pool, 3, 0, FBLOCK), 20));
     if (!w->ended)
         kill(s->pid, SIGSTOP);
     //  an answer already on its way may still end it whole
@@ -1473,7 +1473,7 @@ s_revoke_once(s_curve_t *k, const p2pkv_key_t *keys, int64_t *revoked)
     td_start(&s, (const char *const[]) { "--curve-secret", k->secret, "--curve-allow", k->allow,
                                          "--pool-blocks", "2048", "--block-len", "65536",
                                          "--pin-quota", "2048", NULL });
-    hh_fill(&s, 3, FLOAD + FFENCE, FBLOCK);
+    bk_fill(&s, 3, FLOAD + FFENCE, FBLOCK);
     wit_t w;
     s_wit_open(&w, s.endpoint, k->witness, k->server);
     bool caught = false;
@@ -1523,7 +1523,7 @@ s_attack_curve_revoked(ctx_t *c)
     uint64_t n = s_n(1, 5), done = 0;
     s_curve_t k;
     s_curve_new(&k);
-    p2pkv_key_t *keys = hh_keys(3, FLOAD + FFENCE);
+    p2pkv_key_t *keys = bk_keys(3, 0, FLOAD + FFENCE);
     for (int tries = 0; done < n && tries < (int) n + 5; tries++) {
         int64_t revoked = 0;
         if (s_revoke_once(&k, keys, &revoked)) {
@@ -1532,7 +1532,7 @@ s_attack_curve_revoked(ctx_t *c)
         }
     }
     ck_assert_msg(done == n, "the load landed before the revocation every time");
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     s_curve_destroy(&k);
     hh_report("CURVE key revoked mid-transfer (certificate removed, SIGHUP)", n,
               "session ended (revoked, counted); its fetch FAILED, its blocks untouched after; "
@@ -1546,7 +1546,7 @@ START_TEST(test_server_faults)
     td_fixed_endpoint(endpoint, sizeof endpoint);
     td_t s;
     s_fault_server_start(&s, endpoint);
-    p2pkv_key_t *keys = hh_keys(3, FLOAD + FFENCE);
+    p2pkv_key_t *keys = bk_keys(3, 0, FLOAD + FFENCE);
     for (int killed = 1; killed >= 0; killed--) {
         double t0 = pk_clock_monotonic();
         uint64_t n = s_n(1, 5);
@@ -1558,7 +1558,7 @@ START_TEST(test_server_faults)
                   "fetch FAILED; consumer reconnected; a fence landed whole",
                   "nothing (no byte changed after FAILED)", pk_clock_monotonic() - t0);
     }
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
