@@ -180,6 +180,15 @@ class Engine:
         finally:
             L.lib().libc_free(text)
 
+    def namespace_stats(self, namespace: Optional[str] = None) -> dict:
+        """One tenant namespace's counters (None, "" or "shared": the shared
+        one): its blocks ready and pinned, and the keys its consumers
+        looked up (lookups = hits + pending + misses)."""
+        st = L.EngineNamespaceStats()
+        self._call("p2pkv_engine_stats_namespace", "namespace_stats",
+                   namespace.encode() if namespace else None, ctypes.byref(st))
+        return {name: getattr(st, name) for name, _ in L.EngineNamespaceStats._fields_}
+
     def next_event(self, timeout: float = 0.0) -> Optional[Event]:
         """The next store or pull result, waiting up to timeout; None if none."""
         ev = L.EngineEvent()

@@ -237,6 +237,14 @@ def test_engine_namespace_is_what_consumers_see(server_factory, tmp_path):
         st = es.stats()["namespaces"]
         assert st["alpha"]["ready"] == 1 and st["beta"]["ready"] == 1
         assert st["alpha"]["misses"] == 1 and st["beta"]["lookups"] == 0
+        # the same figures through the struct API, for any namespace
+        alpha, beta = es.namespace_stats("alpha"), ea.namespace_stats("beta")
+        assert alpha == st["alpha"] and beta == st["beta"]
+        assert alpha["lookups"] == 3 and alpha["hits"] == 2 and alpha["misses"] == 1
+        assert es.namespace_stats() == st["shared"] and st["shared"]["ready"] == 1
+        with pytest.raises(p2pkv.Error) as missing:
+            es.namespace_stats("gamma")
+        assert missing.value.errno == errno.ENOENT and "gamma" in str(missing.value)
     with pytest.raises(p2pkv.Error) as e:
         p2pkv.Engine(s.local, namespace="Not-A-Name")
     assert "ns:" in str(e.value)
