@@ -309,3 +309,21 @@ td_suite_start(void)
     return 0;
 }
 
+
+TCase *
+td_case(Suite *suite, const char *name, double timeout)
+{
+    TCase *tc = tcase_create(name);
+    if (timeout > 0)
+        tcase_set_timeout(tc, timeout);
+    suite_add_tcase(suite, tc);
+    return tc;
+}
+
+int
+td_run_and_sweep(const char *name, Suite *suite)
+{
+    int rc = pk_test_run(name, suite);
+    td_sweep();
+    return rc;
+}

@@ -584,16 +584,12 @@ main(void)
     if (skip)
         return skip;
     Suite *s = suite_create("cancel");
-    TCase *tc = tcase_create("cancel");
-    tcase_set_timeout(tc, 60);
+    TCase *tc = td_case(s, "cancel", 60);
     tcase_add_test(tc, test_cancel_before_any_byte);
     tcase_add_test(tc, test_cancel_mid_transfer);
     tcase_add_test(tc, test_cancel_return_codes);
     tcase_add_test(tc, test_finish_cancels_open_fetches);
     tcase_add_test(tc, test_cancel_never_acked);
     tcase_add_test(tc, test_cli_get_interrupted);
-    suite_add_tcase(s, tc);
-    int rc = pk_test_run("cancel", s);
-    td_sweep();
-    return rc;
+    return td_run_and_sweep("cancel", s);
 }

@@ -852,7 +852,7 @@ int
 main(void)
 {
     Suite *suite = suite_create("client");
-    TCase *tc = tcase_create("library");
+    TCase *tc = td_case(suite, "library", 0);
     tcase_add_test(tc, test_fd_drives_an_event_loop);
     tcase_add_test(tc, test_progress_thread_keeps_an_idle_session);
     tcase_add_test(tc, test_reconnects_to_a_restarted_server);
@@ -867,6 +867,5 @@ main(void)
     tcase_add_test(tc, test_callback_pointers_outlive_its_calls);
     tcase_add_test(tc, test_stall_timeout_takes_effect);
     tcase_add_test(tc, test_connect_retry_takes_effect);
-    suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
 }

@@ -731,15 +731,11 @@ main(int argc, char *argv[])
         return 1;
     s_self[len] = '\0';
     Suite *s = suite_create("client_e2e");
-    TCase *tc = tcase_create("e2e");
-    tcase_set_timeout(tc, 60);
+    TCase *tc = td_case(s, "e2e", 60);
     tcase_add_test(tc, test_symmetric_lookup_fetch);
     tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
     tcase_add_test(tc, test_server_killed_mid_transfer);
     tcase_add_test(tc, test_abort_with_writes_in_flight);
     tcase_add_test(tc, test_consumer_restarted_mid_transfer);
-    suite_add_tcase(s, tc);
-    int rc = pk_test_run("client_e2e", s);
-    td_sweep();
-    return rc;
+    return td_run_and_sweep("client_e2e", s);
 }

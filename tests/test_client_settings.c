@@ -437,7 +437,7 @@ main(void)
     if (rc)
         return rc;
     Suite *suite = suite_create("client_settings");
-    TCase *tc = tcase_create("settings");
+    TCase *tc = td_case(suite, "settings", 0);
     tcase_add_test(tc, test_load_timeout_aborts_an_unanswered_fetch);
     tcase_add_test(tc, test_abort_ack_timeout_cuts_off_the_server);
     tcase_add_test(tc, test_silence_timeout_takes_the_server_down);
@@ -445,6 +445,5 @@ main(void)
     tcase_add_test(tc, test_fingerprint_and_hash_seed_mismatch_refused);
     tcase_add_test(tc, test_unknown_provider_refused_at_new);
     tcase_add_test(tc, test_node_is_the_endpoints_address);
-    suite_add_tcase(suite, tc);
     return pk_test_run("client_settings", suite);
 }

@@ -920,8 +920,7 @@ main(void)
         return rc;
     td_sweep();
     Suite *suite = suite_create("directory");
-    TCase *tc = tcase_create("redis");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = td_case(suite, "redis", 120);
     tcase_add_test(tc, test_three_servers_fetch_by_key);
     tcase_add_test(tc, test_holder_killed_mid_get);
     tcase_add_test(tc, test_ttl_setting_ends_a_killed_holder);
@@ -933,6 +932,5 @@ main(void)
     tcase_add_test(tc, test_cli_and_pull_by_key);
     tcase_add_test(tc, test_cli_by_key_over_curve);
     tcase_add_test(tc, test_redis_cluster);
-    suite_add_tcase(suite, tc);
     return pk_test_run("directory", suite);
 }

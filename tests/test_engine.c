@@ -462,7 +462,7 @@ main(void)
         return skip;
     s_setup();
     Suite *suite = suite_create("engine");
-    TCase *tc = tcase_create("engine");
+    TCase *tc = td_case(suite, "engine", 0);
     tcase_add_test(tc, test_open_fails_clearly_and_in_bounded_time);
     tcase_add_test(tc, test_info_pool_reserve_write_commit_put);
     tcase_add_test(tc, test_drop_and_stats_json);
@@ -473,6 +473,5 @@ main(void)
     tcase_add_test(tc, test_pull_event);
     tcase_add_test(tc, test_late_answer_is_not_the_next_ones);
     tcase_add_test(tc, test_cli_pull);
-    suite_add_tcase(suite, tc);
     return pk_test_run("engine", suite);
 }

@@ -1605,12 +1605,10 @@ main(int argc, char **argv)
     s_self[len] = '\0';
     snprintf(s_release, sizeof s_release, "/tmp/p2pkv-hardening-%d.release", getpid());
     Suite *s = suite_create("hardening");
-    TCase *tc = tcase_create("hardening");
     //  the long form is bounded by its counts; this is its outer bound
-    tcase_set_timeout(tc, hh_long() ? 7200 : 600);
+    TCase *tc = td_case(s, "hardening", hh_long() ? 7200 : 600);
     tcase_add_test(tc, test_hostile_peers);
     tcase_add_test(tc, test_server_faults);
-    suite_add_tcase(s, tc);
     int rc = pk_test_run("hardening", s);
     unlink(s_release);
     td_sweep();

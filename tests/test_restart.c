@@ -255,11 +255,7 @@ main(void)
     if (skip)
         return skip;
     Suite *s = suite_create("restart");
-    TCase *tc = tcase_create("restart");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = td_case(s, "restart", 120);
     tcase_add_test(tc, test_killed_server_restarts_on_its_pool);
-    suite_add_tcase(s, tc);
-    int rc = pk_test_run("restart", s);
-    td_sweep();
-    return rc;
+    return td_run_and_sweep("restart", s);
 }

@@ -562,7 +562,7 @@ main(void)
         return skip;
     td_sweep();
     Suite *s = suite_create("settings_e2e");
-    TCase *tc = tcase_create("settings");
+    TCase *tc = td_case(s, "settings", 0);
     tcase_add_test(tc, test_lookup_timeout_expires_pending_to_miss);
     tcase_add_test(tc, test_store_timeout_fails_an_unfetched_store);
     tcase_add_test(tc, test_lease_timeout_frees_an_uncommitted_block);
@@ -573,6 +573,5 @@ main(void)
     tcase_add_test(tc, test_stall_timeout_gives_up_a_stuck_write);
     tcase_add_test(tc, test_fabric_addr_is_the_endpoints_address);
     tcase_add_test(tc, test_max_queued_frames_ends_a_flood);
-    suite_add_tcase(s, tc);
     return pk_test_run("settings_e2e", s);
 }
