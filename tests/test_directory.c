@@ -759,13 +759,10 @@ START_TEST(test_ttl_setting_ends_a_killed_holder)
     s_server(&b, "dir-default-ttl", &r);
     s_set_t set;
     s_set_make(&set, 4, 11);
-    for (size_t i = 0; i < set.n; i++) {
-        s_put(&a, &set, i);
-        s_put(&b, &set, i);
-    }
-    p2pkv_client_t *c = s_client("dir-ttl-consumer", &r, set.n);
-    s_found_t f = { 0 };
-    s_wait_all(c, &set, 2, &f);
+    s_put_all(&a, &set);
+    s_put_all(&b, &set);
+    s_found_t f;
+    p2pkv_client_t *c = s_client_seeing("dir-ttl-consumer", &r, &set, 2, &f);
     long long short_ttl = s_int(&r, "PTTL %s", PK_DIR_SERVERS ":rec:dir-short-ttl", NULL);
     long long long_ttl = s_int(&r, "PTTL %s", PK_DIR_SERVERS ":rec:dir-default-ttl", NULL);
     ck_assert_msg(short_ttl > 0 && short_ttl <= 600, "PTTL %lld ms", short_ttl);
@@ -780,9 +777,7 @@ START_TEST(test_ttl_setting_ends_a_killed_holder)
     //  the killed server's record expired, not the default's 3 s
     ck_assert_msg(gone < 3.0, "the killed holder stayed %.2f s", gone);
     ck_assert_int_eq(s_int(&r, "EXISTS %s", PK_DIR_SERVERS ":rec:dir-short-ttl", NULL), 0);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&b), 0);
     tr_redis_stop(&r);
 }
@@ -829,11 +824,9 @@ START_TEST(test_cli_by_key_over_curve)
                                      "--curve-secret", secret, "--curve-allow", allow, NULL });
     s_set_t set;
     s_set_make(&set, 3, 13);
-    for (size_t i = 0; i < set.n; i++)
-        s_put(&a, &set, i);
-    p2pkv_client_t *c = s_client("dir-curve-consumer", &r, set.n);
-    s_found_t f = { 0 };
-    s_wait_all(c, &set, 1, &f);
+    s_put_all(&a, &set);
+    s_found_t f;
+    p2pkv_client_t *c = s_client_seeing("dir-curve-consumer", &r, &set, 1, &f);
     char hex[3][65];
     for (size_t i = 0; i < set.n; i++)
         pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
@@ -848,9 +841,7 @@ START_TEST(test_cli_by_key_over_curve)
              hex[0], hex[1], hex[2]);
     ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
     s_check_files(dir, &set, hex);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", keys);
     ck_assert_int_eq(system(cmd), 0);
