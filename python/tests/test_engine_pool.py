@@ -6,10 +6,6 @@ The uses after close run in a child process, so a view that did touch
 unmapped memory fails the test by its signal instead of ending pytest."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
-import numpy as np
 import pytest
 
 import p2pkv
@@ -50,7 +46,7 @@ def test_writes_in_the_pool_are_the_servers(server):
             assert bytes(c.block(1)[:16]) == b"\x11" * 8 + b"\x22" * 8
 
 
-def test_views_used_after_close_do_not_crash(server):
+def test_views_used_after_close_do_not_crash(server, python_child):
     script = (
         "import numpy as np, p2pkv\n"
         f"e = p2pkv.Engine({server.local!r})\n"
@@ -69,9 +65,6 @@ def test_views_used_after_close_do_not_crash(server):
         "arr[5, :] = 7\n"
         "under[:] = 9\n"
         "print(int(arr[5].sum()), int(arr[2].sum()))\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    out = python_child(script)
     bl = 4096
-    assert out.stdout.split() == ["ValueError", "ValueError", str(7 * bl), str(9 * bl)], \
-        out.stdout
+    assert out.split() == ["ValueError", "ValueError", str(7 * bl), str(9 * bl)], out
