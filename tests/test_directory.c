@@ -650,9 +650,7 @@ START_TEST(test_redis_cluster)
                            "--pool-name", "/p2pkv-dir-cl-db", "--directory", url, NULL };
     ck_assert_int_eq(s_run_server(args, out, sizeof out), 1);
     ck_assert_msg(strstr(out, "a Redis Cluster has only DB 0"), "%s", out);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     ck_assert_int_eq(td_stop(&b), 0);
     tr_redis_cluster_stop(&rc);
