@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sodium.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -115,6 +116,35 @@ s_cluster_ok(tr_redis_t *node)
     return ok;
 }
 
+//  Whether nothing listens on port of 127.0.0.1 now (a bind succeeds).
+static bool
+s_port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    bool free_now = bind(fd, (struct sockaddr *) &a, sizeof a) == 0;
+    close(fd);
+    return free_now;
+}
+
+//  A port for a cluster node: free now, and so is its cluster bus port
+//  (10000 above it, which is why Redis refuses a node port over 55535: a
+//  kernel-chosen port, up to 60999 here, failed half the runs of three
+//  nodes), below the kernel's ephemeral range.
+static int
+s_cluster_port(void)
+{
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int port = 20000 + (int) randombytes_uniform(12000);
+        if (s_port_free(port) && s_port_free(port + 10000))
+            return port;
+    }
+    ck_abort_msg("no free cluster port (and bus port 10000 above it) in 20000..31999");
+    return -1;
+}
+
 void
 tr_redis_cluster_start(tr_cluster_t *self)
 {
@@ -123,7 +153,7 @@ tr_redis_cluster_start(tr_cluster_t *self)
     char cmd[512];
     int at = snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
     for (int i = 0; i < TR_CLUSTER_NODES; i++) {
-        self->node[i].port = tr_free_port();
+        self->node[i].port = s_cluster_port();
         s_start(&self->node[i], self->dir);
         at += snprintf(cmd + at, sizeof cmd - (size_t) at, " 127.0.0.1:%d", self->node[i].port);
     }
