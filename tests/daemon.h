@@ -24,6 +24,7 @@
 #include <check.h>
 #include <czmq.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -98,6 +99,9 @@ int td_suite_start(void);
     server of another suite running beside this one cannot take it while
     ours restarts on it.  */
 void td_fixed_endpoint(char *endpoint, size_t size);
+
+/*  Whether nothing listens on port of 127.0.0.1 now (a bind succeeds).  */
+bool td_port_free(int port);
 
 /*  Removes the pools and ipc sockets that servers of test processes no
     longer running left behind (a test that failed half-way).  */

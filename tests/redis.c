@@ -1,5 +1,6 @@
 /*  redis.c: the directory tests' redis-server (redis.h).  */
 #include "redis.h"
+#include "daemon.h"
 
 #include <check.h>
 #include <czmq.h>
@@ -116,19 +117,6 @@ s_cluster_ok(tr_redis_t *node)
     return ok;
 }
 
-//  Whether nothing listens on port of 127.0.0.1 now (a bind succeeds).
-static bool
-s_port_free(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    bool free_now = bind(fd, (struct sockaddr *) &a, sizeof a) == 0;
-    close(fd);
-    return free_now;
-}
-
 //  A port for a cluster node: free now, and so is its cluster bus port
 //  (10000 above it, which is why Redis refuses a node port over 55535: a
 //  kernel-chosen port, up to 60999 here, failed half the runs of three
@@ -138,7 +126,7 @@ s_cluster_port(void)
 {
     for (int attempt = 0; attempt < 100; attempt++) {
         int port = 20000 + (int) randombytes_uniform(12000);
-        if (s_port_free(port) && s_port_free(port + 10000))
+        if (td_port_free(port) && td_port_free(port + 10000))
             return port;
     }
     ck_abort_msg("no free cluster port (and bus port 10000 above it) in 20000..31999");
