@@ -89,6 +89,16 @@ typedef struct {
     uint64_t channels_open;                 //  data-plane channels open now
 } p2pkv_engine_stats_t;
 
+/*  One tenant namespace's share (p2pkv_engine_stats_namespace): its blocks
+    by state (by the block's namespace), and the keys looked up on behalf
+    of its consumers (by the asker's namespace: a hit may be on a shared
+    block).  */
+typedef struct {
+    uint64_t ready, pinned;                 //  its blocks READY, and pinned
+    uint64_t lookups;                       //  = hits + pending + misses
+    uint64_t hits, pending, misses;         //  pending: answered as being written
+} p2pkv_engine_namespace_stats_t;
+
 /*  Attaches to the server whose local socket is local_endpoint (its
     --local, e.g. ipc:///tmp/p2pkv-NAME.sock), waiting up to timeout
     seconds for it to answer (describe), and maps its pool read-write,
@@ -184,6 +194,14 @@ int p2pkv_engine_pull(p2pkv_engine_t *self, const char *endpoint, const p2pkv_ke
 
 /*  The server's counters.  */
 int p2pkv_engine_stats(p2pkv_engine_t *self, p2pkv_engine_stats_t *out, char *err);
+
+/*  The counters of namespace ns (its name in the server's --tenants, or
+    NULL, "" or "shared" for the shared namespace).  A struct of its own,
+    not fields appended to p2pkv_engine_stats_t, so that engines built
+    against the old struct keep working.  -EINVAL (err naming ns) for a
+    malformed name, -ENOENT for a namespace the server does not have.  */
+int p2pkv_engine_stats_namespace(p2pkv_engine_t *self, const char *ns,
+                                 p2pkv_engine_namespace_stats_t *out, char *err);
 
 /*  The server's whole stats answer as JSON text (its metrics too), for
     tools; free() it.  NULL with err on failure.  */

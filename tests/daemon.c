@@ -276,18 +276,24 @@ td_sweep(void)
     }
 }
 
+bool
+td_port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    bool free_now = bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
+    close(fd);
+    return free_now;
+}
+
 void
 td_fixed_endpoint(char *endpoint, size_t size)
 {
     for (int attempt = 0; attempt < 100; attempt++) {
         int port = 20000 + (int) randombytes_uniform(12000);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        ck_assert_int_ge(fd, 0);
-        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
-                                  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-        bool free_now = bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
-        close(fd);
-        if (free_now) {
+        if (td_port_free(port)) {
             snprintf(endpoint, size, "tcp://127.0.0.1:%d", port);
             return;
         }
@@ -309,3 +315,21 @@ td_suite_start(void)
     return 0;
 }
 
+
+TCase *
+td_case(Suite *suite, const char *name, double timeout)
+{
+    TCase *tc = tcase_create(name);
+    if (timeout > 0)
+        tcase_set_timeout(tc, timeout);
+    suite_add_tcase(suite, tc);
+    return tc;
+}
+
+int
+td_run_and_sweep(const char *name, Suite *suite)
+{
+    int rc = pk_test_run(name, suite);
+    td_sweep();
+    return rc;
+}

@@ -21,8 +21,10 @@
 #include "p2pkv_engine.h"
 #include "base/key.h"
 
+#include <check.h>
 #include <czmq.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -98,8 +100,19 @@ int td_suite_start(void);
     ours restarts on it.  */
 void td_fixed_endpoint(char *endpoint, size_t size);
 
+/*  Whether nothing listens on port of 127.0.0.1 now (a bind succeeds).  */
+bool td_port_free(int port);
+
 /*  Removes the pools and ipc sockets that servers of test processes no
     longer running left behind (a test that failed half-way).  */
 void td_sweep(void);
+
+/*  A case of suite called name, added to it, its tests timeout seconds
+    each (0: Check's default, $CK_DEFAULT_TIMEOUT); the tests follow.  */
+TCase *td_case(Suite *suite, const char *name, double timeout);
+
+/*  How most end-to-end suites end: pk_test_run, then td_sweep for what
+    the servers of a failed test left behind; the exit status.  */
+int td_run_and_sweep(const char *name, Suite *suite);
 
 #endif

@@ -12,94 +12,6 @@
 #include <string.h>
 
 //  ---------------------------------------------------------------------------
-//  Blocks
-
-static uint64_t
-s_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-//  Never zero, so a landed block is never mistaken for a zeroed one.
-static inline uint64_t
-s_word(uint64_t tag, uint64_t i, uint64_t k)
-{
-    return s_mix((tag << 44) ^ (i << 16) ^ k) | 1;
-}
-
-void
-hh_block_fill(uint8_t *at, uint64_t tag, uint64_t i, size_t block_len)
-{
-    uint64_t *w = (uint64_t *) at;
-    for (size_t k = 0; k < block_len / 8; k++)
-        w[k] = s_word(tag, i, k);
-}
-
-size_t
-hh_block_diff(const uint8_t *at, uint64_t tag, uint64_t i, size_t block_len)
-{
-    const uint64_t *w = (const uint64_t *) at;
-    size_t bad = 0;
-    for (size_t k = 0; k < block_len / 8; k++)
-        if (w[k] != s_word(tag, i, k)) {
-            uint64_t want = s_word(tag, i, k);
-            for (int b = 0; b < 8; b++)
-                bad += ((w[k] >> (8 * b)) & 0xff) != ((want >> (8 * b)) & 0xff);
-        }
-    return bad;
-}
-
-void
-hh_key(uint8_t *out, uint64_t tag, uint64_t i)
-{
-    memcpy(out, "hard", 4);
-    for (int b = 0; b < 4; b++)
-        out[4 + b] = (uint8_t) (tag >> (8 * b));
-    for (int b = 0; b < 8; b++)
-        out[8 + b] = (uint8_t) (i >> (8 * b));
-}
-
-p2pkv_key_t *
-hh_keys(uint64_t tag, size_t n)
-{
-    uint8_t *bytes = malloc(n * HH_KEY_LEN);
-    p2pkv_key_t *keys = malloc(n * sizeof *keys);
-    if (!bytes || !keys)
-        abort();                    //  no ck_assert: child processes use it too
-    for (size_t i = 0; i < n; i++) {
-        hh_key(bytes + i * HH_KEY_LEN, tag, i);
-        keys[i] = (p2pkv_key_t) { bytes + i * HH_KEY_LEN, HH_KEY_LEN };
-    }
-    return keys;
-}
-
-void
-hh_keys_free(p2pkv_key_t *keys)
-{
-    if (keys)
-        free((void *) keys[0].bytes);
-    free(keys);
-}
-
-void
-hh_fill(td_t *d, uint64_t tag, size_t n, size_t block_len)
-{
-    p2pkv_key_t *keys = hh_keys(tag, n);
-    uint8_t *pool = p2pkv_engine_pool(td_api(d));
-    uint32_t *blocks = malloc(n * sizeof *blocks);
-    ck_assert_ptr_nonnull(blocks);
-    td_reserve(d, keys, n, blocks);
-    for (size_t i = 0; i < n; i++)
-        hh_block_fill(pool + (size_t) blocks[i] * block_len, tag, i, block_len);
-    td_commit(d, keys, n);
-    free(blocks);
-    hh_keys_free(keys);
-}
-
-//  ---------------------------------------------------------------------------
 //  The server as the suite reads it
 
 int64_t
@@ -395,7 +307,7 @@ s_good_get(hh_good_t *g, p2pkv_client_t *client, int server, const p2pkv_key_t *
         return;
     }
     for (size_t i = 0; i < S_GOOD_BATCH; i++) {
-        size_t bad = hh_block_diff(pool + (size_t) dest[i] * g->block_len, g->tag,
+        size_t bad = bk_block_diff(pool + (size_t) dest[i] * g->block_len, g->tag,
                                    (first + i) % g->nkeys, g->block_len);
         if (bad) {
             atomic_fetch_add(&g->corrupt, bad);
@@ -417,13 +329,13 @@ s_good_run(void *arg)
     p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, S_GOOD_POOL, g->block_len,
                                               (p2pkv_callbacks_t) { 0 }, err);
     int server = client ? p2pkv_client_connect(client, g->endpoint, 10, err) : -1;
-    p2pkv_key_t *keys = hh_keys(g->tag, g->nkeys);
+    p2pkv_key_t *keys = bk_keys(g->tag, 0, g->nkeys);
     if (server < 0)
         s_good_error(g, "connect: %s", err);
     atomic_store(&g->up, true);
     for (uint64_t n = 0; server >= 0 && !atomic_load(&g->stop); n++)
         s_good_get(g, client, server, keys, n);
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     p2pkv_client_destroy(&client);
     return NULL;
 }

@@ -6,14 +6,15 @@
     suite (hh_blob), so the server's actor opens a real channel for it.
     hh_*: the server's side as the suite reads it (metrics from the stats
     answer, VmRSS from /proc), the good consumer (a thread running the
-    client library, fetching and checking blocks the whole time), the
-    blocks' pattern, and the report: one tab-separated line per attack on
-    stdout and appended to $P2PKV_HARDENING_OUT (scripts/reliability
-    turns those lines into doc/reliability.md).
+    client library, fetching and checking blocks the whole time), and the
+    report: one tab-separated line per attack on stdout and appended to
+    $P2PKV_HARDENING_OUT (scripts/reliability turns those lines into
+    doc/reliability.md).  The blocks and keys are tests/blocks.h's.
 */
 #ifndef PK_TEST_HARDENING_H_INCLUDED
 #define PK_TEST_HARDENING_H_INCLUDED
 
+#include "blocks.h"
 #include "daemon.h"
 #include "wire/protocol.h"
 
@@ -21,21 +22,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#define HH_KEY_LEN 16
-
-//  ---------------------------------------------------------------------------
-//  Blocks: block i of fill tag T holds a pattern only (T, i) produces.
-
-void hh_block_fill(uint8_t *at, uint64_t tag, uint64_t i, size_t block_len);
-//  Bytes of the block that differ from the pattern (0: whole).
-size_t hh_block_diff(const uint8_t *at, uint64_t tag, uint64_t i, size_t block_len);
-void hh_key(uint8_t *out, uint64_t tag, uint64_t i);
-//  n keys of tag (freed with free(keys[0].bytes), free(keys)).
-p2pkv_key_t *hh_keys(uint64_t tag, size_t n);
-void hh_keys_free(p2pkv_key_t *keys);
-//  Blocks 0..n-1 of tag into the server, as its engine does.
-void hh_fill(td_t *d, uint64_t tag, size_t n, size_t block_len);
 
 //  ---------------------------------------------------------------------------
 //  The server as the suite reads it

@@ -28,7 +28,7 @@
 #include "p2pkv.h"
 #include "base/clock.h"
 #include "daemon.h"
-#include "hardening.h"
+#include "blocks.h"
 #include "testutil.h"
 
 #include <czmq.h>
@@ -42,7 +42,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define KEY_LEN HH_KEY_LEN
 #define SMALL 4096
 #define BIG (64 * 1024)
 #define NBIG 4096                   //  the server's pool for the large load: 256 MiB
@@ -50,13 +49,7 @@
 #define SENTINEL 0x5e
 
 //  ---------------------------------------------------------------------------
-//  Blocks and keys: the hardening suite's pattern (tests/hardening.h)
-
-static bool
-s_block_ok(const uint8_t *at, uint64_t tag, uint64_t i, size_t block_len)
-{
-    return hh_block_diff(at, tag, i, block_len) == 0;
-}
+//  Blocks and keys: tests/blocks.h's
 
 static bool
 s_block_is(const uint8_t *at, uint8_t byte, size_t block_len)
@@ -65,22 +58,6 @@ s_block_is(const uint8_t *at, uint8_t byte, size_t block_len)
         if (at[k] != byte)
             return false;
     return true;
-}
-
-typedef struct {
-    p2pkv_key_t *keys;
-} s_keys_t;
-
-static void
-s_keys_make(s_keys_t *k, uint64_t tag, size_t n)
-{
-    k->keys = hh_keys(tag, n);
-}
-
-static void
-s_keys_free(s_keys_t *k)
-{
-    hh_keys_free(k->keys);
 }
 
 //  The engine's store of keys for our peer under kv: a fetch of kv is
@@ -152,7 +129,7 @@ s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char
         uint8_t *pool = p2pkv_client_pool(c->client);
         for (size_t i = 0; i < c->sentinel_n; i++) {
             uint8_t *at = pool + (size_t) c->sentinel_dest[i] * c->block_len;
-            c->whole_at_end += s_block_ok(at, c->sentinel_tag, i, c->block_len);
+            c->whole_at_end += bk_block_ok(at, c->sentinel_tag, i, c->block_len);
             memset(at, SENTINEL, c->block_len);
         }
     }
@@ -249,9 +226,8 @@ START_TEST(test_cancel_before_any_byte)
 {
     td_t d;
     td_start(&d, NULL);
-    hh_fill(&d, 2, 8, SMALL);
-    s_keys_t k;
-    s_keys_make(&k, 2, 8);
+    bk_fill(&d, 2, 8, SMALL);
+    p2pkv_key_t *keys = bk_keys(2, 0, 8);
     s_client_t c;
     s_client_open(&c, &d, "c-early", 64, SMALL, 0, true);
     uint8_t *pool = p2pkv_client_pool(c.client);
@@ -260,7 +236,7 @@ START_TEST(test_cancel_before_any_byte)
     c.sentinel_n = 4;
     c.sentinel_tag = 2;
     //  not looked up, no store yet: the server holds the round
-    uint64_t id = s_fetch(&c, "req-early", k.keys, dest, 4, 0);
+    uint64_t id = s_fetch(&c, "req-early", keys, dest, 4, 0);
     c.sentinel_id = id;
     ck_assert_int_eq(p2pkv_client_cancel(c.client, id), 0);
     p2pkv_status_t st = P2PKV_LANDED;
@@ -273,19 +249,19 @@ START_TEST(test_cancel_before_any_byte)
     ck_assert_uint_eq(p2pkv_client_open_fetches(c.client), 0);
     //  the store for the aborted request comes after all: nothing of it
     //  may reach the blocks, which are the caller's again
-    s_store(&d, "c-early", "req-early", k.keys, 4);
+    s_store(&d, "c-early", "req-early", keys, 4);
     uint32_t fence_dest[4] = { 20, 21, 22, 23 };
-    s_fence(&c, "fence", k.keys + 4, fence_dest, 4);
+    s_fence(&c, "fence", keys + 4, fence_dest, 4);
     for (size_t i = 0; i < 4; i++)
         ck_assert_msg(s_block_is(pool + (size_t) dest[i] * SMALL, SENTINEL, SMALL),
                       "block %u was written after the cancelled fetch ended", dest[i]);
     for (size_t i = 0; i < 4; i++)
-        ck_assert(s_block_ok(pool + (size_t) fence_dest[i] * SMALL, 2, 4 + i, SMALL));
+        ck_assert(bk_block_ok(pool + (size_t) fence_dest[i] * SMALL, 2, 4 + i, SMALL));
     ck_assert_int_eq(s_ends_of(&c, id, NULL, NULL), 1);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "req-early"), 0);
     ck_assert_msg(s_unpinned(&d, 10), "the server still pins blocks of the aborted round");
     p2pkv_client_destroy(&c.client);
-    s_keys_free(&k);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
@@ -300,9 +276,8 @@ START_TEST(test_cancel_mid_transfer)
     td_t d;
     td_start(&d, (const char *[]) { "--pool-blocks", "4096", "--block-len", "65536",
                                     "--pin-quota", "4096", "--silence-timeout", "10", NULL });
-    hh_fill(&d, 3, NBIG, BIG);
-    s_keys_t k;
-    s_keys_make(&k, 3, NBIG);
+    bk_fill(&d, 3, NBIG, BIG);
+    p2pkv_key_t *keys = bk_keys(3, 0, NBIG);
     s_client_t c;
     s_client_open(&c, &d, "c-mid", NBIG, BIG, 5, true);
     uint8_t *pool = p2pkv_client_pool(c.client);
@@ -315,12 +290,12 @@ START_TEST(test_cancel_mid_transfer)
     uint32_t fence_dest[16];
     for (uint32_t i = 0; i < 16; i++)
         fence_dest[i] = NLOAD + i;
-    s_fence(&c, "warm", k.keys + NLOAD, fence_dest, 16);
-    uint64_t round = s_lookup(&c, "big", k.keys, NLOAD);
+    s_fence(&c, "warm", keys + NLOAD, fence_dest, 16);
+    uint64_t round = s_lookup(&c, "big", keys, NLOAD);
     c.sentinel_dest = dest;
     c.sentinel_n = NLOAD;
     c.sentinel_tag = 3;
-    uint64_t id = s_fetch(&c, "big", k.keys, dest, NLOAD, round);
+    uint64_t id = s_fetch(&c, "big", keys, dest, NLOAD, round);
     c.sentinel_id = id;
     //  wait for the first landed word of the first block (the server
     //  writes in order, merged), then cancel
@@ -344,7 +319,7 @@ START_TEST(test_cancel_mid_transfer)
                   "(%s, %.3f s)", why, pk_clock_monotonic() - cancelled);
     //  the session goes on; once a later fetch landed, nothing of the
     //  cancelled one is still on its way (header)
-    s_fence(&c, "after", k.keys + NLOAD, fence_dest, 16);
+    s_fence(&c, "after", keys + NLOAD, fence_dest, 16);
     size_t overwritten = 0, first = 0;
     for (size_t i = 0; i < NLOAD; i++)
         if (!s_block_is(pool + i * BIG, SENTINEL, BIG) && !overwritten++)
@@ -353,13 +328,13 @@ START_TEST(test_cancel_mid_transfer)
                   "ended (%s; %zu were whole at the end)", overwritten, first, why,
                   c.whole_at_end);
     for (size_t i = 0; i < 16; i++)
-        ck_assert(s_block_ok(pool + (size_t) fence_dest[i] * BIG, 3, NLOAD + i, BIG));
+        ck_assert(bk_block_ok(pool + (size_t) fence_dest[i] * BIG, 3, NLOAD + i, BIG));
     ck_assert_int_eq(s_ends_of(&c, id, NULL, NULL), 1);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "big"), 0);
     ck_assert_msg(s_unpinned(&d, 10), "the server still pins blocks of the cancelled load");
     p2pkv_client_destroy(&c.client);
     free(dest);
-    s_keys_free(&k);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
@@ -372,23 +347,22 @@ START_TEST(test_cancel_return_codes)
 {
     td_t d;
     td_start(&d, NULL);
-    hh_fill(&d, 4, 8, SMALL);
-    s_keys_t k;
-    s_keys_make(&k, 4, 8);
+    bk_fill(&d, 4, 8, SMALL);
+    p2pkv_key_t *keys = bk_keys(4, 0, 8);
     s_client_t c;
     s_client_open(&c, &d, "c-codes", 64, SMALL, 0, true);
     //  landed: cancel changes nothing
     uint32_t dest[2] = { 1, 2 };
-    s_fence(&c, "landed", k.keys, dest, 2);
+    s_fence(&c, "landed", keys, dest, 2);
     uint64_t landed_id = c.ends[0].id;
     ck_assert_int_eq(p2pkv_client_cancel(c.client, landed_id), -EALREADY);
-    ck_assert(s_block_ok(p2pkv_client_pool(c.client) + SMALL, 4, 0, SMALL));
+    ck_assert(bk_block_ok(p2pkv_client_pool(c.client) + SMALL, 4, 0, SMALL));
     //  never issued
     ck_assert_int_eq(p2pkv_client_cancel(c.client, 0), -ENOENT);
     ck_assert_int_eq(p2pkv_client_cancel(c.client, landed_id + 1000), -ENOENT);
     //  twice: the second says it runs, and there is one end
     uint32_t dest2[2] = { 5, 6 };
-    uint64_t id = s_fetch(&c, "twice", k.keys + 2, dest2, 2, 0);
+    uint64_t id = s_fetch(&c, "twice", keys + 2, dest2, 2, 0);
     ck_assert_int_eq(p2pkv_client_cancel(c.client, id), 0);
     ck_assert_int_eq(p2pkv_client_cancel(c.client, id), -EINPROGRESS);
     p2pkv_status_t st = P2PKV_LANDED;
@@ -398,7 +372,7 @@ START_TEST(test_cancel_return_codes)
     ck_assert_int_eq(p2pkv_client_cancel(c.client, id), -EALREADY);
     //  a later fetch ends after any second end would have come
     uint32_t dest3[2] = { 8, 9 };
-    s_fence(&c, "later", k.keys + 4, dest3, 2);
+    s_fence(&c, "later", keys + 4, dest3, 2);
     ck_assert_int_eq(s_ends_of(&c, id, NULL, NULL), 1);
     ck_assert_int_eq(c.nends, 3);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "twice"), 0);
@@ -407,7 +381,7 @@ START_TEST(test_cancel_return_codes)
     //  without on_fetch: an end not read yet is an end already
     s_client_t q;
     s_client_open(&q, &d, "c-status", 64, SMALL, 0, false);
-    id = s_fetch(&q, "unread", k.keys, dest, 2, 0);
+    id = s_fetch(&q, "unread", keys, dest, 2, 0);
     ck_assert_int_eq(p2pkv_client_cancel(q.client, id), 0);
     ck_assert_int_eq(p2pkv_client_fetch_status(q.client, id, NULL), -EINPROGRESS);
     ck_assert(S_POLL_UNTIL(&q, p2pkv_client_open_fetches(q.client) == 0, 10));
@@ -418,7 +392,7 @@ START_TEST(test_cancel_return_codes)
     ck_assert_int_eq(p2pkv_client_cancel(q.client, id), -EALREADY);
     ck_assert_int_eq(p2pkv_client_finish(q.client, q.server, "unread"), 0);
     p2pkv_client_destroy(&q.client);
-    s_keys_free(&k);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
@@ -431,17 +405,16 @@ START_TEST(test_finish_cancels_open_fetches)
 {
     td_t d;
     td_start(&d, NULL);
-    hh_fill(&d, 5, 8, SMALL);
-    s_keys_t k;
-    s_keys_make(&k, 5, 8);
+    bk_fill(&d, 5, 8, SMALL);
+    p2pkv_key_t *keys = bk_keys(5, 0, 8);
     s_client_t c;
     s_client_open(&c, &d, "c-finish", 64, SMALL, 0, true);
     //  a lookup of the request (so finish sends its terminal fetch too),
     //  and two fetches the server holds until a store that never comes
-    (void) s_lookup(&c, "req", k.keys + 6, 1);
+    (void) s_lookup(&c, "req", keys + 6, 1);
     uint32_t da[2] = { 1, 2 }, db[2] = { 3, 4 };
-    uint64_t a = s_fetch(&c, "req", k.keys, da, 2, 0);
-    uint64_t b = s_fetch(&c, "req", k.keys + 2, db, 2, 0);
+    uint64_t a = s_fetch(&c, "req", keys, da, 2, 0);
+    uint64_t b = s_fetch(&c, "req", keys + 2, db, 2, 0);
     ck_assert_uint_eq(p2pkv_client_open_fetches(c.client), 2);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "req"), 0);
     ck_assert_int_eq(p2pkv_client_cancel(c.client, a), -EINPROGRESS);
@@ -453,12 +426,12 @@ START_TEST(test_finish_cancels_open_fetches)
     ck_assert_int_eq(s_ends_of(&c, b, &st, &why), 1);
     ck_assert_msg(st == P2PKV_ABORTED, "second: status %d (%s)", st, why);
     uint32_t df[2] = { 7, 8 };
-    s_fence(&c, "after", k.keys + 4, df, 2);
+    s_fence(&c, "after", keys + 4, df, 2);
     ck_assert_int_eq(c.nends, 3);
     ck_assert_int_eq(p2pkv_client_server_state(c.client, c.server, NULL), P2PKV_SERVER_UP);
     ck_assert_msg(s_unpinned(&d, 10), "the server still pins blocks of the finished request");
     p2pkv_client_destroy(&c.client);
-    s_keys_free(&k);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
@@ -501,15 +474,14 @@ START_TEST(test_cancel_never_acked)
     td_t d;
     td_start(&d, (const char *[]) { "--silence-timeout", "10", NULL });
     unsetenv("P2PKV_TEST_HOLD_SESSION");
-    hh_fill(&d, 6, 4, SMALL);
-    s_keys_t k;
-    s_keys_make(&k, 6, 4);
+    bk_fill(&d, 6, 4, SMALL);
+    p2pkv_key_t *keys = bk_keys(6, 0, 4);
     s_client_t c;
     s_client_open(&c, &d, "c-held", 64, SMALL, 1.0, true);
     //  a get, stuck on its lookup, cancelled by finish of its request
     //  from this thread: finish until the get returns (a finish before
     //  the get began has nothing to cancel yet)
-    s_get_arg_t g = { &c, k.keys + 2, 1, "" };
+    s_get_arg_t g = { &c, keys + 2, 1, "" };
     pthread_t thread;
     ck_assert_int_eq(pthread_create(&thread, NULL, s_get_thread, &g), 0);
     double until = pk_clock_monotonic() + 5;
@@ -521,7 +493,7 @@ START_TEST(test_cancel_never_acked)
     ck_assert_msg(g.rc == -ECANCELED, "the get returned %d (%s)", g.rc, g.err);
     ck_assert_int_eq(p2pkv_client_server_state(c.client, c.server, NULL), P2PKV_SERVER_UP);
     uint32_t dest[2] = { 1, 2 };
-    uint64_t id = s_fetch(&c, "req-held", k.keys, dest, 2, 0);
+    uint64_t id = s_fetch(&c, "req-held", keys, dest, 2, 0);
     double t0 = pk_clock_monotonic();
     ck_assert_int_eq(p2pkv_client_cancel(c.client, id), 0);
     p2pkv_status_t st = P2PKV_LANDED;
@@ -541,7 +513,7 @@ START_TEST(test_cancel_never_acked)
     ck_assert_int_ge(fd, 0);
     close(fd);
     p2pkv_client_destroy(&c.client);
-    s_keys_free(&k);
+    bk_keys_free(keys);
     //  released for good: every actor of ours, the new session's too,
     //  goes on and can stop
     ck_assert_int_eq(td_stop(&d), 0);
@@ -558,13 +530,12 @@ START_TEST(test_cli_get_interrupted)
 {
     td_t d;
     td_start(&d, (const char *[]) { "--lookup-timeout", "30", NULL });
-    s_keys_t k;
-    s_keys_make(&k, 7, 1);
+    p2pkv_key_t *keys = bk_keys(7, 0, 1);
     uint32_t block;
-    td_reserve(&d, k.keys, 1, &block);
-    char hex[2 * KEY_LEN + 1];
-    for (size_t i = 0; i < KEY_LEN; i++)
-        snprintf(hex + 2 * i, 3, "%02x", k.keys[0].bytes[i]);
+    td_reserve(&d, keys, 1, &block);
+    char hex[2 * BK_KEY_LEN + 1];
+    for (size_t i = 0; i < BK_KEY_LEN; i++)
+        snprintf(hex + 2 * i, 3, "%02x", keys[0].bytes[i]);
     char dir[] = "/tmp/p2pkv-intr-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     pid_t pid = fork();
@@ -601,7 +572,7 @@ START_TEST(test_cli_get_interrupted)
                   "p2pkv get after SIGINT: %s %d", WIFEXITED(status) ? "exit" : "signal",
                   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     rmdir(dir);
-    s_keys_free(&k);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
@@ -613,16 +584,12 @@ main(void)
     if (skip)
         return skip;
     Suite *s = suite_create("cancel");
-    TCase *tc = tcase_create("cancel");
-    tcase_set_timeout(tc, 60);
+    TCase *tc = td_case(s, "cancel", 60);
     tcase_add_test(tc, test_cancel_before_any_byte);
     tcase_add_test(tc, test_cancel_mid_transfer);
     tcase_add_test(tc, test_cancel_return_codes);
     tcase_add_test(tc, test_finish_cancels_open_fetches);
     tcase_add_test(tc, test_cancel_never_acked);
     tcase_add_test(tc, test_cli_get_interrupted);
-    suite_add_tcase(s, tc);
-    int rc = pk_test_run("cancel", s);
-    td_sweep();
-    return rc;
+    return td_run_and_sweep("cancel", s);
 }

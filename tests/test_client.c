@@ -6,6 +6,8 @@
 */
 #include "p2pkv.h"
 #include "base/clock.h"
+#include "blocks.h"
+#include "callbacks.h"
 #include "daemon.h"
 #include "wire/protocol.h"
 #include "testutil.h"
@@ -27,62 +29,11 @@
 #define BLOCK 4096
 #define NKEYS 16
 
-//  What the callbacks saw; the progress thread writes it, so fields the
-//  test waits on are atomics.
-typedef struct {
-    atomic_int lookups, fetches, hits;
-    atomic_int status;
-    atomic_uint_fast64_t round, round_of[8];
-    atomic_int ups, downs, stops, connecting;
-    atomic_int unanswered;          //  lookups ended by the server going away
-    atomic_int keys_answered;
-    char reason[256];
-    char fetch_reason[256];
-} s_seen_t;
+typedef cb_seen_t s_seen_t;     //  tests/callbacks.h
 
 static uint8_t s_data[NKEYS][BLOCK];
 static uint8_t s_key[NKEYS][32];
 static p2pkv_key_t s_keys[NKEYS];
-
-static void
-s_on_lookup(void *arg, int server, const char *kv, uint64_t round, const p2pkv_key_t *keys,
-            const bool *hits, size_t n)
-{
-    s_seen_t *seen = arg;
-    if (!hits) {
-        atomic_fetch_add(&seen->unanswered, 1);
-        return;
-    }
-    int h = 0;
-    for (size_t i = 0; i < n; i++)
-        h += hits[i];
-    atomic_store(&seen->hits, h);
-    atomic_store(&seen->round, round);
-    if (server >= 0 && server < 8)
-        atomic_store(&seen->round_of[server], round);
-    atomic_fetch_add(&seen->keys_answered, (int) n);
-    atomic_fetch_add(&seen->lookups, 1);
-}
-
-static void
-s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
-{
-    s_seen_t *seen = arg;
-    snprintf(seen->fetch_reason, sizeof seen->fetch_reason, "%s", reason);
-    atomic_store(&seen->status, (int) status);
-    atomic_fetch_add(&seen->fetches, 1);
-}
-
-static void
-s_on_server(void *arg, int server, p2pkv_server_state_t state, const char *reason)
-{
-    s_seen_t *seen = arg;
-    snprintf(seen->reason, sizeof seen->reason, "%s", reason);
-    atomic_fetch_add(state == P2PKV_SERVER_UP ? &seen->ups
-                     : state == P2PKV_SERVER_DOWN ? &seen->downs
-                     : state == P2PKV_SERVER_STOPPED ? &seen->stops : &seen->connecting, 1);
-}
-
 
 //  NKEYS blocks of known content, published on the server.
 static void
@@ -100,21 +51,15 @@ s_publish(td_t *s)
 static p2pkv_client_t *
 s_client_with(s_seen_t *seen, bool thread, bool fetch_callback)
 {
-    memset(seen, 0, sizeof *seen);
-    atomic_store(&seen->status, -1);
+    p2pkv_callbacks_t cb = cb_seen_start(seen, CB_LOOKUP | CB_SERVER
+                                               | (fetch_callback ? CB_FETCH : 0));
     char err[256] = "";
     p2pkv_config_t cfg = { .peer_id = "c-lib", .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .load_timeout = 5,
                            .abort_ack_timeout = 2, .keepalive_interval = 0.3,
                            .silence_timeout = 1.0, .connect_retry = 0.2,
                            .progress_thread = thread };
-    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
-                                         (p2pkv_callbacks_t) { .arg = seen,
-                                                               .on_lookup = s_on_lookup,
-                                                               .on_fetch = fetch_callback
-                                                                           ? s_on_fetch : NULL,
-                                                               .on_server = s_on_server },
-                                         err);
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, cb, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     return c;
 }
@@ -580,7 +525,7 @@ END_TEST
 
 //  What an on_lookup that fetches at once was given and did.
 typedef struct {
-    s_seen_t seen;                  //  first: s_on_fetch and s_on_server take it
+    s_seen_t seen;                  //  first: the recording callbacks take it
     p2pkv_client_t *c;
     int fetch_rc;
     bool kv_intact, keys_intact;
@@ -618,16 +563,13 @@ START_TEST(test_callback_pointers_outlive_its_calls)
     s_publish(&s);
     s_refetch_t r;
     memset(&r, 0, sizeof r);
-    atomic_store(&r.seen.status, -1);
+    p2pkv_callbacks_t cb = cb_seen_start(&r.seen, CB_FETCH | CB_SERVER);
+    cb.on_lookup = s_on_lookup_fetch;
     r.fetch_rc = 1;
     char err[256] = "";
     p2pkv_config_t cfg = { .peer_id = "c-refetch", .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .load_timeout = 5 };
-    r.c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
-                           (p2pkv_callbacks_t) { .arg = &r, .on_lookup = s_on_lookup_fetch,
-                                                 .on_fetch = s_on_fetch,
-                                                 .on_server = s_on_server },
-                           err);
+    r.c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, cb, err);
     ck_assert_msg(r.c != NULL, "p2pkv_client_new: %s", err);
     int server = p2pkv_client_connect(r.c, s.endpoint, 10, err);
     ck_assert_msg(server >= 0, "connect: %s", err);
@@ -654,8 +596,7 @@ END_TEST
 #define BIG (64 * 1024)
 #define NBIG 4096
 
-static uint8_t s_big_key[NBIG][16];
-static p2pkv_key_t s_big_keys[NBIG];
+#define BIG_TAG 5
 
 static void
 s_big_server(td_t *s)
@@ -663,19 +604,7 @@ s_big_server(td_t *s)
     const char *flags[] = { "--pool-blocks", "4096", "--block-len", "65536", "--pin-quota",
                             "4096", "--silence-timeout", "10", NULL };
     td_start(s, flags);
-    for (size_t i = 0; i < NBIG; i++) {
-        memcpy(s_big_key[i], "big-", 4);
-        memset(s_big_key[i] + 4, 0x3c, 4);
-        for (int b = 0; b < 8; b++)
-            s_big_key[i][8 + b] = (uint8_t) (i >> (8 * b));
-        s_big_keys[i] = (p2pkv_key_t) { s_big_key[i], 16 };
-    }
-    static uint32_t blocks[NBIG];
-    td_reserve(s, s_big_keys, NBIG, blocks);
-    uint8_t *pool = p2pkv_engine_pool(td_api(s));
-    for (size_t i = 0; i < NBIG; i++)
-        memset(pool + (size_t) blocks[i] * BIG, (int) (i % 251) + 1, BIG);
-    td_commit(s, s_big_keys, NBIG);
+    bk_fill(s, BIG_TAG, NBIG, BIG);
 }
 
 //  Issue 10: the client's stall timeout was 5 s whatever one asked for.
@@ -687,32 +616,27 @@ START_TEST(test_stall_timeout_takes_effect)
 {
     td_t s;
     s_big_server(&s);
+    p2pkv_key_t *keys = bk_keys(BIG_TAG, 0, NBIG);
     s_seen_t seen;
-    memset(&seen, 0, sizeof seen);
-    atomic_store(&seen.status, -1);
+    p2pkv_callbacks_t cb = cb_seen_start(&seen, CB_LOOKUP | CB_FETCH | CB_SERVER);
     char err[256] = "";
     const double stall = 0.5;
     p2pkv_config_t cfg = { .peer_id = "c-stall", .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .load_timeout = 30,
                            .abort_ack_timeout = 10, .keepalive_interval = 0.3,
                            .silence_timeout = 10, .stall_timeout = stall };
-    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, NBIG, BIG,
-                                         (p2pkv_callbacks_t) { .arg = &seen,
-                                                               .on_lookup = s_on_lookup,
-                                                               .on_fetch = s_on_fetch,
-                                                               .on_server = s_on_server },
-                                         err);
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, NBIG, BIG, cb, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     int server = p2pkv_client_connect(c, s.endpoint, 10, err);
     ck_assert_msg(server >= 0, "connect: %s", err);
-    ck_assert_int_eq(p2pkv_client_lookup(c, server, "stall", s_big_keys, NBIG), 0);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "stall", keys, NBIG), 0);
     s_until(c, &seen.lookups, 1, true, 10);
     ck_assert_int_eq(atomic_load(&seen.hits), NBIG);
     uint32_t *dest = malloc(NBIG * sizeof *dest);
     for (uint32_t i = 0; i < NBIG; i++)
         dest[i] = i;
     uint64_t id;
-    ck_assert_int_eq(p2pkv_client_fetch(c, server, "stall", s_big_keys, dest, NBIG,
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, "stall", keys, dest, NBIG,
                                         atomic_load(&seen.round), 0, &id), 0);
     free(dest);
     //  stopped once the first bytes land
@@ -741,6 +665,7 @@ START_TEST(test_stall_timeout_takes_effect)
                   ended - stopped);
     ck_assert_int_ge(atomic_load(&seen.downs), 1);
     p2pkv_client_destroy(&c);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -927,7 +852,7 @@ int
 main(void)
 {
     Suite *suite = suite_create("client");
-    TCase *tc = tcase_create("library");
+    TCase *tc = td_case(suite, "library", 0);
     tcase_add_test(tc, test_fd_drives_an_event_loop);
     tcase_add_test(tc, test_progress_thread_keeps_an_idle_session);
     tcase_add_test(tc, test_reconnects_to_a_restarted_server);
@@ -942,6 +867,5 @@ main(void)
     tcase_add_test(tc, test_callback_pointers_outlive_its_calls);
     tcase_add_test(tc, test_stall_timeout_takes_effect);
     tcase_add_test(tc, test_connect_retry_takes_effect);
-    suite_add_tcase(suite, tc);
     return pk_test_run("client", suite);
 }

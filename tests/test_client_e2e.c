@@ -3,15 +3,15 @@
     127.0.0.1.
 
     Servers are filled through the engine API the way a local engine does
-    it: reserve keys, write the blocks into the mapped shared pool, commit.
-    Block i of a fill tagged T holds a pattern only (T, i) produces, so
-    every byte that lands is checked against where it belongs.
+    it, with tests/blocks.h's blocks and keys: every byte that lands is
+    checked against where it belongs.
 
     The restarted-consumer test runs a consumer in a process of its own:
     this binary again, executed with --consumer (see s_consumer_main).
 */
 #include "p2pkv.h"
 #include "base/clock.h"
+#include "blocks.h"
 #include "daemon.h"
 #include "wire/protocol.h"
 #include "testutil.h"
@@ -27,115 +27,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define KEY_LEN 16
 #define SMALL 4096                  //  block length of tests 1 and 2
 #define BIG (64 * 1024)             //  block length of the large loads
 #define NBIG 4096                   //  blocks of a large load: 256 MiB
 
 static char s_self[4096];           //  this binary, for the consumer process
-
-//  ---------------------------------------------------------------------------
-//  Blocks and keys
-
-static uint64_t
-s_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-//  Word k of block i of fill tag: never zero, so a landed block is never
-//  mistaken for an untouched (zeroed) one.
-static inline uint64_t
-s_word(uint64_t tag, uint64_t i, uint64_t k)
-{
-    return s_mix((tag << 44) ^ (i << 16) ^ k) | 1;
-}
-
-static void
-s_block_fill(uint8_t *at, uint64_t tag, uint64_t i, size_t block_len)
-{
-    uint64_t *w = (uint64_t *) at;
-    for (size_t k = 0; k < block_len / 8; k++)
-        w[k] = s_word(tag, i, k);
-}
-
-static bool
-s_block_ok(const uint8_t *at, uint64_t tag, uint64_t i, size_t block_len)
-{
-    const uint64_t *w = (const uint64_t *) at;
-    for (size_t k = 0; k < block_len / 8; k++)
-        if (w[k] != s_word(tag, i, k))
-            return false;
-    return true;
-}
-
-static bool
-s_block_zero(const uint8_t *at, size_t block_len)
-{
-    const uint64_t *w = (const uint64_t *) at;
-    for (size_t k = 0; k < block_len / 8; k++)
-        if (w[k])
-            return false;
-    return true;
-}
-
-//  The keys of blocks first.. first+n-1 of a fill.
-typedef struct {
-    size_t n;
-    uint8_t *bytes;
-    p2pkv_key_t *keys;
-} s_keys_t;
-
-static void
-s_keys_make(s_keys_t *k, uint64_t tag, uint64_t first, size_t n)
-{
-    k->n = n;
-    k->bytes = malloc(n * KEY_LEN);
-    k->keys = malloc(n * sizeof *k->keys);
-    if (!k->bytes || !k->keys)
-        abort();        //  no Check assertions: the consumer process uses this too
-    for (size_t i = 0; i < n; i++) {
-        uint8_t *at = k->bytes + i * KEY_LEN;
-        uint64_t index = first + i;
-        memcpy(at, "e2e", 3);
-        at[3] = (uint8_t) tag;
-        for (int b = 0; b < 8; b++)
-            at[8 + b] = (uint8_t) (index >> (8 * b));
-        memset(at + 4, 0xa5, 4);
-        k->keys[i] = (p2pkv_key_t) { at, KEY_LEN };
-    }
-}
-
-static void
-s_keys_free(s_keys_t *k)
-{
-    free(k->bytes);
-    free(k->keys);
-}
-
-//  Blocks 0..n-1 of fill tag into the server: reserve, write in the mapped
-//  pool, commit (as a local engine does).
-static void
-s_fill(td_t *d, uint64_t tag, size_t n, size_t block_len)
-{
-    s_keys_t k;
-    s_keys_make(&k, tag, 0, n);
-    uint8_t *pool = p2pkv_engine_pool(td_api(d));
-    uint32_t *blocks = malloc(8192 * sizeof *blocks);
-    ck_assert_ptr_nonnull(blocks);
-    for (size_t at = 0; at < n; at += 8192) {
-        size_t m = n - at < 8192 ? n - at : 8192;
-        td_reserve(d, k.keys + at, m, blocks);
-        for (size_t i = 0; i < m; i++)
-            s_block_fill(pool + (size_t) blocks[i] * block_len, tag, at + i, block_len);
-        td_commit(d, k.keys + at, m);
-    }
-    free(blocks);
-    s_keys_free(&k);
-}
 
 static json_int_t
 s_stat(json_t *st, const char *group, const char *name)
@@ -343,7 +239,7 @@ START_TEST(test_symmetric_lookup_fetch)
     td_t d;
     td_start(&d, (const char *[]) { "--pool-blocks", "16384", "--pin-quota", "16384",
                                     "--silence-timeout", "10", NULL });
-    s_fill(&d, 1, FILLED, SMALL);
+    bk_fill(&d, 1, FILLED, SMALL);
     s_client_t c;
     s_client_open(&c, &d, "c-sym", POOL, SMALL, (s_timeouts_t) { 0 });
     uint8_t *pool = p2pkv_client_pool(c.client);
@@ -353,16 +249,14 @@ START_TEST(test_symmetric_lookup_fetch)
                                                        { 101, 10000, false } };
     for (int t = 0; t < 3; t++) {
         size_t n = cases[t].n, nask = n + cases[t].miss;
-        s_keys_t k, missing;
-        s_keys_make(&k, 1, cases[t].first, n);
-        s_keys_make(&missing, 99, 0, 1);
+        p2pkv_key_t *k = bk_keys(1, cases[t].first, n), *missing = bk_keys(99, 0, 1);
         p2pkv_key_t *ask = malloc(nask * sizeof *ask);
         //  the missing key in the middle
         size_t at = 0;
         for (size_t i = 0; i < n; i++) {
             if (cases[t].miss && i == n / 2)
-                ask[at++] = missing.keys[0];
-            ask[at++] = k.keys[i];
+                ask[at++] = missing[0];
+            ask[at++] = k[i];
         }
         char kv[32];
         snprintf(kv, sizeof kv, "sym-%zu", n);
@@ -392,20 +286,20 @@ START_TEST(test_symmetric_lookup_fetch)
         //  every byte where it belongs, and nothing elsewhere
         bool *is_dest = calloc(POOL, sizeof *is_dest);
         for (size_t i = 0; i < nhit; i++) {
-            ck_assert_msg(s_block_ok(pool + (size_t) dest[i] * SMALL, 1, cases[t].first + i,
+            ck_assert_msg(bk_block_ok(pool + (size_t) dest[i] * SMALL, 1, cases[t].first + i,
                                      SMALL), "%zu blocks: block %zu (pool block %u) differs",
                           n, i, dest[i]);
             is_dest[dest[i]] = true;
         }
         for (size_t b = 0; b < POOL; b++)
-            ck_assert_msg(is_dest[b] || s_block_zero(pool + b * SMALL, SMALL),
+            ck_assert_msg(is_dest[b] || bk_block_zero(pool + b * SMALL, SMALL),
                           "%zu blocks: pool block %zu written, not a destination", n, b);
         free(is_dest);
         free(hit);
         free(dest);
         free(ask);
-        s_keys_free(&k);
-        s_keys_free(&missing);
+        bk_keys_free(k);
+        bk_keys_free(missing);
     }
     //  the fetches' pins are gone once they ended
     json_t *st = s_stats_until(&d, s_unpinned, 5);
@@ -424,22 +318,21 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
 {
     td_t d;
     td_start(&d, (const char *[]) { "--silence-timeout", "10", NULL });
-    s_fill(&d, 2, 4, SMALL);
-    s_keys_t k;
-    s_keys_make(&k, 2, 0, 4);
+    bk_fill(&d, 2, 4, SMALL);
+    p2pkv_key_t *k = bk_keys(2, 0, 4);
     //  stored before the consumer even connected: held, then bound
     char err[P2PKV_ERRLEN] = "";
     uint64_t job;
-    ck_assert_msg(p2pkv_engine_store(td_api(&d), "c-pd", "req-1", k.keys, 2, -1, &job, err) == 0,
+    ck_assert_msg(p2pkv_engine_store(td_api(&d), "c-pd", "req-1", k, 2, -1, &job, err) == 0,
                   "store: %s", err);
     s_client_t c;
     s_client_open(&c, &d, "c-pd", 64, SMALL, (s_timeouts_t) { 0 });
     uint8_t *pool = p2pkv_client_pool(c.client);
     uint32_t dest[2] = { 3, 4 };
-    p2pkv_status_t st = s_fetch_wait(&c, "req-1", k.keys, dest, 2, 0, 10);
+    p2pkv_status_t st = s_fetch_wait(&c, "req-1", k, dest, 2, 0, 10);
     ck_assert_msg(st == P2PKV_LANDED, "store then fetch: %s (%s)", s_status_name(st), c.reason);
-    ck_assert(s_block_ok(pool + 3 * SMALL, 2, 0, SMALL));
-    ck_assert(s_block_ok(pool + 4 * SMALL, 2, 1, SMALL));
+    ck_assert(bk_block_ok(pool + 3 * SMALL, 2, 0, SMALL));
+    ck_assert(bk_block_ok(pool + 4 * SMALL, 2, 1, SMALL));
     p2pkv_engine_event_t ev;
     ck_assert_int_eq(p2pkv_engine_next_event(td_api(&d), 10, &ev), 0);
     ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
@@ -448,25 +341,25 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     //  fetch first: nothing ends until the engine stores
     uint32_t dest2[2] = { 20, 21 };
     uint64_t id;
-    ck_assert_int_eq(p2pkv_client_fetch(c.client, c.server, "req-2", k.keys + 2, dest2, 2, 0, 0,
+    ck_assert_int_eq(p2pkv_client_fetch(c.client, c.server, "req-2", k + 2, dest2, 2, 0, 0,
                                         &id), 0);
     s_poll_for(&c, 0.3);
     ck_assert_int_eq(c.fetches, 1);
     ck_assert_uint_eq(p2pkv_client_open_fetches(c.client), 1);
-    ck_assert(s_block_zero(pool + 20 * SMALL, 2 * SMALL));
-    ck_assert_msg(p2pkv_engine_store(td_api(&d), "c-pd", "req-2", k.keys + 2, 2, -1, &job,
+    ck_assert(bk_block_zero(pool + 20 * SMALL, 2 * SMALL));
+    ck_assert_msg(p2pkv_engine_store(td_api(&d), "c-pd", "req-2", k + 2, 2, -1, &job,
                                      err) == 0, "store: %s", err);
     ck_assert_msg(S_POLL_UNTIL(&c, c.fetches == 2, 10), "fetch then store: no end");
     ck_assert_uint_eq(c.fetch_id, id);
     ck_assert_msg(c.status == P2PKV_LANDED, "fetch then store: %s (%s)", s_status_name(c.status),
                   c.reason);
-    ck_assert(s_block_ok(pool + 20 * SMALL, 2, 2, SMALL));
-    ck_assert(s_block_ok(pool + 21 * SMALL, 2, 3, SMALL));
+    ck_assert(bk_block_ok(pool + 20 * SMALL, 2, 2, SMALL));
+    ck_assert(bk_block_ok(pool + 21 * SMALL, 2, 3, SMALL));
     ck_assert_int_eq(p2pkv_engine_next_event(td_api(&d), 10, &ev), 0);
     ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
     ck_assert_uint_eq(ev.id, job);
     ck_assert(ev.success);
-    s_keys_free(&k);
+    bk_keys_free(k);
     s_client_close(&c);
     ck_assert_int_eq(td_stop(&d), 0);
 }
@@ -488,8 +381,8 @@ s_changes(const s_client_t *c, uint64_t tag, size_t block_len, char *out, size_t
         if (!changed++)
             first = b;
         last = b;
-        whole += s_block_ok(now, tag, b, block_len);
-        was_zero += s_block_zero(then, block_len);
+        whole += bk_block_ok(now, tag, b, block_len);
+        was_zero += bk_block_zero(then, block_len);
     }
     if (!changed)
         snprintf(out, cap, "%s", "");
@@ -511,7 +404,7 @@ s_big_server(td_t *d, const char *const *more)
         flags[n++] = more[i];
     flags[n] = NULL;
     td_start(d, flags);
-    s_fill(d, 3, NBIG, BIG);
+    bk_fill(d, 3, NBIG, BIG);
 }
 
 //  Any sampled word of the destination no longer zero?
@@ -527,15 +420,16 @@ s_touched(const uint8_t *pool, size_t nblocks, size_t block_len)
 
 //  Looks up all NBIG keys and starts their fetch into blocks 0.. in order.
 static void
-s_big_fetch(s_client_t *c, const s_keys_t *k, const char *kv, double deadline, uint64_t *id_p)
+s_big_fetch(s_client_t *c, const p2pkv_key_t *keys, const char *kv, double deadline,
+            uint64_t *id_p)
 {
-    uint64_t round = s_lookup(c, kv, k->keys, k->n);
-    for (size_t i = 0; i < k->n; i++)
+    uint64_t round = s_lookup(c, kv, keys, NBIG);
+    for (size_t i = 0; i < NBIG; i++)
         ck_assert_msg(c->hits[i], "a miss for key %zu of the large load", i);
-    uint32_t *dest = malloc(k->n * sizeof *dest);
-    for (size_t i = 0; i < k->n; i++)
+    uint32_t *dest = malloc(NBIG * sizeof *dest);
+    for (size_t i = 0; i < NBIG; i++)
         dest[i] = (uint32_t) i;
-    ck_assert_int_eq(p2pkv_client_fetch(c->client, c->server, kv, k->keys, dest, k->n, round,
+    ck_assert_int_eq(p2pkv_client_fetch(c->client, c->server, kv, keys, dest, NBIG, round,
                                         deadline, id_p), 0);
     free(dest);
 }
@@ -546,15 +440,14 @@ START_TEST(test_server_killed_mid_transfer)
 {
     td_t d;
     s_big_server(&d, NULL);
-    s_keys_t k;
-    s_keys_make(&k, 3, 0, NBIG);
+    p2pkv_key_t *k = bk_keys(3, 0, NBIG);
     s_client_t c;
     s_timeouts_t t = { .load = 3, .abort_ack = 1, .keepalive = 0.2, .silence = 1 };
     s_client_open(&c, &d, "c-kill", NBIG, BIG, t);
     uint8_t *pool = p2pkv_client_pool(c.client);
     c.want_snapshot = true;
     uint64_t id;
-    s_big_fetch(&c, &k, "kill", 0, &id);
+    s_big_fetch(&c, k, "kill", 0, &id);
     //  poll until the first bytes land, then kill
     double deadline = pk_clock_monotonic() + 10;
     bool touched = false;
@@ -588,7 +481,7 @@ START_TEST(test_server_killed_mid_transfer)
     s_changes(&c, 3, BIG, changes, sizeof changes);
     ck_assert_msg(!*changes, "after FAILED (%s): %s", c.reason, changes);
     s_client_close(&c);
-    s_keys_free(&k);
+    bk_keys_free(k);
 }
 END_TEST
 
@@ -598,8 +491,7 @@ START_TEST(test_abort_with_writes_in_flight)
 {
     td_t d;
     s_big_server(&d, NULL);
-    s_keys_t k;
-    s_keys_make(&k, 3, 0, NBIG);
+    p2pkv_key_t *k = bk_keys(3, 0, NBIG);
     s_client_t c;
     s_timeouts_t t = { .load = 10, .abort_ack = 5, .keepalive = 0.5, .silence = 5 };
     s_client_open(&c, &d, "c-abort", NBIG, BIG, t);
@@ -610,15 +502,15 @@ START_TEST(test_abort_with_writes_in_flight)
     uint32_t warm_dest[16];
     for (uint32_t i = 0; i < 16; i++)
         warm_dest[i] = i;
-    uint64_t warm_round = s_lookup(&c, "warm", k.keys, 16);
-    ck_assert_int_eq(s_fetch_wait(&c, "warm", k.keys, warm_dest, 16, warm_round, 10),
+    uint64_t warm_round = s_lookup(&c, "warm", k, 16);
+    ck_assert_int_eq(s_fetch_wait(&c, "warm", k, warm_dest, 16, warm_round, 10),
                      P2PKV_LANDED);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "warm"), 0);
     memset(pool, 0, c.pool_len);
     c.want_snapshot = true;
     uint64_t id;
     int before = c.fetches;
-    s_big_fetch(&c, &k, "abort", 0.001, &id);
+    s_big_fetch(&c, k, "abort", 0.001, &id);
     double fetched = pk_clock_monotonic();
     ck_assert_msg(S_POLL_UNTIL(&c, c.fetches > before, t.abort_ack + 5),
                   "the aborted load never ended");
@@ -635,8 +527,8 @@ START_TEST(test_abort_with_writes_in_flight)
     size_t whole = 0;
     for (size_t i = 0; i < NBIG; i++) {
         const uint8_t *at = pool + i * BIG;
-        bool ok = s_block_ok(at, 3, i, BIG);
-        ck_assert_msg(ok || s_block_zero(at, BIG), "block %zu is neither untouched nor whole",
+        bool ok = bk_block_ok(at, 3, i, BIG);
+        ck_assert_msg(ok || bk_block_zero(at, BIG), "block %zu is neither untouched nor whole",
                       i);
         whole += ok;
     }
@@ -644,24 +536,23 @@ START_TEST(test_abort_with_writes_in_flight)
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "abort"), 0);
     //  the session goes on: another fetch on it lands whole
     memset(pool, 0, c.pool_len);
-    s_keys_t k2;
-    s_keys_make(&k2, 3, 100, 256);
-    uint64_t round = s_lookup(&c, "after", k2.keys, k2.n);
+    p2pkv_key_t *k2 = bk_keys(3, 100, 256);
+    uint64_t round = s_lookup(&c, "after", k2, 256);
     uint32_t dest[256];
     for (size_t i = 0; i < 256; i++) {
         ck_assert(c.hits[i]);
         dest[i] = (uint32_t) (1000 + 2 * i);
     }
     c.want_snapshot = false;
-    p2pkv_status_t st = s_fetch_wait(&c, "after", k2.keys, dest, 256, round, 20);
+    p2pkv_status_t st = s_fetch_wait(&c, "after", k2, dest, 256, round, 20);
     ck_assert_msg(st == P2PKV_LANDED, "after the abort: %s (%s)", s_status_name(st), c.reason);
     for (size_t i = 0; i < 256; i++)
-        ck_assert_msg(s_block_ok(pool + (size_t) dest[i] * BIG, 3, 100 + i, BIG),
+        ck_assert_msg(bk_block_ok(pool + (size_t) dest[i] * BIG, 3, 100 + i, BIG),
                       "after the abort: block %zu differs", i);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "after"), 0);
-    s_keys_free(&k2);
+    bk_keys_free(k2);
     s_client_close(&c);
-    s_keys_free(&k);
+    bk_keys_free(k);
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
@@ -694,9 +585,8 @@ s_consumer_main(int argc, char *argv[])
         return 1;
     }
     dprintf(3, "C\n");
-    s_keys_t k;
-    s_keys_make(&k, 3, 0, n);
-    p2pkv_client_lookup(c.client, c.server, "restart", k.keys, n);
+    p2pkv_key_t *k = bk_keys(3, 0, n);
+    p2pkv_client_lookup(c.client, c.server, "restart", k, n);
     double deadline = pk_clock_monotonic() + 30;
     while (c.lookups == 0 && pk_clock_monotonic() < deadline)
         p2pkv_client_poll(c.client, 0.005);
@@ -705,7 +595,7 @@ s_consumer_main(int argc, char *argv[])
         dest[i] = (uint32_t) i;
     uint64_t id;
     if (c.lookups == 0
-        || p2pkv_client_fetch(c.client, c.server, "restart", k.keys, dest, n, c.round, 0, &id)) {
+        || p2pkv_client_fetch(c.client, c.server, "restart", k, dest, n, c.round, 0, &id)) {
         dprintf(3, "X no lookup answer or fetch refused\n");
         return 1;
     }
@@ -794,21 +684,20 @@ START_TEST(test_consumer_restarted_mid_transfer)
     ck_assert_int_eq(s_metric_total(st, "p2pkv_sessions_opened_total"), 1);
     json_decref(st);
     //  the restarted consumer, same peer id: the same keys, every byte
-    s_keys_t k;
-    s_keys_make(&k, 3, 0, NBIG);
+    p2pkv_key_t *k = bk_keys(3, 0, NBIG);
     s_client_t c;
     s_client_open(&c, &d, peer, NBIG, BIG, (s_timeouts_t) { 0 });
     uint8_t *pool = p2pkv_client_pool(c.client);
-    uint64_t round = s_lookup(&c, "restart", k.keys, k.n);
+    uint64_t round = s_lookup(&c, "restart", k, NBIG);
     uint32_t *dest = malloc(NBIG * sizeof *dest);
     for (size_t i = 0; i < NBIG; i++) {
         ck_assert_msg(c.hits[i], "after the restart: a miss for key %zu", i);
         dest[i] = (uint32_t) i;
     }
-    p2pkv_status_t s = s_fetch_wait(&c, "restart", k.keys, dest, NBIG, round, 30);
+    p2pkv_status_t s = s_fetch_wait(&c, "restart", k, dest, NBIG, round, 30);
     ck_assert_msg(s == P2PKV_LANDED, "after the restart: %s (%s)", s_status_name(s), c.reason);
     for (size_t i = 0; i < NBIG; i++)
-        ck_assert_msg(s_block_ok(pool + i * BIG, 3, i, BIG), "after the restart: block %zu", i);
+        ck_assert_msg(bk_block_ok(pool + i * BIG, 3, i, BIG), "after the restart: block %zu", i);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "restart"), 0);
     //  the server serves on: one session, the new one; the old one retired
     //  (by the new connect, or silent); no pin left behind
@@ -824,7 +713,7 @@ START_TEST(test_consumer_restarted_mid_transfer)
     json_decref(st);
     free(dest);
     s_client_close(&c);
-    s_keys_free(&k);
+    bk_keys_free(k);
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
@@ -842,15 +731,11 @@ main(int argc, char *argv[])
         return 1;
     s_self[len] = '\0';
     Suite *s = suite_create("client_e2e");
-    TCase *tc = tcase_create("e2e");
-    tcase_set_timeout(tc, 60);
+    TCase *tc = td_case(s, "e2e", 60);
     tcase_add_test(tc, test_symmetric_lookup_fetch);
     tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
     tcase_add_test(tc, test_server_killed_mid_transfer);
     tcase_add_test(tc, test_abort_with_writes_in_flight);
     tcase_add_test(tc, test_consumer_restarted_mid_transfer);
-    suite_add_tcase(s, tc);
-    int rc = pk_test_run("client_e2e", s);
-    td_sweep();
-    return rc;
+    return td_run_and_sweep("client_e2e", s);
 }

@@ -246,6 +246,22 @@ s_fetch(const char *kv, int first_key, int n, uint64_t round, double deadline)
     return id;
 }
 
+//  The clock at t, then a tick: what is due by t happens.
+static void
+s_tick_at(double t)
+{
+    H->now = t;
+    pk_client_role_tick(H->role);
+}
+
+//  n blocks of round counted by the transport, then a tick.
+static void
+s_land(uint64_t round, uint64_t n)
+{
+    H->landed[round] = n;
+    pk_client_role_tick(H->role);
+}
+
 //  ---------------------------------------------------------------------------
 
 START_TEST(test_probes_batched_per_request)
@@ -309,11 +325,9 @@ START_TEST(test_landed_only_when_every_block_counted)
     ck_assert_uint_eq(round, 1);
     s_deliver(s_done("r1", round, true, 3));
     ck_assert_int_eq(H->ndone, 0);               //  immediates not counted yet
-    H->landed[round] = 2;
-    pk_client_role_tick(H->role);
+    s_land(round, 2);
     ck_assert_int_eq(H->ndone, 0);
-    H->landed[round] = 3;
-    pk_client_role_tick(H->role);
+    s_land(round, 3);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_uint_eq(H->done[0].id, id);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);
@@ -328,11 +342,9 @@ START_TEST(test_failed_waits_for_landing_blocks)
     uint64_t round = H->sent[0].round;
     //  two blocks may still be on their way: the destination waits for them
     s_deliver(s_done("r1", round, false, 2));
-    H->landed[round] = 1;
-    pk_client_role_tick(H->role);
+    s_land(round, 1);
     ck_assert_int_eq(H->ndone, 0);
-    H->landed[round] = 2;
-    pk_client_role_tick(H->role);
+    s_land(round, 2);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_FAILED);
     ck_assert(!H->cut);
@@ -340,11 +352,9 @@ START_TEST(test_failed_waits_for_landing_blocks)
     s_fetch("r2", 0, 2, 0, 0);
     round = H->sent[1].round;
     s_deliver(s_done("r2", round, false, 1));
-    H->now += 9.9;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 9.9);
     ck_assert_int_eq(H->ndone, 1);
-    H->now += 0.1;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 0.1);
     ck_assert_int_eq(H->ndone, 2);
     ck_assert_int_eq(H->done[1].status, PK_LOAD_FAILED);
     ck_assert(H->done[1].cut_before);
@@ -355,11 +365,9 @@ START_TEST(test_timeout_abort_and_either_order)
 {
     uint64_t id = s_fetch("r1", 0, 2, 0, 5);     //  the caller's own 5 s deadline
     uint64_t round = H->sent[0].round;
-    H->now += 4.9;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 4.9);
     ck_assert_int_eq(H->nsent, 1);
-    H->now += 0.1;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 0.1);
     ck_assert_int_eq(H->nsent, 2);
     ck_assert_int_eq(H->sent[1].type, PK_MSG_ABORT_FETCH);
     ck_assert_uint_eq(H->sent[1].round, round);
@@ -378,11 +386,9 @@ END_TEST
 START_TEST(test_abort_ack_timeout_cuts_off)
 {
     s_fetch("r1", 0, 2, 0, 0);
-    H->now += 30;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 30);
     ck_assert_int_eq(H->sent[1].type, PK_MSG_ABORT_FETCH);
-    H->now += 10;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 10);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_FAILED);
     ck_assert(H->done[0].cut_before);
@@ -518,8 +524,7 @@ START_TEST(test_split_transfer_partial_landing)
     ck_assert_int_eq(H->ndone, 0);  //  a third block may still land
     pk_client_role_tick(H->role);
     ck_assert_int_eq(H->ndone, 0);
-    H->landed[round] = 3;
-    pk_client_role_tick(H->role);
+    s_land(round, 3);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_uint_eq(H->done[0].id, id);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_FAILED);   //  part of it is not a load
@@ -623,12 +628,10 @@ START_TEST(test_remembered_rounds_expire)
     s_deliver(s_done("r2", 2, true, 1));
     ck_assert_int_eq(H->ndone, 1);
     //  both remembered for load_timeout + abort_ack_timeout (40 s)
-    H->now = 89.9;
-    pk_client_role_tick(H->role);
+    s_tick_at(89.9);
     ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 1, 0, 0x0)), -EPROTO);
     ck_assert_int_eq(s_deliver(s_done("r2", 2, true, 1)), -EPROTO);
-    H->now = 90;
-    pk_client_role_tick(H->role);
+    s_tick_at(90);
     //  forgotten: a late duplicate is only stale
     ck_assert_int_eq(s_deliver(s_resp_hits("r1", 1, 1, 0, 0x0)), 0);
     ck_assert_int_eq(s_deliver(s_done("r2", 2, true, 1)), 0);
@@ -650,14 +653,12 @@ START_TEST(test_overlapping_rounds_any_order)
     ck_assert_uint_eq(H->sent[3].round, 3);
     ck_assert_uint_eq(pk_client_role_open_loads(H->role), 3);
     //  round 3's blocks land first, but without transfer_done it is not done
-    H->landed[3] = 1;
-    pk_client_role_tick(H->role);
+    s_land(3, 1);
     ck_assert_int_eq(H->ndone, 0);
     //  round 2 answered, its blocks not all counted yet (a success waits
     //  for every block of the round, whatever its landing says)
     s_deliver(s_done("r1", 2, true, 2));
-    H->landed[2] = 2;
-    pk_client_role_tick(H->role);
+    s_land(2, 2);
     ck_assert_int_eq(H->ndone, 0);
     s_deliver(s_done("r1", 1, false, 0));
     ck_assert_int_eq(H->ndone, 1);
@@ -667,8 +668,7 @@ START_TEST(test_overlapping_rounds_any_order)
     ck_assert_int_eq(H->ndone, 2);
     ck_assert_uint_eq(H->done[1].id, c);
     ck_assert_int_eq(H->done[1].status, PK_LOAD_LANDED);
-    H->landed[2] = 3;
-    pk_client_role_tick(H->role);
+    s_land(2, 3);
     ck_assert_int_eq(H->ndone, 3);
     ck_assert_uint_eq(H->done[2].id, b);
     ck_assert_int_eq(H->done[2].status, PK_LOAD_LANDED);
@@ -720,8 +720,7 @@ START_TEST(test_done_then_ack_while_landing)
     ck_assert_int_eq(H->ndone, 0);
     ck_assert_int_eq(s_deliver(s_done("r1", 1, true, 2)), -EPROTO);
     ck_assert_str_eq(pk_client_role_violation(H->role), "two transfer_done for one round");
-    H->landed[1] = 2;
-    pk_client_role_tick(H->role);
+    s_land(1, 2);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_uint_eq(H->done[0].id, id);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);    //  the first answer decides
@@ -735,34 +734,28 @@ END_TEST
 START_TEST(test_abort_ack_waits_for_landing)
 {
     uint64_t a = s_fetch("r1", 0, 3, 0, 0);
-    H->now = 80;
-    pk_client_role_tick(H->role);
+    s_tick_at(80);
     ck_assert_int_eq(H->sent[1].type, PK_MSG_ABORT_FETCH);
     ck_assert_int_eq(s_deliver(s_ack("r1", 1, 2)), 0);
-    H->landed[1] = 1;
-    pk_client_role_tick(H->role);
+    s_land(1, 1);
     ck_assert_int_eq(H->ndone, 0);      //  a second block may still land
     ck_assert_int_eq(s_deliver(s_done("r1", 1, false, 2)), 0);
     ck_assert_int_eq(s_deliver(s_done("r1", 1, false, 2)), -EPROTO);
-    H->landed[1] = 2;
-    pk_client_role_tick(H->role);
+    s_land(1, 2);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_uint_eq(H->done[0].id, a);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
     ck_assert(!H->cut);
     //  an ack whose landing blocks never come: cut off first, then failed
     uint64_t b = s_fetch("r1", 0, 1, 0, 0);
-    H->now = 110;
-    pk_client_role_tick(H->role);
+    s_tick_at(110);
     ck_assert_int_eq(H->sent[3].type, PK_MSG_ABORT_FETCH);
     ck_assert_uint_eq(H->sent[3].round, 2);
     s_deliver(s_ack("r1", 2, 1));
-    H->now = 119.9;
-    pk_client_role_tick(H->role);
+    s_tick_at(119.9);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert(!H->cut);
-    H->now = 120;
-    pk_client_role_tick(H->role);
+    s_tick_at(120);
     ck_assert_int_eq(H->ndone, 2);
     ck_assert_uint_eq(H->done[1].id, b);
     ck_assert_int_eq(H->done[1].status, PK_LOAD_FAILED);
@@ -771,36 +764,30 @@ START_TEST(test_abort_ack_waits_for_landing)
 }
 END_TEST
 
+//  Round's load times out at t exactly: nothing is sent 0.1 s before, and
+//  at t its abort_fetch, the next message.
+static void
+s_aborted_at(double t, uint64_t round)
+{
+    int before = H->nsent;
+    s_tick_at(t - 0.1);
+    ck_assert_int_eq(H->nsent, before);
+    s_tick_at(t);
+    ck_assert_int_eq(H->nsent, before + 1);
+    ck_assert_int_eq(H->sent[before].type, PK_MSG_ABORT_FETCH);
+    ck_assert_uint_eq(H->sent[before].round, round);
+}
+
 START_TEST(test_load_timeout_config_or_deadline)
 {
     s_fetch("r1", 0, 1, 0, 0);      //  round 1: the configured 30 s
     s_fetch("r1", 1, 1, 0, 60);     //  round 2: its own 60 s
     s_fetch("r1", 2, 1, 0, 5);      //  round 3: its own 5 s
-    H->now = 54.9;
-    pk_client_role_tick(H->role);
-    ck_assert_int_eq(H->nsent, 3);
-    H->now = 55;
-    pk_client_role_tick(H->role);
-    ck_assert_int_eq(H->nsent, 4);
-    ck_assert_int_eq(H->sent[3].type, PK_MSG_ABORT_FETCH);
-    ck_assert_uint_eq(H->sent[3].round, 3);
+    s_aborted_at(55, 3);
     s_deliver(s_ack("r1", 3, 0));
-    H->now = 79.9;
-    pk_client_role_tick(H->role);
-    ck_assert_int_eq(H->nsent, 4);
-    H->now = 80;
-    pk_client_role_tick(H->role);
-    ck_assert_int_eq(H->nsent, 5);
-    ck_assert_int_eq(H->sent[4].type, PK_MSG_ABORT_FETCH);
-    ck_assert_uint_eq(H->sent[4].round, 1);
+    s_aborted_at(80, 1);
     s_deliver(s_ack("r1", 1, 0));
-    H->now = 109.9;
-    pk_client_role_tick(H->role);
-    ck_assert_int_eq(H->nsent, 5);
-    H->now = 110;
-    pk_client_role_tick(H->role);
-    ck_assert_int_eq(H->nsent, 6);
-    ck_assert_uint_eq(H->sent[5].round, 2);
+    s_aborted_at(110, 2);
     ck_assert_int_eq(H->ndone, 2);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
     ck_assert_int_eq(H->done[1].status, PK_LOAD_ABORTED);
@@ -817,8 +804,7 @@ START_TEST(test_server_gone_fails_every_state)
     uint64_t c = s_fetch("r2", 0, 2, 0, 0);        //  waiting for its blocks
     s_deliver(s_done("r2", 4, true, 2));
     H->landed[4] = 1;
-    H->now = 55;
-    pk_client_role_tick(H->role);
+    s_tick_at(55);
     ck_assert_int_eq(H->sent[4].type, PK_MSG_ABORT_FETCH);
     ck_assert_int_eq(H->ndone, 0);
     pk_client_role_server_gone(H->role, "server silent");
@@ -921,8 +907,7 @@ START_TEST(test_round_over_tells_the_transport)
     uint64_t r1 = H->sent[0].round;
     s_deliver(s_done("r1", r1, true, 2));
     ck_assert_int_eq(H->nforgot, 0);             //  still landing
-    H->landed[r1] = 2;
-    pk_client_role_tick(H->role);
+    s_land(r1, 2);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_int_eq(H->nforgot, 1);
     ck_assert_uint_eq(H->forgot[0].round, r1);
@@ -991,11 +976,9 @@ START_TEST(test_cancel_aborts_once_and_waits_for_the_fence)
     //  acked with two blocks that may still land: not ended before both
     ck_assert_int_eq(s_deliver(s_ack("r1", round, 2)), 0);
     ck_assert_int_eq(H->ndone, 0);
-    H->landed[round] = 1;
-    pk_client_role_tick(H->role);
+    s_land(round, 1);
     ck_assert_int_eq(H->ndone, 0);
-    H->landed[round] = 2;
-    pk_client_role_tick(H->role);
+    s_land(round, 2);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_uint_eq(H->done[0].id, id);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
@@ -1004,8 +987,7 @@ START_TEST(test_cancel_aborts_once_and_waits_for_the_fence)
     //  ended: not the role's any more; a late transfer_done ends nothing
     ck_assert_int_eq(pk_client_role_cancel(H->role, id), -ENOENT);
     ck_assert_int_eq(s_deliver(s_done("r1", round, false, 2)), 0);
-    H->now += 60;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 60);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_int_eq(H->nsent, 2);
 }
@@ -1019,11 +1001,9 @@ START_TEST(test_cancel_crossed_by_a_successful_transfer_done)
     //  the transfer completed before the abort arrived: every block may
     //  still be on its way, so the fence is all of them
     ck_assert_int_eq(s_deliver(s_done("r1", round, true, 2)), 0);
-    H->landed[round] = 1;
-    pk_client_role_tick(H->role);
+    s_land(round, 1);
     ck_assert_int_eq(H->ndone, 0);
-    H->landed[round] = 2;
-    pk_client_role_tick(H->role);
+    s_land(round, 2);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);     //  not LANDED
     //  the ack that follows is not a conflict and ends nothing
@@ -1036,19 +1016,16 @@ START_TEST(test_cancel_not_acked_cuts_off_and_ends_once)
 {
     uint64_t id = s_fetch("r1", 0, 2, 0, 0);
     ck_assert_int_eq(pk_client_role_cancel(H->role, id), 0);
-    H->now += 9.9;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 9.9);
     ck_assert_int_eq(H->ndone, 0);
     ck_assert(!H->cut);
-    H->now += 0.1;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 0.1);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_uint_eq(H->done[0].id, id);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
     ck_assert(H->done[0].cut_before);
     ck_assert_str_eq(H->done[0].reason, "cancelled (abort not acknowledged in time)");
-    H->now += 60;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 60);
     pk_client_role_server_gone(H->role, "gone");
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_int_eq(H->nsent, 2);
@@ -1063,15 +1040,13 @@ START_TEST(test_cancel_late_in_the_load_sends_nothing)
     s_deliver(s_done("r1", ra, false, 2));
     ck_assert_int_eq(pk_client_role_cancel(H->role, a), 0);
     ck_assert_int_eq(H->nsent, 1);
-    H->landed[ra] = 2;
-    pk_client_role_tick(H->role);
+    s_land(ra, 2);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_ABORTED);
     //  aborting at its deadline already: no second abort
     uint64_t b = s_fetch("r1", 0, 1, 0, 5);
     uint64_t rb = H->sent[1].round;
-    H->now += 5;
-    pk_client_role_tick(H->role);
+    s_tick_at(H->now + 5);
     ck_assert_int_eq(H->nsent, 3);
     ck_assert_int_eq(pk_client_role_cancel(H->role, b), 0);
     ck_assert_int_eq(pk_client_role_cancel(H->role, b), -EINPROGRESS);

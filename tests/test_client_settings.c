@@ -12,6 +12,7 @@
 */
 #include "p2pkv.h"
 #include "base/clock.h"
+#include "callbacks.h"
 #include "daemon.h"
 #include "wire/protocol.h"
 #include "testutil.h"
@@ -24,41 +25,14 @@
 
 #define BLOCK 4096
 
-typedef struct {
-    atomic_int fetches, status, ups, downs, stops;
-    char fetch_reason[256];
-    char reason[256];
-} s_seen_t;
-
-static void
-s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
-{
-    s_seen_t *seen = arg;
-    snprintf(seen->fetch_reason, sizeof seen->fetch_reason, "%s", reason);
-    atomic_store(&seen->status, (int) status);
-    atomic_fetch_add(&seen->fetches, 1);
-}
-
-static void
-s_on_server(void *arg, int server, p2pkv_server_state_t state, const char *reason)
-{
-    s_seen_t *seen = arg;
-    snprintf(seen->reason, sizeof seen->reason, "%s", reason);
-    if (state == P2PKV_SERVER_UP)
-        atomic_fetch_add(&seen->ups, 1);
-    else if (state == P2PKV_SERVER_DOWN)
-        atomic_fetch_add(&seen->downs, 1);
-    else if (state == P2PKV_SERVER_STOPPED)
-        atomic_fetch_add(&seen->stops, 1);
-}
+typedef cb_seen_t s_seen_t;     //  tests/callbacks.h
 
 //  A client with a progress thread, over cfg (peer_id, fingerprint,
 //  hash seed, provider and node filled in when unset).
 static p2pkv_client_t *
 s_client(p2pkv_config_t cfg, s_seen_t *seen)
 {
-    memset(seen, 0, sizeof *seen);
-    atomic_store(&seen->status, -1);
+    p2pkv_callbacks_t cb = cb_seen_start(seen, CB_FETCH | CB_SERVER);
     if (!cfg.peer_id)
         cfg.peer_id = "c-settings";
     if (!cfg.fingerprint)
@@ -69,11 +43,7 @@ s_client(p2pkv_config_t cfg, s_seen_t *seen)
     cfg.node = "127.0.0.1";
     cfg.progress_thread = true;
     char err[256] = "";
-    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
-                                         (p2pkv_callbacks_t) { .arg = seen,
-                                                               .on_fetch = s_on_fetch,
-                                                               .on_server = s_on_server },
-                                         err);
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, cb, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     return c;
 }
@@ -467,7 +437,7 @@ main(void)
     if (rc)
         return rc;
     Suite *suite = suite_create("client_settings");
-    TCase *tc = tcase_create("settings");
+    TCase *tc = td_case(suite, "settings", 0);
     tcase_add_test(tc, test_load_timeout_aborts_an_unanswered_fetch);
     tcase_add_test(tc, test_abort_ack_timeout_cuts_off_the_server);
     tcase_add_test(tc, test_silence_timeout_takes_the_server_down);
@@ -475,6 +445,5 @@ main(void)
     tcase_add_test(tc, test_fingerprint_and_hash_seed_mismatch_refused);
     tcase_add_test(tc, test_unknown_provider_refused_at_new);
     tcase_add_test(tc, test_node_is_the_endpoints_address);
-    suite_add_tcase(suite, tc);
     return pk_test_run("client_settings", suite);
 }

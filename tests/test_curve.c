@@ -685,8 +685,7 @@ main(void)
         return skip;
     td_sweep();
     Suite *s = suite_create("curve");
-    TCase *tc = tcase_create("curve");
-    tcase_set_timeout(tc, 60);
+    TCase *tc = td_case(s, "curve", 60);
     tcase_add_test(tc, test_client_config_keys_checked);
     tcase_add_test(tc, test_keygen);
     tcase_add_test(tc, test_bad_curve_options_at_start);
@@ -698,6 +697,5 @@ main(void)
     tcase_add_test(tc, test_pull_between_curve_servers);
     tcase_add_test(tc, test_routing_id_under_another_key_ends_the_session);
     tcase_add_test(tc, test_tenants_by_curve_key);
-    suite_add_tcase(s, tc);
     return pk_test_run("curve", s);
 }

@@ -73,11 +73,28 @@ s_put(td_t *server, const s_set_t *set, size_t i)
     td_put(td_api(server), &set->keys[i], set->data + i * BLOCK, 1, BLOCK);
 }
 
+//  Every key of the set into server.
+static void
+s_put_all(td_t *server, const s_set_t *set)
+{
+    for (size_t i = 0; i < set->n; i++)
+        s_put(server, set, i);
+}
+
 //  A server of the directory at r, named peer.
 static void
 s_server(td_t *s, const char *peer, const tr_redis_t *r)
 {
     td_start(s, (const char *[]) { "--peer-id", peer, "--directory", r->url, NULL });
+}
+
+//  A Redis on a free port and two servers of its directory, a and b.
+static void
+s_redis_and_two(tr_redis_t *r, td_t *a, const char *peer_a, td_t *b, const char *peer_b)
+{
+    tr_redis_start(r, 0);
+    s_server(a, peer_a, r);
+    s_server(b, peer_b, r);
 }
 
 //  A consumer of the directory: a pool of n blocks, short timeouts so a
@@ -183,6 +200,18 @@ s_wait_all(p2pkv_client_t *c, const s_set_t *set, size_t holders, s_found_t *f)
     free(want);
 }
 
+//  A consumer of the directory (s_client) sized for set, once every key
+//  of it has holders holders; f has what the last locate said.
+static p2pkv_client_t *
+s_client_seeing(const char *name, const tr_redis_t *r, const s_set_t *set, size_t holders,
+                s_found_t *f)
+{
+    p2pkv_client_t *c = s_client(name, r, set->n);
+    *f = (s_found_t) { 0 };
+    s_wait_all(c, set, holders, f);
+    return c;
+}
+
 //  Gets every key by key only (P2PKV_ANY_SERVER) and checks every byte.
 static void
 s_get_all(p2pkv_client_t *c, const s_set_t *set)
@@ -203,6 +232,15 @@ s_get_all(p2pkv_client_t *c, const s_set_t *set)
     }
     free(dest);
     free(landed);
+}
+
+//  A test's consumer gone, with its last locate and its set.
+static void
+s_consumer_end(p2pkv_client_t **c, s_found_t *f, s_set_t *set)
+{
+    p2pkv_client_destroy(c);
+    s_found_free(f);
+    s_set_free(set);
 }
 
 static p2pkv_directory_stats_t
@@ -299,9 +337,7 @@ START_TEST(test_three_servers_fetch_by_key)
     //  each server served its share
     for (int i = 0; i < 3; i++)
         ck_assert_uint_gt(td_stats(td_api(&s[i])).hits, 0);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     for (int i = 0; i < 3; i++)
         ck_assert_int_eq(td_stop(&s[i]), 0);
     tr_redis_stop(&r);
@@ -341,13 +377,10 @@ START_TEST(test_holder_killed_mid_get)
     s_server(&b, "dir-survivor", &r);
     s_set_t set;
     s_set_make(&set, 64, 2);
-    for (size_t i = 0; i < set.n; i++) {
-        s_put(&a, &set, i);
-        s_put(&b, &set, i);
-    }
-    p2pkv_client_t *c = s_client("dir-killed-consumer", &r, set.n);
-    s_found_t f = { 0 };
-    s_wait_all(c, &set, 2, &f);
+    s_put_all(&a, &set);
+    s_put_all(&b, &set);
+    s_found_t f;
+    p2pkv_client_t *c = s_client_seeing("dir-killed-consumer", &r, &set, 2, &f);
     s_killer_t k = { .victim = &a };
     pthread_t thread;
     ck_assert_int_eq(pthread_create(&thread, NULL, s_killer, &k), 0);
@@ -360,9 +393,7 @@ START_TEST(test_holder_killed_mid_get)
     //  corrected: either way its keys came from the survivor
     p2pkv_directory_stats_t st = s_stats(c);
     ck_assert_uint_ge(st.failovers + st.corrected, 1);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&b), 0);
     tr_redis_stop(&r);
 }
@@ -414,9 +445,7 @@ START_TEST(test_redis_stopped_and_restarted)
     ck_assert_double_ge(s_metric(&a, "p2pkv_directory_resyncs_total"), 2);
     memset(p2pkv_client_pool(c), 0, set.n * BLOCK);
     s_get_all(c, &set);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     tr_redis_stop(&r);
 }
@@ -429,17 +458,13 @@ END_TEST
 START_TEST(test_evicted_but_listed)
 {
     tr_redis_t r;
-    tr_redis_start(&r, 0);
     td_t a, b;
-    s_server(&a, "dir-holds", &r);
-    s_server(&b, "dir-evicted", &r);
+    s_redis_and_two(&r, &a, "dir-holds", &b, "dir-evicted");
     s_set_t set;
     s_set_make(&set, 8, 4);
-    for (size_t i = 0; i < set.n; i++)
-        s_put(&a, &set, i);
-    p2pkv_client_t *c = s_client("dir-evict-consumer", &r, set.n);
-    s_found_t f = { 0 };
-    s_wait_all(c, &set, 1, &f);
+    s_put_all(&a, &set);
+    s_found_t f;
+    p2pkv_client_t *c = s_client_seeing("dir-evict-consumer", &r, &set, 1, &f);
     //  b listed for every key it does not (any more) hold
     char name[256];
     for (size_t i = 0; i < set.n; i++) {
@@ -464,8 +489,7 @@ START_TEST(test_evicted_but_listed)
                                     "--pool-blocks", "4", NULL });
     s_set_t six;
     s_set_make(&six, 6, 5);
-    for (size_t i = 0; i < six.n; i++)
-        s_put(&e, &six, i);
+    s_put_all(&e, &six);
     s_found_t g = { 0 };
     s_wait_counts(c, &six, (size_t[]) { 0, 0, 1, 1, 1, 1 }, &g);
     char err[P2PKV_ERRLEN] = "";
@@ -559,13 +583,11 @@ START_TEST(test_bad_directory)
                                            url, "--log-level", "info", NULL }, fd);
     s_set_t set;
     s_set_make(&set, 4, 6);
-    for (size_t i = 0; i < set.n; i++)
-        s_put(&a, &set, i);
+    s_put_all(&a, &set);
     tr_redis_t r;
     tr_redis_start(&r, port);
-    p2pkv_client_t *c = s_client("dir-optional-consumer", &r, set.n);
-    s_found_t f = { 0 };
-    s_wait_all(c, &set, 1, &f);
+    s_found_t f;
+    p2pkv_client_t *c = s_client_seeing("dir-optional-consumer", &r, &set, 1, &f);
     s_get_all(c, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     FILE *text = fdopen(fd, "r");
@@ -576,9 +598,7 @@ START_TEST(test_bad_directory)
     unlink(log);
     ck_assert_msg(strstr(out, said) && strstr(out, "--directory-optional"), "%s", out);
     ck_assert_msg(strstr(out, "up, "), "%s", out);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     tr_redis_stop(&r);
 }
 END_TEST
@@ -635,9 +655,7 @@ START_TEST(test_redis_cluster)
                            "--pool-name", "/p2pkv-dir-cl-db", "--directory", url, NULL };
     ck_assert_int_eq(s_run_server(args, out, sizeof out), 1);
     ck_assert_msg(strstr(out, "a Redis Cluster has only DB 0"), "%s", out);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     ck_assert_int_eq(td_stop(&b), 0);
     tr_redis_cluster_stop(&rc);
@@ -670,8 +688,7 @@ START_TEST(test_junk_entries_ignored_and_counted)
     freeReplyObject(tr_redis(&r, "SADD %s %s", "p2pkv:held:{dir-junk}", "zz-not-hex"));
     td_t a;
     s_server(&a, "dir-junk", &r);
-    for (size_t i = 0; i < set.n; i++)
-        s_put(&a, &set, i);
+    s_put_all(&a, &set);
     p2pkv_client_t *c = s_client("dir-junk-consumer", &r, set.n);
     s_found_t f = { 0 };
     //  k0 cannot be listed (a string is there), k1 and k2 only by dir-junk
@@ -691,9 +708,7 @@ START_TEST(test_junk_entries_ignored_and_counted)
     ck_assert_int_eq(p2pkv_client_get(c, P2PKV_ANY_SERVER, "junk", set.keys, dest, 3, true, 5,
                                       landed, NULL, NULL, err), 2);
     ck_assert(!landed[0] && landed[1] && landed[2]);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     tr_redis_stop(&r);
 }
@@ -704,10 +719,8 @@ END_TEST
 START_TEST(test_clean_exit_removes_the_server)
 {
     tr_redis_t r;
-    tr_redis_start(&r, 0);
     td_t a, b;
-    s_server(&a, "dir-leaves", &r);
-    s_server(&b, "dir-stays", &r);
+    s_redis_and_two(&r, &a, "dir-leaves", &b, "dir-stays");
     s_set_t set;
     s_set_make(&set, 10, 8);
     for (size_t i = 0; i < set.n; i++) {
@@ -729,9 +742,7 @@ START_TEST(test_clean_exit_removes_the_server)
         ck_assert_int_eq(s_int(&r, "SISMEMBER %s %s", name, "dir-leaves"), 0);
         ck_assert_int_eq(s_int(&r, "EXISTS %s", name, NULL), i < 5);
     }
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&b), 0);
     tr_redis_stop(&r);
 }
@@ -751,13 +762,10 @@ START_TEST(test_ttl_setting_ends_a_killed_holder)
     s_server(&b, "dir-default-ttl", &r);
     s_set_t set;
     s_set_make(&set, 4, 11);
-    for (size_t i = 0; i < set.n; i++) {
-        s_put(&a, &set, i);
-        s_put(&b, &set, i);
-    }
-    p2pkv_client_t *c = s_client("dir-ttl-consumer", &r, set.n);
-    s_found_t f = { 0 };
-    s_wait_all(c, &set, 2, &f);
+    s_put_all(&a, &set);
+    s_put_all(&b, &set);
+    s_found_t f;
+    p2pkv_client_t *c = s_client_seeing("dir-ttl-consumer", &r, &set, 2, &f);
     long long short_ttl = s_int(&r, "PTTL %s", PK_DIR_SERVERS ":rec:dir-short-ttl", NULL);
     long long long_ttl = s_int(&r, "PTTL %s", PK_DIR_SERVERS ":rec:dir-default-ttl", NULL);
     ck_assert_msg(short_ttl > 0 && short_ttl <= 600, "PTTL %lld ms", short_ttl);
@@ -772,9 +780,7 @@ START_TEST(test_ttl_setting_ends_a_killed_holder)
     //  the killed server's record expired, not the default's 3 s
     ck_assert_msg(gone < 3.0, "the killed holder stayed %.2f s", gone);
     ck_assert_int_eq(s_int(&r, "EXISTS %s", PK_DIR_SERVERS ":rec:dir-short-ttl", NULL), 0);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&b), 0);
     tr_redis_stop(&r);
 }
@@ -821,11 +827,9 @@ START_TEST(test_cli_by_key_over_curve)
                                      "--curve-secret", secret, "--curve-allow", allow, NULL });
     s_set_t set;
     s_set_make(&set, 3, 13);
-    for (size_t i = 0; i < set.n; i++)
-        s_put(&a, &set, i);
-    p2pkv_client_t *c = s_client("dir-curve-consumer", &r, set.n);
-    s_found_t f = { 0 };
-    s_wait_all(c, &set, 1, &f);
+    s_put_all(&a, &set);
+    s_found_t f;
+    p2pkv_client_t *c = s_client_seeing("dir-curve-consumer", &r, &set, 1, &f);
     char hex[3][65];
     for (size_t i = 0; i < set.n; i++)
         pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
@@ -840,9 +844,7 @@ START_TEST(test_cli_by_key_over_curve)
              hex[0], hex[1], hex[2]);
     ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
     s_check_files(dir, &set, hex);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", keys);
     ck_assert_int_eq(system(cmd), 0);
@@ -855,17 +857,13 @@ END_TEST
 START_TEST(test_cli_and_pull_by_key)
 {
     tr_redis_t r;
-    tr_redis_start(&r, 0);
     td_t a, b;
-    s_server(&a, "dir-source", &r);
-    s_server(&b, "dir-puller", &r);
+    s_redis_and_two(&r, &a, "dir-source", &b, "dir-puller");
     s_set_t set;
     s_set_make(&set, 4, 9);
-    for (size_t i = 0; i < set.n; i++)
-        s_put(&a, &set, i);
-    p2pkv_client_t *c = s_client("dir-cli-consumer", &r, set.n);
-    s_found_t f = { 0 };
-    s_wait_all(c, &set, 1, &f);
+    s_put_all(&a, &set);
+    s_found_t f;
+    p2pkv_client_t *c = s_client_seeing("dir-cli-consumer", &r, &set, 1, &f);
     char hex[4][65], cmd[1024], dir[] = "/tmp/p2pkv-dir-cli-XXXXXX";
     for (size_t i = 0; i < set.n; i++)
         pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
@@ -899,9 +897,7 @@ START_TEST(test_cli_and_pull_by_key)
     }
     ck_assert_msg(ev.landed == set.n && ev.missing == 0, "%s", ev.reason);
     s_wait_all(c, &set, 2, &f);
-    p2pkv_client_destroy(&c);
-    s_found_free(&f);
-    s_set_free(&set);
+    s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     ck_assert_int_eq(td_stop(&b), 0);
     tr_redis_stop(&r);
@@ -954,8 +950,7 @@ main(void)
         return rc;
     td_sweep();
     Suite *suite = suite_create("directory");
-    TCase *tc = tcase_create("redis");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = td_case(suite, "redis", 120);
     tcase_add_test(tc, test_record_providers_and_host_id);
     tcase_add_test(tc, test_three_servers_fetch_by_key);
     tcase_add_test(tc, test_holder_killed_mid_get);
@@ -968,6 +963,5 @@ main(void)
     tcase_add_test(tc, test_cli_and_pull_by_key);
     tcase_add_test(tc, test_cli_by_key_over_curve);
     tcase_add_test(tc, test_redis_cluster);
-    suite_add_tcase(suite, tc);
     return pk_test_run("directory", suite);
 }

@@ -75,6 +75,51 @@ s_consumer(td_t *s, const char *id)
     return tc_connected(&c);
 }
 
+//  A server started with flags (NULL: the defaults) and its engine.
+static p2pkv_engine_t *
+s_open(td_t *s, const char *const *flags, p2pkv_engine_event_fn *on_event, void *arg)
+{
+    td_start(s, flags);
+    return td_engine_open(s, on_event, arg);
+}
+
+//  The engine closed, then its server stopped cleanly.
+static void
+s_close(td_t *s, p2pkv_engine_t **e)
+{
+    p2pkv_engine_close(e);
+    ck_assert_ptr_null(*e);
+    ck_assert_int_eq(td_stop(s), 0);
+}
+
+//  Two servers: a holds s_keys[0..na), b holds s_keys[na] (for b's pulls
+//  from a).
+static void
+s_open_pair(td_t *a, td_t *b, p2pkv_engine_t **ea, p2pkv_engine_t **eb, size_t na)
+{
+    *ea = s_open(a, NULL, NULL, NULL);
+    *eb = s_open(b, NULL, NULL, NULL);
+    td_put(*ea, s_keys, &s_data[0][0], na, BLOCK);
+    td_put(*eb, &s_keys[na], s_data[na], 1, BLOCK);
+}
+
+static void
+s_close_pair(td_t *a, td_t *b, p2pkv_engine_t **ea, p2pkv_engine_t **eb)
+{
+    p2pkv_engine_close(ea);
+    s_close(b, eb);
+    ck_assert_int_eq(td_stop(a), 0);
+}
+
+//  The store job ended, and the consumer got its blocks.
+static void
+s_assert_stored(const p2pkv_engine_event_t *ev, uint64_t job)
+{
+    ck_assert_int_eq(ev->kind, P2PKV_EVENT_STORE);
+    ck_assert_uint_eq(ev->id, job);
+    ck_assert(ev->success);
+}
+
 //  err names the argument: it starts with name and a colon.
 #define S_NAMES(err, name) \
     ck_assert_msg(strncmp((err), name ":", strlen(name ":")) == 0, \
@@ -106,8 +151,7 @@ END_TEST
 START_TEST(test_info_pool_reserve_write_commit_put)
 {
     td_t s;
-    td_start(&s, NULL);
-    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    p2pkv_engine_t *e = s_open(&s, NULL, NULL, NULL);
     const p2pkv_engine_info_t *info = p2pkv_engine_info(e);
     ck_assert_uint_eq(info->num_blocks, 256);
     ck_assert_uint_eq(info->block_len, BLOCK);
@@ -142,17 +186,14 @@ START_TEST(test_info_pool_reserve_write_commit_put)
     ck_assert_uint_eq(td_stats(e).sessions, 1);
     ck_assert_uint_eq(td_stats(e).hits, 3);
     tc_destroy(&tc);
-    p2pkv_engine_close(&e);
-    ck_assert_ptr_null(e);
-    ck_assert_int_eq(td_stop(&s), 0);
+    s_close(&s, &e);
 }
 END_TEST
 
 START_TEST(test_drop_and_stats_json)
 {
     td_t s;
-    td_start(&s, NULL);
-    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    p2pkv_engine_t *e = s_open(&s, NULL, NULL, NULL);
     td_put(e, s_keys, &s_data[0][0], 3, BLOCK);
     char err[P2PKV_ERRLEN] = "";
     ck_assert_int_eq(p2pkv_engine_drop(e, &s_keys[1], 1, err), 0);
@@ -167,8 +208,7 @@ START_TEST(test_drop_and_stats_json)
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "pool"), "ready")), 2);
     ck_assert_ptr_nonnull(json_object_get(j, "metrics"));
     json_decref(j);
-    p2pkv_engine_close(&e);
-    ck_assert_int_eq(td_stop(&s), 0);
+    s_close(&s, &e);
 }
 END_TEST
 
@@ -177,8 +217,7 @@ END_TEST
 START_TEST(test_bad_input)
 {
     td_t s;
-    td_start(&s, NULL);
-    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    p2pkv_engine_t *e = s_open(&s, NULL, NULL, NULL);
     char err[P2PKV_ERRLEN] = "";
     uint32_t block;
     uint8_t big[P2PKV_ENGINE_MAX_KEY + 1] = { 0 };
@@ -224,8 +263,7 @@ START_TEST(test_bad_input)
     ck_assert_str_eq(err, "reserve: a key is already in the pool");
     ck_assert_int_eq(p2pkv_engine_store(e, "c", "kv", &s_keys[5], 1, -1, &id, err), -ENOENT);
     ck_assert_ptr_nonnull(strstr(err, "is not ready in the pool"));
-    p2pkv_engine_close(&e);
-    ck_assert_int_eq(td_stop(&s), 0);
+    s_close(&s, &e);
 }
 END_TEST
 
@@ -234,9 +272,8 @@ END_TEST
 START_TEST(test_busy_and_full)
 {
     td_t s;
-    const char *const extra[] = { "--pool-blocks", "4", NULL };
-    td_start(&s, extra);
-    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    p2pkv_engine_t *e = s_open(&s, (const char *const[]) { "--pool-blocks", "4", NULL }, NULL,
+                               NULL);
     char err[P2PKV_ERRLEN] = "";
     td_put(e, s_keys, &s_data[0][0], 1, BLOCK);
     uint64_t job;
@@ -248,8 +285,7 @@ START_TEST(test_busy_and_full)
     ck_assert_int_eq(p2pkv_engine_reserve(e, &s_keys[4], 1, blocks, err), -ENOSPC);
     ck_assert_str_eq(err, "reserve: every block is pinned or being written");
     ck_assert_int_eq(p2pkv_engine_put(e, &s_keys[4], s_data[4], BLOCK, err), -ENOSPC);
-    p2pkv_engine_close(&e);
-    ck_assert_int_eq(td_stop(&s), 0);
+    s_close(&s, &e);
 }
 END_TEST
 
@@ -271,9 +307,8 @@ s_on_event(void *arg, const p2pkv_engine_event_t *event)
 START_TEST(test_store_event_by_callback)
 {
     td_t s;
-    td_start(&s, NULL);
     s_seen_t seen = { 0 };
-    p2pkv_engine_t *e = td_engine_open(&s, s_on_event, &seen);
+    p2pkv_engine_t *e = s_open(&s, NULL, s_on_event, &seen);
     td_put(e, s_keys, &s_data[0][0], 2, BLOCK);
     char err[P2PKV_ERRLEN] = "";
     uint64_t job = 0;
@@ -286,14 +321,11 @@ START_TEST(test_store_event_by_callback)
     while (seen.n == 0 && pk_clock_monotonic() < deadline)
         ck_assert_int_ge(p2pkv_engine_poll(e, 0.1), 0);
     ck_assert_int_eq(seen.n, 1);
-    ck_assert_int_eq(seen.last.kind, P2PKV_EVENT_STORE);
-    ck_assert_uint_eq(seen.last.id, job);
-    ck_assert(seen.last.success);
+    s_assert_stored(&seen.last, job);
     ck_assert_int_eq(p2pkv_engine_finish(e, "c-pd", "req-1", err), 0);
     ck_assert_uint_eq(td_stats(e).pinned, 0);
     tc_destroy(&tc);
-    p2pkv_engine_close(&e);
-    ck_assert_int_eq(td_stop(&s), 0);
+    s_close(&s, &e);
 }
 END_TEST
 
@@ -303,8 +335,7 @@ END_TEST
 START_TEST(test_store_event_by_fd)
 {
     td_t s;
-    td_start(&s, NULL);
-    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    p2pkv_engine_t *e = s_open(&s, NULL, NULL, NULL);
     int fd = p2pkv_engine_fd(e);
     ck_assert_int_ge(fd, 0);
     td_put(e, s_keys, &s_data[0][0], 2, BLOCK);
@@ -321,14 +352,11 @@ START_TEST(test_store_event_by_fd)
     td_stats(e);
     ck_assert(s_readable(fd, 0));
     ck_assert_int_eq(p2pkv_engine_next_event(e, 0, &ev), 0);
-    ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
-    ck_assert_uint_eq(ev.id, job);
-    ck_assert(ev.success);
+    s_assert_stored(&ev, job);
     ck_assert(!s_readable(fd, 0));
     ck_assert_int_eq(p2pkv_engine_next_event(e, 0, &ev), -ETIMEDOUT);
     tc_destroy(&tc);
-    p2pkv_engine_close(&e);
-    ck_assert_int_eq(td_stop(&s), 0);
+    s_close(&s, &e);
 }
 END_TEST
 
@@ -337,11 +365,8 @@ END_TEST
 START_TEST(test_pull_event)
 {
     td_t a, b;
-    td_start(&a, NULL);
-    td_start(&b, NULL);
-    p2pkv_engine_t *ea = td_engine_open(&a, NULL, NULL), *eb = td_engine_open(&b, NULL, NULL);
-    td_put(ea, s_keys, &s_data[0][0], 3, BLOCK);
-    td_put(eb, &s_keys[3], s_data[3], 1, BLOCK);
+    p2pkv_engine_t *ea, *eb;
+    s_open_pair(&a, &b, &ea, &eb, 3);
     static uint8_t absent_bytes[2] = { 0x00, 0xff };
     p2pkv_key_t keys[5] = { s_keys[0], s_keys[3], s_keys[1], s_keys[2], { absent_bytes, 2 } };
     char err[P2PKV_ERRLEN] = "";
@@ -377,10 +402,7 @@ START_TEST(test_pull_event)
     tc_t *tc = s_consumer(&b, "c-of-b");
     s_fetch_and_verify(tc, "r1", 1, s_pkeys, s_data, 4, false);
     tc_destroy(&tc);
-    p2pkv_engine_close(&ea);
-    p2pkv_engine_close(&eb);
-    ck_assert_int_eq(td_stop(&b), 0);
-    ck_assert_int_eq(td_stop(&a), 0);
+    s_close_pair(&a, &b, &ea, &eb);
 }
 END_TEST
 
@@ -389,8 +411,7 @@ END_TEST
 START_TEST(test_late_answer_is_not_the_next_ones)
 {
     td_t s;
-    td_start(&s, NULL);
-    p2pkv_engine_t *e = td_engine_open(&s, NULL, NULL);
+    p2pkv_engine_t *e = s_open(&s, NULL, NULL, NULL);
     char err[P2PKV_ERRLEN] = "";
     ck_assert_int_eq(kill(s.pid, SIGSTOP), 0);
     p2pkv_engine_set_timeout(e, 0.3);
@@ -405,8 +426,7 @@ START_TEST(test_late_answer_is_not_the_next_ones)
     p2pkv_engine_stats_t st = td_stats(e);
     ck_assert_uint_eq(st.writing, 1);
     ck_assert_uint_eq(st.free, 255);
-    p2pkv_engine_close(&e);
-    ck_assert_int_eq(td_stop(&s), 0);
+    s_close(&s, &e);
 }
 END_TEST
 
@@ -415,11 +435,8 @@ END_TEST
 START_TEST(test_cli_pull)
 {
     td_t a, b;
-    td_start(&a, NULL);
-    td_start(&b, NULL);
-    p2pkv_engine_t *ea = td_engine_open(&a, NULL, NULL), *eb = td_engine_open(&b, NULL, NULL);
-    td_put(ea, s_keys, &s_data[0][0], 2, BLOCK);
-    td_put(eb, &s_keys[2], s_data[2], 1, BLOCK);
+    p2pkv_engine_t *ea, *eb;
+    s_open_pair(&a, &b, &ea, &eb, 2);
     char hex[3][65], cmd[1024], want[1024], got[1024] = "";
     for (int i = 0; i < 3; i++)
         pk_hex_encode(s_bytes[i], 32, hex[i]);
@@ -433,10 +450,7 @@ START_TEST(test_cli_pull)
     ck_assert_int_eq(WEXITSTATUS(pclose(p)), 1);
     ck_assert_str_eq(got, want);
     ck_assert_uint_eq(td_stats(eb).ready, 3);
-    p2pkv_engine_close(&ea);
-    p2pkv_engine_close(&eb);
-    ck_assert_int_eq(td_stop(&b), 0);
-    ck_assert_int_eq(td_stop(&a), 0);
+    s_close_pair(&a, &b, &ea, &eb);
 }
 END_TEST
 
@@ -448,7 +462,7 @@ main(void)
         return skip;
     s_setup();
     Suite *suite = suite_create("engine");
-    TCase *tc = tcase_create("engine");
+    TCase *tc = td_case(suite, "engine", 0);
     tcase_add_test(tc, test_open_fails_clearly_and_in_bounded_time);
     tcase_add_test(tc, test_info_pool_reserve_write_commit_put);
     tcase_add_test(tc, test_drop_and_stats_json);
@@ -459,6 +473,5 @@ main(void)
     tcase_add_test(tc, test_pull_event);
     tcase_add_test(tc, test_late_answer_is_not_the_next_ones);
     tcase_add_test(tc, test_cli_pull);
-    suite_add_tcase(suite, tc);
     return pk_test_run("engine", suite);
 }

@@ -83,6 +83,8 @@ typedef struct {
     td_t *d;
     hh_good_t *good;
     uint64_t sessions;              //  the sessions that stay (the good consumer's)
+    const char *attack;             //  the attack running (s_attacks' name)
+    double t0;                      //  when its row began
 } ctx_t;
 
 //  Short form, long form.
@@ -120,6 +122,34 @@ s_nothing_lost(ctx_t *c, const char *attack)
     ck_assert_msg(hh_sessions_at_most(c->d, c->sessions, 10),
                   "%s: hostile sessions still open 10 s after the attack", attack);
     return "nothing";
+}
+
+//  The attack's row (hh_report): what it did, how many times, with what
+//  outcome; what the good consumer lost (s_nothing_lost, which fails the
+//  test unless nothing) and the time since the row began (c->t0).
+static void
+s_row(ctx_t *c, const char *what, uint64_t count, const char *outcome)
+{
+    hh_report(what, count, outcome, s_nothing_lost(c, c->attack), pk_clock_monotonic() - c->t0);
+}
+
+//  The metric reaches exactly want (waited for, bounded).
+static void
+s_assert_metric(td_t *d, const char *name, const char *label, int64_t want)
+{
+    int64_t now = hh_metric_reach(d, name, label, want, 10);
+    ck_assert_msg(now == want, "%s: %" PRId64 ", want %" PRId64, name, now, want);
+}
+
+//  A clean goodbye from a hostile peer (disconnect shutdown), then gone.
+static void
+s_goodbye(hp_t **p)
+{
+    pk_msg_t *bye = pk_msg_new(PK_MSG_DISCONNECT);
+    pk_msg_set_code(bye, PK_DISC_SHUTDOWN);
+    pk_msg_set_string(bye, PK_F_REASON, "done");
+    ck_assert_int_eq(hp_send_msg(*p, bye), 0);
+    hp_destroy(p);
 }
 
 //  ---------------------------------------------------------------------------
@@ -165,6 +195,17 @@ s_valid(pk_field_t f, const hp_t *p)
         case K_STRINGS: return json_pack("[s]", "tcp");
     }
     return json_null();
+}
+
+//  A message of type with every required member valid, for peer p.
+static json_t *
+s_valid_message(pk_msg_type_t type, const hp_t *p)
+{
+    json_t *o = json_pack("{s:s}", "type", pk_wire_messages[type].name);
+    for (int g = 0; g < PK_F_COUNT; g++)
+        if (pk_wire_messages[type].required & PK_BIT(g))
+            json_object_set_new(o, pk_wire_fields[g].name, s_valid((pk_field_t) g, p));
+    return o;
 }
 
 //  n copies of item, comma-separated, inside [ ].
@@ -271,10 +312,7 @@ s_oversize(const pk_field_spec_t *s)
 static char *
 s_mutated(pk_msg_type_t type, pk_field_t f, int how, const hp_t *p)
 {
-    json_t *o = json_pack("{s:s}", "type", pk_wire_messages[type].name);
-    for (int g = 0; g < PK_F_COUNT; g++)
-        if (pk_wire_messages[type].required & PK_BIT(g))
-            json_object_set_new(o, pk_wire_fields[g].name, s_valid((pk_field_t) g, p));
+    json_t *o = s_valid_message(type, p);
     const pk_field_spec_t *s = &pk_wire_fields[f];
     char *raw = how == M_WRONG_TYPE ? s_wrong_type(s) : how == M_RANGE ? s_out_of_range(s)
                 : how == M_OVERSIZE ? s_oversize(s) : NULL;
@@ -312,7 +350,6 @@ s_violate(td_t *d, const char *peer_id, const char *frame, size_t len, char *rea
 static void
 s_attack_fields(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     int64_t before = s_reason(c->d, "malformed");
     uint64_t sent = 0;
     for (uint64_t rep = 0; rep < s_n(1, 5); rep++)
@@ -338,10 +375,9 @@ s_attack_fields(ctx_t *c)
                 }
             }
     s_assert_reason(c->d, "malformed", before, (int64_t) sent);
-    hh_report("message fields: each required member of each type missing, wrong type, "
-              "out of range, oversize (a session each)", sent,
-              "session ended: violation malformed; counted", s_nothing_lost(c, "fields"),
-              pk_clock_monotonic() - t0);
+    s_row(c, "message fields: each required member of each type missing, wrong type, "
+          "out of range, oversize (a session each)", sent,
+          "session ended: violation malformed; counted");
 }
 
 //  Every message that flows server to consumer, whole and valid, sent by
@@ -349,7 +385,6 @@ s_attack_fields(ctx_t *c)
 static void
 s_attack_direction(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     int64_t before = s_reason(c->d, "direction");
     uint64_t sent = 0;
     for (uint64_t rep = 0; rep < s_n(1, 20); rep++)
@@ -357,10 +392,7 @@ s_attack_direction(ctx_t *c)
             if (pk_wire_messages[t].direction != PK_TO_CONSUMER)
                 continue;
             hp_t *p = hp_session(c->d->endpoint, "direction", PEER_BLOCKS);
-            json_t *o = json_pack("{s:s}", "type", pk_wire_messages[t].name);
-            for (int g = 0; g < PK_F_COUNT; g++)
-                if (pk_wire_messages[t].required & PK_BIT(g))
-                    json_object_set_new(o, pk_wire_fields[g].name, s_valid((pk_field_t) g, p));
+            json_t *o = s_valid_message((pk_msg_type_t) t, p);
             char *frame = json_dumps(o, JSON_COMPACT);
             json_decref(o);
             ck_assert_int_eq(hp_send(p, frame, strlen(frame)), 0);
@@ -370,9 +402,8 @@ s_attack_direction(ctx_t *c)
             sent++;
         }
     s_assert_reason(c->d, "direction", before, (int64_t) sent);
-    hh_report("server-to-consumer messages sent by a consumer", sent,
-              "session ended: violation direction; counted", s_nothing_lost(c, "direction"),
-              pk_clock_monotonic() - t0);
+    s_row(c, "server-to-consumer messages sent by a consumer", sent,
+          "session ended: violation direction; counted");
 }
 
 //  Frames that are not a message (not JSON, not an object, not UTF-8, a
@@ -385,7 +416,6 @@ s_attack_junk_frames(ctx_t *c)
         "", "{", "[]", "\"lookup\"", "{\"type\":\"lookup\",\"type\":\"ping\"}",
         "\xff\xfe{}", "{\"type\":7}", "{\"type\":\"no_such_type\"}", "null",
     };
-    double t0 = pk_clock_monotonic();
     hp_t *p = hp_session(c->d->endpoint, "junk", PEER_BLOCKS);
     int64_t before = hh_metric(c->d, "p2pkv_frames_dropped_total", "junk");
     uint64_t n = s_n(10, 1000), sent = 0;
@@ -401,17 +431,10 @@ s_attack_junk_frames(ctx_t *c)
                 pk_msg_destroy(&m);
             }
         }
-    int64_t now = hh_metric_reach(c->d, "p2pkv_frames_dropped_total", "junk",
-                                  before + (int64_t) sent, 10);
-    ck_assert_int_eq(now, before + (int64_t) sent);
-    pk_msg_t *bye = pk_msg_new(PK_MSG_DISCONNECT);
-    pk_msg_set_code(bye, PK_DISC_SHUTDOWN);
-    pk_msg_set_string(bye, PK_F_REASON, "done");
-    ck_assert_int_eq(hp_send_msg(p, bye), 0);
-    hp_destroy(&p);
-    hh_report("junk frames in a session (not JSON, not an object, bad UTF-8, duplicate "
-              "member, unknown type)", sent, "dropped and counted; the session carries on",
-              s_nothing_lost(c, "junk frames"), pk_clock_monotonic() - t0);
+    s_assert_metric(c->d, "p2pkv_frames_dropped_total", "junk", before + (int64_t) sent);
+    s_goodbye(&p);
+    s_row(c, "junk frames in a session (not JSON, not an object, bad UTF-8, duplicate "
+          "member, unknown type)", sent, "dropped and counted; the session carries on");
 }
 
 //  ---------------------------------------------------------------------------
@@ -423,7 +446,7 @@ typedef void (s_flood_fn)(hp_t *p, const char *kv);
 static pk_msg_t *
 s_lookup_msg(const char *kv, uint64_t round, size_t n, uint64_t tag)
 {
-    p2pkv_key_t *keys = hh_keys(tag, n);
+    p2pkv_key_t *keys = bk_keys(tag, 0, n);
     pk_key_t *k = malloc(n * sizeof *k);
     ck_assert_ptr_nonnull(k);
     for (size_t i = 0; i < n; i++)
@@ -433,7 +456,7 @@ s_lookup_msg(const char *kv, uint64_t round, size_t n, uint64_t tag)
     pk_msg_set_keys(m, k, n);
     pk_msg_set_uint(m, PK_F_ROUND_SEQ, round);
     free(k);
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     return m;
 }
 
@@ -499,49 +522,79 @@ s_flood_index(hp_t *p, const char *kv)
     ck_assert_int_eq(hp_send_msg(p, m), 0);
 }
 
+//  One limit broken: reps sessions, each flooded by fn and then ended by
+//  the server as a violation of reason, counted once each.
+typedef struct {
+    const char *peer, *reason;
+    s_flood_fn *fn;
+    uint64_t short_reps, long_reps;
+    const char *what;
+} s_limit_t;
+
 static void
-s_limit_attack(ctx_t *c, const char *name, const char *reason, s_flood_fn *fn,
-               uint64_t reps, const char *what)
+s_limit_attack(ctx_t *c, const s_limit_t *l)
 {
-    double t0 = pk_clock_monotonic();
-    int64_t before = s_reason(c->d, reason);
+    c->t0 = pk_clock_monotonic();
+    uint64_t reps = s_n(l->short_reps, l->long_reps);
+    int64_t before = s_reason(c->d, l->reason);
     for (uint64_t i = 0; i < reps; i++) {
-        hp_t *p = hp_session(c->d->endpoint, name, PEER_BLOCKS);
+        hp_t *p = hp_session(c->d->endpoint, l->peer, PEER_BLOCKS);
         char kv[64];
-        snprintf(kv, sizeof kv, "%s-%" PRIu64, name, i);
-        fn(p, kv);
+        snprintf(kv, sizeof kv, "%s-%" PRIu64, l->peer, i);
+        l->fn(p, kv);
         hp_expect_disconnect(p, PK_DISC_VIOLATION, 10, NULL);
         hp_destroy(&p);
     }
-    s_assert_reason(c->d, reason, before, (int64_t) reps);
+    s_assert_reason(c->d, l->reason, before, (int64_t) reps);
     char outcome[128];
-    snprintf(outcome, sizeof outcome, "session ended: violation %s; counted", reason);
-    hh_report(what, reps, outcome, s_nothing_lost(c, name), pk_clock_monotonic() - t0);
+    snprintf(outcome, sizeof outcome, "session ended: violation %s; counted", l->reason);
+    s_row(c, l->what, reps, outcome);
 }
+
+static void
+s_limit_attacks(ctx_t *c, const s_limit_t *limits, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        s_limit_attack(c, &limits[i]);
+}
+
+#define S_LIMITS(c, table) s_limit_attacks((c), (table), sizeof (table) / sizeof (table)[0])
+
+static const s_limit_t s_lookup_limits[] = {
+    { "flood-requests", "limit_requests", s_flood_requests, 2, 50,
+      "lookup flood: one request more than --max-requests (32) live" },
+    { "flood-keys", "limit_lookup_keys", s_flood_lookup_keys, 2, 50,
+      "lookup of more keys than --max-parked-keys (2048)" },
+};
+
+static const s_limit_t s_fetch_limits[] = {
+    { "flood-rounds", "limit_rounds", s_flood_rounds, 2, 50,
+      "fetch flood: one round more than --max-rounds (8) in a request" },
+    { "dup-fetch", "duplicate_fetch", s_flood_duplicate, 2, 50,
+      "a second fetch for a round with demand" },
+};
+
+static const s_limit_t s_index_limits[] = {
+    { "bad-index", "block_index", s_flood_index, 4, 100,
+      "fetch into block indexes beyond the consumer's declared pool" },
+};
 
 static void
 s_attack_lookup_flood(ctx_t *c)
 {
-    s_limit_attack(c, "flood-requests", "limit_requests", s_flood_requests, s_n(2, 50),
-                   "lookup flood: one request more than --max-requests (32) live");
-    s_limit_attack(c, "flood-keys", "limit_lookup_keys", s_flood_lookup_keys, s_n(2, 50),
-                   "lookup of more keys than --max-parked-keys (2048)");
+    S_LIMITS(c, s_lookup_limits);
 }
 
 static void
 s_attack_fetch_flood(ctx_t *c)
 {
-    s_limit_attack(c, "flood-rounds", "limit_rounds", s_flood_rounds, s_n(2, 50),
-                   "fetch flood: one round more than --max-rounds (8) in a request");
-    s_limit_attack(c, "dup-fetch", "duplicate_fetch", s_flood_duplicate, s_n(2, 50),
-                   "a second fetch for a round with demand");
+    S_LIMITS(c, s_fetch_limits);
 }
 
 static void
 s_attack_block_index(ctx_t *c)
 {
-    s_limit_attack(c, "bad-index", "block_index", s_flood_index, s_n(4, 100),
-                   "fetch into block indexes beyond the consumer's declared pool");
+    S_LIMITS(c, s_index_limits);
 }
 
 //  Aborts of rounds the server never saw, as fast as the socket takes
@@ -552,7 +605,6 @@ s_attack_block_index(ctx_t *c)
 static void
 s_attack_abort_flood(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     int64_t before = s_reason(c->d, "flood");
     uint64_t reps = s_n(2, 50), n = 4 * MAX_QUEUED, acked = 0, ended = 0;
     for (uint64_t i = 0; i < reps; i++) {
@@ -588,8 +640,8 @@ s_attack_abort_flood(ctx_t *c)
     char outcome[160];
     snprintf(outcome, sizeof outcome, "%" PRIu64 " aborts acknowledged, %" PRIu64
              " sessions ended as flood; counted", acked, ended);
-    hh_report("abort flood: 4 x --max-queued-frames (64) aborts of unknown rounds",
-              reps * n, outcome, s_nothing_lost(c, "abort flood"), pk_clock_monotonic() - t0);
+    s_row(c, "abort flood: 4 x --max-queued-frames (64) aborts of unknown rounds",
+          reps * n, outcome);
 }
 
 //  A peer whose actor stands still (the test hook $P2PKV_TEST_HOLD_SESSION)
@@ -598,7 +650,6 @@ s_attack_abort_flood(ctx_t *c)
 static void
 s_attack_queue_flood(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     int64_t before = s_reason(c->d, "flood");
     uint64_t reps = s_n(2, 20);
     for (uint64_t i = 0; i < reps; i++) {
@@ -618,9 +669,8 @@ s_attack_queue_flood(ctx_t *c)
         hp_destroy(&p);
     }
     s_assert_reason(c->d, "flood", before, (int64_t) reps);
-    hh_report("frames beyond --max-queued-frames (64) to an actor standing still", reps,
-              "session ended: violation flood; counted", s_nothing_lost(c, "queue flood"),
-              pk_clock_monotonic() - t0);
+    s_row(c, "frames beyond --max-queued-frames (64) to an actor standing still", reps,
+          "session ended: violation flood; counted");
 }
 
 //  Connects of one peer_id, each with a fresh epoch (a restart each time):
@@ -628,7 +678,6 @@ s_attack_queue_flood(ctx_t *c)
 static void
 s_attack_connect_churn(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(100, 10000);
     int64_t opened = hh_metric(c->d, "p2pkv_sessions_opened_total", NULL);
     hp_t *last = NULL;
@@ -637,19 +686,13 @@ s_attack_connect_churn(ctx_t *c)
         hp_destroy(&last);
         last = p;
         //  bounded in time as well as count
-        ck_assert_msg(pk_clock_monotonic() - t0 < 1800, "churn: over 30 minutes at %" PRIu64, i);
+        ck_assert_msg(pk_clock_monotonic() - c->t0 < 1800, "churn: over 30 minutes at %" PRIu64,
+                      i);
     }
-    pk_msg_t *bye = pk_msg_new(PK_MSG_DISCONNECT);
-    pk_msg_set_code(bye, PK_DISC_SHUTDOWN);
-    pk_msg_set_string(bye, PK_F_REASON, "done");
-    ck_assert_int_eq(hp_send_msg(last, bye), 0);
-    hp_destroy(&last);
-    int64_t now = hh_metric_reach(c->d, "p2pkv_sessions_opened_total", NULL,
-                                  opened + (int64_t) n, 10);
-    ck_assert_int_eq(now, opened + (int64_t) n);
-    hh_report("connects with fresh epochs (one peer_id restarting)", n,
-              "each acknowledged; the session before it retired", s_nothing_lost(c, "churn"),
-              pk_clock_monotonic() - t0);
+    s_goodbye(&last);
+    s_assert_metric(c->d, "p2pkv_sessions_opened_total", NULL, opened + (int64_t) n);
+    s_row(c, "connects with fresh epochs (one peer_id restarting)", n,
+          "each acknowledged; the session before it retired");
 }
 
 //  Connects whose address blob is random bytes: refused as incompatible
@@ -657,7 +700,6 @@ s_attack_connect_churn(ctx_t *c)
 static void
 s_attack_junk_blobs(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(20, 2000);
     int64_t before = hh_metric(c->d, "p2pkv_connect_blobs_refused_total", NULL);
     json_t *st = td_stats_json(c->d);
@@ -675,16 +717,13 @@ s_attack_junk_blobs(ctx_t *c)
         pk_msg_destroy(&m);
         hp_destroy(&p);
     }
-    int64_t now = hh_metric_reach(c->d, "p2pkv_connect_blobs_refused_total", NULL,
-                                  before + (int64_t) n, 10);
-    ck_assert_int_eq(now, before + (int64_t) n);
+    s_assert_metric(c->d, "p2pkv_connect_blobs_refused_total", NULL, before + (int64_t) n);
     st = td_stats_json(c->d);
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "fabric"),
                                                         "channels_opened")), channels);
     json_decref(st);
-    hh_report("junk address blobs in connect", n,
-              "refused incompatible, no channel opened; counted",
-              s_nothing_lost(c, "junk blobs"), pk_clock_monotonic() - t0);
+    s_row(c, "junk address blobs in connect", n,
+          "refused incompatible, no channel opened; counted");
 }
 
 //  A frame of 64 MiB + 1 byte, one more than --max-frame (its default):
@@ -694,7 +733,6 @@ s_attack_junk_blobs(ctx_t *c)
 static void
 s_attack_oversize_frame(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(1, 5);
     size_t size = ((size_t) 64 << 20) + 1;
     char *big = malloc(size);
@@ -719,9 +757,8 @@ s_attack_oversize_frame(ctx_t *c)
         hp_destroy(&p);
     }
     free(big);
-    hh_report("a frame of 64 MiB + 1 (beyond --max-frame)", n,
-              "connection dropped by libzmq; nothing reached the session",
-              s_nothing_lost(c, "oversize frame"), pk_clock_monotonic() - t0);
+    s_row(c, "a frame of 64 MiB + 1 (beyond --max-frame)", n,
+          "connection dropped by libzmq; nothing reached the session");
 }
 
 static int
@@ -771,7 +808,6 @@ s_half_written(const char *endpoint, int way)
 static void
 s_attack_half_written(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(20, 2000);
     int64_t opened = hh_metric(c->d, "p2pkv_sessions_opened_total", NULL);
     for (uint64_t i = 0; i < n; i++)
@@ -782,9 +818,8 @@ s_attack_half_written(ctx_t *c)
     char err[P2PKV_ERRLEN] = "";
     ck_assert_msg(p2pkv_describe(c->d->endpoint, 10, &desc, err) == 0, "describe: %s", err);
     ck_assert_int_eq(hh_metric(c->d, "p2pkv_sessions_opened_total", NULL), opened);
-    hh_report("raw TCP to the ZMTP port: a partial greeting; a truncated frame; a reset; "
-              "each then closed", 3 * n, "connections dropped; no session; the door serves",
-              s_nothing_lost(c, "half-written"), pk_clock_monotonic() - t0);
+    s_row(c, "raw TCP to the ZMTP port: a partial greeting; a truncated frame; a reset; "
+          "each then closed", 3 * n, "connections dropped; no session; the door serves");
 }
 
 //  ---------------------------------------------------------------------------
@@ -868,7 +903,7 @@ s_child_consumer(const char *endpoint, const char *peer)
     int server = client ? p2pkv_client_connect(client, endpoint, 10, err) : -1;
     if (server < 0)
         return 1;
-    p2pkv_key_t *keys = hh_keys(LOAD_TAG, LOAD_KEYS);
+    p2pkv_key_t *keys = bk_keys(LOAD_TAG, 0, LOAD_KEYS);
     uint32_t *dest = malloc(LOAD_KEYS * sizeof *dest);
     bool *landed = malloc(LOAD_KEYS);
     uint8_t *pool = p2pkv_client_pool(client);
@@ -888,7 +923,7 @@ s_child_consumer(const char *endpoint, const char *peer)
                     why);
         }
         for (uint32_t i = 0; rc == LOAD_KEYS && i < LOAD_KEYS; i++)
-            if (hh_block_diff(pool + (size_t) i * BLOCK, LOAD_TAG, i, BLOCK))
+            if (bk_block_diff(pool + (size_t) i * BLOCK, LOAD_TAG, i, BLOCK))
                 said = 'c';
         if (write(STDOUT_FILENO, &said, 1) != 1)
             break;
@@ -909,7 +944,7 @@ s_child_engine(const char *local, const char *tag)
     p2pkv_engine_t *engine = p2pkv_engine_open(local, 10, NULL, NULL, err);
     if (!engine)
         return 1;
-    p2pkv_key_t *keys = hh_keys(strtoull(tag, NULL, 10), 64);
+    p2pkv_key_t *keys = bk_keys(strtoull(tag, NULL, 10), 0, 64);
     uint32_t blocks[64];
     if (p2pkv_engine_reserve(engine, keys, 64, blocks, err) != 0)
         return 1;
@@ -938,7 +973,6 @@ s_pins_released(ctx_t *c, double timeout)
 static void
 s_attack_kill_consumer(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(2, 20), caught = 0, tries = 0;
     //  a get that lands between two looks at the counters was not caught
     //  mid-transfer: it is tried again (3n tries at most)
@@ -958,9 +992,8 @@ s_attack_kill_consumer(ctx_t *c)
         ck_assert_msg(s_pins_released(c, 10), "killed consumer: pins not released");
     }
     ck_assert_uint_eq(caught, n);
-    hh_report("kill -9 of a consumer mid-transfer (while its 1,024-block get held pins)", n,
-              "session retired (silent); every pin released",
-              s_nothing_lost(c, "kill consumer"), pk_clock_monotonic() - t0);
+    s_row(c, "kill -9 of a consumer mid-transfer (while its 1,024-block get held pins)", n,
+          "session retired (silent); every pin released");
 }
 
 //  A consumer stopped (SIGSTOP) for longer than the server's silence
@@ -969,7 +1002,6 @@ s_attack_kill_consumer(ctx_t *c)
 static void
 s_attack_stop_consumer(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(1, 10);
     for (uint64_t i = 0; i < n; i++) {
         child_t ch;
@@ -991,9 +1023,8 @@ s_attack_stop_consumer(ctx_t *c)
         s_child_kill(&ch);
         ck_assert_msg(hh_sessions_at_most(c->d, c->sessions, 10), "stopped consumer: lingers");
     }
-    hh_report("SIGSTOP of a consumer past the silence timeout (1.5 s), then SIGCONT", n,
-              "retired as silent, pins released; reconnected, whole blocks again",
-              s_nothing_lost(c, "stop consumer"), pk_clock_monotonic() - t0);
+    s_row(c, "SIGSTOP of a consumer past the silence timeout (1.5 s), then SIGCONT", n,
+          "retired as silent, pins released; reconnected, whole blocks again");
 }
 
 //  A client that sends a fetch of 1,024 blocks and then never polls again
@@ -1003,9 +1034,8 @@ s_attack_stop_consumer(ctx_t *c)
 static void
 s_attack_no_poll(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(1, 10);
-    p2pkv_key_t *keys = hh_keys(LOAD_TAG, LOAD_KEYS);
+    p2pkv_key_t *keys = bk_keys(LOAD_TAG, 0, LOAD_KEYS);
     uint32_t *dest = malloc(LOAD_KEYS * sizeof *dest);
     ck_assert_ptr_nonnull(dest);
     for (uint32_t i = 0; i < LOAD_KEYS; i++)
@@ -1035,10 +1065,9 @@ s_attack_no_poll(ctx_t *c)
         p2pkv_client_destroy(&client);
     }
     free(dest);
-    hh_keys_free(keys);
-    hh_report("a client that never polls after its fetch (no progress thread)", n,
-              "session retired; every pin released", s_nothing_lost(c, "no poll"),
-              pk_clock_monotonic() - t0);
+    bk_keys_free(keys);
+    s_row(c, "a client that never polls after its fetch (no progress thread)", n,
+          "session retired; every pin released");
 }
 
 //  An engine that reserves 64 blocks and dies (SIGKILL) before its commit:
@@ -1046,7 +1075,6 @@ s_attack_no_poll(ctx_t *c)
 static void
 s_attack_engine_dies(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(2, 20);
     p2pkv_engine_stats_t before = td_stats(td_api(c->d));
     for (uint64_t i = 0; i < n; i++) {
@@ -1072,9 +1100,8 @@ s_attack_engine_dies(ctx_t *c)
         ck_assert_uint_eq(now.writing, before.writing);
         ck_assert_uint_eq(now.free, before.free);
     }
-    hh_report("an engine that reserves 64 blocks and dies (kill -9) before commit", n,
-              "the blocks FREE again after the lease timeout", s_nothing_lost(c, "engine dies"),
-              pk_clock_monotonic() - t0);
+    s_row(c, "an engine that reserves 64 blocks and dies (kill -9) before commit", n,
+          "the blocks FREE again after the lease timeout");
 }
 
 //  A store the engine makes for a consumer that never fetches it: the
@@ -1082,9 +1109,8 @@ s_attack_engine_dies(ctx_t *c)
 static void
 s_attack_store_pending(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(2, 20);
-    p2pkv_key_t *keys = hh_keys(GOOD_TAG, 16);
+    p2pkv_key_t *keys = bk_keys(GOOD_TAG, 0, 16);
     int64_t before = hh_metric(c->d, "p2pkv_store_timeouts_total", NULL);
     for (uint64_t i = 0; i < n; i++) {
         hp_t *p = hp_session(c->d->endpoint, "store-never", PEER_BLOCKS);
@@ -1108,10 +1134,9 @@ s_attack_store_pending(ctx_t *c)
         ck_assert_msg(s_pins_released(c, 10), "store pending: pins not released");
         hp_destroy(&p);
     }
-    hh_keys_free(keys);
-    hh_report("a store for a consumer that never fetches it (pending forever)", n,
-              "store job timed out, counted; pins released",
-              s_nothing_lost(c, "store pending"), pk_clock_monotonic() - t0);
+    bk_keys_free(keys);
+    s_row(c, "a store for a consumer that never fetches it (pending forever)", n,
+          "store job timed out, counted; pins released");
 }
 
 //  A CURVE key revoked mid-transfer (after the witness's code below).
@@ -1198,8 +1223,8 @@ START_TEST(test_hostile_peers)
     setenv("P2PKV_TEST_HOLD_SESSION", hold, 1);
     td_start(&d, s_victim_flags);
     unsetenv("P2PKV_TEST_HOLD_SESSION");
-    hh_fill(&d, GOOD_TAG, GOOD_KEYS, BLOCK);
-    hh_fill(&d, LOAD_TAG, LOAD_KEYS, BLOCK);
+    bk_fill(&d, GOOD_TAG, GOOD_KEYS, BLOCK);
+    bk_fill(&d, LOAD_TAG, LOAD_KEYS, BLOCK);
     p2pkv_engine_stats_t base = td_stats(td_api(&d));
     //  idle before, idle after: a live endpoint's own memory grows with its
     //  use (the good consumer's, in libfabric's buffers), which is not what
@@ -1207,11 +1232,14 @@ START_TEST(test_hostile_peers)
     uint64_t rss = hh_rss(d.pid);
     hh_good_t good;
     hh_good_start(&good, d.endpoint, GOOD_TAG, GOOD_KEYS, BLOCK);
-    ctx_t c = { &d, &good, 1 };
+    ctx_t c = { .d = &d, .good = &good, .sessions = 1 };
     const char *only = getenv("P2PKV_HARDENING_ONLY");
     for (size_t i = 0; i < sizeof s_attacks / sizeof s_attacks[0]; i++)
-        if (!only || strstr(only, s_attacks[i].name))
+        if (!only || strstr(only, s_attacks[i].name)) {
+            c.attack = s_attacks[i].name;
+            c.t0 = pk_clock_monotonic();
             s_attacks[i].fn(&c);
+        }
     s_nothing_lost(&c, "all attacks");
     hh_good_stop(&good);
     ck_assert_uint_eq(atomic_load(&good.errors), 0);
@@ -1344,7 +1372,7 @@ s_wit_diff(wit_t *w, size_t first, size_t n)
 {
     size_t bad = 0;
     for (size_t i = first; i < first + n; i++)
-        bad += hh_block_diff(p2pkv_client_pool(w->client) + i * FBLOCK, 3, i, FBLOCK);
+        bad += bk_block_diff(p2pkv_client_pool(w->client) + i * FBLOCK, 3, i, FBLOCK);
     return bad;
 }
 
@@ -1353,7 +1381,7 @@ s_fault_server_start(td_t *s, const char *endpoint)
 {
     td_start(s, (const char *const[]) { "--bind", endpoint, "--pool-blocks", "2048",
                                         "--block-len", "65536", "--pin-quota", "2048", NULL });
-    hh_fill(s, 3, FLOAD + FFENCE, FBLOCK);
+    bk_fill(s, 3, FLOAD + FFENCE, FBLOCK);
 }
 
 //  The load's fetch, caught mid-transfer: its first block landed and the
@@ -1366,7 +1394,7 @@ s_catch_mid_transfer(wit_t *w, td_t *s, const p2pkv_key_t *keys, int attempt)
     snprintf(kv, sizeof kv, "load-%d", attempt);
     s_wit_get(w, kv, keys, 0, FLOAD);
     uint8_t *pool = p2pkv_client_pool(w->client);
-    ck_assert(S_POLL_UNTIL(w, w->ended || !hh_block_diff(pool, 3, 0, FBLOCK), 20));
+    ck_assert(S_POLL_UNTIL(w, w->ended || !bk_block_diff(pool, 3, 0, FBLOCK), 20));
     if (!w->ended)
         kill(s->pid, SIGSTOP);
     //  an answer already on its way may still end it whole
@@ -1476,7 +1504,7 @@ s_revoke_once(s_curve_t *k, const p2pkv_key_t *keys, int64_t *revoked)
     td_start(&s, (const char *const[]) { "--curve-secret", k->secret, "--curve-allow", k->allow,
                                          "--pool-blocks", "2048", "--block-len", "65536",
                                          "--pin-quota", "2048", NULL });
-    hh_fill(&s, 3, FLOAD + FFENCE, FBLOCK);
+    bk_fill(&s, 3, FLOAD + FFENCE, FBLOCK);
     wit_t w;
     s_wit_open(&w, s.endpoint, k->witness, k->server);
     bool caught = false;
@@ -1522,11 +1550,10 @@ s_revoke_once(s_curve_t *k, const p2pkv_key_t *keys, int64_t *revoked)
 static void
 s_attack_curve_revoked(ctx_t *c)
 {
-    double t0 = pk_clock_monotonic();
     uint64_t n = s_n(1, 5), done = 0;
     s_curve_t k;
     s_curve_new(&k);
-    p2pkv_key_t *keys = hh_keys(3, FLOAD + FFENCE);
+    p2pkv_key_t *keys = bk_keys(3, 0, FLOAD + FFENCE);
     for (int tries = 0; done < n && tries < (int) n + 5; tries++) {
         int64_t revoked = 0;
         if (s_revoke_once(&k, keys, &revoked)) {
@@ -1535,12 +1562,11 @@ s_attack_curve_revoked(ctx_t *c)
         }
     }
     ck_assert_msg(done == n, "the load landed before the revocation every time");
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     s_curve_destroy(&k);
-    hh_report("CURVE key revoked mid-transfer (certificate removed, SIGHUP)", n,
-              "session ended (revoked, counted); its fetch FAILED, its blocks untouched after; "
-              "another key's fence fetch whole; pins released",
-              s_nothing_lost(c, "curve revoked"), pk_clock_monotonic() - t0);
+    s_row(c, "CURVE key revoked mid-transfer (certificate removed, SIGHUP)", n,
+          "session ended (revoked, counted); its fetch FAILED, its blocks untouched after; "
+          "another key's fence fetch whole; pins released");
 }
 
 START_TEST(test_server_faults)
@@ -1549,7 +1575,7 @@ START_TEST(test_server_faults)
     td_fixed_endpoint(endpoint, sizeof endpoint);
     td_t s;
     s_fault_server_start(&s, endpoint);
-    p2pkv_key_t *keys = hh_keys(3, FLOAD + FFENCE);
+    p2pkv_key_t *keys = bk_keys(3, 0, FLOAD + FFENCE);
     for (int killed = 1; killed >= 0; killed--) {
         double t0 = pk_clock_monotonic();
         uint64_t n = s_n(1, 5);
@@ -1561,7 +1587,7 @@ START_TEST(test_server_faults)
                   "fetch FAILED; consumer reconnected; a fence landed whole",
                   "nothing (no byte changed after FAILED)", pk_clock_monotonic() - t0);
     }
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -1582,12 +1608,10 @@ main(int argc, char **argv)
     s_self[len] = '\0';
     snprintf(s_release, sizeof s_release, "/tmp/p2pkv-hardening-%d.release", getpid());
     Suite *s = suite_create("hardening");
-    TCase *tc = tcase_create("hardening");
     //  the long form is bounded by its counts; this is its outer bound
-    tcase_set_timeout(tc, hh_long() ? 7200 : 600);
+    TCase *tc = td_case(s, "hardening", hh_long() ? 7200 : 600);
     tcase_add_test(tc, test_hostile_peers);
     tcase_add_test(tc, test_server_faults);
-    suite_add_tcase(s, tc);
     int rc = pk_test_run("hardening", s);
     unlink(s_release);
     td_sweep();

@@ -242,8 +242,7 @@ main(void)
     if (skip)
         return skip;
     Suite *s = suite_create("metrics_e2e");
-    TCase *tc = tcase_create("e2e");
+    TCase *tc = td_case(s, "e2e", 0);
     tcase_add_test(tc, test_scrape_live_server);
-    suite_add_tcase(s, tc);
     return pk_test_run("metrics_e2e", s);
 }

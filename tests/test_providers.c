@@ -19,7 +19,7 @@
 #include "base/clock.h"
 #include "base/host_id.h"
 #include "daemon.h"
-#include "hardening.h"
+#include "blocks.h"
 #include "testutil.h"
 
 #include <czmq.h>
@@ -76,7 +76,7 @@ static void *
 s_get_all(void *arg)
 {
     s_getter_t *g = arg;
-    p2pkv_key_t *keys = hh_keys(1, NBLOCKS);
+    p2pkv_key_t *keys = bk_keys(1, 0, NBLOCKS);
     uint32_t dest[NBLOCKS];
     bool landed[NBLOCKS];
     for (uint32_t i = 0; i < NBLOCKS; i++)
@@ -91,9 +91,9 @@ s_get_all(void *arg)
         if (got != NBLOCKS)
             g->rc = got < 0 ? got : -EIO;
         for (size_t i = 0; g->rc == 0 && i < NBLOCKS; i++)
-            g->bad += hh_block_diff(pool + i * BLOCK, 1, i, BLOCK);
+            g->bad += bk_block_diff(pool + i * BLOCK, 1, i, BLOCK);
     }
-    hh_keys_free(keys);
+    bk_keys_free(keys);
     return NULL;
 }
 
@@ -160,7 +160,7 @@ START_TEST(test_shm_and_tcp_consumers_at_once)
 {
     td_t d;
     td_start(&d, s_shm_tcp);
-    hh_fill(&d, 1, NBLOCKS, BLOCK);
+    bk_fill(&d, 1, NBLOCKS, BLOCK);
     char err[P2PKV_ERRLEN] = "";
     p2pkv_client_t *near = s_client("prov-near", NULL);
     p2pkv_client_t *far = s_client("prov-far", "tcp");
@@ -206,7 +206,7 @@ START_TEST(test_tcp_server_auto_client_uses_tcp)
     td_start(&d, (const char *const[]) { "--provider", "tcp", "--fabric-addr", "127.0.0.1",
                                           "--pool-blocks", "1024", "--block-len", "65536",
                                           "--pin-quota", "1024", NULL });
-    hh_fill(&d, 1, NBLOCKS, BLOCK);
+    bk_fill(&d, 1, NBLOCKS, BLOCK);
     char err[P2PKV_ERRLEN] = "";
     p2pkv_client_t *c = s_client("prov-auto", "auto");
     int s = p2pkv_client_connect(c, d.endpoint, 10, err);
@@ -262,14 +262,10 @@ main(void)
     if (skip)
         return skip;
     Suite *s = suite_create("providers");
-    TCase *tc = tcase_create("providers");
-    tcase_set_timeout(tc, 60);
+    TCase *tc = td_case(s, "providers", 60);
     tcase_add_test(tc, test_description_lists_providers_and_host);
     tcase_add_test(tc, test_shm_and_tcp_consumers_at_once);
     tcase_add_test(tc, test_tcp_server_auto_client_uses_tcp);
     tcase_add_test(tc, test_refusals_name_the_providers);
-    suite_add_tcase(s, tc);
-    int rc = pk_test_run("providers", s);
-    td_sweep();
-    return rc;
+    return td_run_and_sweep("providers", s);
 }

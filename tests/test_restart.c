@@ -13,6 +13,7 @@
 */
 #include "p2pkv.h"
 #include "base/clock.h"
+#include "blocks.h"
 #include "daemon.h"
 #include "wire/protocol.h"
 #include "testutil.h"
@@ -31,59 +32,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define KEY_LEN 16
 #define BIG (64 * 1024)
 #define NBIG 4096                   //  blocks of the load: 256 MiB
-
-//  Word k of block i of fill tag: never zero, so a landed block is never
-//  mistaken for an untouched (zeroed) one.
-static inline uint64_t
-s_word(uint64_t tag, uint64_t i, uint64_t k)
-{
-    uint64_t x = (tag << 44) ^ (i << 16) ^ k;
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return (x ^ (x >> 31)) | 1;
-}
-
-typedef struct {
-    uint8_t *bytes;
-    p2pkv_key_t *keys;
-} s_keys_t;
-
-static void
-s_keys_make(s_keys_t *k, uint64_t tag)
-{
-    k->bytes = malloc((size_t) NBIG * KEY_LEN);
-    k->keys = malloc(NBIG * sizeof *k->keys);
-    ck_assert(k->bytes && k->keys);
-    for (size_t i = 0; i < NBIG; i++) {
-        uint8_t *at = k->bytes + i * KEY_LEN;
-        memcpy(at, "rst", 3);
-        at[3] = (uint8_t) tag;
-        memset(at + 4, 0xa5, 4);
-        for (int b = 0; b < 8; b++)
-            at[8 + b] = (uint8_t) (i >> (8 * b));
-        k->keys[i] = (p2pkv_key_t) { at, KEY_LEN };
-    }
-}
-
-//  Every block of the fill into the server, as a local engine does it:
-//  reserve, write into the mapped pool, commit.
-static void
-s_publish(td_t *d, const s_keys_t *k, uint64_t tag)
-{
-    static uint32_t blocks[NBIG];
-    td_reserve(d, k->keys, NBIG, blocks);
-    uint8_t *pool = p2pkv_engine_pool(td_api(d));
-    for (size_t i = 0; i < NBIG; i++) {
-        uint64_t *w = (uint64_t *) (pool + (size_t) blocks[i] * BIG);
-        for (size_t x = 0; x < BIG / 8; x++)
-            w[x] = s_word(tag, i, x);
-    }
-    td_commit(d, k->keys, NBIG);
-}
 
 //  What the client's callbacks saw.
 typedef struct {
@@ -146,14 +96,14 @@ s_touched(const uint8_t *pool)
 //  Looks up every key, fetches them into blocks 0.. in order; returns
 //  once the lookup is answered and the fetch started.
 static void
-s_start_fetch(s_seen_t *c, const s_keys_t *k, const char *kv, uint32_t *dest)
+s_start_fetch(s_seen_t *c, const p2pkv_key_t *keys, const char *kv, uint32_t *dest)
 {
     int before = c->lookups;
-    ck_assert_int_eq(p2pkv_client_lookup(c->client, c->server, kv, k->keys, NBIG), 0);
+    ck_assert_int_eq(p2pkv_client_lookup(c->client, c->server, kv, keys, NBIG), 0);
     ck_assert_msg(S_POLL_UNTIL(c, c->lookups > before, 15), "no answer to the lookup");
     ck_assert_msg(c->all_hits, "a miss in the lookup of %s", kv);
     uint64_t id;
-    ck_assert_int_eq(p2pkv_client_fetch(c->client, c->server, kv, k->keys, dest, NBIG,
+    ck_assert_int_eq(p2pkv_client_fetch(c->client, c->server, kv, keys, dest, NBIG,
                                         c->round, 0, &id), 0);
 }
 
@@ -206,9 +156,8 @@ START_TEST(test_killed_server_restarts_on_its_pool)
     td_t d;
     td_start(&d, flags);
     ck_assert_str_eq(d.pool, pool_name);
-    s_keys_t k;
-    s_keys_make(&k, 3);
-    s_publish(&d, &k, 3);
+    p2pkv_key_t *keys = bk_keys(3, 0, NBIG);
+    bk_publish(&d, keys, NBIG, 3, BIG);
 
     s_seen_t c = { 0 };
     p2pkv_config_t cfg = { .peer_id = "c-restart", .fingerprint = "fp", .hash_seed = "7",
@@ -234,7 +183,7 @@ START_TEST(test_killed_server_restarts_on_its_pool)
         dest[i] = (uint32_t) i;
 
     //  killed with -9 once the first bytes land
-    s_start_fetch(&c, &k, "before", dest);
+    s_start_fetch(&c, keys, "before", dest);
     ck_assert_msg(S_POLL_UNTIL(&c, c.fetches > 0 || s_touched(pool), 15),
                   "nothing landed within 15 s");
     ck_assert_msg(c.fetches == 0, "the load ended (%s) before the kill: make it larger",
@@ -251,20 +200,17 @@ START_TEST(test_killed_server_restarts_on_its_pool)
     //  the same pool name and port, nothing removed by hand: it starts
     //  (td_start asserts its ready line), reclaiming the dead one's pool
     td_start(&d, flags);
-    s_publish(&d, &k, 4);           //  the index died with it: publish again, new bytes
+    bk_publish(&d, keys, NBIG, 4, BIG);     //  the index died with it: publish again, new bytes
     ck_assert_msg(S_POLL_UNTIL(&c, c.ups >= 1, 15), "the consumer did not reconnect");
     ck_assert_int_eq(p2pkv_client_server_state(c.client, c.server, NULL), P2PKV_SERVER_UP);
     memset(pool, 0, (size_t) NBIG * BIG);
     int before = c.fetches;
-    s_start_fetch(&c, &k, "after", dest);
+    s_start_fetch(&c, keys, "after", dest);
     ck_assert_msg(S_POLL_UNTIL(&c, c.fetches > before, 30), "the fetch after the restart hung");
     ck_assert_msg(c.status == P2PKV_LANDED, "after the restart: %s", c.reason);
-    for (size_t i = 0; i < NBIG; i++) {
-        const uint64_t *w = (const uint64_t *) (pool + i * BIG);
-        for (size_t x = 0; x < BIG / 8; x++)
-            if (w[x] != s_word(4, i, x))
-                ck_abort_msg("after the restart: block %zu word %zu is wrong", i, x);
-    }
+    for (size_t i = 0; i < NBIG; i++)
+        ck_assert_msg(bk_block_ok(pool + i * BIG, 4, i, BIG), "after the restart: block %zu "
+                      "is wrong", i);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "after"), 0);
 
     //  while it lives, its pool is refused to another server, by name,
@@ -283,21 +229,17 @@ START_TEST(test_killed_server_restarts_on_its_pool)
     ck_assert_msg(c2.client != NULL, "p2pkv_client_new: %s", err);
     c2.server = p2pkv_client_connect(c2.client, endpoint, 10, err);
     ck_assert_msg(c2.server >= 0, "connect: %s", err);
-    s_start_fetch(&c2, &k, "second", dest);
+    s_start_fetch(&c2, keys, "second", dest);
     ck_assert_msg(S_POLL_UNTIL(&c2, c2.fetches > 0, 30), "the second consumer's fetch hung");
     ck_assert_msg(c2.status == P2PKV_LANDED, "second consumer: %s", c2.reason);
     uint8_t *pool2 = p2pkv_client_pool(c2.client);
-    for (size_t i = 0; i < NBIG; i++) {
-        const uint64_t *w = (const uint64_t *) (pool2 + i * BIG);
-        for (size_t x = 0; x < BIG / 8; x++)
-            if (w[x] != s_word(4, i, x))
-                ck_abort_msg("second consumer: block %zu word %zu is wrong", i, x);
-    }
+    for (size_t i = 0; i < NBIG; i++)
+        ck_assert_msg(bk_block_ok(pool2 + i * BIG, 4, i, BIG), "second consumer: block %zu "
+                      "is wrong", i);
     p2pkv_client_destroy(&c2.client);
     p2pkv_client_destroy(&c.client);
     free(dest);
-    free(k.bytes);
-    free(k.keys);
+    bk_keys_free(keys);
     //  a clean stop removes the pool, as before
     ck_assert_int_eq(td_stop(&d), 0);
     errno = 0;
@@ -313,11 +255,7 @@ main(void)
     if (skip)
         return skip;
     Suite *s = suite_create("restart");
-    TCase *tc = tcase_create("restart");
-    tcase_set_timeout(tc, 120);
+    TCase *tc = td_case(s, "restart", 120);
     tcase_add_test(tc, test_killed_server_restarts_on_its_pool);
-    suite_add_tcase(s, tc);
-    int rc = pk_test_run("restart", s);
-    td_sweep();
-    return rc;
+    return td_run_and_sweep("restart", s);
 }

@@ -200,6 +200,46 @@ START_TEST(test_run_dir_falls_back_to_tmp)
 }
 END_TEST
 
+//  Every setting but CURVE's and the tenants' at the value that
+//  test_every_option gives it (on the command line, or in a file).
+static void
+s_assert_every_setting(const pk_server_config_t *c)
+{
+    ck_assert_str_eq(c->bind, "tcp://10.1.2.3:6000");
+    ck_assert_str_eq(c->local, "ipc:///run/p2pkv/engine.sock");
+    ck_assert_str_eq(c->peer_id, "node-7");
+    ck_assert_uint_eq(c->pool_blocks, 4096);
+    ck_assert_uint_eq(c->block_len, 1048576);
+    ck_assert_str_eq(c->pool_name, "/kv.pool_1");
+    ck_assert_str_eq(c->provider, "verbs;ofi_rxm");
+    ck_assert_str_eq(c->fabric_addr, "10.1.2.3");
+    ck_assert_str_eq(c->fingerprint, "llama-3-70b/bf16");
+    ck_assert_str_eq(c->hash_seed, "42");
+    ck_assert_str_eq(c->metrics_bind, "127.0.0.1:9100");
+    ck_assert_uint_eq(c->nallow, 1);
+    ck_assert_str_eq(c->allow[0], "10.0.0.0/8");
+    ck_assert_int_eq(c->log_level, PK_LOG_DEBUG);
+    ck_assert_double_eq(c->lookup_timeout, 0.5);
+    ck_assert_double_eq(c->store_timeout, 31);
+    ck_assert_double_eq(c->drain_timeout, 11);
+    ck_assert_double_eq(c->silence_timeout, 12.25);
+    ck_assert_double_eq(c->lease_timeout, 33);
+    ck_assert_double_eq(c->stall_timeout, 6);
+    ck_assert_double_eq(c->shutdown_timeout, 7);
+    ck_assert_uint_eq(c->max_requests, 100);
+    ck_assert_uint_eq(c->max_parked_keys, 200);
+    ck_assert_uint_eq(c->max_rounds, 300);
+    ck_assert_uint_eq(c->pin_quota, 400);
+    ck_assert_uint_eq(pk_server_config_pin_quota(c), 400);
+    ck_assert_uint_eq(c->max_queued_frames, 500);
+    ck_assert_uint_eq(c->max_frame, 4096);
+    ck_assert_uint_eq(c->max_sessions, 600);
+    ck_assert_double_eq(c->load_timeout, 34);
+    ck_assert_double_eq(c->abort_ack_timeout, 13);
+    ck_assert_double_eq(c->connect_retry, 0.25);
+    ck_assert_double_eq(c->keepalive_interval, 1.5);
+}
+
 START_TEST(test_every_option)
 {
     pk_server_config_t c;
@@ -222,39 +262,7 @@ START_TEST(test_every_option)
     ck_assert_str_eq(c.curve_secret, "/etc/p2pkv/server_secret");
     ck_assert_str_eq(c.curve_allow, "/etc/p2pkv/consumers");
     ck_assert_str_eq(c.curve_servers, "/etc/p2pkv/servers");
-    ck_assert_str_eq(c.bind, "tcp://10.1.2.3:6000");
-    ck_assert_str_eq(c.local, "ipc:///run/p2pkv/engine.sock");
-    ck_assert_str_eq(c.peer_id, "node-7");
-    ck_assert_uint_eq(c.pool_blocks, 4096);
-    ck_assert_uint_eq(c.block_len, 1048576);
-    ck_assert_str_eq(c.pool_name, "/kv.pool_1");
-    ck_assert_str_eq(c.provider, "verbs;ofi_rxm");
-    ck_assert_str_eq(c.fabric_addr, "10.1.2.3");
-    ck_assert_str_eq(c.fingerprint, "llama-3-70b/bf16");
-    ck_assert_str_eq(c.hash_seed, "42");
-    ck_assert_str_eq(c.metrics_bind, "127.0.0.1:9100");
-    ck_assert_uint_eq(c.nallow, 1);
-    ck_assert_str_eq(c.allow[0], "10.0.0.0/8");
-    ck_assert_int_eq(c.log_level, PK_LOG_DEBUG);
-    ck_assert_double_eq(c.lookup_timeout, 0.5);
-    ck_assert_double_eq(c.store_timeout, 31);
-    ck_assert_double_eq(c.drain_timeout, 11);
-    ck_assert_double_eq(c.silence_timeout, 12.25);
-    ck_assert_double_eq(c.lease_timeout, 33);
-    ck_assert_double_eq(c.stall_timeout, 6);
-    ck_assert_double_eq(c.shutdown_timeout, 7);
-    ck_assert_uint_eq(c.max_requests, 100);
-    ck_assert_uint_eq(c.max_parked_keys, 200);
-    ck_assert_uint_eq(c.max_rounds, 300);
-    ck_assert_uint_eq(c.pin_quota, 400);
-    ck_assert_uint_eq(pk_server_config_pin_quota(&c), 400);
-    ck_assert_uint_eq(c.max_queued_frames, 500);
-    ck_assert_uint_eq(c.max_frame, 4096);
-    ck_assert_uint_eq(c.max_sessions, 600);
-    ck_assert_double_eq(c.load_timeout, 34);
-    ck_assert_double_eq(c.abort_ack_timeout, 13);
-    ck_assert_double_eq(c.connect_retry, 0.25);
-    ck_assert_double_eq(c.keepalive_interval, 1.5);
+    s_assert_every_setting(&c);
     pk_server_config_fini(&c);
 
     //  --name=value, the last of a repeated option wins, and the edges of
@@ -672,38 +680,7 @@ START_TEST(test_every_setting_in_a_file)
     }
     pk_server_config_t c;
     ck_assert_int_eq(s_parse(&c, "--config", path), 0);
-    ck_assert_str_eq(c.bind, "tcp://10.1.2.3:6000");
-    ck_assert_str_eq(c.local, "ipc:///run/p2pkv/engine.sock");
-    ck_assert_str_eq(c.peer_id, "node-7");
-    ck_assert_uint_eq(c.pool_blocks, 4096);
-    ck_assert_uint_eq(c.block_len, 1048576);
-    ck_assert_str_eq(c.pool_name, "/kv.pool_1");
-    ck_assert_str_eq(c.provider, "verbs;ofi_rxm");
-    ck_assert_str_eq(c.fabric_addr, "10.1.2.3");
-    ck_assert_str_eq(c.fingerprint, "llama-3-70b/bf16");
-    ck_assert_str_eq(c.hash_seed, "42");
-    ck_assert_str_eq(c.metrics_bind, "127.0.0.1:9100");
-    ck_assert_uint_eq(c.nallow, 1);
-    ck_assert_str_eq(c.allow[0], "10.0.0.0/8");
-    ck_assert_int_eq(c.log_level, PK_LOG_DEBUG);
-    ck_assert_double_eq(c.lookup_timeout, 0.5);
-    ck_assert_double_eq(c.store_timeout, 31);
-    ck_assert_double_eq(c.drain_timeout, 11);
-    ck_assert_double_eq(c.silence_timeout, 12.25);
-    ck_assert_double_eq(c.lease_timeout, 33);
-    ck_assert_double_eq(c.stall_timeout, 6);
-    ck_assert_double_eq(c.shutdown_timeout, 7);
-    ck_assert_uint_eq(c.max_requests, 100);
-    ck_assert_uint_eq(c.max_parked_keys, 200);
-    ck_assert_uint_eq(c.max_rounds, 300);
-    ck_assert_uint_eq(c.pin_quota, 400);
-    ck_assert_uint_eq(c.max_queued_frames, 500);
-    ck_assert_uint_eq(c.max_frame, 4096);
-    ck_assert_uint_eq(c.max_sessions, 600);
-    ck_assert_double_eq(c.load_timeout, 34);
-    ck_assert_double_eq(c.abort_ack_timeout, 13);
-    ck_assert_double_eq(c.connect_retry, 0.25);
-    ck_assert_double_eq(c.keepalive_interval, 1.5);
+    s_assert_every_setting(&c);
     ck_assert_str_eq(c.tenants, tenants);
     ck_assert_uint_eq(pk_tenants_count(c.tenant_map), 2);
     ck_assert_int_eq(pk_tenants_find(c.tenant_map, "alpha"), 1);

@@ -853,7 +853,7 @@ main(void)
     if (skip)
         return skip;
     Suite *s = suite_create("server_e2e");
-    TCase *tc = tcase_create("e2e");
+    TCase *tc = td_case(s, "e2e", 0);
     tcase_add_test(tc, test_handshake_and_mismatches);
     tcase_add_test(tc, test_symmetric_transfer);
     tcase_add_test(tc, test_bad_peer_does_not_disturb_another);
@@ -868,12 +868,10 @@ main(void)
     tcase_add_test(tc, test_pull_between_servers);
     tcase_add_test(tc, test_engine_json_protocol);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
-    suite_add_tcase(s, tc);
     //  the actors' failure paths, the crowd at the door and reaping
-    TCase *load = tcase_create("load");
+    TCase *load = td_case(s, "load", 0);
     tcase_add_test(load, test_failed_session_frees_its_slot);
     tcase_add_test(load, test_crowd_connects_within_a_bound);
     tcase_add_test(load, test_retired_sessions_leave_no_peers);
-    suite_add_tcase(s, load);
     return pk_test_run("server_e2e", s);
 }

@@ -11,6 +11,7 @@
     every setting to its test.
 */
 #include "consumer.h"
+#include "blocks.h"
 #include "daemon.h"
 #include "base/clock.h"
 #include "testutil.h"
@@ -390,23 +391,14 @@ s_stuck_transfer(td_t *s, const char *const *flags)
     }
     all[n] = NULL;
     td_start(s, all);
-    static uint8_t raw[NBIG][16];
     static pk_key_t keys[NBIG];
-    static uint32_t idx[NBIG], blocks[NBIG];
-    static p2pkv_key_t ekeys[NBIG];
+    static uint32_t idx[NBIG];
+    p2pkv_key_t *ekeys = bk_keys(1, 0, NBIG);
     for (size_t i = 0; i < NBIG; i++) {
-        memcpy(raw[i], "stuck---", 8);
-        for (int b = 0; b < 8; b++)
-            raw[i][8 + b] = (uint8_t) (i >> (8 * b));
-        keys[i] = pk_key_make(raw[i], 16);
-        ekeys[i] = (p2pkv_key_t) { raw[i], 16 };
+        keys[i] = pk_key_make(ekeys[i].bytes, ekeys[i].len);
         idx[i] = (uint32_t) i;
     }
-    td_reserve(s, ekeys, NBIG, blocks);
-    uint8_t *pool = p2pkv_engine_pool(td_api(s));
-    for (size_t i = 0; i < NBIG; i++)
-        memset(pool + (size_t) blocks[i] * BIG, (int) (i % 251) + 1, BIG);
-    td_commit(s, ekeys, NBIG);
+    bk_publish(s, ekeys, NBIG, 1, BIG);
     tc_config_t c = { s->endpoint, "c-stuck", NBIG, BIG, "fp", "7", 0 };
     tc_t *tc = tc_new(&c);
     ck_assert_ptr_nonnull(tc);
@@ -433,6 +425,7 @@ s_stuck_transfer(td_t *s, const char *const *flags)
         zclock_sleep(20);
     }
     ck_assert_uint_lt(tc_landed(tc, 1), NBIG);
+    bk_keys_free(ekeys);
     return tc;
 }
 
@@ -573,7 +566,7 @@ main(void)
         return skip;
     td_sweep();
     Suite *s = suite_create("settings_e2e");
-    TCase *tc = tcase_create("settings");
+    TCase *tc = td_case(s, "settings", 0);
     tcase_add_test(tc, test_lookup_timeout_expires_pending_to_miss);
     tcase_add_test(tc, test_store_timeout_fails_an_unfetched_store);
     tcase_add_test(tc, test_lease_timeout_frees_an_uncommitted_block);
@@ -584,6 +577,5 @@ main(void)
     tcase_add_test(tc, test_stall_timeout_gives_up_a_stuck_write);
     tcase_add_test(tc, test_fabric_addr_is_the_endpoints_address);
     tcase_add_test(tc, test_max_queued_frames_ends_a_flood);
-    suite_add_tcase(s, tc);
     return pk_test_run("settings_e2e", s);
 }

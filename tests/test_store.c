@@ -97,11 +97,34 @@ s_commit(pk_store_t *store, uint64_t owner, unsigned i)
     return pk_store_commit(store, owner, &key, 1);
 }
 
-static void
-s_check_counts(pk_store_t *store)
+//  Pins key i in a job of its own: the job, its block in *block_p (may be
+//  NULL).  The test fails unless the key was pinned.
+static uint64_t
+s_pin(pk_store_t *store, unsigned i, uint32_t *block_p)
+{
+    pk_key_t key = s_key(i);
+    uint32_t block;
+    bool pinned = false;
+    uint64_t job = 0;
+    ck_assert_int_eq(pk_store_pin(store, &key, 1, &job, &block, &pinned), 0);
+    ck_assert_msg(pinned, "key %u: not pinned", i);
+    if (block_p)
+        *block_p = block;
+    return job;
+}
+
+static pk_store_stats_t
+s_stats(pk_store_t *store)
 {
     pk_store_stats_t st;
     pk_store_stats(store, &st);
+    return st;
+}
+
+static void
+s_check_counts(pk_store_t *store)
+{
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.free + st.writing + st.ready, pk_store_num_blocks(store));
     ck_assert_uint_le(st.pinned, st.ready);
     ck_assert_uint_eq(st.lookups, st.hits + st.pending + st.misses);
@@ -118,14 +141,14 @@ START_TEST(test_state_transitions)
     uint32_t block = PK_STORE_NO_BLOCK;
     ck_assert_int_eq(s_reserve(store, 7, 1, &block), 0);
     ck_assert_uint_lt(block, 4);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.free, 3);
     ck_assert_uint_eq(st.writing, 1);
     ck_assert_uint_eq(st.ready, 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
     ck_assert_int_eq(s_commit(store, 7, 1), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.free, 3);
     ck_assert_uint_eq(st.writing, 0);
     ck_assert_uint_eq(st.ready, 1);
@@ -190,24 +213,23 @@ START_TEST(test_pin_and_release)
     //  a second job on the same block: the block stays pinned until both end
     ck_assert_int_eq(pk_store_pin(store, keys, 1, &job2, blocks, pinned), 0);
     ck_assert_uint_ne(job1, job2);
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 2);
     ck_assert_uint_eq(st.jobs, 2);
     ck_assert_int_eq(pk_store_release_job(store, job1), 0);
     ck_assert_int_eq(pk_store_drop(store, &keys[0], 1), -EBUSY);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 1);
     ck_assert_int_eq(pk_store_release_job(store, job2), 0);
     ck_assert_int_eq(pk_store_release_job(store, job2), -ENOENT);
     ck_assert_int_eq(pk_store_release_job(store, 12345), -ENOENT);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(st.jobs, 0);
     ck_assert_int_eq(pk_store_drop(store, keys, 3), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.free, 4);
     pk_store_destroy(&store);
 }
@@ -248,20 +270,13 @@ START_TEST(test_eviction_is_lru)
     ck_assert_int_eq(s_put(store, 4), 0);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
     //  a pin is a use too: pin and release 3, so 1 is now the oldest
-    pk_key_t key = s_key(3);
-    uint32_t block;
-    bool pinned;
-    uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, &key, 1, &job, &block, &pinned), 0);
-    ck_assert(pinned);
-    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    ck_assert_int_eq(pk_store_release_job(store, s_pin(store, 3, NULL)), 0);
     ck_assert_int_eq(s_put(store, 5), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_HIT);
     ck_assert_int_eq(s_lookup(store, 4), PK_LOOKUP_HIT);
     ck_assert_int_eq(s_lookup(store, 5), PK_LOOKUP_HIT);
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.evictions, 2);
     ck_assert_uint_eq(st.ready, 3);
     pk_store_destroy(&store);
@@ -274,12 +289,8 @@ START_TEST(test_pinned_block_never_evicted)
     pk_store_t *store = s_store(&clock, 2, 32, 30);
     ck_assert_int_eq(s_put(store, 1), 0);
     ck_assert_int_eq(s_put(store, 2), 0);
-    pk_key_t key = s_key(1);
     uint32_t block;
-    bool pinned;
-    uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, &key, 1, &job, &block, &pinned), 0);
-    ck_assert(pinned);
+    uint64_t job = s_pin(store, 1, &block);
     //  1 is the least recently used, but pinned: 2 goes instead
     uint32_t got;
     ck_assert_int_eq(s_reserve(store, 7, 3, &got), 0);
@@ -313,8 +324,7 @@ START_TEST(test_reserve_all_pinned_enospc)
     ck_assert_int_eq(pk_store_pin(store, keys, 4, &job, blocks, pinned), 0);
     uint32_t got;
     ck_assert_int_eq(s_reserve(store, 7, 5, &got), -ENOSPC);
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 4);
     ck_assert_uint_eq(st.evictions, 0);
     ck_assert_uint_eq(st.writing, 0);
@@ -352,8 +362,7 @@ START_TEST(test_reserve_all_or_nothing)
     pk_key_t four[4] = { s_key(10), s_key(11), s_key(12), s_key(13) };
     uint32_t blocks4[4];
     ck_assert_int_eq(pk_store_reserve(store, 7, four, 4, blocks4), -ENOSPC);
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.free, 3);
     ck_assert_uint_eq(st.writing, 0);
     ck_assert_uint_eq(st.ready, 1);
@@ -388,10 +397,7 @@ START_TEST(test_drop_pinned_ebusy)
     ck_assert_int_eq(s_put(store, 1), 0);
     ck_assert_int_eq(s_put(store, 2), 0);
     pk_key_t keys[3] = { s_key(1), s_key(2), s_key(99) };
-    uint32_t block;
-    bool pinned;
-    uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, &keys[1], 1, &job, &block, &pinned), 0);
+    uint64_t job = s_pin(store, 2, NULL);
     ck_assert_int_eq(pk_store_drop(store, keys, 3), -EBUSY);
     //  nothing dropped, not even the unpinned key
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
@@ -400,8 +406,7 @@ START_TEST(test_drop_pinned_ebusy)
     ck_assert_int_eq(pk_store_drop(store, keys, 3), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.free, 4);
     ck_assert_uint_eq(st.evictions, 0);
     pk_store_destroy(&store);
@@ -427,8 +432,7 @@ START_TEST(test_lease_expiry_and_release_owner)
     //  a late commit after the deadline fails even without a sweep between
     clock.t = 115;
     ck_assert_int_eq(s_commit(store, 1, 2), -ENOENT);
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.expired, 2);
     ck_assert_uint_eq(st.free, 8);
 
@@ -447,7 +451,7 @@ START_TEST(test_lease_expiry_and_release_owner)
     ck_assert_int_eq(s_lookup(store, 13), PK_LOOKUP_HIT);
     ck_assert_int_eq(pk_store_commit(store, 2, &keys[2], 1), -ENOENT);
     ck_assert_int_eq(pk_store_commit(store, 3, &keys[2], 1), 0);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.writing, 0);
     ck_assert_uint_eq(st.ready, 2);
     ck_assert_uint_eq(st.free, 6);
@@ -481,14 +485,13 @@ START_TEST(test_job_ids_one_counter)
     ck_assert_int_eq(pk_store_pin_job(store, j2, &key, 1, &block, &pinned), -EEXIST);
     ck_assert_int_eq(pk_store_pin_job(store, 4, &key, 1, &block, &pinned), -EINVAL);
     ck_assert_int_eq(pk_store_pin_job(store, 0, &key, 1, &block, &pinned), -EINVAL);
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.jobs, 3);
     ck_assert_uint_eq(st.pinned, 1);
     ck_assert_int_eq(pk_store_release_job(store, j1), 0);
     ck_assert_int_eq(pk_store_release_job(store, j2), 0);
     ck_assert_int_eq(pk_store_release_job(store, j3), 0);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(pk_store_new_job_id(store), 4);
     pk_store_destroy(&store);
@@ -737,7 +740,7 @@ START_TEST(test_parent_seam)
     pk_store_stats_t st;
     parent.on_new_request(parent.self, &ctx);
     parent.on_new_request(parent.self, &ctx);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.open_lookups, 2);
     pk_key_t keys[2] = { s_key(1), s_key(2) };
     ck_assert_int_eq(parent.lookup(parent.self, &keys[0], &ctx), PK_LOOKUP_HIT);
@@ -748,12 +751,12 @@ START_TEST(test_parent_seam)
     ck_assert_int_eq(parent.create_store_job(parent.self, &ctx, keys, 2, &job, blocks, pinned),
                      0);
     ck_assert(pinned[0] && !pinned[1]);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 1);
     parent.store_result(parent.self, job, false);
     parent.on_request_finished(parent.self, &ctx);
     parent.on_request_finished(parent.self, &ctx);
-    pk_store_stats(store, &st);
+    st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(st.jobs, 0);
     ck_assert_uint_eq(st.open_lookups, 0);
@@ -910,9 +913,7 @@ START_TEST(test_watch_tells_every_change)
     clock.t = 2;                                        //  its lease runs out: no change
     ck_assert_uint_eq(pk_store_expire_leases(store), 1);
     pk_key_t three = s_key(3);
-    uint64_t job;
-    bool pinned;
-    ck_assert_int_eq(pk_store_pin(store, &three, 1, &job, &block, &pinned), 0);
+    uint64_t job = s_pin(store, 3, NULL);
     ck_assert_int_eq(pk_store_drop(store, &three, 1), -EBUSY);     //  refused: no change
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     ck_assert_int_eq(pk_store_drop(store, &three, 1), 0);
@@ -950,8 +951,7 @@ START_TEST(test_concurrent_actors)
     //  the run exercised what it claims to
     ck_assert_uint_gt(pins, 100);
     ck_assert_uint_gt(hits, 100);
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
+    pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.free + st.writing + st.ready, S_POOL);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(st.jobs, 0);

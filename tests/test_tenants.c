@@ -18,6 +18,7 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -479,6 +480,64 @@ START_TEST(test_consumer_sees_its_namespace_and_shared)
 }
 END_TEST
 
+//  The struct of one namespace (p2pkv_engine_stats_namespace) says what
+//  the stats answer's JSON says, after puts into two namespaces and a
+//  lookup by a consumer of one of them.
+static void
+s_assert_ns_struct(td_t *s, p2pkv_engine_t *e, const char *ns, const char *name,
+                   uint64_t ready, uint64_t pinned, uint64_t lookups, uint64_t hits)
+{
+    p2pkv_engine_namespace_stats_t st;
+    char err[P2PKV_ERRLEN] = "";
+    ck_assert_msg(p2pkv_engine_stats_namespace(e, ns, &st, err) == 0, "%s: %s", name, err);
+    ck_assert_uint_eq(st.ready, ready);
+    ck_assert_uint_eq(st.pinned, pinned);
+    ck_assert_uint_eq(st.lookups, lookups);
+    ck_assert_uint_eq(st.hits, hits);
+    ck_assert_uint_eq(st.lookups, st.hits + st.pending + st.misses);
+    const struct { const char *field; uint64_t v; } json[] = {
+        { "ready", st.ready }, { "pinned", st.pinned }, { "lookups", st.lookups },
+        { "hits", st.hits }, { "pending", st.pending }, { "misses", st.misses },
+    };
+    for (size_t i = 0; i < sizeof json / sizeof json[0]; i++)
+        ck_assert_msg((uint64_t) s_ns_stat(s, name, json[i].field) == json[i].v,
+                      "%s.%s: the struct says %" PRIu64 ", the JSON %lld", name, json[i].field,
+                      json[i].v, (long long) s_ns_stat(s, name, json[i].field));
+}
+
+START_TEST(test_stats_namespace_struct)
+{
+    td_t s;
+    td_start(&s, (const char *[]) { "--tenants", s_tenants_path, NULL });
+    p2pkv_engine_t *ea = s_engine_in(&s, "alpha"), *eb = s_engine_in(&s, "beta");
+    td_put(ea, &s_keys[0], s_data[0], 3, BLOCK);
+    td_put(eb, &s_keys[3], s_data[3], 2, BLOCK);
+    //  an alpha consumer: two of alpha's keys (hits), one of beta's and
+    //  one nobody has (misses); its hits stay pinned for the fetch
+    tc_t *tc = s_consumer(&s, "c-alpha-stats");
+    pk_key_t ask[4] = { s_pkeys[0], s_pkeys[1], s_pkeys[3], s_pkeys[5] };
+    ck_assert_int_eq(tc_send(tc, tc_lookup("kv", 1, ask, 4)), 0);
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
+    pk_msg_destroy(&resp);
+    s_assert_ns_struct(&s, ea, "alpha", "alpha", 3, 2, 4, 2);
+    s_assert_ns_struct(&s, ea, "beta", "beta", 2, 0, 0, 0);
+    s_assert_ns_struct(&s, eb, NULL, "shared", 0, 0, 0, 0);
+    s_assert_ns_struct(&s, eb, "shared", "shared", 0, 0, 0, 0);
+    //  what it refuses: a malformed name, one the server lacks, no out
+    p2pkv_engine_namespace_stats_t st;
+    char err[P2PKV_ERRLEN] = "";
+    ck_assert_int_eq(p2pkv_engine_stats_namespace(ea, "Bad!", &st, err), -EINVAL);
+    ck_assert_msg(strncmp(err, "ns: ", 4) == 0, "%s", err);
+    ck_assert_int_eq(p2pkv_engine_stats_namespace(ea, "gamma", &st, err), -ENOENT);
+    ck_assert_msg(strstr(err, "no namespace \"gamma\""), "%s", err);
+    ck_assert_int_eq(p2pkv_engine_stats_namespace(ea, "alpha", NULL, err), -EINVAL);
+    tc_destroy(&tc);
+    p2pkv_engine_close(&ea);
+    p2pkv_engine_close(&eb);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  store names a consumer: its blocks must be the consumer's namespace's
 //  or shared.  Refused at once for a consumer connected; for one that
 //  connects later the store fails at delivery, unpinned.
@@ -648,20 +707,18 @@ main(void)
         return skip;
     s_setup();
     Suite *suite = suite_create("tenants");
-    TCase *unit = tcase_create("unit");
+    TCase *unit = td_case(suite, "unit", 0);
     tcase_add_test(unit, test_map_of_real_keys);
     tcase_add_test(unit, test_map_bad_files);
     tcase_add_test(unit, test_map_reload);
     tcase_add_test(unit, test_store_foreign_key_is_an_absent_key);
-    suite_add_tcase(suite, unit);
-    TCase *e2e = tcase_create("e2e");
-    tcase_set_timeout(e2e, 60);
+    TCase *e2e = td_case(suite, "e2e", 60);
     tcase_add_test(e2e, test_consumer_sees_its_namespace_and_shared);
+    tcase_add_test(e2e, test_stats_namespace_struct);
     tcase_add_test(e2e, test_store_across_namespaces_refused);
     tcase_add_test(e2e, test_namespace_names_checked);
     tcase_add_test(e2e, test_cli_put_namespace_and_stats);
     tcase_add_test(e2e, test_bad_tenants_file_refused_at_start);
-    suite_add_tcase(suite, e2e);
     int rc = pk_test_run("tenants", suite);
     unlink(s_tenants_path);
     rmdir(s_dir);

@@ -31,24 +31,38 @@ s_keys_req(p2pkv_engine_t *self, const char *cmd, const p2pkv_key_t *keys, size_
     return s_in_ns(self, arr ? json_pack("{s:s, s:o}", "cmd", cmd, "keys", arr) : NULL);
 }
 
+//  Whether ns names the shared namespace (NULL, "" or "shared").
+static bool
+s_ns_shared(const char *ns)
+{
+    return !ns || !*ns || streq(ns, "shared");
+}
+
+//  0 when ns is a well-formed namespace name, else -EINVAL naming ns.
+static int
+s_ns_check(const char *ns, char *err)
+{
+    size_t len = strlen(ns);
+    bool ok = len <= P2PKV_ENGINE_MAX_NAMESPACE
+              && strspn(ns, "abcdefghijklmnopqrstuvwxyz0123456789_-") == len
+              && ns[0] != '_' && ns[0] != '-';
+    return ok ? 0 : pk_err(err, -EINVAL, "ns: \"%.40s\": expected 1..%d of a-z 0-9 _ -, the "
+                           "first a letter or digit", ns, P2PKV_ENGINE_MAX_NAMESPACE);
+}
+
 int
 p2pkv_engine_set_namespace(p2pkv_engine_t *self, const char *ns, char *err)
 {
     if (!self)
         return pk_err(err, -EINVAL, "self: NULL");
-    if (!ns || !*ns || streq(ns, "shared")) {
+    if (s_ns_shared(ns)) {
         self->ns[0] = '\0';
         return 0;
     }
-    size_t len = strlen(ns);
-    bool ok = len <= P2PKV_ENGINE_MAX_NAMESPACE
-              && strspn(ns, "abcdefghijklmnopqrstuvwxyz0123456789_-") == len
-              && ns[0] != '_' && ns[0] != '-';
-    if (!ok)
-        return pk_err(err, -EINVAL, "ns: \"%.40s\": expected 1..%d of a-z 0-9 _ -, the first "
-                      "a letter or digit", ns, P2PKV_ENGINE_MAX_NAMESPACE);
-    memcpy(self->ns, ns, len + 1);
-    return 0;
+    int rc = s_ns_check(ns, err);
+    if (rc == 0)
+        memcpy(self->ns, ns, strlen(ns) + 1);
+    return rc;
 }
 
 int
@@ -252,6 +266,34 @@ p2pkv_engine_stats(p2pkv_engine_t *self, p2pkv_engine_stats_t *out, char *err)
     };
     json_decref(a);
     return 0;
+}
+
+//  The stats answer's "namespaces" has each namespace's share by name
+//  (the shared one as "shared"); one name asked, one entry read.
+int
+p2pkv_engine_stats_namespace(p2pkv_engine_t *self, const char *ns,
+                             p2pkv_engine_namespace_stats_t *out, char *err)
+{
+    const char *name = s_ns_shared(ns) ? "shared" : ns;
+    int rc = !self ? pk_err(err, -EINVAL, "self: NULL")
+             : !out ? pk_err(err, -EINVAL, "out: NULL")
+             : s_ns_shared(ns) ? 0 : s_ns_check(ns, err);
+    json_t *a = rc ? NULL : pk_elink_ask(self, json_pack("{s:s}", "cmd", "stats"), "stats",
+                                         &rc, err);
+    if (!a)
+        return rc;
+    const json_t *one = json_object_get(json_object_get(a, "namespaces"), name);
+    if (one)
+        *out = (p2pkv_engine_namespace_stats_t) {
+            .ready = s_u64(one, "ready"), .pinned = s_u64(one, "pinned"),
+            .lookups = s_u64(one, "lookups"), .hits = s_u64(one, "hits"),
+            .pending = s_u64(one, "pending"), .misses = s_u64(one, "misses"),
+        };
+    else
+        rc = pk_err(err, -ENOENT, "ns: the server has no namespace \"%.40s\" (its --tenants)",
+                    name);
+    json_decref(a);
+    return rc;
 }
 
 char *

@@ -55,7 +55,3 @@ def writable_address(buf, nbytes: int) -> tuple[int, object]:
     holder = (ctypes.c_char * mv.nbytes).from_buffer(mv.cast("B"))
     return ctypes.addressof(holder), (mv, holder)
 
-
-def view(address: int, nbytes: int) -> memoryview:
-    """A writable memoryview of nbytes at address (memory C owns)."""
-    return memoryview((ctypes.c_uint8 * nbytes).from_address(address)).cast("B")

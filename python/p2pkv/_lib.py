@@ -78,6 +78,11 @@ class EngineEvent(Structure):
                 ("missing", c_size_t), ("reason", c_char * ERRLEN)]
 
 
+class EngineNamespaceStats(Structure):
+    _fields_ = [("ready", c_uint64), ("pinned", c_uint64), ("lookups", c_uint64),
+                ("hits", c_uint64), ("pending", c_uint64), ("misses", c_uint64)]
+
+
 PROGRESS = CFUNCTYPE(None, c_void_p, c_size_t, c_size_t)
 ON_EVENT = CFUNCTYPE(None, c_void_p, POINTER(EngineEvent))
 
@@ -123,6 +128,8 @@ _PROTOTYPES = {
     "p2pkv_engine_pull": (c_int, [_P, c_char_p, _KEYS, c_size_t, POINTER(c_uint64),
                                   POINTER(c_size_t), _ERR]),
     "p2pkv_engine_stats_json": (c_void_p, [_P, _ERR]),
+    "p2pkv_engine_stats_namespace": (c_int, [_P, c_char_p, POINTER(EngineNamespaceStats),
+                                             _ERR]),
     "p2pkv_engine_fd": (c_int, [_P]),
     "p2pkv_engine_next_event": (c_int, [_P, c_double, POINTER(EngineEvent)]),
 }

@@ -4,17 +4,26 @@ p2pkv-server running beside you, and tell it about requests.
 The pool is the server's shared memory, mapped here: `pool` and `blocks()`
 are views of it, so an engine writes a block in place (a NumPy copy into
 `blocks()[b]`) and no byte crosses the socket.
+
+Python maps the pool itself (a mapping of the same shared-memory object
+beside the C library's), so a view never outlives its memory: `close()`
+releases `pool` and every `block()` view (using one after raises
+ValueError), and a NumPy array of `blocks()` still alive keeps the
+mapping until the array is gone.
 """
 from __future__ import annotations
 
 import ctypes
 import json
+import mmap
+import os
 import select
+import weakref
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from . import _lib as L
-from ._buffers import KeyLike, Keys, view
+from ._buffers import KeyLike, Keys
 from .errors import Error, check
 
 _KINDS = {1: "store", 2: "pull"}
@@ -30,6 +39,21 @@ class Event:
     landed: int = 0
     missing: int = 0
     reason: str = ""
+
+
+def _map_pool(name: str, nbytes: int) -> mmap.mmap:
+    """The server's pool (shared-memory object name), mapped read-write by
+    Python: an mmap lives as long as a view of it, which the C library's
+    mapping (unmapped at p2pkv_engine_close) cannot promise."""
+    try:
+        import _posixshmem          # shm_open, as multiprocessing.shared_memory uses it
+        fd = _posixshmem.shm_open(name, os.O_RDWR, mode=0)
+    except ImportError:
+        fd = os.open("/dev/shm/" + name.lstrip("/"), os.O_RDWR)
+    try:
+        return mmap.mmap(fd, nbytes, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
 
 
 class Engine:
@@ -52,10 +76,20 @@ class Engine:
         """Where consumers reach the server."""
         self.pool_name = info.pool_name.decode()
         self.num_blocks, self.block_len = int(info.num_blocks), int(info.block_len)
-        self.pool: memoryview = view(lib.p2pkv_engine_pool(self._handle),
-                                     self.num_blocks * self.block_len)
+        try:
+            self._map = _map_pool(self.pool_name, self.num_blocks * self.block_len)
+        except OSError as e:
+            h, self._handle = self._handle, None
+            lib.p2pkv_engine_close(ctypes.byref(h))
+            raise Error(e.errno or 5, f"pool_name: cannot map the pool "
+                        f"\"{self.pool_name}\": {e.strerror or e}") from None
+        # the memoryviews handed out, to release at close (weak: a view
+        # dropped is no concern of ours; pruned as the list doubles)
+        self._views: list[weakref.ref] = []
+        self._views_cap = 64
+        self.pool: memoryview = self._view(memoryview(self._map))
         """The server's pool, mapped read-write: block b at b * block_len.
-        Valid until close."""
+        Released at close: using it after raises ValueError."""
         self.namespace: Optional[str] = None
         if namespace is not None:
             try:
@@ -146,6 +180,15 @@ class Engine:
         finally:
             L.lib().libc_free(text)
 
+    def namespace_stats(self, namespace: Optional[str] = None) -> dict:
+        """One tenant namespace's counters (None, "" or "shared": the shared
+        one): its blocks ready and pinned, and the keys its consumers
+        looked up (lookups = hits + pending + misses)."""
+        st = L.EngineNamespaceStats()
+        self._call("p2pkv_engine_stats_namespace", "namespace_stats",
+                   namespace.encode() if namespace else None, ctypes.byref(st))
+        return {name: getattr(st, name) for name, _ in L.EngineNamespaceStats._fields_}
+
     def next_event(self, timeout: float = 0.0) -> Optional[Event]:
         """The next store or pull result, waiting up to timeout; None if none."""
         ev = L.EngineEvent()
@@ -164,26 +207,44 @@ class Engine:
         r, _, _ = select.select([self], [], [], timeout)
         return bool(r)
 
+    def _view(self, mv: memoryview) -> memoryview:
+        """mv, remembered so that close releases it."""
+        if len(self._views) >= self._views_cap:
+            self._views = [r for r in self._views if r() is not None]
+            self._views_cap = max(64, 2 * len(self._views))
+        self._views.append(weakref.ref(mv))
+        return mv
+
     def block(self, b: int) -> memoryview:
-        """Block b of the pool, as a writable memoryview."""
+        """Block b of the pool, as a writable memoryview (released at close)."""
+        self._h()
         if not 0 <= b < self.num_blocks:
             raise IndexError(f"block {b}: the pool has {self.num_blocks}")
-        return self.pool[b * self.block_len:(b + 1) * self.block_len]
+        return self._view(self.pool[b * self.block_len:(b + 1) * self.block_len])
 
     def blocks(self):
-        """The pool as a NumPy uint8 array (num_blocks, block_len), in place."""
+        """The pool as a NumPy uint8 array (num_blocks, block_len), in place.
+        The array keeps the pool mapped for as long as it lives, close or not."""
         import numpy
-        return numpy.frombuffer(self.pool, dtype=numpy.uint8).reshape(self.num_blocks,
+        self._h()
+        return numpy.frombuffer(self._map, dtype=numpy.uint8).reshape(self.num_blocks,
                                                                       self.block_len)
 
     def close(self) -> None:
-        """Unmaps the pool (views of it must not be used after) and detaches."""
+        """Detaches: releases `pool` and the block views (later use raises
+        ValueError) and drops this engine's hold on the mapping, which goes
+        once no NumPy array of it is left."""
         if self._handle is not None:
-            try:
-                self.pool.release()
-            except BufferError:
-                raise Error(16, "close: views of the pool (NumPy arrays) still exist; "
-                                "delete them first") from None
+            for ref in self._views:
+                mv = ref()
+                try:
+                    if mv is not None:
+                        mv.release()
+                except BufferError:
+                    pass            # exported (a NumPy array over it): the array
+                                    # keeps the mapping, so it stays valid memory
+            self._views = []
+            self._map = None        # unmapped when the last array over it goes
             h = self._handle
             self._handle = None
             L.lib().p2pkv_engine_close(ctypes.byref(h))
