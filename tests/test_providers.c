@@ -27,6 +27,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define BLOCK (64 * 1024)
@@ -200,6 +201,51 @@ END_TEST
 
 //  A tcp-only server: an auto consumer on the same host gets tcp (shm is
 //  not offered), and its blocks.
+static double
+s_cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double) ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6
+           + (double) ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+//  shm has no wait object: an idle session over it must still sleep (its
+//  owner progresses it on a short timer), not spin a core.  Measured as
+//  this process's CPU over 1.5 s of idling with the progress thread on,
+//  after a get: a spin costs the whole 1.5 s.
+START_TEST(test_idle_shm_session_does_not_spin)
+{
+    td_t s;
+    td_start(&s, s_shm_tcp);
+    bk_fill(&s, 1, 8, BLOCK);
+    p2pkv_config_t cfg = { .peer_id = "idle-shm", .fingerprint = "fp", .hash_seed = "7",
+                           .progress_thread = true };
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 8, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "%s", err);
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "%s", err);
+    s_assert_provider(c, server, "shm");
+    p2pkv_key_t *keys = bk_keys(1, 0, 8);
+    uint32_t dest[8];
+    bool landed[8];
+    for (uint32_t i = 0; i < 8; i++)
+        dest[i] = i;
+    ck_assert_int_eq(p2pkv_client_get(c, server, "idle", keys, dest, 8, true, 10, landed, NULL,
+                                      NULL, err), 8);
+    double cpu0 = s_cpu_seconds(), t0 = pk_clock_monotonic();
+    zclock_sleep(1500);
+    double cpu = s_cpu_seconds() - cpu0, wall = pk_clock_monotonic() - t0;
+    ck_assert_msg(cpu < 0.3 * wall, "an idle shm session took %.2f s of CPU in %.2f s", cpu,
+                  wall);
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, err), P2PKV_SERVER_UP);
+    bk_keys_free(keys);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_tcp_server_auto_client_uses_tcp)
 {
     td_t d;
@@ -267,5 +313,6 @@ main(void)
     tcase_add_test(tc, test_shm_and_tcp_consumers_at_once);
     tcase_add_test(tc, test_tcp_server_auto_client_uses_tcp);
     tcase_add_test(tc, test_refusals_name_the_providers);
+    tcase_add_test(tc, test_idle_shm_session_does_not_spin);
     return td_run_and_sweep("providers", s);
 }

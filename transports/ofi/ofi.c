@@ -709,11 +709,16 @@ pk_ofi_channel_wait_fd(const pk_ofi_channel_t *self)
 bool
 pk_ofi_channel_trywait(pk_ofi_channel_t *self)
 {
-    if (self->closed || self->wait_fd < 0)
-        return self->closed;
+    if (self->closed)
+        return true;
     //  writes of ours still queued need progress, not sleep
     if (self->queue_head)
         return false;
+    //  no wait object (shm): the owner may sleep, on the short progress
+    //  timer it keeps for such a channel; answering false here made an
+    //  idle shm consumer spin a core
+    if (self->wait_fd < 0)
+        return true;
     struct fid *fids[1] = { &self->cq->fid };
     return fi_trywait(self->ofi->fabric, fids, 1) == FI_SUCCESS;
 }

@@ -122,8 +122,10 @@ int pk_ofi_channel_progress(pk_ofi_channel_t *self);
     short timer), and once the endpoint is closed.  */
 int pk_ofi_channel_wait_fd(const pk_ofi_channel_t *self);
 
-/*  True when the owner may block on the wait fd now (fi_trywait): nothing
-    is queued or already completed.  False: progress first.  */
+/*  True when the owner may block now: on the wait fd (fi_trywait: nothing
+    is queued or already completed), or, where there is none, on its short
+    progress timer when none of its writes is queued.  False: progress
+    first.  */
 bool pk_ofi_channel_trywait(pk_ofi_channel_t *self);
 
 /*  Blocks announced by immediates for a round's tag (its low 20 bits).
