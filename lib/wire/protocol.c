@@ -560,6 +560,120 @@ s_decode_keys(pk_msg_t *m, const json_t *arr, const char *tn, char *err)
     return 0;
 }
 
+//  block_indexes or hits: keys come first in field order, so their count
+//  is known here; hits without keys (wire 1.1) count themselves.
+static int
+s_decode_list(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
+{
+    const pk_field_spec_t *spec = &pk_wire_fields[f];
+    const char *tn = pk_wire_messages[m->type].name, *fn = spec->name;
+    char got[64];
+    size_t n = m->keys.count;
+    if (!json_is_array(j))
+        return pk_err(err, -EPROTO, "%s.%s: expected array, got %s",
+                      tn, fn, s_got(j, got, sizeof got));
+    if (spec->kind == K_HITS && !(m->present & B(KEYS))) {
+        if (json_array_size(j) > PK_MAX_LIST)
+            return pk_err(err, -EPROTO, "%s.hits: expected at most %d items, got %zu",
+                          tn, PK_MAX_LIST, json_array_size(j));
+        n = m->keys.count = json_array_size(j);
+    }
+    if (json_array_size(j) != n)
+        return pk_err(err, -EPROTO, "%s.%s: expected %zu items (one per key), got %zu",
+                      tn, fn, n, json_array_size(j));
+    if (spec->kind == K_HITS) {
+        m->hits = malloc(n ? n : 1);
+        if (!m->hits)
+            return pk_err(err, -ENOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *b = json_array_get(j, i);
+            if (!json_is_boolean(b))
+                return pk_err(err, -EPROTO, "%s.hits[%zu]: expected boolean, got %s",
+                              tn, i, s_got(b, got, sizeof got));
+            m->hits[i] = json_is_true(b);
+        }
+        return 0;
+    }
+    m->block_indexes = malloc((n ? n : 1) * sizeof(uint32_t));
+    if (!m->block_indexes)
+        return pk_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(j, i);
+        json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
+        if (!json_is_integer(x) || v < 0 || v > (json_int_t) spec->max)
+            return pk_err(err, -EPROTO, "%s.block_indexes[%zu]: expected integer 0..%"
+                          PRIu64 ", got %s", tn, i, spec->max, s_got(x, got, sizeof got));
+        m->block_indexes[i] = (uint32_t) v;
+    }
+    return 0;
+}
+
+//  agent_metadata: base64, bounded before anything is allocated.
+static int
+s_decode_metadata(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
+{
+    const pk_field_spec_t *spec = &pk_wire_fields[f];
+    const char *tn = pk_wire_messages[m->type].name, *fn = spec->name;
+    char got[64];
+    if (!json_is_string(j))
+        return pk_err(err, -EPROTO, "%s.%s: expected base64 string, got %s",
+                      tn, fn, s_got(j, got, sizeof got));
+    //  refuse before allocating for text too long to fit the bound
+    size_t len = json_string_length(j);
+    size_t cap = len / 4 * 3 + 3;
+    if (len > (PK_MAX_METADATA + 2) / 3 * 4)
+        return pk_err(err, -EPROTO, "%s.%s: expected at most %u bytes decoded, got %zu base64 chars",
+                      tn, fn, PK_MAX_METADATA, len);
+    m->agent_metadata = malloc(cap);
+    if (!m->agent_metadata)
+        return pk_err(err, -ENOMEM, "out of memory");
+    size_t out_len = 0;
+    const char *end = NULL;
+    if (sodium_base642bin(m->agent_metadata, cap, json_string_value(j), len, NULL,
+                          &out_len, &end, sodium_base64_VARIANT_ORIGINAL) != 0
+        || end != json_string_value(j) + len)
+        return pk_err(err, -EPROTO, "%s.%s: expected base64 (with padding), got invalid text",
+                      tn, fn);
+    if (out_len < spec->min || out_len > spec->max)
+        return pk_err(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
+                      " bytes decoded, got %zu", tn, fn, spec->min, spec->max, out_len);
+    m->agent_metadata_len = out_len;
+    return 0;
+}
+
+//  providers: a list of short names.
+static int
+s_decode_strings(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
+{
+    const pk_field_spec_t *spec = &pk_wire_fields[f];
+    const char *tn = pk_wire_messages[m->type].name, *fn = spec->name;
+    char got[64];
+    if (!json_is_array(j))
+        return pk_err(err, -EPROTO, "%s.%s: expected array, got %s",
+                      tn, fn, s_got(j, got, sizeof got));
+    size_t n = json_array_size(j);
+    if (n < spec->min || n > spec->max)
+        return pk_err(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
+                      " items, got %zu", tn, fn, spec->min, spec->max, n);
+    m->providers = calloc(n, sizeof *m->providers);
+    if (!m->providers)
+        return pk_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_array_get(j, i);
+        if (!json_is_string(s))
+            return pk_err(err, -EPROTO, "%s.%s[%zu]: expected string, got %s",
+                          tn, fn, i, s_got(s, got, sizeof got));
+        size_t len = json_string_length(s);
+        if (len < 1 || len > PK_MAX_PROVIDER)
+            return pk_err(err, -EPROTO, "%s.%s[%zu]: expected string of 1..%d bytes, "
+                          "got %zu bytes", tn, fn, i, PK_MAX_PROVIDER, len);
+        if (!(m->providers[i] = strndup(json_string_value(s), len)))
+            return pk_err(err, -ENOMEM, "out of memory");
+        m->nproviders = i + 1;
+    }
+    return 0;
+}
+
 static int
 s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
 {
@@ -620,100 +734,12 @@ s_decode_field(pk_msg_t *m, pk_field_t f, const json_t *j, char *err)
                               tn, PK_MAX_LIST, json_array_size(j));
             return s_decode_keys(m, j, tn, err);
         case K_INDEXES:
-        case K_HITS: {
-            //  Keys come first in field order, so their count is known
-            //  here; hits without keys (wire 1.1) count themselves.
-            size_t n = m->keys.count;
-            if (!json_is_array(j))
-                return pk_err(err, -EPROTO, "%s.%s: expected array, got %s",
-                              tn, fn, s_got(j, got, sizeof got));
-            if (spec->kind == K_HITS && !(m->present & B(KEYS))) {
-                if (json_array_size(j) > PK_MAX_LIST)
-                    return pk_err(err, -EPROTO, "%s.hits: expected at most %d items, got %zu",
-                                  tn, PK_MAX_LIST, json_array_size(j));
-                n = m->keys.count = json_array_size(j);
-            }
-            if (json_array_size(j) != n)
-                return pk_err(err, -EPROTO, "%s.%s: expected %zu items (one per key), got %zu",
-                              tn, fn, n, json_array_size(j));
-            if (spec->kind == K_HITS) {
-                m->hits = malloc(n ? n : 1);
-                if (!m->hits)
-                    return pk_err(err, -ENOMEM, "out of memory");
-                for (size_t i = 0; i < n; i++) {
-                    const json_t *b = json_array_get(j, i);
-                    if (!json_is_boolean(b))
-                        return pk_err(err, -EPROTO, "%s.hits[%zu]: expected boolean, got %s",
-                                      tn, i, s_got(b, got, sizeof got));
-                    m->hits[i] = json_is_true(b);
-                }
-                break;
-            }
-            m->block_indexes = malloc((n ? n : 1) * sizeof(uint32_t));
-            if (!m->block_indexes)
-                return pk_err(err, -ENOMEM, "out of memory");
-            for (size_t i = 0; i < n; i++) {
-                const json_t *x = json_array_get(j, i);
-                json_int_t v = json_is_integer(x) ? json_integer_value(x) : -1;
-                if (!json_is_integer(x) || v < 0 || v > (json_int_t) spec->max)
-                    return pk_err(err, -EPROTO, "%s.block_indexes[%zu]: expected integer 0..%"
-                                  PRIu64 ", got %s", tn, i, spec->max, s_got(x, got, sizeof got));
-                m->block_indexes[i] = (uint32_t) v;
-            }
-            break;
-        }
-        case K_METADATA: {
-            if (!json_is_string(j))
-                return pk_err(err, -EPROTO, "%s.%s: expected base64 string, got %s",
-                              tn, fn, s_got(j, got, sizeof got));
-            //  refuse before allocating for text too long to fit the bound
-            size_t len = json_string_length(j);
-            size_t cap = len / 4 * 3 + 3;
-            if (len > (PK_MAX_METADATA + 2) / 3 * 4)
-                return pk_err(err, -EPROTO, "%s.%s: expected at most %u bytes decoded, got %zu base64 chars",
-                              tn, fn, PK_MAX_METADATA, len);
-            m->agent_metadata = malloc(cap);
-            if (!m->agent_metadata)
-                return pk_err(err, -ENOMEM, "out of memory");
-            size_t out_len = 0;
-            const char *end = NULL;
-            if (sodium_base642bin(m->agent_metadata, cap, json_string_value(j), len, NULL,
-                                  &out_len, &end, sodium_base64_VARIANT_ORIGINAL) != 0
-                || end != json_string_value(j) + len)
-                return pk_err(err, -EPROTO, "%s.%s: expected base64 (with padding), got invalid text",
-                              tn, fn);
-            if (out_len < spec->min || out_len > spec->max)
-                return pk_err(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
-                              " bytes decoded, got %zu", tn, fn, spec->min, spec->max, out_len);
-            m->agent_metadata_len = out_len;
-            break;
-        }
-        case K_STRINGS: {
-            if (!json_is_array(j))
-                return pk_err(err, -EPROTO, "%s.%s: expected array, got %s",
-                              tn, fn, s_got(j, got, sizeof got));
-            size_t n = json_array_size(j);
-            if (n < spec->min || n > spec->max)
-                return pk_err(err, -EPROTO, "%s.%s: expected %" PRIu64 "..%" PRIu64
-                              " items, got %zu", tn, fn, spec->min, spec->max, n);
-            m->providers = calloc(n, sizeof *m->providers);
-            if (!m->providers)
-                return pk_err(err, -ENOMEM, "out of memory");
-            for (size_t i = 0; i < n; i++) {
-                const json_t *s = json_array_get(j, i);
-                if (!json_is_string(s))
-                    return pk_err(err, -EPROTO, "%s.%s[%zu]: expected string, got %s",
-                                  tn, fn, i, s_got(s, got, sizeof got));
-                size_t len = json_string_length(s);
-                if (len < 1 || len > PK_MAX_PROVIDER)
-                    return pk_err(err, -EPROTO, "%s.%s[%zu]: expected string of 1..%d bytes, "
-                                  "got %zu bytes", tn, fn, i, PK_MAX_PROVIDER, len);
-                if (!(m->providers[i] = strndup(json_string_value(s), len)))
-                    return pk_err(err, -ENOMEM, "out of memory");
-                m->nproviders = i + 1;
-            }
-            break;
-        }
+        case K_HITS:
+            return s_decode_list(m, f, j, err);
+        case K_METADATA:
+            return s_decode_metadata(m, f, j, err);
+        case K_STRINGS:
+            return s_decode_strings(m, f, j, err);
         case K_CODE: {
             if (json_is_string(j))
                 for (int c = 0; c < PK_DISC_COUNT; c++)
