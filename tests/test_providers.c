@@ -4,8 +4,8 @@
 
     What is held: the description lists the providers best first with the
     server's host identity; a same-host consumer under auto connects over
-    shm while one forcing tcp connects over tcp, both to one server at
-    once, every byte checked; a tcp-only server gives an auto consumer
+    mmap while one forcing shm and one forcing tcp connect over those, all
+    to one server at once, every byte checked; a tcp-only server gives an auto consumer
     tcp; a shm-only server refuses a tcp consumer naming what it offers;
     a consumer forcing a provider the server lacks, or one this machine
     lacks, gets a clear error.  Which provider a session runs over is read
@@ -13,7 +13,9 @@
     server's channels per fabric (stats "fabrics").
 
     The shm provider needs nothing but this host, so nothing here skips;
-    a consumer in another network namespace is tests/netns.sh's.
+    a consumer in another network namespace is tests/netns.sh's.  mmap
+    (transports/mmap) is offered beside them: an auto consumer on this
+    host takes it first.
 */
 #include "p2pkv.h"
 #include "base/clock.h"
@@ -36,6 +38,9 @@
 static const char *const s_shm_tcp[] = { "--provider", "shm,tcp", "--fabric-addr", "127.0.0.1",
                                          "--pool-blocks", "1024", "--block-len", "65536",
                                          "--pin-quota", "1024", NULL };
+static const char *const s_all3[] = { "--provider", "mmap,shm,tcp", "--fabric-addr", "127.0.0.1",
+                                      "--pool-blocks", "1024", "--block-len", "65536",
+                                      "--pin-quota", "1024", NULL };
 
 //  A consumer of the fixture's fingerprint and seed over provider (NULL:
 //  auto), its pool NBLOCKS blocks; asserts it opened.
@@ -144,57 +149,63 @@ START_TEST(test_description_lists_providers_and_host)
     ck_assert_int_eq(pk_host_id(host, sizeof host), 0);
     ck_assert_str_eq(desc.host, host);
     ck_assert_int_eq(td_stop(&d), 0);
-    //  auto opens what this machine has: shm, then a network provider
+    //  auto opens what this machine has: mmap, shm, then a network provider
     td_start(&d, (const char *const[]) { "--provider", "auto", NULL });
     ck_assert_msg(p2pkv_describe(d.endpoint, 10, &desc, err) == 0, "describe: %s", err);
-    ck_assert_uint_eq(desc.nproviders, 2);
-    ck_assert_str_eq(desc.providers[0], "shm");
-    ck_assert_str_ne(desc.providers[1], "shm");
+    ck_assert_uint_eq(desc.nproviders, 3);
+    ck_assert_str_eq(desc.providers[0], "mmap");
+    ck_assert_str_eq(desc.providers[1], "shm");
+    ck_assert_str_ne(desc.providers[2], "shm");
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
 
-//  One server, two consumers at once: the same-host one under auto over
-//  shm, the other forcing tcp over tcp; each gets every block, twice,
-//  every byte right, while the other's session is open and fetching.
-START_TEST(test_shm_and_tcp_consumers_at_once)
+//  One server offering all three, three consumers at once: the same-host
+//  one under auto over mmap, one forcing shm, one forcing tcp; each gets
+//  every block, twice, every byte right, while the others' sessions are
+//  open and fetching.
+START_TEST(test_mmap_shm_and_tcp_consumers_at_once)
 {
     td_t d;
-    td_start(&d, s_shm_tcp);
+    td_start(&d, s_all3);
     bk_fill(&d, 1, NBLOCKS, BLOCK);
     char err[P2PKV_ERRLEN] = "";
-    p2pkv_client_t *near = s_client("prov-near", NULL);
-    p2pkv_client_t *far = s_client("prov-far", "tcp");
-    int sn = p2pkv_client_connect(near, d.endpoint, 10, err);
-    ck_assert_msg(sn >= 0, "near: %s", err);
-    int sf = p2pkv_client_connect(far, d.endpoint, 10, err);
-    ck_assert_msg(sf >= 0, "far: %s", err);
-    s_assert_provider(near, sn, "shm");
-    s_assert_provider(far, sf, "tcp");
-    //  both sessions are open on the server now (connect returns once UP)
-    ck_assert_int_eq(td_stats(td_api(&d)).sessions, 2);
-    s_getter_t g[2] = { { near, sn, "near", 2, 0, 0, "" }, { far, sf, "far", 2, 0, 0, "" } };
-    pthread_t t[2];
-    for (int i = 0; i < 2; i++)
+    const char *asked[3] = { NULL, "shm", "tcp" }, *want[3] = { "mmap", "shm", "tcp" };
+    const char *names[3] = { "prov-near", "prov-shm", "prov-far" };
+    p2pkv_client_t *c[3];
+    s_getter_t g[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = s_client(names[i], asked[i]);
+        int server = p2pkv_client_connect(c[i], d.endpoint, 10, err);
+        ck_assert_msg(server >= 0, "%s: %s", names[i], err);
+        s_assert_provider(c[i], server, want[i]);
+        g[i] = (s_getter_t) { c[i], server, names[i], 2, 0, 0, "" };
+    }
+    //  all sessions are open on the server now (connect returns once UP)
+    ck_assert_int_eq(td_stats(td_api(&d)).sessions, 3);
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
         ck_assert_int_eq(pthread_create(&t[i], NULL, s_get_all, &g[i]), 0);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 3; i++)
         pthread_join(t[i], NULL);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         ck_assert_msg(g[i].rc == 0, "%s: %d %s", g[i].kv, g[i].rc, g[i].err);
         ck_assert_msg(g[i].bad == 0, "%s: %zu bytes wrong", g[i].kv, g[i].bad);
+        ck_assert_int_eq(s_fabric_count(&d, want[i], "channels_opened"), 1);
     }
-    ck_assert_int_eq(s_fabric_count(&d, "shm", "channels_opened"), 1);
-    ck_assert_int_eq(s_fabric_count(&d, "tcp", "channels_opened"), 1);
     //  one session ending closes its channel on its fabric alone: the
-    //  other fabric's session keeps its channel and fetches on
-    p2pkv_client_destroy(&near);
-    ck_assert_msg(s_channels_open_reach(&d, "shm", 0), "the shm channel is still open");
+    //  other fabrics' sessions keep theirs and fetch on
+    p2pkv_client_destroy(&c[0]);
+    ck_assert_msg(s_channels_open_reach(&d, "mmap", 0), "the mmap channel is still open");
+    ck_assert_int_eq(s_fabric_count(&d, "shm", "channels_open"), 1);
     ck_assert_int_eq(s_fabric_count(&d, "tcp", "channels_open"), 1);
-    g[1].kv = "far-after";
-    s_get_all(&g[1]);
-    ck_assert_msg(g[1].rc == 0 && g[1].bad == 0, "after: %d %s, %zu bytes wrong", g[1].rc,
-                  g[1].err, g[1].bad);
-    p2pkv_client_destroy(&far);
+    for (int i = 1; i < 3; i++) {
+        g[i].kv = i == 1 ? "shm-after" : "far-after";
+        s_get_all(&g[i]);
+        ck_assert_msg(g[i].rc == 0 && g[i].bad == 0, "after: %d %s, %zu bytes wrong", g[i].rc,
+                      g[i].err, g[i].bad);
+        p2pkv_client_destroy(&c[i]);
+    }
     ck_assert_int_eq(td_stop(&d), 0);
 }
 END_TEST
@@ -211,13 +222,15 @@ s_cpu_seconds(void)
 }
 
 //  shm has no wait object: an idle session over it must still sleep (its
-//  owner progresses it on a short timer), not spin a core.  Measured as
-//  this process's CPU over 1.5 s of idling with the progress thread on,
-//  after a get: a spin costs the whole 1.5 s.
-START_TEST(test_idle_shm_session_does_not_spin)
+//  owner progresses it on a short timer), not spin a core; an mmap one
+//  sleeps on its socket.  Measured as this process's CPU over 1.5 s of
+//  idling with the progress thread on, after a get: a spin costs the
+//  whole 1.5 s.  _i: 0 shm, 1 mmap.
+START_TEST(test_idle_same_host_session_does_not_spin)
 {
+    const char *want = _i ? "mmap" : "shm";
     td_t s;
-    td_start(&s, s_shm_tcp);
+    td_start(&s, _i ? s_all3 : s_shm_tcp);
     bk_fill(&s, 1, 8, BLOCK);
     p2pkv_config_t cfg = { .peer_id = "idle-shm", .fingerprint = "fp", .hash_seed = "7",
                            .progress_thread = true };
@@ -226,7 +239,7 @@ START_TEST(test_idle_shm_session_does_not_spin)
     ck_assert_msg(c != NULL, "%s", err);
     int server = p2pkv_client_connect(c, s.endpoint, 10, err);
     ck_assert_msg(server >= 0, "%s", err);
-    s_assert_provider(c, server, "shm");
+    s_assert_provider(c, server, want);
     p2pkv_key_t *keys = bk_keys(1, 0, 8);
     uint32_t dest[8];
     bool landed[8];
@@ -237,8 +250,8 @@ START_TEST(test_idle_shm_session_does_not_spin)
     double cpu0 = s_cpu_seconds(), t0 = pk_clock_monotonic();
     zclock_sleep(1500);
     double cpu = s_cpu_seconds() - cpu0, wall = pk_clock_monotonic() - t0;
-    ck_assert_msg(cpu < 0.3 * wall, "an idle shm session took %.2f s of CPU in %.2f s", cpu,
-                  wall);
+    ck_assert_msg(cpu < 0.3 * wall, "an idle %s session took %.2f s of CPU in %.2f s", want,
+                  cpu, wall);
     ck_assert_int_eq(p2pkv_client_server_state(c, server, err), P2PKV_SERVER_UP);
     bk_keys_free(keys);
     p2pkv_client_destroy(&c);
@@ -294,6 +307,23 @@ START_TEST(test_refusals_name_the_providers)
     p2pkv_client_destroy(&c);
     ck_assert_int_eq(td_stop(&d), 0);
 
+    //  mmap: an mmap-only server names itself to a tcp consumer, and a
+    //  tcp-only server to a consumer forcing mmap
+    td_start(&d, (const char *const[]) { "--provider", "mmap", "--block-len", "65536", NULL });
+    c = s_client("prov-tcp2", "tcp");
+    ck_assert_int_eq(p2pkv_client_connect(c, d.endpoint, 10, err), -EPROTO);
+    ck_assert_msg(strstr(err, "this server offers mmap") && strstr(err, "provider tcp"),
+                  "err: %s", err);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&d), 0);
+    td_start(&d, (const char *const[]) { "--provider", "tcp", "--fabric-addr", "127.0.0.1",
+                                          "--block-len", "65536", NULL });
+    c = s_client("prov-mmap", "mmap");
+    ck_assert_int_eq(p2pkv_client_connect(c, d.endpoint, 10, err), -EPROTO);
+    ck_assert_msg(strstr(err, "provider mmap, this server offers tcp"), "err: %s", err);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&d), 0);
+
     p2pkv_config_t cfg = { .peer_id = "prov-none", .provider = "nosuchprovider" };
     c = p2pkv_client_new(&cfg, NULL, 4, 4096, (p2pkv_callbacks_t) { 0 }, err);
     ck_assert_ptr_null(c);
@@ -310,9 +340,9 @@ main(void)
     Suite *s = suite_create("providers");
     TCase *tc = td_case(s, "providers", 60);
     tcase_add_test(tc, test_description_lists_providers_and_host);
-    tcase_add_test(tc, test_shm_and_tcp_consumers_at_once);
+    tcase_add_test(tc, test_mmap_shm_and_tcp_consumers_at_once);
     tcase_add_test(tc, test_tcp_server_auto_client_uses_tcp);
     tcase_add_test(tc, test_refusals_name_the_providers);
-    tcase_add_test(tc, test_idle_shm_session_does_not_spin);
+    tcase_add_loop_test(tc, test_idle_same_host_session_does_not_spin, 0, 2);
     return td_run_and_sweep("providers", s);
 }

@@ -63,7 +63,7 @@ static const char s_usage[] =
     "  --server PATH        the p2pkv-server to start (default: beside this\n"
     "                       program, or $P2PKV_SERVER)\n"
     "  --ports LO-HI        ports for the servers' --bind (default 28000-28999)\n"
-    "  --providers LIST     fetch: the same fetch over each provider (shm,tcp),\n"
+    "  --providers LIST     fetch: the same fetch over each provider (mmap,shm,tcp),\n"
     "                       against one server offering them all, alternating\n"
     "                       within each repetition; each row's \"vs\" column is its\n"
     "                       GB/s over the last provider's, in the same repetition\n"

@@ -168,6 +168,17 @@ typedef struct pk_transport_ops {
     (the default data plane).  In transports/registry.c.  */
 const pk_transport_ops_t *pk_transport_find(const char *name);
 
+/*  The transport that serves provider: a transport other than the
+    default serves the one provider named after it ("mmap"); every other
+    name, and NULL, is the default's (libfabric's).  */
+const pk_transport_ops_t *pk_transport_for(const char *provider);
+
+/*  The provider a peer's blob names, whichever registered transport's
+    blob it is (blob_provider of each): 0 with out, or -EPROTO with err
+    (the default transport's words) when none knows it.  */
+int pk_transport_blob_provider(const uint8_t *blob, size_t len, char *out, size_t cap,
+                               char *err);
+
 /*  0 when ops is a table of at least need bytes (PK_TRANSPORT_OPS_SIZE
     for a caller of every op); -ENOSYS with err otherwise.  */
 int pk_transport_ops_check(const pk_transport_ops_t *ops, size_t need, char *err);

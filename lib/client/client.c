@@ -73,7 +73,7 @@ s_arm(p2pkv_client_t *self)
         }
         if (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN))
             due = now;
-        if (s->channel && !s->client->ops->channel_trywait(s->channel))
+        if (s->channel && !s->ops->channel_trywait(s->channel))
             due = now;
         if (s->channel && s->wait_fd < 0 && now + 0.002 < due)
             due = now + 0.002;
@@ -115,7 +115,7 @@ static uint64_t
 s_landed(void *arg, uint64_t round)
 {
     s_server_t *s = arg;
-    return s->channel ? s->client->ops->channel_landed(s->channel, round) : 0;
+    return s->channel ? s->ops->channel_landed(s->channel, round) : 0;
 }
 
 //  The round's load ended: its tag's counter goes (a tag wraps after 2^20
@@ -125,7 +125,7 @@ s_forget(void *arg, uint64_t round)
 {
     s_server_t *s = arg;
     if (s->channel)
-        s->client->ops->channel_forget(s->channel, round);
+        s->ops->channel_forget(s->channel, round);
 }
 
 //  Closing the endpoint and the registration: nothing from this server
@@ -137,7 +137,7 @@ s_cut_off(void *arg)
     s_watch(s->client, s->wait_fd, false);
     s->wait_fd = -1;
     if (s->channel)
-        s->client->ops->channel_close(&s->channel);
+        s->ops->channel_close(&s->channel);
 }
 
 static void
@@ -443,12 +443,12 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     s_server_t *s = arg;
     p2pkv_client_t *self = s->client;
     int rc;
-    s->channel = self->ops->channel_new(s->fabric, true, &rc, err);
+    s->channel = s->ops->channel_new(s->fabric, true, &rc, err);
     if (!s->channel)
         return rc < 0 ? rc : -EIO;
-    s->wait_fd = self->ops->channel_wait_fd(s->channel);
+    s->wait_fd = s->ops->channel_wait_fd(s->channel);
     s_watch(self, s->wait_fd, true);
-    if (self->ops->channel_blob(s->channel, blob_p, len_p))
+    if (s->ops->channel_blob(s->channel, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the local endpoint");
     s->dealer = zsock_new(ZMQ_DEALER);
     if (!s->dealer)
@@ -633,7 +633,7 @@ static void
 s_server_step(p2pkv_client_t *self, s_server_t *s)
 {
     double now = pk_clock_monotonic();
-    if (s->channel && self->ops->channel_progress(s->channel) > 0)
+    if (s->channel && s->ops->channel_progress(s->channel) > 0)
         s->last_landed = now;
     //  refused (the key, or CURVE on one side only): retrying cannot help.
     //  Only a handshake is refused, never an UP session's traffic, so the
@@ -831,12 +831,15 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
     s->index = slot;
     s->wait_fd = -1;
     //  a description arrived (auto) or the provider is the config's
-    if (!(s->fabric = pk_client_fabric_for(self, &d, err))) {
+    const pk_client_fabric_t *fab = pk_client_fabric_for(self, &d, err);
+    if (!fab) {
         free(s->endpoint);
         free(s);
         pthread_mutex_unlock(&self->lock);
         return -EPROTONOSUPPORT;
     }
+    s->fabric = fab->fabric;
+    s->ops = fab->ops;
     snprintf(s->curve_server, sizeof s->curve_server, "%s", server_key);
     pk_client_session_config_t scfg = { self->config.connect_retry,
                                         self->config.keepalive_interval,
@@ -901,7 +904,7 @@ p2pkv_client_server_provider(p2pkv_client_t *self, int server, char *out, size_t
     pthread_mutex_lock(&self->lock);
     int rc = -EINVAL;
     if (server >= 0 && server < self->nservers && self->servers[server] && cap) {
-        snprintf(out, cap, "%s", self->ops->fabric_provider(self->servers[server]->fabric));
+        snprintf(out, cap, "%s", self->servers[server]->ops->fabric_provider(self->servers[server]->fabric));
         rc = 0;
     }
     pthread_mutex_unlock(&self->lock);

@@ -86,6 +86,7 @@ typedef struct {
     char curve_server[41];          //  this server's CURVE key; "": the config's
     int refused;                    //  -EACCES once the monitor saw a refusal
     pk_fabric_t *fabric;            //  the provider chosen at connect (fabrics.c)
+    const pk_transport_ops_t *ops;  //  its transport
     pk_channel_t *channel;
     int wait_fd;                    //  the channel's, as registered with epoll
     pk_client_role_t *role;
@@ -105,6 +106,7 @@ void pk_locator_count_failover(pk_locator_t *self);
 typedef struct {
     char asked[64];                 //  the name it was opened with
     pk_fabric_t *fabric;
+    const pk_transport_ops_t *ops;  //  its transport (base/transport.h, by provider)
 } pk_client_fabric_t;
 
 /*  With config.provider named, its fabric, opened now (an error at
@@ -113,11 +115,11 @@ typedef struct {
 int pk_client_fabrics_open(p2pkv_client_t *self, char *err);
 void pk_client_fabrics_close(p2pkv_client_t *self);
 /*  The fabric for a server: config.provider's, or under auto the best
-    one d (its description) offers that opens here: shm when it runs on
-    this host (its host is ours), else the first network provider of its
-    list.  Called with the lock held.  NULL with err naming what it
+    one d (its description) offers that opens here: mmap or shm when it
+    runs on this host (its host is ours), else the first network provider
+    of its list.  Called with the lock held.  NULL with err naming what it
     offers.  */
-pk_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d,
+const pk_client_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d,
                                   char *err);
 
 //  get_any.c: p2pkv_client_get of P2PKV_ANY_SERVER
@@ -132,7 +134,6 @@ struct _p2pkv_client_t {
     uint8_t *pool;
     bool own_pool;
     uint64_t num_blocks, block_len;
-    const pk_transport_ops_t *ops;  //  the data plane's, for every channel
     bool auto_provider;             //  config.provider NULL or "auto"
     pk_client_fabric_t fabrics[S_MAX_FABRICS];
     size_t nfabrics;

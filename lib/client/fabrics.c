@@ -5,8 +5,9 @@
     always did.  Under auto (NULL or "auto") nothing opens until a connect
     has the server's description: then the best provider both sides have,
     shm when the server runs on this host (its host identity is ours:
-    the same boot and network and IPC namespaces, base/host_id.h), else
-    the first network provider of the server's list, best first.  A
+    the same boot and network and IPC namespaces, base/host_id.h), mmap
+    or shm, whichever the server lists first; else the first network
+    provider of the server's list, best first.  A
     fabric, once open, serves every server of its provider (one channel
     each), so a client talking to a same-host server and a remote one
     holds two fabrics, each registering the pool once.
@@ -18,31 +19,35 @@
 #include <stdio.h>
 #include <string.h>
 
+//  The providers that reach only processes of this host.
 static bool
-s_is_shm(const char *provider)
+s_same_host_only(const char *provider)
 {
-    return strcmp(provider, "shm") == 0;
+    return strcmp(provider, "shm") == 0 || strcmp(provider, "mmap") == 0;
 }
 
 //  The fabric of provider name (as asked, or as libfabric named it: a
 //  server announces "tcp;ofi_rxm" where it was asked for tcp), opened
 //  when none is.  NULL with *rc_p a negative errno and err.
-static pk_fabric_t *
+static const pk_client_fabric_t *
 s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
 {
     for (size_t i = 0; i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].asked, name) == 0
-            || strcmp(self->ops->fabric_provider(self->fabrics[i].fabric), name) == 0)
-            return self->fabrics[i].fabric;
+            || strcmp(self->fabrics[i].ops->fabric_provider(self->fabrics[i].fabric), name) == 0)
+            return &self->fabrics[i];
     if (self->nfabrics == S_MAX_FABRICS) {
         *rc_p = pk_err(err, -ENOSPC, "at most %d providers at once", S_MAX_FABRICS);
         return NULL;
     }
-    //  an address to bind means nothing to shm
-    pk_fabric_config_t fc = { name, s_is_shm(name) ? NULL : self->node,
+    const pk_transport_ops_t *ops = pk_transport_for(name);
+    if ((*rc_p = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
+        return NULL;
+    //  an address to bind means nothing to shm or mmap
+    pk_fabric_config_t fc = { name, s_same_host_only(name) ? NULL : self->node,
                               self->config.stall_timeout };
     char why[PK_ERRLEN];
-    pk_fabric_t *fabric = self->ops->fabric_open(&fc, self->pool, self->num_blocks,
+    pk_fabric_t *fabric = ops->fabric_open(&fc, self->pool, self->num_blocks,
                                                  self->block_len, rc_p, why);
     if (!fabric) {
         *rc_p = pk_err(err, *rc_p < 0 ? *rc_p : -EIO, "%s", why);
@@ -51,17 +56,14 @@ s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
     pk_client_fabric_t *slot = &self->fabrics[self->nfabrics++];
     snprintf(slot->asked, sizeof slot->asked, "%s", name);
     slot->fabric = fabric;
-    return fabric;
+    slot->ops = ops;
+    return slot;
 }
 
 int
 pk_client_fabrics_open(p2pkv_client_t *self, char *err)
 {
-    char why[PK_ERRLEN];
     int rc;
-    self->ops = pk_transport_find(NULL);       //  the registry's default
-    if ((rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, why)) != 0)
-        return pk_err(err, rc, "%s", why);
     (void) pk_host_id(self->host_id, sizeof self->host_id);
     self->auto_provider = !self->provider || strcmp(self->provider, "auto") == 0;
     if (self->auto_provider)
@@ -72,24 +74,27 @@ pk_client_fabrics_open(p2pkv_client_t *self, char *err)
 void
 pk_client_fabrics_close(p2pkv_client_t *self)
 {
-    while (self->nfabrics)
-        self->ops->fabric_close(&self->fabrics[--self->nfabrics].fabric);
+    while (self->nfabrics) {
+        pk_client_fabric_t *f = &self->fabrics[--self->nfabrics];
+        f->ops->fabric_close(&f->fabric);
+    }
 }
 
-pk_fabric_t *
+const pk_client_fabric_t *
 pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, char *err)
 {
     if (!self->auto_provider)
-        return self->fabrics[0].fabric;
+        return &self->fabrics[0];
     bool same_host = *d->host && strcmp(d->host, self->host_id) == 0;
     char why[PK_ERRLEN] = "";
     int rc;
-    //  first pass: shm, on one host; second: the network ones, in order
+    //  first pass: mmap and shm, on one host; second: the network ones,
+    //  in the server's order
     for (int pass = same_host ? 0 : 1; pass < 2; pass++)
         for (size_t i = 0; i < d->nproviders; i++) {
-            if (s_is_shm(d->providers[i]) != (pass == 0))
+            if (s_same_host_only(d->providers[i]) != (pass == 0))
                 continue;
-            pk_fabric_t *fabric = s_fabric(self, d->providers[i], &rc, why);
+            const pk_client_fabric_t *fabric = s_fabric(self, d->providers[i], &rc, why);
             if (fabric)
                 return fabric;
         }
@@ -98,7 +103,7 @@ pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, char *e
         at += (size_t) snprintf(offered + at, sizeof offered - at, "%s%s", i ? ", " : "",
                                 d->providers[i]);
     if (!*why)
-        snprintf(why, sizeof why, "shm needs the same host and namespaces, and %.60s runs "
+        snprintf(why, sizeof why, "mmap and shm need the same host and namespaces, and %.60s runs "
                  "elsewhere", d->peer_id[0] ? d->peer_id : "the server");
     (void) pk_err(err, -EPROTONOSUPPORT, "%.60s offers %.120s, none usable here: %.200s",
                   d->peer_id, offered, why);

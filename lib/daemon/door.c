@@ -52,7 +52,7 @@ pk_door_peer_free(pk_peer_t *peer)
     }
     zsock_destroy(&peer->out);
     if (peer->channel)
-        peer->node->ops->channel_close(&peer->channel);
+        peer->node->fabrics[peer->fabric].ops->channel_close(&peer->channel);
     pk_msg_destroy(&peer->connect);
     free(peer->consumer);
     free(peer);

@@ -93,7 +93,7 @@ s_ready_line(pk_node_t *self)
     size_t at = 0;
     for (size_t i = 0; i < self->nfabrics && at < sizeof fabrics; i++) {
         char one[256];
-        self->ops->fabric_describe(self->fabrics[i].fabric, one, sizeof one);
+        self->fabrics[i].ops->fabric_describe(self->fabrics[i].fabric, one, sizeof one);
         at += (size_t) snprintf(fabrics + at, sizeof fabrics - at, "%s%s", i ? "; " : "", one);
     }
     snprintf(self->ready, sizeof self->ready,
@@ -258,19 +258,22 @@ s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
     pk_fabric_config_t fc = { provider, s_is_shm(provider) ? NULL : config->fabric_addr,
                               config->stall_timeout };
     int rc;
-    pk_fabric_t *fabric = self->ops->fabric_open(&fc, pk_store_base(self->store),
+    const pk_transport_ops_t *ops = pk_transport_for(provider);
+    if ((rc = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
+        return rc;
+    pk_fabric_t *fabric = ops->fabric_open(&fc, pk_store_base(self->store),
                                                  config->pool_blocks, config->block_len, &rc,
                                                  err);
     if (!fabric)
         return rc < 0 ? rc : -EIO;
-    const char *name = self->ops->fabric_provider(fabric);
+    const char *name = ops->fabric_provider(fabric);
     for (size_t i = 0; i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].provider, name) == 0) {
-            self->ops->fabric_close(&fabric);
+            ops->fabric_close(&fabric);
             return pk_err(err, -EEXIST, "--provider: %s twice (as %s)", name,
                           provider ? provider : "auto");
         }
-    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, name, { 0 } };
+    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, ops, name, { 0 } };
     self->providers[self->nfabrics++] = name;
     return 0;
 }
@@ -279,27 +282,27 @@ static void
 s_close_fabrics(pk_node_t *self)
 {
     while (self->nfabrics)
-        self->ops->fabric_close(&self->fabrics[--self->nfabrics].fabric);
+    {
+        pk_node_fabric_t *nf = &self->fabrics[--self->nfabrics];
+        nf->ops->fabric_close(&nf->fabric);
+    }
 }
 
 //  The data plane over the pool: one fabric per provider of --provider,
 //  best first, each registering the pool (the registry's default
 //  transport); and the identity the handshake announces with them.  A
 //  provider named that does not open is a start error naming it; under
-//  auto (no list), shm where it works and then the transport's first
+//  auto (no list), mmap and shm where they work and then libfabric's first
 //  network provider, the ones that do not open skipped.
 static int
 s_open_fabrics(pk_node_t *self, char *err)
 {
     const pk_server_config_t *config = self->config;
-    self->ops = pk_transport_find(NULL);
-    int rc = pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err);
-    if (rc)
-        return rc;
+    int rc;
     if (!config->provider) {
         char why[PK_ERRLEN];
-        const char *automatic[] = { "shm", NULL };
-        for (size_t i = 0; i < 2; i++)
+        const char *automatic[] = { "mmap", "shm", NULL };
+        for (size_t i = 0; i < sizeof automatic / sizeof automatic[0]; i++)
             if ((rc = s_open_one_fabric(self, automatic[i], why)) != 0)
                 pk_node_log(self, PK_LOG_INFO, "--provider auto: %s skipped: %s",
                             automatic[i] ? automatic[i] : "a network provider", why);
@@ -335,8 +338,8 @@ s_open_fabrics(pk_node_t *self, char *err)
 int
 pk_node_fabric_for(pk_node_t *self, const uint8_t *blob, size_t len, char *reason, size_t cap)
 {
-    char provider[64], err[PK_ERRLEN];
-    int rc = self->ops->blob_provider(blob, len, provider, sizeof provider, err);
+    char provider[64] = "", err[PK_ERRLEN] = "";
+    int rc = pk_transport_blob_provider(blob, len, provider, sizeof provider, err);
     for (size_t i = 0; rc == 0 && i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].provider, provider) == 0)
             return (int) i;
@@ -518,7 +521,7 @@ s_fabric_gauges(pk_node_t *self)
     for (size_t i = 0; i < self->nfabrics; i++) {
         pk_node_fabric_t *nf = &self->fabrics[i];
         pk_fabric_stats_t f;
-        self->ops->fabric_stats(nf->fabric, &f);
+        nf->ops->fabric_stats(nf->fabric, &f);
         pk_metrics_add(m, PK_M_CHANNELS_OPENED, nf->provider,
                        f.channels_opened - nf->pushed.channels_opened);
         pk_metrics_add(m, PK_M_BLOBS_REFUSED, nf->provider,

@@ -79,6 +79,7 @@ typedef struct {
 //  One provider's fabric over the pool (node.c opens them, best first).
 typedef struct {
     pk_fabric_t *fabric;
+    const pk_transport_ops_t *ops;  //  its transport (base/transport.h, by provider)
     const char *provider;           //  the fabric's own name ("shm", "tcp;ofi_rxm")
     pk_fabric_stats_t pushed;       //  its counts already in the metrics
 } pk_node_fabric_t;
@@ -88,7 +89,6 @@ struct _pk_node_t {
     pk_server_identity_t id;
     pk_server_session_config_t session_config;
     pk_store_t *store;
-    const pk_transport_ops_t *ops;  //  the data plane, found by name
     pk_node_fabric_t fabrics[PK_MAX_FABRICS];
     size_t nfabrics;                //  at least one once the node is built
     const char *providers[PK_MAX_FABRICS];  //  their names, for the description

@@ -41,6 +41,13 @@
 #include <string.h>
 #include <unistd.h>
 
+//  The transport of the peer's fabric (node.c: one per provider).
+static const pk_transport_ops_t *
+s_ops(const pk_peer_t *peer)
+{
+    return peer->node->fabrics[peer->fabric].ops;
+}
+
 typedef struct {
     pk_peer_t *peer;
     pk_node_t *node;
@@ -137,7 +144,7 @@ s_push_metrics(pk_node_t *node, pk_peer_t *peer, pk_server_session_t *session,
     pk_server_session_counters_t c;
     pk_channel_stats_t f;
     pk_server_session_counters(session, &c);
-    node->ops->channel_stats(peer->channel, &f);
+    s_ops(peer)->channel_stats(peer->channel, &f);
     pk_metrics_t *m = node->metrics;
     const char *p = peer->consumer;
 #define S_PUSH(name, now, before) \
@@ -193,13 +200,13 @@ s_open_channel(self_t *self, char *reason)
     pk_msg_t *m = self->peer->connect;
     char err[PK_ERRLEN];
     int rc;
-    pk_channel_t *ch = node->ops->channel_new(node->fabrics[self->peer->fabric].fabric, false,
-                                              &rc, err);
-    if (!ch || node->ops->channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
+    const pk_transport_ops_t *ops = s_ops(self->peer);
+    pk_channel_t *ch = ops->channel_new(node->fabrics[self->peer->fabric].fabric, false, &rc, err);
+    if (!ch || ops->channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
         pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, err);
         s_refuse(self, PK_DISC_INCOMPATIBLE, err);
         if (ch)
-            node->ops->channel_close(&ch);
+            ops->channel_close(&ch);
         snprintf(reason, PK_ERRLEN, "channel: %.200s", err);
         return -EPROTO;
     }
@@ -225,7 +232,7 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     bool fail = node->fail_session && streq(node->fail_session, peer->consumer);
     self->session = fail ? NULL : pk_server_session_new(
         &node->id, &node->session_config, peer->connect, pk_clock_system(),
-        node->ops->channel_transport(peer->channel),
+        s_ops(peer)->channel_transport(peer->channel),
         (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
                         s_actor_result },
         s_actor_out, self);
@@ -373,7 +380,7 @@ s_self_run(self_t *self)
             break;
         if (!which && zpoller_terminated(self->poller))
             break;
-        self->node->ops->channel_progress(self->peer->channel);
+        s_ops(self->peer)->channel_progress(self->peer->channel);
         pk_server_session_tick(session);
         s_push_metrics(self->node, self->peer, session, &self->last, &self->flast);
         //  at shutdown, writes in flight drain (bounded), then `shutdown`

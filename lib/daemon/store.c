@@ -85,7 +85,7 @@ struct _pk_store_t {
     pk_clock_t clock;
     double lease_timeout;
     char *name;
-    int fd;                     //  the named pool's, holding its lock; else -1
+    int fd;                     //  the pool's file (a named pool's holds its lock)
     void *base;
     size_t pool_len;
     uint64_t num_blocks;
@@ -463,9 +463,20 @@ static int
 s_map_pool(pk_store_t *self, const char *name, pk_store_log_fn *log, void *log_arg, char *err)
 {
     if (!name) {
-        self->base = mmap(NULL, self->pool_len, PROT_READ | PROT_WRITE,
-                          MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-        return self->base == MAP_FAILED ? -errno : 0;
+        //  a memfd, not MAP_ANONYMOUS: the same memory, but a file the
+        //  mmap transport can hand a same-host consumer (read-only)
+        int fd = memfd_create("p2pkv-pool", MFD_CLOEXEC);
+        if (fd < 0)
+            return -errno;
+        if (ftruncate(fd, (off_t) self->pool_len) != 0
+            || (self->base = mmap(NULL, self->pool_len, PROT_READ | PROT_WRITE,
+                                  MAP_SHARED | MAP_POPULATE, fd, 0)) == MAP_FAILED) {
+            int rc = -errno;
+            close(fd);
+            return rc;
+        }
+        self->fd = fd;
+        return 0;
     }
     bool reclaimed = false;
     int rc;

@@ -144,11 +144,11 @@ s_world_init(s_world_t *w)
     char name[64];
     snprintf(name, sizeof name, "/p2pkv-fuzz-engine-%d", (int) getpid());
     n->store = pk_store_new(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now }, NULL);
-    n->ops = pk_memtransport_ops();
-    pk_fabric_t *f = n->store ? n->ops->fabric_open(NULL, pk_store_base(n->store), S_BLOCKS,
-                                                    S_BLOCK_LEN, NULL, NULL) : NULL;
+    const pk_transport_ops_t *ops = pk_memtransport_ops();
+    pk_fabric_t *f = n->store ? ops->fabric_open(NULL, pk_store_base(n->store), S_BLOCKS,
+                                                 S_BLOCK_LEN, NULL, NULL) : NULL;
     if (f) {
-        n->fabrics[n->nfabrics] = (pk_node_fabric_t) { f, n->ops->fabric_provider(f), { 0 } };
+        n->fabrics[n->nfabrics] = (pk_node_fabric_t) { f, ops, ops->fabric_provider(f), { 0 } };
         n->providers[n->nfabrics++] = n->fabrics[0].provider;
     }
     n->metrics = pk_metrics_new();
@@ -164,8 +164,10 @@ s_world_fini(s_world_t *w)
     pk_node_t *n = &w->node;
     pk_engine_destroy(n);
     pk_metrics_destroy(&n->metrics);
-    while (n->nfabrics)
-        n->ops->fabric_close(&n->fabrics[--n->nfabrics].fabric);
+    while (n->nfabrics) {
+        pk_node_fabric_t *nf = &n->fabrics[--n->nfabrics];
+        nf->ops->fabric_close(&nf->fabric);
+    }
     pk_store_destroy(&n->store);
     pk_keymap_fini(&n->by_consumer);
     pk_server_config_fini(&w->config);

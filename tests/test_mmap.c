@@ -1,0 +1,464 @@
+/*  test_mmap.c: the same-host transport (transports/mmap) through the
+    seam of base/transport.h: a writer over a pool in a memfd, a target
+    over any memory, in one process or two.
+
+    What is held: blocks land byte for byte at their permuted places, in
+    one process and from a child process; landed counts per round; the
+    target's wait fd wakes when a write arrives; an immediate cancel lands
+    nothing read after it; a dead target fails the writer's transfers and
+    a silent one stalls them; bad blobs, another host, another user, a
+    writer whose pool is not a file, indices out of range, are refused by
+    name.  Nothing here needs more than Linux, so nothing skips.
+*/
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/host_id.h"
+#include "base/transport.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define BLOCK 4096
+#define BLOCKS 2048
+
+static const pk_transport_ops_t *O;
+
+typedef struct {
+    uint8_t *pool;
+    bool mapped;
+    pk_fabric_t *fabric;
+    pk_channel_t *ch;
+} s_side_t;
+
+static s_side_t W, T;       //  writer (the server) and target (the consumer)
+
+//  The writer's pool in a memfd (as the daemon's store keeps it), block b
+//  filled with bytes b*7+k; the target's in plain memory, filled with fill.
+static void
+s_open(s_side_t *side, bool target, double stall)
+{
+    char err[PK_ERRLEN] = "";
+    int rc;
+    size_t len = (size_t) BLOCK * BLOCKS;
+    if (target) {
+        side->pool = aligned_alloc(4096, len);
+        memset(side->pool, 0xee, len);
+    }
+    else {
+        int fd = memfd_create("test-mmap-pool", MFD_CLOEXEC);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(ftruncate(fd, (off_t) len), 0);
+        side->pool = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ck_assert_ptr_ne(side->pool, MAP_FAILED);
+        side->mapped = true;
+        //  the descriptor stays open, as the store's does: the transport
+        //  finds it by the mapping's inode
+        for (size_t b = 0; b < BLOCKS; b++)
+            for (size_t k = 0; k < BLOCK; k++)
+                side->pool[b * BLOCK + k] = (uint8_t) (b * 7 + k);
+    }
+    pk_fabric_config_t config = { "mmap", NULL, stall };
+    side->fabric = O->fabric_open(&config, side->pool, BLOCKS, BLOCK, &rc, err);
+    ck_assert_msg(side->fabric != NULL, "fabric_open: %d %s", rc, err);
+    side->ch = O->channel_new(side->fabric, target, &rc, err);
+    ck_assert_msg(side->ch != NULL, "channel_new: %d %s", rc, err);
+}
+
+static void
+s_close(s_side_t *side)
+{
+    O->channel_close(&side->ch);
+    O->fabric_close(&side->fabric);
+    if (side->mapped)
+        munmap(side->pool, (size_t) BLOCK * BLOCKS);
+    else
+        free(side->pool);
+    memset(side, 0, sizeof *side);
+}
+
+static void
+s_connect(pk_channel_t *writer, pk_channel_t *target)
+{
+    uint8_t *blob;
+    size_t len;
+    char err[PK_ERRLEN] = "";
+    ck_assert_int_eq(O->channel_blob(target, &blob, &len), 0);
+    ck_assert_int_eq(O->check_blob(W.fabric, blob, len, err), 0);
+    ck_assert_msg(O->channel_connect(writer, blob, len, err) == 0, "%s", err);
+    ck_assert_int_eq(O->channel_connect(writer, blob, len, err), -EISCONN);
+    free(blob);
+}
+
+static void
+s_setup(void)
+{
+    O = pk_transport_find("mmap");
+    ck_assert_ptr_nonnull(O);
+    s_open(&W, false, 0.5);
+    s_open(&T, true, 0.5);
+    s_connect(W.ch, T.ch);
+}
+
+static void
+s_teardown(void)
+{
+    s_close(&W);
+    s_close(&T);
+}
+
+typedef struct {
+    uint64_t tid, landed;
+    bool ok;
+    int count;
+} s_seen_t;
+
+static void
+s_each(void *arg, uint64_t tid, bool ok, uint64_t landed)
+{
+    s_seen_t *seen = arg;
+    *seen = (s_seen_t) { tid, landed, ok, seen->count + 1 };
+}
+
+//  Progresses both sides (the target when progress_target) until the
+//  writer reports a transfer, for 20 s.
+static s_seen_t
+s_wait(bool progress_target)
+{
+    s_seen_t seen = { 0 };
+    pk_transport_t t = O->channel_transport(W.ch);
+    double deadline = pk_clock_monotonic() + 20;
+    while (!seen.count && pk_clock_monotonic() < deadline) {
+        if (progress_target)
+            O->channel_progress(T.ch);
+        O->channel_progress(W.ch);
+        t.poll(t.self, s_each, &seen);
+    }
+    return seen;
+}
+
+static bool
+s_block_is(const uint8_t *pool, uint32_t at, uint32_t from)
+{
+    for (size_t k = 0; k < BLOCK; k++)
+        if (pool[(size_t) at * BLOCK + k] != (uint8_t) (from * 7 + k))
+            return false;
+    return true;
+}
+
+//  n blocks, block i of the writer to (i*53+11) % BLOCKS of the target.
+static int64_t
+s_write_permuted(pk_channel_t *ch, uint64_t round, uint32_t n)
+{
+    uint32_t *local = malloc(n * sizeof *local), *remote = malloc(n * sizeof *remote);
+    for (uint32_t i = 0; i < n; i++) {
+        local[i] = i;
+        remote[i] = (i * 53 + 11) % BLOCKS;
+    }
+    pk_transport_t t = O->channel_transport(ch);
+    int64_t tid = t.write_blocks(t.self, round, local, remote, n);
+    free(local);
+    free(remote);
+    return tid;
+}
+
+START_TEST(test_blocks_land_in_place)
+{
+    //  2,000 blocks: more than one message of pairs
+    int64_t tid = s_write_permuted(W.ch, 7, 2000);
+    ck_assert_int_gt(tid, 0);
+    s_seen_t seen = s_wait(true);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(seen.ok);
+    ck_assert_uint_eq(seen.tid, (uint64_t) tid);
+    ck_assert_uint_eq(seen.landed, 2000);
+    ck_assert_uint_eq(O->channel_landed(T.ch, 7), 2000);
+    ck_assert_uint_eq(O->channel_landed(T.ch, 8), 0);
+    for (uint32_t i = 0; i < 2000; i++)
+        ck_assert_msg(s_block_is(T.pool, (i * 53 + 11) % BLOCKS, i), "block %u", i);
+    pk_channel_stats_t st;
+    O->channel_stats(W.ch, &st);
+    ck_assert_uint_eq(st.blocks_written, 2000);
+    ck_assert_uint_eq(st.transfers, 0);
+    O->channel_stats(T.ch, &st);
+    ck_assert_uint_eq(st.blocks_landed, 2000);
+    O->channel_forget(T.ch, 7);
+    ck_assert_uint_eq(O->channel_landed(T.ch, 7), 0);
+    ck_assert(!O->channel_closed(W.ch));
+    ck_assert(!O->channel_closed(T.ch));
+}
+END_TEST
+
+//  The target's wait fd (the one its owner watches from the start) is
+//  readable when the writer connects and when a write arrives.
+START_TEST(test_wait_fd_wakes_target)
+{
+    int fd = O->channel_wait_fd(T.ch);
+    ck_assert_int_ge(fd, 0);
+    struct pollfd p = { fd, POLLIN, 0 };
+    ck_assert_int_eq(poll(&p, 1, 5000), 1);     //  the writer's hello
+    while (O->channel_progress(T.ch) > 0)
+        ;
+    ck_assert(O->channel_trywait(T.ch));
+    ck_assert_int_eq(O->channel_wait_fd(T.ch), fd);
+    p.revents = 0;
+    ck_assert_int_eq(poll(&p, 1, 0), 0);
+    ck_assert_int_gt(s_write_permuted(W.ch, 1, 4), 0);
+    ck_assert_int_eq(poll(&p, 1, 5000), 1);
+    ck_assert_int_gt(O->channel_progress(T.ch), 0);
+    ck_assert_uint_eq(O->channel_landed(T.ch, 1), 4);
+}
+END_TEST
+
+//  Cut off: writes sent but not yet copied when the writer cancels them
+//  at once land nothing, and the writer's channel is closed.
+START_TEST(test_cancel_immediate_lands_nothing)
+{
+    int64_t tid = s_write_permuted(W.ch, 3, 64);
+    ck_assert_int_gt(tid, 0);
+    pk_transport_t t = O->channel_transport(W.ch);
+    uint64_t id = (uint64_t) tid;
+    ck_assert_uint_eq(t.cancel(t.self, &id, 1, PK_CANCEL_IMMEDIATE, &id), 0);
+    ck_assert(O->channel_closed(W.ch));
+    for (int i = 0; i < 20; i++)
+        O->channel_progress(T.ch);
+    ck_assert_uint_eq(O->channel_landed(T.ch, 3), 0);
+    for (uint32_t i = 0; i < 64; i++)
+        ck_assert_uint_eq(T.pool[(size_t) ((i * 53 + 11) % BLOCKS) * BLOCK], 0xee);
+    ck_assert(O->channel_closed(T.ch));
+    //  released: never reported; later writes refused
+    s_seen_t seen = { 0 };
+    t.poll(t.self, s_each, &seen);
+    ck_assert_int_eq(seen.count, 0);
+    ck_assert_int_lt(s_write_permuted(W.ch, 4, 1), 0);
+}
+END_TEST
+
+//  A wait-mode cancel of a write whose copy may run keeps it, reported
+//  once done, with what landed.
+START_TEST(test_cancel_wait_reports_when_done)
+{
+    int64_t tid = s_write_permuted(W.ch, 5, 16);
+    pk_transport_t t = O->channel_transport(W.ch);
+    uint64_t id = (uint64_t) tid, still = 0;
+    ck_assert_uint_eq(t.cancel(t.self, &id, 1, PK_CANCEL_WAIT, &still), 1);
+    ck_assert_uint_eq(still, id);
+    s_seen_t seen = s_wait(true);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert_uint_eq(seen.landed, 16);
+}
+END_TEST
+
+//  A target that never copies: the writer's transfer fails after the
+//  stall timeout (0.5 s here) and its channel closes.
+START_TEST(test_silent_target_stalls)
+{
+    ck_assert_int_gt(s_write_permuted(W.ch, 2, 8), 0);
+    s_seen_t seen = s_wait(false);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(!seen.ok);
+    ck_assert(O->channel_closed(W.ch));
+}
+END_TEST
+
+//  Indices out of range: the writer's own refused at once; the target's
+//  fail the transfer, nothing of it counted past the bad pair.
+START_TEST(test_indices_out_of_range)
+{
+    pk_transport_t t = O->channel_transport(W.ch);
+    uint32_t local[2] = { 0, BLOCKS }, remote[2] = { 0, 1 };
+    ck_assert_int_eq(t.write_blocks(t.self, 1, local, remote, 2), -EINVAL);
+    local[1] = 1;
+    remote[0] = BLOCKS;
+    ck_assert_int_gt(t.write_blocks(t.self, 1, local, remote, 2), 0);
+    s_seen_t seen = s_wait(true);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(!seen.ok);
+    ck_assert_uint_eq(seen.landed, 0);
+}
+END_TEST
+
+//  What check_blob refuses, by name, before anything is built.
+START_TEST(test_blobs_refused)
+{
+    char err[PK_ERRLEN] = "";
+    ck_assert_int_eq(O->check_blob(W.fabric, (const uint8_t *) "junk", 4, err), -EPROTO);
+    ck_assert_msg(strstr(err, "mmap blob"), "%s", err);
+    uint8_t *blob;
+    size_t len;
+    ck_assert_int_eq(O->channel_blob(T.ch, &blob, &len), 0);
+    //  layout of transports/mmap/mmap.c's s_blob_t: 4 magic, version,
+    //  target, 2 zero, pid, uid, block_len, host[], sock[]
+    uint8_t *bad = malloc(len);
+    memcpy(bad, blob, len);
+    bad[4] = 9;
+    ck_assert_int_eq(O->check_blob(W.fabric, bad, len, err), -EPROTO);
+    ck_assert_msg(strstr(err, "version 9"), "%s", err);
+    memcpy(bad, blob, len);
+    bad[24] = 'X';                              //  another boot id
+    ck_assert_int_eq(O->check_blob(W.fabric, bad, len, err), -EPROTO);
+    ck_assert_msg(strstr(err, "same host"), "%s", err);
+    memcpy(bad, blob, len);
+    uint32_t uid = (uint32_t) getuid() + 1;
+    memcpy(bad + 12, &uid, 4);
+    ck_assert_int_ne(O->check_blob(W.fabric, bad, len, err), 0);
+    ck_assert_msg(strstr(err, "own user"), "%s", err);
+    memcpy(bad, blob, len);
+    uint64_t bl = 2 * BLOCK;
+    memcpy(bad + 16, &bl, 8);
+    ck_assert_int_eq(O->check_blob(W.fabric, bad, len, err), -EPROTO);
+    ck_assert_msg(strstr(err, "block_len 8192"), "%s", err);
+    ck_assert_int_eq(O->check_blob(W.fabric, blob, len - 1, err), -EPROTO);
+    char provider[16];
+    ck_assert_int_eq(O->blob_provider(blob, len, provider, sizeof provider, err), 0);
+    ck_assert_str_eq(provider, "mmap");
+    free(bad);
+    free(blob);
+    pk_fabric_stats_t fs;
+    O->fabric_stats(W.fabric, &fs);
+    ck_assert_uint_eq(fs.blobs_refused, 6);
+    ck_assert_uint_eq(fs.channels_open, 1);
+}
+END_TEST
+
+//  A writer whose pool is plain memory has nothing to hand a consumer:
+//  its channel is refused, naming why; a target's is fine.
+START_TEST(test_writer_needs_a_file_pool)
+{
+    uint8_t *pool = aligned_alloc(4096, 16 * BLOCK);
+    char err[PK_ERRLEN] = "";
+    int rc;
+    pk_fabric_config_t config = { "mmap", NULL, 1.0 };
+    pk_fabric_t *f = O->fabric_open(&config, pool, 16, BLOCK, &rc, err);
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_null(O->channel_new(f, false, &rc, err));
+    ck_assert_int_eq(rc, -EPROTO);
+    ck_assert_msg(strstr(err, "not a shared mapping"), "%s", err);
+    pk_channel_t *ch = O->channel_new(f, true, &rc, err);
+    ck_assert_ptr_nonnull(ch);
+    O->channel_close(&ch);
+    O->fabric_close(&f);
+    config.provider = "tcp";
+    ck_assert_ptr_null(O->fabric_open(&config, pool, 16, BLOCK, &rc, err));
+    ck_assert_msg(strstr(err, "\"tcp\" is not available"), "%s", err);
+    free(pool);
+    ck_assert_ptr_eq(pk_transport_for("mmap"), O);
+    ck_assert_ptr_eq(pk_transport_for("tcp"), pk_transport_find(NULL));
+    ck_assert_ptr_eq(pk_transport_for(NULL), pk_transport_find(NULL));
+}
+END_TEST
+
+//  Two processes: a child target sends its blob up a pipe, copies until
+//  round 1 landed n blocks, and checks every byte (exit 0) -- or, with
+//  die, exits as soon as the writer has connected.
+static pid_t
+s_child(int *blob_fd, uint32_t n, bool die)
+{
+    int up[2];
+    ck_assert_int_eq(pipe(up), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        close(up[0]);
+        s_side_t side = { 0 };
+        s_open(&side, true, 2.0);
+        if (pk_channel_send_blob_fd(O, side.ch, up[1]) != 0)
+            _exit(3);
+        double deadline = pk_clock_monotonic() + 20;
+        while (pk_clock_monotonic() < deadline) {
+            if (O->channel_progress(side.ch) > 0 && die)
+                _exit(0);                   //  the writer's hello read: die now
+            if (!die && O->channel_landed(side.ch, 1) >= n) {
+                for (uint32_t i = 0; i < n; i++)
+                    if (!s_block_is(side.pool, (i * 53 + 11) % BLOCKS, i))
+                        _exit(1);
+                _exit(0);
+            }
+        }
+        _exit(2);
+    }
+    close(up[1]);
+    *blob_fd = up[0];
+    return pid;
+}
+
+static void
+s_connect_fd(pk_channel_t *ch, int fd)
+{
+    uint32_t len;
+    ck_assert_int_eq(read(fd, &len, 4), 4);
+    uint8_t *blob = malloc(len);
+    ck_assert_int_eq(read(fd, blob, len), (ssize_t) len);
+    char err[PK_ERRLEN] = "";
+    ck_assert_msg(O->channel_connect(ch, blob, len, err) == 0, "%s", err);
+    free(blob);
+    close(fd);
+}
+
+START_TEST(test_two_processes_bytes_land)
+{
+    int fd;
+    pid_t pid = s_child(&fd, 1000, false);
+    O->channel_close(&W.ch);
+    int rc;
+    char err[PK_ERRLEN];
+    W.ch = O->channel_new(W.fabric, false, &rc, err);
+    s_connect_fd(W.ch, fd);
+    ck_assert_int_gt(s_write_permuted(W.ch, 1, 1000), 0);
+    s_seen_t seen = s_wait(false);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(seen.ok);
+    ck_assert_uint_eq(seen.landed, 1000);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+}
+END_TEST
+
+START_TEST(test_dead_target_fails_transfers)
+{
+    int fd;
+    pid_t pid = s_child(&fd, 0, true);
+    O->channel_close(&W.ch);
+    int rc;
+    char err[PK_ERRLEN];
+    W.ch = O->channel_new(W.fabric, false, &rc, err);
+    s_connect_fd(W.ch, fd);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    int64_t tid = s_write_permuted(W.ch, 1, 8);
+    if (tid > 0) {
+        s_seen_t seen = s_wait(false);
+        ck_assert_int_eq(seen.count, 1);
+        ck_assert(!seen.ok);
+    }
+    else
+        ck_assert_int_eq(tid, -ENOTCONN);   //  the end of file was read first
+    ck_assert(O->channel_closed(W.ch));
+}
+END_TEST
+
+int
+main(void)
+{
+    Suite *s = suite_create("mmap");
+    TCase *tc = tcase_create("mmap");
+    tcase_set_timeout(tc, 60);
+    tcase_add_checked_fixture(tc, s_setup, s_teardown);
+    tcase_add_test(tc, test_blocks_land_in_place);
+    tcase_add_test(tc, test_wait_fd_wakes_target);
+    tcase_add_test(tc, test_cancel_immediate_lands_nothing);
+    tcase_add_test(tc, test_cancel_wait_reports_when_done);
+    tcase_add_test(tc, test_silent_target_stalls);
+    tcase_add_test(tc, test_indices_out_of_range);
+    tcase_add_test(tc, test_blobs_refused);
+    tcase_add_test(tc, test_writer_needs_a_file_pool);
+    tcase_add_test(tc, test_two_processes_bytes_land);
+    tcase_add_test(tc, test_dead_target_fails_transfers);
+    suite_add_tcase(s, tc);
+    return pk_test_run("mmap", s);
+}
