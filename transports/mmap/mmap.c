@@ -12,6 +12,7 @@
 #include "base/err.h"
 #include "base/host_id.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -180,18 +181,21 @@ s_pool_fd(const void *base, char *why, size_t cap)
     fclose(maps);
     if (!found)
         return snprintf(why, cap, "the pool is not a shared mapping of a file"), -1;
-    for (int fd = 0; fd < 4096; fd++) {
+    DIR *fds = opendir("/proc/self/fd");
+    int ro = -1;
+    for (struct dirent *e; fds && ro < 0 && (e = readdir(fds));) {
         struct stat st;
-        if (fstat(fd, &st) == 0 && st.st_ino == ino && major(st.st_dev) == maj
-            && minor(st.st_dev) == min) {
-            char path[64];
-            snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-            int ro = open(path, O_RDONLY | O_CLOEXEC);
-            if (ro >= 0)
-                return ro;
-        }
+        char path[300];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        if (*e->d_name != '.' && stat(path, &st) == 0 && st.st_ino == ino
+            && major(st.st_dev) == maj && minor(st.st_dev) == min)
+            ro = open(path, O_RDONLY | O_CLOEXEC);
     }
-    return snprintf(why, cap, "no open descriptor of the pool's file"), -1;
+    if (fds)
+        closedir(fds);
+    if (ro < 0)
+        snprintf(why, cap, "no open descriptor of the pool's file");
+    return ro;
 }
 
 static pk_fabric_t *
