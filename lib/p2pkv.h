@@ -105,12 +105,15 @@ typedef struct {
     const char *peer_id;            //  this consumer's name (required)
     const char *fingerprint;        //  must equal the servers' ("")
     const char *hash_seed;          //  must equal the servers' ("0")
-    /*  libfabric provider: one name ("tcp", "shm") is used for every
-        server (one that does not offer it refuses the connect, naming
-        what it offers); NULL or "auto": per server, the best one it
-        describes that this machine has: shm when it runs on this host
-        (p2pkv_description_t.host), else the first network provider of its
-        list.  The client opens one fabric per provider it uses.  */
+    /*  data-plane provider: one name ("tcp", "shm", "mmap") is used for
+        every server (one that does not offer it refuses the connect,
+        naming what it offers); NULL or "auto": per server, the best one
+        it describes that this machine has: mmap or shm, whichever it
+        lists first, when it runs on this host (p2pkv_description_t.host),
+        else the first network provider of its list.  mmap is p2pkv's own:
+        the client copies from the server's pool, mapped read-only (the
+        same user only).  The client opens one fabric per provider it
+        uses.  */
     const char *provider;
     const char *node;               //  local address for the fabric (NULL: any)
     double load_timeout;            //  30 s: a fetch without transfer_done is aborted

@@ -14,6 +14,7 @@
 #include "base/err.h"
 #include "base/host_id.h"
 #include "base/transport.h"
+#include "mmap/copier.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -442,6 +443,33 @@ START_TEST(test_dead_target_fails_transfers)
 }
 END_TEST
 
+//  The copier alone: a large batch shared with its helpers (where the
+//  machine has a second core) lands every block in place; with the
+//  cut-off flag set, none lands; a small batch stays on the caller.
+START_TEST(test_copier_shares_and_cuts_off)
+{
+    pk_copier_t *c = pk_copier_new();
+    ck_assert_ptr_nonnull(c);
+    uint8_t *src = W.pool, *dst = T.pool;
+    pk_copy_pair_t pairs[BLOCKS];
+    for (uint32_t i = 0; i < BLOCKS; i++)
+        pairs[i] = (pk_copy_pair_t) { i, (i * 53 + 11) % BLOCKS };
+    _Atomic uint32_t closed = 0;
+    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, 4, BLOCK, &closed), 4);
+    ck_assert_uint_eq(pk_copier_helpers(c), 0);             //  16 KiB: alone
+    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, BLOCKS, BLOCK, &closed), BLOCKS);
+    if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
+        ck_assert_uint_ge(pk_copier_helpers(c), 1);
+    for (uint32_t i = 0; i < BLOCKS; i++)
+        ck_assert_msg(s_block_is(dst, (i * 53 + 11) % BLOCKS, i), "block %u", i);
+    atomic_store(&closed, 1);
+    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, BLOCKS, BLOCK, &closed), 0);
+    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, 1, BLOCK, &closed), 0);
+    pk_copier_destroy(&c);
+    ck_assert_ptr_null(c);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -459,6 +487,7 @@ main(void)
     tcase_add_test(tc, test_writer_needs_a_file_pool);
     tcase_add_test(tc, test_two_processes_bytes_land);
     tcase_add_test(tc, test_dead_target_fails_transfers);
+    tcase_add_test(tc, test_copier_shares_and_cuts_off);
     suite_add_tcase(s, tc);
     return pk_test_run("mmap", s);
 }

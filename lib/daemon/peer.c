@@ -363,23 +363,60 @@ s_test_hold(self_t *self)
 }
 
 //  Runs the session until it retires or the pipe ends.
+//  Whether this thread may sleep on the channel while writes run: its
+//  transport has a wait fd and says nothing needs our progress now.
+static bool
+s_sleep_on_channel(self_t *self)
+{
+    const pk_transport_ops_t *ops = s_ops(self->peer);
+    return ops->channel_wait_fd(self->peer->channel) >= 0
+           && ops->channel_trywait(self->peer->channel);
+}
+
+//  Blocks until the pipe or the channel's wait fd is readable, for 10 ms
+//  at most (the session's clocks need a tick); a command on the pipe is
+//  handled.  False when the actor must stop.
+static bool
+s_wait_pipe_or_channel(self_t *self)
+{
+    zmq_pollitem_t items[2] = {
+        { zsock_resolve(self->pipe), 0, ZMQ_POLLIN, 0 },
+        { NULL, s_ops(self->peer)->channel_wait_fd(self->peer->channel), ZMQ_POLLIN, 0 }
+    };
+    int rc = zmq_poll(items, 2, 10);
+    if (rc < 0)
+        return zmq_errno() == EINTR;
+    if (items[0].revents & ZMQ_POLLIN)
+        return s_self_handle_pipe(self);
+    return true;
+}
+
 static void
 s_self_run(self_t *self)
 {
     s_test_hold(self);
     pk_server_session_t *session = self->session;
     while (!pk_server_session_reason(session)[0]) {
-        //  Spin while writes run.  Lookups parked on keys the engine is
-        //  writing are answered at a tick after its commit: tick every
-        //  2 ms then.  Otherwise the endpoint needs little (the server
-        //  only writes; nobody writes to it): the idle look.
-        int timeout = pk_server_session_has_inflight(session) ? 0
-                      : pk_server_session_has_parked(session) ? 2 : self->idle_look;
-        zsock_t *which = zpoller_wait(self->poller, timeout);
-        if (which == self->pipe && !s_self_handle_pipe(self))
-            break;
-        if (!which && zpoller_terminated(self->poller))
-            break;
+        //  Writes run: sleep on the channel's wait fd where the transport
+        //  says its writes move without us (mmap: the consumer copies),
+        //  so this thread leaves the core to the copy; else spin while
+        //  they run.  Lookups parked on keys the engine is writing are
+        //  answered at a tick after its commit: tick every 2 ms then.
+        //  Otherwise the endpoint needs little (the server only writes;
+        //  nobody writes to it): the idle look.
+        if (pk_server_session_has_inflight(session) && s_sleep_on_channel(self)) {
+            if (!s_wait_pipe_or_channel(self))
+                break;
+        }
+        else {
+            int timeout = pk_server_session_has_inflight(session) ? 0
+                          : pk_server_session_has_parked(session) ? 2 : self->idle_look;
+            zsock_t *which = zpoller_wait(self->poller, timeout);
+            if (which == self->pipe && !s_self_handle_pipe(self))
+                break;
+            if (!which && zpoller_terminated(self->poller))
+                break;
+        }
         s_ops(self->peer)->channel_progress(self->peer->channel);
         pk_server_session_tick(session);
         s_push_metrics(self->node, self->peer, session, &self->last, &self->flast);

@@ -8,6 +8,7 @@
     (address space only: its pages are the server's).  No thread.
 */
 #include "mmap/mmap.h"
+#include "mmap/copier.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/host_id.h"
@@ -63,9 +64,7 @@ typedef struct {
     uint64_t block_len;
 } s_hello_t;
 
-typedef struct {
-    uint32_t local, remote;
-} s_pair_t;
+typedef pk_copy_pair_t s_pair_t;       //  local (the server's), remote (ours)
 
 typedef struct {
     uint32_t type;              //  S_WRITE, then n pairs
@@ -122,6 +121,7 @@ typedef struct {
     char host[PK_HOST_ID_LEN];
     uint64_t opened, open, refused;
     uint32_t serial;
+    pk_copier_t *copier;        //  a consumer's copies, on its cores (copier.h)
 } s_fabric_t;
 
 typedef struct {
@@ -227,6 +227,8 @@ s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
     }
     //  Only a writer needs it; a consumer's pool may be any memory.
     self->ro_fd = s_pool_fd(base, self->no_fd, sizeof self->no_fd);
+    //  no copier: every copy on the caller's thread
+    self->copier = pk_copier_new();
     return (pk_fabric_t *) self;
 }
 
@@ -238,6 +240,7 @@ s_fabric_close(pk_fabric_t **fabric_p)
         return;
     if (self->ro_fd >= 0)
         close(self->ro_fd);
+    pk_copier_destroy(&self->copier);
     free(self);
     *fabric_p = NULL;
 }
@@ -923,26 +926,26 @@ s_copy(s_channel_t *self, size_t *budget)
     const s_pair_t *p = (const s_pair_t *) (w + 1);
     uint64_t bl = self->fabric->block_len;
     s_round_t *r = s_round(self, w->round_seq, true);
-    while (self->msg_at < w->n && *budget >= bl) {
-        s_pair_t pair = p[self->msg_at++];
-        if (self->cur_failed || self->revoked || !r || pair.local >= self->src_blocks
-            || pair.remote >= self->fabric->num_blocks
-            || atomic_load(&self->ctrl->closed)) {
+    //  the pairs within the budget, at least one
+    size_t k = *budget / bl < w->n - self->msg_at ? *budget / bl : w->n - self->msg_at;
+    if (k == 0)
+        k = 1;
+    const s_pair_t *chunk = p + self->msg_at;
+    self->msg_at += k;
+    *budget = *budget > k * bl ? *budget - k * bl : 0;
+    for (size_t i = 0; i < k && !self->cur_failed; i++)
+        if (chunk[i].src >= self->src_blocks || chunk[i].dst >= self->fabric->num_blocks)
             self->cur_failed = true;
-            continue;
-        }
-        memcpy(self->fabric->base + pair.remote * bl, self->src + pair.local * bl, bl);
-        *budget -= bl;
-        //  The copy's reads before the flag's: set meanwhile, the block
-        //  may be torn and does not land.
-        atomic_thread_fence(memory_order_seq_cst);
-        if (atomic_load(&self->ctrl->closed)) {
-            self->cur_failed = true;
-            continue;
-        }
-        r->count++;
-        self->cur_landed++;
-        self->stats.blocks_landed++;
+    if (self->cur_failed || self->revoked || !r || atomic_load(&self->ctrl->closed))
+        self->cur_failed = true;        //  nothing more of this transfer lands
+    else {
+        size_t landed = pk_copier_run(self->fabric->copier, self->fabric->base, self->src,
+                                      chunk, k, bl, &self->ctrl->closed);
+        if (landed < k)
+            self->cur_failed = true;    //  cut off meanwhile
+        r->count += landed;
+        self->cur_landed += landed;
+        self->stats.blocks_landed += landed;
     }
     if (self->msg_at < w->n)
         return;

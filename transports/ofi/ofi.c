@@ -712,8 +712,10 @@ pk_ofi_channel_trywait(pk_ofi_channel_t *self)
 {
     if (self->closed)
         return true;
-    //  writes of ours still queued need progress, not sleep
-    if (self->queue_head)
+    //  writes of ours queued or posted need progress, not sleep (the
+    //  providers' data progress is manual: a posted write's bytes move
+    //  when we progress)
+    if (self->queue_head || self->posted_head)
         return false;
     //  no wait object (shm): the owner may sleep, on the short progress
     //  timer it keeps for such a channel; answering false here made an

@@ -1,0 +1,149 @@
+/*  copier.c: block copies shared with helper threads (copier.h).
+
+    A batch is a list of pairs and a shared cursor: every thread takes the
+    next pair with one atomic add until none is left, so a slow thread
+    never holds the others back.  The caller copies too, then waits until
+    every helper has left the batch, so on return no thread reads src or
+    writes dst for it.  What it costs: one thread per helper (its stack is
+    address space; it sleeps when idle), a mutex and two condition
+    variables per copier, nothing per batch.
+*/
+#include "mmap/copier.h"
+#include "base/thread.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct {
+    uint8_t *dst;
+    const uint8_t *src;
+    const pk_copy_pair_t *pairs;
+    size_t n, block_len;
+    const _Atomic uint32_t *closed;
+    _Atomic size_t next;            //  the next pair to take
+    _Atomic size_t landed;
+} s_batch_t;
+
+struct _pk_copier_t {
+    pthread_mutex_t mutex;
+    pthread_cond_t go, done;
+    s_batch_t *batch;               //  the batch helpers may join (NULL: none)
+    uint64_t generation;            //  bumped per batch
+    size_t busy;                    //  helpers inside the batch
+    bool quit;
+    size_t want, nhelpers;          //  helpers to start; started
+    pthread_t helpers[PK_COPIER_MAX_HELPERS];
+};
+
+//  Takes pairs until none is left; adds what landed.
+static void
+s_copy_some(s_batch_t *b)
+{
+    size_t landed = 0;
+    for (size_t i; (i = atomic_fetch_add(&b->next, 1)) < b->n;) {
+        memcpy(b->dst + (size_t) b->pairs[i].dst * b->block_len,
+               b->src + (size_t) b->pairs[i].src * b->block_len, b->block_len);
+        //  the copy's reads before the flag's (mmap.h, cut-off)
+        atomic_thread_fence(memory_order_seq_cst);
+        if (!atomic_load(b->closed))
+            landed++;
+    }
+    atomic_fetch_add(&b->landed, landed);
+}
+
+static void *
+s_helper(void *arg)
+{
+    pk_copier_t *self = arg;
+    pk_thread_block_signals();
+    uint64_t seen = 0;
+    pthread_mutex_lock(&self->mutex);
+    while (!self->quit) {
+        if (!self->batch || self->generation == seen) {
+            pthread_cond_wait(&self->go, &self->mutex);
+            continue;
+        }
+        seen = self->generation;
+        s_batch_t *b = self->batch;
+        self->busy++;
+        pthread_mutex_unlock(&self->mutex);
+        s_copy_some(b);
+        pthread_mutex_lock(&self->mutex);
+        if (--self->busy == 0)
+            pthread_cond_signal(&self->done);
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return NULL;
+}
+
+pk_copier_t *
+pk_copier_new(void)
+{
+    pk_copier_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    pthread_mutex_init(&self->mutex, NULL);
+    pthread_cond_init(&self->go, NULL);
+    pthread_cond_init(&self->done, NULL);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    self->want = cores > 1 ? (size_t) cores - 1 : 0;
+    if (self->want > PK_COPIER_MAX_HELPERS)
+        self->want = PK_COPIER_MAX_HELPERS;
+    return self;
+}
+
+void
+pk_copier_destroy(pk_copier_t **self_p)
+{
+    pk_copier_t *self = *self_p;
+    if (!self)
+        return;
+    pthread_mutex_lock(&self->mutex);
+    self->quit = true;
+    pthread_cond_broadcast(&self->go);
+    pthread_mutex_unlock(&self->mutex);
+    for (size_t i = 0; i < self->nhelpers; i++)
+        pthread_join(self->helpers[i], NULL);
+    pthread_cond_destroy(&self->done);
+    pthread_cond_destroy(&self->go);
+    pthread_mutex_destroy(&self->mutex);
+    free(self);
+    *self_p = NULL;
+}
+
+size_t
+pk_copier_helpers(const pk_copier_t *self)
+{
+    return self->nhelpers;
+}
+
+size_t
+pk_copier_run(pk_copier_t *self, uint8_t *dst, const uint8_t *src,
+              const pk_copy_pair_t *pairs, size_t n, size_t block_len,
+              const _Atomic uint32_t *closed)
+{
+    s_batch_t b = { dst, src, pairs, n, block_len, closed, 0, 0 };
+    bool share = self && self->want && n > 1 && n * block_len >= PK_COPIER_PARALLEL_MIN;
+    if (!share) {
+        s_copy_some(&b);
+        return atomic_load(&b.landed);
+    }
+    pthread_mutex_lock(&self->mutex);
+    //  a helper that does not start leaves the batch to the others
+    while (self->nhelpers < self->want
+           && pthread_create(&self->helpers[self->nhelpers], NULL, s_helper, self) == 0)
+        self->nhelpers++;
+    self->batch = &b;
+    self->generation++;
+    pthread_cond_broadcast(&self->go);
+    pthread_mutex_unlock(&self->mutex);
+    s_copy_some(&b);
+    pthread_mutex_lock(&self->mutex);
+    self->batch = NULL;             //  late helpers find nothing to join
+    while (self->busy)
+        pthread_cond_wait(&self->done, &self->mutex);
+    pthread_mutex_unlock(&self->mutex);
+    return atomic_load(&b.landed);
+}
