@@ -1,8 +1,8 @@
 /*  copier.h: block copies for the mmap transport, on more than one core.
 
     One core's memcpy is the whole cost of a same-host fetch (about 9 GB/s
-    here), and two cores copy 64 KiB blocks at 20-28 GB/s (/tmp-free
-    measurement in doc/design.md, "Same-host copies"), so a large batch is
+    here), and two cores copy 64 KiB blocks at 20-28 GB/s (doc/design.md,
+    "Same-host copies"), so a large batch is
     shared with helper threads: as many as the machine has cores less one,
     at most PK_COPIER_MAX_HELPERS, started at the first batch that needs
     them and sleeping on a condition variable otherwise (no idle CPU).  A
