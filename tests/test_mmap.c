@@ -20,7 +20,10 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -326,6 +329,47 @@ START_TEST(test_blobs_refused)
 }
 END_TEST
 
+//  A blob naming a socket whose listener never accepts and whose backlog
+//  is full: the writer's connect is refused at once, never held.
+START_TEST(test_busy_listener_refused)
+{
+    int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    const char name[] = "p2pkv-mmap-test-busy";
+    memcpy(sa.sun_path + 1, name, sizeof name - 1);
+    socklen_t salen = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + sizeof name);
+    ck_assert_int_eq(bind(l, (struct sockaddr *) &sa, salen), 0);
+    ck_assert_int_eq(listen(l, 0), 0);
+    int filler[8], nfill = 0;
+    for (; nfill < 8; nfill++) {
+        filler[nfill] = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (connect(filler[nfill], (struct sockaddr *) &sa, salen) != 0) {
+            close(filler[nfill]);
+            break;
+        }
+    }
+    ck_assert_int_lt(nfill, 8);             //  the backlog filled
+    uint8_t *blob;
+    size_t len;
+    ck_assert_int_eq(O->channel_blob(T.ch, &blob, &len), 0);
+    //  s_blob_t: the socket's name at 24 + PK_HOST_ID_LEN, after its NUL
+    memset(blob + 24 + PK_HOST_ID_LEN, 0, 48);
+    memcpy(blob + 24 + PK_HOST_ID_LEN + 1, name, sizeof name - 1);
+    int rc;
+    char err[PK_ERRLEN] = "";
+    pk_channel_t *ch = O->channel_new(W.fabric, false, &rc, err);
+    //  held in a blocking connect, this would never return (Check's
+    //  timeout would end the test)
+    ck_assert_int_eq(O->channel_connect(ch, blob, len, err), -EPROTO);
+    ck_assert_msg(strstr(err, "the consumer's socket"), "%s", err);
+    O->channel_close(&ch);
+    free(blob);
+    for (int i = 0; i < nfill; i++)
+        close(filler[i]);
+    close(l);
+}
+END_TEST
+
 //  A writer whose pool is plain memory has nothing to hand a consumer:
 //  its channel is refused, naming why; a target's is fine.
 START_TEST(test_writer_needs_a_file_pool)
@@ -485,6 +529,7 @@ main(void)
     tcase_add_test(tc, test_indices_out_of_range);
     tcase_add_test(tc, test_blobs_refused);
     tcase_add_test(tc, test_writer_needs_a_file_pool);
+    tcase_add_test(tc, test_busy_listener_refused);
     tcase_add_test(tc, test_two_processes_bytes_land);
     tcase_add_test(tc, test_dead_target_fails_transfers);
     tcase_add_test(tc, test_copier_shares_and_cuts_off);

@@ -741,7 +741,10 @@ s_channel_connect(pk_channel_t *channel, const uint8_t *blob, size_t len, char *
         return pk_err(err, -EPROTO, "agent_metadata: mmap: two %s", self->target
                       ? "consumers" : "writers");
     }
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    //  non-blocking from the start: a listener whose backlog is full (or
+    //  a hostile one that never accepts) refuses at once instead of
+    //  holding this session's actor in connect
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return pk_err(err, -errno, "mmap: socket: %s", strerror(errno));
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -777,8 +780,7 @@ s_channel_connect(pk_channel_t *channel, const uint8_t *blob, size_t len, char *
         goto fail_socket;
     }
     struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
-    if (fcntl(fd, F_SETFL, O_NONBLOCK) != 0
-        || epoll_ctl(self->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
         rc = pk_err(err, -errno, "mmap: %s", strerror(errno));
         goto fail_socket;
     }
