@@ -254,17 +254,18 @@ def test_engine_namespace_is_what_consumers_see(server_factory, tmp_path):
     assert "ns:" in str(e.value)
 
 
-def test_describe_lists_providers_and_an_auto_client_uses_shm(server_factory):
-    srv = server_factory("--provider", "shm,tcp")
+@pytest.mark.parametrize("same_host", ["shm", "mmap"])
+def test_describe_lists_providers_and_an_auto_client_uses_same_host(server_factory, same_host):
+    srv = server_factory("--provider", same_host + ",tcp")
     d = p2pkv.describe(srv.endpoint)
-    assert d["providers"][0] == "shm" and d["providers"][1].startswith("tcp")
-    assert d["provider"] == "shm" and d["host"]
+    assert d["providers"][0] == same_host and d["providers"][1].startswith("tcp")
+    assert d["provider"] == same_host and d["host"]
     with p2pkv.Engine(srv.local) as engine:
         keys, datas = publish(engine, 4)
-        with p2pkv.Client("py-shm", 4, engine.block_len) as c:     # provider: auto
+        with p2pkv.Client("py-" + same_host, 4, engine.block_len) as c:   # provider: auto
             s = c.connect(srv.endpoint)
             assert c.get(s, keys, [0, 1, 2, 3]) == [True] * 4
             for i, data in enumerate(datas):
                 assert bytes(c.pool[i * engine.block_len:(i + 1) * engine.block_len]) == data
         fabrics = engine.stats()["fabrics"]
-        assert fabrics["shm"]["channels_opened"] == 1
+        assert fabrics[same_host]["channels_opened"] == 1
