@@ -969,8 +969,9 @@ s_target_progress(s_channel_t *self)
             s_shut(self);
         return 0;
     }
-    size_t budget = S_COPY_BUDGET;
-    while (self->fd >= 0 && budget >= self->fabric->block_len) {
+    //  one block at least, however large
+    size_t bl = self->fabric->block_len, budget = S_COPY_BUDGET > bl ? S_COPY_BUDGET : bl;
+    while (self->fd >= 0 && budget >= bl) {
         if (!self->msg_open) {
             int rc = s_recv(self);
             if (rc < 0) {
