@@ -330,7 +330,8 @@ START_TEST(test_blobs_refused)
 END_TEST
 
 //  A blob naming a socket whose listener never accepts and whose backlog
-//  is full: the writer's connect is refused at once, never held.
+//  is full: the writer's connect is refused at once, never held; once
+//  the listener is gone, refused too.
 START_TEST(test_busy_listener_refused)
 {
     int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -363,10 +364,15 @@ START_TEST(test_busy_listener_refused)
     ck_assert_int_eq(O->channel_connect(ch, blob, len, err), -EPROTO);
     ck_assert_msg(strstr(err, "the consumer's socket"), "%s", err);
     O->channel_close(&ch);
-    free(blob);
     for (int i = 0; i < nfill; i++)
         close(filler[i]);
     close(l);
+    //  and a socket nobody listens on any more: refused, named
+    ch = O->channel_new(W.fabric, false, &rc, err);
+    ck_assert_int_eq(O->channel_connect(ch, blob, len, err), -EPROTO);
+    ck_assert_msg(strstr(err, "the consumer's socket: Connection refused"), "%s", err);
+    O->channel_close(&ch);
+    free(blob);
 }
 END_TEST
 
