@@ -295,7 +295,7 @@ START_TEST(test_blobs_refused)
     uint8_t *blob;
     size_t len;
     ck_assert_int_eq(O->channel_blob(T.ch, &blob, &len), 0);
-    //  layout of transports/mmap/mmap.c's s_blob_t: 4 magic, version,
+    //  layout of pk_mmap_blob_t (transports/mmap/mmap_priv.h): 4 magic, version,
     //  target, 2 zero, pid, uid, block_len, host[], sock[]
     uint8_t *bad = malloc(len);
     memcpy(bad, blob, len);
@@ -353,7 +353,7 @@ START_TEST(test_busy_listener_refused)
     uint8_t *blob;
     size_t len;
     ck_assert_int_eq(O->channel_blob(T.ch, &blob, &len), 0);
-    //  s_blob_t: the socket's name at 24 + PK_HOST_ID_LEN, after its NUL
+    //  pk_mmap_blob_t: the socket's name at 24 + PK_HOST_ID_LEN, after its NUL
     memset(blob + 24 + PK_HOST_ID_LEN, 0, 48);
     memcpy(blob + 24 + PK_HOST_ID_LEN + 1, name, sizeof name - 1);
     int rc;

@@ -15,7 +15,7 @@
     descriptors of its pool and of one control page.  Every write is a
     message (its pairs of blocks), every finished write a message back
     (how many blocks landed).  The consumer's channel_progress runs the
-    copies, at most S_COPY_BUDGET bytes a call.
+    copies, at most PK_MMAP_COPY_BUDGET bytes a call.
 
     Why a same-uid peer may map the whole pool: a process of our own user
     can read all our memory already (ptrace, /proc/PID/mem, the CMA that
