@@ -520,6 +520,34 @@ START_TEST(test_copier_shares_and_cuts_off)
 }
 END_TEST
 
+//  A child forked after the helpers started has none of them: its
+//  copier starts its own, copies every block, and is destroyed cleanly.
+START_TEST(test_copier_after_fork)
+{
+    pk_copier_t *c = pk_copier_new();
+    pk_copy_pair_t pairs[BLOCKS];
+    for (uint32_t i = 0; i < BLOCKS; i++)
+        pairs[i] = (pk_copy_pair_t) { i, (i * 53 + 11) % BLOCKS };
+    _Atomic uint32_t closed = 0;
+    ck_assert_uint_eq(pk_copier_run(c, T.pool, W.pool, pairs, BLOCKS, BLOCK, &closed), BLOCKS);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        memset(T.pool, 0, (size_t) BLOCK * BLOCKS);
+        size_t landed = pk_copier_run(c, T.pool, W.pool, pairs, BLOCKS, BLOCK, &closed);
+        bool right = landed == BLOCKS;
+        for (uint32_t i = 0; right && i < BLOCKS; i++)
+            right = s_block_is(T.pool, (i * 53 + 11) % BLOCKS, i);
+        pk_copier_destroy(&c);
+        _exit(right ? 0 : 1);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    pk_copier_destroy(&c);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -539,6 +567,7 @@ main(void)
     tcase_add_test(tc, test_two_processes_bytes_land);
     tcase_add_test(tc, test_dead_target_fails_transfers);
     tcase_add_test(tc, test_copier_shares_and_cuts_off);
+    tcase_add_test(tc, test_copier_after_fork);
     suite_add_tcase(s, tc);
     return pk_test_run("mmap", s);
 }

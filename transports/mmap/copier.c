@@ -35,7 +35,22 @@ struct _pk_copier_t {
     bool quit;
     size_t want, nhelpers;          //  helpers to start; started
     pthread_t helpers[PK_COPIER_MAX_HELPERS];
+    pid_t pid;                      //  the process the helpers run in
 };
+
+//  A child forked after the helpers started has none of them (fork copies
+//  one thread): it forgets them, and starts its own at its next batch.
+static void
+s_forget_after_fork(pk_copier_t *self)
+{
+    if (self->nhelpers && self->pid != getpid()) {
+        pthread_mutex_init(&self->mutex, NULL);
+        pthread_cond_init(&self->go, NULL);
+        pthread_cond_init(&self->done, NULL);
+        self->nhelpers = self->busy = 0;
+        self->batch = NULL;
+    }
+}
 
 //  Takes pairs until none is left; adds what landed.
 static void
@@ -100,6 +115,7 @@ pk_copier_destroy(pk_copier_t **self_p)
     pk_copier_t *self = *self_p;
     if (!self)
         return;
+    s_forget_after_fork(self);
     pthread_mutex_lock(&self->mutex);
     self->quit = true;
     pthread_cond_broadcast(&self->go);
@@ -130,7 +146,9 @@ pk_copier_run(pk_copier_t *self, uint8_t *dst, const uint8_t *src,
         s_copy_some(&b);
         return atomic_load(&b.landed);
     }
+    s_forget_after_fork(self);
     pthread_mutex_lock(&self->mutex);
+    self->pid = getpid();
     //  a helper that does not start leaves the batch to the others
     while (self->nhelpers < self->want
            && pthread_create(&self->helpers[self->nhelpers], NULL, s_helper, self) == 0)

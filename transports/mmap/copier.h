@@ -9,6 +9,9 @@
     batch under PK_COPIER_PARALLEL_MIN bytes is copied by the caller alone:
     waking a helper costs tens of microseconds.
 
+    A process forked after the helpers started has none of them: its
+    copier notices (the pid changed) and starts its own.
+
     The cut-off rule of mmap.h holds per block, on whichever thread copies
     it: the flag is read after the copy (behind a full fence) and a block
     copied while it was set is not counted.
