@@ -362,7 +362,6 @@ s_test_hold(self_t *self)
         zclock_sleep(10);
 }
 
-//  Runs the session until it retires or the pipe ends.
 //  Whether this thread may sleep on the channel while writes run: its
 //  transport has a wait fd and says nothing needs our progress now.
 static bool
@@ -391,6 +390,7 @@ s_wait_pipe_or_channel(self_t *self)
     return true;
 }
 
+//  Runs the session until it retires or the pipe ends.
 static void
 s_self_run(self_t *self)
 {
