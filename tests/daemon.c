@@ -288,17 +288,22 @@ td_port_free(int port)
     return free_now;
 }
 
-void
-td_fixed_endpoint(char *endpoint, size_t size)
+int
+td_free_port(void)
 {
     for (int attempt = 0; attempt < 100; attempt++) {
         int port = 20000 + (int) randombytes_uniform(12000);
-        if (td_port_free(port)) {
-            snprintf(endpoint, size, "tcp://127.0.0.1:%d", port);
-            return;
-        }
+        if (td_port_free(port))
+            return port;
     }
     ck_abort_msg("no free port in 20000..31999");
+    return -1;
+}
+
+void
+td_fixed_endpoint(char *endpoint, size_t size)
+{
+    snprintf(endpoint, size, "tcp://127.0.0.1:%d", td_free_port());
 }
 
 int

@@ -100,6 +100,11 @@ int td_suite_start(void);
     ours restarts on it.  */
 void td_fixed_endpoint(char *endpoint, size_t size);
 
+/*  A port of 127.0.0.1 free now, drawn from 20000..31999: below the
+    kernel's ephemeral range (32768 up), so no client's source port takes
+    it before our server binds it, and below ZeroMQ's "*" ports.  */
+int td_free_port(void);
+
 /*  Whether nothing listens on port of 127.0.0.1 now (a bind succeeds).  */
 bool td_port_free(int port);
 

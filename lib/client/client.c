@@ -904,7 +904,8 @@ p2pkv_client_server_provider(p2pkv_client_t *self, int server, char *out, size_t
     pthread_mutex_lock(&self->lock);
     int rc = -EINVAL;
     if (server >= 0 && server < self->nservers && self->servers[server] && cap) {
-        snprintf(out, cap, "%s", self->servers[server]->ops->fabric_provider(self->servers[server]->fabric));
+        s_server_t *s = self->servers[server];
+        snprintf(out, cap, "%s", s->ops->fabric_provider(s->fabric));
         rc = 0;
     }
     pthread_mutex_unlock(&self->lock);

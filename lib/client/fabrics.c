@@ -3,10 +3,10 @@
     A named config.provider is every server's: its fabric opens with the
     client, so a provider libfabric lacks fails p2pkv_client_new as it
     always did.  Under auto (NULL or "auto") nothing opens until a connect
-    has the server's description: then the best provider both sides have,
-    shm when the server runs on this host (its host identity is ours:
-    the same boot and network and IPC namespaces, base/host_id.h), mmap
-    or shm, whichever the server lists first; else the first network
+    has the server's description: then the best provider both sides have:
+    when the server runs on this host (its host identity is ours: the
+    same boot and network and IPC namespaces, base/host_id.h), mmap or
+    shm, whichever the server lists first; else the first network
     provider of the server's list, best first.  A
     fabric, once open, serves every server of its provider (one channel
     each), so a client talking to a same-host server and a remote one
@@ -47,8 +47,8 @@ s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
     pk_fabric_config_t fc = { name, s_same_host_only(name) ? NULL : self->node,
                               self->config.stall_timeout };
     char why[PK_ERRLEN];
-    pk_fabric_t *fabric = ops->fabric_open(&fc, self->pool, self->num_blocks,
-                                                 self->block_len, rc_p, why);
+    pk_fabric_t *fabric = ops->fabric_open(&fc, self->pool, self->num_blocks, self->block_len,
+                                           rc_p, why);
     if (!fabric) {
         *rc_p = pk_err(err, *rc_p < 0 ? *rc_p : -EIO, "%s", why);
         return NULL;
@@ -103,8 +103,8 @@ pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, char *e
         at += (size_t) snprintf(offered + at, sizeof offered - at, "%s%s", i ? ", " : "",
                                 d->providers[i]);
     if (!*why)
-        snprintf(why, sizeof why, "mmap and shm need the same host and namespaces, and %.60s runs "
-                 "elsewhere", d->peer_id[0] ? d->peer_id : "the server");
+        snprintf(why, sizeof why, "mmap and shm need the same host and namespaces, and %.60s "
+                 "runs elsewhere", d->peer_id[0] ? d->peer_id : "the server");
     (void) pk_err(err, -EPROTONOSUPPORT, "%.60s offers %.120s, none usable here: %.200s",
                   d->peer_id, offered, why);
     return NULL;

@@ -261,9 +261,8 @@ s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
     const pk_transport_ops_t *ops = pk_transport_for(provider);
     if ((rc = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
         return rc;
-    pk_fabric_t *fabric = ops->fabric_open(&fc, pk_store_base(self->store),
-                                                 config->pool_blocks, config->block_len, &rc,
-                                                 err);
+    pk_fabric_t *fabric = ops->fabric_open(&fc, pk_store_base(self->store), config->pool_blocks,
+                                           config->block_len, &rc, err);
     if (!fabric)
         return rc < 0 ? rc : -EIO;
     const char *name = ops->fabric_provider(fabric);
