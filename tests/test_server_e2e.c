@@ -138,6 +138,75 @@ START_TEST(test_symmetric_transfer)
 }
 END_TEST
 
+//  The door runs a small frame itself when the peer's actor waits with
+//  nothing queued, and leaves the rest to the actor (lib/daemon/door.c):
+//  a large lookup (the actor's) and the small ones sent right behind it
+//  (the door's, were nothing queued) are still answered in the order sent,
+//  and so are small lookups sent after a large one was answered.  (All
+//  misses: hits would pin blocks up to the session's quota.)
+START_TEST(test_frames_answered_in_order_by_either_thread)
+{
+    td_t s;
+    td_start(&s, NULL);
+    pk_key_t present[8];
+    s_put_blocks(&s, 8, present);
+    tc_t *tc = s_consumer(&s, "c-order", BLOCK, "fp", "7", NULL);
+    enum { BIG_KEYS = 3000, SMALL = 40 };
+    static uint8_t bytes[BIG_KEYS][32];
+    static pk_key_t big[BIG_KEYS];
+    for (int i = 0; i < BIG_KEYS; i++) {
+        memset(bytes[i], 0, 32);
+        memcpy(bytes[i], &i, sizeof i);
+        big[i] = pk_key_make(bytes[i], 32);
+    }
+    uint64_t round = 1;
+    for (int pass = 0; pass < 3; pass++) {
+        char kv[32];
+        snprintf(kv, sizeof kv, "big-%d", pass);
+        uint64_t first = round;
+        ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round++, big, BIG_KEYS)), 0);
+        for (int i = 0; i < SMALL; i++) {
+            snprintf(kv, sizeof kv, "small-%d-%d", pass, i);
+            ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round++, &big[i], 1)), 0);
+        }
+        for (uint64_t want = first; want < round; want++) {
+            pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 10);
+            ck_assert_msg(resp->round_seq == want, "pass %d: answer of round %llu came where "
+                          "round %llu's was due", pass, (unsigned long long) resp->round_seq,
+                          (unsigned long long) want);
+            bool is_big = want == first;
+            ck_assert_uint_eq(resp->keys.count, is_big ? BIG_KEYS : 1);
+            ck_assert(!resp->hits[0]);
+            pk_msg_destroy(&resp);
+        }
+    }
+    //  a small frame sent while the actor answers a large one, at spacings
+    //  that sweep the moment the actor's answer is on its way to the door
+    for (int i = 0; i < 200; i++) {
+        char kv[32];
+        snprintf(kv, sizeof kv, "mid-%d", i);
+        uint64_t first = round;
+        ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round++, big, 100)), 0);
+        double until = pk_clock_monotonic() + (i % 40) * 10e-6;
+        while (pk_clock_monotonic() < until)
+            ;
+        snprintf(kv, sizeof kv, "tail-%d", i);
+        ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round++, &big[i], 1)), 0);
+        for (uint64_t want = first; want < round; want++) {
+            pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 10);
+            ck_assert_msg(resp->round_seq == want, "spacing %d us: answer of round %llu came "
+                          "where round %llu's was due", (i % 40) * 10,
+                          (unsigned long long) resp->round_seq, (unsigned long long) want);
+            pk_msg_destroy(&resp);
+        }
+    }
+    //  the session is whole: a lookup and fetch land every byte
+    s_symmetric(tc, "after", round, present, 8);
+    tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_bad_peer_does_not_disturb_another)
 {
     td_t s;
@@ -858,6 +927,7 @@ main(void)
     TCase *tc = td_case(s, "e2e", 0);
     tcase_add_test(tc, test_handshake_and_mismatches);
     tcase_add_test(tc, test_symmetric_transfer);
+    tcase_add_test(tc, test_frames_answered_in_order_by_either_thread);
     tcase_add_test(tc, test_bad_peer_does_not_disturb_another);
     tcase_add_test(tc, test_duplicate_fetch_ends_only_that_session);
     tcase_add_test(tc, test_silent_consumer_retired_pins_released);

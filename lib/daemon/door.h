@@ -5,12 +5,15 @@
     by routing id and reaps them from its list of gone peers.  The peer
     actor (peer.c) reads node, connect and consumer, owns channel while it
     runs, and counts consumed; the door frees the peer only after the
-    actor has been joined.
+    actor has been joined.  The session itself is the actor's, under lock:
+    the door takes the lock only to run one frame inline (pk_peer_try_frame).
 */
 #ifndef PK_DOOR_H_INCLUDED
 #define PK_DOOR_H_INCLUDED
 
 #include "daemon/node_internal.h"
+
+#include <pthread.h>
 
 struct pk_peer {
     pk_node_t *node;
@@ -33,7 +36,34 @@ struct pk_peer {
     bool retired;                   //  GONE received: on the node's gone list
     bool quit_sent;                 //  QUIT delivered at shutdown
     pk_peer_t *next_gone;
+    //  The door's fast path (peer.c, pk_peer_try_frame).  The actor holds
+    //  lock whenever it is not waiting, and running is its state while the
+    //  session runs (NULL before and after).  words counts what the door
+    //  put in the pipe, words_done what the actor handled of it (under
+    //  lock); said counts the actor's words to the door, heard those the
+    //  door read: a frame runs inline only when both pairs are equal, so
+    //  nothing overtakes what came or went before it.
+    pthread_mutex_t lock;
+    void *running;
+    uint64_t words;
+    uint64_t words_done;
+    atomic_uint_fast64_t said;
+    uint64_t heard;
 };
+
+/*  Sends the peer's actor a word (zsock_send's picture and arguments)
+    without waiting, counting it: 0, or -EAGAIN (its pipe is full).  */
+int pk_door_tell(pk_peer_t *peer, const char *picture, ...);
+
+/*  Sends a frame to a routing id on the ROUTER (the door's thread only).  */
+void pk_door_reply(pk_node_t *node, const void *rid, size_t rlen, const char *frame, size_t len);
+
+/*  The door's thread: runs one frame of a peer's session here, when its
+    actor is waiting and has nothing queued either way (a lookup's answer
+    then crosses no thread of ours but the door's).  1 when it ran and the
+    actor must wake (writes run, lookups parked, the session ended), 0
+    when it ran, -EAGAIN when the frame must go down the pipe.  */
+int pk_peer_try_frame(pk_peer_t *peer, const void *frame, size_t len);
 
 /*  A frame on the ROUTER socket.  */
 void pk_door_from_router(pk_node_t *node);

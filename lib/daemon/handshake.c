@@ -69,7 +69,13 @@ s_accept(self_t *self, const uint8_t *rid, size_t rlen, const char *key, size_t 
          pk_msg_t **m_p)
 {
     pk_peer_t *peer = calloc(1, sizeof *peer);
+    if (peer && pthread_mutex_init(&peer->lock, NULL) != 0) {
+        free(peer);
+        peer = NULL;
+    }
     if (!peer || rlen > sizeof peer->rid || !(peer->consumer = strdup((*m_p)->peer_id))) {
+        if (peer)
+            pthread_mutex_destroy(&peer->lock);
         free(peer);
         s_reply(self, rid, rlen, "", 0);
         return;

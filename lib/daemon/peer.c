@@ -5,7 +5,10 @@
     The actor opens the channel and the session itself, so connects open in
     parallel, one actor each.  It applies frames as they come, ticks the
     session, keeps the channel progressing and pushes the session's
-    counters to the metrics.  Every way out (session or channel failed at
+    counters to the metrics.  It holds the peer's lock except while it
+    waits; a frame that comes while it waits with nothing queued the door
+    may run itself, under that lock (pk_peer_try_frame), and wakes the
+    actor only when the frame left it work.  Every way out (session or channel failed at
     start, the session retired, the pipe interrupted) says GONE once, after
     everything else the actor had to say; then the actor keeps reading its
     pipe until $TERM, so the door can always reap it.
@@ -18,6 +21,8 @@
         RETIRE reason       retire the session (disconnect retired): its
                             CURVE key was revoked
         QUIT                shut down: drain writes (bounded), say shutdown
+        WAKE                the door ran a frame that left work (writes,
+                            parked lookups, the session's end)
         $TERM               (zactor) end
     peer -> door, on the peer's out socket (a PUSH to the door's one
     actors socket), each word after the peer's id (8 bytes):
@@ -54,7 +59,7 @@ typedef struct {
     zsock_t *pipe;
     pk_parent_t store_parent;
     pk_server_session_t *session;
-    zpoller_t *poller;
+    bool on_door;                   //  the door runs a frame (pk_peer_try_frame)
     pk_server_session_counters_t last;
     pk_channel_stats_t flast;
     bool quitting, terminated;
@@ -83,6 +88,11 @@ static void
 s_actor_out(void *arg, const char *frame, size_t len)
 {
     self_t *a = arg;
+    if (a->on_door) {
+        pk_door_reply(a->node, a->peer->rid, a->peer->rlen, frame, len);
+        return;
+    }
+    atomic_fetch_add(&a->peer->said, 1);
     zsock_send(a->peer->out, "bsb", &a->peer->id, sizeof a->peer->id, "FRAME", frame, len);
 }
 
@@ -124,6 +134,7 @@ s_actor_result(void *arg, uint64_t job, bool success)
 {
     self_t *a = arg;
     a->store_parent.store_result(a->store_parent.self, job, success);
+    atomic_fetch_add(&a->peer->said, 1);
     zsock_send(a->peer->out, "bs8s", &a->peer->id, sizeof a->peer->id, "JOB", job,
                success ? "1" : "0");
 }
@@ -244,15 +255,8 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     }
     pk_server_session_set_latency(self->session, s_latency, node->metrics);
     self->idle_look = s_idle_look_ms(node->config);
-    self->poller = zpoller_new(pipe, NULL);
-    if (!self->poller) {
-        snprintf(reason, PK_ERRLEN, "out of memory");
-        goto fail_session;
-    }
     return self;
 
-fail_session:
-    pk_server_session_destroy(&self->session);
 fail_self:
     free(self);
 fail:
@@ -266,7 +270,6 @@ s_self_destroy(self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
-    zpoller_destroy(&self->poller);
     pk_server_session_destroy(&self->session);
     free(self);
     *self_p = NULL;
@@ -319,6 +322,13 @@ s_on_quit(self_t *self, zmsg_t *msg)
     self->quit_deadline = zclock_mono() / 1e3 + self->node->config->shutdown_timeout;
 }
 
+//  The door ran a frame that left work for this thread: the wake alone
+//  is the point (the loop then looks at what runs).
+static void
+s_on_wake(self_t *self, zmsg_t *msg)
+{
+}
+
 static const struct {
     const char *word;
     void (*fn)(self_t *self, zmsg_t *msg);
@@ -328,6 +338,7 @@ static const struct {
     { "VIOLATION", s_on_violation },
     { "RETIRE", s_on_retire },
     { "QUIT", s_on_quit },
+    { "WAKE", s_on_wake },
 };
 
 //  One message from the door; false when the actor must end.
@@ -346,6 +357,7 @@ s_self_handle_pipe(self_t *self)
         }
     zstr_free(&cmd);
     zmsg_destroy(&msg);
+    self->peer->words_done++;
     return !self->terminated;
 }
 
@@ -372,59 +384,95 @@ s_sleep_on_channel(self_t *self)
            && ops->channel_trywait(self->peer->channel);
 }
 
-//  Blocks until the pipe or the channel's wait fd is readable, for 10 ms
-//  at most (the session's clocks need a tick); a command on the pipe is
-//  handled.  False when the actor must stop.
+//  Waits, the peer's lock let go meanwhile, until the pipe is readable
+//  or something is due.  Writes run: sleep on the channel's wait fd where
+//  the transport says its writes move without us (mmap: the consumer
+//  copies), so this thread leaves the core to the copy, for 10 ms at most
+//  (the session's clocks need a tick); else spin while they run.  Lookups
+//  parked on keys the engine is writing are answered at a tick after its
+//  commit: tick every 2 ms then.  Otherwise the endpoint needs little (the
+//  server only writes; nobody writes to it): the idle look.  False when
+//  the actor must stop; *pipe says whether a word waits.
 static bool
-s_wait_pipe_or_channel(self_t *self)
+s_wait(self_t *self, bool *pipe)
 {
+    pk_server_session_t *session = self->session;
+    bool inflight = pk_server_session_has_inflight(session);
+    bool on_channel = inflight && s_sleep_on_channel(self);
     zmq_pollitem_t items[2] = {
         { zsock_resolve(self->pipe), 0, ZMQ_POLLIN, 0 },
-        { NULL, s_ops(self->peer)->channel_wait_fd(self->peer->channel), ZMQ_POLLIN, 0 }
+        { NULL, on_channel ? s_ops(self->peer)->channel_wait_fd(self->peer->channel) : -1,
+          ZMQ_POLLIN, 0 }
     };
-    int rc = zmq_poll(items, 2, 10);
-    if (rc < 0)
-        return zmq_errno() == EINTR;
-    if (items[0].revents & ZMQ_POLLIN)
-        return s_self_handle_pipe(self);
-    return true;
+    long timeout = on_channel ? 10 : inflight ? 0
+                   : pk_server_session_has_parked(session) ? 2 : self->idle_look;
+    pthread_mutex_unlock(&self->peer->lock);
+    int rc = zmq_poll(items, on_channel ? 2 : 1, timeout);
+    pthread_mutex_lock(&self->peer->lock);
+    *pipe = rc > 0 && (items[0].revents & ZMQ_POLLIN);
+    return rc >= 0 || zmq_errno() == EINTR;
 }
 
-//  Runs the session until it retires or the pipe ends.
+//  What follows every wake, on the actor's thread or the door's: the
+//  channel progresses, the session's clocks run, its counters go to the
+//  metrics, and at shutdown, once writes in flight drained (bounded), the
+//  session says `shutdown`.
+static void
+s_self_step(self_t *self)
+{
+    pk_server_session_t *session = self->session;
+    s_ops(self->peer)->channel_progress(self->peer->channel);
+    pk_server_session_tick(session);
+    s_push_metrics(self->node, self->peer, session, &self->last, &self->flast);
+    if (self->quitting && (!pk_server_session_has_inflight(session)
+                           || zclock_mono() / 1e3 >= self->quit_deadline))
+        pk_server_session_retire(session, PK_DISC_SHUTDOWN, "server shutting down");
+}
+
+//  Runs the session until it retires or the pipe ends, holding the peer's
+//  lock except while it waits.
 static void
 s_self_run(self_t *self)
 {
-    s_test_hold(self);
-    pk_server_session_t *session = self->session;
-    while (!pk_server_session_reason(session)[0]) {
-        //  Writes run: sleep on the channel's wait fd where the transport
-        //  says its writes move without us (mmap: the consumer copies),
-        //  so this thread leaves the core to the copy; else spin while
-        //  they run.  Lookups parked on keys the engine is writing are
-        //  answered at a tick after its commit: tick every 2 ms then.
-        //  Otherwise the endpoint needs little (the server only writes;
-        //  nobody writes to it): the idle look.
-        if (pk_server_session_has_inflight(session) && s_sleep_on_channel(self)) {
-            if (!s_wait_pipe_or_channel(self))
-                break;
-        }
-        else {
-            int timeout = pk_server_session_has_inflight(session) ? 0
-                          : pk_server_session_has_parked(session) ? 2 : self->idle_look;
-            zsock_t *which = zpoller_wait(self->poller, timeout);
-            if (which == self->pipe && !s_self_handle_pipe(self))
-                break;
-            if (!which && zpoller_terminated(self->poller))
-                break;
-        }
-        s_ops(self->peer)->channel_progress(self->peer->channel);
-        pk_server_session_tick(session);
-        s_push_metrics(self->node, self->peer, session, &self->last, &self->flast);
-        //  at shutdown, writes in flight drain (bounded), then `shutdown`
-        if (self->quitting && (!pk_server_session_has_inflight(session)
-                               || zclock_mono() / 1e3 >= self->quit_deadline))
-            pk_server_session_retire(session, PK_DISC_SHUTDOWN, "server shutting down");
+    pk_peer_t *peer = self->peer;
+    pthread_mutex_lock(&peer->lock);
+    s_test_hold(self);          //  under the lock: the door runs nothing meanwhile
+    peer->running = self;
+    while (!pk_server_session_reason(self->session)[0]) {
+        bool pipe;
+        if (!s_wait(self, &pipe) || (pipe && !s_self_handle_pipe(self)))
+            break;
+        s_self_step(self);
     }
+    peer->running = NULL;
+    pthread_mutex_unlock(&peer->lock);
+}
+
+//  The door's fast path.  The actor waits (the lock is free) with nothing
+//  queued either way (every word the door sent handled, every word it
+//  said read), so running the frame here keeps every order a frame on the
+//  pipe would have: the frame's answers go straight to the ROUTER, the
+//  rest (job results) down the actor's out socket as ever.
+int
+pk_peer_try_frame(pk_peer_t *peer, const void *frame, size_t len)
+{
+    if (pthread_mutex_trylock(&peer->lock) != 0)
+        return -EAGAIN;
+    self_t *self = peer->running;
+    int rc = -EAGAIN;
+    if (self && peer->words_done == peer->words
+        && atomic_load(&peer->said) == peer->heard && !self->quitting
+        && !pk_server_session_reason(self->session)[0]) {
+        pk_server_session_t *session = self->session;
+        self->on_door = true;
+        pk_server_session_on_frame(session, frame, len);
+        s_self_step(self);
+        self->on_door = false;
+        rc = pk_server_session_has_inflight(session) || pk_server_session_has_parked(session)
+             || pk_server_session_reason(session)[0];
+    }
+    pthread_mutex_unlock(&peer->lock);
+    return rc;
 }
 
 //  After GONE: a store that still reaches us fails (its pin released),
@@ -446,6 +494,7 @@ s_await_term(zsock_t *pipe, pk_peer_t *peer)
             pk_held_t *h = pk_node_pop_ptr(msg);
             if (h && !h->finish) {
                 parent.store_result(parent.self, h->job, false);
+                atomic_fetch_add(&peer->said, 1);
                 zsock_send(peer->out, "bs8s", &peer->id, sizeof peer->id, "JOB", h->job, "0");
             }
             if (h)
@@ -481,6 +530,7 @@ pk_peer_actor(zsock_t *pipe, void *args)
     else
         pk_node_log(node, PK_LOG_WARN, "session %s not started: %s", peer->consumer, reason);
     s_self_destroy(&self);
+    atomic_fetch_add(&peer->said, 1);
     zsock_send(peer->out, "bss", &peer->id, sizeof peer->id, "GONE", reason);
     if (!terminated)
         s_await_term(pipe, peer);
