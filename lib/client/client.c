@@ -95,6 +95,18 @@ s_arm(p2pkv_client_t *self)
     timerfd_settime(self->timer_fd, 0, &its, NULL);
 }
 
+//  A call that queued a message (lookup, fetch, cancel, finish) makes the
+//  fd readable at once: the next step flushes it.  s_arm would come to the
+//  same (a queue is due now) after a look at every server's socket and
+//  queues, four or five system calls on the way of every lookup; whoever
+//  sleeps next arms the timer properly.
+static void
+s_kick(p2pkv_client_t *self)
+{
+    struct itimerspec its = { .it_value = { 0, 1000 } };
+    timerfd_settime(self->timer_fd, 0, &its, NULL);
+}
+
 //  --------------------------------------------------------------------------
 //  The role's seams, per server
 
@@ -943,7 +955,7 @@ p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pk
     //  flushed at the next step: lookups of a request made before it go
     //  out as one
     int rc = s ? pk_client_role_probe(s->role, kv, k, n) : -ENOTCONN;
-    s_arm(self);
+    s_kick(self);
     pthread_mutex_unlock(&self->lock);
     free(k);
     return rc;
@@ -987,7 +999,7 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
             *fetch_id_p = id;
     }
     free(f);
-    s_arm(self);
+    s_kick(self);
     pthread_mutex_unlock(&self->lock);
     free(k);
     return rc;
@@ -1014,7 +1026,7 @@ p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id)
         if (sync->fetch_id == fetch_id && sync->status == -EINPROGRESS)
             sync->cancelled = 1;
     pthread_cond_broadcast(&self->synced);
-    s_arm(self);
+    s_kick(self);
     pthread_mutex_unlock(&self->lock);
     return rc;
 }
@@ -1052,7 +1064,7 @@ p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
         s_cancel_gets(self, s, kv);
     int rc = s ? pk_client_role_finish(s->role, kv) : -ENOTCONN;
     if (s)
-        s_arm(self);
+        s_kick(self);
     pthread_mutex_unlock(&self->lock);
     return rc;
 }
