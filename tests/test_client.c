@@ -848,6 +848,42 @@ START_TEST(test_connect_retry_takes_effect)
 }
 END_TEST
 
+//  An idle session holds one ZeroMQ socket in its process: 400 clients of
+//  one process hold a session each to one server.  With the handshake's
+//  monitor kept (three sockets a session), czmq's 1,024 sockets ran out at
+//  the 342nd: "cannot monitor the socket".
+START_TEST(test_four_hundred_sessions_in_one_process)
+{
+    td_t s;
+    const char *flags[] = { "--max-sessions", "512", "--silence-timeout", "120", NULL };
+    td_start(&s, flags);
+    enum { N = 400 };
+    p2pkv_client_t **c = calloc(N, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < N; i++) {
+        char id[32], err[256] = "";
+        snprintf(id, sizeof id, "c-many-%d", i);
+        p2pkv_config_t cfg = { .peer_id = id, .fingerprint = "fp", .hash_seed = "7",
+                               .provider = "tcp", .node = "127.0.0.1",
+                               .keepalive_interval = 30, .silence_timeout = 120 };
+        c[i] = p2pkv_client_new(&cfg, NULL, 4, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+        ck_assert_msg(c[i] != NULL, "client %d: %s", i, err);
+        int index = p2pkv_client_connect(c[i], s.endpoint, 20, err);
+        ck_assert_msg(index == 0, "session %d: %s", i, err);
+    }
+    for (int i = 0; i < N; i++) {
+        char err[256] = "";
+        p2pkv_client_poll(c[i], 0);
+        ck_assert_msg(p2pkv_client_server_state(c[i], 0, err) == P2PKV_SERVER_UP,
+                      "session %d is no longer up: %s", i, err);
+    }
+    for (int i = 0; i < N; i++)
+        p2pkv_client_destroy(&c[i]);
+    free(c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -867,5 +903,6 @@ main(void)
     tcase_add_test(tc, test_callback_pointers_outlive_its_calls);
     tcase_add_test(tc, test_stall_timeout_takes_effect);
     tcase_add_test(tc, test_connect_retry_takes_effect);
+    tcase_add_test(tc, test_four_hundred_sessions_in_one_process);
     return pk_test_run("client", suite);
 }

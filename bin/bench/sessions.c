@@ -149,6 +149,10 @@ s_holder_main(int cmd, int res)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    //  One process holding up to 1,024 sessions and more: czmq allows
+    //  1,024 ZeroMQ sockets per process unless told (read at its first
+    //  socket, which comes after this), and a session holds one.
+    setenv("ZSYS_MAX_SOCKETS", "8192", 0);
     s_holder_t h = { 0 };
     FILE *in = fdopen(cmd, "r"), *out = fdopen(res, "w");
     char line[512];

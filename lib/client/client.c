@@ -462,9 +462,9 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     s_watch(self, s->wait_fd, true);
     if (s->ops->channel_blob(s->channel, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the local endpoint");
-    s->dealer = zsock_new(ZMQ_DEALER);
+    s->dealer = pk_client_dealer_new(err);
     if (!s->dealer)
-        return pk_err(err, -ENOMEM, "cannot create a socket");
+        return -EMFILE;
     //  a stable routing id: a TCP reconnect keeps the session's id
     uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
     memcpy(rid + 1, epoch, PK_EPOCH_LEN);
@@ -491,7 +491,7 @@ s_session_close(void *arg)
         s_watch(s->client, zsock_fd(s->dealer), false);
         pk_client_curve_monitor_close(s->dealer, &s->monitor);
     }
-    zsock_destroy(&s->dealer);
+    pk_client_dealer_destroy(&s->dealer);
 }
 
 static int
@@ -517,6 +517,14 @@ s_session_up(void *arg)
                                  (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
     s->stall_floor = pk_clock_monotonic();
+    //  The handshake passed: only a new session's can be refused, and it
+    //  gets a new socket and monitor; a session whose key is revoked is
+    //  told so by the server (disconnect retired).  So the monitor's two
+    //  sockets go now, and an idle session holds one ZeroMQ socket, not
+    //  three (czmq allows 1,024 per process unless ZSYS_MAX_SOCKETS says
+    //  more: 341 sessions with the monitor kept).
+    if (s->role && s->dealer)
+        pk_client_curve_monitor_close(s->dealer, &s->monitor);
     return s->role ? 0 : -ENOMEM;
 }
 

@@ -38,6 +38,13 @@ int pk_client_curve_server_key(const char *text, char out[41], char *err);
 void pk_client_curve_apply(zsock_t *dealer, const pk_client_curve_t *keys,
                            const char *server_key);
 
+//  sockets.c: a DEALER counted against the process's ZeroMQ sockets, or
+//  NULL with err (-EMFILE: too near the limit, naming ZSYS_MAX_SOCKETS);
+//  its destroy; and the count of other sockets made or closed (n < 0).
+zsock_t *pk_client_dealer_new(char *err);
+void pk_client_dealer_destroy(zsock_t **dealer_p);
+void pk_client_sockets_count(long n);
+
 //  A monitor of the DEALER's failed handshakes (a PAIR), or NULL.
 zsock_t *pk_client_curve_monitor(zsock_t *dealer);
 void pk_client_curve_monitor_close(zsock_t *dealer, zsock_t **monitor_p);

@@ -79,9 +79,9 @@ s_open(const char *endpoint, const p2pkv_config_t *config, pk_client_curve_t *ke
     int rc = pk_client_curve_keys(config, keys, err);
     if (rc)
         return rc;
-    *dealer = zsock_new(ZMQ_DEALER);
+    *dealer = pk_client_dealer_new(err);
     if (!*dealer)
-        return pk_err(err, -ENOMEM, "cannot create a socket");
+        return -EMFILE;
     pk_client_curve_apply(*dealer, keys, NULL);
     *monitor = pk_client_curve_monitor(*dealer);
     if (!*monitor)
@@ -129,7 +129,7 @@ p2pkv_describe_curve(const char *endpoint, double timeout, const p2pkv_config_t 
 done:
     if (dealer)
         pk_client_curve_monitor_close(dealer, &monitor);
-    zsock_destroy(&dealer);
+    pk_client_dealer_destroy(&dealer);
     sodium_memzero(&keys, sizeof keys);
     return rc;
 }

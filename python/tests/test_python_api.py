@@ -6,6 +6,8 @@ import errno
 import hashlib
 import os
 import select
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -269,3 +271,35 @@ def test_describe_lists_providers_and_an_auto_client_uses_same_host(server_facto
                 assert bytes(c.pool[i * engine.block_len:(i + 1) * engine.block_len]) == data
         fabrics = engine.stats()["fabrics"]
         assert fabrics[same_host]["channels_opened"] == 1
+
+
+def test_sessions_past_the_zeromq_socket_limit_are_refused_not_fatal(server):
+    """czmq aborts the process when a socket cannot be made; the library
+    counts its sessions' sockets and refuses the connect that would come too
+    near the limit (here ZSYS_MAX_SOCKETS=48), naming the setting; the
+    process lives on and closes the sessions it holds."""
+    script = (
+        "import errno, p2pkv\n"
+        "clients, reason = [], None\n"
+        "for i in range(60):\n"
+        "    c = p2pkv.Client(f'py-many-{i}', 4, 4096)\n"
+        "    try:\n"
+        f"        c.connect({server.endpoint!r}, timeout=10)\n"
+        "    except p2pkv.Error as e:\n"
+        "        reason = (e.errno, e.reason)\n"
+        "        c.close()\n"
+        "        break\n"
+        "    clients.append(c)\n"
+        "print(len(clients))\n"
+        "print(reason[0] == errno.EMFILE if reason else 'none')\n"
+        "print(reason[1] if reason else '')\n"
+        "for c in clients:\n"
+        "    c.close()\n")
+    env = dict(os.environ, ZSYS_MAX_SOCKETS="48")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert out.returncode == 0, (out.returncode, out.stdout, out.stderr)
+    held, is_emfile, reason = out.stdout.splitlines()[:3]
+    assert 5 <= int(held) < 60, out.stdout
+    assert is_emfile == "True", out.stdout
+    assert "ZSYS_MAX_SOCKETS" in reason, reason
