@@ -462,9 +462,9 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     s_watch(self, s->wait_fd, true);
     if (s->ops->channel_blob(s->channel, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the local endpoint");
-    s->dealer = pk_client_dealer_new(err);
-    if (!s->dealer)
-        return -EMFILE;
+    rc = pk_client_dealer_new(&s->dealer, err);
+    if (rc)
+        return rc;
     //  a stable routing id: a TCP reconnect keeps the session's id
     uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
     memcpy(rid + 1, epoch, PK_EPOCH_LEN);

@@ -38,10 +38,11 @@ int pk_client_curve_server_key(const char *text, char out[41], char *err);
 void pk_client_curve_apply(zsock_t *dealer, const pk_client_curve_t *keys,
                            const char *server_key);
 
-//  sockets.c: a DEALER counted against the process's ZeroMQ sockets, or
-//  NULL with err (-EMFILE: too near the limit, naming ZSYS_MAX_SOCKETS);
-//  its destroy; and the count of other sockets made or closed (n < 0).
-zsock_t *pk_client_dealer_new(char *err);
+//  sockets.c: a DEALER counted against the process's ZeroMQ sockets: 0,
+//  or -EMFILE (too near the limit, err naming ZSYS_MAX_SOCKETS) or
+//  -ENOMEM; its destroy; and the count of other sockets made or closed
+//  (n < 0).
+int pk_client_dealer_new(zsock_t **dealer_p, char *err);
 void pk_client_dealer_destroy(zsock_t **dealer_p);
 void pk_client_sockets_count(long n);
 

@@ -79,9 +79,9 @@ s_open(const char *endpoint, const p2pkv_config_t *config, pk_client_curve_t *ke
     int rc = pk_client_curve_keys(config, keys, err);
     if (rc)
         return rc;
-    *dealer = pk_client_dealer_new(err);
-    if (!*dealer)
-        return -EMFILE;
+    rc = pk_client_dealer_new(dealer, err);
+    if (rc)
+        return rc;
     pk_client_curve_apply(*dealer, keys, NULL);
     *monitor = pk_client_curve_monitor(*dealer);
     if (!*monitor)

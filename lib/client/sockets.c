@@ -28,25 +28,22 @@ s_limit(void)
     return max > 0 ? (size_t) max : 1023;
 }
 
-zsock_t *
-pk_client_dealer_new(char *err)
+int
+pk_client_dealer_new(zsock_t **dealer_p, char *err)
 {
     size_t limit = s_limit(), held = atomic_load(&s_held);
     do {
-        if (held + 3 + PK_CLIENT_SOCKETS_SPARE > limit) {
-            (void) pk_err(err, -EMFILE, "this process's client sessions hold %zu ZeroMQ "
+        if (held + 3 + PK_CLIENT_SOCKETS_SPARE > limit)
+            return pk_err(err, -EMFILE, "this process's client sessions hold %zu ZeroMQ "
                           "sockets, and its ZeroMQ context allows %zu (ZSYS_MAX_SOCKETS in the "
                           "environment raises it, read at the process's first socket)",
                           held, limit);
-            return NULL;
-        }
     } while (!atomic_compare_exchange_weak(&s_held, &held, held + 1));
-    zsock_t *dealer = zsock_new(ZMQ_DEALER);
-    if (!dealer) {
-        atomic_fetch_sub(&s_held, 1);
-        (void) pk_err(err, -ENOMEM, "cannot create a socket");
-    }
-    return dealer;
+    *dealer_p = zsock_new(ZMQ_DEALER);
+    if (*dealer_p)
+        return 0;
+    atomic_fetch_sub(&s_held, 1);
+    return pk_err(err, -ENOMEM, "cannot create a socket");
 }
 
 void
@@ -58,11 +55,9 @@ pk_client_dealer_destroy(zsock_t **dealer_p)
     atomic_fetch_sub(&s_held, 1);
 }
 
+//  Unsigned arithmetic wraps: adding a negative n takes it off.
 void
 pk_client_sockets_count(long n)
 {
-    if (n >= 0)
-        atomic_fetch_add(&s_held, (size_t) n);
-    else
-        atomic_fetch_sub(&s_held, (size_t) -n);
+    atomic_fetch_add(&s_held, (size_t) n);
 }
