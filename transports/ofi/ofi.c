@@ -284,15 +284,27 @@ pk_ofi_mr_mode(const pk_ofi_t *self)
 //  --------------------------------------------------------------------------
 //  Channels
 
-//  A target (it exposes its pool) gets a file descriptor to sleep on while
-//  idle, where the provider has one; a writer spins while its writes run
-//  and needs none (signalling it costs every completion).
+//  Every channel's queue has a file descriptor behind it where the
+//  provider offers one, though only a target (it exposes its pool) sleeps
+//  on it; a writer spins while its writes run.  A writer's queue without
+//  one cost memory that grew with the process: under tcp;ofi_rxm it makes
+//  rxm's inner queue a poll set that tcp sizes by the highest descriptor
+//  number of the process (24 bytes each), one per session, so 1,024
+//  sessions held 144 KiB each of it (heaptrack, pk_ofi_channel_progress).
+//  The descriptor costs no signalling the writer did not pay already
+//  (tcp signals its queue's wait set either way) and three descriptors
+//  more per channel.
+//  Sized for what can be queued: a writer's completions are its writes in
+//  flight (at most S_MAX_DEPTH), a target's the remote CQ data of its one
+//  writer's, so twice that leaves room for errors.  The queue is memory
+//  every session holds: 1,280 entries were 96 KiB; providers built on
+//  libfabric's util CQ (tcp, rxm) keep an overflow list, so a full queue
+//  loses nothing there.
 static int
 s_cq_open(pk_ofi_t *ofi, bool expose, pk_ofi_channel_t *self)
 {
-    struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA,
-                                  .wait_obj = expose ? FI_WAIT_FD : FI_WAIT_NONE,
-                                  .size = 4 * S_MAX_DEPTH + 1024 };
+    struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
+                                  .size = 2 * S_MAX_DEPTH };
     self->wait_fd = -1;
     int rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
     if (rc == 0 && expose && fi_control(&self->cq->fid, FI_GETWAIT, &self->wait_fd) != 0) {
@@ -300,7 +312,7 @@ s_cq_open(pk_ofi_t *ofi, bool expose, pk_ofi_channel_t *self)
         self->wait_fd = -1;
         rc = -FI_ENOSYS;
     }
-    if (rc && expose) {
+    if (rc) {
         cq_attr.wait_obj = FI_WAIT_NONE;
         rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
     }
