@@ -143,8 +143,9 @@ int pkb_server_populate(pkb_server_t *s, uint64_t n);
 /*  SIGTERM, wait, SIGKILL after 10 s; removes what it left.  */
 void pkb_server_stop(pkb_server_t *s);
 
-/*  From /proc/PID: resident bytes, threads, CPU seconds (user+system).  */
-int pkb_proc_status(pid_t pid, uint64_t *rss, int *threads);
+/*  From /proc/PID: resident bytes (all, and the anonymous part: heap,
+    stacks, mappings of no file), threads, CPU seconds (user+system).  */
+int pkb_proc_status(pid_t pid, uint64_t *rss, uint64_t *anon, int *threads);
 double pkb_proc_cpu(pid_t pid);
 /*  /proc/meminfo MemAvailable in bytes (0 if unknown).  */
 uint64_t pkb_mem_available(void);

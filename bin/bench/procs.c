@@ -258,22 +258,25 @@ pkb_procs_cleanup(void)
 //  /proc
 
 int
-pkb_proc_status(pid_t pid, uint64_t *rss, int *threads)
+pkb_proc_status(pid_t pid, uint64_t *rss, uint64_t *anon, int *threads)
 {
     char path[64], line[256];
     snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
     FILE *f = fopen(path, "r");
     if (!f)
         return -errno;
-    unsigned long long kb = 0;
+    unsigned long long kb = 0, akb = 0;
     int th = 0;
     while (fgets(line, sizeof line, f)) {
         sscanf(line, "VmRSS: %llu kB", &kb);
+        sscanf(line, "RssAnon: %llu kB", &akb);
         sscanf(line, "Threads: %d", &th);
     }
     fclose(f);
     if (rss)
         *rss = kb * 1024;
+    if (anon)
+        *anon = akb * 1024;
     if (threads)
         *threads = th;
     return 0;
