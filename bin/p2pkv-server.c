@@ -56,12 +56,17 @@ main(int argc, char *argv[])
         pk_server_config_fini(&config);
         return rc < 0 ? PK_EXIT_USAGE : PK_EXIT_OK;
     }
-    //  glibc gives each thread that allocates an arena of its own, up to
-    //  8 per core, and memory freed in them scatters: 256 sessions closed
-    //  left 12 MB more resident at 16 arenas, 1.5 MB at 4, which cost
-    //  nothing measurable while they ran (one actor thread per session,
-    //  allocating little once started).
-    mallopt(M_ARENA_MAX, 4);
+    //  One malloc arena.  glibc gives each thread that allocates an arena
+    //  of its own, up to 8 per core, and malloc_trim gives back the free
+    //  pages inside every arena but the free top of the main arena only:
+    //  the others' tops stay resident.  With 4 arenas, 1,024 sessions
+    //  closed left 4.9-12.8 MB more resident than before they opened (a
+    //  bare server is 11 MB), all of it free memory (malloc_info); with
+    //  one, 0.9 MB, most of it still in use (heaptrack).  Throughput did
+    //  not move: 16 consumers' lookups and fetches, alternated, within the
+    //  run-to-run noise (design.md, "What a session costs").  Most small
+    //  blocks come from each thread's cache without the arena's lock.
+    mallopt(M_ARENA_MAX, 1);
     //  first, before any ZeroMQ socket: descriptors and sockets for
     //  --max-sessions, or a refusal naming it
     if ((rc = pk_limits_fit(&config, err)) != 0) {

@@ -582,9 +582,9 @@ s_read(pk_node_t *self, void *which)
     }
 }
 
-//  Sessions that ended leave their memory in glibc's arenas (one per
-//  actor thread, up to 8 per core) and above its dynamic mmap threshold,
-//  where free() keeps it: 256 sessions closed left 42 MB resident.  Once
+//  Sessions that ended leave their memory in glibc's arena (the daemon
+//  has one: p2pkv-server.c says why), where free() keeps it: 256 sessions
+//  closed left 42 MB resident.  Once
 //  a sweep after peers were reaped, the arenas go back to the system;
 //  malloc_trim walks every arena, a millisecond or so, paid at most twice
 //  a second and only after sessions ended.
