@@ -120,6 +120,7 @@ struct _pk_node_t {
     size_t npeers;
     pk_peer_t *gone;                //  peers whose actor said GONE: reaped next
     size_t reaped_since_trim;       //  peers freed since the heap was last trimmed
+    double trim_until;              //  sweeps trim the heap until then (monotonic s)
     pk_metrics_t *metrics;
     uint64_t unmatched_pushed;      //  blobs_unmatched already in the metrics
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
