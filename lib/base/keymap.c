@@ -135,14 +135,5 @@ pk_keymap_take(pk_keymap_t *self, const pk_key_t *key, uint64_t *a_p, uint64_t *
     }
     memset(&self->slots[hole], 0, sizeof self->slots[hole]);
     self->count--;
-    //  A map that once held many entries gives their table back when few
-    //  remain: the daemon's maps of peers grow to --max-sessions and kept
-    //  that table (80 KB each at 1,024 sessions) after every session
-    //  closed.  Below an eighth full it halves, so it is then under a
-    //  quarter full and grows again only past a half: no size where a put
-    //  and a take each rebuild it.  A failed malloc keeps the larger table.
-    size_t cap = self->mask + 1;
-    if (cap > PK_KEYMAP_MIN_SHRINK && 8 * self->count < cap)
-        (void) s_resize(self, cap / 2);
     return true;
 }

@@ -44,13 +44,8 @@ int pk_keymap_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uint64_t b
 int pk_keymap_get_or_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uint64_t b,
                          pk_keymap_entry_t **entry_p);
 
-/*  Tables of at most this many slots never shrink: small maps come and go
-    with their rounds, and their table is less than a page.  */
-#define PK_KEYMAP_MIN_SHRINK 64
-
 /*  Removes key; returns true and its values (a_p, b_p may be NULL) if it
-    was there.  A table less than an eighth full (and over
-    PK_KEYMAP_MIN_SHRINK slots) halves.  */
+    was there.  */
 bool pk_keymap_take(pk_keymap_t *self, const pk_key_t *key, uint64_t *a_p, uint64_t *b_p);
 
 /*  Iteration without knowing the table's layout:
