@@ -286,11 +286,10 @@ s_row(pkb_report_t *rep, const char *side, int n, const s_sample_t *m, uint64_t 
 static void
 s_measure_closed(pid_t pid, int threads0, double idle, s_sample_t *m)
 {
-    uint64_t rss;
     int threads = threads0 + 1;
     for (int waited = 0; waited < 300 && threads > threads0; waited++) {
         usleep(100000);
-        pkb_proc_status(pid, &rss, NULL, &threads);
+        pkb_proc_status(pid, NULL, NULL, &threads);
     }
     sleep(1);
     s_measure(pid, idle, m);
@@ -413,8 +412,8 @@ s_client_side(pkb_report_t *rep, const pkb_opts_t *o, const pkb_list_t *ns, doub
     if (rc == 0 && s_ask(&h, note, sizeof note, "close\n") == 0) {
         sleep(1);
         s_measure(h.pid, idle / S_WINDOWS, &m);
-        double d = ((double) m.rss - (double) m0.rss) / (double) m0.rss * 100;
-        snprintf(note, sizeof note, "after the client closed: %+.1f%% of before", d);
+        snprintf(note, sizeof note, "after the client closed: %+.1f%% of before",
+                 s_pct(m.rss, m0.rss));
         s_row(rep, "client", 0, &m, m0.rss, note);
     }
     s_holder_stop(&h);

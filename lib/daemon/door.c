@@ -477,10 +477,10 @@ pk_door_from_actors(pk_node_t *self)
 void
 pk_door_reap(pk_node_t *self)
 {
-    while (self->gone) {
+    if (self->gone)     //  the sweeps trim the heap for a while (node.c)
+        self->trim_until = zclock_mono() / 1e3 + PK_TRIM_SETTLE;
+    while (self->gone)
         s_peer_destroy(self, self->gone);       //  unlinks it from the list
-        self->reaped_since_trim++;
-    }
 }
 
 size_t

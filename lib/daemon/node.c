@@ -594,15 +594,9 @@ s_read(pk_node_t *self, void *which)
 //  ours (ZeroMQ's I/O thread closing connections, libfabric's own).  One
 //  trim at the reaping left 9-17 MB of them resident in about one round
 //  in five of p2pkv-bench sessions; trimming on for 10 s, in none of 12.
-#define PK_TRIM_SETTLE 10.0
-
 static void
 s_trim_heap(pk_node_t *self, double now)
 {
-    if (self->reaped_since_trim) {
-        self->reaped_since_trim = 0;
-        self->trim_until = now + PK_TRIM_SETTLE;
-    }
     if (now <= self->trim_until)
         malloc_trim(0);
 }

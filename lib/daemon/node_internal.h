@@ -24,6 +24,10 @@
 #include <stdint.h>
 #include <string.h>
 
+/*  How long after a peer was reaped the sweeps go on trimming the heap
+    (node.c, s_trim_heap, says why).  */
+#define PK_TRIM_SETTLE 10.0
+
 typedef struct pk_peer pk_peer_t;           //  door.h
 
 //  A prefill store or finish for a consumer, held until its session runs.
@@ -119,8 +123,8 @@ struct _pk_node_t {
     size_t nheld;
     size_t npeers;
     pk_peer_t *gone;                //  peers whose actor said GONE: reaped next
-    size_t reaped_since_trim;       //  peers freed since the heap was last trimmed
-    double trim_until;              //  sweeps trim the heap until then (monotonic s)
+    double trim_until;              //  sweeps trim the heap until then (monotonic s):
+                                    //  PK_TRIM_SETTLE after the last peer reaped
     pk_metrics_t *metrics;
     uint64_t unmatched_pushed;      //  blobs_unmatched already in the metrics
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
