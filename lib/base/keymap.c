@@ -137,3 +137,19 @@ pk_keymap_take(pk_keymap_t *self, const pk_key_t *key, uint64_t *a_p, uint64_t *
     self->count--;
     return true;
 }
+
+int
+pk_keymap_compact(pk_keymap_t *self)
+{
+    if (!self->count) {
+        pk_keymap_fini(self);
+        return 0;
+    }
+    size_t cap = self->mask + 1;
+    if (8 * self->count >= cap)
+        return 0;
+    size_t smaller = 8;
+    while (smaller < 4 * self->count)
+        smaller *= 2;
+    return smaller < cap ? s_resize(self, smaller) : 0;
+}

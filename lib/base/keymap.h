@@ -45,8 +45,15 @@ int pk_keymap_get_or_put(pk_keymap_t *self, const pk_key_t *key, uint64_t a, uin
                          pk_keymap_entry_t **entry_p);
 
 /*  Removes key; returns true and its values (a_p, b_p may be NULL) if it
-    was there.  */
+    was there.  The table never shrinks here: see pk_keymap_compact.  */
 bool pk_keymap_take(pk_keymap_t *self, const pk_key_t *key, uint64_t *a_p, uint64_t *b_p);
+
+/*  Gives back the table of a map that emptied (frees it) or is under an
+    eighth full (rebuilds it at most a quarter full).  Explicit, not part
+    of take, so no entry pointer a caller holds moves under it: call it
+    where none is held, e.g. after a burst of removals.  Returns 0 or
+    -ENOMEM (the larger table is kept).  */
+int pk_keymap_compact(pk_keymap_t *self);
 
 /*  Iteration without knowing the table's layout:
         size_t at = 0;

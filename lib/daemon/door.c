@@ -477,10 +477,19 @@ pk_door_from_actors(pk_node_t *self)
 void
 pk_door_reap(pk_node_t *self)
 {
-    if (self->gone)     //  the sweeps trim the heap for a while (node.c)
-        self->trim_until = zclock_mono() / 1e3 + PK_TRIM_SETTLE;
+    if (!self->gone)
+        return;
+    self->trim_until = zclock_mono() / 1e3 + PK_TRIM_SETTLE;  //  node.c: the sweeps trim
     while (self->gone)
         s_peer_destroy(self, self->gone);       //  unlinks it from the list
+    //  The maps of peers grow to the most sessions ever held (80 KB each at
+    //  1,024) and would keep that table after they closed.  Here, in the
+    //  node's loop, no entry pointer is held, so they may be rebuilt; a
+    //  failed rebuild keeps the larger table.
+    (void) pk_keymap_compact(&self->by_rid);
+    (void) pk_keymap_compact(&self->by_id);
+    (void) pk_keymap_compact(&self->by_consumer);
+    (void) pk_keymap_compact(&self->pending);
 }
 
 size_t
