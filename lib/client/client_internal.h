@@ -159,7 +159,9 @@ struct _p2pkv_client_t {
     pthread_mutex_t lock;           //  recursive: callbacks may call in
     pthread_cond_t synced;          //  a get's record changed (with the progress
                                     //  thread, gets sleep on it: get.c)
-    int epoll_fd, timer_fd, wake_fd;
+    int epoll_fd, timer_fd, wake_fd;   //  wake_fd: the kick (client.c, s_kick)
+    double armed;                   //  when timer_fd fires (monotonic s); 0: never armed
+    bool kicked;                    //  wake_fd holds a count not yet read
     pthread_t thread;
     bool thread_running;
     atomic_bool stopping;
