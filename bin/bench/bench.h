@@ -30,6 +30,12 @@ typedef struct {
 
 #define PKB_MAX_PROVIDERS 8
 
+/*  Requests a consumer keeps going at once (--in-flight; 2 by default:
+    one request's lookup and dispatch overlap the other's transfer, as an
+    engine schedules them; 1 gives round trips with no queue ahead).  */
+#define PKB_MAX_IN_FLIGHT 8
+#define PKB_IN_FLIGHT(o) ((o)->in_flight ? (int) (o)->in_flight : 2)
+
 /*  A list of provider names (--providers shm,tcp), as given, and joined
     back with commas for the server's --provider.  */
 typedef struct {
@@ -54,6 +60,7 @@ typedef struct {
     pkb_list_t sessions;        //  --sessions (server side)
     pkb_list_t servers;         //  --servers (client side)
     uint64_t max_sessions;      //  --max-sessions (0: the suite's choice)
+    uint64_t in_flight;         //  --in-flight: requests per consumer (0: 2)
     double seconds;             //  --seconds per timed phase (0: default)
     double idle;                //  --idle S of the sessions' idle CPU
     uint64_t requests;          //  role: requests
@@ -177,6 +184,7 @@ typedef struct {
                                 //  (load.c), not processes
     const char *provider;       //  the client's provider (NULL: tcp); its session's
                                 //  is checked to be the one asked for
+    int in_flight;              //  requests a consumer keeps going (1..PKB_MAX_IN_FLIGHT)
 } pkb_consumer_cfg_t;
 
 /*  What one consumer reports of one timed phase.  */

@@ -7,7 +7,7 @@
     its own; it connects, runs one untimed iteration and checks every
     block it fetched, says ready, and then runs one timed phase per 'g' on
     its command pipe until 'q' or EOF: lookup + fetch until landed + finish,
-    again and again for --seconds, two requests in flight (S_SLOTS); with
+    again and again for --seconds, --in-flight requests at once (2 unless told); with
     cancel, each fetch is cancelled as soon as it is made, and waited for
     until it ended ABORTED.  Each phase's report (pkb_phase_t,
     then the lookup and fetch samples in seconds) goes up its result pipe.
@@ -70,13 +70,15 @@ pkb_check(uint64_t i, const uint8_t *block, uint64_t len)
 
 //  --------------------------------------------------------------------------
 
-//  Two requests in flight, as an engine schedules them: each moves on as
-//  its answers come (lookup, then fetch, then finish and the next
-//  request), so one request's lookup and fetch dispatch overlap the
-//  other's transfer and the control plane's round trips are not in series
-//  with the data plane (one at a time, a lookup was 22% of each 64 KiB x
-//  256 iteration).  Each slot has its own destination blocks.
-#define S_SLOTS 2
+//  Requests in flight (cfg->in_flight slots; two by default, as an engine
+//  schedules them): each moves on as its answers come (lookup, then
+//  fetch, then finish and the next request), so one request's lookup and
+//  fetch dispatch overlap the other's transfer and the control plane's
+//  round trips are not in series with the data plane (one at a time, a
+//  lookup was 22% of each 64 KiB x 256 iteration).  With one, a lookup's
+//  round trip has no other request's messages ahead of it: what the bare
+//  ZeroMQ echo is compared with.  Each slot has its own destination blocks.
+#define S_SLOTS PKB_MAX_IN_FLIGHT
 
 typedef struct {
     char kv[64];
@@ -94,7 +96,7 @@ typedef struct {
     int server;
     p2pkv_key_t *keys;
     uint8_t (*kbytes)[PKB_KEY_LEN];
-    uint32_t *dest;                 //  S_SLOTS * nkeys: slot s at s * nkeys
+    uint32_t *dest;                 //  in_flight * nkeys: slot s at s * nkeys
     s_slot_t slot[S_SLOTS];
 } s_cons_t;
 
@@ -210,14 +212,14 @@ s_setup(s_cons_t *c, char *err, size_t size)
     size_t n = cfg->nkeys;
     c->keys = calloc(n, sizeof *c->keys);
     c->kbytes = calloc(n, sizeof *c->kbytes);
-    c->dest = calloc(S_SLOTS * n, sizeof *c->dest);
+    c->dest = calloc((size_t) cfg->in_flight * n, sizeof *c->dest);
     if (!c->keys || !c->kbytes || !c->dest)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         pkb_key(cfg->miss ? (1ull << 30) + i : i, c->kbytes[i]);
         c->keys[i] = (p2pkv_key_t) { c->kbytes[i], PKB_KEY_LEN };
     }
-    for (size_t i = 0; i < S_SLOTS * n; i++)
+    for (size_t i = 0; i < (size_t) cfg->in_flight * n; i++)
         c->dest[i] = (uint32_t) i;
     char id[64], e[P2PKV_ERRLEN] = "";
     snprintf(id, sizeof id, "pkbench-consumer-%d-%d", cfg->id, (int) getpid());
@@ -226,7 +228,7 @@ s_setup(s_cons_t *c, char *err, size_t size)
                           .curve_public = cfg->curve_public, .curve_secret = cfg->curve_secret,
                           .curve_server = cfg->curve_server };
     p2pkv_callbacks_t cb = { .arg = c, .on_lookup = s_on_lookup, .on_fetch = s_on_fetch };
-    c->client = p2pkv_client_new(&pc, NULL, S_SLOTS * n, cfg->block_len, cb, e);
+    c->client = p2pkv_client_new(&pc, NULL, (uint64_t) cfg->in_flight * n, cfg->block_len, cb, e);
     if (c->client)
         c->server = p2pkv_client_connect(c->client, cfg->endpoint, 30, e);
     if (!c->client || c->server < 0) {
@@ -244,7 +246,7 @@ s_setup(s_cons_t *c, char *err, size_t size)
     //  untimed: one request per slot, every block checked
     uint8_t *pool = p2pkv_client_pool(c->client);
     int rc = 0;
-    for (int s = 0; rc == 0 && s < S_SLOTS; s++) {
+    for (int s = 0; rc == 0 && s < cfg->in_flight; s++) {
         memset(pool + (size_t) s * n * cfg->block_len, 0, n * cfg->block_len);
         rc = s_request(c, &c->slot[s], (uint64_t) s + 1 + (1ull << 40), err, size);
         for (size_t i = 0; rc == 0 && cfg->fetch && !cfg->cancel && i < n; i++)
@@ -293,14 +295,14 @@ s_phase(s_cons_t *c, int res, uint64_t *k)
     pkb_phase_t ph = { 0 };
     ph.cpu = s_cpu_self(c->cfg);
     ph.t0 = pk_clock_monotonic();
-    for (int i = 0; i < S_SLOTS && ph.rc == 0; i++)
+    for (int i = 0; i < c->cfg->in_flight && ph.rc == 0; i++)
         ph.rc = s_ask(c, &c->slot[i], ++*k);
-    int busy = S_SLOTS;
+    int busy = c->cfg->in_flight;
     while (ph.rc == 0 && busy) {
         if (p2pkv_client_poll(c->client, 0.05) < 0)
             ph.rc = -EIO;
         bool more = pk_clock_monotonic() - ph.t0 < c->cfg->seconds || nl < 3;
-        for (int i = 0; i < S_SLOTS && ph.rc == 0; i++) {
+        for (int i = 0; i < c->cfg->in_flight && ph.rc == 0; i++) {
             double l = 0, f = 0;
             int r = s_step(c, &c->slot[i], &l, &f, ph.err, sizeof ph.err);
             if (r <= 0) {

@@ -121,7 +121,7 @@ s_cfg(const pkb_opts_t *o, const pkb_server_t *srv, const s_point_t *p)
 {
     return (pkb_consumer_cfg_t) { srv->endpoint, S_BLOCK, p->keys, p->cancel, p->miss,
                                   o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, p->cancel,
-                                  NULL, NULL, NULL, o->threads, NULL };
+                                  NULL, NULL, NULL, o->threads, NULL, PKB_IN_FLIGHT(o) };
 }
 
 //  A repetition of a load already started, and the bare ZeroMQ echo of
@@ -315,7 +315,7 @@ pkb_control(const pkb_opts_t *o)
         }
         pool = p[i].keys > pool ? p[i].keys : pool;
     }
-    if (pkb_check_memory("control", "--keys", 2.0 * (double) pool * S_BLOCK))
+    if (pkb_check_memory("control", "--keys", (double) PKB_IN_FLIGHT(o) * (double) pool * S_BLOCK))
         return 2;
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
     printf("control: lookup round trips through p2pkv-server (pool of %llu blocks of %d bytes) "
@@ -329,9 +329,10 @@ pkb_control(const pkb_opts_t *o)
     pkb_report_t *rep = pkb_report_new(o, "tcp");
     pkb_report_note(rep, "consumers_are", json_string(o->threads ? "threads" : "processes"));
     pkb_server_t srv;
-    //  each consumer has two lookups in flight (consumer.c), each pinning
-    //  its hits under the pin quota, which is the pool's size
-    int rc = pkb_server_start(&srv, o, S_BLOCK, 2 * pool, max_sessions, NULL);
+    //  each consumer has --in-flight lookups (consumer.c), each pinning its
+    //  hits under the pin quota, which is the pool's size
+    int rc = pkb_server_start(&srv, o, S_BLOCK, (uint64_t) PKB_IN_FLIGHT(o) * pool, max_sessions,
+                              NULL);
     if (rc == 0)
         rc = pkb_server_populate(&srv, pool);
     for (size_t i = 0; rc == 0 && i < np; i++)

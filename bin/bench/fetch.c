@@ -60,15 +60,15 @@ s_points(const pkb_opts_t *o, s_point_t *p)
 }
 
 static uint64_t
-s_pool_blocks(const s_point_t *p, size_t np, uint64_t block)
+s_pool_blocks(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t block)
 {
     uint64_t m = 0;
     for (size_t i = 0; i < np; i++)
         if (p[i].block == block && p[i].n > m)
             m = p[i].n;
-    //  each consumer has two requests in flight, each pinning its hits
-    //  under the pin quota (the pool's size): twice the blocks
-    return 2 * m;
+    //  each consumer has --in-flight requests, each pinning its hits under
+    //  the pin quota (the pool's size)
+    return (uint64_t) PKB_IN_FLIGHT(o) * m;
 }
 
 //  Refusals before anything starts: consumers beyond --max-sessions, pools
@@ -84,12 +84,13 @@ s_check(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t max_session
                     loads > 1 ? " per provider" : "", (unsigned long long) max_sessions);
             return 2;
         }
-        double need = (double) s_pool_blocks(p, np, p[i].block) * (double) p[i].block
-                      + 2.0 * (double) (p[i].c * loads) * (double) p[i].n * (double) p[i].block
+        double need = (double) s_pool_blocks(o, p, np, p[i].block) * (double) p[i].block
+                      + (double) PKB_IN_FLIGHT(o) * (double) (p[i].c * loads) * (double) p[i].n
+                        * (double) p[i].block
                       + 2.0 * 256 * (double) p[i].block;
         char what[160];
         snprintf(what, sizeof what, "--block-sizes %lluK x --blocks %llu x --consumers %llu "
-                 "(server pool, consumer pools of two requests each and the raw pair)",
+                 "(server pool, consumer pools of --in-flight requests each and the raw pair)",
                  (unsigned long long) (p[i].block >> 10), (unsigned long long) p[i].n,
                  (unsigned long long) p[i].c);
         if (pkb_check_memory("fetch", what, need))
@@ -186,7 +187,8 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
         pkb_consumer_cfg_t cfg = { srv->endpoint, p->block, p->n, true, false,
                                    o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, false,
                                    NULL, NULL, NULL, o->threads,
-                                   o->providers.n ? o->providers.v[started] : NULL };
+                                   o->providers.n ? o->providers.v[started] : NULL,
+                                   PKB_IN_FLIGHT(o) };
         rc = pkb_load_start(cs[started], p->c, &cfg, err, sizeof err);
     }
     for (int i = 0; rc == 0 && i < reps; i++) {
@@ -261,7 +263,7 @@ pkb_fetch(const pkb_opts_t *o)
     for (size_t i = 0; rc == 0 && i < np;) {
         pkb_server_t srv;
         const char *extra[] = { "--provider", o->providers.joined, NULL };
-        rc = pkb_server_start(&srv, o, p[i].block, s_pool_blocks(p, np, p[i].block),
+        rc = pkb_server_start(&srv, o, p[i].block, s_pool_blocks(o, p, np, p[i].block),
                               max_sessions, o->providers.n ? extra : NULL);
         if (rc == 0)
             rc = pkb_server_populate(&srv, srv.pool_blocks);

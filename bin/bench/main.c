@@ -53,6 +53,9 @@ static const char s_usage[] =
     "  --threads            fetch, control: the consumers are threads of one\n"
     "                       process, each with a client of its own\n"
     "  --keys LIST          control: keys per lookup (1..65536)\n"
+    "  --in-flight N        fetch, control: requests each consumer keeps going\n"
+    "                       (1..8, default 2; 1: round trips with nothing queued\n"
+    "                       ahead, as the bare ZeroMQ echo)\n"
     "  --sessions LIST      sessions: idle sessions on one server\n"
     "  --servers LIST       sessions: servers one client holds sessions to (1..64)\n"
     "  --max-sessions N     the servers' --max-sessions (fetch, control: 256;\n"
@@ -200,6 +203,7 @@ static const s_opt_t s_opts[] = {
     { "--consumers", O_LIST, S_FETCH | S_CONTROL, F(consumers), 1024 },
     { "--threads", O_FLAG, S_FETCH | S_CONTROL, F(threads), 0 },
     { "--keys", O_LIST, S_CONTROL, F(keys), 65536 },
+    { "--in-flight", O_UINT, S_FETCH | S_CONTROL, F(in_flight), PKB_MAX_IN_FLIGHT },
     { "--sessions", O_LIST, S_SESSIONS, F(sessions), 65536 },
     { "--servers", O_LIST, S_SESSIONS, F(servers), 64 },
     { "--max-sessions", O_UINT, S_FETCH | S_CONTROL | S_SESSIONS, F(max_sessions),
