@@ -62,7 +62,8 @@ main(int argc, char *argv[])
     //  the others' tops stay resident.  With 4 arenas, 1,024 sessions
     //  closed left 4.9-12.8 MB more resident than before they opened (a
     //  bare server is 11 MB), all of it free memory (malloc_info); with
-    //  one, 1.1-1.2 MB, most of it still in use (heaptrack).  Throughput did
+    //  one, 1.1-1.2 MB, most of it still in use (heaptrack; 0.9-1.0 MB
+    //  since the door compacts its maps of peers).  Throughput did
     //  not move: 16 consumers' lookups and fetches, alternated, within the
     //  run-to-run noise (design.md, "What a session costs").  Most small
     //  blocks come from each thread's cache without the arena's lock.
