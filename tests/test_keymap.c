@@ -26,11 +26,18 @@ s_capacity(const pk_keymap_t *m)
     return m->slots ? m->mask + 1 : 0;
 }
 
+//  Keys 0..n-1, each with a = its index
+static void
+s_fill(pk_keymap_t *m, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_int_eq(pk_keymap_put(m, &s_keys[i], i, ~i), 1);
+}
+
 START_TEST(test_takes_never_move_the_table)
 {
     pk_keymap_t m = PK_KEYMAP_INIT;
-    for (size_t i = 0; i < 4096; i++)
-        ck_assert_int_eq(pk_keymap_put(&m, &s_keys[i], i, ~i), 1);
+    s_fill(&m, 4096);
     pk_keymap_entry_t *slots = m.slots;
     size_t cap = s_capacity(&m);
     for (size_t i = 0; i < 4096; i++) {
@@ -49,8 +56,7 @@ END_TEST
 START_TEST(test_compact_frees_an_emptied_table)
 {
     pk_keymap_t m = PK_KEYMAP_INIT;
-    for (size_t i = 0; i < 1024; i++)
-        pk_keymap_put(&m, &s_keys[i], i, 0);
+    s_fill(&m, 1024);
     for (size_t i = 0; i < 1024; i++)
         ck_assert(pk_keymap_take(&m, &s_keys[i], NULL, NULL));
     ck_assert_int_eq(pk_keymap_compact(&m), 0);
@@ -66,8 +72,7 @@ END_TEST
 START_TEST(test_compact_shrinks_a_sparse_table)
 {
     pk_keymap_t m = PK_KEYMAP_INIT;
-    for (size_t i = 0; i < 4096; i++)
-        pk_keymap_put(&m, &s_keys[i], i, ~i);
+    s_fill(&m, 4096);
     ck_assert_uint_ge(s_capacity(&m), 8192);
     for (size_t i = 100; i < 4096; i++)
         ck_assert(pk_keymap_take(&m, &s_keys[i], NULL, NULL));
@@ -90,8 +95,7 @@ END_TEST
 START_TEST(test_compact_keeps_a_table_an_eighth_full)
 {
     pk_keymap_t m = PK_KEYMAP_INIT;
-    for (size_t i = 0; i < 1024; i++)
-        pk_keymap_put(&m, &s_keys[i], i, 0);
+    s_fill(&m, 1024);
     size_t cap = s_capacity(&m);
     pk_keymap_entry_t *slots = m.slots;
     size_t keep = cap / 8;
