@@ -41,6 +41,7 @@
 #include "daemon/door.h"
 #include "base/thread.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,6 +409,8 @@ s_wait(self_t *self, bool *pipe)
                    : pk_server_session_has_parked(session) ? 2 : self->idle_look;
     pthread_mutex_unlock(&self->peer->lock);
     int rc = zmq_poll(items, on_channel ? 2 : 1, timeout);
+    if (rc == 0 && timeout == 0)
+        sched_yield();
     pthread_mutex_lock(&self->peer->lock);
     *pipe = rc > 0 && (items[0].revents & ZMQ_POLLIN);
     return rc >= 0 || zmq_errno() == EINTR;
