@@ -24,7 +24,6 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -39,7 +38,7 @@ static atomic_uint_fast64_t s_next_key = 1;
 //  The fabric
 
 //  The choice of endpoint, made once per process before libfabric reads
-//  its settings (at the first fi_getinfo).  Under tcp, libfabric 1.17
+//  its settings (at the first fi_getinfo): when our library loads.  Under tcp, libfabric 1.17
 //  layers ofi_rxm over tcp's message endpoints: every RDM endpoint then
 //  carries rxm's bounce-buffer pools, about 70 MB resident per channel
 //  (one channel per session), which endpoint attributes do not shrink.
@@ -91,19 +90,17 @@ s_give_back_signals(void)
     }
 }
 
-static void
-s_setenv_defaults(void)
+//  The choice of endpoint (above) is made when the library loads, not at
+//  the first fabric: glibc's setenv may free the environment array under
+//  another thread's getenv, and at the first fabric an engine's other
+//  threads (or a client's in each of its workers) may be reading it; at
+//  load the process is most likely one thread.
+__attribute__((constructor)) static void
+s_choose_endpoints(void)
 {
     setenv("FI_OFI_RXM_ENABLE_PASSTHRU", "1", 0);
     setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
     setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "1000", 0);
-}
-
-static void
-s_choose_endpoints(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, s_setenv_defaults);
 }
 
 static int
@@ -161,7 +158,6 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
            int *rc_p, char *err)
 {
     int rc = 0;
-    s_choose_endpoints();
     pk_ofi_t *self = calloc(1, sizeof *self);
     if (!self) {
         rc = pk_err(err, -ENOMEM, "out of memory");
