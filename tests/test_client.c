@@ -152,6 +152,18 @@ START_TEST(test_fd_drives_an_event_loop)
     ck_assert_int_eq(atomic_load(&seen.downs), 0);
     //  it slept between pings: far fewer wakeups than milliseconds
     ck_assert_int_lt(wakeups, 1000);
+    //  a call that queues a message makes a quiet fd readable at once (the
+    //  kick): a loop asleep on it sends the lookup now, not at the next
+    //  timer (keepalive, 0.3 s here)
+    struct pollfd p = { p2pkv_client_fd(c), POLLIN, 0 };
+    for (int i = 0; i < 1000 && poll(&p, 1, 0) != 0; i++)
+        p2pkv_client_poll(c, 0);
+    ck_assert_msg(poll(&p, 1, 0) == 0, "the client's fd never fell quiet");
+    int lookups = atomic_load(&seen.lookups);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "fd-kick", s_keys, NKEYS), 0);
+    ck_assert_msg(poll(&p, 1, 0) == 1, "a lookup left the client's fd quiet");
+    s_until(c, &seen.lookups, lookups + 1, true, 10);
+    ck_assert_int_eq(p2pkv_client_finish(c, server, "fd-kick"), 0);
     s_lookup_fetch(c, &seen, server, "fd-2", true);
     p2pkv_client_destroy(&c);
     ck_assert_int_eq(td_stop(&s), 0);
