@@ -78,7 +78,6 @@ pkb_check(uint64_t i, const uint8_t *block, uint64_t len)
 //  lookup was 22% of each 64 KiB x 256 iteration).  With one, a lookup's
 //  round trip has no other request's messages ahead of it: what the bare
 //  ZeroMQ echo is compared with.  Each slot has its own destination blocks.
-#define S_SLOTS PKB_MAX_IN_FLIGHT
 
 typedef struct {
     char kv[64];
@@ -97,13 +96,13 @@ typedef struct {
     p2pkv_key_t *keys;
     uint8_t (*kbytes)[PKB_KEY_LEN];
     uint32_t *dest;                 //  in_flight * nkeys: slot s at s * nkeys
-    s_slot_t slot[S_SLOTS];
+    s_slot_t slot[PKB_MAX_IN_FLIGHT];   //  the first cfg->in_flight are used
 } s_cons_t;
 
 static s_slot_t *
 s_slot_by_kv(s_cons_t *c, const char *kv)
 {
-    for (int i = 0; i < S_SLOTS; i++)
+    for (int i = 0; i < c->cfg->in_flight; i++)
         if (c->slot[i].asked && streq(c->slot[i].kv, kv))
             return &c->slot[i];
     return NULL;
@@ -128,7 +127,7 @@ static void
 s_on_fetch(void *arg, int server, uint64_t id, p2pkv_status_t status, const char *reason)
 {
     s_cons_t *c = arg;
-    for (int i = 0; i < S_SLOTS; i++) {
+    for (int i = 0; i < c->cfg->in_flight; i++) {
         s_slot_t *sl = &c->slot[i];
         if (sl->fetching && sl->fetch_id == id) {
             sl->t_end = pk_clock_monotonic();

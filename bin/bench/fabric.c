@@ -246,8 +246,8 @@ s_time(s_fab_pair_t *p, s_way_t way, const uint32_t *local, const uint32_t *remo
     if (run == 0)
         run = 1;
     double t0 = pk_clock_monotonic(), t = t0;
-    uint64_t done = 0;
-    while ((int) done < count || t - t0 < secs) {
+    int done = 0;
+    while (done < count || t - t0 < secs) {
         int rc = way == S_OURS ? s_fab_transport(&p->w, NULL, p->round++, local, remote, n)
                  : s_fab_raw(&p->w, NULL, p->round++, local, remote, n,
                              way == S_MERGED ? run : 1);

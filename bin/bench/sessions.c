@@ -301,6 +301,12 @@ s_pct(uint64_t now, uint64_t before)
     return ((double) now - (double) before) / (double) before * 100;
 }
 
+static double
+s_mib(uint64_t now, uint64_t before)
+{
+    return ((double) now - (double) before) / 1048576.0;
+}
+
 //  Server side: N idle sessions on one server, N growing.  The baseline
 //  is the server after one session opened and closed ("warm"): the first
 //  session pages in the code of the session path (libfabric's, ZeroMQ's,
@@ -330,7 +336,7 @@ s_server_side(pkb_report_t *rep, const pkb_opts_t *o, const pkb_list_t *ns, uint
     if (rc == 0) {
         s_measure_closed(srv.pid, cold.threads, idle, &m0);
         snprintf(note, sizeof note, "before: one session opened and closed (warm), %+.1f MiB over cold",
-                 ((double) m0.rss - (double) cold.rss) / 1048576.0);
+                 s_mib(m0.rss, cold.rss));
         s_row(rep, "server", 0, &m0, m0.rss, note);
     }
     for (size_t i = 0; rc == 0 && i < ns->n; i++) {
@@ -353,9 +359,9 @@ s_server_side(pkb_report_t *rep, const pkb_opts_t *o, const pkb_list_t *ns, uint
                  "after every session closed: %+.1f MiB, %+.1f%% of warm before (%s), of it "
                  "anonymous %+.1f MiB; %+.1f%% of cold (the pool is untouched here: before "
                  "is a bare server)",
-                 ((double) m.rss - (double) m0.rss) / 1048576.0, d,
+                 s_mib(m.rss, m0.rss), d,
                  d <= 10 ? "within 10%" : "NOT within 10%",
-                 ((double) m.anon - (double) m0.anon) / 1048576.0, s_pct(m.rss, cold.rss));
+                 s_mib(m.anon, m0.anon), s_pct(m.rss, cold.rss));
         s_row(rep, "server", 0, &m, m0.rss, note);
     }
     //  A second round of the largest N, opened and closed: what the first
@@ -370,7 +376,7 @@ s_server_side(pkb_report_t *rep, const pkb_opts_t *o, const pkb_list_t *ns, uint
         snprintf(note, sizeof note,
                  "after a second round of %llu sessions: %+.2f MiB over the first round's "
                  "after, %+.1f%% of warm before",
-                 (unsigned long long) top, ((double) m2.rss - (double) m.rss) / 1048576.0,
+                 (unsigned long long) top, s_mib(m2.rss, m.rss),
                  s_pct(m2.rss, m0.rss));
         s_row(rep, "server", 0, &m2, m0.rss, note);
     }

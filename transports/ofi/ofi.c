@@ -37,27 +37,6 @@ static atomic_uint_fast64_t s_next_key = 1;
 //  --------------------------------------------------------------------------
 //  The fabric
 
-//  The choice of endpoint, made once per process before libfabric reads
-//  its settings (at the first fi_getinfo): when our library loads.  Under tcp, libfabric 1.17
-//  layers ofi_rxm over tcp's message endpoints: every RDM endpoint then
-//  carries rxm's bounce-buffer pools, about 70 MB resident per channel
-//  (one channel per session), which endpoint attributes do not shrink.
-//  tcp has an RDM endpoint of its own, and our traffic (RMA writes with
-//  remote CQ data, nothing else) needs nothing rxm adds; 1.17 offers that
-//  endpoint only through rxm's pass-through switch, read from the
-//  environment.  A channel then costs about 150 KB, plus about 450 KB of
-//  transfer entries once its connection is made (doc/design.md, "What a
-//  session costs").  Over verbs rxm stays (passthrough is for tcp only);
-//  its message endpoints' receive queues are cut to 64 since we post no
-//  receives (it cut connection set-up from 40 to 10 ms of CPU).  rxm also
-//  reads its connection events only every FI_OFI_RXM_CM_PROGRESS_INTERVAL
-//  (10 ms by default) of progress calls, pass-through included, and a
-//  channel's connection is made at its first write, one event on each
-//  side: that interval was most of a session's first fetch (a 1-block
-//  first get 8-10 ms, the next ones 0.5 ms).  At 1 ms the first get takes
-//  1.4-3.9 ms, as at 100 us, while a spinning owner looks at the event
-//  queue a tenth as often (at 100 us a 64 KiB x 32 fetch lost 5-7%).  An
-//  operator's own setting of any of the three always wins.
 //  Debian's libfabric pulls in libinfinipath (the PSM provider's), whose
 //  constructor takes SIGINT, SIGTERM, SIGSEGV, SIGBUS, SIGILL and SIGABRT
 //  for itself at load and ends the process with exit(1) on any of them:
@@ -90,11 +69,32 @@ s_give_back_signals(void)
     }
 }
 
-//  The choice of endpoint (above) is made when the library loads, not at
-//  the first fabric: glibc's setenv may free the environment array under
-//  another thread's getenv, and at the first fabric an engine's other
-//  threads (or a client's in each of its workers) may be reading it; at
-//  load the process is most likely one thread.
+//  The choice of endpoint, made once per process before libfabric reads
+//  its settings (at the first fi_getinfo).  Under tcp, libfabric 1.17
+//  layers ofi_rxm over tcp's message endpoints: every RDM endpoint then
+//  carries rxm's bounce-buffer pools, about 70 MB resident per channel
+//  (one channel per session), which endpoint attributes do not shrink.
+//  tcp has an RDM endpoint of its own, and our traffic (RMA writes with
+//  remote CQ data, nothing else) needs nothing rxm adds; 1.17 offers that
+//  endpoint only through rxm's pass-through switch, read from the
+//  environment.  A channel then costs about 150 KB, plus about 450 KB of
+//  transfer entries once its connection is made (doc/design.md, "What a
+//  session costs").  Over verbs rxm stays (passthrough is for tcp only);
+//  its message endpoints' receive queues are cut to 64 since we post no
+//  receives (it cut connection set-up from 40 to 10 ms of CPU).  rxm also
+//  reads its connection events only every FI_OFI_RXM_CM_PROGRESS_INTERVAL
+//  (10 ms by default) of progress calls, pass-through included, and a
+//  channel's connection is made at its first write, one event on each
+//  side: that interval was most of a session's first fetch (a 1-block
+//  first get 8-10 ms, the next ones 0.5 ms).  At 1 ms the first get takes
+//  1.4-3.9 ms, as at 100 us, while a spinning owner looks at the event
+//  queue a tenth as often (at 100 us a 64 KiB x 32 fetch lost 5-7%).  An
+//  operator's own setting of any of the three always wins.
+//  It is made when our library loads (a constructor), not at the first
+//  fabric: glibc's setenv may free the environment array under another
+//  thread's getenv, and by the first fabric an engine's other threads (or
+//  a client in each of its workers) may be reading it; at load the
+//  process is most likely one thread.
 __attribute__((constructor)) static void
 s_choose_endpoints(void)
 {
