@@ -428,6 +428,35 @@ START_TEST(test_loads_matched_by_round)
 }
 END_TEST
 
+//  What the client spins for (answer_spin): lookups sent and not answered.
+//  Queued probes are not sent yet; an answer, a finish (its late answer is
+//  stale) and the server's loss each take one out, once.
+START_TEST(test_open_lookups_counted)
+{
+    s_probe("r1", 0, 2);
+    s_probe("r2", 2, 1);
+    s_probe("r3", 3, 1);
+    ck_assert_uint_eq(pk_client_role_open_lookups(H->role), 0);
+    pk_client_role_flush(H->role);
+    ck_assert_uint_eq(pk_client_role_open_lookups(H->role), 3);
+    uint64_t round[3];
+    for (int i = 0; i < 3; i++)
+        round[H->sent[i].kv[1] - '1'] = H->sent[i].round;
+    ck_assert_int_eq(s_deliver(s_resp("r1", round[0], 2, 0)), 0);
+    ck_assert_uint_eq(pk_client_role_open_lookups(H->role), 2);
+    ck_assert_int_eq(s_deliver(s_resp("r1", round[0], 2, 0)), 0);    //  a repeat
+    ck_assert_uint_eq(pk_client_role_open_lookups(H->role), 2);
+    pk_client_role_finish(H->role, "r2");
+    ck_assert_uint_eq(pk_client_role_open_lookups(H->role), 1);
+    ck_assert_int_eq(s_deliver(s_resp("r2", round[1], 1, 0)), 0);    //  stale now
+    ck_assert_uint_eq(pk_client_role_open_lookups(H->role), 1);
+    pk_client_role_finish(H->role, "r1");       //  answered: nothing more to count
+    ck_assert_uint_eq(pk_client_role_open_lookups(H->role), 1);
+    pk_client_role_server_gone(H->role, "server disconnected");
+    ck_assert_uint_eq(pk_client_role_open_lookups(H->role), 0);
+}
+END_TEST
+
 START_TEST(test_terminal_fetch_on_finish)
 {
     pk_key_t a[1] = { K(0) };
@@ -1139,6 +1168,7 @@ main(void)
     tcase_add_test(tc, test_cancel_not_acked_cuts_off_and_ends_once);
     tcase_add_test(tc, test_cancel_late_in_the_load_sends_nothing);
     tcase_add_test(tc, test_finish_cancels_open_loads_before_the_terminal_fetch);
+    tcase_add_test(tc, test_open_lookups_counted);
     suite_add_tcase(s, tc);
     return pk_test_run("client_role", s);
 }

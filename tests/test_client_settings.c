@@ -4,8 +4,8 @@
     server on a ZeroMQ ROUTER that answers only what each test lets it
     (the library talks to it over tcp on 127.0.0.1, its fabric on the
     tcp provider), node in the address blob each connect carries,
-    fingerprint and hash_seed against a real p2pkv-server, and provider
-    at p2pkv_client_new.  Each timeout is
+    fingerprint and hash_seed against a real p2pkv-server, provider
+    at p2pkv_client_new, and answer_spin (the polling thread's sleeps).  Each timeout is
     short and far from its default, so that the default would fail the
     test: the bound each asserts is the setting plus room for a loaded
     2-core machine under ASan.
@@ -19,9 +19,11 @@
 
 #include <czmq.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define BLOCK 4096
 
@@ -370,6 +372,89 @@ START_TEST(test_fingerprint_and_hash_seed_mismatch_refused)
 }
 END_TEST
 
+//  The calling thread's voluntary context switches: each sleep (in
+//  epoll_wait, say) is one; a sched_yield that gives the core away is not.
+static long
+s_sleeps(void)
+{
+    struct rusage ru;
+    ck_assert_int_eq(getrusage(RUSAGE_THREAD, &ru), 0);
+    return ru.ru_nvcsw;
+}
+
+//  Drives c in polls of 5 ms for about seconds (until == 0), or until the
+//  monotonic clock reaches until: how many polls, and in *sleeps how many
+//  of the thread's sleeps they made.
+static int
+s_poll_for(p2pkv_client_t *c, double seconds, double until, long *sleeps)
+{
+    double end = until > 0 ? until : pk_clock_monotonic() + seconds;
+    long before = s_sleeps();
+    int polls = 0;
+    for (; pk_clock_monotonic() < end; polls++)
+        ck_assert_int_ge(p2pkv_client_poll(c, 0.005), 0);
+    *sleeps = s_sleeps() - before;
+    return polls;
+}
+
+//  answer_spin: after a lookup, the thread driving the client (here
+//  p2pkv_client_poll's caller) looks for the answer without sleeping for
+//  answer_spin, then sleeps on the fd; negative: it sleeps at once.  The
+//  fake server never answers, so each poll waits its whole timeout.
+START_TEST(test_answer_spin_takes_effect)
+{
+    const double spins[2] = { -1, 0.6 };
+    for (int i = 0; i < 2; i++) {
+        p2pkv_config_t cfg = { .peer_id = "c-spin", .fingerprint = "fp", .hash_seed = "7",
+                               .provider = "tcp", .node = "127.0.0.1",
+                               .answer_spin = spins[i] };
+        char err[256] = "";
+        p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
+                                             (p2pkv_callbacks_t) { 0 }, err);
+        ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
+        s_fake_t f;
+        s_fake_start(&f);
+        int server = s_fake_connected(&f, c);
+        static const uint8_t key[32] = { 0x17 };
+        p2pkv_key_t k = { key, sizeof key };
+        double asked = pk_clock_monotonic();
+        ck_assert_int_eq(p2pkv_client_lookup(c, server, "r1", &k, 1), 0);
+        //  within the window: a spinner sleeps (almost) never, a sleeper
+        //  at (almost) every poll
+        long slept;
+        int polls = s_poll_for(c, 0, asked + (spins[i] < 0 ? 0.2 : spins[i] / 2), &slept);
+        pk_msg_t *m = s_fake_next(&f, PK_MSG_LOOKUP, 5);
+        ck_assert_msg(m != NULL, "the lookup did not leave");
+        pk_msg_destroy(&m);
+        if (spins[i] < 0)
+            ck_assert_msg(slept >= polls / 2, "answer_spin -1: %ld sleeps in %d polls", slept,
+                          polls);
+        else
+            ck_assert_msg(slept <= 2, "answer_spin %.1f: %ld sleeps in %d polls within it",
+                          spins[i], slept, polls);
+        //  past the window the thread sleeps again
+        if (spins[i] > 0) {
+            s_poll_for(c, 0, asked + spins[i], &slept);
+            polls = s_poll_for(c, 0.2, 0, &slept);
+            ck_assert_msg(slept >= polls / 2, "answer_spin %.1f: %ld sleeps in %d polls past it",
+                          spins[i], slept, polls);
+        }
+        p2pkv_client_destroy(&c);
+        s_fake_stop(&f);
+    }
+    //  more than a second, or not a number, is refused by name
+    const double bad[2] = { 1.5, NAN };
+    for (int i = 0; i < 2; i++) {
+        p2pkv_config_t cfg = { .peer_id = "c-spin", .answer_spin = bad[i] };
+        char err[256] = "";
+        p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
+                                             (p2pkv_callbacks_t) { 0 }, err);
+        ck_assert_ptr_null(c);
+        ck_assert_msg(strstr(err, "answer_spin"), "err: %s", err);
+    }
+}
+END_TEST
+
 //  provider: one libfabric does not have is refused at p2pkv_client_new,
 //  by name; "tcp" (every other test) opens.
 START_TEST(test_unknown_provider_refused_at_new)
@@ -444,6 +529,7 @@ main(void)
     tcase_add_test(tc, test_no_reconnect_keeps_a_lost_server_down);
     tcase_add_test(tc, test_fingerprint_and_hash_seed_mismatch_refused);
     tcase_add_test(tc, test_unknown_provider_refused_at_new);
+    tcase_add_test(tc, test_answer_spin_takes_effect);
     tcase_add_test(tc, test_node_is_the_endpoints_address);
     return pk_test_run("client_settings", suite);
 }

@@ -36,6 +36,10 @@ typedef struct {
 #define PKB_MAX_IN_FLIGHT 8
 #define PKB_IN_FLIGHT(o) ((o)->in_flight ? (int) (o)->in_flight : 2)
 
+/*  The consumers' answer_spin in microseconds, as it takes effect.  */
+#define pkb_answer_spin_us(o) \
+    ((o)->answer_spin == 0 ? PKB_ANSWER_SPIN * 1e6 : (o)->answer_spin < 0 ? 0 : (o)->answer_spin * 1e6)
+
 /*  A list of provider names (--providers shm,tcp), as given, and joined
     back with commas for the server's --provider.  */
 typedef struct {
@@ -61,6 +65,8 @@ typedef struct {
     pkb_list_t servers;         //  --servers (client side)
     uint64_t max_sessions;      //  --max-sessions (0: the suite's choice)
     uint64_t in_flight;         //  --in-flight: requests per consumer (0: 2)
+    double answer_spin;         //  --answer-spin, seconds as p2pkv_config_t's (0: the
+                                //  library's 200 us, negative: none)
     double seconds;             //  --seconds per timed phase (0: default)
     double idle;                //  --idle S of the sessions' idle CPU
     uint64_t requests;          //  role: requests
@@ -185,6 +191,7 @@ typedef struct {
     const char *provider;       //  the client's provider (NULL: tcp); its session's
                                 //  is checked to be the one asked for
     int in_flight;              //  requests a consumer keeps going (1..PKB_MAX_IN_FLIGHT)
+    double answer_spin;         //  p2pkv_config_t.answer_spin
 } pkb_consumer_cfg_t;
 
 /*  What one consumer reports of one timed phase.  */
@@ -266,8 +273,12 @@ int pkb_fabric_raw_gbps(uint64_t block, size_t batch, bool quick, double *gbps);
 
 /*  A bare ZeroMQ DEALER -> ROUTER echo over tcp on 127.0.0.1 between two
     processes of its own, frames of bytes, n round trips, with CURVE on
-    both sockets when curve: p50 and p99 in ms (zecho.c).  0 or -errno.  */
-int pkb_zmq_echo_ms(size_t bytes, int n, bool curve, double *p50, double *p99);
+    both sockets when curve: p50 and p99 in ms (zecho.c).  Its client
+    waits for each answer as the library's does: looking without sleeping
+    for spin seconds (p2pkv_config_t.answer_spin: 0 is the library's
+    default, negative none), then sleeping.  0 or -errno.  */
+#define PKB_ANSWER_SPIN 200e-6          //  the library's default
+int pkb_zmq_echo_ms(size_t bytes, int n, bool curve, double spin, double *p50, double *p99);
 
 /*  Refusals before any process starts: 0, or 2 with a message naming
     the parameter.  */

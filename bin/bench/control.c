@@ -121,7 +121,8 @@ s_cfg(const pkb_opts_t *o, const pkb_server_t *srv, const s_point_t *p)
 {
     return (pkb_consumer_cfg_t) { srv->endpoint, S_BLOCK, p->keys, p->cancel, p->miss,
                                   o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, p->cancel,
-                                  NULL, NULL, NULL, o->threads, NULL, PKB_IN_FLIGHT(o) };
+                                  NULL, NULL, NULL, o->threads, NULL, PKB_IN_FLIGHT(o),
+                                  o->answer_spin };
 }
 
 //  A repetition of a load already started, and the bare ZeroMQ echo of
@@ -136,7 +137,7 @@ s_rep(const pkb_opts_t *o, pkb_consumer_t *cs, const s_point_t *p, pid_t pid, pk
     double z99;
     int rc = pkb_load_rep(cs, p->c, pid, p->keys, r, err, size);
     if (rc == 0
-        && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, p->curve, z, &z99)) != 0)
+        && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, p->curve, o->answer_spin, z, &z99)) != 0)
         snprintf(err, size, "the bare ZeroMQ echo failed");
     return rc;
 }
@@ -323,11 +324,15 @@ pkb_control(const pkb_opts_t *o)
            "present (pinned until finish), miss: none, cancel: hits fetched and cancelled at "
            "once (p2pkv_client_cancel), rtt still the lookup's; srv cpu in cores; zmq echo: a bare "
            "ZeroMQ DEALER->ROUTER echo of a frame the lookup's size between two processes, "
-           "one client, in the same repetition (CURVE on both sockets in a curve row); median, and [min..max] of %d repetitions\n", (unsigned long long) pool, S_BLOCK,
-           o->threads ? "threads (of one process)" : "processes", reps);
+           "one client, in the same repetition (CURVE on both sockets in a curve row), whose "
+           "client waits for its answer as the library's does (looking without sleeping for "
+           "%.0f us, then sleeping); median, and [min..max] of %d repetitions\n",
+           (unsigned long long) pool, S_BLOCK,
+           o->threads ? "threads (of one process)" : "processes", pkb_answer_spin_us(o), reps);
     pkb_table_head(s_names, s_w, 11);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
     pkb_report_note(rep, "consumers_are", json_string(o->threads ? "threads" : "processes"));
+    pkb_report_note(rep, "answer_spin_us", json_real(pkb_answer_spin_us(o)));
     pkb_server_t srv;
     //  each consumer has --in-flight lookups (consumer.c), each pinning its
     //  hits under the pin quota, which is the pool's size

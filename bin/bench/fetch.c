@@ -188,7 +188,7 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                                    o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, false,
                                    NULL, NULL, NULL, o->threads,
                                    o->providers.n ? o->providers.v[started] : NULL,
-                                   PKB_IN_FLIGHT(o) };
+                                   PKB_IN_FLIGHT(o), o->answer_spin };
         rc = pkb_load_start(cs[started], p->c, &cfg, err, sizeof err);
     }
     for (int i = 0; rc == 0 && i < reps; i++) {
@@ -259,6 +259,7 @@ pkb_fetch(const pkb_opts_t *o)
     pkb_report_t *rep = pkb_report_new(o, prov);
     pkb_report_note(rep, "abort_ack", json_string("n/a: p2pkv.h exposes no abort"));
     pkb_report_note(rep, "consumers_are", json_string(o->threads ? "threads" : "processes"));
+    pkb_report_note(rep, "answer_spin_us", json_real(pkb_answer_spin_us(o)));
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < np;) {
         pkb_server_t srv;

@@ -56,6 +56,10 @@ static const char s_usage[] =
     "  --in-flight N        fetch, control: requests each consumer keeps going\n"
     "                       (1..8, default 2; 1: round trips with nothing queued\n"
     "                       ahead, as the bare ZeroMQ echo)\n"
+    "  --answer-spin US     fetch, control: the consumers' answer_spin (p2pkv.h),\n"
+    "                       and the echo's: microseconds a consumer looks for an\n"
+    "                       answer before it sleeps (0..1000000, 0: never;\n"
+    "                       default: the library's, 200)\n"
     "  --sessions LIST      sessions: idle sessions on one server\n"
     "  --servers LIST       sessions: servers one client holds sessions to (1..64)\n"
     "  --max-sessions N     the servers' --max-sessions (fetch, control: 256;\n"
@@ -182,7 +186,8 @@ s_parse_names(const char *suite, const char *opt, const char *arg, pkb_names_t *
 }
 
 //  Each option, the suites it applies to, and where it goes.
-typedef enum { O_FLAG, O_STR, O_LIST, O_SIZES, O_UINT, O_SECONDS, O_PORTS, O_NAMES } s_kind_t;
+typedef enum { O_FLAG, O_STR, O_LIST, O_SIZES, O_UINT, O_SECONDS, O_MICROS, O_PORTS,
+               O_NAMES } s_kind_t;
 typedef struct {
     const char *name;
     s_kind_t kind;
@@ -204,6 +209,7 @@ static const s_opt_t s_opts[] = {
     { "--threads", O_FLAG, S_FETCH | S_CONTROL, F(threads), 0 },
     { "--keys", O_LIST, S_CONTROL, F(keys), 65536 },
     { "--in-flight", O_UINT, S_FETCH | S_CONTROL, F(in_flight), PKB_MAX_IN_FLIGHT },
+    { "--answer-spin", O_MICROS, S_FETCH | S_CONTROL, F(answer_spin), 1000000 },
     { "--sessions", O_LIST, S_SESSIONS, F(sessions), 65536 },
     { "--servers", O_LIST, S_SESSIONS, F(servers), 64 },
     { "--max-sessions", O_UINT, S_FETCH | S_CONTROL | S_SESSIONS, F(max_sessions),
@@ -253,6 +259,14 @@ s_apply(pkb_opts_t *o, const s_opt_t *d, const char *arg)
         *(double *) at = s;
         return 0;
     }
+    case O_MICROS:
+        //  microseconds, 0 for none, into seconds as p2pkv_config_t's
+        //  answer_spin (negative: none)
+        if (s_parse_u64(arg, false, &v) || v > d->max)
+            return s_bad(o->suite, "%s: \"%s\" is not a whole number of microseconds in "
+                         "0..1000000", d->name, arg);
+        *(double *) at = v ? (double) v / 1e6 : -1;
+        return 0;
     case O_NAMES:
         return s_parse_names(o->suite, d->name, arg, (pkb_names_t *) at);
     case O_PORTS:

@@ -325,6 +325,8 @@ s_config_defaults(p2pkv_config_t *c)
         c->connect_retry = 0.5;
     if (!(c->stall_timeout > 0))
         c->stall_timeout = 5;
+    if (c->answer_spin == 0)
+        c->answer_spin = 200e-6;
 }
 
 //  The pool: the caller's, or one of ours, zeroed.  0 or -ENOMEM.
@@ -386,6 +388,10 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     if (!config || !config->peer_id || !*config->peer_id || !num_blocks || !block_len
         || num_blocks > PK_MAX_NUM_BLOCKS) {
         (void) pk_err(err, 0, "a peer_id and a pool of 1..2^31 blocks of at least 1 byte are required");
+        return NULL;
+    }
+    if (!(config->answer_spin <= 1) && !(config->answer_spin < 0)) {
+        (void) pk_err(err, 0, "answer_spin must be at most 1 s (0: the default, negative: none)");
         return NULL;
     }
     if (sodium_init() < 0) {
@@ -978,6 +984,7 @@ p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pk
     //  flushed at the next step: lookups of a request made before it go
     //  out as one
     int rc = s ? pk_client_role_probe(s->role, kv, k, n) : -ENOTCONN;
+    self->asked = pk_clock_monotonic();
     s_kick(self);
     pthread_mutex_unlock(&self->lock);
     free(k);
@@ -1022,6 +1029,7 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
             *fetch_id_p = id;
     }
     free(f);
+    self->asked = pk_clock_monotonic();
     s_kick(self);
     pthread_mutex_unlock(&self->lock);
     free(k);
@@ -1049,6 +1057,7 @@ p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id)
         if (sync->fetch_id == fetch_id && sync->status == -EINPROGRESS)
             sync->cancelled = 1;
     pthread_cond_broadcast(&self->synced);
+    self->asked = pk_clock_monotonic();
     s_kick(self);
     pthread_mutex_unlock(&self->lock);
     return rc;
@@ -1123,16 +1132,23 @@ s_open_fetches(const p2pkv_client_t *self)
 
 //  Spin while blocks are landing (a wakeup per write costs about 10% of
 //  the throughput), or while fetches run on a channel without a wait
-//  object; otherwise sleep on the fd: a fetch may wait seconds for a
-//  prefill store, and spinning then burns a core.
+//  object, or for answer_spin after a request while its answer is due;
+//  otherwise sleep on the fd: a fetch may wait seconds for a prefill
+//  store, and spinning then burns a core.
 static bool
 s_must_spin(const p2pkv_client_t *self)
 {
     double now = pk_clock_monotonic();
+    bool answer_due = now - self->asked < self->config.answer_spin;
     for (int i = 0; i < self->nservers; i++) {
         const s_server_t *s = self->servers[i];
-        if (s && s->role && s->channel && pk_client_role_open_loads(s->role)
-            && (s->wait_fd < 0 || now - s->last_landed < 0.002))
+        if (!s || !s->role)
+            continue;
+        size_t loads = pk_client_role_open_loads(s->role);
+        if (answer_due && (loads || pk_client_role_open_lookups(s->role)
+                           || pk_client_role_has_queued(s->role)))
+            return true;
+        if (s->channel && loads && (s->wait_fd < 0 || now - s->last_landed < 0.002))
             return true;
     }
     return false;

@@ -162,6 +162,7 @@ struct _p2pkv_client_t {
     int epoll_fd, timer_fd, wake_fd;   //  wake_fd: the kick (client.c, s_kick)
     double armed;                   //  when timer_fd fires (monotonic s); 0: never armed
     bool kicked;                    //  wake_fd holds a count not yet read
+    double asked;                   //  when a lookup, fetch or cancel was last made
     pthread_t thread;
     bool thread_running;
     atomic_bool stopping;

@@ -82,6 +82,7 @@ struct _pk_client_role_t {
     bool queued;                    //  some request has probes to flush
     pk_keymap_t requests;           //  kv -> request
     pk_keymap_t lookups;            //  round -> lookup, open or answered and not fetched
+    size_t asking;                  //  of them, sent and not answered
     pk_keymap_t loads;              //  round -> load
     s_load_t *loads_head, *loads_tail;
     s_memory_t ended;               //  loads that ended
@@ -332,6 +333,7 @@ pk_client_role_flush(pk_client_role_t *self)
             self->queued = true;
             continue;
         }
+        self->asking++;
         //  remember what was asked: the buffers move to the request
         uint8_t **bufs = realloc(r->sent_bufs, (r->nsent_bufs + r->nprobe_bufs) * sizeof *bufs);
         pk_keymap_clear(&r->queued);
@@ -420,6 +422,7 @@ s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
     //  keys go with this answer.  They are taken out first, since the
     //  owner may fetch (and so free l) from inside the event.
     l->answered = true;
+    self->asking--;
     pk_key_t *asked = l->keys;
     l->keys = NULL;
     self->events.lookup_done(self->events.self, l->kv, round, asked, m->hits, m->keys.count);
@@ -617,6 +620,7 @@ s_take_lookups(pk_client_role_t *self, const char *kv, bool open_only, size_t *n
     for (size_t i = 0; i < n; i++) {
         pk_key_t k = s_round_key(&taken[i]->round);
         pk_keymap_take(&self->lookups, &k, NULL, NULL);
+        self->asking -= !taken[i]->answered;
     }
     if (n > 1)
         qsort(taken, n, sizeof *taken, s_cmp_round);
@@ -795,4 +799,10 @@ size_t
 pk_client_role_open_loads(const pk_client_role_t *self)
 {
     return pk_keymap_size(&self->loads);
+}
+
+size_t
+pk_client_role_open_lookups(const pk_client_role_t *self)
+{
+    return self->asking;
 }

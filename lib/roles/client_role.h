@@ -124,4 +124,7 @@ bool pk_client_role_has_queued(const pk_client_role_t *self);
 /*  Loads not ended yet.  */
 size_t pk_client_role_open_loads(const pk_client_role_t *self);
 
+/*  Lookups sent and not answered yet (nor given up: finish, server gone).  */
+size_t pk_client_role_open_lookups(const pk_client_role_t *self);
+
 #endif

@@ -43,7 +43,10 @@ class Config(Structure):
                 ("curve_public", c_char_p), ("curve_secret", c_char_p),
                 ("curve_server", c_char_p),
                 # the cluster directory (issue 14)
-                ("directory", c_char_p)]
+                ("directory", c_char_p),
+                # seconds the driving thread looks for an answer before it
+                # sleeps (0: 200 us, negative: never)
+                ("answer_spin", c_double)]
 
 
 class Holder(Structure):

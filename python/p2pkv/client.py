@@ -104,7 +104,8 @@ class Client:
                  silence_timeout: float = 0, connect_retry: float = 0,
                  stall_timeout: float = 0, no_reconnect: bool = False,
                  curve_public: Optional[str] = None, curve_secret: Optional[str] = None,
-                 curve_server: Optional[str] = None, directory: Optional[str] = None):
+                 curve_server: Optional[str] = None, directory: Optional[str] = None,
+                 answer_spin: float = 0):
         lib = L.lib()
         self.num_blocks, self.block_len = int(num_blocks), int(block_len)
         self._cond = threading.Condition()
@@ -128,7 +129,7 @@ class Client:
         self._directory = enc(directory)
         cfg = L.Config(*self._strings, load_timeout, abort_ack_timeout, keepalive_interval,
                        silence_timeout, connect_retry, stall_timeout, no_reconnect, True,
-                       *self._curve, self._directory)
+                       *self._curve, self._directory, answer_spin)
         # the callbacks must live as long as the client
         self._cbs = L.Callbacks(None, L.ON_LOOKUP(self._on_lookup),
                                 L.ON_FETCH(self._on_fetch), L.ON_SERVER(self._on_server))
