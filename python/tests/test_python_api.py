@@ -115,6 +115,15 @@ def test_errors_carry_the_reason(server):
         assert "block" in e.value.reason
     with pytest.raises(ValueError):
         p2pkv.Client("py-c5", 4, 4096, pool=bytearray(100))
+    # answer_spin reaches the library through the struct, in its place:
+    # more than a second is refused naming it; with a negative one (never
+    # spin) a lookup is answered as with the default
+    with pytest.raises(p2pkv.Error) as e:
+        p2pkv.Client("py-c6", 4, 4096, answer_spin=1.5)
+    assert "answer_spin" in e.value.reason
+    with p2pkv.Client("py-c7", 4, 4096, answer_spin=-1) as c:
+        s = c.connect(server.endpoint, timeout=5)
+        assert c.get(s, [key_of(b"nobody stored this")], [0], fetch=False) == [False]
 
 
 def test_engine_store_for_a_consumer_and_its_event(server):
