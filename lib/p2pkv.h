@@ -152,6 +152,9 @@ typedef struct {
     double answer_spin;
 } p2pkv_config_t;
 
+/*  answer_spin's default (seconds): what 0 means.  */
+#define P2PKV_ANSWER_SPIN 200e-6
+
 /*  Learns a server's block length, fingerprint and hash seed (so a tool
     can size its pool before connecting).  0 or a negative errno with err
     (P2PKV_ERRLEN bytes).  */

@@ -14,6 +14,8 @@
 #ifndef PKB_BENCH_H_INCLUDED
 #define PKB_BENCH_H_INCLUDED
 
+#include "p2pkv.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -36,9 +38,10 @@ typedef struct {
 #define PKB_MAX_IN_FLIGHT 8
 #define PKB_IN_FLIGHT(o) ((o)->in_flight ? (int) (o)->in_flight : 2)
 
-/*  The consumers' answer_spin in microseconds, as it takes effect.  */
+/*  The consumers' answer_spin in microseconds, as it takes effect (0:
+    none), which the ZeroMQ echo waits as well.  */
 #define pkb_answer_spin_us(o) \
-    ((o)->answer_spin == 0 ? PKB_ANSWER_SPIN * 1e6 : (o)->answer_spin < 0 ? 0 : (o)->answer_spin * 1e6)
+    (((o)->answer_spin == 0 ? P2PKV_ANSWER_SPIN : (o)->answer_spin < 0 ? 0 : (o)->answer_spin) * 1e6)
 
 /*  A list of provider names (--providers shm,tcp), as given, and joined
     back with commas for the server's --provider.  */
@@ -275,9 +278,8 @@ int pkb_fabric_raw_gbps(uint64_t block, size_t batch, bool quick, double *gbps);
     processes of its own, frames of bytes, n round trips, with CURVE on
     both sockets when curve: p50 and p99 in ms (zecho.c).  Its client
     waits for each answer as the library's does: looking without sleeping
-    for spin seconds (p2pkv_config_t.answer_spin: 0 is the library's
-    default, negative none), then sleeping.  0 or -errno.  */
-#define PKB_ANSWER_SPIN 200e-6          //  the library's default
+    for spin seconds (pkb_answer_spin_us / 1e6), then sleeping.  0 or
+    -errno.  */
 int pkb_zmq_echo_ms(size_t bytes, int n, bool curve, double spin, double *p50, double *p99);
 
 /*  Refusals before any process starts: 0, or 2 with a message naming

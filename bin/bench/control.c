@@ -137,7 +137,7 @@ s_rep(const pkb_opts_t *o, pkb_consumer_t *cs, const s_point_t *p, pid_t pid, pk
     double z99;
     int rc = pkb_load_rep(cs, p->c, pid, p->keys, r, err, size);
     if (rc == 0
-        && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, p->curve, o->answer_spin, z, &z99)) != 0)
+        && (rc = pkb_zmq_echo_ms(frame, o->quick ? 500 : 2000, p->curve, pkb_answer_spin_us(o) / 1e6, z, &z99)) != 0)
         snprintf(err, size, "the bare ZeroMQ echo failed");
     return rc;
 }

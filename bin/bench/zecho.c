@@ -117,8 +117,6 @@ s_client(size_t bytes, int n, bool curve, double spin, int out)
 int
 pkb_zmq_echo_ms(size_t bytes, int n, bool curve, double spin, double *p50, double *p99)
 {
-    if (spin == 0)
-        spin = PKB_ANSWER_SPIN;
     int p[2];
     if (pipe(p))
         return -errno;

@@ -326,7 +326,7 @@ s_config_defaults(p2pkv_config_t *c)
     if (!(c->stall_timeout > 0))
         c->stall_timeout = 5;
     if (c->answer_spin == 0)
-        c->answer_spin = 200e-6;
+        c->answer_spin = P2PKV_ANSWER_SPIN;
 }
 
 //  The pool: the caller's, or one of ours, zeroed.  0 or -ENOMEM.
