@@ -58,12 +58,15 @@ static const struct {
       "(with --fingerprint, --hash-seed, --provider, --fabric-addr,\n"
       "--timeout as for get)" },
     { "get", "get --server tcp://HOST:PORT | --directory redis://HOST:PORT[/DB]\n"
-      "       [-o DIR] [--json] KEY...",
+      "       [-o DIR] [--repeat N] [--json] KEY...",
       "fetches the blocks into this process's memory over the\n"
       "data plane and writes DIR/KEY for each (DIR: .); on a\n"
       "terminal, a progress line on standard error; by\n"
       "--directory, each key from any live holder, another one\n"
       "if a holder fails\n"
+      "--repeat N (1..1000, --server only): the same get N times\n"
+      "on the one session, and the rate of passes 2..N beside the\n"
+      "first's (which makes the data connection)\n"
       "--fingerprint F --hash-seed S (the server's, learnt by\n"
       "default), --provider P (default auto: the best one the\n"
       "server announces, shm on its host, else its first\n"
@@ -436,6 +439,7 @@ typedef struct {
     double timeout;
     bool json;
     int first;
+    int repeat;                     //  get: passes over one session (1..1000)
 } s_remote_opts_t;
 
 static int
@@ -453,10 +457,12 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
         { "curve-secret", required_argument, NULL, 'C' },
         { "server-key", required_argument, NULL, 'K' },
         { "directory", required_argument, NULL, 'd' },
+        { "repeat", required_argument, NULL, 'r' },
         { NULL, 0, NULL, 0 }
     };
     optind = 0;
     o->outdir = ".";
+    o->repeat = 1;
     o->provider = NULL;         //  auto: the best one each server announces
     o->timeout = 30;
     int c;
@@ -473,11 +479,26 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
             case 'C': o->curve_secret = optarg; break;
             case 'K': o->server_key = optarg; break;
             case 'd': o->directory = optarg; break;
+            case 'r': {
+                char *end;
+                long n = strtol(optarg, &end, 10);
+                if (*optarg == '\0' || *end != '\0' || n < 1 || n > 1000) {
+                    fprintf(stderr, "p2pkv: --repeat: \"%s\" is not a count of passes "
+                            "(1..1000)\n", optarg);
+                    return -EINVAL;
+                }
+                o->repeat = (int) n;
+                break;
+            }
             default: return -EINVAL;
         }
     }
     o->first = optind;
     //  one of --server and --directory; CURVE's two files together
+    if (o->repeat > 1 && o->directory) {
+        fprintf(stderr, "p2pkv: --repeat: only with --server (one session to repeat on)\n");
+        return -EINVAL;
+    }
     return !o->server != !o->directory && o->first < argc && o->timeout > 0
            && !o->curve_secret == !o->server_key ? 0 : -EINVAL;
 }
@@ -561,6 +582,18 @@ s_report(const s_remote_opts_t *o, char *argv[], size_t n, const bool *landed,
     return rc;
 }
 
+//  The request id of pass n of a get (--repeat): each pass its own, so
+//  that none meets the one before it (finished) at the server.
+static const char *
+s_pass_kv(int pass, char *kv, size_t len)
+{
+    if (pass <= 1)
+        snprintf(kv, len, "p2pkv-cli");
+    else
+        snprintf(kv, len, "p2pkv-cli-pass%d", pass);
+    return kv;
+}
+
 //  SIGINT or SIGTERM during a get cancels it (p2pkv_client_finish of its
 //  request) and the get returns only once its fetch ended, so the tool
 //  never exits while a server still writes into its pool.  The signals
@@ -570,6 +603,7 @@ s_report(const s_remote_opts_t *o, char *argv[], size_t n, const bool *landed,
 typedef struct {
     p2pkv_client_t *client;
     int server;
+    atomic_int pass;                //  the get running: its request is s_pass_kv's
     sigset_t set, old;
     pthread_t thread;
     bool watching;
@@ -585,11 +619,13 @@ s_interrupt_run(void *arg)
     while (!atomic_load(&self->done)) {
         if (!atomic_load(&self->signo)) {
             int signo = sigtimedwait(&self->set, NULL, &tick);
-            if (signo > 0)
+            if (signo > 0 && signo != SIGUSR2)         //  SIGUSR2: s_interrupt_end's wake
                 atomic_store(&self->signo, signo);
             continue;
         }
-        (void) p2pkv_client_finish(self->client, self->server, "p2pkv-cli");
+        char kv[32];
+        (void) p2pkv_client_finish(self->client, self->server,
+                                   s_pass_kv(atomic_load(&self->pass), kv, sizeof kv));
         nanosleep(&tick, NULL);
     }
     return NULL;
@@ -603,6 +639,7 @@ s_interrupt_init(s_interrupt_t *self)
     sigemptyset(&self->set);
     sigaddset(&self->set, SIGINT);
     sigaddset(&self->set, SIGTERM);
+    sigaddset(&self->set, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, &self->set, &self->old);
 }
 
@@ -619,6 +656,9 @@ static int
 s_interrupt_end(s_interrupt_t *self)
 {
     atomic_store(&self->done, true);
+    //  woken at once: its wait is 50 ms, which every get paid at its end
+    if (self->watching)
+        pthread_kill(self->thread, SIGUSR2);
     if (self->watching)
         pthread_join(self->thread, NULL);
     self->watching = false;
@@ -791,9 +831,80 @@ static int
 s_remote_usage(bool get)
 {
     fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT | --directory "
-            "redis://HOST:PORT[/DB]%s [--json] [--curve-secret FILE --server-key FILE] "
-            "KEY...\n", get ? "get" : "lookup", get ? " [-o DIR]" : "");
+            "redis://HOST:PORT[/DB]%s [--repeat N] [--json] [--curve-secret FILE --server-key "
+            "FILE] KEY...\n", get ? "get" : "lookup", get ? " [-o DIR]" : "");
     return EXIT_ERROR;
+}
+
+//  Passes 2..repeat of a get (or lookup) on the open session, each under
+//  a request id of its own; *passes counts those done, again[] their
+//  seconds.  Stops at the first that fails or is interrupted, or when one
+//  gets fewer keys than the first pass did (the report is the first
+//  pass's): the get's result, as p2pkv_client_get's.
+static int
+s_repeat(const s_remote_opts_t *o, p2pkv_client_t *client, int server, const s_get_t *g,
+         const uint32_t *dest, bool get, bool *landed, s_interrupt_t *intr, double *again,
+         int *passes, char *err)
+{
+    bool *more = calloc(g->n, sizeof *more);
+    if (!more)
+        return pk_err(err, -ENOMEM, "no memory for --repeat");
+    size_t first = 0;
+    for (size_t i = 0; i < g->n; i++)
+        first += landed[i];
+    int rc = 0;
+    for (int pass = 2; pass <= o->repeat && !atomic_load(&intr->signo); pass++) {
+        char kv[32];
+        atomic_store(&intr->pass, pass);
+        double t0 = pk_clock_monotonic();
+        rc = p2pkv_client_get(client, server, s_pass_kv(pass, kv, sizeof kv), g->keys, dest,
+                              g->n, get, o->timeout, more, NULL, NULL, err);
+        double seconds = pk_clock_monotonic() - t0;
+        size_t n = 0;
+        for (size_t i = 0; i < g->n; i++)
+            n += more[i] && landed[i];
+        if (rc < 0)
+            break;
+        if (n < first) {
+            fprintf(stderr, "p2pkv: --repeat: pass %d got %zu of the %zu keys the first got; "
+                    "no more passes\n", pass, n, first);
+            break;
+        }
+        again[(*passes)++] = seconds;
+    }
+    free(more);
+    return rc;
+}
+
+static int
+s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
+}
+
+//  The passes after the first, on standard error: they run on the open
+//  session, without the data connection the first one made.
+static void
+s_report_again(const s_remote_opts_t *o, size_t n, const bool *landed, uint64_t block_len,
+               bool get, double *again, int passes)
+{
+    size_t nhit = 0;
+    for (size_t i = 0; i < n; i++)
+        nhit += landed[i];
+    qsort(again, (size_t) passes, sizeof *again, s_cmp_double);
+    double med = passes % 2 ? again[passes / 2] : (again[passes / 2 - 1] + again[passes / 2]) / 2;
+    double bytes = nhit * (double) block_len;
+    if (o->json)
+        return;
+    if (get && nhit)
+        fprintf(stderr, "p2pkv get: again on the open session, %d passes: %.2f GB/s median "
+                "[%.2f..%.2f] (%.3f s median)\n", passes, bytes / med / 1e9,
+                bytes / again[passes - 1] / 1e9, bytes / again[0] / 1e9, med);
+    else
+        fprintf(stderr, "p2pkv %s: again on the open session, %d passes: %.3f ms median "
+                "[%.3f..%.3f]\n", get ? "get" : "lookup", passes, med * 1e3, again[0] * 1e3,
+                again[passes - 1] * 1e3);
 }
 
 static int
@@ -835,6 +946,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
     for (size_t i = 0; i < g.n; i++)
         dest[i] = (uint32_t) i;             //  the pool has a block per key
     bool progress = get && !o.json && isatty(STDERR_FILENO);
+    atomic_store(&intr.pass, 1);
     s_interrupt_watch(&intr, client, server);
     double t0 = pk_clock_monotonic();
     int got = p2pkv_client_get(client, server, "p2pkv-cli", g.keys, dest, g.n, get, o.timeout, landed,
@@ -843,6 +955,11 @@ s_cmd_remote(int argc, char *argv[], bool get)
     char provider[64];
     if (progress)
         fprintf(stderr, "\r\033[K");
+    //  --repeat: the same get again on the open session
+    double again[1000];
+    int passes = 0;
+    if (got >= 0 && o.repeat > 1)
+        got = s_repeat(&o, client, server, &g, dest, get, landed, &intr, again, &passes, err);
     //  interrupted: the get's fetch has ended (nothing lands any more); no report
     int signo = s_interrupt_end(&intr);
     bool failed = got == -EIO;
@@ -853,6 +970,8 @@ s_cmd_remote(int argc, char *argv[], bool get)
          : s_report(&o, argv, g.n, landed, p2pkv_client_pool(client), d.block_len, get, seconds,
                     p2pkv_client_server_provider(client, server, provider, sizeof provider) == 0
                     ? provider : NULL);
+    if (!signo && passes)
+        s_report_again(&o, g.n, landed, d.block_len, get, again, passes);
     if (failed && !signo)
         rc = EXIT_ERROR;
     free(landed);

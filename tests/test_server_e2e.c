@@ -608,6 +608,63 @@ START_TEST(test_cli_get_verifies_bytes)
 }
 END_TEST
 
+//  p2pkv get --repeat: the passes after the first run on the same session
+//  (one session opened, on the server's counter) and report their rate;
+//  the blocks written are the ones put.  A count that is not one, or
+//  --repeat by --directory, is refused naming --repeat, before any work.
+START_TEST(test_cli_get_repeat)
+{
+    td_t s;
+    td_start(&s, NULL);
+    enum { N = 8 };
+    pk_key_t keys[N];
+    s_put_blocks(&s, N, keys);
+    char dir[] = "/tmp/p2pkv-repeat-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[N * 80 + 512];
+    int at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --repeat 3 --server %s -o %s", s.endpoint,
+                      dir);
+    char hex[N][65];
+    for (int i = 0; i < N; i++) {
+        pk_hex_encode(keys[i].bytes, keys[i].len, hex[i]);
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", hex[i]);
+    }
+    snprintf(cmd + at, sizeof cmd - (size_t) at, " > %s/report 2>&1", dir);
+    ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
+    snprintf(cmd, sizeof cmd, "grep -c ' fetched$' %s/report | grep -qx %d && "
+             "grep -q 'again on the open session, 2 passes: .* GB/s median' %s/report",
+             dir, N, dir);
+    ck_assert_msg(system(cmd) == 0, "no report of the two passes after the first");
+    for (int i = 0; i < N; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%.64s", dir, hex[i]);
+        FILE *f = fopen(path, "rb");
+        ck_assert_msg(f != NULL, "%s not written", path);
+        static uint8_t got[BLOCK];
+        ck_assert_uint_eq(fread(got, 1, BLOCK, f), BLOCK);
+        fclose(f);
+        ck_assert_mem_eq(got, s_data[i], BLOCK);
+    }
+    p2pkv_engine_stats_t st = td_stats(td_api(&s));
+    ck_assert_uint_eq(st.hits, 3 * N);                  //  three passes ...
+    snprintf(cmd, sizeof cmd, "bin/p2pkv stats --local %s --json | grep -q "
+             "'\"p2pkv_sessions_opened_total\":{\"peers\":{[^}]*},\"total\":1[,}]'", s.local);
+    ck_assert_msg(system(cmd) == 0, "the passes did not share one session");   //  ... one session
+    static const char *bad[] = { "--repeat 0 --server tcp://127.0.0.1:1",
+                                 "--repeat 2x --server tcp://127.0.0.1:1",
+                                 "--repeat 1001 --server tcp://127.0.0.1:1",
+                                 "--repeat 2 --directory redis://127.0.0.1:1" };
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
+        snprintf(cmd, sizeof cmd, "bin/p2pkv get %s %s 2>&1 | grep -q -- '^p2pkv: --repeat: '",
+                 bad[b], hex[0]);
+        ck_assert_msg(system(cmd) == 0, "%s: not refused naming --repeat", bad[b]);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  The daemon as consumer: b pulls keys from a into its own pool; they are
 //  READY there and a consumer of b gets the same bytes.
 START_TEST(test_pull_between_servers)
@@ -937,6 +994,7 @@ main(void)
     tcase_add_test(tc, test_metrics_endpoint);
     tcase_add_test(tc, test_cli_put_and_stats);
     tcase_add_test(tc, test_cli_get_verifies_bytes);
+    tcase_add_test(tc, test_cli_get_repeat);
     tcase_add_test(tc, test_pull_between_servers);
     tcase_add_test(tc, test_engine_json_protocol);
     tcase_add_test(tc, test_sigterm_during_transfers_leaves_no_pool);
