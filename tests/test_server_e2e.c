@@ -553,6 +553,21 @@ START_TEST(test_cli_put_and_stats)
 }
 END_TEST
 
+//  DIR/KEY, as p2pkv get writes it, holds want; then it is removed.
+static void
+s_expect_file(const char *dir, const char *hex, const uint8_t *want)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/%.64s", dir, hex);
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "%s not written", path);
+    static uint8_t got[BLOCK];
+    ck_assert_uint_eq(fread(got, 1, BLOCK, f), BLOCK);
+    fclose(f);
+    ck_assert_mem_eq(got, want, BLOCK);
+    unlink(path);
+}
+
 //  p2pkv put on the server, p2pkv get from it: every byte comes back, more
 //  blocks than the server's pin quota (a quarter of 256), one key missing.
 START_TEST(test_cli_get_verifies_bytes)
@@ -588,17 +603,8 @@ START_TEST(test_cli_get_verifies_bytes)
     at += snprintf(cmd + at, sizeof cmd - (size_t) at, " > %s/report 2>&1", dir);
     int status = system(cmd);
     ck_assert_int_eq(WEXITSTATUS(status), 1);       //  one key missing
-    for (int i = 0; i < N; i++) {
-        char path[256];
-        snprintf(path, sizeof path, "%s/%.64s", out, keys[i]);
-        FILE *f = fopen(path, "rb");
-        ck_assert_msg(f != NULL, "%s not written", path);
-        static uint8_t got[BLOCK];
-        ck_assert_uint_eq(fread(got, 1, BLOCK, f), BLOCK);
-        fclose(f);
-        ck_assert_mem_eq(got, blocks[i], BLOCK);
-        unlink(path);
-    }
+    for (int i = 0; i < N; i++)
+        s_expect_file(out, keys[i], blocks[i]);
     snprintf(cmd, sizeof cmd, "grep -c ' fetched$' %s/report | grep -qx %d && "
              "grep -q '^00aa missing$' %s/report", dir, N, dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -635,16 +641,8 @@ START_TEST(test_cli_get_repeat)
              "grep -q 'again on the open session, 2 passes: .* GB/s median' %s/report",
              dir, N, dir);
     ck_assert_msg(system(cmd) == 0, "no report of the two passes after the first");
-    for (int i = 0; i < N; i++) {
-        char path[256];
-        snprintf(path, sizeof path, "%s/%.64s", dir, hex[i]);
-        FILE *f = fopen(path, "rb");
-        ck_assert_msg(f != NULL, "%s not written", path);
-        static uint8_t got[BLOCK];
-        ck_assert_uint_eq(fread(got, 1, BLOCK, f), BLOCK);
-        fclose(f);
-        ck_assert_mem_eq(got, s_data[i], BLOCK);
-    }
+    for (int i = 0; i < N; i++)
+        s_expect_file(dir, hex[i], s_data[i]);
     p2pkv_engine_stats_t st = td_stats(td_api(&s));
     ck_assert_uint_eq(st.hits, 3 * N);                  //  three passes ...
     snprintf(cmd, sizeof cmd, "bin/p2pkv stats --local %s --json | grep -q "
