@@ -56,7 +56,8 @@ static const struct {
       "prints KEY hit|miss; by --directory, KEY hit PEER,... (the\n"
       "live holders) or KEY miss\n"
       "(with --fingerprint, --hash-seed, --provider, --fabric-addr,\n"
-      "--timeout as for get)" },
+      "--timeout, --repeat as for get; --repeat prints the round\n"
+      "trip of passes 2..N)" },
     { "get", "get --server tcp://HOST:PORT | --directory redis://HOST:PORT[/DB]\n"
       "       [-o DIR] [--repeat N] [--json] KEY...",
       "fetches the blocks into this process's memory over the\n"
