@@ -435,6 +435,30 @@ pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, doub
     return s_update(self, id, peer, PK_METRIC_HISTOGRAM, 0, seconds);
 }
 
+//  The samples array gives back the slots retired peers left empty: it
+//  grows by doubling to the most peers it ever held at once (40 bytes a
+//  slot), so without this a server that 10,000 consumers had used at once
+//  kept 400 KB per family after they left, in each of its 34 per-peer
+//  families.  Halving at a quarter full keeps one peer arriving and
+//  leaving at a boundary from resizing each time.
+static void
+s_shrink(s_family_t *family)
+{
+    if (family->npeers == 0) {
+        free(family->peers);
+        family->peers = NULL;
+        family->cap = 0;
+        return;
+    }
+    if (family->cap <= 8 || family->npeers > family->cap / 4)
+        return;
+    s_sample_t *peers = realloc(family->peers, family->cap / 2 * sizeof *peers);
+    if (peers) {                //  else the larger array stays: nothing lost
+        family->peers = peers;
+        family->cap /= 2;
+    }
+}
+
 size_t
 pk_metrics_forget_peer(pk_metrics_t *self, const char *peer)
 {
@@ -453,6 +477,7 @@ pk_metrics_forget_peer(pk_metrics_t *self, const char *peer)
                 memmove(&family->peers[mid], &family->peers[mid + 1],
                         (family->npeers - mid - 1) * sizeof *family->peers);
                 family->npeers--;
+                s_shrink(family);
                 dropped++;
                 break;
             }
