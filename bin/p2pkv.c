@@ -838,43 +838,53 @@ s_remote_usage(bool get)
 }
 
 //  Passes 2..repeat of a get (or lookup) on the open session, each under
-//  a request id of its own; *passes counts those done, again[] their
-//  seconds.  Stops at the first that fails or is interrupted, or when one
-//  gets fewer keys than the first pass did (the report is the first
-//  pass's): the get's result, as p2pkv_client_get's.
+//  a request id of its own: again[] gets their seconds, and the count is
+//  returned.  Stops, saying why, at the first that fails or gets fewer
+//  keys than the first pass did, or at an interrupt; the report and the
+//  exit status stay the first pass's (the blocks a failed pass wrote
+//  again hold what the first one wrote: the same keys, from the same
+//  server).
 static int
 s_repeat(const s_remote_opts_t *o, p2pkv_client_t *client, int server, const s_get_t *g,
-         const uint32_t *dest, bool get, bool *landed, s_interrupt_t *intr, double *again,
-         int *passes, char *err)
+         const uint32_t *dest, bool get, const bool *landed, s_interrupt_t *intr,
+         double *again)
 {
+    const char *cmd = get ? "get" : "lookup";
     bool *more = calloc(g->n, sizeof *more);
-    if (!more)
-        return pk_err(err, -ENOMEM, "no memory for --repeat");
+    if (!more) {
+        fprintf(stderr, "p2pkv %s: --repeat: out of memory\n", cmd);
+        return 0;
+    }
     size_t first = 0;
     for (size_t i = 0; i < g->n; i++)
         first += landed[i];
-    int rc = 0;
+    int passes = 0;
     for (int pass = 2; pass <= o->repeat && !atomic_load(&intr->signo); pass++) {
-        char kv[32];
+        char kv[32], err[P2PKV_ERRLEN] = "";
         atomic_store(&intr->pass, pass);
         double t0 = pk_clock_monotonic();
-        rc = p2pkv_client_get(client, server, s_pass_kv(pass, kv, sizeof kv), g->keys, dest,
-                              g->n, get, o->timeout, more, NULL, NULL, err);
+        int rc = p2pkv_client_get(client, server, s_pass_kv(pass, kv, sizeof kv), g->keys, dest,
+                                  g->n, get, o->timeout, more, NULL, NULL, err);
         double seconds = pk_clock_monotonic() - t0;
         size_t n = 0;
         for (size_t i = 0; i < g->n; i++)
             n += more[i] && landed[i];
-        if (rc < 0)
+        if (atomic_load(&intr->signo))
             break;
-        if (n < first) {
-            fprintf(stderr, "p2pkv: --repeat: pass %d got %zu of the %zu keys the first got; "
-                    "no more passes\n", pass, n, first);
+        if (rc < 0) {
+            fprintf(stderr, "p2pkv %s: --repeat: pass %d: %s; no more passes\n", cmd, pass,
+                    *err ? err : strerror(-rc));
             break;
         }
-        again[(*passes)++] = seconds;
+        if (n < first) {
+            fprintf(stderr, "p2pkv %s: --repeat: pass %d got %zu of the %zu keys the first "
+                    "got; no more passes\n", cmd, pass, n, first);
+            break;
+        }
+        again[passes++] = seconds;
     }
     free(more);
-    return rc;
+    return passes;
 }
 
 static int
@@ -899,12 +909,13 @@ s_report_again(const s_remote_opts_t *o, size_t n, const bool *landed, uint64_t 
     if (o->json)
         return;
     if (get && nhit)
-        fprintf(stderr, "p2pkv get: again on the open session, %d passes: %.2f GB/s median "
-                "[%.2f..%.2f] (%.3f s median)\n", passes, bytes / med / 1e9,
+        fprintf(stderr, "p2pkv get: again on the open session, %d pass%s: %.2f GB/s median "
+                "[%.2f..%.2f] (%.3f s median)\n", passes, passes > 1 ? "es" : "", bytes / med / 1e9,
                 bytes / again[passes - 1] / 1e9, bytes / again[0] / 1e9, med);
     else
-        fprintf(stderr, "p2pkv %s: again on the open session, %d passes: %.3f ms median "
-                "[%.3f..%.3f]\n", get ? "get" : "lookup", passes, med * 1e3, again[0] * 1e3,
+        fprintf(stderr, "p2pkv %s: again on the open session, %d pass%s: %.3f ms median "
+                "[%.3f..%.3f]\n", get ? "get" : "lookup", passes, passes > 1 ? "es" : "",
+                med * 1e3, again[0] * 1e3,
                 again[passes - 1] * 1e3);
 }
 
@@ -960,7 +971,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
     double again[1000];
     int passes = 0;
     if (got >= 0 && o.repeat > 1)
-        got = s_repeat(&o, client, server, &g, dest, get, landed, &intr, again, &passes, err);
+        passes = s_repeat(&o, client, server, &g, dest, get, landed, &intr, again);
     //  interrupted: the get's fetch has ended (nothing lands any more); no report
     int signo = s_interrupt_end(&intr);
     bool failed = got == -EIO;

@@ -648,6 +648,10 @@ START_TEST(test_cli_get_repeat)
     snprintf(cmd, sizeof cmd, "bin/p2pkv stats --local %s --json | grep -q "
              "'\"p2pkv_sessions_opened_total\":{\"peers\":{[^}]*},\"total\":1[,}]'", s.local);
     ck_assert_msg(system(cmd) == 0, "the passes did not share one session");   //  ... one session
+    snprintf(cmd, sizeof cmd, "bin/p2pkv lookup --repeat 2 --server %s %s 2>&1 | grep -q "
+             "'^p2pkv lookup: again on the open session, 1 pass: .* ms median'", s.endpoint,
+             hex[0]);
+    ck_assert_msg(system(cmd) == 0, "lookup --repeat 2: no report of its second pass");
     static const char *bad[] = { "--repeat 0 --server tcp://127.0.0.1:1",
                                  "--repeat 2x --server tcp://127.0.0.1:1",
                                  "--repeat 1001 --server tcp://127.0.0.1:1",
