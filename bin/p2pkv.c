@@ -440,7 +440,7 @@ typedef struct {
     double timeout;
     bool json;
     int first;
-    int repeat;                     //  get: passes over one session (1..1000)
+    int repeat;                     //  get, lookup: passes over one session (1..1000)
 } s_remote_opts_t;
 
 static int
