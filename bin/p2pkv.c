@@ -900,14 +900,14 @@ static void
 s_report_again(const s_remote_opts_t *o, size_t n, const bool *landed, uint64_t block_len,
                bool get, double *again, int passes)
 {
+    if (o->json)
+        return;
     size_t nhit = 0;
     for (size_t i = 0; i < n; i++)
         nhit += landed[i];
     qsort(again, (size_t) passes, sizeof *again, s_cmp_double);
     double med = passes % 2 ? again[passes / 2] : (again[passes / 2 - 1] + again[passes / 2]) / 2;
     double bytes = nhit * (double) block_len;
-    if (o->json)
-        return;
     if (get && nhit)
         fprintf(stderr, "p2pkv get: again on the open session, %d pass%s: %.2f GB/s median "
                 "[%.2f..%.2f] (%.3f s median)\n", passes, passes > 1 ? "es" : "", bytes / med / 1e9,
