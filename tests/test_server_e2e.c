@@ -437,6 +437,78 @@ START_TEST(test_allow_list)
 END_TEST
 
 //  GET url from 127.0.0.1:port; returns the body (malloc'd) or NULL.
+//  GLIBC_TUNABLES of the server's running image, from /proc: what it
+//  started (again) with, not what the first image set.  NULL if unset.
+//  glibc, parsing the variable at start, writes a NUL over each ':' in
+//  place, so the tunables after the first read as entries of their own.
+static char *
+s_server_tunables(const td_t *s)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int) s->pid);
+    FILE *file = fopen(path, "r");
+    ck_assert_ptr_nonnull(file);
+    char *entry = NULL, *found = NULL;
+    size_t cap = 0;
+    bool in = false;
+    while (getdelim(&entry, &cap, 0, file) > 0) {
+        if (strncmp(entry, "GLIBC_TUNABLES=", 15) == 0) {
+            free(found);
+            found = strdup(entry + 15);
+            in = true;
+        }
+        else if (in && strncmp(entry, "glibc.", 6) == 0) {
+            char *joined = zsys_sprintf("%s:%s", found, entry);
+            free(found);
+            found = joined;
+        }
+        else
+            in = false;
+    }
+    free(entry);
+    fclose(file);
+    return found;
+}
+
+//  The daemon runs without malloc's per-thread caches (bin/p2pkv-server.c:
+//  what they pin after sessions close), keeps the operator's other
+//  tunables, and keeps an operator's own cache setting as given.
+START_TEST(test_started_without_thread_caches)
+{
+    const char *given = getenv("GLIBC_TUNABLES");
+    if ((given && *given) || getenv("P2PKV_SERVER")) {
+        printf("test_started_without_thread_caches: skipped (GLIBC_TUNABLES or "
+               "P2PKV_SERVER set by the caller)\n");
+        return;
+    }
+    struct { const char *set, *want; } cases[] = {
+        { NULL, "glibc.malloc.tcache_count=0" },
+        { "glibc.malloc.perturb=0", "glibc.malloc.perturb=0:glibc.malloc.tcache_count=0" },
+        { "glibc.malloc.tcache_count=3", "glibc.malloc.tcache_count=3" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].set)
+            setenv("GLIBC_TUNABLES", cases[i].set, 1);
+        td_t s;
+        td_start(&s, NULL);
+        unsetenv("GLIBC_TUNABLES");
+        char *have = s_server_tunables(&s);
+        ck_assert_msg(have && strcmp(have, cases[i].want) == 0,
+                      "given %s: the server runs with GLIBC_TUNABLES=%s, not %s",
+                      cases[i].set ? cases[i].set : "(unset)", have ? have : "(unset)",
+                      cases[i].want);
+        free(have);
+        //  and it serves: a consumer's handshake is answered
+        pk_msg_t *answer;
+        tc_t *tc = s_consumer(&s, "c-tcache", BLOCK, "fp", "7", &answer);
+        ck_assert_int_eq(answer->type, PK_MSG_CONNECT_ACK);
+        pk_msg_destroy(&answer);
+        tc_destroy(&tc);
+        ck_assert_int_eq(td_stop(&s), 0);
+    }
+}
+END_TEST
+
 static char *
 s_http_get(int port, const char *path)
 {
@@ -992,6 +1064,7 @@ main(void)
     tcase_add_test(tc, test_silent_consumer_retired_pins_released);
     tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
     tcase_add_test(tc, test_allow_list);
+    tcase_add_test(tc, test_started_without_thread_caches);
     tcase_add_test(tc, test_junk_blobs_refused_before_any_channel);
     tcase_add_test(tc, test_metrics_endpoint);
     tcase_add_test(tc, test_cli_put_and_stats);
