@@ -232,8 +232,11 @@ START_TEST(test_idle_same_host_session_does_not_spin)
     td_t s;
     td_start(&s, _i ? s_all3 : s_shm_tcp);
     bk_fill(&s, 1, 8, BLOCK);
+    //  pings well inside the test server's 1.5 s --silence-timeout: with
+    //  the default 2 s keepalive the 1.5 s idle below raced the server's
+    //  retiring of a silent consumer (seen under ASan: DOWN, not UP)
     p2pkv_config_t cfg = { .peer_id = "idle-shm", .fingerprint = "fp", .hash_seed = "7",
-                           .progress_thread = true };
+                           .progress_thread = true, .keepalive_interval = 0.3 };
     char err[P2PKV_ERRLEN] = "";
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 8, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
     ck_assert_msg(c != NULL, "%s", err);
