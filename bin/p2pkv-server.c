@@ -71,9 +71,7 @@ s_start_without_thread_caches(char *argv[])
     if ((have && strstr(have, "glibc.malloc.tcache_count"))
         || (preload && strstr(preload, "vgpreload")))
         return;                 //  the operator's choice, our second start, valgrind
-    char *previous = have ? strdup(have) : NULL;
-    if (have && !previous)
-        return;
+    //  Left set if the start fails: the daemon starts no program.
     char *setting = have && *have ? zsys_sprintf("%s:%s", have, S_NO_TCACHE)
                                   : strdup(S_NO_TCACHE);
     int err = ENOMEM;
@@ -85,12 +83,7 @@ s_start_without_thread_caches(char *argv[])
     fprintf(stderr, "p2pkv-server: warning: cannot start again without malloc's "
             "thread caches (%s): memory that sessions freed may stay resident\n",
             strerror(err));
-    if (previous)
-        setenv("GLIBC_TUNABLES", previous, 1);
-    else
-        unsetenv("GLIBC_TUNABLES");
     free(setting);
-    free(previous);
 }
 
 int
