@@ -268,11 +268,37 @@ int pkb_control(const pkb_opts_t *o);
 int pkb_sessions(const pkb_opts_t *o);
 int pkb_directory(const pkb_opts_t *o);     //  issue 14: against a redis-server
 
+/*  N worker processes moving bytes at once (crowd.c): each opens (in
+    the worker; NULL: failed), steps for `warm` seconds, all at once, and
+    comes to rest (quiesce, if any: no byte in flight); then, all started
+    at one instant, steps until one deadline `secs` later (bytes moved, or
+    < 0: failed), and closes.  *gbps: all their bytes over the time to
+    the last one's end.  0 or -errno; refuses more than 1,024 workers.  */
+typedef struct {
+    void *(*open)(void *arg);
+    int64_t (*step)(void *state);
+    int (*quiesce)(void *state);
+    void (*close)(void *state);
+} pkb_crowd_ops_t;
+int pkb_crowd_gbps(const pkb_crowd_ops_t *ops, void *arg, size_t workers, double warm,
+                   double secs, double *gbps);
+
+/*  How long fetch's references warm up, and then move bytes together
+    (seconds).  */
+#define PKB_CROWD_WARM(quick) ((quick) ? 0.2 : 1.0)
+#define PKB_CROWD_SECS(quick) ((quick) ? 0.1 : 0.5)
+
 /*  fabric's raw loop as a service for fetch: raw fi_writedata GB/s of
     one block size and batch, contiguous, in processes of its own (the
-    caller keeps no libfabric state, so it can fork consumers later).
-    0 or -errno.  */
-int pkb_fabric_raw_gbps(uint64_t block, size_t batch, bool quick, double *gbps);
+    caller keeps no libfabric state, so it can fork consumers later):
+    `pairs` writer and target pairs writing at once, their bytes together
+    over the time they took.  0 or -errno.  */
+int pkb_fabric_raw_gbps(uint64_t block, size_t batch, size_t pairs, bool quick, double *gbps);
+
+/*  The data plane's floor for fetch (tcp_streams.c): `streams` bare TCP
+    sender and receiver process pairs on 127.0.0.1 at once, blocking send
+    and recv of one block, each end rotating over `batch` blocks.  */
+int pkb_tcp_streams_gbps(uint64_t block, size_t batch, size_t streams, bool quick, double *gbps);
 
 /*  A bare ZeroMQ DEALER -> ROUTER echo over tcp on 127.0.0.1 between two
     processes of its own, frames of bytes, n round trips, with CURVE on

@@ -10,7 +10,7 @@
     way, interleaved; figures are min, median, max over repetitions.
 
     pkb_fabric_raw_gbps runs the bare loop alone for fetch, in processes
-    of its own.
+    of its own, as many pairs at once as fetch has consumers.
 */
 #include "bench.h"
 #include "base/clock.h"
@@ -42,21 +42,23 @@ static const pk_transport_ops_t *s_fab_ops;
 
 typedef struct {
     uint64_t block;
+    uint32_t blocks;            //  the pool's, FAB_POOL or a raw batch's
     uint8_t *pool;
     pk_fabric_t *fabric;
     pk_channel_t *ch;
 } s_fab_side_t;
 
 static int
-s_fab_open(s_fab_side_t *side, uint64_t block, bool expose)
+s_fab_open(s_fab_side_t *side, uint64_t block, uint32_t blocks, bool expose)
 {
     char err[PK_ERRLEN];
     int rc;
     side->block = block;
-    side->pool = aligned_alloc(4096, FAB_POOL * block);
+    side->blocks = blocks;
+    side->pool = aligned_alloc(4096, blocks * block);
     if (!side->pool)
         return -ENOMEM;
-    memset(side->pool, expose ? 0 : 0x5a, FAB_POOL * block);
+    memset(side->pool, expose ? 0 : 0x5a, blocks * block);
     s_fab_ops = pk_transport_find("ofi");
     rc = pk_transport_ops_check(s_fab_ops, PK_TRANSPORT_OPS_SIZE, err);
     if (rc) {
@@ -64,7 +66,7 @@ s_fab_open(s_fab_side_t *side, uint64_t block, bool expose)
         return rc;
     }
     pk_fabric_config_t config = { "tcp", "127.0.0.1", 5.0 };
-    side->fabric = s_fab_ops->fabric_open(&config, side->pool, FAB_POOL, block, &rc, err);
+    side->fabric = s_fab_ops->fabric_open(&config, side->pool, blocks, block, &rc, err);
     if (side->fabric)
         side->ch = s_fab_ops->channel_new(side->fabric, expose, &rc, err);
     if (!side->fabric || !side->ch) {
@@ -110,10 +112,12 @@ s_fab_transport(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t
 
 //  The same batch as a bare loop: one fi_writedata per run of `run`
 //  blocks (1: one per block; more: the merged writes write_blocks makes of
-//  a contiguous layout, which is then what remote[] must be).
+//  a contiguous layout, which is then what remote[] must be).  yield: an
+//  empty look gives the core away, as the server's writing actors do, so
+//  that many writers at once share two cores as fetch's servers would.
 static int
 s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *local,
-          const uint32_t *remote, size_t n, size_t run)
+          const uint32_t *remote, size_t n, size_t run, bool yield)
 {
     pk_ofi_raw_t raw;
     if (pk_ofi_bench_raw(w->ch, &raw) != 0)
@@ -144,6 +148,8 @@ s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *loca
         }
         else if (got == -FI_EAVAIL)
             return -EIO;
+        else if (yield)
+            sched_yield();
         if (t)
             s_fab_ops->channel_progress(t->ch);
     }
@@ -166,10 +172,10 @@ s_fab_wire(pk_channel_t *ch, int in, int out, bool send_first)
 
 //  The target: progress until the writer closes its pipe.
 static void __attribute__((noreturn))
-s_fab_target(uint64_t block, int in, int out)
+s_fab_target(uint64_t block, uint32_t blocks, int in, int out)
 {
     s_fab_side_t t = { 0 };
-    if (s_fab_open(&t, block, true) || s_fab_wire(t.ch, in, out, true))
+    if (s_fab_open(&t, block, blocks, true) || s_fab_wire(t.ch, in, out, true))
         _exit(2);
     //  An empty look gives the core away, as a consumer of the library
     //  does: where the scheduler put both processes on one core, a target
@@ -196,7 +202,7 @@ typedef struct {
 } s_fab_pair_t;
 
 static int
-s_pair_open(s_fab_pair_t *p, uint64_t block)
+s_pair_open(s_fab_pair_t *p, uint64_t block, uint32_t blocks)
 {
     memset(p, 0, sizeof *p);
     int down[2], up[2];
@@ -208,14 +214,14 @@ s_pair_open(s_fab_pair_t *p, uint64_t block)
     if (p->pid == 0) {
         close(down[1]);
         close(up[0]);
-        s_fab_target(block, down[0], up[1]);
+        s_fab_target(block, blocks, down[0], up[1]);
     }
     close(down[0]);
     close(up[1]);
     p->down = down[1];
     p->up = up[0];
     p->round = 1;
-    int rc = s_fab_open(&p->w, block, false);
+    int rc = s_fab_open(&p->w, block, blocks, false);
     if (rc == 0)
         rc = s_fab_wire(p->w.ch, p->up, p->down, false);
     if (rc == 0)        //  connection warm-up
@@ -250,7 +256,7 @@ s_time(s_fab_pair_t *p, s_way_t way, const uint32_t *local, const uint32_t *remo
     while (done < count || t - t0 < secs) {
         int rc = way == S_OURS ? s_fab_transport(&p->w, NULL, p->round++, local, remote, n)
                  : s_fab_raw(&p->w, NULL, p->round++, local, remote, n,
-                             way == S_MERGED ? run : 1);
+                             way == S_MERGED ? run : 1, false);
         if (rc)
             return rc;
         done++;
@@ -332,7 +338,7 @@ s_fab_size(pkb_report_t *rep, const pkb_opts_t *o, uint64_t block, const pkb_lis
         scattered[i] = (i * 101) % FAB_POOL;      //  no two neighbours adjacent
     }
     s_fab_pair_t p;
-    int rc = s_pair_open(&p, block);
+    int rc = s_pair_open(&p, block, FAB_POOL);
     if (rc == 0 && *header) {
         *header = false;
         char line[256];
@@ -384,38 +390,63 @@ pkb_fabric(const pkb_opts_t *o)
 }
 
 //  --------------------------------------------------------------------------
-//  For fetch: the bare loop in a child of its own (which forks the target).
+//  For fetch: the bare loop in `pairs` writer processes of their own (each
+//  forks its target), timed together (crowd.c), beside fetch's as many
+//  consumers.  Pools are one batch per side (64 pairs of 64 KiB x 32:
+//  256 MiB in all, not 64 x 2 x 16 MiB).
+
+typedef struct {
+    uint64_t block;
+    uint32_t batch;
+} s_raw_arg_t;
+
+typedef struct {
+    s_fab_pair_t p;
+    uint32_t batch;
+    uint32_t idx[FAB_POOL];
+} s_raw_t;
+
+static void *
+s_raw_open(void *arg)
+{
+    const s_raw_arg_t *a = arg;
+    s_raw_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->batch = a->batch;
+    for (uint32_t i = 0; i < a->batch; i++)
+        self->idx[i] = i;
+    if (s_pair_open(&self->p, a->block, a->batch) != 0) {
+        s_pair_close(&self->p);
+        free(self);
+        return NULL;
+    }
+    return self;
+}
+
+static int64_t
+s_raw_step(void *state)
+{
+    s_raw_t *self = state;
+    int rc = s_fab_raw(&self->p.w, NULL, self->p.round++, self->idx, self->idx, self->batch,
+                       1, true);
+    return rc ? rc : (int64_t) (self->batch * self->p.w.block);
+}
+
+static void
+s_raw_close(void *state)
+{
+    s_raw_t *self = state;
+    s_pair_close(&self->p);
+    free(self);
+}
 
 int
-pkb_fabric_raw_gbps(uint64_t block, size_t batch, bool quick, double *gbps)
+pkb_fabric_raw_gbps(uint64_t block, size_t batch, size_t pairs, bool quick, double *gbps)
 {
-    if (batch > FAB_POOL)
-        batch = FAB_POOL;
-    int res[2];
-    if (pipe(res))
-        return -errno;
-    pid_t pid = pkb_fork();
-    if (pid < 0)
-        return -errno;
-    if (pid == 0) {
-        close(res[0]);
-        uint32_t idx[FAB_POOL];
-        for (uint32_t i = 0; i < FAB_POOL; i++)
-            idx[i] = i;
-        s_fab_pair_t p;
-        double g = -1;
-        int count = s_batches_per_rep(batch * block, quick);
-        if (s_pair_open(&p, block) == 0
-            && s_time(&p, S_RAW, idx, idx, batch, count, S_SECS(quick), &g) != 0)
-            g = -1;
-        s_pair_close(&p);
-        _exit(write(res[1], &g, sizeof g) == sizeof g ? 0 : 1);
-    }
-    close(res[1]);
-    double g = -1;
-    ssize_t r = read(res[0], &g, sizeof g);
-    close(res[0]);
-    pkb_reap(pid, 10);
-    *gbps = g;
-    return r == sizeof g && g > 0 ? 0 : -EIO;
+    //  at rest after each step: a batch ends when all its writes completed
+    static const pkb_crowd_ops_t ops = { s_raw_open, s_raw_step, NULL, s_raw_close };
+    s_raw_arg_t arg = { block, (uint32_t) (batch > FAB_POOL ? FAB_POOL : batch) };
+    return pkb_crowd_gbps(&ops, &arg, pairs, PKB_CROWD_WARM(quick), PKB_CROWD_SECS(quick),
+                          gbps);
 }

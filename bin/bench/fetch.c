@@ -7,8 +7,10 @@
     until landed, finish.  Every block's content is checked once, in the
     consumers' untimed first iteration.  Each repetition first measures
     fabric's bare fi_writedata loop for the same block size (batch
-    min(N, 256)) in processes of its own, then the fetch phase; the ratio
-    is taken within the repetition.
+    min(N, 256)) in processes of its own, C writer and target pairs
+    writing at once (so that C consumers are set beside C raw streams on
+    the same two cores), then the fetch phase; the ratio is taken within
+    the repetition.
 
     With --providers shm,tcp the server offers them all (--provider
     shm,tcp) and each point runs one load per provider, every load
@@ -87,10 +89,11 @@ s_check(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t max_session
         double need = (double) s_pool_blocks(o, p, np, p[i].block) * (double) p[i].block
                       + (double) PKB_IN_FLIGHT(o) * (double) (p[i].c * loads) * (double) p[i].n
                         * (double) p[i].block
-                      + 2.0 * 256 * (double) p[i].block;
+                      + 2.0 * (double) p[i].c * (double) (p[i].n < 256 ? p[i].n : 256)
+                        * (double) p[i].block;
         char what[160];
         snprintf(what, sizeof what, "--block-sizes %lluK x --blocks %llu x --consumers %llu "
-                 "(server pool, consumer pools of --in-flight requests each and the raw pair)",
+                 "(server pool, consumer pools of --in-flight requests each and the raw pairs)",
                  (unsigned long long) (p[i].block >> 10), (unsigned long long) p[i].n,
                  (unsigned long long) p[i].c);
         if (pkb_check_memory("fetch", what, need))
@@ -100,10 +103,15 @@ s_check(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t max_session
 }
 
 static const char *const s_names[] = { "block", "blocks", "cons", "GB/s", "raw GB/s",
-                                       "ratio", "fetch/s", "lkp p50", "p99", "p999",
-                                       "fetch p50", "p99", "p999", "abort", "srv s/GB",
-                                       "cli s/GB" };
-static const int s_w[] = { 6, 6, 4, 14, 14, 12, 14, 12, 12, 12, 12, 12, 12, 5, 12, 12 };
+                                       "tcp GB/s", "ratio", "fetch/s", "lkp p50", "p99",
+                                       "p999", "fetch p50", "p99", "p999", "abort",
+                                       "srv s/GB", "cli s/GB" };
+static const int s_w[] = { 6, 6, 4, 14, 14, 14, 12, 14, 12, 12, 12, 12, 12, 12, 5, 12, 12 };
+#define S_NAMES 17              //  3 parameters and 14 figures
+
+//  A row's figures, in the table's order, then those only in the JSON.
+enum { F_GBPS, F_RAW, F_TCP, F_RATIO, F_OPS, F_LK50, F_LK99, F_LK999, F_FT50, F_FT99, F_FT999,
+       F_ABORT, F_SRV, F_CLI, F_VS, F_SAMPLES, F_N };
 
 //  --providers: the provider beside the point, and its GB/s over the
 //  last provider's after the figures.
@@ -112,37 +120,38 @@ static const int s_pw[] = { 6, 6, 4, 12 }, s_vw = 14;
 //  prov (NULL without --providers) and vs[i], this provider's GB/s over
 //  the last one's in repetition i.
 static void
-s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *raw, int reps,
-      const char *prov, const char *last, const double *vs)
+s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *raw,
+      const double *tcp, int reps, const char *prov, const char *last, const double *vs)
 {
-    double v[15][PKB_MAX_REPS];
+    double v[F_N][PKB_MAX_REPS];
     for (int i = 0; i < reps; i++) {
-        double f[15] = { r[i].gbps, raw[i], r[i].gbps / raw[i], r[i].ops_per_s, r[i].lk[0],
-                         r[i].lk[1], r[i].lk[2], r[i].ft[0], r[i].ft[1], r[i].ft[2], 0,
-                         r[i].srv_cpu_gb, r[i].cli_cpu_gb, vs ? vs[i] : 0,
-                         (double) r[i].samples };
-        for (int j = 0; j < 15; j++)
+        double f[F_N] = { r[i].gbps, raw[i], tcp[i], r[i].gbps / raw[i], r[i].ops_per_s,
+                          r[i].lk[0], r[i].lk[1], r[i].lk[2], r[i].ft[0], r[i].ft[1],
+                          r[i].ft[2], 0, r[i].srv_cpu_gb, r[i].cli_cpu_gb, vs ? vs[i] : 0,
+                          (double) r[i].samples };
+        for (int j = 0; j < F_N; j++)
             v[j][i] = f[j];
     }
-    pkb_fig_t g[15];
-    for (int j = 0; j < 15; j++)
+    pkb_fig_t g[F_N];
+    for (int j = 0; j < F_N; j++)
         g[j] = pkb_fig(v[j], (size_t) reps);
-    g[10].valid = false;        //  abort -> abort_ack: the library has no abort call
-    g[13].valid = vs != NULL;
+    g[F_ABORT].valid = false;   //  abort -> abort_ack: the library has no abort call
+    g[F_VS].valid = vs != NULL;
     char b[24], n[24], c[24];
     snprintf(b, sizeof b, "%lluK", (unsigned long long) (p->block >> 10));
     snprintf(n, sizeof n, "%llu", (unsigned long long) p->n);
     snprintf(c, sizeof c, "%llu", (unsigned long long) p->c);
     const char *params[] = { b, n, c, prov };
-    static const char *const fmts[] = { "%.2f", "%.2f", "%.2fx", "%.0f", "%.3f", "%.3f",
-                                        "%.3f", "%.3f", "%.3f", "%.3f", "", "%.3f", "%.3f",
-                                        "%.2fx" };
-    int fw[14];
-    memcpy(fw, s_w + 3, 13 * sizeof *fw);
-    fw[13] = s_vw;
-    pkb_table_row(params, prov ? s_pw : s_w, prov ? 4 : 3, g, fmts, fw, prov ? 14 : 13);
+    static const char *const fmts[F_SAMPLES] = { "%.2f", "%.2f", "%.2f", "%.2fx", "%.0f",
+                                                 "%.3f", "%.3f", "%.3f", "%.3f", "%.3f",
+                                                 "%.3f", "", "%.3f", "%.3f", "%.2fx" };
+    int fw[F_SAMPLES];
+    memcpy(fw, s_w + 3, F_VS * sizeof *fw);
+    fw[F_VS] = s_vw;
+    pkb_table_row(params, prov ? s_pw : s_w, prov ? 4 : 3, g, fmts, fw, prov ? F_VS + 1 : F_VS);
     json_t *row = pkb_report_row(rep);
-    static const char *const keys[] = { "gbps", "raw_gbps", "ratio", "fetches_per_s",
+    static const char *const keys[F_N] = { "gbps", "raw_gbps", "tcp_gbps", "ratio",
+                                        "fetches_per_s",
                                         "lookup_p50_ms", "lookup_p99_ms", "lookup_p999_ms",
                                         "fetch_p50_ms", "fetch_p99_ms", "fetch_p999_ms",
                                         "abort_ack_ms", "server_cpu_s_per_gb",
@@ -152,34 +161,48 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *r
     json_object_set_new(row, "blocks_per_fetch", json_integer((json_int_t) p->n));
     json_object_set_new(row, "consumers", json_integer((json_int_t) p->c));
     json_object_set_new(row, "raw_batch", json_integer(p->n < 256 ? (json_int_t) p->n : 256));
+    json_object_set_new(row, "raw_pairs", json_integer((json_int_t) p->c));
     json_object_set_new(row, "repetitions", json_integer(reps));
     if (prov) {
         json_object_set_new(row, "provider", json_string(prov));
         json_object_set_new(row, "last_provider", json_string(last));
     }
-    for (int j = 0; j < 15; j++)
-        if (j != 13 || vs)
+    for (int j = 0; j < F_N; j++)
+        if (j != F_VS || vs)
             json_object_set_new(row, keys[j], pkb_fig_json(g[j]));
     char series[96];
     snprintf(series, sizeof series, "p2pkv fetch%s%s, %llu per fetch, %llu consumer%s",
              prov ? " over " : "", prov ? prov : "", (unsigned long long) p->n,
              (unsigned long long) p->c, p->c > 1 ? "s" : "");
-    pkb_report_point(rep, series, p->block, g[0].med);
+    pkb_report_point(rep, series, p->block, g[F_GBPS].med);
     if (prov && strcmp(prov, last) != 0)
         return;                 //  the raw series once per point
-    snprintf(series, sizeof series, "raw fi_writedata, batch %llu",
-             (unsigned long long) (p->n < 256 ? p->n : 256));
-    pkb_report_point(rep, series, p->block, g[1].med);
+    char pairs[32] = "";
+    if (p->c > 1)
+        snprintf(pairs, sizeof pairs, ", %llu pairs", (unsigned long long) p->c);
+    snprintf(series, sizeof series, "raw fi_writedata, batch %llu%s",
+             (unsigned long long) (p->n < 256 ? p->n : 256), pairs);
+    pkb_report_point(rep, series, p->block, g[F_RAW].med);
+    snprintf(series, sizeof series, "bare TCP, %llu stream%s", (unsigned long long) p->c,
+             p->c > 1 ? "s" : "");
+    pkb_report_point(rep, series, p->block, g[F_TCP].med);
 }
 
+//  A point's medians over its repetitions, for the crowd lines: GB/s (of
+//  the last provider's load), raw and tcp.
+typedef struct {
+    double gbps, raw, tcp;
+} s_med_t;
+
 static int
-s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p)
+s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p,
+        s_med_t *med)
 {
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
     size_t nl = o->providers.n ? o->providers.n : 1;
     static pkb_consumer_t cs[PKB_MAX_PROVIDERS][1024];
     static pkb_rep_t r[PKB_MAX_PROVIDERS][PKB_MAX_REPS];
-    double raw[PKB_MAX_REPS], vs[PKB_MAX_PROVIDERS][PKB_MAX_REPS];
+    double raw[PKB_MAX_REPS], tcp[PKB_MAX_REPS], vs[PKB_MAX_PROVIDERS][PKB_MAX_REPS];
     char err[256] = "";
     size_t started = 0;
     int rc = 0;
@@ -192,9 +215,11 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
         rc = pkb_load_start(cs[started], p->c, &cfg, err, sizeof err);
     }
     for (int i = 0; rc == 0 && i < reps; i++) {
-        rc = pkb_fabric_raw_gbps(p->block, p->n, o->quick, &raw[i]);
+        rc = pkb_fabric_raw_gbps(p->block, p->n, p->c, o->quick, &raw[i]);
         if (rc)
             snprintf(err, sizeof err, "the raw fi_writedata loop failed");
+        if (rc == 0 && (rc = pkb_tcp_streams_gbps(p->block, p->n, p->c, o->quick, &tcp[i])))
+            snprintf(err, sizeof err, "the bare TCP streams failed: %s", strerror(-rc));
         for (size_t k = 0; rc == 0 && k < nl; k++)
             rc = pkb_load_rep(cs[k], p->c, srv->pid, p->n, &r[k][i], err, sizeof err);
         for (size_t k = 0; rc == 0 && k < nl; k++)
@@ -209,10 +234,46 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                 o->providers.n ? o->providers.joined : "", err);
         return rc;
     }
+    double g[3][PKB_MAX_REPS];         //  copies: pkb_median sorts
+    for (int i = 0; i < reps; i++) {
+        g[0][i] = r[nl - 1][i].gbps;
+        g[1][i] = raw[i];
+        g[2][i] = tcp[i];
+    }
+    med->gbps = pkb_median(g[0], (size_t) reps);
+    med->raw = pkb_median(g[1], (size_t) reps);
+    med->tcp = pkb_median(g[2], (size_t) reps);
     for (size_t k = 0; k < nl; k++)
-        s_row(rep, p, r[k], raw, reps, o->providers.n ? o->providers.v[k] : NULL,
+        s_row(rep, p, r[k], raw, tcp, reps, o->providers.n ? o->providers.v[k] : NULL,
               o->providers.n ? o->providers.v[nl - 1] : NULL, o->providers.n ? vs[k] : NULL);
     return 0;
+}
+
+//  Each point of more consumers beside the point of one with the same
+//  block size and blocks: what the crowd keeps of one stream's GB/s, for
+//  p2pkv and for both references, so that a loss shows whose it is.
+static void
+s_crowd_lines(pkb_report_t *rep, const s_point_t *p, const s_med_t *med, size_t np)
+{
+    json_t *lines = json_array();
+    for (size_t i = 0; i < np; i++)
+        for (size_t j = 0; p[i].c > 1 && j < np; j++) {
+            if (p[j].c != 1 || p[j].block != p[i].block || p[j].n != p[i].n)
+                continue;
+            double k[3] = { med[i].gbps / med[j].gbps, med[i].raw / med[j].raw,
+                            med[i].tcp / med[j].tcp };
+            printf("  %llu consumers over 1, %lluK x %llu (medians): p2pkv %.2fx, raw "
+                   "fi_writedata %.2fx, bare TCP %.2fx\n", (unsigned long long) p[i].c,
+                   (unsigned long long) (p[i].block >> 10), (unsigned long long) p[i].n,
+                   k[0], k[1], k[2]);
+            json_array_append_new(lines, json_pack("{sIsIsIsfsfsf}", "consumers",
+                                                   (json_int_t) p[i].c, "block_size",
+                                                   (json_int_t) p[i].block, "blocks_per_fetch",
+                                                   (json_int_t) p[i].n, "p2pkv", k[0], "raw",
+                                                   k[1], "tcp", k[2]));
+            break;
+        }
+    pkb_report_note(rep, "over_one_consumer", lines);
 }
 
 static int
@@ -226,6 +287,7 @@ int
 pkb_fetch(const pkb_opts_t *o)
 {
     s_point_t p[S_MAX_POINTS];
+    static s_med_t med[S_MAX_POINTS];
     size_t np = s_points(o, p);
     uint64_t max_sessions = o->max_sessions ? o->max_sessions : 256;
     if (s_check(o, p, np, max_sessions))
@@ -235,27 +297,29 @@ pkb_fetch(const pkb_opts_t *o)
     const char *prov = o->providers.n ? o->providers.joined : "tcp";
     printf("fetch: p2pkv-server and consumer %s (client library: lookup + fetch until "
            "landed + finish), %s%s on 127.0.0.1, libfabric %s; every block checked once "
-           "outside the timed part; raw = bare fi_writedata loop over tcp, batch min(blocks, "
-           "256), same run; latencies in ms; abort: n/a (p2pkv.h has no abort call); median, "
-           "and [min..max] of %d repetitions\n",
+           "outside the timed part; beside it, in the same repetition, as many streams at "
+           "once as consumers: raw = bare fi_writedata loops over tcp (writer and target "
+           "processes, batch min(blocks, 256)), tcp = bare TCP sockets (blocking send and "
+           "recv of a block); latencies in ms; abort: n/a (p2pkv.h has no abort call); "
+           "median, and [min..max] of %d repetitions\n",
            o->threads ? "threads of one process" : "processes", o->providers.n ? "providers " : "",
            prov, pkb_fabric_version(), reps);
     if (o->providers.n) {
-        const char *names[18];
+        const char *names[S_NAMES + 2];
         memcpy(names, s_names, 3 * sizeof *names);
         names[3] = "provider";
-        memcpy(names + 4, s_names + 3, 13 * sizeof *names);
+        memcpy(names + 4, s_names + 3, (S_NAMES - 3) * sizeof *names);
         char vs[80];
         snprintf(vs, sizeof vs, "vs %s", o->providers.v[o->providers.n - 1]);
-        names[17] = vs;
-        int w[18];
+        names[S_NAMES + 1] = vs;
+        int w[S_NAMES + 2];
         memcpy(w, s_pw, 4 * sizeof *w);
-        memcpy(w + 4, s_w + 3, 13 * sizeof *w);
-        w[17] = s_vw;
-        pkb_table_head(names, w, 18);
+        memcpy(w + 4, s_w + 3, (S_NAMES - 3) * sizeof *w);
+        w[S_NAMES + 1] = s_vw;
+        pkb_table_head(names, w, S_NAMES + 2);
     }
     else
-        pkb_table_head(s_names, s_w, 16);
+        pkb_table_head(s_names, s_w, S_NAMES);
     pkb_report_t *rep = pkb_report_new(o, prov);
     pkb_report_note(rep, "abort_ack", json_string("n/a: p2pkv.h exposes no abort"));
     pkb_report_note(rep, "consumers_are", json_string(o->threads ? "threads" : "processes"));
@@ -270,10 +334,12 @@ pkb_fetch(const pkb_opts_t *o)
             rc = pkb_server_populate(&srv, srv.pool_blocks);
         size_t j = i;
         for (; rc == 0 && j < np && p[j].block == p[i].block; j++)
-            rc = s_point(rep, o, &srv, &p[j]);
+            rc = s_point(rep, o, &srv, &p[j], &med[j]);
         pkb_server_stop(&srv);
         i = j;
     }
+    if (rc == 0)
+        s_crowd_lines(rep, p, med, np);
     if (rc == 0)
         rc = pkb_report_finish(rep);
     pkb_report_destroy(&rep);
