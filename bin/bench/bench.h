@@ -269,15 +269,14 @@ int pkb_sessions(const pkb_opts_t *o);
 int pkb_directory(const pkb_opts_t *o);     //  issue 14: against a redis-server
 
 /*  N worker processes moving bytes at once (crowd.c): each opens (in
-    the worker; NULL: failed), steps for `warm` seconds, all at once, and
-    comes to rest (quiesce, if any: no byte in flight); then, all started
-    at one instant, steps until one deadline `secs` later (bytes moved, or
-    < 0: failed), and closes.  *gbps: all their bytes over the time to
-    the last one's end.  0 or -errno; refuses more than 1,024 workers.  */
+    the worker; NULL: failed) and steps (bytes moved, or < 0: failed) for
+    `warm` seconds, all at once, and on; the bytes of the steps from one
+    common instant to a deadline `secs` later count; then each closes.
+    *gbps: all their bytes over the time to the last one's end.  0 or
+    -errno; refuses more than 1,024 workers.  */
 typedef struct {
     void *(*open)(void *arg);
     int64_t (*step)(void *state);
-    int (*quiesce)(void *state);
     void (*close)(void *state);
 } pkb_crowd_ops_t;
 int pkb_crowd_gbps(const pkb_crowd_ops_t *ops, void *arg, size_t workers, double warm,

@@ -3,10 +3,9 @@
     Each worker opens what it writes with (a fabric pair, a TCP stream),
     warms it up (steps for a while, all of them at once, as fetch's
     consumers are warm when they are timed: 64 new loopback TCP streams
-    took over a second to reach their pace here), brings it to rest (no
-    byte in flight, so none sent before the start is counted), says it
-    is ready, and waits; when all are, every one starts at the same
-    instant and steps until the same deadline.  The figure is all their
+    took over a second to reach their pace here), says it is ready, and
+    steps on; when all are, every one counts from the same instant to the
+    same deadline.  The figure is all their
     bytes over the time from the start to the last one's end: what the
     machine moves with N streams at once, set beside fetch's N consumers
     in the same repetition.  A worker that fails to open stops them all
@@ -40,24 +39,33 @@ s_worker(const pkb_crowd_ops_t *ops, void *arg, double warm, int ready, int go, 
     char ok = state != NULL;
     for (double t0 = pk_clock_monotonic(); ok && pk_clock_monotonic() - t0 < warm;)
         ok = ops->step(state) >= 0;
-    if (ok && ops->quiesce)
-        ok = ops->quiesce(state) == 0;
     s_go_t g = { -1, -1 };
-    if (write(ready, &ok, 1) == 1 && read(go, &g, sizeof g) == sizeof g && ok && g.start > 0) {
-        double now = pk_clock_monotonic();
-        if (g.start > now)
-            usleep((useconds_t) ((g.start - now) * 1e6));
-        d.ok = 1;
-        do {
-            int64_t moved = ops->step(state);
-            if (moved < 0) {
-                d.ok = 0;
-                break;
-            }
-            d.bytes += (double) moved;
-            d.end = pk_clock_monotonic();
-        } while (d.end < g.deadline);
-    }
+    if (write(ready, &ok, 1) != 1 || !ok)
+        goto close_state;
+    //  Moving on while the others warm up and until the start: a stream
+    //  left idle starts slow again (TCP restarts its window after an idle
+    //  spell), and nothing sent before the start counts.
+    struct pollfd pfd = { go, POLLIN, 0 };
+    while (poll(&pfd, 1, 0) == 0)
+        if (ops->step(state) < 0)
+            goto close_state;
+    if (read(go, &g, sizeof g) != sizeof g || g.start < 0)
+        goto close_state;
+    while (pk_clock_monotonic() < g.start)
+        if (ops->step(state) < 0)
+            goto close_state;
+    d.ok = 1;
+    d.end = g.start;
+    do {
+        int64_t moved = ops->step(state);
+        if (moved < 0) {
+            d.ok = 0;
+            break;
+        }
+        d.bytes += (double) moved;
+        d.end = pk_clock_monotonic();
+    } while (d.end < g.deadline);
+close_state:
     if (state)
         ops->close(state);
     _exit(write(res, &d, sizeof d) == sizeof d ? 0 : 1);

@@ -444,8 +444,7 @@ s_raw_close(void *state)
 int
 pkb_fabric_raw_gbps(uint64_t block, size_t batch, size_t pairs, bool quick, double *gbps)
 {
-    //  at rest after each step: a batch ends when all its writes completed
-    static const pkb_crowd_ops_t ops = { s_raw_open, s_raw_step, NULL, s_raw_close };
+    static const pkb_crowd_ops_t ops = { s_raw_open, s_raw_step, s_raw_close };
     s_raw_arg_t arg = { block, (uint32_t) (batch > FAB_POOL ? FAB_POOL : batch) };
     return pkb_crowd_gbps(&ops, &arg, pairs, PKB_CROWD_WARM(quick), PKB_CROWD_SECS(quick),
                           gbps);
