@@ -27,27 +27,6 @@ pk_thread_block_signals(void)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
-static inline void
-pk_s_no_czmq_handler(void)
-{
-    setenv("ZSYS_SIGHANDLER", "false", 0);
-}
-
-/*  What the library's entry points (p2pkv_client_new, p2pkv_describe,
-    p2pkv_engine_open) do before their first socket.  czmq's first socket
-    of a process installs czmq's SIGINT/SIGTERM handler, which only sets a
-    flag: an engine embedding us (Python's Ctrl-C, a server's own
-    shutdown) would never see those signals again.  A library does not
-    take the process's signals, so czmq is told not to (its own switch,
-    ZSYS_SIGHANDLER, which an operator's setting overrides); an
-    application that set czmq up itself before keeps what it chose.  */
-static inline void
-pk_leave_signals_to_the_application(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, pk_s_no_czmq_handler);
-}
-
 /*  And what a thread that served a session does last.  glibc keeps the
     stacks of ended threads for the next ones (up to 40 MiB), each page
     they touched still resident: 256 sessions that ended kept 5.6 MB, most

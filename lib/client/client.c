@@ -19,6 +19,7 @@
 #include "base/transport.h"
 #include "wire/protocol.h"
 #include "base/thread.h"
+#include "wire/czmq_setup.h"
 #include "base/version.h"
 
 #include <czmq.h>
@@ -384,7 +385,7 @@ p2pkv_client_t *
 p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
                  uint64_t block_len, p2pkv_callbacks_t callbacks, char *err)
 {
-    pk_leave_signals_to_the_application();
+    pk_czmq_setup();
     if (!config || !config->peer_id || !*config->peer_id || !num_blocks || !block_len
         || num_blocks > PK_MAX_NUM_BLOCKS) {
         (void) pk_err(err, 0, "a peer_id and a pool of 1..2^31 blocks of at least 1 byte are required");

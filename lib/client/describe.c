@@ -3,7 +3,7 @@
     keys (p2pkv_describe_curve) the DEALER authenticates, and a monitor
     turns a refused key into -EACCES rather than a timeout.  */
 #include "client/client_internal.h"
-#include "base/thread.h"
+#include "wire/czmq_setup.h"
 #include "base/clock.h"
 #include "wire/protocol.h"
 
@@ -95,7 +95,7 @@ int
 p2pkv_describe_curve(const char *endpoint, double timeout, const p2pkv_config_t *config,
                      p2pkv_description_t *out, char *err)
 {
-    pk_leave_signals_to_the_application();
+    pk_czmq_setup();
     pk_client_curve_t keys;
     zsock_t *dealer = NULL, *monitor = NULL;
     char why[PK_ERRLEN] = "";

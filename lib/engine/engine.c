@@ -3,7 +3,7 @@
     The commands are in commands.c, the socket and events in link.c.
 */
 #include "engine/engine_internal.h"
-#include "base/thread.h"
+#include "wire/czmq_setup.h"
 #include "base/err.h"
 #include "base/key.h"
 #include "wire/protocol.h"
@@ -116,7 +116,7 @@ p2pkv_engine_t *
 p2pkv_engine_open(const char *local_endpoint, double timeout, p2pkv_engine_event_fn *on_event,
                   void *arg, char *err)
 {
-    pk_leave_signals_to_the_application();
+    pk_czmq_setup();
     if (!local_endpoint || !*local_endpoint) {
         pk_err(err, -EINVAL, "local_endpoint: expected an endpoint (e.g. ipc:///tmp/x.sock)");
         return NULL;
