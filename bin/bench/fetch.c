@@ -183,8 +183,10 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *r
     snprintf(series, sizeof series, "raw fi_writedata, batch %llu%s",
              (unsigned long long) (p->n < 256 ? p->n : 256), pairs);
     pkb_report_point(rep, series, p->block, g[F_RAW].med);
-    snprintf(series, sizeof series, "bare TCP, %llu stream%s", (unsigned long long) p->c,
-             p->c > 1 ? "s" : "");
+    if (p->c > 1)
+        snprintf(pairs, sizeof pairs, ", %llu streams", (unsigned long long) p->c);
+    snprintf(series, sizeof series, "bare TCP, batch %llu%s",
+             (unsigned long long) (p->n < 256 ? p->n : 256), pairs);
     pkb_report_point(rep, series, p->block, g[F_TCP].med);
 }
 
