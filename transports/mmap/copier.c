@@ -33,7 +33,8 @@ struct _pk_copier_t {
     uint64_t generation;            //  bumped per batch
     size_t busy;                    //  helpers inside the batch
     bool quit;
-    size_t want, nhelpers;          //  helpers to start; started
+    size_t want, nhelpers;          //  helpers to start; created
+    size_t running;                 //  helpers inside s_helper
     pthread_t helpers[PK_COPIER_MAX_HELPERS];
     pid_t pid;                      //  the process the helpers run in
 };
@@ -47,7 +48,7 @@ s_forget_after_fork(pk_copier_t *self)
         pthread_mutex_init(&self->mutex, NULL);
         pthread_cond_init(&self->go, NULL);
         pthread_cond_init(&self->done, NULL);
-        self->nhelpers = self->busy = 0;
+        self->nhelpers = self->busy = self->running = 0;
         self->batch = NULL;
     }
 }
@@ -75,6 +76,8 @@ s_helper(void *arg)
     pk_thread_block_signals();
     uint64_t seen = 0;
     pthread_mutex_lock(&self->mutex);
+    self->running++;
+    pthread_cond_signal(&self->done);
     while (!self->quit) {
         if (!self->batch || self->generation == seen) {
             pthread_cond_wait(&self->go, &self->mutex);
@@ -160,7 +163,12 @@ pk_copier_run(pk_copier_t *self, uint8_t *dst, const uint8_t *src,
     s_copy_some(&b);
     pthread_mutex_lock(&self->mutex);
     self->batch = NULL;             //  late helpers find nothing to join
-    while (self->busy)
+    //  and every helper has started: a process forked right after this
+    //  run must not copy a thread still starting.  Under AddressSanitizer
+    //  a starting thread holds the sanitizer's own locks, which the child
+    //  then finds locked for ever: test_copier_after_fork timed out so in
+    //  CI, once.  It waits once per process, for threads just created.
+    while (self->busy || self->running < self->nhelpers)
         pthread_cond_wait(&self->done, &self->mutex);
     pthread_mutex_unlock(&self->mutex);
     return atomic_load(&b.landed);
