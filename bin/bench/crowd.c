@@ -5,10 +5,9 @@
     consumers are warm when they are timed: 64 new loopback TCP streams
     took over a second to reach their pace here), says it is ready, and
     steps on; when all are, every one counts from the same instant to the
-    same deadline.  The figure is all their
-    bytes over the time from the start to the last one's end: what the
-    machine moves with N streams at once, set beside fetch's N consumers
-    in the same repetition.  A worker that fails to open stops them all
+    same deadline.  The figure is all their bytes over the time from the
+    start to the last one's end: what the machine moves with N streams at
+    once, set beside fetch's N consumers in the same repetition.  A worker that fails to open stops them all
     before the start, and no worker waits longer than S_WAIT_MS on another.
 */
 #include "bench.h"

@@ -42,7 +42,6 @@ static const pk_transport_ops_t *s_fab_ops;
 
 typedef struct {
     uint64_t block;
-    uint32_t blocks;            //  the pool's, FAB_POOL or a raw batch's
     uint8_t *pool;
     pk_fabric_t *fabric;
     pk_channel_t *ch;
@@ -54,7 +53,6 @@ s_fab_open(s_fab_side_t *side, uint64_t block, uint32_t blocks, bool expose)
     char err[PK_ERRLEN];
     int rc;
     side->block = block;
-    side->blocks = blocks;
     side->pool = aligned_alloc(4096, blocks * block);
     if (!side->pool)
         return -ENOMEM;
@@ -205,12 +203,19 @@ static int
 s_pair_open(s_fab_pair_t *p, uint64_t block, uint32_t blocks)
 {
     memset(p, 0, sizeof *p);
-    int down[2], up[2];
-    if (pipe(down) || pipe(up))
+    p->down = p->up = -1;       //  closable whatever fails below
+    int down[2], up[2], rc;
+    if (pipe(down))
         return -errno;
+    if (pipe(up)) {
+        rc = -errno;
+        goto close_down;
+    }
     p->pid = pkb_fork();
-    if (p->pid < 0)
-        return -errno;
+    if (p->pid < 0) {
+        rc = -errno;
+        goto close_up;
+    }
     if (p->pid == 0) {
         close(down[1]);
         close(up[0]);
@@ -221,11 +226,19 @@ s_pair_open(s_fab_pair_t *p, uint64_t block, uint32_t blocks)
     p->down = down[1];
     p->up = up[0];
     p->round = 1;
-    int rc = s_fab_open(&p->w, block, blocks, false);
+    rc = s_fab_open(&p->w, block, blocks, false);
     if (rc == 0)
         rc = s_fab_wire(p->w.ch, p->up, p->down, false);
     if (rc == 0)        //  connection warm-up
         rc = s_fab_transport(&p->w, NULL, p->round++, (uint32_t[]) { 0 }, (uint32_t[]) { 0 }, 1);
+    return rc;
+
+close_up:
+    close(up[0]);
+    close(up[1]);
+close_down:
+    close(down[0]);
+    close(down[1]);
     return rc;
 }
 
@@ -233,8 +246,10 @@ static void
 s_pair_close(s_fab_pair_t *p)
 {
     s_fab_close(&p->w);
-    close(p->down);         //  the target's cue to stop
-    close(p->up);
+    if (p->down >= 0)
+        close(p->down);     //  the target's cue to stop
+    if (p->up >= 0)
+        close(p->up);
     if (p->pid > 0)
         pkb_reap(p->pid, 10);
 }

@@ -117,11 +117,19 @@ enum { F_GBPS, F_RAW, F_TCP, F_RATIO, F_OPS, F_LK50, F_LK99, F_LK999, F_FT50, F_
 //  last provider's after the figures.
 static const int s_pw[] = { 6, 6, 4, 12 }, s_vw = 14;
 
+//  A point's medians over its repetitions, for the crowd lines: GB/s (of
+//  the last provider's load), raw and tcp.
+typedef struct {
+    double gbps, raw, tcp;
+} s_med_t;
+
 //  prov (NULL without --providers) and vs[i], this provider's GB/s over
-//  the last one's in repetition i.
+//  the last one's in repetition i; med (NULL: not wanted) gets the row's
+//  medians.
 static void
 s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *raw,
-      const double *tcp, int reps, const char *prov, const char *last, const double *vs)
+      const double *tcp, int reps, const char *prov, const char *last, const double *vs,
+      s_med_t *med)
 {
     double v[F_N][PKB_MAX_REPS];
     for (int i = 0; i < reps; i++) {
@@ -137,6 +145,8 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *r
         g[j] = pkb_fig(v[j], (size_t) reps);
     g[F_ABORT].valid = false;   //  abort -> abort_ack: the library has no abort call
     g[F_VS].valid = vs != NULL;
+    if (med)
+        *med = (s_med_t) { g[F_GBPS].med, g[F_RAW].med, g[F_TCP].med };
     char b[24], n[24], c[24];
     snprintf(b, sizeof b, "%lluK", (unsigned long long) (p->block >> 10));
     snprintf(n, sizeof n, "%llu", (unsigned long long) p->n);
@@ -190,12 +200,6 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *r
     pkb_report_point(rep, series, p->block, g[F_TCP].med);
 }
 
-//  A point's medians over its repetitions, for the crowd lines: GB/s (of
-//  the last provider's load), raw and tcp.
-typedef struct {
-    double gbps, raw, tcp;
-} s_med_t;
-
 static int
 s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p,
         s_med_t *med)
@@ -219,7 +223,7 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
     for (int i = 0; rc == 0 && i < reps; i++) {
         rc = pkb_fabric_raw_gbps(p->block, p->n, p->c, o->quick, &raw[i]);
         if (rc)
-            snprintf(err, sizeof err, "the raw fi_writedata loop failed");
+            snprintf(err, sizeof err, "the raw fi_writedata loops failed: %s", strerror(-rc));
         if (rc == 0 && (rc = pkb_tcp_streams_gbps(p->block, p->n, p->c, o->quick, &tcp[i])))
             snprintf(err, sizeof err, "the bare TCP streams failed: %s", strerror(-rc));
         for (size_t k = 0; rc == 0 && k < nl; k++)
@@ -236,18 +240,10 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                 o->providers.n ? o->providers.joined : "", err);
         return rc;
     }
-    double g[3][PKB_MAX_REPS];         //  copies: pkb_median sorts
-    for (int i = 0; i < reps; i++) {
-        g[0][i] = r[nl - 1][i].gbps;
-        g[1][i] = raw[i];
-        g[2][i] = tcp[i];
-    }
-    med->gbps = pkb_median(g[0], (size_t) reps);
-    med->raw = pkb_median(g[1], (size_t) reps);
-    med->tcp = pkb_median(g[2], (size_t) reps);
     for (size_t k = 0; k < nl; k++)
         s_row(rep, p, r[k], raw, tcp, reps, o->providers.n ? o->providers.v[k] : NULL,
-              o->providers.n ? o->providers.v[nl - 1] : NULL, o->providers.n ? vs[k] : NULL);
+              o->providers.n ? o->providers.v[nl - 1] : NULL, o->providers.n ? vs[k] : NULL,
+              k == nl - 1 ? med : NULL);
     return 0;
 }
 
@@ -302,7 +298,7 @@ pkb_fetch(const pkb_opts_t *o)
            "outside the timed part; beside it, in the same repetition, as many streams at "
            "once as consumers: raw = bare fi_writedata loops over tcp (writer and target "
            "processes, batch min(blocks, 256)), tcp = bare TCP sockets (blocking send and "
-           "recv of a block); latencies in ms; abort: n/a (p2pkv.h has no abort call); "
+           "recv of a block, at most 64 KiB); latencies in ms; abort: n/a (p2pkv.h has no abort call); "
            "median, and [min..max] of %d repetitions\n",
            o->threads ? "threads of one process" : "processes", o->providers.n ? "providers " : "",
            prov, pkb_fabric_version(), reps);

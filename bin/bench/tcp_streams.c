@@ -38,11 +38,20 @@ typedef struct {
 #define S_IO(block) ((block) < (64u << 10) ? (block) : (uint64_t) (64u << 10))
 #define S_BUF(block, batch) ((block) * (batch) < (2u << 20) ? (block) * (batch) : (uint64_t) (2u << 20))
 
+//  The next offset of a call of io bytes in a buffer of size: from the
+//  start again where less than io is left (a size need not be a multiple
+//  of io: 100 KiB blocks, 64 KiB calls).
+static uint64_t
+s_next(uint64_t off, uint64_t io, uint64_t size)
+{
+    return size - off < io ? 0 : off;
+}
+
 typedef struct {
     int fd;
     pid_t sender;
     uint8_t *buf;
-    uint64_t block, off, size;
+    uint64_t io, off, size;
 } s_stream_t;
 
 //  The sender: connect, send blocks until the receiver closes.
@@ -55,7 +64,7 @@ s_sender(const struct sockaddr_in *to, const s_arg_t *a)
     if (fd < 0 || !buf || connect(fd, (const struct sockaddr *) to, sizeof *to) != 0)
         _exit(1);
     memset(buf, 0x5a, size);
-    for (uint64_t off = 0;; off = (off + io) % size)
+    for (uint64_t off = 0;; off = s_next(off + io, io, size))
         if (send(fd, buf + off, io, MSG_NOSIGNAL) <= 0)
             _exit(0);
 }
@@ -80,7 +89,7 @@ s_open(void *arg)
     if (!self)
         return NULL;
     self->fd = -1;
-    self->block = S_IO(a->block);
+    self->io = S_IO(a->block);
     self->size = S_BUF(a->block, a->batch);
     self->buf = malloc(self->size);
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -117,13 +126,10 @@ static int64_t
 s_step(void *state)
 {
     s_stream_t *self = state;
-    ssize_t got = recv(self->fd, self->buf + self->off, self->block, 0);
+    ssize_t got = recv(self->fd, self->buf + self->off, self->io, 0);
     if (got <= 0)
         return got < 0 ? -errno : -EPIPE;
-    self->off = (self->off + (uint64_t) got) % self->size;
-    //  a short read leaves the next one less than a block to its end
-    if (self->size - self->off < self->block)
-        self->off = 0;
+    self->off = s_next(self->off + (uint64_t) got, self->io, self->size);
     return got;
 }
 
