@@ -127,6 +127,9 @@ void pkb_child_init(void);
 pid_t pkb_fork(void);
 /*  Waits for a child, up to timeout s, then SIGKILL; its status.  */
 int pkb_reap(pid_t pid, double timeout);
+/*  Reads exactly n bytes from a child's pipe, waiting at most timeout s
+    for each part: 0, -ETIMEDOUT, or -EPIPE when the child is gone.  */
+int pkb_read_all(int fd, void *p, size_t n, double timeout);
 /*  Stops every child still registered (SIGTERM, then SIGKILL), removes
     their shared-memory objects, and checks /dev/shm for objects of ours
     left behind: 0, or -EEXIST when some were (named on stderr).  */

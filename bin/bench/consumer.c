@@ -486,28 +486,11 @@ pkb_consumer_start_threads(pkb_consumer_t *cs, const pkb_consumer_cfg_t *cfgs, s
     return rc;
 }
 
-static int
-s_read_all(int fd, void *p, size_t n, double timeout)
-{
-    for (size_t done = 0; done < n;) {
-        struct pollfd pfd = { fd, POLLIN, 0 };
-        if (poll(&pfd, 1, (int) (timeout * 1000)) <= 0)
-            return -ETIMEDOUT;
-        ssize_t r = read(fd, (char *) p + done, n - done);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -EPIPE;
-        done += (size_t) r;
-    }
-    return 0;
-}
-
 int
 pkb_consumer_ready(pkb_consumer_t *c, char *err, size_t size)
 {
     pkb_phase_t ph;
-    int rc = s_read_all(c->res, &ph, sizeof ph, 120);
+    int rc = pkb_read_all(c->res, &ph, sizeof ph, 120);
     if (rc)
         snprintf(err, size, "consumer %d ended before it was ready", (int) c->pid);
     else if (ph.rc)
@@ -528,7 +511,7 @@ s_append(int fd, uint32_t n, double **v, size_t *nv)
     if (!g)
         return -ENOMEM;
     *v = g;
-    int rc = s_read_all(fd, g + *nv, n * sizeof *g, 60);
+    int rc = pkb_read_all(fd, g + *nv, n * sizeof *g, 60);
     *nv += n;
     return rc;
 }
@@ -537,7 +520,7 @@ int
 pkb_consumer_result(pkb_consumer_t *c, pkb_phase_t *ph, double **lk, size_t *nlk,
                     double **ft, size_t *nft)
 {
-    int rc = s_read_all(c->res, ph, sizeof *ph, 300);
+    int rc = pkb_read_all(c->res, ph, sizeof *ph, 300);
     if (rc == 0)
         rc = s_append(c->res, ph->nlookup, lk, nlk);
     if (rc == 0)

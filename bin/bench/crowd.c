@@ -8,7 +8,7 @@
     same deadline.  The figure is all their bytes over the time from the
     start to the last one's end: what the machine moves with N streams at
     once, set beside fetch's N consumers in the same repetition.  A worker that fails to open stops them all
-    before the start, and no worker waits longer than S_WAIT_MS on another.
+    before the start, and no worker waits longer than S_WAIT on another.
 */
 #include "bench.h"
 #include "base/clock.h"
@@ -27,7 +27,7 @@ typedef struct {
 } s_done_t;
 
 //  The longest a worker may take to open, or to report after the deadline.
-#define S_WAIT_MS 30000
+#define S_WAIT 30.0
 #define S_MAX_WORKERS 1024
 
 static void __attribute__((noreturn))
@@ -70,23 +70,6 @@ close_state:
     _exit(write(res, &d, sizeof d) == sizeof d ? 0 : 1);
 }
 
-//  Reads exactly len bytes within S_WAIT_MS, or fails.
-static int
-s_read_within(int fd, void *buf, size_t len)
-{
-    size_t got = 0;
-    while (got < len) {
-        struct pollfd pfd = { fd, POLLIN, 0 };
-        if (poll(&pfd, 1, S_WAIT_MS) <= 0)
-            return -ETIMEDOUT;
-        ssize_t r = read(fd, (char *) buf + got, len - got);
-        if (r <= 0)
-            return -EIO;
-        got += (size_t) r;
-    }
-    return 0;
-}
-
 int
 pkb_crowd_gbps(const pkb_crowd_ops_t *ops, void *arg, size_t workers, double warm, double secs,
                double *gbps)
@@ -124,7 +107,7 @@ pkb_crowd_gbps(const pkb_crowd_ops_t *ops, void *arg, size_t workers, double war
     size_t ok = 0;
     for (size_t i = 0; rc == 0 && i < started; i++) {
         char c = 0;
-        rc = s_read_within(ready[0], &c, 1);
+        rc = pkb_read_all(ready[0], &c, 1, S_WAIT);
         ok += rc == 0 && c == 1;
     }
     //  20 ms for the last worker to read its start before it comes
@@ -137,7 +120,7 @@ pkb_crowd_gbps(const pkb_crowd_ops_t *ops, void *arg, size_t workers, double war
     size_t good = 0;
     for (size_t i = 0; rc == 0 && i < started; i++) {
         s_done_t d;
-        rc = s_read_within(res[0], &d, sizeof d);
+        rc = pkb_read_all(res[0], &d, sizeof d, S_WAIT);
         if (rc == 0 && d.ok) {
             good++;
             bytes += d.bytes;

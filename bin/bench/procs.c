@@ -188,6 +188,23 @@ pkb_fork(void)
 }
 
 int
+pkb_read_all(int fd, void *p, size_t n, double timeout)
+{
+    for (size_t done = 0; done < n;) {
+        struct pollfd pfd = { fd, POLLIN, 0 };
+        if (poll(&pfd, 1, (int) (timeout * 1000)) <= 0)
+            return -ETIMEDOUT;
+        ssize_t r = read(fd, (char *) p + done, n - done);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -EPIPE;
+        done += (size_t) r;
+    }
+    return 0;
+}
+
+int
 pkb_reap(pid_t pid, double timeout)
 {
     int status = -1;
