@@ -772,9 +772,10 @@ END_TEST
 
 //  The child: expose a pool, then progress until `expect` blocks of round
 //  1 landed (exit 0 if every landed block holds the writer's pattern at
-//  its permuted place, 1 otherwise), or forever when expect is 0.
+//  its permuted place, 1 otherwise), or forever when expect is 0; with a
+//  pace, one progress every `pace` seconds (a reader that keeps up slowly).
 static void
-s_child_main(int in, int out, uint32_t expect)
+s_child_main(int in, int out, uint32_t expect, double pace)
 {
     s_side_t side = { 0 };
     s_open(&side, true, 0xee);
@@ -785,6 +786,8 @@ s_child_main(int in, int out, uint32_t expect)
         _exit(3);
     for (;;) {
         pk_ofi_channel_progress(side.ch);
+        if (pace > 0)
+            nanosleep(&(struct timespec) { 0, (long) (pace * 1e9) }, NULL);
         if (expect && pk_ofi_channel_landed(side.ch, 1) >= expect) {
             C = side;
             for (uint32_t i = 0; i < expect; i++)
@@ -796,7 +799,7 @@ s_child_main(int in, int out, uint32_t expect)
 }
 
 static s_child_t
-s_spawn(uint32_t expect)
+s_spawn_paced(uint32_t expect, double pace)
 {
     int down[2], up[2];
     ck_assert_int_eq(pipe(down), 0);
@@ -806,11 +809,17 @@ s_spawn(uint32_t expect)
     if (child.pid == 0) {
         close(down[1]);
         close(up[0]);
-        s_child_main(down[0], up[1], expect);
+        s_child_main(down[0], up[1], expect, pace);
     }
     close(down[0]);
     close(up[1]);
     return child;
+}
+
+static s_child_t
+s_spawn(uint32_t expect)
+{
+    return s_spawn_paced(expect, 0);
 }
 
 static pk_ofi_channel_t *
@@ -934,6 +943,42 @@ START_TEST(test_peer_killed_mid_transfer)
 }
 END_TEST
 
+//  A reader that keeps up, slowly, is not a stalled one: a deep queue of
+//  writes to a consumer that progresses once every 20 ms takes several
+//  times the stall deadline (2 s) to drain, so its last writes wait in
+//  line far longer than the deadline, yet writes complete every few
+//  milliseconds all along.  The channel stays open and the transfer ends
+//  ok (a rule on the oldest write's age closed it, as 64 consumers of 2
+//  MiB blocks on one server did in p2pkv-bench fetch).
+START_TEST(test_slow_reader_not_stalled)
+{
+    s_child_t child = s_spawn_paced(0, 0.04);
+    pk_ofi_channel_t *ch = s_writer_channel(&child);
+    pk_transport_t t = pk_ofi_channel_transport(ch);
+    uint32_t n = BLOCKS * 16;
+    uint32_t *idx = malloc(n * sizeof *idx);
+    for (uint32_t i = 0; i < n; i++)
+        idx[i] = i % BLOCKS;
+    double t0 = pk_clock_monotonic();
+    ck_assert_int_gt(t.write_blocks(t.self, 1, idx, idx, n), 0);
+    s_seen_t seen = s_wait_writer(&t, 120);
+    double took = pk_clock_monotonic() - t0;
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert_msg(seen.ok && !pk_ofi_channel_closed(ch),
+                  "a transfer to a slow but live reader ended failed after %.1f s", took);
+    //  the case stood: the queue outlasted the deadline (128 progresses of
+    //  one 1 MiB write each, 40 ms apart: about 5 s)
+    ck_assert_msg(took > 3.0, "the transfer took %.1f s, not beyond the 2 s deadline: "
+                  "the reader was not slow enough to show anything", took);
+    kill(child.pid, SIGKILL);
+    waitpid(child.pid, NULL, 0);
+    pk_ofi_channel_destroy(&ch);
+    close(child.to_child);
+    close(child.from_child);
+    free(idx);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -977,6 +1022,7 @@ main(void)
     tcase_add_checked_fixture(tp, s_setup_writer, s_teardown_writer);
     tcase_add_test(tp, test_two_processes_bytes_land);
     tcase_add_test(tp, test_peer_killed_mid_transfer);
+    tcase_add_test(tp, test_slow_reader_not_stalled);
     suite_add_tcase(s, tp);
     return pk_test_run("ofi", s);
 }

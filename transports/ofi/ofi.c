@@ -655,6 +655,7 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
     if (self->closed)
         return 0;
     int total = 0;
+    bool completed = false;
     struct fi_cq_data_entry entries[16];
     for (;;) {
         ssize_t n = fi_cq_read(self->cq, entries, 16);
@@ -690,8 +691,10 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
                     l->count += blocks;
                 self->stats.blocks_landed += blocks;
             }
-            else if (entries[i].op_context)
+            else if (entries[i].op_context) {
                 s_op_end(self, (s_op_t *) entries[i].op_context, true);
+                completed = true;
+            }
         }
         total += (int) n;
         if (n < 16)
@@ -699,12 +702,21 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
     }
     s_post(self);
     //  Deadlines are ours to keep: a dead peer's writes neither fail nor
-    //  complete, and fi_cancel does not stop RMA writes, so a write stalled
-    //  past the deadline closes the endpoint and every transfer ends failed.
+    //  complete, and fi_cancel does not stop RMA writes, so a channel whose
+    //  writes stopped moving for the deadline closes its endpoint and every
+    //  transfer ends failed.  Stopped moving: writes of ours are out (posted,
+    //  or refused with -FI_EAGAIN) and none completed since the oldest of
+    //  them went out or for the deadline, whichever is shorter.  Not the
+    //  oldest write's age: a deep queue to a consumer that keeps up slowly
+    //  (64 of them sharing two cores) waits in line longer than the
+    //  deadline while its writes complete every few milliseconds, and was
+    //  cut off (test_ofi: test_slow_reader_not_stalled).
     double now = pk_clock_monotonic(), limit = self->ofi->config.stall_timeout;
-    if ((self->posted_head && now - self->posted_head->since > limit)
-        || (self->queue_head && self->queue_head->since > 0
-            && now - self->queue_head->since > limit))
+    if (completed)
+        self->completed_at = now;
+    double out = self->posted_head ? self->posted_head->since
+                 : self->queue_head ? self->queue_head->since : 0;
+    if (out > 0 && now - (out > self->completed_at ? out : self->completed_at) > limit)
         s_close_endpoint(self);
     return total;
 }

@@ -102,6 +102,7 @@ struct _pk_ofi_channel_t {
     bool peer_key_mapped;           //  peer_key came from fi_mr_map_raw
 
     size_t depth, credits;
+    double completed_at;            //  when a write of ours last completed
     s_op_t *queue_head, *queue_tail;
     s_op_t *posted_head, *posted_tail;
     uint64_t next_tid;
