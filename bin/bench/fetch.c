@@ -298,7 +298,7 @@ pkb_fetch(const pkb_opts_t *o)
            "outside the timed part; beside it, in the same repetition, as many streams at "
            "once as consumers: raw = bare fi_writedata loops over tcp (writer and target "
            "processes, batch min(blocks, 256)), tcp = bare TCP sockets (blocking send and "
-           "recv of a block, at most 64 KiB); latencies in ms; abort: n/a (p2pkv.h has no abort call); "
+           "recv of a block, at most 2 MiB); latencies in ms; abort: n/a (p2pkv.h has no abort call); "
            "median, and [min..max] of %d repetitions\n",
            o->threads ? "threads of one process" : "processes", o->providers.n ? "providers " : "",
            prov, pkb_fabric_version(), reps);
