@@ -15,6 +15,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 typedef struct {
@@ -127,6 +128,11 @@ pkb_crowd_gbps(const pkb_crowd_ops_t *ops, void *arg, size_t workers, double war
             end = d.end > end ? d.end : end;
         }
     }
+    //  After a failure a worker may be deep in a step that does not end
+    //  (a stream stuck on the kernel's timers): stopped at once, not after
+    //  10 s each.  Its target child sees the pipe close and ends too.
+    for (size_t i = 0; rc != 0 && i < started; i++)
+        kill(pid[i], SIGKILL);
     for (size_t i = 0; i < started; i++)
         pkb_reap(pid[i], 10);
     if (rc == 0 && (good < workers || end <= start))
