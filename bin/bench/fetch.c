@@ -236,19 +236,26 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                                    PKB_IN_FLIGHT(o), o->answer_spin };
         rc = pkb_load_start(cs[started], p->c, &cfg, err, sizeof err);
     }
+    bool raw_ok = true, tcp_ok = true;
     for (int i = 0; rc == 0 && i < reps; i++) {
         //  A reference that fails leaves its columns n/a in this row and
         //  p2pkv is still measured: 64 bare fi_writedata loops of 2 MiB x
         //  32 did not all open within 30 s here, where p2pkv's consumers
         //  ran (doc/design.md, "Where the end-to-end time goes").
-        int ref = pkb_fabric_raw_gbps(p->block, p->n, p->c, o->quick, &raw[i]);
-        if (ref) {
+        //  Once failed, it is not tried again in the next repetitions: its
+        //  column is n/a whatever they give, and each try may take 30 s.
+        int ref = 0;
+        if (!raw_ok || (ref = pkb_fabric_raw_gbps(p->block, p->n, p->c, o->quick, &raw[i]))) {
+            if (raw_ok)
+                s_ref_failed(p, "the raw fi_writedata loops", ref);
+            raw_ok = false;
             raw[i] = NAN;
-            s_ref_failed(p, "the raw fi_writedata loops", ref);
         }
-        if ((ref = pkb_tcp_streams_gbps(p->block, p->n, p->c, o->quick, &tcp[i]))) {
+        if (!tcp_ok || (ref = pkb_tcp_streams_gbps(p->block, p->n, p->c, o->quick, &tcp[i]))) {
+            if (tcp_ok)
+                s_ref_failed(p, "the bare TCP streams", ref);
+            tcp_ok = false;
             tcp[i] = NAN;
-            s_ref_failed(p, "the bare TCP streams", ref);
         }
         for (size_t k = 0; rc == 0 && k < nl; k++)
             rc = pkb_load_rep(cs[k], p->c, srv->pid, p->n, &r[k][i], err, sizeof err);

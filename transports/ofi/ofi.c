@@ -705,9 +705,9 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
     //  complete, and fi_cancel does not stop RMA writes, so a channel whose
     //  writes stopped moving for the deadline closes its endpoint and every
     //  transfer ends failed.  Stopped moving: writes of ours are out (posted,
-    //  or refused with -FI_EAGAIN) and none completed since the oldest of
-    //  them went out or for the deadline, whichever is shorter.  Not the
-    //  oldest write's age: a deep queue to a consumer that keeps up slowly
+    //  or refused with -FI_EAGAIN), the oldest for longer than the deadline,
+    //  and none of them completed within it.  Not the oldest write's age
+    //  alone: a deep queue to a consumer that keeps up slowly
     //  (64 of them sharing two cores) waits in line longer than the
     //  deadline while its writes complete every few milliseconds, and was
     //  cut off (test_ofi: test_slow_reader_not_stalled).
