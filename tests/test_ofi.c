@@ -944,8 +944,8 @@ START_TEST(test_peer_killed_mid_transfer)
 END_TEST
 
 //  A reader that keeps up, slowly, is not a stalled one: a deep queue of
-//  writes to a consumer that progresses once every 20 ms takes several
-//  times the stall deadline (2 s) to drain, so its last writes wait in
+//  writes to a consumer that progresses once every 40 ms takes more than
+//  the stall deadline (2 s) to drain (about 5 s here), so its last writes wait in
 //  line far longer than the deadline, yet writes complete every few
 //  milliseconds all along.  The channel stays open and the transfer ends
 //  ok (a rule on the oldest write's age closed it, as 64 consumers of 2
@@ -966,8 +966,8 @@ START_TEST(test_slow_reader_not_stalled)
     ck_assert_int_eq(seen.count, 1);
     ck_assert_msg(seen.ok && !pk_ofi_channel_closed(ch),
                   "a transfer to a slow but live reader ended failed after %.1f s", took);
-    //  the case stood: the queue outlasted the deadline (128 progresses of
-    //  one 1 MiB write each, 40 ms apart: about 5 s)
+    //  the case stood: the queue outlasted the deadline (the old rule
+    //  closed this channel at 2.1 s)
     ck_assert_msg(took > 3.0, "the transfer took %.1f s, not beyond the 2 s deadline: "
                   "the reader was not slow enough to show anything", took);
     kill(child.pid, SIGKILL);

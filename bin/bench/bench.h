@@ -89,7 +89,8 @@ typedef struct {
 double pkb_median(double *v, size_t n);
 /*  The q-quantile (0..1) of v (sorted in place).  */
 double pkb_quantile(double *v, size_t n, double q);
-/*  min, median, max of n values (sorted in place).  */
+/*  min, median, max of n values (sorted in place); not valid (n/a) when
+    n is 0 or a value is NAN (a figure that failed in a repetition).  */
 pkb_fig_t pkb_fig(double *v, size_t n);
 /*  "med [min..max]" with fmt for each number, into buf.  */
 const char *pkb_fig_str(pkb_fig_t f, const char *fmt, char *buf, size_t size);

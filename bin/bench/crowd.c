@@ -7,8 +7,10 @@
     steps on; when all are, every one counts from the same instant to the
     same deadline.  The figure is all their bytes over the time from the
     start to the last one's end: what the machine moves with N streams at
-    once, set beside fetch's N consumers in the same repetition.  A worker that fails to open stops them all
-    before the start, and no worker waits longer than S_WAIT on another.
+    once, set beside fetch's N consumers in the same repetition.  A worker
+    that fails to open stops them all before the start, no read waits
+    longer than S_WAIT on a worker, and after a failure every worker is
+    killed at once.
 */
 #include "bench.h"
 #include "base/clock.h"

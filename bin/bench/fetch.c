@@ -142,12 +142,8 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *r
             v[j][i] = f[j];
     }
     pkb_fig_t g[F_N];
-    for (int j = 0; j < F_N; j++) {
-        bool failed = false;        //  a reference that failed in a repetition (NAN)
-        for (int i = 0; i < reps; i++)
-            failed |= isnan(v[j][i]);
-        g[j] = failed ? pkb_fig(v[j], 0) : pkb_fig(v[j], (size_t) reps);
-    }
+    for (int j = 0; j < F_N; j++)
+        g[j] = pkb_fig(v[j], (size_t) reps);    //  n/a where a reference failed (NAN)
     g[F_ABORT].valid = false;   //  abort -> abort_ack: the library has no abort call
     g[F_VS].valid = vs != NULL;
     if (med)

@@ -4,6 +4,7 @@
 #include "bench.h"
 
 #include <errno.h>
+#include <math.h>
 #include <rdma/fabric.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,9 @@ pkb_fig_t
 pkb_fig(double *v, size_t n)
 {
     pkb_fig_t f = { 0, 0, 0, n > 0 };
-    if (n) {
+    for (size_t i = 0; i < n; i++)
+        f.valid &= !isnan(v[i]);
+    if (f.valid) {
         f.med = pkb_median(v, n);
         f.min = v[0];
         f.max = v[n - 1];
