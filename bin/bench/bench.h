@@ -170,6 +170,14 @@ double pkb_proc_cpu(pid_t pid);
 /*  /proc/meminfo MemAvailable in bytes (0 if unknown).  */
 uint64_t pkb_mem_available(void);
 
+/*  What a wake of a sleeping process costs here, in µs: two processes
+    passing a byte over pipes, pinned to one core (same_cpu) and to two
+    (cross_cpu; NAN on one core).  0 or -errno (wake.c).  */
+int pkb_wake_us(double *same_cpu, double *cross_cpu);
+
+/*  System-wide context switches so far (/proc/stat ctxt; 0 if unknown).  */
+uint64_t pkb_context_switches(void);
+
 /*  ---- the bench's blocks (consumer.c) -------------------------------- */
 
 #define PKB_KEY_LEN 32
@@ -243,6 +251,7 @@ typedef struct {
     double lk[3], ft[3];        //  p50, p99, p999 in ms
     double srv_cpu_gb, cli_cpu_gb;      //  CPU seconds per GB moved
     double srv_cpu_s, cli_cpu_s;        //  CPU seconds per second of the phase
+    double switches_per_mb;     //  the machine's context switches per MB moved
     uint64_t bytes, samples;
 } pkb_rep_t;
 

@@ -329,8 +329,8 @@ pkb_control(const pkb_opts_t *o)
            "%.0f us, then sleeping); median, and [min..max] of %d repetitions\n",
            (unsigned long long) pool, S_BLOCK,
            o->threads ? "threads (of one process)" : "processes", pkb_answer_spin_us(o), reps);
-    pkb_table_head(s_names, s_w, 11);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
+    pkb_table_head(s_names, s_w, 11);
     pkb_report_note(rep, "consumers_are", json_string(o->threads ? "threads" : "processes"));
     pkb_report_note(rep, "answer_spin_us", json_real(pkb_answer_spin_us(o)));
     pkb_server_t srv;

@@ -112,16 +112,17 @@ static const int s_w[] = { 6, 6, 4, 14, 14, 14, 12, 14, 12, 12, 12, 12, 12, 12, 
 
 //  A row's figures, in the table's order, then those only in the JSON.
 enum { F_GBPS, F_RAW, F_TCP, F_RATIO, F_OPS, F_LK50, F_LK99, F_LK999, F_FT50, F_FT99, F_FT999,
-       F_ABORT, F_SRV, F_CLI, F_VS, F_SAMPLES, F_N };
+       F_ABORT, F_SRV, F_CLI, F_VS, F_SAMPLES, F_SWITCHES, F_N };
 
 //  --providers: the provider beside the point, and its GB/s over the
 //  last provider's after the figures.
 static const int s_pw[] = { 6, 6, 4, 12 }, s_vw = 14;
 
 //  A point's medians over its repetitions, for the crowd lines: GB/s (of
-//  the last provider's load), raw and tcp.
+//  the last provider's load), raw and tcp, and the machine's context
+//  switches per MB p2pkv moved.
 typedef struct {
-    double gbps, raw, tcp;
+    double gbps, raw, tcp, switches;
 } s_med_t;
 
 //  prov (NULL without --providers) and vs[i], this provider's GB/s over
@@ -137,7 +138,7 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *r
         double f[F_N] = { r[i].gbps, raw[i], tcp[i], r[i].gbps / raw[i], r[i].ops_per_s,
                           r[i].lk[0], r[i].lk[1], r[i].lk[2], r[i].ft[0], r[i].ft[1],
                           r[i].ft[2], 0, r[i].srv_cpu_gb, r[i].cli_cpu_gb, vs ? vs[i] : 0,
-                          (double) r[i].samples };
+                          (double) r[i].samples, r[i].switches_per_mb };
         for (int j = 0; j < F_N; j++)
             v[j][i] = f[j];
     }
@@ -148,7 +149,7 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *r
     g[F_VS].valid = vs != NULL;
     if (med)
         *med = (s_med_t) { g[F_GBPS].med, g[F_RAW].valid ? g[F_RAW].med : NAN,
-                           g[F_TCP].valid ? g[F_TCP].med : NAN };
+                           g[F_TCP].valid ? g[F_TCP].med : NAN, g[F_SWITCHES].med };
     char b[24], n[24], c[24];
     snprintf(b, sizeof b, "%lluK", (unsigned long long) (p->block >> 10));
     snprintf(n, sizeof n, "%llu", (unsigned long long) p->n);
@@ -168,7 +169,7 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *r
                                         "fetch_p50_ms", "fetch_p99_ms", "fetch_p999_ms",
                                         "abort_ack_ms", "server_cpu_s_per_gb",
                                         "client_cpu_s_per_gb", "gbps_vs_last_provider",
-                                        "samples" };
+                                        "samples", "context_switches_per_mb" };
     json_object_set_new(row, "block_size", json_integer((json_int_t) p->block));
     json_object_set_new(row, "blocks_per_fetch", json_integer((json_int_t) p->n));
     json_object_set_new(row, "consumers", json_integer((json_int_t) p->c));
@@ -298,10 +299,14 @@ s_crowd_lines(pkb_report_t *rep, const s_point_t *p, const s_med_t *med, size_t 
                 snprintf(t[x], sizeof t[x], ok ? "%.2fx" : "n/a", k[x]);
                 json_object_set_new(line, names[x], ok ? json_real(k[x]) : json_null());
             }
+            json_object_set_new(line, "context_switches_per_mb",
+                                json_pack("{sfsf}", "crowd", med[i].switches, "one",
+                                          med[j].switches));
             printf("  %llu consumers over 1, %lluK x %llu (medians): p2pkv %s, raw "
-                   "fi_writedata %s, bare TCP %s\n", (unsigned long long) p[i].c,
-                   (unsigned long long) (p[i].block >> 10), (unsigned long long) p[i].n,
-                   t[0], t[1], t[2]);
+                   "fi_writedata %s, bare TCP %s; context switches per MB %.2f against %.2f\n",
+                   (unsigned long long) p[i].c, (unsigned long long) (p[i].block >> 10),
+                   (unsigned long long) p[i].n, t[0], t[1], t[2], med[i].switches,
+                   med[j].switches);
             json_array_append_new(lines, line);
             break;
         }
@@ -336,6 +341,7 @@ pkb_fetch(const pkb_opts_t *o)
            "median, and [min..max] of %d repetitions\n",
            o->threads ? "threads of one process" : "processes", o->providers.n ? "providers " : "",
            prov, pkb_fabric_version(), reps);
+    pkb_report_t *rep = pkb_report_new(o, prov);
     if (o->providers.n) {
         const char *names[S_NAMES + 2];
         memcpy(names, s_names, 3 * sizeof *names);
@@ -352,7 +358,6 @@ pkb_fetch(const pkb_opts_t *o)
     }
     else
         pkb_table_head(s_names, s_w, S_NAMES);
-    pkb_report_t *rep = pkb_report_new(o, prov);
     pkb_report_note(rep, "abort_ack", json_string("n/a: p2pkv.h exposes no abort"));
     pkb_report_note(rep, "consumers_are", json_string(o->threads ? "threads" : "processes"));
     pkb_report_note(rep, "answer_spin_us", json_real(pkb_answer_spin_us(o)));

@@ -319,18 +319,32 @@ pkb_proc_cpu(pid_t pid)
     return (double) (ut + st) / (double) sysconf(_SC_CLK_TCK);
 }
 
-uint64_t
-pkb_mem_available(void)
+//  The number on the first line of path that fmt (one %llu) reads; 0 when
+//  none does.
+static uint64_t
+s_scan_u64(const char *path, const char *fmt)
 {
-    FILE *f = fopen("/proc/meminfo", "r");
+    FILE *f = fopen(path, "r");
     char line[256];
-    unsigned long long kb = 0;
+    unsigned long long v = 0;
     while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+        if (sscanf(line, fmt, &v) == 1)
             break;
     if (f)
         fclose(f);
-    return kb * 1024;
+    return v;
+}
+
+uint64_t
+pkb_mem_available(void)
+{
+    return s_scan_u64("/proc/meminfo", "MemAvailable: %llu kB") * 1024;
+}
+
+uint64_t
+pkb_context_switches(void)
+{
+    return s_scan_u64("/proc/stat", "ctxt %llu");
 }
 
 int

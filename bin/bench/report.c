@@ -101,6 +101,12 @@ struct pkb_report {
 };
 
 static json_t *
+s_num_or_null(double v)
+{
+    return isnan(v) ? json_null() : json_real(v);
+}
+
+static json_t *
 s_machine(const char *provider)
 {
     char model[256] = "unknown";
@@ -119,11 +125,22 @@ s_machine(const char *provider)
     char date[64];
     time_t now = time(NULL);
     strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    return json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:I}", "cpus",
-                     (json_int_t) sysconf(_SC_NPROCESSORS_ONLN), "model", model, "kernel",
-                     u.release, "libfabric", pkb_fabric_version(), "provider",
-                     provider ? provider : "none", "date", date, "mem_available",
-                     (json_int_t) pkb_mem_available());
+    json_t *m = json_pack("{s:I, s:s, s:s, s:s, s:s, s:s, s:I}", "cpus",
+                          (json_int_t) sysconf(_SC_NPROCESSORS_ONLN), "model", model, "kernel",
+                          u.release, "libfabric", pkb_fabric_version(), "provider",
+                          provider ? provider : "none", "date", date, "mem_available",
+                          (json_int_t) pkb_mem_available());
+    //  The suites that move bytes or requests between processes: what a
+    //  wake costs bounds their figures (wake.c), and differs between
+    //  machines and between days on one VM by 3x.
+    double same, cross;
+    if (m && provider && pkb_wake_us(&same, &cross) == 0) {
+        json_object_set_new(m, "wake_us", json_pack("{s:o, s:o}", "same_cpu", s_num_or_null(same),
+                                                     "cross_cpu", s_num_or_null(cross)));
+        printf("machine: waking a sleeping process takes %.1f us on its core, %.1f us across "
+               "two (pipe ping-pong; a ZeroMQ round trip crosses five or six wakes)\n", same, cross);
+    }
+    return m;
 }
 
 pkb_report_t *

@@ -457,8 +457,8 @@ pkb_sessions(const pkb_opts_t *o)
            "over 'before' per session, idle CPU over %.0f s in %d windows: median "
            "[min..max]; server --max-sessions %llu\n", idle, S_WINDOWS,
            (unsigned long long) maxs);
-    pkb_table_head(s_names, s_w, 6);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
+    pkb_table_head(s_names, s_w, 6);
     int rc = s_server_side(rep, o, &ns, maxs, idle);
     if (rc == 0)
         rc = s_client_side(rep, o, &nsrv, idle);
