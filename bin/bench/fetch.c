@@ -233,26 +233,28 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                                    PKB_IN_FLIGHT(o), o->answer_spin };
         rc = pkb_load_start(cs[started], p->c, &cfg, err, sizeof err);
     }
-    bool raw_ok = true, tcp_ok = true;
+    //  The two references, measured alike.  One that fails leaves its
+    //  columns n/a in this row and p2pkv is still measured: 64 bare
+    //  fi_writedata loops of 2 MiB x 32 did not all open within 30 s here,
+    //  where p2pkv's consumers ran (doc/design.md, "Where the end-to-end
+    //  time goes").  Once failed, it is not tried again in the next
+    //  repetitions: its column is n/a whatever they give, and each try may
+    //  take 30 s.
+    struct {
+        const char *what;
+        int (*gbps)(uint64_t block, size_t batch, size_t pairs, bool quick, double *gbps);
+        double *v;
+        bool ok;
+    } refs[] = { { "the raw fi_writedata loops", pkb_fabric_raw_gbps, raw, true },
+                 { "the bare TCP streams", pkb_tcp_streams_gbps, tcp, true } };
     for (int i = 0; rc == 0 && i < reps; i++) {
-        //  A reference that fails leaves its columns n/a in this row and
-        //  p2pkv is still measured: 64 bare fi_writedata loops of 2 MiB x
-        //  32 did not all open within 30 s here, where p2pkv's consumers
-        //  ran (doc/design.md, "Where the end-to-end time goes").
-        //  Once failed, it is not tried again in the next repetitions: its
-        //  column is n/a whatever they give, and each try may take 30 s.
-        int ref = 0;
-        if (!raw_ok || (ref = pkb_fabric_raw_gbps(p->block, p->n, p->c, o->quick, &raw[i]))) {
-            if (raw_ok)
-                s_ref_failed(p, "the raw fi_writedata loops", ref);
-            raw_ok = false;
-            raw[i] = NAN;
-        }
-        if (!tcp_ok || (ref = pkb_tcp_streams_gbps(p->block, p->n, p->c, o->quick, &tcp[i]))) {
-            if (tcp_ok)
-                s_ref_failed(p, "the bare TCP streams", ref);
-            tcp_ok = false;
-            tcp[i] = NAN;
+        for (size_t x = 0; x < sizeof refs / sizeof refs[0]; x++) {
+            int ref = refs[x].ok ? refs[x].gbps(p->block, p->n, p->c, o->quick, &refs[x].v[i]) : 0;
+            if (ref)
+                s_ref_failed(p, refs[x].what, ref);
+            refs[x].ok &= ref == 0;
+            if (!refs[x].ok)
+                refs[x].v[i] = NAN;
         }
         for (size_t k = 0; rc == 0 && k < nl; k++)
             rc = pkb_load_rep(cs[k], p->c, srv->pid, p->n, &r[k][i], err, sizeof err);

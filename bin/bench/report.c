@@ -134,10 +134,10 @@ s_machine(const char *provider)
     //  wake costs bounds their figures (wake.c), and it moves between
     //  days on one VM (a ZeroMQ echo took 36 µs one day, 100 another).
     double same, cross;
-    int rc = m && provider ? pkb_wake_us(&same, &cross) : 1;
+    int rc = m && provider ? pkb_wake_us(&same, &cross) : 0;
     if (rc < 0)
         fprintf(stderr, "p2pkv-bench: what a wake costs was not measured: %s\n", strerror(-rc));
-    if (rc == 0) {
+    else if (m && provider) {
         json_object_set_new(m, "wake_us", json_pack("{s:o, s:o}", "same_cpu", s_num_or_null(same),
                                                      "cross_cpu", s_num_or_null(cross)));
         printf("machine: waking a sleeping process takes %.1f us on its core", same);
