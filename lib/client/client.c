@@ -97,8 +97,12 @@ s_arm(p2pkv_client_t *self)
                 due = t;
             continue;
         }
-        if (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN))
-            due = now;
+        if (s->dealer && !s->dealer_read) {
+            if (zsock_events(s->dealer) & ZMQ_POLLIN)
+                due = now;
+            else
+                s->dealer_read = true;
+        }
         if (s->channel && !s->ops->channel_trywait(s->channel))
             due = now;
         if (s->channel && s->wait_fd < 0 && now + 0.002 < due)
@@ -487,6 +491,7 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     rc = pk_client_dealer_new(&s->dealer, err);
     if (rc)
         return rc;
+    s->dealer_read = false;
     //  a stable routing id: a TCP reconnect keeps the session's id
     uint8_t rid[1 + PK_EPOCH_LEN] = { 'P' };
     memcpy(rid + 1, epoch, PK_EPOCH_LEN);
@@ -523,6 +528,7 @@ s_session_send(void *arg, const char *frame, size_t len)
     //  never block: a DEALER with no connected server would wait forever
     zframe_t *f = zframe_new(frame, len);
     int rc = zframe_send(&f, s->dealer, ZFRAME_DONTWAIT);
+    s->dealer_read = false;         //  a send may take the command that fires its fd
     zframe_destroy(&f);
     return rc ? -EAGAIN : 0;
 }
@@ -688,11 +694,17 @@ s_server_step(p2pkv_client_t *self, s_server_t *s)
         snprintf(s->reason, sizeof s->reason, "%s", why);
         return;
     }
-    //  the session may end while reading (a violation closes the socket)
-    while (s->dealer && (zsock_events(s->dealer) & ZMQ_POLLIN)) {
-        zframe_t *f = zframe_recv(s->dealer);
-        if (!f)
+    //  The session may end while reading (a violation closes the socket).
+    //  Reading until nothing comes costs libzmq's look at its mailbox (a
+    //  getpid and a poll) once, not once per frame as asking ZMQ_EVENTS
+    //  before each read did; and a read that found nothing leaves the fd
+    //  armed, so s_arm need not ask again (dealer_read).
+    while (s->dealer) {
+        zframe_t *f = zframe_recv_nowait(s->dealer);
+        if (!f) {
+            s->dealer_read = true;
             break;
+        }
         pk_client_session_on_frame(s->session, zframe_data(f), zframe_size(f));
         zframe_destroy(&f);
     }
@@ -1108,8 +1120,9 @@ p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
 static int
 s_step(p2pkv_client_t *self)
 {
+    //  the timer can have fired only once its moment passed
     uint64_t count;
-    if (read(self->timer_fd, &count, sizeof count) < 0) {
+    if (self->armed <= pk_clock_monotonic() && read(self->timer_fd, &count, sizeof count) < 0) {
         //  not expired: nothing to clear
     }
     if (self->kicked && read(self->wake_fd, &count, sizeof count) == sizeof count)

@@ -90,6 +90,8 @@ typedef struct {
     pk_client_session_t *session;
     //  what lives with one session: a new set at each (re)connect
     zsock_t *dealer;
+    bool dealer_read;               //  the last look at dealer found nothing, and
+                                    //  nothing was done with it since (client.c, s_arm)
     zsock_t *monitor;               //  the dealer's failed handshakes (curve.c)
     char curve_server[41];          //  this server's CURVE key; "": the config's
     int refused;                    //  -EACCES once the monitor saw a refusal

@@ -265,11 +265,8 @@ pk_curve_refused(pk_node_t *self, const char *who, const char *reason)
 //  A handshake that failed on the ROUTER before ZAP was asked: a client
 //  without CURVE (mechanism mismatch) or a malformed greeting.
 void
-pk_curve_monitor_read(pk_node_t *self)
+pk_curve_monitor_read(pk_node_t *self, zmsg_t *msg)
 {
-    zmsg_t *msg = zmsg_recv(self->curve_monitor);
-    if (!msg)
-        return;
     zframe_t *ev = zmsg_first(msg);
     uint16_t event = 0;
     uint32_t value = 0;

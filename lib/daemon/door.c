@@ -63,6 +63,20 @@ pk_door_peer_free(pk_peer_t *peer)
     free(peer);
 }
 
+//  One word of the actors, read here without waiting: false when there
+//  was none.  The socket is marked again when there was (the loop asks it
+//  before it sleeps: more may have come).
+static bool
+s_actors_read(pk_node_t *self)
+{
+    zmsg_t *msg = zmsg_recv_nowait(self->actors);
+    if (!msg)
+        return false;
+    pk_poller_touch(self->poller, self->actors);
+    pk_door_from_actors(self, msg);
+    return true;
+}
+
 static void
 s_gone_unlink(pk_node_t *self, pk_peer_t *peer)
 {
@@ -79,8 +93,8 @@ s_peer_destroy(pk_node_t *self, pk_peer_t *peer)
 {
     //  what the actors still had to say (this one's disconnect and job
     //  results among it) goes out first
-    while (peer->actor && (zsock_events(self->actors) & ZMQ_POLLIN))
-        pk_door_from_actors(self);
+    while (peer->actor && s_actors_read(self))
+        ;
     if (peer->retired)
         s_gone_unlink(self, peer);
     pk_metrics_add(self->metrics, PK_M_SESSIONS_RETIRED, NULL, 1);
@@ -132,6 +146,7 @@ pk_door_reply(pk_node_t *self, const void *rid, size_t rlen, const char *frame, 
     zmsg_addmem(msg, rid, rlen);
     zmsg_addmem(msg, frame, len);
     zmsg_send(&msg, self->router);
+    pk_poller_touch(self->poller, self->router);
 }
 
 static void
@@ -245,11 +260,8 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
 //  What the handshake actor handed back: REPLY rid frame (empty: none) or
 //  PEER rid peer.
 void
-pk_door_from_handshake(pk_node_t *self)
+pk_door_from_handshake(pk_node_t *self, zmsg_t *msg)
 {
-    zmsg_t *msg = zmsg_recv(self->handshake);
-    if (!msg)
-        return;
     char *cmd = zmsg_popstr(msg);
     zframe_t *rid = zmsg_pop(msg);
     if (rid) {
@@ -294,7 +306,9 @@ s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
         free(copy);
         return;
     }
-    if (zsock_send(self->handshake, "sffs", "HELLO", rid, frame, key) != 0) {
+    int sent = zsock_send(self->handshake, "sffs", "HELLO", rid, frame, key);
+    pk_poller_touch(self->poller, self->handshake);
+    if (sent != 0) {
         pk_keymap_take(&self->pending, &k, NULL, NULL);
         free(copy);
         pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
@@ -336,9 +350,8 @@ s_to_peer(pk_node_t *self, pk_peer_t *peer, zframe_t *frame)
     //  queued), so it cannot fail.
     int ran = -EAGAIN;
     if (zframe_size(frame) <= PK_DOOR_INLINE_MAX) {
-        while (atomic_load(&peer->said) != peer->heard
-               && (zsock_events(self->actors) & ZMQ_POLLIN))
-            pk_door_from_actors(self);
+        while (atomic_load(&peer->said) != peer->heard && s_actors_read(self))
+            ;
         if (peer->retired)
             return;
         ran = pk_peer_try_frame(peer, zframe_data(frame), zframe_size(frame));
@@ -370,11 +383,8 @@ s_key_changed(pk_node_t *self, pk_peer_t *peer, const char *key)
 }
 
 void
-pk_door_from_router(pk_node_t *self)
+pk_door_from_router(pk_node_t *self, zmsg_t *msg)
 {
-    zmsg_t *msg = zmsg_recv(self->router);
-    if (!msg)
-        return;
     if (zmsg_size(msg) != 2) {
         pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         zmsg_destroy(&msg);
@@ -451,11 +461,8 @@ static const struct {
 //  peer and is dropped: its pin was released, and the store-job timeout
 //  covers the engine.
 void
-pk_door_from_actors(pk_node_t *self)
+pk_door_from_actors(pk_node_t *self, zmsg_t *msg)
 {
-    zmsg_t *msg = zmsg_recv(self->actors);
-    if (!msg)
-        return;
     zframe_t *idf = zmsg_pop(msg);
     uint64_t id = 0;
     if (idf && zframe_size(idf) == sizeof id)

@@ -66,14 +66,14 @@ void pk_door_reply(pk_node_t *node, const void *rid, size_t rlen, const char *fr
 int pk_peer_try_frame(pk_peer_t *peer, const void *frame, size_t len);
 
 /*  A frame on the ROUTER socket.  */
-void pk_door_from_router(pk_node_t *node);
+void pk_door_from_router(pk_node_t *node, zmsg_t *msg);
 
 /*  What the handshake actor handed back (REPLY or PEER).  */
-void pk_door_from_handshake(pk_node_t *node);
+void pk_door_from_handshake(pk_node_t *node, zmsg_t *msg);
 
 /*  What the peers' actors said (id, then FRAME, JOB or GONE), on the
     one socket they all push to.  */
-void pk_door_from_actors(pk_node_t *node);
+void pk_door_from_actors(pk_node_t *node, zmsg_t *msg);
 
 pk_peer_t *pk_door_peer_by_consumer(pk_node_t *node, const char *consumer);
 

@@ -38,6 +38,7 @@ pk_engine_send(pk_node_t *self, const void *rid, size_t rlen, json_t *answer)
     zmsg_addmem(msg, rid, rlen);
     zmsg_addstr(msg, text);
     zmsg_send(&msg, self->local);
+    pk_poller_touch(self->poller, self->local);
     free(text);
 }
 
@@ -591,11 +592,8 @@ pk_engine_answer(pk_node_t *self, const void *body, size_t len, const void *rid,
 }
 
 void
-pk_engine_from_local(pk_node_t *self)
+pk_engine_from_local(pk_node_t *self, zmsg_t *msg)
 {
-    zmsg_t *msg = zmsg_recv(self->local);
-    if (!msg)
-        return;
     zframe_t *rid = zmsg_pop(msg), *body = zmsg_pop(msg);
     if (rid && body)
         pk_engine_send(self, zframe_data(rid), zframe_size(rid),

@@ -392,11 +392,13 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
     if (rc)
         goto fail_sockets;
     self->handshake = pk_handshake_new(self);
-    self->poller = self->handshake
-                   ? zpoller_new(self->router, self->local, self->handshake, self->actors, NULL)
-                   : NULL;
-    if (!self->poller || (self->zap && zpoller_add(self->poller, self->zap) != 0)
-        || (self->curve_monitor && zpoller_add(self->poller, self->curve_monitor) != 0))
+    self->poller = self->handshake ? pk_poller_new() : NULL;
+    if (!self->poller || pk_poller_add(self->poller, self->router) != 0
+        || pk_poller_add(self->poller, self->local) != 0
+        || pk_poller_add(self->poller, self->handshake) != 0
+        || pk_poller_add(self->poller, self->actors) != 0
+        || (self->zap && pk_poller_add(self->poller, self->zap) != 0)
+        || (self->curve_monitor && pk_poller_add(self->poller, self->curve_monitor) != 0))
         goto fail_sockets;
     if ((rc = s_open_metrics_http(self, err)) != 0)
         goto fail_sockets;
@@ -410,7 +412,7 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 fail_http:
     pk_metrics_http_destroy(&self->http);
 fail_sockets:
-    zpoller_destroy(&self->poller);
+    pk_poller_destroy(&self->poller);
     pk_handshake_destroy(&self->handshake);
     pk_curve_close(self);
     zsock_destroy(&self->actors);
@@ -556,10 +558,10 @@ s_pool_gauges(pk_node_t *self)
     s_namespace_metrics(self);
 }
 
-//  The loop's readers: where each socket's wake goes.
+//  The loop's readers: where each socket's message goes.
 static const struct {
     size_t at;                      //  offset of the socket (or actor) in the node
-    void (*fn)(pk_node_t *self);
+    void (*fn)(pk_node_t *self, zmsg_t *msg);      //  takes msg
 } s_readers[] = {
     { offsetof(pk_node_t, router), pk_door_from_router },
     { offsetof(pk_node_t, local), pk_engine_from_local },
@@ -570,13 +572,21 @@ static const struct {
     { offsetof(pk_node_t, puller), pk_puller_from },
 };
 
+//  One message of the socket the poller handed out, if it holds one: the
+//  poller only knows it may.  Reading without waiting costs nothing when a
+//  message is there and a getpid and a poll inside libzmq when none is,
+//  what asking ZMQ_EVENTS first would cost every time.
 static void
 s_read(pk_node_t *self, void *which)
 {
     for (size_t i = 0; i < sizeof s_readers / sizeof s_readers[0]; i++) {
         void *sock = *(void **) ((char *) self + s_readers[i].at);
         if (sock && sock == which) {
-            s_readers[i].fn(self);
+            zmsg_t *msg = zmsg_recv_nowait(sock);
+            if (msg) {
+                pk_poller_touch(self->poller, sock);    //  more may be there
+                s_readers[i].fn(self, msg);
+            }
             return;
         }
     }
@@ -616,7 +626,7 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
             pk_door_quit(self);     //  again for pipes that were full
         if (quit_deadline && (self->npeers == 0 || zclock_mono() / 1e3 >= quit_deadline))
             break;
-        void *which = zpoller_wait(self->poller, 100);
+        void *which = pk_poller_wait(self->poller, 100);
         bool reload = self->reload && *self->reload;
         if (reload) {
             //  SIGHUP: it also interrupted the poll, which is no stop
@@ -625,7 +635,7 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
         }
         if (which)
             s_read(self, which);
-        else if (zpoller_terminated(self->poller) && !*stop && !reload)
+        else if (pk_poller_terminated(self->poller) && !*stop && !reload)
             *stop = 1;
         pk_door_reap(self);
         double now = zclock_mono() / 1e3;
@@ -658,7 +668,7 @@ pk_node_destroy(pk_node_t **self_p)
         if (self->pending.slots[i].key.bytes)
             free((void *) (uintptr_t) self->pending.slots[i].b);
     pk_keymap_fini(&self->pending);
-    zpoller_destroy(&self->poller);
+    pk_poller_destroy(&self->poller);
     pk_curve_close(self);
     zsock_destroy(&self->actors);
     zsock_destroy(&self->local);

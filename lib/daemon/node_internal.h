@@ -12,6 +12,7 @@
 #include "daemon/node.h"
 #include "base/keymap.h"
 #include "daemon/metrics.h"
+#include "daemon/poller.h"
 #include "daemon/directory.h"
 #include "daemon/store.h"
 #include "base/transport.h"
@@ -111,7 +112,7 @@ struct _pk_node_t {
     unsigned refusal_lines;         //  refusal lines in it
     uint64_t refusal_unlogged;      //  refusals past the interval's lines
     volatile sig_atomic_t *reload;  //  SIGHUP seen (pk_node_watch_reload)
-    zpoller_t *poller;
+    pk_poller_t *poller;            //  the loop's wait (poller.h)
     char endpoint[256];
     char ready[2048];
     pk_keymap_t by_rid;             //  routing id -> peer
@@ -180,12 +181,12 @@ void pk_peer_actor(zsock_t *pipe, void *args);
 
 //  puller.c: the puller actor, started at the first pull
 int pk_puller_send(pk_node_t *node, pk_pull_t *pull);
-void pk_puller_from(pk_node_t *node);
+void pk_puller_from(pk_node_t *node, zmsg_t *msg);
 void pk_puller_destroy(pk_node_t *node);
 void pk_pull_free(pk_pull_t *pull);
 
 //  engine_api.c: the engine's JSON API and the stores held for consumers
-void pk_engine_from_local(pk_node_t *node);
+void pk_engine_from_local(pk_node_t *node, zmsg_t *msg);
 /*  The answer to one request body (a JSON object with "cmd") from the
     engine connection rid: what pk_engine_from_local sends back.  Apart
     for tests/fuzz/fuzz_engine.c, which has no local socket.  */
@@ -199,7 +200,7 @@ void pk_engine_destroy(pk_node_t *node);
 void pk_held_free(pk_held_t *held);
 
 //  zap.c: one ZAP request (RFC 27) answered from --allow and --curve-allow
-void pk_zap_handle(pk_node_t *node);
+void pk_zap_handle(pk_node_t *node, zmsg_t *msg);
 
 //  curve.c: the keys (--curve-secret, --curve-allow, --curve-servers)
 int pk_curve_open(pk_node_t *node, char *err);      //  loads them: 0 or -errno, err
@@ -210,7 +211,7 @@ const char *pk_curve_refusal(const pk_node_t *node, const char *key);  //  its r
 const char *pk_curve_server_key(const pk_node_t *node, const char *endpoint);
 //  Counts a refusal by reason (a metric label) and logs it, rate-limited.
 void pk_curve_refused(pk_node_t *node, const char *who, const char *reason);
-void pk_curve_monitor_read(pk_node_t *node);
+void pk_curve_monitor_read(pk_node_t *node, zmsg_t *msg);
 void pk_curve_reload(pk_node_t *node);              //  SIGHUP
 
 #endif

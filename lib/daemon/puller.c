@@ -171,20 +171,23 @@ pk_puller_send(pk_node_t *self, pk_pull_t *p)
     const char *key = pk_curve_server_key(self, p->server);
     snprintf(p->server_key, sizeof p->server_key, "%s", key ? key : "");
     if (!self->puller && (self->puller = zactor_new(s_puller_actor, self))) {
-        zsock_set_sndtimeo(zactor_sock(self->puller), 0);
-        zpoller_add(self->poller, self->puller);
+        if (pk_poller_add(self->poller, self->puller) == 0)
+            zsock_set_sndtimeo(zactor_sock(self->puller), 0);
+        else
+            zactor_destroy(&self->puller);
     }
     if (!self->puller)
         return -ENOMEM;
-    return zsock_send(self->puller, "sp", "PULL", p) == 0 ? 0 : -EAGAIN;
+    int rc = zsock_send(self->puller, "sp", "PULL", p);
+    pk_poller_touch(self->poller, self->puller);
+    return rc == 0 ? 0 : -EAGAIN;
 }
 
 //  A pull ended: commit what landed, free the rest, tell the engine.
 void
-pk_puller_from(pk_node_t *self)
+pk_puller_from(pk_node_t *self, zmsg_t *msg)
 {
-    zmsg_t *msg = zmsg_recv(self->puller);
-    char *cmd = msg ? zmsg_popstr(msg) : NULL;
+    char *cmd = zmsg_popstr(msg);
     pk_pull_t *p = cmd && streq(cmd, "PULLED") ? pk_node_pop_ptr(msg) : NULL;
     if (p) {
         json_t *missing = json_array();
@@ -217,7 +220,7 @@ pk_puller_destroy(pk_node_t *self)
 {
     if (!self->puller)
         return;
-    zpoller_remove(self->poller, self->puller);
+    (void) pk_poller_remove(self->poller, self->puller);
     zsock_set_sndtimeo(zactor_sock(self->puller), -1);
     zactor_destroy(&self->puller);
 }

@@ -33,11 +33,8 @@ s_check(pk_node_t *self, const char *address, const char *mechanism, zframe_t *c
 //  One ZAP request (RFC 27): version, request id, domain, address,
 //  identity, mechanism, credentials.
 void
-pk_zap_handle(pk_node_t *self)
+pk_zap_handle(pk_node_t *self, zmsg_t *req)
 {
-    zmsg_t *req = zmsg_recv(self->zap);
-    if (!req)
-        return;
     char *version = zmsg_popstr(req), *id = zmsg_popstr(req), *domain = zmsg_popstr(req);
     char *address = zmsg_popstr(req), *identity = zmsg_popstr(req);
     char *mechanism = zmsg_popstr(req);
@@ -54,6 +51,7 @@ pk_zap_handle(pk_node_t *self)
     zmsg_addstr(rep, why ? "" : key);
     zmsg_addmem(rep, NULL, 0);
     zmsg_send(&rep, self->zap);
+    pk_poller_touch(self->poller, self->zap);
     zframe_destroy(&cred);
     zstr_free(&version);
     zstr_free(&id);

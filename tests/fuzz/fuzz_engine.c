@@ -201,8 +201,11 @@ s_answer(s_world_t *w, const uint8_t *body, size_t len, const char *rid)
         || (!json_is_true(ok) && !json_is_string(json_object_get(answer, "error"))))
         s_fail("an answer without \"ok\", or a refusal without \"error\"");
     //  a pull that started comes back from the (fake) puller
-    if (json_is_true(ok) && json_object_get(answer, "pull"))
-        pk_puller_from(&w->node);
+    if (json_is_true(ok) && json_object_get(answer, "pull")) {
+        zmsg_t *msg = zmsg_recv(w->node.puller);
+        if (msg)
+            pk_puller_from(&w->node, msg);
+    }
     char *text = json_dumps(answer, JSON_COMPACT);
     if (!text)
         s_fail("an answer that does not print");
