@@ -110,6 +110,19 @@ main(int argc, char *argv[])
     //  not move: 16 consumers' lookups and fetches, alternated, within the
     //  run-to-run noise (design.md, "What a session costs").
     mallopt(M_ARENA_MAX, 1);
+    //  The heap's free top kept up to 8 MiB, and blocks up to 4 MiB from
+    //  the heap.  By default glibc gives back a free top over 128 KiB at
+    //  once: a 1,024-key lookup (frames of 70 KB each way) grew the heap
+    //  and shrank it again every time, and each shrink is a TLB shootdown
+    //  of the daemon's other threads' cores, costly on a VM (11% of the
+    //  server's samples), then page faults to grow again.  Setting the
+    //  trim threshold ends glibc's own adjusting of both, so the mmap
+    //  threshold is set too (at 128 KiB, every large frame would be an
+    //  mmap and munmap).  What it costs: at most 8 MiB of free heap stays
+    //  resident in a busy server; the sweeps' malloc_trim after sessions
+    //  end gives it back (node.c, s_trim_heap).
+    mallopt(M_TRIM_THRESHOLD, 8 << 20);
+    mallopt(M_MMAP_THRESHOLD, 4 << 20);
     //  first, before any ZeroMQ socket: descriptors and sockets for
     //  --max-sessions, or a refusal naming it
     if ((rc = pk_limits_fit(&config, err)) != 0) {
