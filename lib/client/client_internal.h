@@ -98,7 +98,8 @@ typedef struct {
     pk_fabric_t *fabric;            //  the provider chosen at connect (fabrics.c)
     const pk_transport_ops_t *ops;  //  its transport
     pk_channel_t *channel;
-    int wait_fd;                    //  the channel's, as registered with epoll
+    int wait_fd;                    //  the channel's, registered with epoll while
+    bool cq_watched;                //  this is true (client.c, s_landing)
     pk_client_role_t *role;
     double last_landed;             //  when its queue last had completions
     double stall_floor;             //  UP, a fetch started or ended: what landed before is old
