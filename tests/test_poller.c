@@ -30,6 +30,10 @@ s_pairs_new(s_pairs_t *p)
     ck_assert_ptr_nonnull(p->poller);
     ck_assert_int_eq(pk_poller_add(p->poller, p->in[0]), 0);
     ck_assert_int_eq(pk_poller_add(p->poller, p->in[1]), 0);
+    //  the first marks (a socket added is asked once): nothing there
+    void *which;
+    while ((which = pk_poller_wait(p->poller, 0)))
+        ck_assert_ptr_null(zmsg_recv_nowait(which));
 }
 
 static void
@@ -40,6 +44,15 @@ s_pairs_destroy(s_pairs_t *p)
         zsock_destroy(&p->out[i]);
         zsock_destroy(&p->in[i]);
     }
+}
+
+//  n messages of text on sock, then the wake: the socket they came to.
+static void
+s_send(s_pairs_t *p, int to, const char *text, int n)
+{
+    for (int i = 0; i < n; i++)
+        ck_assert_int_eq(zstr_send(p->out[to], text), 0);
+    ck_assert_ptr_eq(pk_poller_wait(p->poller, 5000), p->in[to]);
 }
 
 //  What the node's loop does with a socket handed out: one message read
@@ -57,13 +70,13 @@ s_read(pk_poller_t *poller, void *sock)
     return text;
 }
 
-//  Waits (each wait up to wait_ms) and reads until nothing is handed out;
-//  how many messages came from each socket.
+//  Reads what is handed out until nothing is, without waiting; how many
+//  messages came from each socket.
 static void
-s_drain(s_pairs_t *p, int wait_ms, int counts[2])
+s_drain(s_pairs_t *p, int counts[2])
 {
     void *which;
-    while ((which = pk_poller_wait(p->poller, wait_ms))) {
+    while ((which = pk_poller_wait(p->poller, 0))) {
         char *text = s_read(p->poller, which);
         if (text)
             counts[which == p->in[1]]++;
@@ -75,14 +88,9 @@ START_TEST(test_fired_socket_handed_out)
 {
     s_pairs_t p;
     s_pairs_new(&p);
-    int counts[2] = { 0, 0 };
-    s_drain(&p, 0, counts);         //  the first marks: nothing there
-    ck_assert_int_eq(counts[0] + counts[1], 0);
-    ck_assert_int_eq(zstr_send(p.out[1], "one"), 0);
     //  nothing is marked: only the descriptor can say it
-    void *which = pk_poller_wait(p.poller, 5000);
-    ck_assert_ptr_eq(which, p.in[1]);
-    char *text = s_read(p.poller, which);
+    s_send(&p, 1, "one", 1);
+    char *text = s_read(p.poller, p.in[1]);
     ck_assert_str_eq(text, "one");
     free(text);
     //  read, so marked: handed out again, and found empty
@@ -100,13 +108,10 @@ START_TEST(test_marked_socket_read_to_the_end)
 {
     s_pairs_t p;
     s_pairs_new(&p);
-    int counts[2] = { 0, 0 };
-    s_drain(&p, 0, counts);
-    for (int i = 0; i < 3; i++)
-        ck_assert_int_eq(zstr_send(p.out[0], "m"), 0);
-    ck_assert_ptr_eq(pk_poller_wait(p.poller, 5000), p.in[0]);
+    s_send(&p, 0, "m", 3);
     free(s_read(p.poller, p.in[0]));
-    s_drain(&p, 0, counts);
+    int counts[2] = { 0, 0 };
+    s_drain(&p, counts);
     ck_assert_int_eq(counts[0], 2);
     ck_assert_int_eq(counts[1], 0);
     s_pairs_destroy(&p);
@@ -121,8 +126,6 @@ START_TEST(test_unmarked_use_caught_by_the_sweep)
 {
     s_pairs_t p;
     s_pairs_new(&p);
-    int counts[2] = { 0, 0 };
-    s_drain(&p, 0, counts);
     ck_assert_int_eq(zstr_send(p.out[0], "late"), 0);
     ck_assert(zsock_events(p.in[0]) & ZMQ_POLLIN);     //  unmarked use
     //  the descriptor was read by that call: it will not fire again
@@ -143,11 +146,7 @@ START_TEST(test_busy_socket_hides_no_other)
 {
     s_pairs_t p;
     s_pairs_new(&p);
-    int counts[2] = { 0, 0 };
-    s_drain(&p, 0, counts);
-    for (int i = 0; i < 200; i++)
-        ck_assert_int_eq(zstr_send(p.out[0], "busy"), 0);
-    ck_assert_ptr_eq(pk_poller_wait(p.poller, 5000), p.in[0]);
+    s_send(&p, 0, "busy", 200);
     free(s_read(p.poller, p.in[0]));
     ck_assert_int_eq(zstr_send(p.out[1], "other"), 0);
     //  socket 0 still holds 199: the other's comes within a few reads
@@ -171,8 +170,6 @@ START_TEST(test_removed_socket_not_handed_out)
 {
     s_pairs_t p;
     s_pairs_new(&p);
-    int counts[2] = { 0, 0 };
-    s_drain(&p, 0, counts);
     ck_assert_int_eq(pk_poller_remove(p.poller, p.in[0]), 0);
     ck_assert_int_eq(pk_poller_remove(p.poller, p.in[0]), -ENOENT);
     ck_assert_int_eq(zstr_send(p.out[0], "gone"), 0);
