@@ -7,7 +7,6 @@
 #include "daemon/poller.h"
 #include "testutil.h"
 
-#include <czmq.h>
 
 typedef struct {
     zsock_t *in[2];         //  polled: PAIRs whose peers are out[]
@@ -56,15 +55,14 @@ s_send(s_pairs_t *p, int to, const char *text, int n)
 }
 
 //  What the node's loop does with a socket handed out: one message read
-//  without waiting, the socket marked when there was one.  The message's
-//  text, or NULL.
+//  (pk_poller_recv, which marks the socket when there was one).  The
+//  message's text, or NULL.
 static char *
 s_read(pk_poller_t *poller, void *sock)
 {
-    zmsg_t *msg = zmsg_recv_nowait(sock);
+    zmsg_t *msg = pk_poller_recv(poller, sock);
     if (!msg)
         return NULL;
-    pk_poller_touch(poller, sock);
     char *text = zmsg_popstr(msg);
     zmsg_destroy(&msg);
     return text;

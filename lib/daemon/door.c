@@ -63,18 +63,15 @@ pk_door_peer_free(pk_peer_t *peer)
     free(peer);
 }
 
-//  One word of the actors, read here without waiting: false when there
-//  was none.  The socket is marked again when there was (the loop asks it
-//  before it sleeps: more may have come).
+//  One word of the actors, read here without waiting (pk_poller_recv):
+//  false when there was none.
 static bool
 s_actors_read(pk_node_t *self)
 {
-    zmsg_t *msg = zmsg_recv_nowait(self->actors);
-    if (!msg)
-        return false;
-    pk_poller_touch(self->poller, self->actors);
-    pk_door_from_actors(self, msg);
-    return true;
+    zmsg_t *msg = pk_poller_recv(self->poller, self->actors);
+    if (msg)
+        pk_door_from_actors(self, msg);
+    return msg != NULL;
 }
 
 static void

@@ -572,21 +572,17 @@ static const struct {
     { offsetof(pk_node_t, puller), pk_puller_from },
 };
 
-//  One message of the socket the poller handed out, if it holds one: the
-//  poller only knows it may.  Reading without waiting costs nothing when a
-//  message is there and a getpid and a poll inside libzmq when none is,
-//  what asking ZMQ_EVENTS first would cost every time.
+//  One message of the socket the poller handed out, if it holds one
+//  (pk_poller_recv: the poller only knows it may).
 static void
 s_read(pk_node_t *self, void *which)
 {
     for (size_t i = 0; i < sizeof s_readers / sizeof s_readers[0]; i++) {
         void *sock = *(void **) ((char *) self + s_readers[i].at);
         if (sock && sock == which) {
-            zmsg_t *msg = zmsg_recv_nowait(sock);
-            if (msg) {
-                pk_poller_touch(self->poller, sock);    //  more may be there
+            zmsg_t *msg = pk_poller_recv(self->poller, sock);
+            if (msg)
                 s_readers[i].fn(self, msg);
-            }
             return;
         }
     }

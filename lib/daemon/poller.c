@@ -13,7 +13,6 @@
 */
 #include "daemon/poller.h"
 
-#include <czmq.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -106,6 +105,15 @@ pk_poller_touch(pk_poller_t *self, void *sock)
     int i = self && sock ? s_slot(self, sock) : -1;
     if (i >= 0)
         self->marked |= 1u << i;
+}
+
+zmsg_t *
+pk_poller_recv(pk_poller_t *self, void *sock)
+{
+    zmsg_t *msg = zmsg_recv_nowait(sock);
+    if (msg)
+        pk_poller_touch(self, sock);
+    return msg;
 }
 
 bool

@@ -14,6 +14,7 @@
 #ifndef PK_POLLER_H_INCLUDED
 #define PK_POLLER_H_INCLUDED
 
+#include <czmq.h>
 #include <stdbool.h>
 
 typedef struct pk_poller_t pk_poller_t;
@@ -35,10 +36,15 @@ int pk_poller_remove(pk_poller_t *self, void *sock);
 //  A socket that may hold a message, at once when one may; else the
 //  first whose descriptor fires within timeout_ms.  NULL: nothing (the
 //  time passed, a signal came, or czmq's interrupt flag is set:
-//  pk_poller_terminated).  The caller reads it
-//  without waiting (zmsg_recv_nowait): a read that finds nothing leaves it
-//  unmarked, one that finds a message must touch it.
+//  pk_poller_terminated).  The caller reads it with pk_poller_recv.
 void *pk_poller_wait(pk_poller_t *self, int timeout_ms);
+
+//  One message of sock, read without waiting (the poller only knows it
+//  may hold one), and sock marked when there was one: more may be there.
+//  NULL: none (the read left the descriptor armed).  A read that finds a
+//  message costs no system call; one that finds none costs libzmq's look
+//  at its mailbox, what asking ZMQ_EVENTS first would cost every time.
+zmsg_t *pk_poller_recv(pk_poller_t *self, void *sock);
 
 //  Says sock was used (a message read, a send, any libzmq call on it): it
 //  is asked again before the poller sleeps.  Not a socket of this poller,
