@@ -24,6 +24,7 @@
 
 #include <czmq.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -1144,10 +1145,17 @@ p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
 static int
 s_step(p2pkv_client_t *self)
 {
-    //  the timer can have fired only once its moment passed
+    //  The timer can have fired only once its moment passed, and it is
+    //  one-shot: once read past its moment, nothing is armed (HUGE_VAL)
+    //  until s_arm sets it again, and a spin does not read it again at
+    //  every turn (a failed read, 1.3 us here).  Should the read come just
+    //  before the fire, s_arm's timerfd_settime clears the late fire.
     uint64_t count;
-    if (self->armed <= pk_clock_monotonic() && read(self->timer_fd, &count, sizeof count) < 0) {
-        //  not expired: nothing to clear
+    if (self->armed <= pk_clock_monotonic()) {
+        if (read(self->timer_fd, &count, sizeof count) < 0) {
+            //  already read, or not fired yet: nothing to clear
+        }
+        self->armed = HUGE_VAL;
     }
     if (self->kicked && read(self->wake_fd, &count, sizeof count) == sizeof count)
         self->kicked = false;

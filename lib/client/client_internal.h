@@ -163,7 +163,8 @@ struct _p2pkv_client_t {
     pthread_cond_t synced;          //  a get's record changed (with the progress
                                     //  thread, gets sleep on it: get.c)
     int epoll_fd, timer_fd, wake_fd;   //  wake_fd: the kick (client.c, s_kick)
-    double armed;                   //  when timer_fd fires (monotonic s); 0: never armed
+    double armed;                   //  when timer_fd fires (monotonic s); HUGE_VAL:
+                                    //  nothing armed (0 at first: read once)
     bool kicked;                    //  wake_fd holds a count not yet read
     double asked;                   //  when a lookup, fetch or cancel was last made
     pthread_t thread;
