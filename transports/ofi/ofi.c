@@ -89,7 +89,19 @@ s_give_back_signals(void)
 //  first get 8-10 ms, the next ones 0.5 ms).  At 1 ms the first get takes
 //  1.4-3.9 ms, as at 100 us, while a spinning owner looks at the event
 //  queue a tenth as often (at 100 us a 64 KiB x 32 fetch lost 5-7%).  An
-//  operator's own setting of any of the three always wins.
+//  Under pass-through rxm still opens a queue for its message endpoints'
+//  completions at every endpoint's enable, sized for FI_UNIVERSE_SIZE
+//  peers (1,024 unless set) times 128 sends each: 12 MiB per channel.
+//  Where glibc serves that from mmap it is only address space, but once a
+//  process has freed one such block glibc raises its mmap threshold past
+//  it and serves the next from the heap, zeroed, so every channel made
+//  after the first one closed (a consumer reconnecting, a second client)
+//  cost 11 MiB resident, where the first ones cost 130 KiB.  Every
+//  endpoint of ours has one peer (its address vector holds one address),
+//  so the universe is 1: the queue is 12 KiB.  The setting is the
+//  process's, read once: other libfabric users in the process see it too
+//  (a hint for sizing, not a limit; an operator who needs another sets
+//  it).  An operator's own setting of any of the four always wins.
 //  It is made when our library loads (a constructor), not at the first
 //  fabric: glibc's setenv may free the environment array under another
 //  thread's getenv, and by the first fabric an engine's other threads (or
@@ -101,6 +113,7 @@ s_choose_endpoints(void)
     setenv("FI_OFI_RXM_ENABLE_PASSTHRU", "1", 0);
     setenv("FI_OFI_RXM_MSG_RX_SIZE", "64", 0);
     setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "1000", 0);
+    setenv("FI_UNIVERSE_SIZE", "1", 0);
 }
 
 static int
