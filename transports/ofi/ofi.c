@@ -88,7 +88,7 @@ s_give_back_signals(void)
 //  side: that interval was most of a session's first fetch (a 1-block
 //  first get 8-10 ms, the next ones 0.5 ms).  At 1 ms the first get takes
 //  1.4-3.9 ms, as at 100 us, while a spinning owner looks at the event
-//  queue a tenth as often (at 100 us a 64 KiB x 32 fetch lost 5-7%).  An
+//  queue a tenth as often (at 100 us a 64 KiB x 32 fetch lost 5-7%).
 //  Under pass-through rxm still opens a queue for its message endpoints'
 //  completions at every endpoint's enable, sized for FI_UNIVERSE_SIZE
 //  peers (1,024 unless set) times 128 sends each: 12 MiB per channel.
