@@ -631,7 +631,7 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
         }
         if (which)
             s_read(self, which);
-        else if (pk_poller_terminated(self->poller) && !*stop && !reload)
+        else if (zsys_interrupted && !*stop && !reload)
             *stop = 1;
         pk_door_reap(self);
         double now = zclock_mono() / 1e3;

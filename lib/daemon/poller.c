@@ -32,7 +32,6 @@ struct pk_poller_t {
     unsigned next;                  //  where the round of marked sockets goes on
     unsigned handed;                //  marked sockets handed out since the last look
     int64_t sweep_at;               //  zclock_mono(): every socket is marked then
-    bool terminated;
 };
 
 pk_poller_t *
@@ -116,12 +115,6 @@ pk_poller_recv(pk_poller_t *self, void *sock)
     return msg;
 }
 
-bool
-pk_poller_terminated(const pk_poller_t *self)
-{
-    return self->terminated;
-}
-
 //  Marks the sockets whose descriptor fired within timeout_ms; false when
 //  a signal ended the wait.  Level-triggered: a descriptor libzmq has not
 //  read yet fires again.  A signal only ends the wait early (the caller's
@@ -158,13 +151,10 @@ s_take(pk_poller_t *self)
 void *
 pk_poller_wait(pk_poller_t *self, int timeout_ms)
 {
-    self->terminated = false;
     int64_t deadline = timeout_ms >= 0 ? zclock_mono() + timeout_ms : INT64_MAX;
     while (true) {
-        if (zsys_interrupted) {
-            self->terminated = true;
+        if (zsys_interrupted)
             return NULL;
-        }
         int64_t now = zclock_mono();
         if (now >= self->sweep_at) {
             for (int i = 0; i < PK_POLLER_MAX; i++)

@@ -35,8 +35,8 @@ int pk_poller_remove(pk_poller_t *self, void *sock);
 
 //  A socket that may hold a message, at once when one may; else the
 //  first whose descriptor fires within timeout_ms.  NULL: nothing (the
-//  time passed, a signal came, or czmq's interrupt flag is set:
-//  pk_poller_terminated).  The caller reads it with pk_poller_recv.
+//  time passed, a signal came, or czmq's interrupt flag, zsys_interrupted,
+//  is set: then at once).  The caller reads it with pk_poller_recv.
 void *pk_poller_wait(pk_poller_t *self, int timeout_ms);
 
 //  One message of sock, read without waiting (the poller only knows it
@@ -50,9 +50,5 @@ zmsg_t *pk_poller_recv(pk_poller_t *self, void *sock);
 //  is asked again before the poller sleeps.  Not a socket of this poller,
 //  or no poller (a node without its loop: tests/fuzz): nothing.
 void pk_poller_touch(pk_poller_t *self, void *sock);
-
-//  The last wait ended by czmq's interrupt flag (zsys_interrupted: czmq's
-//  own signal handler, where a program left it installed).
-bool pk_poller_terminated(const pk_poller_t *self);
 
 #endif
