@@ -22,7 +22,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -896,6 +898,148 @@ START_TEST(test_four_hundred_sessions_in_one_process)
 }
 END_TEST
 
+//  Descriptors open in process pid now (its /proc/PID/fd entries).
+static int
+s_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int) pid);
+    DIR *d = opendir(path);
+    ck_assert_msg(d != NULL, "opendir %s: %s", path, strerror(errno));
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+//  A server whose soft descriptor limit is the common default (1,024)
+//  holds every session --max-sessions allows, each with its data-plane
+//  connection made (a block fetched): it raises the limit for what a
+//  session really holds, not less (it counted 8 descriptors a session
+//  where one over tcp holds 15: the 71st of 128 sessions met "Too many
+//  open files", and the server aborted in czmq's zsock_new).
+START_TEST(test_max_sessions_fit_a_default_soft_limit)
+{
+    enum { N = 128 };
+    struct rlimit mine;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &mine), 0);
+    if (mine.rlim_max != RLIM_INFINITY && mine.rlim_max < 64 + N * 16 + 2048) {
+        fprintf(stderr, "SKIP test_max_sessions_fit_a_default_soft_limit: the hard "
+                "descriptor limit %llu is too low for %d sessions and their clients\n",
+                (unsigned long long) mine.rlim_max, N);
+        return;
+    }
+    //  the server inherits a soft limit of 1,024; this process, holding
+    //  the clients' ends, takes its hard limit
+    struct rlimit low = { 1024, mine.rlim_max }, high = { mine.rlim_max, mine.rlim_max };
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    td_t s;
+    char max[16];
+    snprintf(max, sizeof max, "%d", N);
+    const char *flags[] = { "--max-sessions", max, "--silence-timeout", "120", NULL };
+    td_start(&s, flags);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &high), 0);
+    s_publish(&s);
+    int before = s_fds(s.pid);
+    p2pkv_client_t **c = calloc(N, sizeof *c);
+    ck_assert_ptr_nonnull(c);
+    for (int i = 0; i < N; i++) {
+        char id[32], err[256] = "";
+        snprintf(id, sizeof id, "c-fds-%d", i);
+        p2pkv_config_t cfg = { .peer_id = id, .fingerprint = "fp", .hash_seed = "7",
+                               .provider = "tcp", .node = "127.0.0.1",
+                               .keepalive_interval = 30, .silence_timeout = 120 };
+        c[i] = p2pkv_client_new(&cfg, NULL, 1, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+        ck_assert_msg(c[i] != NULL, "client %d: %s", i, err);
+        int server = p2pkv_client_connect(c[i], s.endpoint, 20, err);
+        ck_assert_msg(server == 0, "session %d: %s", i, err);
+        uint32_t dest = 0;
+        bool landed = false;
+        int got = p2pkv_client_get(c[i], server, "fds", &s_keys[i % NKEYS], &dest, 1, true, 20,
+                                   &landed, NULL, NULL, err);
+        ck_assert_msg(got == 1 && landed, "session %d: get %d: %s", i, got, err);
+        ck_assert(memcmp(p2pkv_client_pool(c[i]), s_data[i % NKEYS], BLOCK) == 0);
+    }
+    int held = s_fds(s.pid);
+    fprintf(stderr, "test_max_sessions_fit_a_default_soft_limit: %d sessions hold %d "
+            "descriptors of the server (%.1f each)\n", N, held - before,
+            (double) (held - before) / N);
+    for (int i = 0; i < N; i++) {
+        char err[256] = "";
+        p2pkv_client_poll(c[i], 0);
+        ck_assert_msg(p2pkv_client_server_state(c[i], 0, err) == P2PKV_SERVER_UP,
+                      "session %d is no longer up: %s", i, err);
+    }
+    for (int i = 0; i < N; i++)
+        p2pkv_client_destroy(&c[i]);
+    free(c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  A server whose descriptors ran short of a session's (here: raw TCP
+//  connections that never said HELLO, and a limit lowered under it)
+//  refuses the next session with a reason that says so, and lives: czmq
+//  aborts a process whose socket cannot be made, and the door made a
+//  session's sockets without asking (the server died of an assertion in
+//  zsock_new).  Once the connections go, a session opens and moves a
+//  block.
+START_TEST(test_descriptors_run_short_refuses_a_session)
+{
+    td_t s;
+    const char *flags[] = { "--max-sessions", "8", NULL };
+    td_start(&s, flags);
+    s_publish(&s);
+    int port = 0;
+    ck_assert_int_eq(sscanf(s.endpoint, "tcp://127.0.0.1:%d", &port), 1);
+    //  the server's limit: what it holds now and 24 more
+    int limit = s_fds(s.pid) + 24;
+    struct rlimit rl = { (rlim_t) limit, (rlim_t) limit };
+    ck_assert_int_eq(prlimit(s.pid, RLIMIT_NOFILE, &rl, NULL), 0);
+    //  leave it 2 descriptors: the client's connection takes one, and a
+    //  session's ZeroMQ sockets alone need three (with 3 left the
+    //  provider's endpoint failed, and the session was refused as
+    //  incompatible, which stops a client for good)
+    int raw[32], nraw = 0;
+    while (s_fds(s.pid) < limit - 2 && nraw < 32) {
+        struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        raw[nraw] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(raw[nraw], 0);
+        ck_assert_int_eq(connect(raw[nraw], (struct sockaddr *) &a, sizeof a), 0);
+        nraw++;
+        double until = pk_clock_monotonic() + 5;       //  until the server accepted it
+        while (s_fds(s.pid) < limit - 24 + nraw && pk_clock_monotonic() < until)
+            zclock_sleep(1);
+    }
+    ck_assert_int_ge(s_fds(s.pid), limit - 2);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, false);
+    char err[256] = "";
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server < 0 && strstr(err, "out of file descriptors"),
+                  "connect with 2 descriptors left: %d: %s", server, err);
+    p2pkv_client_destroy(&c);
+    for (int i = 0; i < nraw; i++)
+        close(raw[i]);
+    double until = pk_clock_monotonic() + 10;
+    while (s_fds(s.pid) > limit - 24 + 2 && pk_clock_monotonic() < until)
+        zclock_sleep(5);
+    c = s_client(&seen, false);
+    server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect after the connections closed: %s", err);
+    uint32_t dest = 0;
+    bool landed = false;
+    ck_assert_int_eq(p2pkv_client_get(c, server, "after", &s_keys[0], &dest, 1, true, 10,
+                                      &landed, NULL, NULL, err), 1);
+    ck_assert(memcmp(p2pkv_client_pool(c), s_data[0], BLOCK) == 0);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -916,5 +1060,7 @@ main(void)
     tcase_add_test(tc, test_stall_timeout_takes_effect);
     tcase_add_test(tc, test_connect_retry_takes_effect);
     tcase_add_test(tc, test_four_hundred_sessions_in_one_process);
+    tcase_add_test(tc, test_max_sessions_fit_a_default_soft_limit);
+    tcase_add_test(tc, test_descriptors_run_short_refuses_a_session);
     return pk_test_run("client", suite);
 }

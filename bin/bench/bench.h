@@ -166,6 +166,8 @@ void pkb_server_stop(pkb_server_t *s);
 /*  From /proc/PID: resident bytes (all, and the anonymous part: heap,
     stacks, mappings of no file), threads, CPU seconds (user+system).  */
 int pkb_proc_status(pid_t pid, uint64_t *rss, uint64_t *anon, int *threads);
+/*  Descriptors pid holds now (its /proc/PID/fd entries); -1 unreadable.  */
+int pkb_proc_fds(pid_t pid);
 double pkb_proc_cpu(pid_t pid);
 /*  /proc/meminfo MemAvailable in bytes (0 if unknown).  */
 uint64_t pkb_mem_available(void);

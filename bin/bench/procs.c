@@ -275,6 +275,22 @@ pkb_procs_cleanup(void)
 //  /proc
 
 int
+pkb_proc_fds(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int) pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+int
 pkb_proc_status(pid_t pid, uint64_t *rss, uint64_t *anon, int *threads)
 {
     char path[64], line[256];

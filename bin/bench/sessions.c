@@ -245,7 +245,7 @@ s_holder_stop(s_holder_proc_t *p)
 
 typedef struct {
     uint64_t rss, anon;         //  VmRSS, and its RssAnon part
-    int threads;
+    int threads, fds;           //  and descriptors held
     pkb_fig_t cpu;              //  % of a core while idle, over windows
 } s_sample_t;
 
@@ -254,6 +254,7 @@ s_measure(pid_t pid, double idle, s_sample_t *m)
 {
     sleep(1);           //  settle: sessions just opened finish their set-up
     pkb_proc_status(pid, &m->rss, &m->anon, &m->threads);
+    m->fds = pkb_proc_fds(pid);
     double pct[S_WINDOWS];
     for (int w = 0; w < S_WINDOWS; w++) {
         double c0 = pkb_proc_cpu(pid), t0 = pk_clock_monotonic();
@@ -264,8 +265,8 @@ s_measure(pid_t pid, double idle, s_sample_t *m)
 }
 
 static const char *const s_names[] = { "side", "sessions", "RSS MiB", "KiB/session",
-                                       "threads", "idle CPU %core", "note" };
-static const int s_w[] = { 6, 8, 9, 12, 8, 22, 0 };
+                                       "threads", "fds", "idle CPU %core", "note" };
+static const int s_w[] = { 6, 8, 9, 12, 8, 6, 22, 0 };
 
 static void
 s_row(pkb_report_t *rep, const char *side, int n, const s_sample_t *m, uint64_t rss0,
@@ -273,8 +274,8 @@ s_row(pkb_report_t *rep, const char *side, int n, const s_sample_t *m, uint64_t 
 {
     double per = n > 0 ? ((double) m->rss - (double) rss0) / n / 1024 : 0;
     char cpu[64];
-    printf("  %6s %8d %9.1f %12.0f %8d %22s %s\n", side, n, m->rss / 1048576.0, per,
-           m->threads, pkb_fig_str(m->cpu, "%.2f", cpu, sizeof cpu), note);
+    printf("  %6s %8d %9.1f %12.0f %8d %6d %22s %s\n", side, n, m->rss / 1048576.0, per,
+           m->threads, m->fds, pkb_fig_str(m->cpu, "%.2f", cpu, sizeof cpu), note);
     fflush(stdout);
     json_t *row = pkb_report_row(rep);
     json_object_set_new(row, "side", json_string(side));
@@ -283,6 +284,7 @@ s_row(pkb_report_t *rep, const char *side, int n, const s_sample_t *m, uint64_t 
     json_object_set_new(row, "rss_anon_bytes", json_integer((json_int_t) m->anon));
     json_object_set_new(row, "rss_per_session_kib", json_real(per));
     json_object_set_new(row, "threads", json_integer(m->threads));
+    json_object_set_new(row, "fds", json_integer(m->fds));
     json_object_set_new(row, "idle_cpu_pct_core", pkb_fig_json(m->cpu));
     json_object_set_new(row, "note", json_string(note));
 }
@@ -525,7 +527,7 @@ pkb_sessions(const pkb_opts_t *o)
            "[min..max]; server --max-sessions %llu\n", idle, S_WINDOWS,
            (unsigned long long) maxs);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
-    pkb_table_head(s_names, s_w, 6);
+    pkb_table_head(s_names, s_w, 7);
     int rc = s_server_side(rep, o, &ns, maxs, idle);
     if (rc == 0)
         rc = s_client_side(rep, o, &nsrv, idle);

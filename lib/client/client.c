@@ -788,7 +788,14 @@ s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char 
         if (done && rc == 0)
             s->announced = true;
         else if (done) {
-            if (rc == -ETIMEDOUT)
+            //  A server that kept refusing (out of descriptors, a
+            //  restarted consumer's old session still retiring) said why
+            //  to the session, which kept asking: its reason, if any.
+            const char *refused = *s->reason || !s->session
+                                  ? "" : pk_client_session_reason(s->session);
+            if (rc == -ETIMEDOUT && *refused)
+                (void) pk_err(err, 0, "%s, for %.1f s", refused, timeout);
+            else if (rc == -ETIMEDOUT)
                 (void) pk_err(err, 0, "no answer from %s within %.1f s%s%s", s->endpoint,
                               timeout, *s->reason ? ": " : "", s->reason);
             self->servers[slot] = NULL;

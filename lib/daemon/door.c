@@ -20,6 +20,7 @@
     lists the words with their payloads).
 */
 #include "daemon/door.h"
+#include "daemon/limits.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -244,7 +245,18 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
         s_peer_destroy(self, peer);
         return;
     }
+    //  What --max-sessions sized can still run short (see limits.h): a
+    //  refusal, where czmq would abort the server.
+    if (!pk_limits_fds_free(PK_FDS_PER_SESSION)) {
+        pk_node_log(self, PK_LOG_WARN, "session %s refused: fewer than %d file descriptors "
+                    "free (ulimit -n)", peer->consumer, PK_FDS_PER_SESSION);
+        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION,
+                           "server out of file descriptors");
+        s_peer_destroy(self, peer);
+        return;
+    }
     if (s_peer_start(self, peer) != 0) {
+        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION, "out of memory");
         s_peer_destroy(self, peer);
         return;
     }

@@ -1,19 +1,30 @@
 /*  limits.h: the process's limits sized for --max-sessions.
 
-    A session holds about PK_FDS_PER_SESSION file descriptors (its actor's
-    pipe and out sockets' mailboxes, its data-plane connection and the
-    provider's poll set) and PK_ZMQ_SOCKETS_PER_SESSION ZeroMQ sockets.
-    The defaults (1,024 descriptors, 1,023 ZeroMQ sockets) would stop a
-    server near 150 sessions with errors deep in libzmq (an assertion, not
-    a refusal), so the daemon sizes both before its first socket and
-    refuses at start a --max-sessions the machine's hard limit cannot hold.
+    A session holds PK_FDS_PER_SESSION file descriptors at most, counted
+    in /proc/PID/fd of a server holding 128 sessions that each fetched a
+    block (test_client: test_max_sessions_fit_a_default_soft_limit): over
+    tcp 15, ZeroMQ's 4 (the peer's connection, the eventfds of its
+    actor's pipe pair and of its out socket) and libfabric's 11 (the
+    endpoint's listening socket and, once a block moved, its connection;
+    an epoll set and a signalling socket pair for each of the completion
+    queue's wait, the endpoint's event queue and its progress), over mmap
+    7, over shm 4; one spare.  It once said 8, from a count of ZeroMQ's
+    and an idle endpoint's, and a server under the common soft limit of
+    1,024 raised it for 128 sessions to 1,088, then refused the 71st
+    session's endpoint or aborted in czmq's zsock_new.  The defaults
+    (1,024 descriptors, 1,023 ZeroMQ sockets) would stop a server near 65
+    sessions, so the daemon sizes both before its first socket and
+    refuses at start a --max-sessions the machine's hard limit cannot
+    hold.
 */
 #ifndef PK_LIMITS_H_INCLUDED
 #define PK_LIMITS_H_INCLUDED
 
 #include "daemon/server_config.h"
 
-#define PK_FDS_PER_SESSION 8
+#include <stdbool.h>
+
+#define PK_FDS_PER_SESSION 16
 #define PK_ZMQ_SOCKETS_PER_SESSION 3
 #define PK_FDS_BASE 64              //  the node's own sockets, pool, logs, metrics
 
@@ -22,5 +33,15 @@
     any ZeroMQ socket exists (it has no effect after).  0, or -EMFILE
     with err naming the setting and the limits when they cannot hold it.  */
 int pk_limits_fit(const pk_server_config_t *config, char *err);
+
+/*  Whether want more descriptors can be opened now: opens that many (an
+    eventfd and copies of it) and closes them again.  czmq aborts the
+    process when a socket cannot be made (an assertion in zsock_new), so
+    the door asks this before it makes a session's sockets and refuses the
+    session instead: descriptors can run short of what --max-sessions
+    sized when something besides sessions holds them (connections that
+    never said HELLO, an operator's lower limit).  2 * want system calls,
+    at a session's start only.  */
+bool pk_limits_fds_free(int want);
 
 #endif

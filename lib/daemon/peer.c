@@ -222,9 +222,14 @@ s_open_channel(self_t *self, char *reason)
     int rc;
     const pk_transport_ops_t *ops = s_ops(self->peer);
     pk_channel_t *ch = ops->channel_new(node->fabrics[self->peer->fabric].fabric, false, &rc, err);
+    //  Out of descriptors or memory is this server's state, not the
+    //  consumer's fault: no_session, which a consumer asks again after;
+    //  incompatible would stop it for good.
+    bool short_of = !ch && (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM || rc == -EAGAIN);
     if (!ch || ops->channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
-        pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, err);
-        s_refuse(self, PK_DISC_INCOMPATIBLE, err);
+        pk_node_log(node, short_of ? PK_LOG_WARN : PK_LOG_INFO, "connect from %s refused: %s",
+                    m->peer_id, err);
+        s_refuse(self, short_of ? PK_DISC_NO_SESSION : PK_DISC_INCOMPATIBLE, err);
         if (ch)
             ops->channel_close(&ch);
         snprintf(reason, PK_ERRLEN, "channel: %.200s", err);
