@@ -1040,6 +1040,54 @@ START_TEST(test_descriptors_run_short_refuses_a_session)
 }
 END_TEST
 
+//  A consumer process short of file descriptors gets an error naming them
+//  from the connect that cannot have them, and lives: czmq aborts a
+//  process whose socket cannot be made, and a session made its channel
+//  and DEALER without asking (with 6 free the error was "fi_endpoint:
+//  Input/output error", with 10 the process died in zsock_new).  Once
+//  descriptors are free again, the same client connects.
+START_TEST(test_client_out_of_descriptors_fails_a_connect)
+{
+    td_t s;
+    td_start(&s, NULL);
+    s_publish(&s);
+    s_seen_t seen;
+    p2pkv_client_t *c = s_client(&seen, false);
+    struct rlimit mine, low;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &mine), 0);
+    low = (struct rlimit) { (rlim_t) s_fds(getpid()) + 64, mine.rlim_max };
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    //  every count of free descriptors from none to a session's and more:
+    //  the connect fails naming them, or works (and is undone)
+    for (int k = 0; k <= 20; k++) {
+        int fill[128], n = 0;
+        while (n < 128 && (fill[n] = dup(2)) >= 0)
+            n++;
+        ck_assert_msg(n < 128 && errno == EMFILE, "%d descriptors taken: %s", n,
+                      strerror(errno));
+        for (int i = 0; i < k; i++)
+            close(fill[--n]);
+        char err[256] = "";
+        int rc = p2pkv_client_connect(c, s.endpoint, 5, err);
+        if (rc >= 0)
+            ck_assert_int_eq(p2pkv_client_disconnect(c, rc), 0);
+        else
+            ck_assert_msg(rc == -EMFILE && (strstr(err, "file descriptors")
+                                            || strstr(err, "open files")),
+                          "connect with %d descriptors free: %d: %s", k, rc, err);
+        while (n > 0)
+            close(fill[--n]);
+    }
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &mine), 0);
+    char err[256] = "";
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect once descriptors were free: %s", err);
+    s_lookup_fetch(c, &seen, server, "fds", true);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1062,5 +1110,6 @@ main(void)
     tcase_add_test(tc, test_four_hundred_sessions_in_one_process);
     tcase_add_test(tc, test_max_sessions_fit_a_default_soft_limit);
     tcase_add_test(tc, test_descriptors_run_short_refuses_a_session);
+    tcase_add_test(tc, test_client_out_of_descriptors_fails_a_connect);
     return pk_test_run("client", suite);
 }

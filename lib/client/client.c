@@ -504,7 +504,9 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
 {
     s_server_t *s = arg;
     p2pkv_client_t *self = s->client;
-    int rc;
+    int rc = pk_client_fds_check(PK_CLIENT_FDS, err);
+    if (rc)
+        return rc;
     s->channel = s->ops->channel_new(s->fabric, true, &rc, err);
     if (!s->channel)
         return rc < 0 ? rc : -EIO;

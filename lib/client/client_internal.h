@@ -43,6 +43,15 @@ void pk_client_curve_apply(zsock_t *dealer, const pk_client_curve_t *keys,
 //  -ENOMEM; its destroy; and the count of other sockets made or closed
 //  (n < 0).
 int pk_client_dealer_new(zsock_t **dealer_p, char *err);
+
+/*  A session's file descriptors: 12 idle, 13 once a block moved over tcp
+    (doc/design.md, "What a session costs"), and a few spare.  */
+#define PK_CLIENT_FDS 16
+
+/*  0 when want descriptors are free now, else -EMFILE with err naming the
+    limit (base/fds.h: czmq aborts a process whose socket cannot be made,
+    so a session asks before it makes anything).  */
+int pk_client_fds_check(int want, char *err);
 void pk_client_dealer_destroy(zsock_t **dealer_p);
 void pk_client_sockets_count(long n);
 

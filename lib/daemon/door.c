@@ -20,6 +20,7 @@
     lists the words with their payloads).
 */
 #include "daemon/door.h"
+#include "base/fds.h"
 #include "daemon/limits.h"
 
 #include <errno.h>
@@ -245,9 +246,11 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
         s_peer_destroy(self, peer);
         return;
     }
-    //  What --max-sessions sized can still run short (see limits.h): a
-    //  refusal, where czmq would abort the server.
-    if (!pk_limits_fds_free(PK_FDS_PER_SESSION)) {
+    //  What --max-sessions sized can still run short (connections that
+    //  never said HELLO hold one each; an operator may lower the limit
+    //  under a running server): a refusal, where czmq would abort the
+    //  server (base/fds.h).
+    if (!pk_fds_free(PK_FDS_PER_SESSION)) {
         pk_node_log(self, PK_LOG_WARN, "session %s refused: fewer than %d file descriptors "
                     "free (ulimit -n)", peer->consumer, PK_FDS_PER_SESSION);
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION,

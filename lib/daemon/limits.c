@@ -4,9 +4,6 @@
 
 #include <czmq.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 #include <sys/resource.h>
 
 int
@@ -41,18 +38,3 @@ pk_limits_fit(const pk_server_config_t *config, char *err)
     return 0;
 }
 
-bool
-pk_limits_fds_free(int want)
-{
-    int fds[PK_FDS_PER_SESSION * 2];
-    if (want > (int) (sizeof fds / sizeof fds[0]))
-        want = (int) (sizeof fds / sizeof fds[0]);
-    int n = 0;
-    fds[n] = eventfd(0, EFD_CLOEXEC);
-    if (fds[n] >= 0)
-        for (n = 1; n < want && (fds[n] = fcntl(fds[0], F_DUPFD_CLOEXEC, 0)) >= 0; n++)
-            ;
-    for (int i = 0; i < n; i++)
-        close(fds[i]);
-    return n >= want;
-}

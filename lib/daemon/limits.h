@@ -22,8 +22,6 @@
 
 #include "daemon/server_config.h"
 
-#include <stdbool.h>
-
 #define PK_FDS_PER_SESSION 16
 #define PK_ZMQ_SOCKETS_PER_SESSION 3
 #define PK_FDS_BASE 64              //  the node's own sockets, pool, logs, metrics
@@ -33,15 +31,5 @@
     any ZeroMQ socket exists (it has no effect after).  0, or -EMFILE
     with err naming the setting and the limits when they cannot hold it.  */
 int pk_limits_fit(const pk_server_config_t *config, char *err);
-
-/*  Whether want more descriptors can be opened now: opens that many (an
-    eventfd and copies of it) and closes them again.  czmq aborts the
-    process when a socket cannot be made (an assertion in zsock_new), so
-    the door asks this before it makes a session's sockets and refuses the
-    session instead: descriptors can run short of what --max-sessions
-    sized when something besides sessions holds them (connections that
-    never said HELLO, an operator's lower limit).  2 * want system calls,
-    at a session's start only.  */
-bool pk_limits_fds_free(int want);
 
 #endif
