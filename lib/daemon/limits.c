@@ -14,18 +14,31 @@ pk_limits_fit(const pk_server_config_t *config, char *err)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return pk_err(err, -errno, "getrlimit: %s", strerror(errno));
-    if (rl.rlim_cur < need) {
-        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
-            return pk_err(err, -EMFILE,
-                          "--max-sessions %llu needs about %llu file descriptors; the hard "
-                          "limit is %llu (ulimit -Hn; raise it, or lower --max-sessions to %llu)",
-                          (unsigned long long) sessions, (unsigned long long) need,
-                          (unsigned long long) rl.rlim_max,
-                          (unsigned long long) ((rl.rlim_max - PK_FDS_BASE) / PK_FDS_PER_SESSION));
-        rl.rlim_cur = need;
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            return pk_err(err, -errno, "setrlimit(RLIMIT_NOFILE, %llu): %s",
-                          (unsigned long long) need, strerror(errno));
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
+        return pk_err(err, -EMFILE,
+                      "--max-sessions %llu needs about %llu file descriptors; the hard "
+                      "limit is %llu (ulimit -Hn; raise it, or lower --max-sessions to %llu)",
+                      (unsigned long long) sessions, (unsigned long long) need,
+                      (unsigned long long) rl.rlim_max,
+                      (unsigned long long) ((rl.rlim_max - PK_FDS_BASE) / PK_FDS_PER_SESSION));
+    //  Up to the hard limit, not to need: what sessions hold is bounded by
+    //  --max-sessions, but connections that never say HELLO are not, and
+    //  at the soft limit ZeroMQ's I/O thread spins on a failing accept (a
+    //  core, for as long as a peer holds 20 idle connections past it).  At
+    //  the hard limit (524,288 under systemd) one address runs out of
+    //  ports first.  A descriptor costs nothing until it is open; soft
+    //  limits stay at 1,024 for programs that pass descriptors to
+    //  select(), and descriptor numbers past 1,024 come with about 60
+    //  sessions whatever the limit, so raising it adds no such risk.
+    if (rl.rlim_cur < rl.rlim_max || rl.rlim_cur < need) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && was < need) {
+            rl.rlim_cur = need;         //  a hard limit past fs.nr_open
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                return pk_err(err, -errno, "setrlimit(RLIMIT_NOFILE, %llu): %s",
+                              (unsigned long long) need, strerror(errno));
+        }
     }
     //  czmq asserts when this comes after its first socket: the caller
     //  calls it first thing.  1,023 is libzmq's default.

@@ -2,7 +2,7 @@
 
     A session holds PK_FDS_PER_SESSION file descriptors at most, counted
     in /proc/PID/fd of a server holding 128 sessions that each fetched a
-    block (test_client: test_max_sessions_fit_a_default_soft_limit): over
+    block (test_client: test_max_sessions_fit_the_descriptor_rule): over
     tcp 15, ZeroMQ's 4 (the peer's connection, the eventfds of its
     actor's pipe pair and of its out socket) and libfabric's 11 (the
     endpoint's listening socket and, once a block moved, its connection;
@@ -13,9 +13,9 @@
     1,024 raised it for 128 sessions to 1,088, then refused the 71st
     session's endpoint or aborted in czmq's zsock_new.  The defaults
     (1,024 descriptors, 1,023 ZeroMQ sockets) would stop a server near 65
-    sessions, so the daemon sizes both before its first socket and
-    refuses at start a --max-sessions the machine's hard limit cannot
-    hold.
+    sessions, so the daemon sizes both before its first socket (the soft
+    descriptor limit up to the hard one: limits.c says why) and refuses
+    at start a --max-sessions the machine's hard limit cannot hold.
 */
 #ifndef PK_LIMITS_H_INCLUDED
 #define PK_LIMITS_H_INCLUDED
@@ -26,8 +26,8 @@
 #define PK_ZMQ_SOCKETS_PER_SESSION 3
 #define PK_FDS_BASE 64              //  the node's own sockets, pool, logs, metrics
 
-/*  Raises the soft descriptor limit toward the hard one as far as
-    max_sessions needs, and sets ZeroMQ's socket limit to match; before
+/*  Raises the soft descriptor limit to the hard one (at least as far as
+    max_sessions needs), and sets ZeroMQ's socket limit to match; before
     any ZeroMQ socket exists (it has no effect after).  0, or -EMFILE
     with err naming the setting and the limits when they cannot hold it.  */
 int pk_limits_fit(const pk_server_config_t *config, char *err);
