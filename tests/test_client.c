@@ -25,6 +25,7 @@
 #include <dirent.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1089,6 +1090,123 @@ START_TEST(test_client_out_of_descriptors_fails_a_connect)
 }
 END_TEST
 
+//  The pids controller's folder a test may make a group in (cgroup v1's
+//  pids hierarchy, or v2's root with pids delegated), or NULL.
+static const char *
+s_pids_root(void)
+{
+    static const char *const roots[] = { "/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified",
+                                         "/sys/fs/cgroup" };
+    for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++) {
+        //  groups a failed run left (empty once its server was killed)
+        DIR *d = opendir(roots[i]);
+        for (struct dirent *e; d && (e = readdir(d));)
+            if (strncmp(e->d_name, "pk-test-", 8) == 0) {
+                char stale[400];
+                snprintf(stale, sizeof stale, "%s/%s", roots[i], e->d_name);
+                rmdir(stale);
+            }
+        if (d)
+            closedir(d);
+        char path[160], dir[128];
+        snprintf(dir, sizeof dir, "%s/pk-test-%d", roots[i], (int) getpid());
+        snprintf(path, sizeof path, "%s/pids.max", dir);
+        if (mkdir(dir, 0755) != 0)
+            continue;
+        bool ok = access(path, W_OK) == 0;
+        rmdir(dir);
+        if (ok)
+            return roots[i];
+    }
+    return NULL;
+}
+
+static void
+s_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    ck_assert_msg(fclose(f) == 0, "writing %s: %s", path, strerror(errno));
+}
+
+static int
+s_threads(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int) pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        sscanf(line, "Threads: %d", &n);
+    fclose(f);
+    return n;
+}
+
+//  A server that cannot start a session's thread (a container's limit of
+//  tasks: the cgroup's pids.max) refuses the session, saying so, and
+//  lives: czmq's zactor_new ignores a failed pthread_create and waits for
+//  the thread for good, and the node's loop called it (the server then
+//  answered nothing, SIGTERM included).  Once the limit rises, a session
+//  opens and moves a block.  Skips where no pids group can be made.
+START_TEST(test_threads_run_short_refuses_a_session)
+{
+    const char *root = s_pids_root();
+    if (!root) {
+        fprintf(stderr, "SKIP test_threads_run_short_refuses_a_session: no cgroup pids "
+                "controller this test may write (as root, /sys/fs/cgroup/pids)\n");
+        return;
+    }
+    td_t s;
+    const char *flags[] = { "--max-sessions", "8", NULL };
+    td_start(&s, flags);
+    s_publish(&s);
+    char dir[160], path[200], text[32];
+    snprintf(dir, sizeof dir, "%s/pk-test-%d", root, (int) getpid());
+    ck_assert_msg(mkdir(dir, 0755) == 0, "mkdir %s: %s", dir, strerror(errno));
+    //  room for one session's actor and no more
+    snprintf(path, sizeof path, "%s/pids.max", dir);
+    snprintf(text, sizeof text, "%d", s_threads(s.pid) + 1);
+    s_write_file(path, text);
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    snprintf(text, sizeof text, "%d", (int) s.pid);
+    s_write_file(path, text);
+    s_seen_t seen;
+    //  a progress thread keeps the first session heard (silence retires
+    //  it after 1 s, which would free its thread)
+    p2pkv_client_t *a = s_client(&seen, true), *b;
+    char err[256] = "";
+    int sa = p2pkv_client_connect(a, s.endpoint, 10, err);
+    ck_assert_msg(sa >= 0, "the first session: %s", err);
+    //  another consumer (the same peer id would retire a's session)
+    p2pkv_config_t cfg = { .peer_id = "c-second", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1", .connect_retry = 0.2 };
+    b = p2pkv_client_new(&cfg, NULL, 4, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(b != NULL, "%s", err);
+    int sb = p2pkv_client_connect(b, s.endpoint, 2, err);
+    ck_assert_msg(sb < 0 && strstr(err, "cannot start a thread"),
+                  "a session beyond the limit of threads: %d: %s", sb, err);
+    snprintf(path, sizeof path, "%s/pids.max", dir);
+    s_write_file(path, "max");
+    sb = p2pkv_client_connect(b, s.endpoint, 10, err);
+    ck_assert_msg(sb >= 0, "once the limit rose: %s", err);
+    uint32_t dest = 0;
+    bool landed = false;
+    ck_assert_int_eq(p2pkv_client_get(b, sb, "threads", &s_keys[0], &dest, 1, true, 10, &landed,
+                                      NULL, NULL, err), 1);
+    ck_assert(memcmp(p2pkv_client_pool(b), s_data[0], BLOCK) == 0);
+    p2pkv_client_destroy(&b);
+    p2pkv_client_destroy(&a);
+    //  back to the parent group, so that the group can go
+    snprintf(path, sizeof path, "%s/cgroup.procs", root);
+    snprintf(text, sizeof text, "%d", (int) s.pid);
+    s_write_file(path, text);
+    ck_assert_int_eq(td_stop(&s), 0);
+    ck_assert_msg(rmdir(dir) == 0, "rmdir %s: %s", dir, strerror(errno));
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1112,5 +1230,6 @@ main(void)
     tcase_add_test(tc, test_max_sessions_fit_the_descriptor_rule);
     tcase_add_test(tc, test_descriptors_run_short_refuses_a_session);
     tcase_add_test(tc, test_client_out_of_descriptors_fails_a_connect);
+    tcase_add_test(tc, test_threads_run_short_refuses_a_session);
     return pk_test_run("client", suite);
 }

@@ -21,6 +21,7 @@
 */
 #include "daemon/door.h"
 #include "base/fds.h"
+#include "base/thread.h"
 #include "daemon/limits.h"
 
 #include <errno.h>
@@ -250,11 +251,22 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
     //  never said HELLO hold one each; an operator may lower the limit
     //  under a running server): a refusal, where czmq would abort the
     //  server (base/fds.h).
+    //  Counted, and logged at most a few lines a minute (a refused
+    //  consumer asks again every connect_retry).
     if (!pk_fds_free(PK_FDS_PER_SESSION)) {
-        pk_node_log(self, PK_LOG_WARN, "session %s refused: fewer than %d file descriptors "
-                    "free (ulimit -n)", peer->consumer, PK_FDS_PER_SESSION);
+        pk_curve_refused(self, peer->consumer, "out_of_descriptors");
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION,
                            "server out of file descriptors");
+        s_peer_destroy(self, peer);
+        return;
+    }
+    //  czmq's zactor_new would wait for good on a thread that could not
+    //  start (a container's pids.max): the node's loop would hang
+    //  (base/thread.h).
+    if (!pk_thread_can_start()) {
+        pk_curve_refused(self, peer->consumer, "out_of_threads");
+        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION,
+                           "server cannot start a thread");
         s_peer_destroy(self, peer);
         return;
     }

@@ -397,7 +397,8 @@ s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
         pk_pull_free(p);
         json_decref(answer);
         return s_error("pull: %s", rc == -EAGAIN ? "too many pulls queued"
-                                   : "cannot start the puller");
+                                   : "cannot start the puller (out of descriptors or "
+                                     "threads)");
     }
     return answer;
 }

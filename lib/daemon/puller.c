@@ -11,6 +11,7 @@
         PULLED pull         the pull, its landed[] and reason filled in
 */
 #include "daemon/node_internal.h"
+#include "base/fds.h"
 #include "base/thread.h"
 #include "p2pkv.h"
 
@@ -170,6 +171,9 @@ pk_puller_send(pk_node_t *self, pk_pull_t *p)
 {
     const char *key = pk_curve_server_key(self, p->server);
     snprintf(p->server_key, sizeof p->server_key, "%s", key ? key : "");
+    //  base/fds.h, base/thread.h: czmq aborts or hangs where these fail
+    if (!self->puller && (!pk_fds_free(4) || !pk_thread_can_start()))
+        return -ENOMEM;
     if (!self->puller && (self->puller = zactor_new(s_puller_actor, self))) {
         if (pk_poller_add(self->poller, self->puller) == 0)
             zsock_set_sndtimeo(zactor_sock(self->puller), 0);
