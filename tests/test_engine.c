@@ -11,6 +11,8 @@
 #include <signal.h>
 #include <sodium.h>
 #include <string.h>
+#include <unistd.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #define BLOCK 4096
@@ -143,6 +145,35 @@ START_TEST(test_open_fails_clearly_and_in_bounded_time)
     ck_assert_msg(took >= 0.25 && took < 2, "open took %.2f s", took);
     S_NAMES(err, "local_endpoint");
     ck_assert_ptr_nonnull(strstr(err, "no answer"));
+}
+END_TEST
+
+//  An engine's process out of file descriptors gets an error naming them,
+//  and lives: the engine's DEALER was made without asking, and czmq aborts
+//  a process whose socket cannot be made (it did, in zsock_new).  Once
+//  descriptors are free the same call opens the server's engine socket.
+START_TEST(test_open_without_descriptors_fails_clearly)
+{
+    td_t s;
+    td_start(&s, NULL);
+    struct rlimit mine, low;
+    ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &mine), 0);
+    low = (struct rlimit) { 256, mine.rlim_max };
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fill[256], n = 0;
+    while (n < 256 && (fill[n] = dup(2)) >= 0)
+        n++;
+    ck_assert_msg(n < 256 && errno == EMFILE, "%d descriptors taken: %s", n, strerror(errno));
+    char err[P2PKV_ERRLEN] = "";
+    ck_assert_ptr_null(p2pkv_engine_open(s.local, 5, NULL, NULL, err));
+    ck_assert_msg(strstr(err, "file descriptors"), "open with none free: %s", err);
+    while (n > 0)
+        close(fill[--n]);
+    ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &mine), 0);
+    p2pkv_engine_t *e = p2pkv_engine_open(s.local, 5, NULL, NULL, err);
+    ck_assert_msg(e != NULL, "open once descriptors were free: %s", err);
+    p2pkv_engine_close(&e);
+    ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
 
@@ -464,6 +495,7 @@ main(void)
     Suite *suite = suite_create("engine");
     TCase *tc = td_case(suite, "engine", 0);
     tcase_add_test(tc, test_open_fails_clearly_and_in_bounded_time);
+    tcase_add_test(tc, test_open_without_descriptors_fails_clearly);
     tcase_add_test(tc, test_info_pool_reserve_write_commit_put);
     tcase_add_test(tc, test_drop_and_stats_json);
     tcase_add_test(tc, test_bad_input);

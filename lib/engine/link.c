@@ -19,6 +19,7 @@
 #include "base/err.h"
 #include "base/key.h"
 #include "base/clock.h"
+#include "base/fds.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -34,6 +35,11 @@ pk_elink_open(p2pkv_engine_t *self, const char *endpoint, char *err)
 {
     int rc;
     self->evfd = self->epfd = -1;
+    //  the socket's mailbox and connection, the eventfd and the epoll set:
+    //  czmq aborts the process when the socket cannot be made (base/fds.h)
+    if (!pk_fds_free(4))
+        return pk_err(err, -EMFILE, "this process has fewer than 4 file descriptors free "
+                      "(its soft limit, ulimit -n, is RLIMIT_NOFILE)");
     self->sock = zsock_new(ZMQ_DEALER);
     if (!self->sock)
         return pk_err(err, -ENOMEM, "cannot create a socket");
