@@ -250,9 +250,9 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
     //  What --max-sessions sized can still run short (connections that
     //  never said HELLO hold one each; an operator may lower the limit
     //  under a running server): a refusal, where czmq would abort the
-    //  server (base/fds.h).
-    //  Counted, and logged at most a few lines a minute (a refused
-    //  consumer asks again every connect_retry).
+    //  server (base/fds.h).  Refusals are counted, and logged at most a
+    //  few lines a minute: a refused consumer asks again every
+    //  connect_retry.
     if (!pk_fds_free(PK_FDS_PER_SESSION)) {
         pk_curve_refused(self, peer->consumer, "out_of_descriptors");
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION,
