@@ -863,6 +863,40 @@ START_TEST(test_connect_retry_takes_effect)
 }
 END_TEST
 
+//  Client i of many, each with its own session to endpoint (peer id
+//  prefix-i, a pool of blocks, keepalives far apart): connected, or the
+//  test fails.
+static p2pkv_client_t *
+s_one_of_many(const char *prefix, int i, uint64_t blocks, const char *endpoint)
+{
+    char id[32], err[256] = "";
+    snprintf(id, sizeof id, "%s-%d", prefix, i);
+    p2pkv_config_t cfg = { .peer_id = id, .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1",
+                           .keepalive_interval = 30, .silence_timeout = 120 };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, blocks, BLOCK, (p2pkv_callbacks_t) { 0 },
+                                         err);
+    ck_assert_msg(c != NULL, "client %d: %s", i, err);
+    int index = p2pkv_client_connect(c, endpoint, 20, err);
+    ck_assert_msg(index == 0, "session %d: %s", i, err);
+    return c;
+}
+
+//  Every one of n clients still has its session up, then all are gone.
+static void
+s_all_up_then_destroy(p2pkv_client_t **c, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char err[256] = "";
+        p2pkv_client_poll(c[i], 0);
+        ck_assert_msg(p2pkv_client_server_state(c[i], 0, err) == P2PKV_SERVER_UP,
+                      "session %d is no longer up: %s", i, err);
+    }
+    for (int i = 0; i < n; i++)
+        p2pkv_client_destroy(&c[i]);
+    free(c);
+}
+
 //  An idle session holds one ZeroMQ socket in its process: 400 clients of
 //  one process hold a session each to one server.  With the handshake's
 //  monitor kept (three sockets a session), czmq's 1,024 sockets ran out at
@@ -875,26 +909,9 @@ START_TEST(test_four_hundred_sessions_in_one_process)
     enum { N = 400 };
     p2pkv_client_t **c = calloc(N, sizeof *c);
     ck_assert_ptr_nonnull(c);
-    for (int i = 0; i < N; i++) {
-        char id[32], err[256] = "";
-        snprintf(id, sizeof id, "c-many-%d", i);
-        p2pkv_config_t cfg = { .peer_id = id, .fingerprint = "fp", .hash_seed = "7",
-                               .provider = "tcp", .node = "127.0.0.1",
-                               .keepalive_interval = 30, .silence_timeout = 120 };
-        c[i] = p2pkv_client_new(&cfg, NULL, 4, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
-        ck_assert_msg(c[i] != NULL, "client %d: %s", i, err);
-        int index = p2pkv_client_connect(c[i], s.endpoint, 20, err);
-        ck_assert_msg(index == 0, "session %d: %s", i, err);
-    }
-    for (int i = 0; i < N; i++) {
-        char err[256] = "";
-        p2pkv_client_poll(c[i], 0);
-        ck_assert_msg(p2pkv_client_server_state(c[i], 0, err) == P2PKV_SERVER_UP,
-                      "session %d is no longer up: %s", i, err);
-    }
     for (int i = 0; i < N; i++)
-        p2pkv_client_destroy(&c[i]);
-    free(c);
+        c[i] = s_one_of_many("c-many", i, 4, s.endpoint);
+    s_all_up_then_destroy(c, N);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -948,18 +965,11 @@ START_TEST(test_max_sessions_fit_the_descriptor_rule)
     p2pkv_client_t **c = calloc(N, sizeof *c);
     ck_assert_ptr_nonnull(c);
     for (int i = 0; i < N; i++) {
-        char id[32], err[256] = "";
-        snprintf(id, sizeof id, "c-fds-%d", i);
-        p2pkv_config_t cfg = { .peer_id = id, .fingerprint = "fp", .hash_seed = "7",
-                               .provider = "tcp", .node = "127.0.0.1",
-                               .keepalive_interval = 30, .silence_timeout = 120 };
-        c[i] = p2pkv_client_new(&cfg, NULL, 1, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
-        ck_assert_msg(c[i] != NULL, "client %d: %s", i, err);
-        int server = p2pkv_client_connect(c[i], s.endpoint, 20, err);
-        ck_assert_msg(server == 0, "session %d: %s", i, err);
+        char err[256] = "";
+        c[i] = s_one_of_many("c-fds", i, 1, s.endpoint);
         uint32_t dest = 0;
         bool landed = false;
-        int got = p2pkv_client_get(c[i], server, "fds", &s_keys[i % NKEYS], &dest, 1, true, 20,
+        int got = p2pkv_client_get(c[i], 0, "fds", &s_keys[i % NKEYS], &dest, 1, true, 20,
                                    &landed, NULL, NULL, err);
         ck_assert_msg(got == 1 && landed, "session %d: get %d: %s", i, got, err);
         ck_assert(memcmp(p2pkv_client_pool(c[i]), s_data[i % NKEYS], BLOCK) == 0);
@@ -968,15 +978,7 @@ START_TEST(test_max_sessions_fit_the_descriptor_rule)
     fprintf(stderr, "test_max_sessions_fit_the_descriptor_rule: %d sessions hold %d "
             "descriptors of the server (%.1f each)\n", N, held - before,
             (double) (held - before) / N);
-    for (int i = 0; i < N; i++) {
-        char err[256] = "";
-        p2pkv_client_poll(c[i], 0);
-        ck_assert_msg(p2pkv_client_server_state(c[i], 0, err) == P2PKV_SERVER_UP,
-                      "session %d is no longer up: %s", i, err);
-    }
-    for (int i = 0; i < N; i++)
-        p2pkv_client_destroy(&c[i]);
-    free(c);
+    s_all_up_then_destroy(c, N);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST

@@ -1,12 +1,10 @@
-/*  thread.h: what every thread p2pkv starts does first and last, and
-    whether one can start at all.
+/*  thread.h: what every thread p2pkv starts does first.
 */
 #ifndef PK_THREAD_H_INCLUDED
 #define PK_THREAD_H_INCLUDED
 
 #include <pthread.h>
 #include <signal.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -55,33 +53,6 @@ pk_thread_release_stack(void)
             madvise((void *) bottom, top - bottom, MADV_DONTNEED);
     }
     pthread_attr_destroy(&attr);
-}
-
-static inline void *
-pk_thread_s_nothing(void *arg)
-{
-    return arg;
-}
-
-/*  Whether a thread can start now: starts one that does nothing and joins
-    it (tens of microseconds; its stack stays in glibc's cache for the next
-    thread).  czmq's zactor_new does not look at what pthread_create
-    returned and then waits on the pipe for a thread that never ran: under
-    a limit of threads (a container's pids.max, RLIMIT_NPROC) the caller
-    hangs for good, and in the server the caller is the node's loop (seen:
-    a server under pids.max answered nothing more, and ignored SIGTERM).
-    So whoever starts an actor while serving asks this first.  The answer
-    can be stale by the time the actor starts if other threads start
-    threads meanwhile; the server's actors are started by the node's loop
-    alone.  */
-static inline bool
-pk_thread_can_start(void)
-{
-    pthread_t t;
-    if (pthread_create(&t, NULL, pk_thread_s_nothing, NULL) != 0)
-        return false;
-    pthread_join(t, NULL);
-    return true;
 }
 
 #endif

@@ -515,7 +515,7 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     s->cq_watched = s->wait_fd >= 0;
     if (s->ops->channel_blob(s->channel, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the local endpoint");
-    rc = pk_client_dealer_new(&s->dealer, err);
+    rc = pk_client_dealer_new(&s->dealer, 0, err);      //  asked for above
     if (rc)
         return rc;
     s->dealer_read = false;

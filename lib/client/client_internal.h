@@ -38,11 +38,12 @@ int pk_client_curve_server_key(const char *text, char out[41], char *err);
 void pk_client_curve_apply(zsock_t *dealer, const pk_client_curve_t *keys,
                            const char *server_key);
 
-//  sockets.c: a DEALER counted against the process's ZeroMQ sockets: 0,
-//  or -EMFILE (too near the limit, err naming ZSYS_MAX_SOCKETS) or
-//  -ENOMEM; its destroy; and the count of other sockets made or closed
-//  (n < 0).
-int pk_client_dealer_new(zsock_t **dealer_p, char *err);
+//  sockets.c: a DEALER counted against the process's ZeroMQ sockets,
+//  once fds descriptors were found free (0: the caller asked already): 0,
+//  or -EMFILE (too near the limit, err naming ZSYS_MAX_SOCKETS, or too few
+//  descriptors) or -ENOMEM; its destroy; and the count of other sockets
+//  made or closed (n < 0).
+int pk_client_dealer_new(zsock_t **dealer_p, int fds, char *err);
 
 /*  A session's file descriptors: 12 idle, 13 once a block moved over tcp
     (doc/design.md, "What a session costs"), and a few spare.  */

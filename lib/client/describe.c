@@ -79,7 +79,8 @@ s_open(const char *endpoint, const p2pkv_config_t *config, pk_client_curve_t *ke
     int rc = pk_client_curve_keys(config, keys, err);
     if (rc)
         return rc;
-    rc = pk_client_dealer_new(dealer, err);
+    //  the DEALER's mailbox and connection, the monitor's pair (curve.c)
+    rc = pk_client_dealer_new(dealer, 4, err);
     if (rc)
         return rc;
     pk_client_curve_apply(*dealer, keys, NULL);

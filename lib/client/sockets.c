@@ -12,10 +12,10 @@
     left to the application's and czmq's own sockets, which we cannot
     count; an application using more than that can still meet czmq's abort.
     The same abort waits for a process out of file descriptors (a socket's
-    mailbox is one): a new DEALER first asks that the descriptors of it,
-    its monitor's pair and its connection are free (base/fds.h), and fails
-    with an error naming the limit if not.  A session asks for all of its
-    own before its channel (pk_client_fds_check, client.c).
+    mailbox is one): a new DEALER first asks that the descriptors it needs
+    are free (base/fds.h), unless its caller asked already (a session asks
+    for all of its own before its channel), and fails with an error naming
+    the limit if not.
 */
 #include "client/client_internal.h"
 #include "base/fds.h"
@@ -24,8 +24,6 @@
 #include <stdatomic.h>
 
 #define PK_CLIENT_SOCKETS_SPARE 32
-//  a DEALER's mailbox, its monitor's pair (curve.c) and its connection
-#define S_DEALER_FDS 4
 
 int
 pk_client_fds_check(int want, char *err)
@@ -33,8 +31,8 @@ pk_client_fds_check(int want, char *err)
     if (pk_fds_free(want))
         return 0;
     return pk_err(err, -EMFILE, "this process has fewer than %d file descriptors free, what "
-                  "%s needs (its soft limit, ulimit -n, is RLIMIT_NOFILE)", want,
-                  want >= PK_CLIENT_FDS ? "a session" : "a socket");
+                  "a session or socket needs (its soft limit, ulimit -n, is RLIMIT_NOFILE)",
+                  want);
 }
 
 static atomic_size_t s_held;
@@ -47,7 +45,7 @@ s_limit(void)
 }
 
 int
-pk_client_dealer_new(zsock_t **dealer_p, char *err)
+pk_client_dealer_new(zsock_t **dealer_p, int fds, char *err)
 {
     size_t limit = s_limit(), held = atomic_load(&s_held);
     do {
@@ -57,7 +55,7 @@ pk_client_dealer_new(zsock_t **dealer_p, char *err)
                           "environment raises it, read at the process's first socket)",
                           held, limit);
     } while (!atomic_compare_exchange_weak(&s_held, &held, held + 1));
-    int rc = pk_client_fds_check(S_DEALER_FDS, err);
+    int rc = fds ? pk_client_fds_check(fds, err) : 0;
     if (rc) {
         atomic_fetch_sub(&s_held, 1);
         return rc;

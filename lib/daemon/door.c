@@ -20,8 +20,6 @@
     lists the words with their payloads).
 */
 #include "daemon/door.h"
-#include "base/fds.h"
-#include "base/thread.h"
 #include "daemon/limits.h"
 
 #include <errno.h>
@@ -248,30 +246,21 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
         return;
     }
     //  What --max-sessions sized can still run short (connections that
-    //  never said HELLO hold one each; an operator may lower the limit
-    //  under a running server): a refusal, where czmq would abort the
-    //  server (base/fds.h).  Refusals are counted, and logged at most a
-    //  few lines a minute: a refused consumer asks again every
-    //  connect_retry.
-    if (!pk_fds_free(PK_FDS_PER_SESSION)) {
-        pk_curve_refused(self, peer->consumer, "out_of_descriptors");
+    //  never said HELLO hold descriptors; an operator may lower a limit
+    //  under a running server): a refusal the consumer asks again after,
+    //  where czmq would abort or hang the server (limits.h).  Counted, and
+    //  logged at most a few lines a minute: a refused consumer asks again
+    //  every connect_retry.
+    int rc = pk_limits_room(PK_FDS_PER_SESSION);
+    if (rc == 0)
+        rc = s_peer_start(self, peer);
+    if (rc != 0) {
+        pk_curve_refused(self, peer->consumer, rc == -EMFILE ? "out_of_descriptors"
+                                               : rc == -EAGAIN ? "out_of_threads"
+                                               : "out_of_memory");
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION,
-                           "server out of file descriptors");
-        s_peer_destroy(self, peer);
-        return;
-    }
-    //  czmq's zactor_new would wait for good on a thread that could not
-    //  start (a container's pids.max): the node's loop would hang
-    //  (base/thread.h).
-    if (!pk_thread_can_start()) {
-        pk_curve_refused(self, peer->consumer, "out_of_threads");
-        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION,
-                           "server cannot start a thread");
-        s_peer_destroy(self, peer);
-        return;
-    }
-    if (s_peer_start(self, peer) != 0) {
-        s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION, "out of memory");
+                           rc == -EMFILE ? "server out of file descriptors"
+                           : rc == -EAGAIN ? "server cannot start a thread" : "out of memory");
         s_peer_destroy(self, peer);
         return;
     }

@@ -1,9 +1,11 @@
 /*  limits.c: the process's limits sized for --max-sessions (limits.h).  */
 #include "daemon/limits.h"
 #include "base/err.h"
+#include "base/fds.h"
 
 #include <czmq.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sys/resource.h>
 
 int
@@ -30,7 +32,7 @@ pk_limits_fit(const pk_server_config_t *config, char *err)
     //  limits stay at 1,024 for programs that pass descriptors to
     //  select(), and descriptor numbers past 1,024 come with about 60
     //  sessions whatever the limit, so raising it adds no such risk.
-    if (rl.rlim_cur < rl.rlim_max || rl.rlim_cur < need) {
+    if (rl.rlim_cur < rl.rlim_max) {
         rlim_t was = rl.rlim_cur;
         rl.rlim_cur = rl.rlim_max;
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && was < need) {
@@ -51,3 +53,20 @@ pk_limits_fit(const pk_server_config_t *config, char *err)
     return 0;
 }
 
+static void *
+s_nothing(void *arg)
+{
+    return arg;
+}
+
+int
+pk_limits_room(int fds)
+{
+    if (!pk_fds_free(fds))
+        return -EMFILE;
+    pthread_t t;
+    if (pthread_create(&t, NULL, s_nothing, NULL) != 0)
+        return -EAGAIN;
+    pthread_join(t, NULL);
+    return 0;
+}

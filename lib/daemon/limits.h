@@ -32,4 +32,18 @@
     with err naming the setting and the limits when they cannot hold it.  */
 int pk_limits_fit(const pk_server_config_t *config, char *err);
 
+/*  Room for an actor started while serving (a session's, the puller): 0,
+    -EMFILE when fewer than fds descriptors are free (base/fds.h), -EAGAIN
+    when no thread can start.  czmq aborts the process when a socket
+    cannot be made, and its zactor_new does not look at what
+    pthread_create returned: it waits on the pipe for a thread that never
+    ran, so under a limit of tasks (a container's pids.max, ulimit -u)
+    the node's loop hung for good, answering nothing, SIGTERM included.
+    The thread is asked for by starting and joining one that does nothing
+    (tens of microseconds; its stack stays in glibc's cache for the
+    actor's).  The answer can be stale if other threads take descriptors
+    or start threads meanwhile; the server's actors are started by the
+    node's loop alone.  */
+int pk_limits_room(int fds);
+
 #endif

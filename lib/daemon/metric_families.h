@@ -72,8 +72,9 @@ PK_METRIC(BLOBS_REFUSED, "p2pkv_connect_blobs_refused_total", COUNTER,
 //  Sessions (the node)
 PK_METRIC(CONNECTIONS_REFUSED, "p2pkv_connections_refused_total", COUNTER,
           "Connections or frames refused before a session: address (--allow), unknown_key, "
-          "revoked, mechanism, handshake, key_changed (CURVE), out_of_descriptors, "
-          "out_of_threads (ulimit -n, ulimit -u or the cgroup's pids.max)", REASON)
+          "revoked, mechanism, handshake, key_changed (CURVE); a session that could not start: "
+          "out_of_descriptors, out_of_threads (ulimit -n, ulimit -u or the cgroup's pids.max), "
+          "out_of_memory", REASON)
 PK_METRIC(SESSIONS_REVOKED, "p2pkv_sessions_revoked_total", COUNTER,
           "Sessions ended because a SIGHUP revoked their CURVE key", PEER)
 PK_METRIC(SESSIONS_OPENED, "p2pkv_sessions_opened_total", COUNTER, "Sessions opened", PEER)

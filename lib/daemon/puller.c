@@ -11,8 +11,8 @@
         PULLED pull         the pull, its landed[] and reason filled in
 */
 #include "daemon/node_internal.h"
-#include "base/fds.h"
 #include "base/thread.h"
+#include "daemon/limits.h"
 #include "p2pkv.h"
 
 #include <errno.h>
@@ -171,8 +171,8 @@ pk_puller_send(pk_node_t *self, pk_pull_t *p)
 {
     const char *key = pk_curve_server_key(self, p->server);
     snprintf(p->server_key, sizeof p->server_key, "%s", key ? key : "");
-    //  base/fds.h, base/thread.h: czmq aborts or hangs where these fail
-    if (!self->puller && (!pk_fds_free(4) || !pk_thread_can_start()))
+    //  its pipe's two mailboxes and a thread (limits.h)
+    if (!self->puller && pk_limits_room(2) != 0)
         return -ENOMEM;
     if (!self->puller && (self->puller = zactor_new(s_puller_actor, self))) {
         if (pk_poller_add(self->poller, self->puller) == 0)
