@@ -33,7 +33,9 @@
     No sleep-and-hope: every wait is on a condition, with a bound.
 */
 #include "hardening.h"
+#include "stranger.h"
 #include "base/clock.h"
+#include "base/transport.h"
 #include "wire/protocol_internal.h"     //  the codec's field tables
 #include "testutil.h"
 
@@ -1139,6 +1141,77 @@ s_attack_store_pending(ctx_t *c)
           "store job timed out, counted; pins released");
 }
 
+//  Strangers on the data plane (issue 34): a libfabric peer with no
+//  session, knowing a consumer's endpoint address but not its key, writes
+//  one block at a time under keys it guesses, each on a new connection
+//  (tests/stranger.c), counting up from 1 (what keys were) and random.
+//  The consumer holds two sessions' registrations of one pool, as a
+//  consumer of two servers does.  Nothing lands: every byte as it was, no
+//  immediate counted.  The control, the announced key through the same
+//  stranger, lands, so the check can fail.
+static void
+s_stranger_progress(void *arg)
+{
+    pk_channel_t **chs = arg;
+    const pk_transport_ops_t *o = pk_transport_find("ofi");
+    o->channel_progress(chs[0]);
+    o->channel_progress(chs[1]);
+}
+
+static void
+s_attack_strangers(ctx_t *c)
+{
+    const pk_transport_ops_t *o = pk_transport_find("ofi");
+    char err[PK_ERRLEN] = "";
+    int rc = 0;
+    const uint64_t blocks = 64;
+    uint8_t *pool = aligned_alloc(4096, blocks * BLOCK);
+    ck_assert_ptr_nonnull(pool);
+    memset(pool, 0xee, blocks * BLOCK);
+    pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
+    pk_fabric_t *fabric = o->fabric_open(&fc, pool, blocks, BLOCK, &rc, err);
+    ck_assert_msg(fabric != NULL, "fabric: %s", err);
+    pk_channel_t *chs[2];
+    for (int i = 0; i < 2; i++) {
+        chs[i] = o->channel_new(fabric, true, &rc, err);
+        ck_assert_msg(chs[i] != NULL, "channel: %s", err);
+    }
+    uint8_t *blob;
+    size_t len;
+    ck_assert_int_eq(o->channel_blob(chs[0], &blob, &len), 0);
+    ts_stranger_t *x = ts_stranger_new(blob, len, BLOCK, 0x5a, err);
+    free(blob);
+    ck_assert_msg(x != NULL, "stranger: %s", err);
+    size_t count = s_n(1000, 5000);
+    uint64_t *keys = ts_guessed_keys(count);
+    ck_assert_ptr_nonnull(keys);
+    int64_t done = ts_stranger_write(x, keys, 2 * count, blocks, 120, s_stranger_progress, chs);
+    ck_assert_msg(done >= 0, "the stranger's writes did not end within 120 s");
+    uint64_t right = ts_stranger_blob_key(x);
+    ck_assert_int_eq(ts_stranger_write(x, &right, 1, 1, 20, s_stranger_progress, chs), 1);
+    double deadline = pk_clock_monotonic() + 20;
+    while (o->channel_landed(chs[0], 1) < 1 && pk_clock_monotonic() < deadline)
+        s_stranger_progress(chs);
+    ck_assert_msg(o->channel_landed(chs[0], 1) == 1, "the control write did not land");
+    ck_assert_uint_eq(o->channel_landed(chs[1], 1), 0);
+    //  block 0 took the control's bytes; every other byte is as it was
+    for (size_t k = 0; k < BLOCK; k++)
+        ck_assert_uint_eq(pool[k], 0x5a);
+    for (size_t k = BLOCK; k < blocks * BLOCK; k++)
+        ck_assert_msg(pool[k] == 0xee, "byte %zu changed by a stranger", k);
+    free(keys);
+    ts_stranger_destroy(&x);
+    for (int i = 0; i < 2; i++)
+        o->channel_close(&chs[i]);
+    o->fabric_close(&fabric);
+    free(pool);
+    s_row(c, "strangers on the data plane: one-block writes at guessed registration keys "
+          "(counting up from 1, and random), each on a new connection, into a consumer's "
+          "pool of two sessions", 2 * count,
+          "0 landed (every byte kept, no immediate counted); the control, the announced key, "
+          "landed");
+}
+
 //  A CURVE key revoked mid-transfer (after the witness's code below).
 static void s_attack_curve_revoked(ctx_t *c);
 
@@ -1169,6 +1242,7 @@ static const struct {
     { "engine-dies", s_attack_engine_dies },
     { "store-pending", s_attack_store_pending },
     { "curve-revoked", s_attack_curve_revoked },
+    { "strangers", s_attack_strangers },
 };
 
 static const char *const s_victim_flags[] = {

@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "ofi/ofi.h"
 #include "sim/memtransport.h"
+#include "stranger.h"
 #include "testutil.h"
 
 #include <dlfcn.h>
@@ -1009,6 +1010,57 @@ START_TEST(test_slow_reader_not_stalled)
 }
 END_TEST
 
+//  A stranger with the consumer's address but no session guesses keys:
+//  counting up from 1 (what the keys were until issue 34) and random.  The
+//  consumer holds a second session's registration too (a consumer of two
+//  servers), whose key the counting guesses once found.  Nothing lands in
+//  either: the pool keeps its bytes and no immediate is counted.  The
+//  control, the blob's own key through the same stranger, lands: the
+//  check can fail.
+static void
+s_progress_target(void *arg)
+{
+    pk_ofi_channel_progress(C.ch);
+    pk_ofi_channel_progress((pk_ofi_channel_t *) arg);
+}
+
+START_TEST(test_stranger_lands_nothing)
+{
+    char err[PK_ERRLEN] = "";
+    int rc;
+    pk_ofi_channel_t *second = pk_ofi_channel_new(C.ofi, true, &rc, err);
+    ck_assert_msg(second != NULL, "second session: %s", err);
+    uint8_t *blob;
+    size_t len;
+    ck_assert_int_eq(pk_ofi_channel_blob(C.ch, &blob, &len), 0);
+    ts_stranger_t *x = ts_stranger_new(blob, len, BLOCK, 0x5a, err);
+    free(blob);
+    ck_assert_msg(x != NULL, "stranger: %s", err);
+    const size_t count = 1000;          //  2,000 guesses; the hardening suite tries 10,000
+    uint64_t *keys = ts_guessed_keys(count);
+    ck_assert_ptr_nonnull(keys);
+    int64_t done = ts_stranger_write(x, keys, 2 * count, 8, 60, s_progress_target, second);
+    ck_assert_msg(done >= 0, "the stranger's writes did not end within 60 s");
+    for (uint32_t b = 0; b < BLOCKS; b++)
+        ck_assert_msg(s_block_untouched(b), "block %u changed by a stranger", b);
+    ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, 1), 0);
+    ck_assert_uint_eq(pk_ofi_channel_landed(second, 1), 0);
+    //  the control: the key the blob announced lands through the same path.
+    //  Sent after every guess completed at the stranger (was in the
+    //  target's socket buffers), it lands after the target read them.
+    uint64_t right = ts_stranger_blob_key(x);
+    ck_assert_int_eq(ts_stranger_write(x, &right, 1, 1, 20, s_progress_target, second), 1);
+    double deadline = pk_clock_monotonic() + 20;
+    while (pk_ofi_channel_landed(C.ch, 1) < 1 && pk_clock_monotonic() < deadline)
+        s_progress_target(second);
+    ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, 1), 1);
+    ck_assert_uint_eq(C.pool[0], 0x5a);
+    free(keys);
+    ts_stranger_destroy(&x);
+    pk_ofi_channel_destroy(&second);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1044,6 +1096,7 @@ main(void)
     tcase_add_test(tc, test_landed_tag_wrap);
     tcase_add_test(tc, test_check_blob_before_any_channel);
     tcase_add_test(tc, test_registry_and_versions);
+    tcase_add_test(tc, test_stranger_lands_nothing);
     suite_add_tcase(s, tc);
     TCase *ts = tcase_create("seam");
     tcase_add_test(ts, test_seam_ofi);

@@ -22,6 +22,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include <sodium.h>
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
@@ -31,8 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static atomic_uint_fast64_t s_next_key = 1;
 
 //  --------------------------------------------------------------------------
 //  The fabric
@@ -146,12 +146,35 @@ s_getinfo(const pk_ofi_config_t *config, const char *provider, struct fi_info **
     return rc;
 }
 
+//  The key a registration asks for.  Where the provider takes requested
+//  keys (no FI_MR_PROV_KEY: tcp, shm, rxm), the key is the only thing
+//  between a stranger who reaches the endpoint and our memory: tcp
+//  accepts a connection from anyone and honours any key of its domain on
+//  whichever endpoint the write arrives.  Keys that counted up from 1 were
+//  found by a stranger in a few guesses (issue 34), so every key is
+//  random, as wide as the domain's keys (mr_key_size, at most 64 bits).
+//  Under FI_MR_PROV_KEY the provider chooses and ignores ours
+//  (doc/security.md, "The data plane", says what verbs and efa choose).
+static uint64_t
+s_random_key(const pk_ofi_t *ofi)
+{
+    uint64_t key = 0;
+    randombytes_buf(&key, sizeof key);
+    size_t bits = 8 * ofi->info->domain_attr->mr_key_size;
+    if (bits > 0 && bits < 64)
+        key &= (UINT64_C(1) << bits) - 1;
+    return key;
+}
+
 static int
 s_register(pk_ofi_t *ofi, uint64_t access, struct fid_ep *ep, struct fid_mr **mr_p)
 {
-    uint64_t key = atomic_fetch_add(&s_next_key, 1);
-    int rc = fi_mr_reg(ofi->domain, ofi->base, ofi->num_blocks * ofi->block_len, access, 0, key,
-                       0, mr_p, NULL);
+    //  A random key may collide with one the domain holds (-FI_ENOKEY):
+    //  a new draw, a few times (at 64 bits a collision is a bug's sign).
+    int rc = -FI_ENOKEY;
+    for (int tries = 0; tries < 8 && rc == -FI_ENOKEY; tries++)
+        rc = fi_mr_reg(ofi->domain, ofi->base, ofi->num_blocks * ofi->block_len, access, 0,
+                       s_random_key(ofi), 0, mr_p, NULL);
     if (rc)
         return rc;
     if (ep && (ofi->info->domain_attr->mr_mode & FI_MR_ENDPOINT)) {
@@ -181,6 +204,10 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
     self->base = base;
     self->num_blocks = num_blocks;
     self->block_len = block_len;
+    if (sodium_init() < 0) {        //  the registration keys' source (s_random_key)
+        rc = pk_err(err, -EIO, "ofi: libsodium cannot start (no entropy source)");
+        goto fail_self;
+    }
     if (!base || !num_blocks || !block_len) {
         rc = pk_err(err, -EINVAL, "ofi: no pool to register");
         goto fail_self;
