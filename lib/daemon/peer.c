@@ -114,6 +114,13 @@ s_actor_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t 
     return pk_store_pin_ns(a->node->store, a->peer->ns, keys, n, job, blocks, pinned);
 }
 
+static int
+s_actor_sums(void *arg, const uint32_t *blocks, size_t n, uint64_t *sums)
+{
+    self_t *a = arg;
+    return pk_store_block_sums(a->node->store, blocks, n, sums);
+}
+
 static void
 s_actor_open(void *arg, const pk_lookup_ctx_t *ctx)
 {
@@ -259,7 +266,7 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
         &node->id, &node->session_config, peer->connect, pk_clock_system(),
         s_ops(peer)->channel_transport(peer->channel),
         (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
-                        s_actor_result },
+                        s_actor_result, s_actor_sums },
         s_actor_out, self);
     if (!self->session) {
         snprintf(reason, PK_ERRLEN, "the session could not be created%s",

@@ -20,6 +20,7 @@
     critical section per call; the bytes of put are copied outside it.
 */
 #include "daemon/store.h"
+#include "base/checksum.h"
 #include "base/err.h"
 #include "base/keymap.h"
 #include "daemon/tenants.h"
@@ -50,6 +51,7 @@ typedef struct {
     uint64_t owner;             //  WRITING: also the owner map's key bytes (see s_owner_link)
     double deadline;            //  WRITING: end of the lease
     uint64_t key_hash;
+    uint64_t sum;               //  READY: the checksum of its bytes at commit
     uint8_t *key;               //  inline_key or heap
     uint8_t *heap;
     uint32_t heap_cap;
@@ -779,6 +781,13 @@ s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, si
             continue;           //  a repeated key
         s_owner_unlink(self, b);
         s_list_remove(self->blocks, &self->leases, b);
+        //  The end-to-end checksum (base/checksum.h), taken once the
+        //  writer is done and before anyone can pin the block: about 3 us
+        //  for 64 KiB, under the mutex (a 1,024-block commit holds it
+        //  about 3 ms; the writer's lease is what keeps others off the
+        //  bytes, the mutex keeps the lease from ending meanwhile).
+        blk->sum = pk_checksum((uint8_t *) self->base + (size_t) b * self->block_len,
+                               self->block_len);
         blk->state = S_READY;
         s_list_push(self->blocks, &self->lru, b);
         self->ready++;
@@ -1133,6 +1142,29 @@ s_parent_store_result(void *self, uint64_t job_id, bool success)
     pk_store_release_job(self, job_id);
 }
 
+int
+pk_store_block_sums(pk_store_t *self, const uint32_t *blocks, size_t n, uint64_t *sums)
+{
+    pthread_mutex_lock(&self->mutex);
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        //  only a pinned READY block's checksum is its bytes'
+        if (blocks[i] >= self->num_blocks || self->blocks[blocks[i]].state != S_READY
+            || !self->blocks[blocks[i]].pins)
+            rc = -EINVAL;
+        else
+            sums[i] = self->blocks[blocks[i]].sum;
+    }
+    pthread_mutex_unlock(&self->mutex);
+    return rc;
+}
+
+static int
+s_parent_block_sums(void *self, const uint32_t *blocks, size_t n, uint64_t *sums)
+{
+    return pk_store_block_sums(self, blocks, n, sums);
+}
+
 pk_parent_t
 pk_store_parent(pk_store_t *self)
 {
@@ -1143,5 +1175,6 @@ pk_store_parent(pk_store_t *self)
         .on_new_request = s_parent_on_new_request,
         .on_request_finished = s_parent_on_request_finished,
         .store_result = s_parent_store_result,
+        .block_sums = s_parent_block_sums,
     };
 }

@@ -205,4 +205,8 @@ void pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watc
     pk_store_release_job, and the request brackets keep open_lookups.  */
 pk_parent_t pk_store_parent(pk_store_t *self);
 
+/*  The checksums (base/checksum.h) of n pinned blocks, taken at their
+    commit: 0, or -EINVAL when one is not a pinned READY block.  */
+int pk_store_block_sums(pk_store_t *self, const uint32_t *blocks, size_t n, uint64_t *sums);
+
 #endif

@@ -160,9 +160,17 @@ s_store_result(void *arg, uint64_t job_id, bool success)
     self->inner.store_result(self->inner.self, job_id, success);
 }
 
+static int
+s_block_sums(void *arg, const uint32_t *blocks, size_t n, uint64_t *sums)
+{
+    pk_quota_t *self = arg;
+    return self->inner.block_sums(self->inner.self, blocks, n, sums);
+}
+
 pk_parent_t
 pk_quota_parent(pk_quota_t *self)
 {
     return (pk_parent_t) { self, s_lookup, s_create_store_job, s_on_new_request,
-                           s_on_request_finished, s_store_result };
+                           s_on_request_finished, s_store_result,
+                           self->inner.block_sums ? s_block_sums : NULL };
 }

@@ -22,6 +22,8 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,6 +110,8 @@ struct s_lookup {
     size_t n;
     uint32_t *first;                //  position of each key's first occurrence
     uint8_t *st;                    //  at first positions: S_PENDING/S_HIT/S_MISS
+    uint64_t *sums;                 //  at first positions of hits: the block's
+                                    //  checksum (NULL: the parent keeps none)
     size_t *pending;                //  positions of unique pending keys, parked order
     size_t npending;
     s_lookup_t *next;
@@ -1323,6 +1327,19 @@ s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hi
             blocks[npinned++] = blocks[i];
         }
     }
+    //  The checksums of what was pinned, for the answer; without them the
+    //  answer carries none (the consumer then checks nothing of it).
+    if (rc == 0 && l->sums && npinned) {
+        uint64_t stacksums[64];
+        uint64_t *sums = small ? stacksums : malloc(npinned * sizeof *sums);
+        if (!sums || self->parent.block_sums(self->parent.self, blocks, npinned, sums) != 0)
+            l->sums = NULL;
+        else
+            for (size_t i = 0; i < npinned; i++)
+                l->sums[pos[i]] = sums[i];
+        if (sums != stacksums)
+            free(sums);
+    }
     if (rc == 0) {
         s_round_t *r = s_round_find(self, req, l->round_seq);
         if (!r)
@@ -1394,16 +1411,30 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
         self->counters.hits += hit;
         self->counters.misses += !hit;
     }
+    char *sums = NULL;
     if (l->n && hits) {
+        size_t nhits = 0;
         for (size_t i = 0; i < l->n; i++)
-            hits[i] = l->st[l->first[i]] == S_HIT;
+            nhits += hits[i] = l->st[l->first[i]] == S_HIT;
         pk_msg_t m = { .type = PK_MSG_LOOKUP_RESP, .kv_request_id = req->kv,
                        .keys = { l->n, l->keys, NULL }, .hits = hits,
                        .round_seq = l->round_seq,
                        .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
                                   | PK_BIT(PK_F_HITS) | PK_BIT(PK_F_ROUND_SEQ) };
+        //  every hit's checksum, 16 hex chars each in key order (the
+        //  session leaves them out for a consumer without the capability)
+        if (l->sums && (sums = malloc(nhits * PK_CHECKSUM_HEX + 1))) {
+            char *at = sums;
+            for (size_t i = 0; i < l->n; i++)
+                if (hits[i])
+                    at += snprintf(at, PK_CHECKSUM_HEX + 1, "%016" PRIx64, l->sums[l->first[i]]);
+            *at = '\0';
+            m.checksums = sums;
+            m.present |= PK_BIT(PK_F_CHECKSUMS);
+        }
         self->sender.send(self->sender.self, &m);
     }
+    free(sums);
     if (hits != stackhits)
         free(hits);
     pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
@@ -1417,8 +1448,9 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
     size_t cap = raw->n ? raw->n : 1;
     size_t stackuniq[64];
     size_t *uniq = cap <= 64 ? stackuniq : malloc(cap * sizeof *uniq);
+    bool sums = self->parent.block_sums != NULL;
     s_lookup_t *l = malloc(sizeof *l + cap * (sizeof *l->pending + sizeof *l->first
-                                              + sizeof *l->st));
+                                              + (sums ? sizeof *l->sums : 0) + sizeof *l->st));
     if (!l || !uniq || pk_keymap_reserve(&self->scratch, raw->n) < 0) {
         //  the consumer's load timeout covers a lookup we cannot hold
         if (uniq != stackuniq)
@@ -1430,7 +1462,8 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
     }
     memset(l, 0, sizeof *l);
     l->pending = (size_t *) (l + 1);
-    l->first = (uint32_t *) (l->pending + cap);
+    l->sums = sums ? (uint64_t *) (l->pending + cap) : NULL;
+    l->first = (uint32_t *) (sums ? (void *) (l->sums + cap) : (void *) (l->pending + cap));
     l->st = (uint8_t *) (l->first + cap);
     memset(l->st, S_PENDING, cap);
     l->id = ++self->lookup_counter;

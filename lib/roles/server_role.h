@@ -46,6 +46,11 @@ typedef struct {
     void (*on_request_finished)(void *self, const pk_lookup_ctx_t *ctx);
     /*  A job's result: success or failure, once per job; unpins it.  */
     void (*store_result)(void *self, uint64_t job_id, bool success);
+    /*  Optional (NULL: the lookup answers carry no checksums): the
+        checksums of n pinned blocks (a pinned block's bytes and checksum
+        cannot change), taken when they were committed.  0 or a negative
+        error (then the answer carries none).  */
+    int (*block_sums)(void *self, const uint32_t *blocks, size_t n, uint64_t *sums);
 } pk_parent_t;
 
 typedef struct {

@@ -38,6 +38,7 @@ struct _pk_session_t {
     uint8_t consumer_epoch[PK_EPOCH_LEN];
     uint8_t epoch[PK_EPOCH_LEN];    //  ours
     uint64_t consumer_blocks;
+    bool checksums;                 //  the consumer's caps list checksum
     bool keyless_answers;           //  the consumer speaks wire 1.1 or later:
                                     //  its lookup_resps go without keys
     char *connect_canon;            //  the connect, canonical, target epoch zeroed
@@ -213,6 +214,8 @@ s_role_send(void *arg, const pk_msg_t *msg)
     pk_msg_t m = *msg;
     if (m.type == PK_MSG_LOOKUP_RESP && self->keyless_answers)
         m.present &= ~PK_BIT(PK_F_KEYS);        //  the hits still count them
+    if (m.type == PK_MSG_LOOKUP_RESP && !self->checksums)
+        m.present &= ~PK_BIT(PK_F_CHECKSUMS);   //  a consumer that does not check
     pk_msg_set_epochs(&m, self->epoch, self->consumer_epoch);
     char *frame;
     size_t len;
@@ -274,6 +277,7 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     memcpy(self->consumer_epoch, connect->source_epoch, PK_EPOCH_LEN);
     self->consumer_blocks = connect->num_blocks;
     self->keyless_answers = connect->wire_minor >= 1;
+    self->checksums = pk_caps_has(connect->caps, PK_CAP_CHECKSUM);
     do
         randombytes_buf(self->epoch, sizeof self->epoch);
     while (sodium_is_zero(self->epoch, sizeof self->epoch));
@@ -289,9 +293,10 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
                      .block_len = id->block_len, .num_blocks = id->num_blocks,
+                     .caps = (char *) PK_CAPS,
                      .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                                 | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
-                                | PK_BIT(PK_F_NUM_BLOCKS) };
+                                | PK_BIT(PK_F_NUM_BLOCKS) | PK_BIT(PK_F_CAPS) };
     s_role_send(self, &ack);
     s_finish_call(self);
     return self;
@@ -465,9 +470,10 @@ s_on_handshake(pk_server_session_t *self, const pk_msg_t *m)
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) self->id.peer_id,
                      .block_len = self->id.block_len, .num_blocks = self->id.num_blocks,
+                     .caps = (char *) PK_CAPS,
                      .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                                 | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
-                                | PK_BIT(PK_F_NUM_BLOCKS) };
+                                | PK_BIT(PK_F_NUM_BLOCKS) | PK_BIT(PK_F_CAPS) };
     s_role_send(self, &ack);
 }
 

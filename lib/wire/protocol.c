@@ -52,6 +52,8 @@ const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_PROVIDER]           = { "provider", K_STRING, 1, PK_MAX_STRING },
     [PK_F_PROVIDERS]          = { "providers", K_STRINGS, 1, PK_MAX_PROVIDERS },
     [PK_F_HOST]               = { "host", K_STRING, 1, PK_MAX_HOST },
+    [PK_F_CAPS]               = { "caps", K_STRING, 0, PK_MAX_CAPS },
+    [PK_F_CHECKSUMS]          = { "checksums", K_STRING, 0, PK_CHECKSUM_HEX * PK_MAX_LIST },
 };
 
 #define B(f) PK_BIT(PK_F_##f)
@@ -72,10 +74,10 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
     [PK_MSG_CONNECT]       = { "connect",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | EPOCHS | B(AGENT_METADATA)
         | B(BASE_ADDR) | B(NUM_BLOCKS) | B(BLOCK_LEN) | B(CONFIG_FINGERPRINT)
-        | B(HASH_SEED), 0, TO_SERVER },
+        | B(HASH_SEED), B(CAPS), TO_SERVER },
     [PK_MSG_CONNECT_ACK]   = { "connect_ack",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | EPOCHS | B(BLOCK_LEN)
-        | B(NUM_BLOCKS), 0, TO_CONSUMER },
+        | B(NUM_BLOCKS), B(CAPS), TO_CONSUMER },
     [PK_MSG_DISCONNECT]    = { "disconnect", B(CODE) | B(REASON),
         INCOMPATIBLE_EXTRAS | EPOCHS, EITHER },
     [PK_MSG_PING]          = { "ping", EPOCHS, 0, TO_SERVER },
@@ -83,7 +85,8 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
     [PK_MSG_LOOKUP]        = { "lookup",
         B(KV_REQUEST_ID) | B(KEYS) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_LOOKUP_RESP]   = { "lookup_resp",
-        B(KV_REQUEST_ID) | B(HITS) | B(ROUND_SEQ) | EPOCHS, B(KEYS), TO_CONSUMER },
+        B(KV_REQUEST_ID) | B(HITS) | B(ROUND_SEQ) | EPOCHS, B(KEYS) | B(CHECKSUMS),
+        TO_CONSUMER },
     [PK_MSG_FETCH]         = { "fetch",
         B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
         TO_SERVER },
@@ -99,6 +102,21 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
 const char *const pk_wire_codes[PK_DISC_COUNT] = {
     "incompatible", "no_session", "violation", "silent", "shutdown", "retired"
 };
+
+bool
+pk_caps_has(const char *caps, const char *word)
+{
+    size_t len = strlen(word);
+    for (const char *at = caps; at && *at; ) {
+        while (*at == ' ')
+            at++;
+        size_t n = strcspn(at, " ");
+        if (n == len && memcmp(at, word, len) == 0)
+            return true;
+        at += n;
+    }
+    return false;
+}
 
 unsigned
 pk_msg_direction(pk_msg_type_t type)
@@ -249,6 +267,8 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->provider);
     free(self->reason);
     free(self->host);
+    free(self->caps);
+    free(self->checksums);
     pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
     free(self->block_indexes);
@@ -269,6 +289,8 @@ pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
         case PK_F_PROVIDER:           return &self->provider;
         case PK_F_REASON:             return &self->reason;
         case PK_F_HOST:               return &self->host;
+        case PK_F_CAPS:               return &self->caps;
+        case PK_F_CHECKSUMS:          return &self->checksums;
         default:                      return NULL;
     }
 }
@@ -486,6 +508,19 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
                 return pk_err(err, -EPROTO, "%s.%s: expected at least one %s, got 0", tn,
                               m->present & B(KEYS) ? "keys" : "hits",
                               m->present & B(KEYS) ? "key" : "item");
+            if (m->present & B(CHECKSUMS)) {
+                size_t hits = 0, len = strlen(m->checksums);
+                for (size_t i = 0; i < n; i++)
+                    hits += m->hits[i];
+                if (len != PK_CHECKSUM_HEX * hits)
+                    return pk_err(err, -EPROTO, "%s.checksums: expected %d hex chars for each "
+                                  "of %zu hits, got %zu chars", tn, PK_CHECKSUM_HEX, hits, len);
+                for (size_t i = 0; i < len; i++)
+                    if (!((m->checksums[i] >= '0' && m->checksums[i] <= '9')
+                          || (m->checksums[i] >= 'a' && m->checksums[i] <= 'f')))
+                        return pk_err(err, -EPROTO, "%s.checksums[%zu]: expected lowercase hex",
+                                      tn, i);
+            }
             break;
         case PK_MSG_FETCH: {
             ssize_t dup;
@@ -927,6 +962,10 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
         size += m->agent_metadata_len / 3 * 4 + 8;
     if (emit & B(PROVIDERS))
         size += m->nproviders * (6 * PK_MAX_PROVIDER + 3);
+    if (emit & B(CHECKSUMS))
+        size += strlen(m->checksums);
+    if (emit & B(CAPS))
+        size += 6 * strlen(m->caps);
     return size;
 }
 

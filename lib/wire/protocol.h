@@ -44,6 +44,8 @@
 #define PK_MAX_PROVIDERS   16           /* items in description.providers */
 #define PK_MAX_PROVIDER    63           /* bytes of one provider name (libfabric's stay short) */
 #define PK_MAX_HOST        127          /* bytes of description.host (base/host_id.h) */
+#define PK_MAX_CAPS        1024         /* bytes of connect.caps / connect_ack.caps */
+#define PK_CHECKSUM_HEX    16           /* hex chars of one block checksum (XXH3-64) */
 
 typedef enum {
     PK_MSG_DESCRIBE = 0,
@@ -98,6 +100,8 @@ typedef enum {
     PK_F_PROVIDER,
     PK_F_PROVIDERS,
     PK_F_HOST,
+    PK_F_CAPS,
+    PK_F_CHECKSUMS,
     PK_F_COUNT
 } pk_field_t;
 
@@ -114,6 +118,8 @@ typedef struct {
     char *provider;
     char *reason;
     char *host;
+    char *caps;                     /* capability words, one space apart */
+    char *checksums;                /* 16 hex chars per hit, in key order */
     char **providers;               /* nproviders strings, best first */
     size_t nproviders;
 
@@ -139,6 +145,16 @@ typedef struct {
     uint8_t *agent_metadata;
     size_t agent_metadata_len;
 } pk_msg_t;
+
+/*  Capabilities (protocol.md section 4): a connect and its connect_ack
+    each list the words their sender has in caps, one space apart; a
+    session uses what both list, so a peer with some of them and not
+    others still works.  checksum: lookup answers carry each hit's block
+    checksum (section 7).  Words a side does not know are ignored.  */
+#define PK_CAP_CHECKSUM "checksum"
+#define PK_CAPS PK_CAP_CHECKSUM         /* every word this build has */
+/*  True when caps (NULL: none) lists word.  */
+bool pk_caps_has(const char *caps, const char *word);
 
 /*  A zeroed message of this type; every field unset.  */
 pk_msg_t *pk_msg_new(pk_msg_type_t type);
