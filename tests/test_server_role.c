@@ -31,6 +31,7 @@ typedef struct {
     int nlog;
     uint8_t arena[4096];        //  bytes of every key made by K()
     size_t used;
+    char sums[256];                 //  the last lookup_resp's checksums ("": none)
 } s_harness_t;
 
 static s_harness_t *H;
@@ -68,6 +69,8 @@ s_send(void *arg, const pk_msg_t *m)
 {
     char buf[96] = "";
     if (m->type == PK_MSG_LOOKUP_RESP) {
+        snprintf(H->sums, sizeof H->sums, "%s",
+                 (m->present & PK_BIT(PK_F_CHECKSUMS)) ? m->checksums : "");
         for (size_t i = 0; i < m->keys.count && i < 64; i++)
             buf[i] = m->hits[i] ? '1' : '0';
         s_log("lookup_resp %s round=%llu hits=%s", m->kv_request_id,
@@ -162,6 +165,15 @@ s_result(void *arg, uint64_t job, bool success)
     s_log("result %llu %s", (unsigned long long) job, success ? "ok" : "failed");
 }
 
+//  A pinned block's checksum, as the store keeps them: here 0x1000 + block.
+static int
+s_sums(void *arg, const uint32_t *blocks, size_t n, uint64_t *sums)
+{
+    for (size_t i = 0; i < n; i++)
+        sums[i] = 0x1000 + blocks[i];
+    return 0;
+}
+
 static void
 s_setup(void)
 {
@@ -174,7 +186,7 @@ s_setup(void)
                                  (pk_sender_t) { NULL, s_send },
                                  (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result });
+                                                 s_result, s_sums });
     ck_assert_ptr_nonnull(H->role);
 }
 
@@ -341,6 +353,21 @@ START_TEST(test_lookup_all_hits)
     s_state(0, 0, 0, 0, 0, 0);
     s_counters(2, 0, 0, 0);
     s_settle();
+}
+END_TEST
+
+//  The answer carries each hit's checksum, in key order, a repeated key's
+//  each time it appears, none for a miss; an all-miss answer an empty list.
+START_TEST(test_lookup_answer_checksums)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT, 7);
+    s_lookup_ev("r1", 1, 4, "aa", "cc", "bb", "aa");
+    pk_server_role_serve(H->role);
+    ck_assert_str_eq(H->sums, "0000000000001004" "0000000000001007" "0000000000001004");
+    s_lookup_ev("r2", 1, 1, "dd");
+    pk_server_role_serve(H->role);
+    ck_assert_str_eq(H->sums, "");
 }
 END_TEST
 
@@ -983,6 +1010,7 @@ main(void)
     tcase_add_checked_fixture(tc, s_setup, s_teardown);
     tcase_add_test(tc, test_lookup_all_hits);
     tcase_add_test(tc, test_lookup_all_misses);
+    tcase_add_test(tc, test_lookup_answer_checksums);
     tcase_add_test(tc, test_lookup_mixed_pending_resolves);
     tcase_add_test(tc, test_lookup_pending_expires);
     tcase_add_test(tc, test_lookup_duplicate_keys);
