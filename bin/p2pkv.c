@@ -59,12 +59,15 @@ static const struct {
       "--timeout, --repeat as for get; --repeat prints the round\n"
       "trip of passes 2..N)" },
     { "get", "get --server tcp://HOST:PORT | --directory redis://HOST:PORT[/DB]\n"
-      "       [-o DIR] [--repeat N] [--json] KEY...",
+      "       [-o DIR] [--repeat N] [--no-verify] [--json] KEY...",
       "fetches the blocks into this process's memory over the\n"
       "data plane and writes DIR/KEY for each (DIR: .); on a\n"
       "terminal, a progress line on standard error; by\n"
       "--directory, each key from any live holder, another one\n"
-      "if a holder fails\n"
+      "if a holder fails; prints KEY fetched|corrupt|failed|missing\n"
+      "(corrupt: it landed but differs from the checksum its\n"
+      "server announced; not written; exit 1)\n"
+      "--no-verify: do not check blocks against their checksums\n"
       "--repeat N (1..1000, --server only): the same get N times\n"
       "on the one session, and the rate of passes 2..N beside the\n"
       "first's (which makes the data connection)\n"
@@ -441,6 +444,7 @@ typedef struct {
     bool json;
     int first;
     int repeat;                     //  get, lookup: passes over one session (1..1000)
+    bool no_verify;                 //  get: do not check blocks against their checksums
 } s_remote_opts_t;
 
 static int
@@ -459,6 +463,7 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
         { "server-key", required_argument, NULL, 'K' },
         { "directory", required_argument, NULL, 'd' },
         { "repeat", required_argument, NULL, 'r' },
+        { "no-verify", no_argument, NULL, 'V' },
         { NULL, 0, NULL, 0 }
     };
     optind = 0;
@@ -480,6 +485,7 @@ s_remote_opts(int argc, char *argv[], s_remote_opts_t *o)
             case 'C': o->curve_secret = optarg; break;
             case 'K': o->server_key = optarg; break;
             case 'd': o->directory = optarg; break;
+            case 'V': o->no_verify = true; break;
             case 'r': {
                 char *end;
                 long n = strtol(optarg, &end, 10);
@@ -541,20 +547,36 @@ s_parse_keys(char *argv[], int first, int argc, s_get_t *g)
 
 //  Reports each key (and writes DIR/KEY for each fetched block): the exit
 //  code for what landed.
+//  A key's word in the report: fetched, corrupt (it landed and failed its
+//  checksum: not written, never shown as fetched), failed or missing; a
+//  lookup's hit or miss.
+static const char *
+s_key_word(const p2pkv_key_result_t *r, bool get)
+{
+    if (!get)
+        return r->status == P2PKV_KEY_LANDED ? "hit" : "miss";
+    switch (r->status) {
+        case P2PKV_KEY_LANDED:  return "fetched";
+        case P2PKV_KEY_CORRUPT: return "corrupt";
+        case P2PKV_KEY_FAILED:  return "failed";
+        default:                return "missing";
+    }
+}
+
 static int
-s_report(const s_remote_opts_t *o, char *argv[], size_t n, const bool *landed,
+s_report(const s_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_result_t *res,
          const uint8_t *pool, uint64_t block_len, bool get, double seconds,
          const char *provider)
 {
     size_t nhit = 0;
     for (size_t i = 0; i < n; i++)
-        nhit += landed[i];
+        nhit += res[i].status == P2PKV_KEY_LANDED;
     json_t *out = json_array();
     int rc = nhit == n ? EXIT_SUCCESS : EXIT_SOME_INVALID;
     for (size_t i = 0; i < n; i++) {
         const char *hex = argv[o->first + (int) i];
-        const char *what = landed[i] ? (get ? "fetched" : "hit") : (get ? "missing" : "miss");
-        if (get && landed[i]) {
+        const char *what = s_key_word(&res[i], get);
+        if (get && res[i].status == P2PKV_KEY_LANDED) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", o->outdir, hex);
             FILE *f = fopen(path, "wb");
@@ -684,7 +706,8 @@ s_remote_client(const s_remote_opts_t *o, const p2pkv_config_t *keys, size_t n,
                            .load_timeout = o->timeout,
                            .abort_ack_timeout = 10, .keepalive_interval = 2,
                            .silence_timeout = 10,
-                           .no_reconnect = true, .curve_public = keys->curve_public,
+                           .no_reconnect = true, .no_verify = o->no_verify,
+                           .curve_public = keys->curve_public,
                            .curve_secret = keys->curve_secret,
                            .curve_server = keys->curve_server };
     return p2pkv_client_new(&cfg, NULL, n, d->block_len, (p2pkv_callbacks_t) { 0 }, err);
@@ -779,29 +802,30 @@ s_get_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, const cha
                            .provider = o->provider, .node = o->fabric_addr,
                            .load_timeout = o->timeout, .silence_timeout = 10,
                            .directory = o->directory, .no_reconnect = true,
+                           .no_verify = o->no_verify,
                            .curve_public = keys->curve_public,
                            .curve_secret = keys->curve_secret,
                            .curve_server = keys->curve_server };
     p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, g->n, d.block_len,
                                               (p2pkv_callbacks_t) { 0 }, err);
-    bool *landed = calloc(g->n, sizeof *landed);
+    p2pkv_key_result_t *res = calloc(g->n, sizeof *res);
     uint32_t *dest = calloc(g->n, sizeof *dest);
     int rc = EXIT_ERROR;
-    if (client && landed && dest) {
+    if (client && res && dest) {
         for (size_t i = 0; i < g->n; i++)
             dest[i] = (uint32_t) i;
         double t0 = pk_clock_monotonic();
-        int got = p2pkv_client_get(client, P2PKV_ANY_SERVER, "p2pkv-cli", g->keys, dest, g->n,
-                                   true, o->timeout, landed, NULL, NULL, err);
+        int got = p2pkv_client_get_results(client, P2PKV_ANY_SERVER, "p2pkv-cli", g->keys, dest,
+                                           g->n, true, o->timeout, res, NULL, NULL, err);
         if (got < 0 || (size_t) got < g->n)
             fprintf(stderr, "p2pkv get: %s\n", err[0] ? err : "some keys have no live holder");
         rc = got < 0 && got != -ENOTCONN ? EXIT_ERROR
-             : s_report(o, argv, g->n, landed, p2pkv_client_pool(client), d.block_len, true,
+             : s_report(o, argv, g->n, res, p2pkv_client_pool(client), d.block_len, true,
                         pk_clock_monotonic() - t0, NULL);
     }
     else
         fprintf(stderr, "p2pkv: %s\n", err[0] ? err : "out of memory");
-    free(landed);
+    free(res);
     free(dest);
     p2pkv_client_destroy(&client);
     return rc;
@@ -816,8 +840,16 @@ s_cmd_by_key(const s_remote_opts_t *o, char *argv[], const s_get_t *g, bool get,
     if (f.held && f.holders && s_locate(o, g, &f) == 0) {
         if (!get)
             rc = s_report_holders(o, argv, g, &f);
-        else if (!f.endpoint[0])
-            rc = s_report(o, argv, g->n, f.held, NULL, 0, true, 0, NULL);  //  all missing
+        else if (!f.endpoint[0]) {
+            //  no live holder of any key: all missing (a zeroed result is
+            //  LANDED, so each is said)
+            p2pkv_key_result_t *none = calloc(g->n, sizeof *none);
+            for (size_t i = 0; none && i < g->n; i++)
+                none[i] = (p2pkv_key_result_t) { .status = P2PKV_KEY_MISSING, .holder = -1,
+                                                 .reason = P2PKV_MISS_NO_HOLDER };
+            rc = none ? s_report(o, argv, g->n, none, NULL, 0, true, 0, NULL) : EXIT_ERROR;
+            free(none);
+        }
         else
             rc = s_get_by_key(o, argv, g, f.endpoint, keys);
     }
@@ -833,7 +865,7 @@ s_remote_usage(bool get)
 {
     fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT | --directory "
             "redis://HOST:PORT[/DB]%s [--repeat N] [--json] [--curve-secret FILE --server-key "
-            "FILE] KEY...\n", get ? "get" : "lookup", get ? " [-o DIR]" : "");
+            "FILE] KEY...\n", get ? "get" : "lookup", get ? " [-o DIR] [--no-verify]" : "");
     return EXIT_ERROR;
 }
 
@@ -949,9 +981,11 @@ s_cmd_remote(int argc, char *argv[], bool get)
         goto done;
     }
     bool *landed = calloc(g.n, sizeof *landed);
+    p2pkv_key_result_t *res = calloc(g.n, sizeof *res);
     uint32_t *dest = calloc(g.n, sizeof *dest);
-    if (!landed || !dest) {
+    if (!landed || !res || !dest) {
         free(landed);
+        free(res);
         free(dest);
         goto done;
     }
@@ -961,9 +995,11 @@ s_cmd_remote(int argc, char *argv[], bool get)
     atomic_store(&intr.pass, 1);
     s_interrupt_watch(&intr, client, server);
     double t0 = pk_clock_monotonic();
-    int got = p2pkv_client_get(client, server, "p2pkv-cli", g.keys, dest, g.n, get, o.timeout, landed,
-                               progress ? s_progress : NULL, NULL, err);
+    int got = p2pkv_client_get_results(client, server, "p2pkv-cli", g.keys, dest, g.n, get,
+                                       o.timeout, res, progress ? s_progress : NULL, NULL, err);
     double seconds = pk_clock_monotonic() - t0;
+    for (size_t i = 0; i < g.n; i++)
+        landed[i] = res[i].status == P2PKV_KEY_LANDED;
     char provider[64];
     if (progress)
         fprintf(stderr, "\r\033[K");
@@ -979,7 +1015,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
         fprintf(stderr, "p2pkv%s: %s%s%s\n", failed ? " get" : "", signo ? strsignal(signo) : "",
                 signo ? ": " : "", err);
     rc = signo ? 128 + signo
-         : s_report(&o, argv, g.n, landed, p2pkv_client_pool(client), d.block_len, get, seconds,
+         : s_report(&o, argv, g.n, res, p2pkv_client_pool(client), d.block_len, get, seconds,
                     p2pkv_client_server_provider(client, server, provider, sizeof provider) == 0
                     ? provider : NULL);
     if (!signo && passes)
@@ -987,6 +1023,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
     if (failed && !signo)
         rc = EXIT_ERROR;
     free(landed);
+    free(res);
     free(dest);
 done:
     s_interrupt_end(&intr);

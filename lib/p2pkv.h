@@ -150,6 +150,19 @@ typedef struct {
         on a virtual machine (a one-key lookup: 47 us p50 spinning, 115
         sleeping); the cost is up to this much CPU per request.  */
     double answer_spin;
+    /*  The end-to-end check (issue 34; protocol.md section 7, "Block
+        checksums"): by default every block a get lands is hashed in this
+        client's memory (XXH3-64) and compared with the checksum its
+        server announced in the lookup answer before it is reported
+        landed; a block that differs is P2PKV_KEY_CORRUPT, never landed.
+        no_verify turns that off (and the client stops asking servers for
+        checksums): measured cost in README, "Benchmarks".  */
+    bool no_verify;
+    /*  A server whose blocks fail their check this many times in a row
+        (0: 8) is treated as hostile: its session is ended (DOWN, then a
+        new one, unless no_reconnect), counted (p2pkv_client_checks) and
+        said once in its reason.  */
+    unsigned max_corrupt;
 } p2pkv_config_t;
 
 /*  answer_spin's default (seconds): what 0 means.  */
@@ -266,6 +279,55 @@ int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2p
     The directory is one connection under its own lock, never the
     client's: locating never stalls the other calls or the progress
     thread.  */
+
+/*  One key's result of p2pkv_client_get_results, the one definition of a
+    per-key outcome for the C API, the Python package and the CLI.  */
+typedef enum {
+    P2PKV_KEY_LANDED = 0,           //  its bytes are in dest (checked, when verified)
+    P2PKV_KEY_MISSING,              //  no server asked had it (reason says why, where known)
+    P2PKV_KEY_CORRUPT,              //  it landed, but its bytes differ from the checksum
+                                    //  its server announced: dest holds wrong bytes
+    P2PKV_KEY_FAILED                //  it was a hit, but its fetch failed or the call
+                                    //  ended first (server gone, timeout, cancel)
+} p2pkv_key_status_t;
+
+/*  Why a key is MISSING (room for the reasons later servers give).  */
+typedef enum {
+    P2PKV_MISS_UNKNOWN = 0,         //  the server answered miss, without a reason
+    P2PKV_MISS_NO_HOLDER            //  (P2PKV_ANY_SERVER) the directory named no live holder
+} p2pkv_miss_reason_t;
+
+typedef struct {
+    uint8_t status;                 //  a p2pkv_key_status_t
+    uint8_t reason;                 //  a p2pkv_miss_reason_t, when MISSING
+    bool verified;                  //  LANDED or CORRUPT: compared with checksum
+    uint8_t reserved;               //  0
+    int32_t holder;                 //  the server index it came from (or was a hit
+                                    //  on), -1 when none
+    uint64_t checksum;              //  the checksum its server announced (0: none)
+} p2pkv_key_result_t;
+
+/*  p2pkv_client_get with a result per key (results: n items) in place of
+    landed[]: every key ends LANDED, MISSING, CORRUPT or FAILED, whatever
+    the return value.  A corrupt block is a result for its key, not a
+    failed call: the count returned is of LANDED keys.  Errors as
+    p2pkv_client_get's.  (Symbol version P2PKV_0.1.)  */
+int p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
+                             const p2pkv_key_t *keys, const uint32_t *dest, size_t n, bool fetch,
+                             double timeout, p2pkv_key_result_t *results,
+                             p2pkv_progress_fn *progress, void *progress_arg, char *err);
+
+/*  What the end-to-end check has seen since the client was made.  */
+typedef struct {
+    uint64_t checked;               //  blocks hashed after landing, that matched
+    uint64_t corrupt;               //  blocks that did not (P2PKV_KEY_CORRUPT)
+    uint64_t unchecked;             //  blocks landed without a checksum to compare
+                                    //  (no_verify, or a server without the capability)
+    uint64_t hostile;               //  sessions ended after max_corrupt in a row
+} p2pkv_check_stats_t;
+
+/*  The check's counters.  (Symbol version P2PKV_0.1.)  */
+void p2pkv_client_checks(p2pkv_client_t *self, p2pkv_check_stats_t *out);
 
 /*  p2pkv_client_get's server meaning "any holder": each key is fetched
     from a holder the directory names, see p2pkv_client_get.  */

@@ -13,6 +13,7 @@
 #include "testutil.h"
 
 #include <czmq.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -131,6 +132,121 @@ s_lookup_fetch(p2pkv_client_t *c, s_seen_t *seen, int server, const char *kv, bo
                       "block %d", i);
     ck_assert_int_eq(p2pkv_client_finish(c, server, kv), 0);
 }
+
+//  The server's pool as the test's own mapping (the same user may open
+//  it): where a published block lives, found by its bytes, to corrupt it
+//  at rest as a bad disk or a stray write would.
+static uint8_t *
+s_pool_map(td_t *s, size_t *len_p)
+{
+    int fd = shm_open(s->pool, O_RDWR, 0);
+    ck_assert_msg(fd >= 0, "shm_open %s: %s", s->pool, strerror(errno));
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    uint8_t *map = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ck_assert_ptr_ne(map, MAP_FAILED);
+    *len_p = (size_t) st.st_size;
+    return map;
+}
+
+static uint8_t *
+s_pool_block(uint8_t *map, size_t len, const uint8_t *data)
+{
+    for (size_t off = 0; off + BLOCK <= len; off += BLOCK)
+        if (memcmp(map + off, data, BLOCK) == 0)
+            return map + off;
+    ck_abort_msg("the block is not in the server's pool");
+    return NULL;
+}
+
+//  Every block a get lands is checked against the checksum its server
+//  took at commit: whole ones are LANDED and verified; one corrupted at
+//  rest in the server's pool is CORRUPT (its wrong bytes never reported
+//  landed), the others of the same get LANDED; max_corrupt (8) in a row
+//  end the session as hostile, once; a client with no_verify lands them
+//  unchecked.
+START_TEST(test_checksums_catch_corrupt_blocks)
+{
+    td_t s;
+    s_seen_t seen;
+    int server;
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, false, false, &server);
+    uint32_t dest[NKEYS];
+    for (int i = 0; i < NKEYS; i++)
+        dest[i] = (uint32_t) i;
+    p2pkv_key_result_t res[NKEYS];
+    char err[256] = "";
+    uint8_t *pool = p2pkv_client_pool(c);
+    ck_assert_int_eq(p2pkv_client_get_results(c, server, "whole", s_keys, dest, NKEYS, true, 10,
+                                              res, NULL, NULL, err), NKEYS);
+    for (int i = 0; i < NKEYS; i++) {
+        ck_assert_int_eq(res[i].status, P2PKV_KEY_LANDED);
+        ck_assert(res[i].verified);
+        ck_assert_int_eq(res[i].holder, server);
+        ck_assert_msg(memcmp(pool + (size_t) i * BLOCK, s_data[i], BLOCK) == 0, "block %d", i);
+    }
+    p2pkv_check_stats_t st;
+    p2pkv_client_checks(c, &st);
+    ck_assert_uint_eq(st.checked, NKEYS);
+    ck_assert_uint_eq(st.corrupt, 0);
+
+    //  one block corrupted at rest
+    size_t maplen;
+    uint8_t *map = s_pool_map(&s, &maplen);
+    s_pool_block(map, maplen, s_data[3])[100] ^= 0x40;
+    memset(pool, 0, NKEYS * BLOCK);
+    int got = p2pkv_client_get_results(c, server, "one-bad", s_keys, dest, NKEYS, true, 10, res,
+                                       NULL, NULL, err);
+    ck_assert_msg(got == NKEYS - 1, "one bad: %d %s", got, err);
+    for (int i = 0; i < NKEYS; i++)
+        ck_assert_int_eq(res[i].status, i == 3 ? P2PKV_KEY_CORRUPT : P2PKV_KEY_LANDED);
+    ck_assert(res[3].verified);
+    ck_assert_msg(memcmp(pool + 3 * BLOCK, s_data[3], BLOCK) != 0, "the corrupt bytes landed");
+    bool landed[NKEYS];
+    ck_assert_int_eq(p2pkv_client_get(c, server, "one-bad-bool", s_keys, dest, NKEYS, true, 10,
+                                      landed, NULL, NULL, err), NKEYS - 1);
+    ck_assert(!landed[3] && landed[2] && landed[4]);
+    p2pkv_client_checks(c, &st);
+    ck_assert_uint_eq(st.corrupt, 2);
+    ck_assert_uint_eq(st.hostile, 0);
+
+    //  every block corrupted: 8 in a row end the session, counted once
+    for (int i = 0; i < NKEYS; i++)
+        if (i != 3)
+            s_pool_block(map, maplen, s_data[i])[7] ^= 1;
+    ck_assert_int_eq(p2pkv_client_get_results(c, server, "all-bad", s_keys, dest, NKEYS, true,
+                                              10, res, NULL, NULL, err), 0);
+    for (int i = 0; i < NKEYS; i++)
+        ck_assert_int_eq(res[i].status, P2PKV_KEY_CORRUPT);
+    p2pkv_client_checks(c, &st);
+    ck_assert_uint_eq(st.corrupt, 2 + NKEYS);
+    ck_assert_uint_eq(st.hostile, 1);
+    char why[P2PKV_ERRLEN] = "";
+    ck_assert_int_ne(p2pkv_client_server_state(c, server, why), P2PKV_SERVER_UP);
+    ck_assert_msg(strstr(why, "hostile") != NULL, "state reason: %s", why);
+    p2pkv_client_destroy(&c);
+
+    //  no_verify: the same bytes land, unchecked
+    p2pkv_config_t cfg = { .peer_id = "c-noverify", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1", .load_timeout = 5,
+                           .no_verify = true };
+    c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "%s", err);
+    server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "%s", err);
+    ck_assert_int_eq(p2pkv_client_get_results(c, server, "unchecked", s_keys, dest, NKEYS, true,
+                                              10, res, NULL, NULL, err), NKEYS);
+    for (int i = 0; i < NKEYS; i++)
+        ck_assert(res[i].status == P2PKV_KEY_LANDED && !res[i].verified);
+    p2pkv_client_checks(c, &st);
+    ck_assert_uint_eq(st.unchecked, NKEYS);
+    ck_assert_uint_eq(st.checked + st.corrupt, 0);
+    p2pkv_client_destroy(&c);
+    munmap(map, maplen);
+    td_stop(&s);
+}
+END_TEST
 
 //  Only the fd says when to poll, and the session outlives three
 //  silence timeouts of idling that way (the timer in the fd sends pings).
@@ -1215,6 +1331,7 @@ main(void)
     Suite *suite = suite_create("client");
     TCase *tc = td_case(suite, "library", 0);
     tcase_add_test(tc, test_fd_drives_an_event_loop);
+    tcase_add_test(tc, test_checksums_catch_corrupt_blocks);
     tcase_add_test(tc, test_progress_thread_keeps_an_idle_session);
     tcase_add_test(tc, test_reconnects_to_a_restarted_server);
     tcase_add_test(tc, test_incompatible_server_stops_reconnecting);

@@ -31,6 +31,8 @@ typedef struct {
         size_t n;
         uint8_t keys[8];
         bool hits[8];
+        uint64_t sums[8];           //  0 each without checksums
+        bool has_sums;
         bool unanswered;            //  hits NULL: the server went away
     } answers[8];
     uint8_t bytes[16];
@@ -87,7 +89,7 @@ s_forget(void *a, uint64_t round)
 
 static void
 s_lookup_done(void *a, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
-              size_t n)
+              const uint64_t *sums, size_t n)
 {
     ck_assert_int_lt(H->lookups_done, 8);
     ck_assert_uint_le(n, 8);
@@ -98,7 +100,9 @@ s_lookup_done(void *a, const char *kv, uint64_t round, const pk_key_t *keys, con
     for (size_t i = 0; i < n; i++) {
         H->answers[H->lookups_done].keys[i] = keys[i].bytes[0];
         H->answers[H->lookups_done].hits[i] = hits && hits[i];
+        H->answers[H->lookups_done].sums[i] = sums ? sums[i] : 0;
     }
+    H->answers[H->lookups_done].has_sums = sums != NULL;
     H->lookups_done++;
     H->last_lookup_round = round;
 }
@@ -617,6 +621,30 @@ START_TEST(test_keyless_answer)
     s_fetch("r1", 2, 1, round, 0);
     ck_assert_int_eq(H->sent[1].type, PK_MSG_FETCH);
     ck_assert_uint_eq(H->sent[1].round, round);
+}
+END_TEST
+
+//  An answer with checksums (the capability) hands each hit's to the
+//  owner, parallel to the keys, 0 at misses; one without hands none.
+START_TEST(test_answer_checksums)
+{
+    s_probe("r1", 2, 3);
+    pk_client_role_flush(H->role);
+    uint64_t round = H->sent[0].round;
+    pk_msg_t *m = s_keyless("r1", round, 3, 0x5);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_CHECKSUMS,
+                                       "00000000000000ab" "ffffffffffffff01"), 0);
+    ck_assert_int_eq(s_deliver(m), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    ck_assert(H->answers[0].has_sums);
+    ck_assert_uint_eq(H->answers[0].sums[0], 0xab);
+    ck_assert_uint_eq(H->answers[0].sums[1], 0);
+    ck_assert_uint_eq(H->answers[0].sums[2], UINT64_C(0xffffffffffffff01));
+    s_probe("r2", 2, 1);
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(s_deliver(s_keyless("r2", H->sent[1].round, 1, 0x1)), 0);
+    ck_assert_int_eq(H->lookups_done, 2);
+    ck_assert(!H->answers[1].has_sums);
 }
 END_TEST
 
@@ -1152,6 +1180,7 @@ main(void)
     tcase_add_test(tc, test_lookup_resp_other_keys_stale);
     tcase_add_test(tc, test_conflicting_duplicate_answer);
     tcase_add_test(tc, test_keyless_answer);
+    tcase_add_test(tc, test_answer_checksums);
     tcase_add_test(tc, test_remembered_rounds_expire);
     tcase_add_test(tc, test_overlapping_rounds_any_order);
     tcase_add_test(tc, test_rounds_from_one_counter);

@@ -198,7 +198,7 @@ s_cut_off(void *arg)
 
 static void
 s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
-              size_t n)
+              const uint64_t *sums, size_t n)
 {
     s_server_t *s = arg;
     p2pkv_client_t *c = s->client;
@@ -208,6 +208,9 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
     if (sync) {
         if (hits)
             memcpy(sync->hits, hits, n * sizeof *hits);
+        sync->has_sums = hits && sums;
+        if (sync->has_sums)
+            memcpy(sync->sums, sums, n * sizeof *sums);
         sync->round = round;
         sync->answered = hits ? 1 : -1;
         pthread_cond_broadcast(&c->synced);
@@ -932,8 +935,11 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
     pk_client_session_config_t scfg = { self->config.connect_retry,
                                         self->config.keepalive_interval,
                                         self->config.silence_timeout, self->config.no_reconnect };
+    //  the checksum capability only when we check: a server then leaves
+    //  the checksums out of its answers (16 bytes a hit)
     pk_client_identity_t id = { s->endpoint, self->peer_id, self->num_blocks, self->block_len,
-                                self->fingerprint, self->hash_seed, 0 };
+                                self->fingerprint, self->hash_seed, 0,
+                                self->config.no_verify ? NULL : PK_CAPS };
     pk_client_session_ops_t ops = s_session_ops;
     ops.self = s;
     s->session = pk_client_session_new(&scfg, &id, (pk_clock_t) { s, s_clock_now }, &ops);

@@ -81,6 +81,8 @@ typedef struct s_sync {
     char kv[PK_ERRLEN];
     int answered;                   //  1, or -1 when the server went away
     bool *hits;                     //  the batch's, parallel to its keys
+    uint64_t *sums;                 //  each hit's checksum, parallel to its keys,
+    bool has_sums;                  //  when the answer carried them
     uint64_t round, fetch_id;
     int status;                     //  -EINPROGRESS until the fetch ends
     int cancelled;                  //  1: the get ends with -ECANCELED (finish of
@@ -114,6 +116,7 @@ typedef struct {
     double last_landed;             //  when its queue last had completions
     double stall_floor;             //  UP, a fetch started or ended: what landed before is old
     char reason[PK_ERRLEN + 64];
+    unsigned corrupt_run;           //  blocks of it that failed their check in a row
 } s_server_t;
 
 //  locate.c: the directory (config.directory), under its own mutex
@@ -145,8 +148,9 @@ const pk_client_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv
 
 //  get_any.c: p2pkv_client_get of P2PKV_ANY_SERVER
 int pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
-                      const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
-                      p2pkv_progress_fn *progress, void *progress_arg, char *err);
+                      const uint32_t *dest, size_t n, bool fetch, double timeout,
+                      p2pkv_key_result_t *res, p2pkv_progress_fn *progress, void *progress_arg,
+                      char *err);
 
 struct _p2pkv_client_t {
     p2pkv_config_t config;
@@ -181,6 +185,8 @@ struct _p2pkv_client_t {
     bool thread_running;
     atomic_bool stopping;
     pk_locator_t *locator;          //  config.directory's, or NULL
+    //  the end-to-end check (get.c): counted under lock
+    uint64_t checked, corrupt, unchecked, hostile;
 };
 
 #endif

@@ -2,6 +2,7 @@
     the public calls; each get waits on its own record in the client's
     list of running gets, which the role's events answer (client.c).  */
 #include "client/client_internal.h"
+#include "base/checksum.h"
 #include "base/clock.h"
 #include "wire/protocol.h"
 
@@ -66,11 +67,62 @@ typedef struct {
     size_t n;
     bool fetch;
     double timeout;
-    bool *landed;
+    p2pkv_key_result_t *res;        //  the caller's, n
+    bool *settled;                  //  LANDED or CORRUPT: not asked again
     p2pkv_key_t *ask;               //  scratch, n each
     size_t *pos;
     uint32_t *to;
 } s_get_t;
+
+//  The end-to-end check of a batch's nhit landed blocks (g->pos, g->to):
+//  each hashed in our pool and compared with the checksum its server
+//  announced, one after another (the blocks of a round land together, so
+//  what one check reads the next does not evict).  A block that differs is
+//  CORRUPT, never landed; max_corrupt of them in a row from one server
+//  end its session as hostile.  Returns the keys that landed.
+static size_t
+s_check(p2pkv_client_t *self, s_get_t *g, size_t nhit)
+{
+    size_t landed = 0, checked = 0, corrupt = 0;
+    bool hostile = false;
+    pthread_mutex_lock(&self->lock);
+    s_server_t *s = g->server >= 0 && g->server < self->nservers ? self->servers[g->server]
+                                                                  : NULL;
+    unsigned limit = self->config.max_corrupt ? self->config.max_corrupt : 8;
+    for (size_t a = 0; a < nhit; a++) {
+        p2pkv_key_result_t *r = &g->res[g->pos[a]];
+        g->settled[g->pos[a]] = true;
+        if (!r->verified) {
+            landed++;
+            continue;
+        }
+        uint64_t sum = pk_checksum(self->pool + (size_t) g->to[a] * self->block_len,
+                                   self->block_len);
+        if (sum == r->checksum) {
+            checked++;
+            landed++;
+            if (s)
+                s->corrupt_run = 0;
+            continue;
+        }
+        r->status = P2PKV_KEY_CORRUPT;
+        corrupt++;
+        if (s && ++s->corrupt_run == limit)
+            hostile = true;
+    }
+    self->checked += checked;
+    self->corrupt += corrupt;
+    self->unchecked += landed - checked;
+    if (hostile) {
+        char why[128];
+        snprintf(why, sizeof why, "hostile: %u blocks in a row failed their checksums", limit);
+        self->hostile++;
+        s->corrupt_run = 0;
+        pk_client_session_lost(s->session, why);
+    }
+    pthread_mutex_unlock(&self->lock);
+    return landed;
+}
 
 //  One batch: look up what has not landed, fetch the hits, finish the
 //  batch's request.  Returns the keys it got (0: nothing more to get), or
@@ -80,10 +132,12 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
 {
     size_t nask = 0;
     for (size_t i = 0; i < g->n; i++)
-        if (!g->landed[i]) {
+        if (!g->settled[i]) {
             g->pos[nask] = i;
             g->ask[nask++] = g->keys[i];
         }
+    if (nask == 0)
+        return 0;               //  every key landed or failed its check
     pthread_mutex_lock(&self->lock);
     snprintf(sync->kv, sizeof sync->kv, "%s-%d", g->kv, batch);
     sync->answered = 0;
@@ -115,6 +169,10 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     size_t nhit = 0;
     for (size_t a = 0; a < nask; a++)
         if (sync->hits[a]) {
+            p2pkv_key_result_t *r = &g->res[g->pos[a]];
+            r->holder = g->server;
+            r->checksum = sync->has_sums ? sync->sums[a] : 0;
+            r->verified = sync->has_sums;
             g->ask[nhit] = g->ask[a];
             g->pos[nhit] = g->pos[a];
             g->to[nhit++] = g->dest[g->pos[a]];
@@ -135,11 +193,13 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
             rc = pk_err(err, -EIO, "the fetch failed: %s", sync->reason);
     }
     p2pkv_client_finish(self, g->server, sync->kv);
+    for (size_t a = 0; a < nhit; a++) {
+        g->res[g->pos[a]].status = rc ? P2PKV_KEY_FAILED : P2PKV_KEY_LANDED;
+        g->res[g->pos[a]].verified &= g->fetch;     //  a lookup alone moved no bytes
+    }
     if (rc)
         return rc;
-    for (size_t a = 0; a < nhit; a++)
-        g->landed[g->pos[a]] = true;
-    return (int) nhit;
+    return (int) s_check(self, g, nhit);
 }
 
 //  Each get waits on its own record: gets of other requests, or on other
@@ -178,23 +238,26 @@ s_sync_unlink(p2pkv_client_t *self, s_sync_t *sync)
 }
 
 int
-p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
-                 const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
-                 p2pkv_progress_fn *progress, void *progress_arg, char *err)
+p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
+                         const p2pkv_key_t *keys, const uint32_t *dest, size_t n, bool fetch,
+                         double timeout, p2pkv_key_result_t *results,
+                         p2pkv_progress_fn *progress, void *progress_arg, char *err)
 {
-    if (server == P2PKV_ANY_SERVER)
-        return pk_client_get_any(self, kv, keys, dest, n, fetch, timeout, landed, progress,
-                                 progress_arg, err);
-    if (n == 0 || n > PK_MAX_LIST || strlen(kv) > PK_ERRLEN - 16)
+    if (n == 0 || n > PK_MAX_LIST || !results || strlen(kv) > PK_ERRLEN - 16)
         return -EINVAL;
-    memset(landed, 0, n * sizeof *landed);
+    for (size_t i = 0; i < n; i++)
+        results[i] = (p2pkv_key_result_t) { .status = P2PKV_KEY_MISSING, .holder = -1 };
+    if (server == P2PKV_ANY_SERVER)
+        return pk_client_get_any(self, kv, keys, dest, n, fetch, timeout, results, progress,
+                                 progress_arg, err);
     if (err)
         *err = '\0';
-    s_get_t g = { server, kv, keys, dest, n, fetch, timeout, landed,
+    s_get_t g = { server, kv, keys, dest, n, fetch, timeout, results, calloc(n, sizeof (bool)),
                   malloc(n * sizeof *g.ask), malloc(n * sizeof *g.pos),
                   malloc(n * sizeof *g.to) };
-    s_sync_t sync = { .server = server, .request = kv, .hits = malloc(n * sizeof *sync.hits) };
-    int rc = g.ask && g.pos && g.to && sync.hits ? 0 : -ENOMEM;
+    s_sync_t sync = { .server = server, .request = kv, .hits = malloc(n * sizeof *sync.hits),
+                      .sums = malloc(n * sizeof *sync.sums) };
+    int rc = g.settled && g.ask && g.pos && g.to && sync.hits && sync.sums ? 0 : -ENOMEM;
     bool linked = rc == 0 && (rc = s_sync_link(self, &sync, err)) == 0;
     //  A server pins at most its quota of blocks per session; keys beyond
     //  it answer as misses.  So: look up what is left, fetch the hits
@@ -213,14 +276,47 @@ p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_k
         if (!fetch)
             break;      //  a lookup asks once
     }
+    //  keys the call ended before deciding were not shown to be misses
+    for (size_t i = 0; rc && i < n; i++)
+        if (results[i].status == P2PKV_KEY_MISSING)
+            results[i].status = P2PKV_KEY_FAILED;
     if (linked)
         s_sync_unlink(self, &sync);
+    free(g.settled);
     free(g.ask);
     free(g.pos);
     free(g.to);
     free(sync.hits);
+    free(sync.sums);
     if (rc && err && !*err)
         (void) pk_err(err, 0, "%s", strerror(-rc));
     return rc ? rc : (int) total;
 }
 
+int
+p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                 const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
+                 p2pkv_progress_fn *progress, void *progress_arg, char *err)
+{
+    if (n == 0 || n > PK_MAX_LIST)
+        return -EINVAL;
+    memset(landed, 0, n * sizeof *landed);
+    p2pkv_key_result_t *res = malloc(n * sizeof *res);
+    if (!res)
+        return pk_err(err, -ENOMEM, "out of memory");
+    int rc = p2pkv_client_get_results(self, server, kv, keys, dest, n, fetch, timeout, res,
+                                      progress, progress_arg, err);
+    for (size_t i = 0; i < n; i++)
+        landed[i] = res[i].status == P2PKV_KEY_LANDED;
+    free(res);
+    return rc;
+}
+
+void
+p2pkv_client_checks(p2pkv_client_t *self, p2pkv_check_stats_t *out)
+{
+    pthread_mutex_lock(&self->lock);
+    *out = (p2pkv_check_stats_t) { self->checked, self->corrupt, self->unchecked,
+                                   self->hostile };
+    pthread_mutex_unlock(&self->lock);
+}

@@ -42,7 +42,9 @@ typedef struct {
     size_t n;
     bool fetch;
     double timeout;
-    bool *landed;
+    p2pkv_key_result_t *res;        //  the caller's, n
+    bool *landed;                   //  per key: LANDED (a corrupt one is asked again
+                                    //  of another holder)
     char host[256];                 //  our host name, for records without host_id
     s_holder_t *holders;            //  every holder this call heard of
     size_t nholders;
@@ -51,7 +53,7 @@ typedef struct {
     size_t *pos;                    //  a locate's or a group's keys: their index in keys[]
     p2pkv_key_t *ask;
     uint32_t *to;
-    bool *got;
+    p2pkv_key_result_t *got;        //  a holder's get's results
     size_t total;                   //  keys landed
 } s_any_t;
 
@@ -165,23 +167,32 @@ s_run_holder(s_any_t *a, int s, int attempt, char *err)
     int rc = h->server >= 0 ? 0 : s_connect(a, h, err);
     char kv[PK_ERRLEN];
     snprintf(kv, sizeof kv, "%s-a%d-s%d", a->kv, attempt, s);
-    memset(a->got, 0, m * sizeof *a->got);
+    for (size_t j = 0; j < m; j++)
+        a->got[j] = (p2pkv_key_result_t) { .status = P2PKV_KEY_FAILED, .holder = -1 };
     if (rc >= 0)
-        rc = p2pkv_client_get(a->client, h->server, kv, a->ask, a->to, m, a->fetch, a->timeout,
-                              a->got, NULL, NULL, err);
+        rc = p2pkv_client_get_results(a->client, h->server, kv, a->ask, a->to, m, a->fetch,
+                                      a->timeout, a->got, NULL, NULL, err);
     //  A holder that went away during the get failed, whatever it said
     //  before: its misses are no evidence against its entries.
     if (rc >= 0 && p2pkv_client_server_state(a->client, h->server, NULL) != P2PKV_SERVER_UP)
         rc = pk_err(err, -ENOTCONN, "the holder went away during the get");
     for (size_t j = 0; j < m; j++) {
         size_t k = a->pos[j];
-        if (a->got[j]) {
+        p2pkv_key_result_t *g = &a->got[j];
+        if (g->status == P2PKV_KEY_LANDED) {
+            a->res[k] = *g;
             a->landed[k] = true;
             a->total++;
             continue;
         }
         a->tried[k] |= UINT64_C(1) << s;
-        if (rc >= 0)            //  it answered, and had no such key: the entry is stale
+        //  a corrupt block is asked of another holder, and stays the
+        //  key's result unless one delivers it whole
+        if (g->status == P2PKV_KEY_CORRUPT
+            || (g->status == P2PKV_KEY_FAILED && a->res[k].status != P2PKV_KEY_CORRUPT))
+            a->res[k] = *g;
+        //  it answered, and had no such key: the entry is stale
+        if (rc >= 0 && g->status == P2PKV_KEY_MISSING)
             pk_locator_forget(a->client->locator, &a->keys[k], h->peer_id);
     }
     if (rc < 0) {
@@ -203,8 +214,9 @@ s_any_alloc(s_any_t *a)
     a->ask = calloc(n, sizeof *a->ask);
     a->to = calloc(n, sizeof *a->to);
     a->got = calloc(n, sizeof *a->got);
+    a->landed = calloc(n, sizeof *a->landed);
     return a->holders && a->can && a->tried && a->choice && a->pos && a->ask && a->to && a->got
-           ? 0 : -ENOMEM;
+           && a->landed ? 0 : -ENOMEM;
 }
 
 static void
@@ -218,12 +230,14 @@ s_any_free(s_any_t *a)
     free(a->ask);
     free(a->to);
     free(a->got);
+    free(a->landed);
 }
 
 int
 pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
-                  const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
-                  p2pkv_progress_fn *progress, void *progress_arg, char *err)
+                  const uint32_t *dest, size_t n, bool fetch, double timeout,
+                  p2pkv_key_result_t *res, p2pkv_progress_fn *progress, void *progress_arg,
+                  char *err)
 {
     if (err)
         *err = '\0';
@@ -231,9 +245,8 @@ pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
         return pk_err(err, -EINVAL, "no server and no directory: set config.directory");
     if (n == 0 || n > PK_MAX_LIST || strlen(kv) > PK_ERRLEN - 48)
         return pk_err(err, -EINVAL, "get: 1..%d keys and a request name", PK_MAX_LIST);
-    memset(landed, 0, n * sizeof *landed);
     s_any_t a = { .client = self, .kv = kv, .keys = keys, .dest = dest, .n = n,
-                  .fetch = fetch, .timeout = timeout, .landed = landed };
+                  .fetch = fetch, .timeout = timeout, .res = res };
     if (gethostname(a.host, sizeof a.host - 1) != 0)
         a.host[0] = '\0';
     int rc = s_any_alloc(&a);
@@ -253,6 +266,13 @@ pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
                 progress(progress_arg, a.total, n);
         }
     }
+    //  what no holder delivered: missing (no live holder listed it, or
+    //  every one asked answered miss), or failed when the call did
+    for (size_t k = 0; a.tried && k < n; k++)
+        if (res[k].status == P2PKV_KEY_MISSING) {
+            res[k].status = rc < 0 ? P2PKV_KEY_FAILED : P2PKV_KEY_MISSING;
+            res[k].reason = a.tried[k] ? P2PKV_MISS_UNKNOWN : P2PKV_MISS_NO_HOLDER;
+        }
     s_any_free(&a);
     if (rc == -ENOMEM && err && !*err)
         (void) pk_err(err, rc, "out of memory");

@@ -57,6 +57,9 @@ PK_METRIC(BYTES_WRITTEN, "p2pkv_bytes_written_total", COUNTER,
 PK_METRIC(WRITE_ERRORS, "p2pkv_write_errors_total", COUNTER,
           "Completion-queue error entries", PEER)
 PK_METRIC(TRANSFERS_IN_FLIGHT, "p2pkv_transfers_in_flight", GAUGE, "Transfers in flight", PEER)
+PK_METRIC(BLOCKS_CORRUPT, "p2pkv_blocks_corrupt_total", COUNTER,
+          "Blocks a pull landed whose bytes differ from the checksum their server announced "
+          "(never committed)", PEER)
 
 //  The data plane (the transport's fabric stats)
 //  per fabric, labelled by its provider (--provider shm,tcp opens two)

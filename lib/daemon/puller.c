@@ -73,8 +73,15 @@ s_pull_run(pk_node_t *node, p2pkv_client_t *client, pk_pull_t *p)
             keys[i] = (p2pkv_key_t) { p->keys[i].bytes, p->keys[i].len };
         char kv[64];
         snprintf(kv, sizeof kv, "pull-%llu", (unsigned long long) p->id);
+        //  A block that fails its checksum is not landed[]: the door
+        //  commits only what landed whole (the end-to-end check, issue 34)
+        p2pkv_check_stats_t before, after;
+        p2pkv_client_checks(client, &before);
         int got = p2pkv_client_get(client, server, kv, keys, p->blocks, p->n, true,
                                    node->config->load_timeout, p->landed, NULL, NULL, err);
+        p2pkv_client_checks(client, &after);
+        if (after.corrupt > before.corrupt)
+            pk_metrics_add(node->metrics, PK_M_BLOCKS_CORRUPT, NULL, after.corrupt - before.corrupt);
         if (got >= 0 && !p->server)
             err[0] = '\0';         //  a holder lost on the way, its keys got elsewhere
         free(keys);

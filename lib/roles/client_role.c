@@ -90,6 +90,24 @@ struct _pk_client_role_t {
     const char *violation;          //  why on_message last returned -EPROTO
 };
 
+//  A lookup answer's checksums (16 hex chars per hit, in key order; the
+//  codec checked their count and alphabet) as one per key, 0 at misses.
+//  NULL without memory: the answer is then taken without checksums.
+static uint64_t *
+s_parse_sums(const char *hex, const bool *hits, size_t n)
+{
+    uint64_t *sums = calloc(n ? n : 1, sizeof *sums);
+    for (size_t i = 0; sums && i < n; i++) {
+        if (!hits[i])
+            continue;
+        uint64_t v = 0;
+        for (int k = 0; k < PK_CHECKSUM_HEX; k++, hex++)
+            v = v << 4 | (uint64_t) (*hex <= '9' ? *hex - '0' : *hex - 'a' + 10);
+        sums[i] = v;
+    }
+    return sums;
+}
+
 static double
 s_now(pk_client_role_t *self)
 {
@@ -425,7 +443,11 @@ s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
     self->asking--;
     pk_key_t *asked = l->keys;
     l->keys = NULL;
-    self->events.lookup_done(self->events.self, l->kv, round, asked, m->hits, m->keys.count);
+    uint64_t *sums = m->present & PK_BIT(PK_F_CHECKSUMS)
+                     ? s_parse_sums(m->checksums, m->hits, m->keys.count) : NULL;
+    self->events.lookup_done(self->events.self, l->kv, round, asked, m->hits, sums,
+                             m->keys.count);
+    free(sums);
     free(asked);
     return 0;
 }
@@ -777,7 +799,7 @@ pk_client_role_server_gone(pk_client_role_t *self, const char *reason)
     s_lookup_t **open = s_take_lookups(self, NULL, true, &n);
     for (size_t i = 0; i < n; i++) {
         self->events.lookup_done(self->events.self, open[i]->kv, open[i]->round, open[i]->keys,
-                                 NULL, open[i]->n);
+                                 NULL, NULL, open[i]->n);
         s_lookup_free(open[i]);
     }
     free(open);

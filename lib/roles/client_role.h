@@ -40,9 +40,11 @@ typedef enum {
 typedef struct {
     void *self;
     /*  A lookup's answer: keys in the order probed, hits parallel; hits
-        NULL when the server went away first.  */
+        NULL when the server went away first.  sums: each hit's block
+        checksum (base/checksum.h), parallel, where the answer carried
+        them (the checksum capability), else NULL.  */
     void (*lookup_done)(void *self, const char *kv, uint64_t round_seq, const pk_key_t *keys,
-                        const bool *hits, size_t n);
+                        const bool *hits, const uint64_t *sums, size_t n);
     /*  A load ended; its destination blocks may be reused from now on.  */
     void (*load_done)(void *self, uint64_t load_id, pk_load_status_t status, const char *reason);
 } pk_client_events_t;

@@ -16,6 +16,8 @@
 struct _pk_client_session_t {
     pk_client_session_config_t config;
     char *endpoint, *peer_id, *fingerprint, *hash_seed;
+    char *caps;                     //  ours, for connect (NULL: none)
+    char server_caps[PK_MAX_CAPS + 1];  //  the last connect_ack's
     uint64_t num_blocks, block_len, wire_major;
     pk_clock_t clock;
     pk_client_session_ops_t ops;
@@ -101,7 +103,9 @@ pk_client_session_new(const pk_client_session_config_t *config, const pk_client_
     self->peer_id = strdup(id->peer_id);
     self->fingerprint = strdup(id->fingerprint);
     self->hash_seed = strdup(id->hash_seed);
-    if (!self->endpoint || !self->peer_id || !self->fingerprint || !self->hash_seed) {
+    self->caps = id->caps ? strdup(id->caps) : NULL;
+    if (!self->endpoint || !self->peer_id || !self->fingerprint || !self->hash_seed
+        || (id->caps && !self->caps)) {
         pk_client_session_destroy(&self);
         return NULL;
     }
@@ -121,6 +125,7 @@ pk_client_session_destroy(pk_client_session_t **self_p)
     free(self->peer_id);
     free(self->fingerprint);
     free(self->hash_seed);
+    free(self->caps);
     free(self);
     *self_p = NULL;
 }
@@ -228,6 +233,10 @@ s_send_connect(pk_client_session_t *self, double now)
                               | PK_BIT(PK_F_BASE_ADDR) | PK_BIT(PK_F_NUM_BLOCKS)
                               | PK_BIT(PK_F_BLOCK_LEN) | PK_BIT(PK_F_CONFIG_FINGERPRINT)
                               | PK_BIT(PK_F_HASH_SEED) };
+    if (self->caps) {
+        c.caps = self->caps;
+        c.present |= PK_BIT(PK_F_CAPS);
+    }
     //  repeated every reconnect_interval until answered (the server may not
     //  be up yet); a socket not connected yet is tried again very soon
     bool sent = s_send(self, &c, zero) == 0;
@@ -295,6 +304,8 @@ s_on_connect_answer(pk_client_session_t *self, const pk_msg_t *m)
     if (m->type != PK_MSG_CONNECT_ACK || memcmp(m->target_epoch, self->epoch, PK_EPOCH_LEN) != 0)
         return;
     memcpy(self->server_epoch, m->source_epoch, PK_EPOCH_LEN);
+    snprintf(self->server_caps, sizeof self->server_caps, "%s",
+             (m->present & PK_BIT(PK_F_CAPS)) ? m->caps : "");
     self->last_sent = self->last_heard = s_now(self);
     int rc = self->ops.up(self->ops.self);
     if (rc) {
@@ -392,4 +403,10 @@ const uint8_t *
 pk_client_session_server_epoch(const pk_client_session_t *self)
 {
     return self->server_epoch;
+}
+
+const char *
+pk_client_session_server_caps(const pk_client_session_t *self)
+{
+    return self->server_caps;
 }

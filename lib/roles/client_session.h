@@ -54,6 +54,7 @@ typedef struct {
     uint64_t num_blocks, block_len;
     const char *fingerprint, *hash_seed;
     uint64_t wire_major;        //  0: ours (PK_WIRE_MAJOR); tests set others
+    const char *caps;           //  capability words connect lists (NULL: none)
 } pk_client_identity_t;
 
 typedef struct {
@@ -109,6 +110,11 @@ double pk_client_session_tick(pk_client_session_t *self);
 /*  When pk_client_session_tick next has something to do, without doing
     it (INFINITY: never, until the owner starts it or a frame comes).  */
 double pk_client_session_due(const pk_client_session_t *self);
+
+/*  The capability words the server's connect_ack listed ("" before one
+    came, or from a server older than capabilities); a session uses a
+    capability both sides list (protocol.md section 4).  */
+const char *pk_client_session_server_caps(const pk_client_session_t *self);
 
 /*  One frame from the server.  While UP a frame that does not decode is a
     violation; before, it is dropped.  */
