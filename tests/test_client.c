@@ -207,8 +207,24 @@ START_TEST(test_checksums_catch_corrupt_blocks)
     ck_assert_int_eq(p2pkv_client_get(c, server, "one-bad-bool", s_keys, dest, NKEYS, true, 10,
                                       landed, NULL, NULL, err), NKEYS - 1);
     ck_assert(!landed[3] && landed[2] && landed[4]);
+    //  the callbacks' API: one status for the fetch, which did not land whole
+    int lookups = atomic_load(&seen.lookups);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "async", s_keys, NKEYS), 0);
+    s_until(c, &seen.lookups, lookups + 1, true, 10);
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_fetch(c, server, "async", s_keys, dest, NKEYS,
+                                        atomic_load(&seen.round), 0, &id), 0);
+    char reason[256] = "";
+    int status;
+    double until = pk_clock_monotonic() + 10;
+    while ((status = p2pkv_client_fetch_status(c, id, reason)) == -EINPROGRESS
+           && pk_clock_monotonic() < until)
+        p2pkv_client_poll(c, 0.05);
+    ck_assert_int_eq(status, P2PKV_FAILED);
+    ck_assert_msg(strstr(reason, "corrupt: 1 of 16 blocks") != NULL, "reason: %s", reason);
+    ck_assert_int_eq(p2pkv_client_finish(c, server, "async"), 0);
     p2pkv_client_checks(c, &st);
-    ck_assert_uint_eq(st.corrupt, 2);
+    ck_assert_uint_eq(st.corrupt, 3);
     ck_assert_uint_eq(st.hostile, 0);
 
     //  every block corrupted: 8 in a row end the session, counted once
@@ -220,7 +236,7 @@ START_TEST(test_checksums_catch_corrupt_blocks)
     for (int i = 0; i < NKEYS; i++)
         ck_assert_int_eq(res[i].status, P2PKV_KEY_CORRUPT);
     p2pkv_client_checks(c, &st);
-    ck_assert_uint_eq(st.corrupt, 2 + NKEYS);
+    ck_assert_uint_eq(st.corrupt, 3 + NKEYS);
     ck_assert_uint_eq(st.hostile, 1);
     char why[P2PKV_ERRLEN] = "";
     ck_assert_int_ne(p2pkv_client_server_state(c, server, why), P2PKV_SERVER_UP);

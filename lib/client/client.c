@@ -205,12 +205,12 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
     s_sync_t *sync = c->syncs;
     while (sync && !(sync->server == s->index && strcmp(sync->kv, kv) == 0))
         sync = sync->next;
+    //  the checksums wait for the fetch of this round (checks.c)
+    if (hits && sums)
+        (void) pk_client_answer_keep(s, kv, round, keys, hits, sums, n);
     if (sync) {
         if (hits)
             memcpy(sync->hits, hits, n * sizeof *hits);
-        sync->has_sums = hits && sums;
-        if (sync->has_sums)
-            memcpy(sync->sums, sums, n * sizeof *sums);
         sync->round = round;
         sync->answered = hits ? 1 : -1;
         pthread_cond_broadcast(&c->synced);
@@ -226,6 +226,8 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
     //  lookup frees them (p2pkv.h: every pointer stays valid for the whole
     //  callback).  One allocation per answer, the size of what it names.
     size_t kvlen = strlen(kv) + 1, bytes = 0;
+    if (n > PK_MAX_LIST)
+        return;     //  the codec never lets one through; said for the compiler's bounds
     for (size_t i = 0; i < n; i++)
         bytes += keys[i].len;
     size_t need = n * sizeof(p2pkv_key_t) + n * sizeof(bool) + kvlen + bytes;
@@ -276,7 +278,7 @@ s_fetch_forget(p2pkv_client_t *c, s_fetch_t *f)
     }
     pk_key_t k = s_fetch_key(&f->id);
     pk_keymap_take(&c->fetches, &k, NULL, NULL);
-    free(f);
+    pk_client_fetch_free(f);
 }
 
 static void
@@ -295,6 +297,25 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     while (sync && sync->fetch_id != id)
         sync = sync->next;
     bool synced = sync != NULL;
+    //  The end-to-end check, before anyone hears it landed.  A get reads
+    //  each block's verdict; a fetch of the callbacks' API, whose status
+    //  is one for all its blocks, did not land whole: FAILED, saying why.
+    char corrupt_why[128];
+    if (st == P2PKV_LANDED && f && !pk_client_fetch_check(c, s, f)) {
+        size_t bad = 0;
+        for (size_t i = 0; i < f->n; i++)
+            bad += f->verdict[i] == PK_CHECK_CORRUPT;
+        snprintf(corrupt_why, sizeof corrupt_why, "corrupt: %zu of %zu blocks differ from the "
+                 "checksums their server announced", bad, f->n);
+        if (!synced) {
+            st = P2PKV_FAILED;
+            reason = corrupt_why;
+        }
+    }
+    if (synced && f && f->verdict) {
+        memcpy(sync->verdict, f->verdict, f->n);
+        memcpy(sync->sums, f->sums, f->n * sizeof *f->sums);
+    }
     if (synced) {
         sync->status = (int) st;
         snprintf(sync->reason, sizeof sync->reason, "%s", reason ? reason : "");
@@ -603,6 +624,7 @@ s_session_gone(void *arg, const char *reason)
 {
     s_server_t *s = arg;
     pk_client_role_server_gone(s->role, reason);
+    pk_client_answers_drop(s, NULL);
 }
 
 static void
@@ -645,6 +667,7 @@ s_server_free(s_server_t **s_p)
     if (!s)
         return;
     pk_client_session_destroy(&s->session);
+    pk_client_answers_drop(s, NULL);
     free(s->endpoint);
     free(s);
     *s_p = NULL;
@@ -674,7 +697,7 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
     }
     for (size_t i = 0; self->fetches.slots && i <= self->fetches.mask; i++)
         if (self->fetches.slots[i].key.bytes)
-            free((s_fetch_t *) (uintptr_t) self->fetches.slots[i].a);
+            pk_client_fetch_free((s_fetch_t *) (uintptr_t) self->fetches.slots[i].a);
     pk_keymap_fini(&self->fetches);
     pk_client_fabrics_close(self);
     close(self->epoll_fd);
@@ -1064,11 +1087,15 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
         return -ENOMEM;
     }
     f->status = -EINPROGRESS;
+    f->blocks = n;
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
     uint64_t id = 0;
     int rc = s ? pk_client_role_fetch(s->role, kv, k, dest, n, round, deadline, &id)
                : -ENOTCONN;
+    //  the round's announced checksums go with the fetch (none: unchecked)
+    if (rc == 0 && round)
+        (void) pk_client_fetch_sums(s, kv, round, k, dest, n, f);
     if (rc == 0) {
         //  what landed before this fetch says nothing of its progress: a
         //  server idle for longer than stall_timeout is not stalled
@@ -1076,12 +1103,12 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
         f->id = id;
         pk_key_t key = s_fetch_key(&f->id);
         if (pk_keymap_put(&self->fetches, &key, (uintptr_t) f, 0) < 0)
-            free(f);        //  its status then comes by callback only
+            pk_client_fetch_free(f);   //  its status then comes by callback only (unchecked)
         f = NULL;
         if (fetch_id_p)
             *fetch_id_p = id;
     }
-    free(f);
+    pk_client_fetch_free(f);
     self->asked = pk_clock_monotonic();
     s_kick(self);
     pthread_mutex_unlock(&self->lock);
@@ -1145,8 +1172,10 @@ p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
 {
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
-    if (s)
+    if (s) {
         s_cancel_gets(self, s, kv);
+        pk_client_answers_drop(s, kv);
+    }
     int rc = s ? pk_client_role_finish(s->role, kv) : -ENOTCONN;
     if (s)
         s_kick(self);

@@ -71,6 +71,13 @@ typedef struct s_fetch {
     uint64_t id;
     int status;                     //  -EINPROGRESS, then a p2pkv_status_t
     char reason[128];
+    //  the end-to-end check (checks.c): its blocks and their announced
+    //  checksums, in one allocation; dest NULL when nothing is announced
+    size_t blocks;                  //  its blocks, checked or not
+    size_t n;
+    uint32_t *dest;
+    uint64_t *sums;
+    uint8_t *verdict;               //  per block: PK_CHECK_* once checked
     struct s_fetch *prev, *next;    //  ended and unread, oldest first
 } s_fetch_t;
 
@@ -81,8 +88,8 @@ typedef struct s_sync {
     char kv[PK_ERRLEN];
     int answered;                   //  1, or -1 when the server went away
     bool *hits;                     //  the batch's, parallel to its keys
-    uint64_t *sums;                 //  each hit's checksum, parallel to its keys,
-    bool has_sums;                  //  when the answer carried them
+    uint8_t *verdict;               //  its fetch's blocks' PK_CHECK_*, in fetch order
+    uint64_t *sums;                 //  and their announced checksums
     uint64_t round, fetch_id;
     int status;                     //  -EINPROGRESS until the fetch ends
     int cancelled;                  //  1: the get ends with -ECANCELED (finish of
@@ -117,6 +124,8 @@ typedef struct {
     double stall_floor;             //  UP, a fetch started or ended: what landed before is old
     char reason[PK_ERRLEN + 64];
     unsigned corrupt_run;           //  blocks of it that failed their check in a row
+    struct pk_answer *answers;      //  answered lookups' checksums, until their
+                                    //  fetch or finish (checks.c)
 } s_server_t;
 
 //  locate.c: the directory (config.directory), under its own mutex
@@ -147,6 +156,21 @@ const pk_client_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv
                                   char *err);
 
 //  get_any.c: p2pkv_client_get of P2PKV_ANY_SERVER
+//  checks.c: the end-to-end check.  A lookup answer's checksums are kept
+//  per server until a fetch under that round takes them (or the request
+//  finishes, or the session goes); the fetch keeps its blocks' and checks
+//  them when it lands, before it is reported.
+enum { PK_CHECK_NONE = 0, PK_CHECK_OK, PK_CHECK_CORRUPT };
+int pk_client_answer_keep(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
+                          const bool *hits, const uint64_t *sums, size_t n);
+void pk_client_answers_drop(s_server_t *s, const char *kv);
+int pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
+                         const uint32_t *dest, size_t n, s_fetch_t *f);
+//  Checks f's landed blocks: false when one differs (the others and the
+//  counters updated; max_corrupt in a row end s's session).
+bool pk_client_fetch_check(p2pkv_client_t *c, s_server_t *s, s_fetch_t *f);
+void pk_client_fetch_free(s_fetch_t *f);
+
 int pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
                       const uint32_t *dest, size_t n, bool fetch, double timeout,
                       p2pkv_key_result_t *res, p2pkv_progress_fn *progress, void *progress_arg,

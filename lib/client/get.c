@@ -2,7 +2,6 @@
     the public calls; each get waits on its own record in the client's
     list of running gets, which the role's events answer (client.c).  */
 #include "client/client_internal.h"
-#include "base/checksum.h"
 #include "base/clock.h"
 #include "wire/protocol.h"
 
@@ -74,56 +73,6 @@ typedef struct {
     uint32_t *to;
 } s_get_t;
 
-//  The end-to-end check of a batch's nhit landed blocks (g->pos, g->to):
-//  each hashed in our pool and compared with the checksum its server
-//  announced, one after another (the blocks of a round land together, so
-//  what one check reads the next does not evict).  A block that differs is
-//  CORRUPT, never landed; max_corrupt of them in a row from one server
-//  end its session as hostile.  Returns the keys that landed.
-static size_t
-s_check(p2pkv_client_t *self, s_get_t *g, size_t nhit)
-{
-    size_t landed = 0, checked = 0, corrupt = 0;
-    bool hostile = false;
-    pthread_mutex_lock(&self->lock);
-    s_server_t *s = g->server >= 0 && g->server < self->nservers ? self->servers[g->server]
-                                                                  : NULL;
-    unsigned limit = self->config.max_corrupt ? self->config.max_corrupt : 8;
-    for (size_t a = 0; a < nhit; a++) {
-        p2pkv_key_result_t *r = &g->res[g->pos[a]];
-        g->settled[g->pos[a]] = true;
-        if (!r->verified) {
-            landed++;
-            continue;
-        }
-        uint64_t sum = pk_checksum(self->pool + (size_t) g->to[a] * self->block_len,
-                                   self->block_len);
-        if (sum == r->checksum) {
-            checked++;
-            landed++;
-            if (s)
-                s->corrupt_run = 0;
-            continue;
-        }
-        r->status = P2PKV_KEY_CORRUPT;
-        corrupt++;
-        if (s && ++s->corrupt_run == limit)
-            hostile = true;
-    }
-    self->checked += checked;
-    self->corrupt += corrupt;
-    self->unchecked += landed - checked;
-    if (hostile) {
-        char why[128];
-        snprintf(why, sizeof why, "hostile: %u blocks in a row failed their checksums", limit);
-        self->hostile++;
-        s->corrupt_run = 0;
-        pk_client_session_lost(s->session, why);
-    }
-    pthread_mutex_unlock(&self->lock);
-    return landed;
-}
-
 //  One batch: look up what has not landed, fetch the hits, finish the
 //  batch's request.  Returns the keys it got (0: nothing more to get), or
 //  a negative errno with err.
@@ -169,15 +118,13 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     size_t nhit = 0;
     for (size_t a = 0; a < nask; a++)
         if (sync->hits[a]) {
-            p2pkv_key_result_t *r = &g->res[g->pos[a]];
-            r->holder = g->server;
-            r->checksum = sync->has_sums ? sync->sums[a] : 0;
-            r->verified = sync->has_sums;
+            g->res[g->pos[a]].holder = g->server;
             g->ask[nhit] = g->ask[a];
             g->pos[nhit] = g->pos[a];
             g->to[nhit++] = g->dest[g->pos[a]];
         }
     if (nhit && g->fetch) {
+        memset(sync->verdict, PK_CHECK_NONE, nhit);
         rc = p2pkv_client_fetch(self, g->server, sync->kv, g->ask, g->to, nhit, sync->round,
                                 g->timeout, &sync->fetch_id);
         //  cancelled while the fetch was being made: cancel it now.  Its
@@ -193,13 +140,20 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
             rc = pk_err(err, -EIO, "the fetch failed: %s", sync->reason);
     }
     p2pkv_client_finish(self, g->server, sync->kv);
+    //  what landed, by the end-to-end check's verdicts (checks.c): a block
+    //  that differs from its checksum is CORRUPT, asked no more in this get
+    size_t landed = 0;
     for (size_t a = 0; a < nhit; a++) {
-        g->res[g->pos[a]].status = rc ? P2PKV_KEY_FAILED : P2PKV_KEY_LANDED;
-        g->res[g->pos[a]].verified &= g->fetch;     //  a lookup alone moved no bytes
+        p2pkv_key_result_t *r = &g->res[g->pos[a]];
+        uint8_t v = g->fetch && !rc ? sync->verdict[a] : PK_CHECK_NONE;
+        r->status = rc ? P2PKV_KEY_FAILED
+                    : v == PK_CHECK_CORRUPT ? P2PKV_KEY_CORRUPT : P2PKV_KEY_LANDED;
+        r->verified = v != PK_CHECK_NONE;
+        r->checksum = r->verified ? sync->sums[a] : 0;
+        g->settled[g->pos[a]] = !rc;
+        landed += r->status == P2PKV_KEY_LANDED;
     }
-    if (rc)
-        return rc;
-    return (int) s_check(self, g, nhit);
+    return rc ? rc : (int) landed;
 }
 
 //  Each get waits on its own record: gets of other requests, or on other
@@ -256,8 +210,9 @@ p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
                   malloc(n * sizeof *g.ask), malloc(n * sizeof *g.pos),
                   malloc(n * sizeof *g.to) };
     s_sync_t sync = { .server = server, .request = kv, .hits = malloc(n * sizeof *sync.hits),
-                      .sums = malloc(n * sizeof *sync.sums) };
-    int rc = g.settled && g.ask && g.pos && g.to && sync.hits && sync.sums ? 0 : -ENOMEM;
+                      .verdict = malloc(n), .sums = malloc(n * sizeof *sync.sums) };
+    int rc = g.settled && g.ask && g.pos && g.to && sync.hits && sync.verdict && sync.sums
+             ? 0 : -ENOMEM;
     bool linked = rc == 0 && (rc = s_sync_link(self, &sync, err)) == 0;
     //  A server pins at most its quota of blocks per session; keys beyond
     //  it answer as misses.  So: look up what is left, fetch the hits
@@ -287,6 +242,7 @@ p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
     free(g.pos);
     free(g.to);
     free(sync.hits);
+    free(sync.verdict);
     free(sync.sums);
     if (rc && err && !*err)
         (void) pk_err(err, 0, "%s", strerror(-rc));

@@ -1,0 +1,167 @@
+/*  checks.c: the end-to-end check of the consumer (issue 34; protocol.md
+    section 7, "Block checksums").
+
+    A server with the checksum capability sends each hit's checksum in its
+    lookup answer.  The client keeps them per server, as one record per
+    answered lookup (pk_answer_t), until a fetch under that round takes
+    them: the fetch then holds its blocks' checksums, and when it lands
+    each block is hashed in the client's pool and compared, before the
+    fetch is reported.  A record whose round is never fetched goes when
+    its request finishes or the session goes, so what is kept is bounded
+    by the lookups answered and not yet fetched or finished (each costs
+    its keys' bytes and 9 bytes a key).  Everything here runs under the
+    client's lock.
+*/
+#include "client/client_internal.h"
+#include "base/checksum.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pk_answer {
+    uint64_t round;
+    char *kv;
+    size_t n;
+    pk_key_t *keys;                 //  the answer's hits, bytes after the array
+    uint64_t *sums;
+    struct pk_answer *next;
+} pk_answer_t;
+
+int
+pk_client_answer_keep(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
+                      const bool *hits, const uint64_t *sums, size_t n)
+{
+    size_t nhit = 0, bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        if (hits[i]) {
+            nhit++;
+            bytes += keys[i].len;
+        }
+    if (nhit == 0)
+        return 0;
+    size_t kvlen = strlen(kv) + 1;
+    pk_answer_t *a = malloc(sizeof *a + nhit * (sizeof *a->keys + sizeof *a->sums) + bytes
+                            + kvlen);
+    if (!a)
+        return -ENOMEM;             //  this answer's blocks then land unchecked
+    a->round = round;
+    a->n = nhit;
+    a->sums = (uint64_t *) (a + 1);
+    a->keys = (pk_key_t *) (a->sums + nhit);
+    uint8_t *at = (uint8_t *) (a->keys + nhit);
+    for (size_t i = 0, j = 0; i < n; i++) {
+        if (!hits[i])
+            continue;
+        memcpy(at, keys[i].bytes, keys[i].len);
+        a->keys[j] = (pk_key_t) { at, keys[i].len, keys[i].hash };
+        a->sums[j++] = sums[i];
+        at += keys[i].len;
+    }
+    a->kv = (char *) at;
+    memcpy(a->kv, kv, kvlen);
+    a->next = s->answers;
+    s->answers = a;
+    return 0;
+}
+
+void
+pk_client_answers_drop(s_server_t *s, const char *kv)
+{
+    for (pk_answer_t **p = &s->answers; *p; ) {
+        pk_answer_t *a = *p;
+        if (kv && strcmp(a->kv, kv) != 0) {
+            p = &a->next;
+            continue;
+        }
+        *p = a->next;
+        free(a);
+    }
+}
+
+//  The round's record gives each fetched key its checksum; a key it does
+//  not list (not a hit of that answer) is left unchecked.  The record
+//  goes: a round is fetched once.
+int
+pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
+                     const uint32_t *dest, size_t n, s_fetch_t *f)
+{
+    pk_answer_t **p = &s->answers;
+    while (*p && !((*p)->round == round && strcmp((*p)->kv, kv) == 0))
+        p = &(*p)->next;
+    pk_answer_t *a = *p;
+    if (!a)
+        return 0;
+    *p = a->next;
+    int rc = -ENOMEM;
+    pk_keymap_t map = PK_KEYMAP_INIT;
+    if (pk_keymap_reserve(&map, a->n) == 0) {
+        for (size_t j = 0; j < a->n; j++)
+            pk_keymap_put(&map, &a->keys[j], j, 0);
+        f->dest = malloc(n * (sizeof *f->dest + sizeof *f->sums + sizeof *f->verdict));
+        if (f->dest) {
+            f->sums = (uint64_t *) (f->dest + n);
+            f->verdict = (uint8_t *) (f->sums + n);
+            f->n = n;
+            memcpy(f->dest, dest, n * sizeof *dest);
+            for (size_t i = 0; i < n; i++) {
+                pk_keymap_entry_t *e = pk_keymap_find(&map, &keys[i]);
+                f->verdict[i] = e ? PK_CHECK_OK : PK_CHECK_NONE;   //  OK: to be checked
+                f->sums[i] = e ? a->sums[e->a] : 0;
+            }
+            rc = 0;
+        }
+    }
+    pk_keymap_fini(&map);
+    free(a);
+    return rc;
+}
+
+bool
+pk_client_fetch_check(p2pkv_client_t *c, s_server_t *s, s_fetch_t *f)
+{
+    if (!f->dest) {                 //  nothing announced: landed unchecked
+        c->unchecked += f->blocks;
+        return true;
+    }
+    size_t checked = 0, corrupt = 0;
+    bool hostile = false;
+    unsigned limit = c->config.max_corrupt ? c->config.max_corrupt : 8;
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->verdict[i] == PK_CHECK_NONE)
+            continue;
+        //  block by block, each while the next is still to be read: the
+        //  round's blocks landed together and were last touched by the
+        //  fabric's copy
+        uint64_t sum = pk_checksum(c->pool + (size_t) f->dest[i] * c->block_len, c->block_len);
+        if (sum == f->sums[i]) {
+            checked++;
+            s->corrupt_run = 0;
+            continue;
+        }
+        f->verdict[i] = PK_CHECK_CORRUPT;
+        corrupt++;
+        if (++s->corrupt_run == limit)
+            hostile = true;
+    }
+    c->checked += checked;
+    c->corrupt += corrupt;
+    c->unchecked += f->n - checked - corrupt;
+    if (hostile) {
+        char why[128];
+        snprintf(why, sizeof why, "hostile: %u blocks in a row failed their checksums", limit);
+        c->hostile++;
+        s->corrupt_run = 0;
+        pk_client_session_lost(s->session, why);
+    }
+    return corrupt == 0;
+}
+
+void
+pk_client_fetch_free(s_fetch_t *f)
+{
+    if (f)
+        free(f->dest);
+    free(f);
+}
