@@ -190,6 +190,11 @@ START_TEST(test_checksums_catch_corrupt_blocks)
     p2pkv_client_checks(c, &st);
     ck_assert_uint_eq(st.checked, NKEYS);
     ck_assert_uint_eq(st.corrupt, 0);
+    //  p2pkv stats shows the capability the session uses
+    json_t *stats = td_stats_json(&s);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(stats, "capabilities"),
+                                                       "c-lib")), "checksum");
+    json_decref(stats);
 
     //  one block corrupted at rest
     size_t maplen;
@@ -255,6 +260,10 @@ START_TEST(test_checksums_catch_corrupt_blocks)
                                               10, res, NULL, NULL, err), NKEYS);
     for (int i = 0; i < NKEYS; i++)
         ck_assert(res[i].status == P2PKV_KEY_LANDED && !res[i].verified);
+    stats = td_stats_json(&s);
+    ck_assert_str_eq(json_string_value(json_object_get(json_object_get(stats, "capabilities"),
+                                                       "c-noverify")), "");
+    json_decref(stats);
     p2pkv_client_checks(c, &st);
     ck_assert_uint_eq(st.unchecked, NKEYS);
     ck_assert_uint_eq(st.checked + st.corrupt, 0);

@@ -63,6 +63,15 @@ static const char *s_valid[] = {
     //  wire 1.1: an answer without the keys, the hits counting them
     "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true,false,true],"
         "\"round_seq\":5" EP "}",
+    //  capability checksum: 16 hex chars per hit
+    "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true,false,true],"
+        "\"round_seq\":5" EP ",\"checksums\":\"0123456789abcdefffffffffffffffff\"}",
+    "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[false],"
+        "\"round_seq\":5" EP ",\"checksums\":\"\"}",
+    //  capability words, one a word of tomorrow
+    "{\"type\":\"connect_ack\",\"wire_major\":1,\"wire_minor\":1,\"peer_id\":\"a\","
+        "\"source_epoch\":\"" TE "\",\"target_epoch\":\"" SE "\",\"num_blocks\":2,"
+        "\"block_len\":4096,\"caps\":\"checksum rails\"}",
     FETCH_HEAD ",\"keys\":[\"ab\",\"abcd\"],\"block_indexes\":[2147483647,0],\"round_seq\":1" EP "}",
     FETCH_HEAD ",\"keys\":[],\"block_indexes\":[],\"round_seq\":4" EP "}",
     "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":false,\"round_seq\":2,"
@@ -239,6 +248,15 @@ static const s_reject_t s_rejects[] = {
     { FETCH_HEAD ",\"keys\":[\"ab\"],\"block_indexes\":[0]" EP "}", -EPROTO,
       "fetch.round_seq: missing" },
     // lookup_resp
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true,true],"
+      "\"round_seq\":0" EP ",\"checksums\":\"0123456789abcdef0123456789abcde\"}", -EPROTO,
+      "lookup_resp.checksums: expected 16 hex chars for each of 2 hits, got 31 chars" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true,false],"
+      "\"round_seq\":0" EP ",\"checksums\":\"0123456789ABCDEF\"}", -EPROTO,
+      "lookup_resp.checksums[10]: expected lowercase hex" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true],"
+      "\"round_seq\":0" EP ",\"checksums\":7}", -EPROTO,
+      "lookup_resp.checksums: expected string, got 7" },
     { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"keys\":[\"ab\",\"cd\"],"
       "\"hits\":[true],\"round_seq\":0" EP "}", -EPROTO,
       "lookup_resp.hits: expected 2 items (one per key), got 1" },

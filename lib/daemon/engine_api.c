@@ -511,6 +511,21 @@ s_namespaces_json(pk_node_t *self)
     return all;
 }
 
+//  The capability words a session uses: ours (PK_CAPS) that its connect
+//  listed too (protocol.md section 4), one space apart.
+static const char *
+s_session_caps(const pk_peer_t *peer)
+{
+    static const char *const words[] = { PK_CAP_CHECKSUM };
+    static _Thread_local char out[PK_MAX_CAPS + 1];
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (peer->connect && pk_caps_has(peer->connect->caps, words[i]))
+            snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
+                     words[i]);
+    return out;
+}
+
 static json_t *
 s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
 {
@@ -533,11 +548,15 @@ s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
     }
     f.blobs_refused += atomic_load(&self->blobs_unmatched);
     json_t *peers = json_array();
+    json_t *caps = json_object();
     size_t at = 0;
-    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_consumer, &at)); )
-        json_array_append_new(peers, json_string(((pk_peer_t *) (uintptr_t) e->a)->consumer));
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_consumer, &at)); ) {
+        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) e->a;
+        json_array_append_new(peers, json_string(peer->consumer));
+        json_object_set_new(caps, peer->consumer, json_string(s_session_caps(peer)));
+    }
     return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, "
-                     "s:o, s:I, s:o, s:o, s:o}", "ok", 1,
+                     "s:o, s:I, s:o, s:o, s:o, s:o}", "ok", 1,
                      "pool", "free", (json_int_t) st.free, "writing", (json_int_t) st.writing,
                      "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
                      "evictions", (json_int_t) st.evictions, "lookups",
@@ -547,7 +566,7 @@ s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
                      "channels_open", (json_int_t) f.channels_open,
                      "blobs_refused", (json_int_t) f.blobs_refused, "fabrics", fabrics,
                      "sessions", (json_int_t) self->npeers, "peers",
-                     peers, "metrics", pk_metrics_json(self->metrics),
+                     peers, "capabilities", caps, "metrics", pk_metrics_json(self->metrics),
                      "namespaces", s_namespaces_json(self));
 }
 
