@@ -165,8 +165,9 @@ class Engine:
         being fetched); a 'pull' event follows when that is not 0."""
         ks = Keys(keys)
         pid, fetching = ctypes.c_uint64(), ctypes.c_size_t()
+        # present: which keys the pool holds already; not asked for (NULL)
         self._call("p2pkv_engine_pull", "pull", endpoint.encode(), ks.array, ks.n,
-                   ctypes.byref(pid), ctypes.byref(fetching))
+                   ctypes.byref(pid), ctypes.byref(fetching), None)
         return pid.value, fetching.value
 
     def stats(self) -> dict:
