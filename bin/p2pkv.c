@@ -948,6 +948,10 @@ s_cmd_remote(int argc, char *argv[], bool get)
         fprintf(stderr, "p2pkv: %s\n", err);
         goto done;
     }
+    //  up after a fallback (a same-host provider refused us): said once
+    char note[P2PKV_ERRLEN] = "";
+    if (p2pkv_client_server_state(client, server, note) == P2PKV_SERVER_UP && *note)
+        fprintf(stderr, "p2pkv: %s\n", note);
     bool *landed = calloc(g.n, sizeof *landed);
     uint32_t *dest = calloc(g.n, sizeof *dest);
     if (!landed || !dest) {
