@@ -5,9 +5,10 @@
     for it, and runs until SIGINT or SIGTERM.  The first signal shuts down
     cleanly within --shutdown-timeout (sessions get `disconnect shutdown`,
     writes drain, the shared-memory pool is unlinked); a second exits at
-    once, still unlinking the pool.  SIGHUP reloads --curve-allow (and
+    once, still unlinking the pool and the engine's socket.  SIGHUP reloads --curve-allow (and
     --curve-servers) in the node's loop.
 */
+#include "base/local_path.h"
 #include "daemon/limits.h"
 #include "daemon/node.h"
 #include "daemon/server_config.h"
@@ -19,11 +20,15 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t s_stop;
 static volatile sig_atomic_t s_reload;
 static char s_pool_name[256];
+//  the engine's socket as the node bound it, for the second signal
+static char s_local_file[128];
+static struct stat s_local_st;
 
 static void
 s_on_signal(int sig)
@@ -32,6 +37,11 @@ s_on_signal(int sig)
         //  the second signal: no more waiting, but leave no pool behind
         if (s_pool_name[0])
             shm_unlink(s_pool_name);
+        //  and no socket: lstat and unlink are async-signal-safe
+        struct stat st;
+        if (s_local_file[0] && lstat(s_local_file, &st) == 0 && st.st_ino == s_local_st.st_ino
+            && st.st_dev == s_local_st.st_dev)
+            unlink(s_local_file);
         _exit(PK_EXIT_RUNTIME);
     }
     s_stop = 1;
@@ -150,6 +160,9 @@ main(int argc, char *argv[])
         return PK_EXIT_RUNTIME;
     }
     pk_node_watch_reload(node, &s_reload);
+    const char *file = pk_local_file(config.local);
+    if (file && lstat(file, &s_local_st) == 0)
+        snprintf(s_local_file, sizeof s_local_file, "%s", file);
     printf("%s\n", pk_node_ready_line(node));
     fflush(stdout);
     pk_node_run(node, &s_stop);

@@ -980,6 +980,10 @@ s_cmd_remote(int argc, char *argv[], bool get)
         fprintf(stderr, "p2pkv: %s\n", err);
         goto done;
     }
+    //  up after a fallback (a same-host provider refused us): said once
+    char note[P2PKV_ERRLEN] = "";
+    if (p2pkv_client_server_state(client, server, note) == P2PKV_SERVER_UP && *note)
+        fprintf(stderr, "p2pkv: %s\n", note);
     bool *landed = calloc(g.n, sizeof *landed);
     p2pkv_key_result_t *res = calloc(g.n, sizeof *res);
     uint32_t *dest = calloc(g.n, sizeof *dest);

@@ -215,7 +215,10 @@ int p2pkv_client_connect_curve(p2pkv_client_t *self, const char *endpoint,
 int p2pkv_client_disconnect(p2pkv_client_t *self, int server);
 
 /*  A server's state, and why it is DOWN or STOPPED (reason: P2PKV_ERRLEN bytes, or
-    NULL).  -EINVAL for an index that names no server.  */
+    NULL); while it is UP after a fallback (auto: the server refused the
+    same-host provider, mmap or shm, as for a consumer of another user),
+    which provider was refused, why, and the one in use.  -EINVAL for an
+    index that names no server.  */
 int p2pkv_client_server_state(p2pkv_client_t *self, int server, char *reason);
 
 /*  The data-plane provider of the server's channel ("shm", "tcp;ofi_rxm"),

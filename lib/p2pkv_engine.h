@@ -100,13 +100,17 @@ typedef struct {
 } p2pkv_engine_namespace_stats_t;
 
 /*  Attaches to the server whose local socket is local_endpoint (its
-    --local, e.g. ipc:///tmp/p2pkv-NAME.sock), waiting up to timeout
+    --local, e.g. ipc:///run/p2pkv/p2pkv-NAME.sock; NULL or "": the
+    server's default, by p2pkv-server(8)'s rule), waiting up to timeout
     seconds for it to answer (describe), and maps its pool read-write,
     checking that the shared-memory object is as large as the server
     says.  on_event may be NULL (then read events with
     p2pkv_engine_next_event).  Later calls wait p2pkv_engine_set_timeout's
     time, not this one.  NULL with err on failure: a bad endpoint, no
-    answer within timeout, a pool that cannot be mapped.  */
+    answer within timeout, a pool that cannot be mapped, a socket file
+    not owned by the user expected (this process's, or
+    $P2PKV_LOCAL_OWNER's) or in a directory another user could replace
+    it in.  Every later request looks at the owner again (-EPERM).  */
 p2pkv_engine_t *p2pkv_engine_open(const char *local_endpoint, double timeout,
                                   p2pkv_engine_event_fn *on_event, void *arg, char *err);
 

@@ -42,6 +42,7 @@
 #include <arpa/inet.h>
 #include <czmq.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -52,6 +53,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1210,6 +1212,76 @@ s_attack_strangers(ctx_t *c)
           "pool of two sessions", 2 * count,
           "0 landed (every byte kept, no immediate counted); the control, the announced key, "
           "landed");
+//  Squatted engine sockets (issue 34, point 6): another user (nobody)
+//  binds the path a new server is to serve its engine on, in a shared
+//  sticky directory as /tmp, before the server starts.  The server
+//  refuses to start, naming the owner; an engine refuses the socket, so
+//  the squatter accepts no connection and is handed no block.  The
+//  suite's own server and its good consumer go on meanwhile.  Needs root
+//  (to chown to nobody): without it the row is not written.
+static void
+s_attack_squatted_socket(ctx_t *c)
+{
+    if (geteuid() != 0) {
+        printf("squatted-socket: not tried: chown to nobody needs root\n");
+        return;
+    }
+    uint64_t n = s_n(3, 20);
+    const uid_t nobody = 65534;
+    char dir[] = "/tmp/pk-squat-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_int_eq(chmod(dir, 01777), 0);
+    const char *bin = getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server";
+    for (uint64_t i = 0; i < n; i++) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s/engine-%" PRIu64 ".sock", dir, i);
+        int squat = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        ck_assert_int_ge(squat, 0);
+        ck_assert_int_eq(bind(squat, (struct sockaddr *) &sa, sizeof sa), 0);
+        ck_assert_int_eq(listen(squat, 8), 0);
+        ck_assert_int_eq(chown(sa.sun_path, nobody, (gid_t) -1), 0);
+        char local[160], pool[64];
+        snprintf(local, sizeof local, "ipc://%s", sa.sun_path);
+        snprintf(pool, sizeof pool, "/pk-squat-%d-%" PRIu64, (int) getpid(), i);
+        int errpipe[2];
+        ck_assert_int_eq(pipe2(errpipe, O_CLOEXEC), 0);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            dup2(errpipe[1], STDERR_FILENO);
+            int null = open("/dev/null", O_WRONLY);
+            dup2(null, STDOUT_FILENO);
+            execl(bin, bin, "--local", local, "--bind", "tcp://127.0.0.1:*", "--pool-name", pool,
+                  "--pool-blocks", "8", "--block-len", "4096", "--provider", "tcp",
+                  (char *) NULL);
+            _exit(127);
+        }
+        close(errpipe[1]);
+        char said[2048] = "";
+        size_t at = 0;
+        ssize_t got;
+        while (at < sizeof said - 1 && (got = read(errpipe[0], said + at, sizeof said - 1 - at)) > 0)
+            at += (size_t) got;
+        close(errpipe[0]);
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1,
+                      "squatted-socket: the server did not refuse to start: %s", said);
+        ck_assert_msg(strstr(said, "is a socket of uid 65534, not this server's uid 0"),
+                      "squatted-socket: the server's refusal: %s", said);
+        char err[P2PKV_ERRLEN] = "";
+        ck_assert_ptr_null(p2pkv_engine_open(local, 1, NULL, NULL, err));
+        ck_assert_msg(strstr(err, "belongs to uid 65534"), "squatted-socket: engine: %s", err);
+        //  nothing ever connected: the squatter's queue is empty
+        ck_assert_int_eq(accept4(squat, NULL, NULL, SOCK_NONBLOCK), -1);
+        ck_assert_int_eq(errno, EAGAIN);
+        close(squat);
+        unlink(sa.sun_path);
+    }
+    rmdir(dir);
+    s_row(c, "squatted engine socket: another user's socket (nobody's) at a new server's "
+          "--local, bound before it starts", n, "the server refused to start, naming the owner; "
+          "the engine refused the socket; the squatter accepted 0 connections");
 }
 
 //  A CURVE key revoked mid-transfer (after the witness's code below).
@@ -1243,6 +1315,7 @@ static const struct {
     { "store-pending", s_attack_store_pending },
     { "curve-revoked", s_attack_curve_revoked },
     { "strangers", s_attack_strangers },
+    { "squatted-socket", s_attack_squatted_socket },
 };
 
 static const char *const s_victim_flags[] = {

@@ -127,8 +127,10 @@ START_TEST(test_defaults)
     ck_assert_int_eq(pk_server_config_defaults(&c), 0);
     ck_assert_str_eq(c.bind, "tcp://*:5710");
     ck_assert_str_eq(c.peer_id, host);
-    snprintf(expect, sizeof expect, "ipc://%s/p2pkv-%s.sock", s_dir, host);
+    snprintf(expect, sizeof expect, "ipc://%s/p2pkv/p2pkv-%s.sock", s_dir, host);
     ck_assert_str_eq(c.local, expect);
+    ck_assert_uint_eq(c.local_mode, 0600);
+    ck_assert_ptr_null(c.local_group);
     snprintf(expect, sizeof expect, "/p2pkv-%s", host);
     ck_assert_str_eq(c.pool_name, expect);
     ck_assert_uint_eq(c.pool_blocks, 1024);
@@ -178,11 +180,17 @@ START_TEST(test_defaults)
 }
 END_TEST
 
+//  Without a usable $XDG_RUNTIME_DIR: /run/p2pkv for root, else a
+//  directory of the user's own under /tmp (local_path.h's rule).
 START_TEST(test_run_dir_falls_back_to_tmp)
 {
     char host[256], expect[512];
     s_host(host, sizeof host);
-    snprintf(expect, sizeof expect, "ipc:///tmp/p2pkv-%s.sock", host);
+    if (geteuid() == 0)
+        snprintf(expect, sizeof expect, "ipc:///run/p2pkv/p2pkv-%s.sock", host);
+    else
+        snprintf(expect, sizeof expect, "ipc:///tmp/p2pkv-%u/p2pkv-%s.sock",
+                 (unsigned) geteuid(), host);
     pk_server_config_t c;
     unsetenv("XDG_RUNTIME_DIR");
     ck_assert_int_eq(s_parse(&c, NULL), 0);
@@ -197,6 +205,13 @@ START_TEST(test_run_dir_falls_back_to_tmp)
     ck_assert_int_eq(s_parse(&c, NULL), 0);
     ck_assert_str_eq(c.local, expect);
     pk_server_config_fini(&c);
+    //  a directory of another user (root's /): not this user's to use
+    if (geteuid() != 0) {
+        setenv("XDG_RUNTIME_DIR", "/", 1);
+        ck_assert_int_eq(s_parse(&c, NULL), 0);
+        ck_assert_str_eq(c.local, expect);
+        pk_server_config_fini(&c);
+    }
 }
 END_TEST
 
@@ -304,6 +319,30 @@ START_TEST(test_every_option)
 }
 END_TEST
 
+//  --local-mode: octal, the owner's read and write kept, no execute;
+//  --local-group alone opens the socket to its group (0660).
+START_TEST(test_local_mode_and_group)
+{
+    pk_server_config_t c;
+    ck_assert_int_eq(s_parse(&c, "--local-group", "nogroup"), 0);
+    ck_assert_str_eq(c.local_group, "nogroup");
+    ck_assert_uint_eq(c.local_mode, 0660);
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--local-group", "nogroup", "--local-mode", "600"), 0);
+    ck_assert_uint_eq(c.local_mode, 0600);
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--local-mode", "666"), 0);
+    ck_assert_uint_eq(c.local_mode, 0666);
+    pk_server_config_fini(&c);
+    const char *bad[] = { "700", "400", "0777", "6600", "60x", "" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_lt(s_parse(&c, "--local-mode", bad[i]), 0);
+        ck_assert_msg(strstr(s_err, "--local-mode"), "err \"%s\" for %s", s_err, bad[i]);
+        pk_server_config_fini(&c);
+    }
+}
+END_TEST
+
 START_TEST(test_derived_defaults_follow_peer_id)
 {
     char expect[512];
@@ -311,7 +350,7 @@ START_TEST(test_derived_defaults_follow_peer_id)
     //  Characters a file name should not carry become '_', byte by byte.
     ck_assert_int_eq(s_parse(&c, "--peer-id", "rack 2/gpu\xc3\xa9"), 0);
     ck_assert_str_eq(c.peer_id, "rack 2/gpu\xc3\xa9");
-    snprintf(expect, sizeof expect, "ipc://%s/p2pkv-rack_2_gpu__.sock", s_dir);
+    snprintf(expect, sizeof expect, "ipc://%s/p2pkv/p2pkv-rack_2_gpu__.sock", s_dir);
     ck_assert_str_eq(c.local, expect);
     ck_assert_str_eq(c.pool_name, "/p2pkv-rack_2_gpu__");
     pk_server_config_fini(&c);
@@ -331,7 +370,7 @@ START_TEST(test_derived_defaults_follow_peer_id)
     char msg[1024];
     snprintf(msg, sizeof msg,
              "--local: the default is longer than 113 bytes (set --local): "
-             "\"ipc://%s/p2pkv-%s.sock\"",
+             "\"ipc://%s/p2pkv/p2pkv-%s.sock\"",
              s_dir, id);
     msg[S_ERRLEN - 1] = 0;      //  truncated to the buffer
     s_refuse(msg, "--peer-id", id);
@@ -1076,6 +1115,7 @@ main(void)
     tcase_add_test(tc, test_run_dir_falls_back_to_tmp);
     tcase_add_test(tc, test_every_option);
     tcase_add_test(tc, test_derived_defaults_follow_peer_id);
+    tcase_add_test(tc, test_local_mode_and_group);
     tcase_add_test(tc, test_invalid_values);
     tcase_add_test(tc, test_allow);
     tcase_add_test(tc, test_allows);

@@ -902,13 +902,17 @@ s_describe(p2pkv_client_t *self, const char *endpoint, const char *server_key,
 }
 
 //  A new server slot and its session; server_key: its CURVE key ("": the
-//  config's).  The index, or a negative errno with err.
+//  config's); *skip_p: the providers of the server's description not to
+//  use (auto), to which a same-host provider tried is added, and named in
+//  tried (64 bytes; "" when none was).  The index, or a negative errno
+//  with err.
 static int
-s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, double timeout,
-          char *err)
+s_connect_once(p2pkv_client_t *self, const char *endpoint, const char *server_key,
+               double timeout, unsigned *skip_p, char *tried, char *err)
 {
     p2pkv_description_t d;
     double deadline = pk_clock_monotonic() + timeout;
+    *tried = 0;
     int rc, slot, known;
     //  a session found while describing is returned; one gone since (it
     //  was there, so no description was asked) means describing after all
@@ -945,7 +949,12 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
     s->index = slot;
     s->wait_fd = -1;
     //  a description arrived (auto) or the provider is the config's
-    const pk_client_fabric_t *fab = pk_client_fabric_for(self, &d, err);
+    int index;
+    const pk_client_fabric_t *fab = pk_client_fabric_for(self, &d, *skip_p, &index, err);
+    if (fab && index >= 0 && pk_client_same_host_only(d.providers[index])) {
+        memcpy(tried, d.providers[index], sizeof d.providers[index]);
+        *skip_p |= 1u << index;
+    }
     if (!fab) {
         free(s->endpoint);
         free(s);
@@ -978,6 +987,47 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
         self->nservers++;
     pthread_mutex_unlock(&self->lock);
     return s_handshake(self, s, slot, timeout, err);
+}
+
+/*  The default provider falls back (issue 34, point 7).  Under auto a
+    server on this host is offered mmap or shm first, and those serve
+    only processes of the server's own user and namespaces: a consumer of
+    another user was refused, and never tried the network.  So a connect
+    whose same-host provider failed (refused by the server, or its channel
+    would not open) tries again without it, within the same timeout: the
+    next provider both sides have, best first.  What it costs: one more
+    describe and handshake, on this path only.  The first refusal is said
+    once, as the server's reason while it is UP
+    (p2pkv_client_server_state), which p2pkv get prints.  */
+static int
+s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, double timeout,
+          char *err)
+{
+    double deadline = pk_clock_monotonic() + timeout;
+    unsigned skip = 0;
+    char why[PK_ERRLEN] = "", note[sizeof ((s_server_t *) 0)->reason] = "";
+    for (;;) {
+        char tried[64];
+        int rc = s_connect_once(self, endpoint, server_key, deadline - pk_clock_monotonic(),
+                                &skip, tried, why);
+        if (rc >= 0 && *note) {
+            pthread_mutex_lock(&self->lock);
+            s_server_t *s = self->servers[rc];
+            size_t at = strlen(note);
+            snprintf(note + at, sizeof note - at, "; fell back to %.60s",
+                     s->ops->fabric_provider(s->fabric));
+            memcpy(s->reason, note, sizeof s->reason);
+            pthread_mutex_unlock(&self->lock);
+        }
+        //  a same-host provider failed, and time is left: the next one
+        if (rc >= 0 || !*tried || rc == -ETIMEDOUT || pk_clock_monotonic() >= deadline) {
+            if (rc < 0)
+                (void) pk_err(err, rc, "%s", why);
+            return rc;
+        }
+        if (!*note)
+            snprintf(note, sizeof note, "%.60s refused: %.200s", tried, why);
+    }
 }
 
 int

@@ -150,10 +150,15 @@ void pk_client_fabrics_close(p2pkv_client_t *self);
 /*  The fabric for a server: config.provider's, or under auto the best
     one d (its description) offers that opens here: mmap or shm when it
     runs on this host (its host is ours), else the first network provider
-    of its list.  Called with the lock held.  NULL with err naming what it
-    offers.  */
+    of its list; d's providers whose bit is set in skip (a same-host one
+    the server refused) are passed over.  Called with the lock held.  NULL
+    with err naming what it offers.  *index_p (may be NULL): the chosen
+    provider's index in d, -1 for config.provider's.  */
 const pk_client_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d,
-                                  char *err);
+                                               unsigned skip, int *index_p, char *err);
+
+/*  Whether provider reaches only processes of this host (mmap, shm).  */
+bool pk_client_same_host_only(const char *provider);
 
 //  get_any.c: p2pkv_client_get of P2PKV_ANY_SERVER
 //  checks.c: the end-to-end check.  A lookup answer's checksums are kept

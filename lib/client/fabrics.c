@@ -11,6 +11,11 @@
     fabric, once open, serves every server of its provider (one channel
     each), so a client talking to a same-host server and a remote one
     holds two fabrics, each registering the pool once.
+
+    A same-host provider the server refuses (mmap serves its own user
+    only; another user or namespace) is passed over at the next try of
+    the same connect (client.c, s_connect), which then uses the next
+    provider both sides have, over the network.
 */
 #include "client/client_internal.h"
 #include "base/host_id.h"
@@ -19,9 +24,8 @@
 #include <stdio.h>
 #include <string.h>
 
-//  The providers that reach only processes of this host.
-static bool
-s_same_host_only(const char *provider)
+bool
+pk_client_same_host_only(const char *provider)
 {
     return strcmp(provider, "shm") == 0 || strcmp(provider, "mmap") == 0;
 }
@@ -44,7 +48,7 @@ s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
     if ((*rc_p = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
         return NULL;
     //  an address to bind means nothing to shm or mmap
-    pk_fabric_config_t fc = { name, s_same_host_only(name) ? NULL : self->node,
+    pk_fabric_config_t fc = { name, pk_client_same_host_only(name) ? NULL : self->node,
                               self->config.stall_timeout };
     char why[PK_ERRLEN];
     pk_fabric_t *fabric = ops->fabric_open(&fc, self->pool, self->num_blocks, self->block_len,
@@ -81,8 +85,11 @@ pk_client_fabrics_close(p2pkv_client_t *self)
 }
 
 const pk_client_fabric_t *
-pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, char *err)
+pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, unsigned skip,
+                     int *index_p, char *err)
 {
+    if (index_p)
+        *index_p = -1;
     if (!self->auto_provider)
         return &self->fabrics[0];
     bool same_host = *d->host && strcmp(d->host, self->host_id) == 0;
@@ -92,9 +99,11 @@ pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, char *e
     //  in the server's order
     for (int pass = same_host ? 0 : 1; pass < 2; pass++)
         for (size_t i = 0; i < d->nproviders; i++) {
-            if (s_same_host_only(d->providers[i]) != (pass == 0))
+            if (pk_client_same_host_only(d->providers[i]) != (pass == 0) || (skip >> i) & 1)
                 continue;
             const pk_client_fabric_t *fabric = s_fabric(self, d->providers[i], &rc, why);
+            if (fabric && index_p)
+                *index_p = (int) i;
             if (fabric)
                 return fabric;
         }

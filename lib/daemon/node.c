@@ -11,6 +11,8 @@
 #include "daemon/door.h"
 #include "base/clock.h"
 #include "base/host_id.h"
+#include "base/err.h"
+#include "base/local_path.h"
 #include "base/version.h"
 
 #include <errno.h>
@@ -19,7 +21,9 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <grp.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void
@@ -34,6 +38,90 @@ pk_node_log(const pk_node_t *self, int level, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+}
+
+//  --local-group as a gid: a name, or a number.
+static int
+s_local_gid(const char *group, gid_t *gid_p, char *err)
+{
+    struct group *g = getgrnam(group);
+    char *end;
+    unsigned long n = strtoul(group, &end, 10);
+    if (g)
+        *gid_p = g->gr_gid;
+    else if (*group && !*end && n < (gid_t) -1)
+        *gid_p = (gid_t) n;
+    else
+        return pk_err(err, -EINVAL, "--local-group: no group \"%.64s\" on this host", group);
+    return 0;
+}
+
+//  The engine's socket, private (issue 34, point 6).  A file path is
+//  claimed first: nothing there, or a stale socket of this user;
+//  another user's file, or a socket a live process serves, is refused
+//  with the reason (ZeroMQ would unlink whatever is there, and bind).
+//  In the default directory, that directory is made or checked first
+//  (local_path.h).  The socket is bound under umask 077 and then given
+//  --local-mode (0600 by default) and --local-group, so its mode never
+//  follows the operator's umask.  The umask is the process's: for the
+//  moment of the bind, the other threads would create files 077 too,
+//  which only makes them more private.
+static int
+s_bind_local(pk_node_t *self, char *err)
+{
+    const pk_server_config_t *config = self->config;
+    const char *file = pk_local_file(config->local);
+    int rc;
+    gid_t gid = (gid_t) -1;
+    if (file && config->local_group && (rc = s_local_gid(config->local_group, &gid, err)))
+        return rc;
+    char dir[PK_LOCAL_MAX_PATH + 1];
+    pk_local_dir(dir, sizeof dir);
+    size_t dlen = strlen(dir);
+    if (file && strncmp(file, dir, dlen) == 0 && file[dlen] == '/'
+        && !strchr(file + dlen + 1, '/') && (rc = pk_local_dir_prepare(dir, gid, err)))
+        return rc;
+    bool stale = false;
+    if (file && (rc = pk_local_claim(file, &stale, err)))
+        return rc;
+    if (stale)
+        pk_node_log(self, PK_LOG_WARN, "%s: removed the socket a server that ended without "
+                    "a clean stop left", file);
+    mode_t umask_was = umask(077);
+    rc = zsock_bind(self->local, "%s", config->local);
+    int why = zmq_errno();
+    umask(umask_was);
+    if (rc < 0) {
+        snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->local, zmq_strerror(why));
+        return -EADDRINUSE;
+    }
+    if (!file)
+        return 0;
+    struct stat st;
+    if (lstat(file, &st) != 0)
+        return pk_err(err, -errno, "cannot look at the bound %s: %s", file, strerror(errno));
+    self->local_dev = st.st_dev;
+    self->local_ino = st.st_ino;
+    if ((gid != (gid_t) -1 && chown(file, (uid_t) -1, gid) != 0)
+        || chmod(file, (mode_t) config->local_mode) != 0)
+        return pk_err(err, -errno, "cannot give %s mode %04o%s: %s", file,
+                      (unsigned) config->local_mode, gid != (gid_t) -1 ? " and its group" : "",
+                      strerror(errno));
+    return 0;
+}
+
+//  The socket's file goes with a clean stop (p2pkv-server(8)): ZeroMQ
+//  leaves it.  Only the file this node bound: one another server bound
+//  since (after a rename, say) stays.
+static void
+s_unlink_local(pk_node_t *self)
+{
+    const char *file = pk_local_file(self->config->local);
+    struct stat st;
+    if (file && self->local_ino && lstat(file, &st) == 0 && st.st_dev == self->local_dev
+        && st.st_ino == self->local_ino)
+        unlink(file);
+    self->local_ino = 0;
 }
 
 //  The ZAP handler (with --allow), the peers' ROUTER and the engine's
@@ -75,10 +163,8 @@ s_open_sockets(pk_node_t *self, char *err)
         snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->bind, zmq_strerror(zmq_errno()));
         return -EADDRINUSE;
     }
-    if (zsock_bind(self->local, "%s", config->local) < 0) {
-        snprintf(err, PK_ERRLEN, "cannot bind %s: %s", config->local, zmq_strerror(zmq_errno()));
-        return -EADDRINUSE;
-    }
+    if ((rc = s_bind_local(self, err)) != 0)
+        return rc;
     const char *last = zsock_endpoint(self->router);
     snprintf(self->endpoint, sizeof self->endpoint, "%s", last ? last : config->bind);
     return 0;
@@ -417,6 +503,7 @@ fail_sockets:
     pk_curve_close(self);
     zsock_destroy(&self->actors);
     zsock_destroy(&self->local);
+    s_unlink_local(self);
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
     s_close_fabrics(self);
@@ -668,6 +755,7 @@ pk_node_destroy(pk_node_t **self_p)
     pk_curve_close(self);
     zsock_destroy(&self->actors);
     zsock_destroy(&self->local);
+    s_unlink_local(self);
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
     pk_metrics_http_destroy(&self->http);

@@ -101,6 +101,10 @@ struct _pk_node_t {
     atomic_uint_fast64_t blobs_unmatched;   //  connects naming a provider not offered
     zsock_t *router;
     zsock_t *local;
+    //  the --local socket's file as bound (dev 0: none), removed at
+    //  destroy only while it is still that file
+    dev_t local_dev;
+    ino_t local_ino;
     zsock_t *zap;                   //  our ZAP handler: --allow, --curve-allow
     zcert_t *curve_cert;            //  --curve-secret: the ROUTER is a CURVE server
     zhashx_t *curve_allowed;        //  --curve-allow: Z85 public key -> file name

@@ -13,6 +13,7 @@
     rule of each kind of value is server_config_values.c.
 */
 #include "daemon/server_config_internal.h"
+#include "base/local_path.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -21,20 +22,6 @@
 #include <unistd.h>
 
 static const char *const s_log_levels[] = { "error", "warn", "info", "debug" };
-
-//  $XDG_RUNTIME_DIR is per user and cleaned at logout, which is what a
-//  socket wants; it is only trusted if it is an absolute, writable
-//  directory, since a stale value would make the default unusable.
-static const char *
-s_run_dir(void)
-{
-    const char *dir = getenv("XDG_RUNTIME_DIR");
-    struct stat st;
-    if (dir && dir[0] == '/' && stat(dir, &st) == 0 && S_ISDIR(st.st_mode)
-        && access(dir, W_OK | X_OK) == 0)
-        return dir;
-    return "/tmp";
-}
 
 //  The peer id where a file name wants it: [A-Za-z0-9._-], else '_'.
 static char *
@@ -48,18 +35,21 @@ s_sanitised(const char *id)
     return out;
 }
 
+//  The one rule of the default socket (local_path.h), which the engine
+//  library and the p2pkv command follow too.  A path too long for a
+//  socket is kept whole, so that s_finish's check names it.
 int
 pk_server_config_derive_local(pk_server_config_t *self)
 {
-    char *id = s_sanitised(self->peer_id);
-    char *local = NULL;
-    if (!id || asprintf(&local, "ipc://%s/p2pkv-%s.sock", s_run_dir(), id) < 0)
-        local = NULL;
-    free(id);
-    if (!local)
+    char local[4096 + 512];
+    int rc = pk_local_default(self->peer_id, local, sizeof local);
+    if (rc && rc != -ENAMETOOLONG)
+        return rc;
+    char *copy = strdup(local);
+    if (!copy)
         return -ENOMEM;
     free(self->local);
-    self->local = local;
+    self->local = copy;
     return 0;
 }
 
@@ -82,12 +72,11 @@ int
 pk_server_config_defaults(pk_server_config_t *self)
 {
     memset(self, 0, sizeof *self);
-    //  gethostname may leave the buffer unterminated when it truncates.
-    char host[256] = "";
-    if (gethostname(host, sizeof host - 1) != 0 || !host[0] || !pk_config_text_ok(host))
-        strcpy(host, "localhost");
+    char host[256];
+    pk_local_host_id(host, sizeof host);       //  the engine library's default too
     self->bind = strdup("tcp://*:5710");
     self->peer_id = strdup(host);
+    self->local_mode = 0600;
     self->provider = NULL;      //  auto: what the machine has (mmap, shm, then a network one)
     self->fingerprint = strdup("");
     self->hash_seed = strdup("0");
@@ -129,6 +118,7 @@ pk_server_config_fini(pk_server_config_t *self)
         return;
     free(self->bind);
     free(self->local);
+    free(self->local_group);
     free(self->peer_id);
     free(self->pool_name);
     free(self->provider);

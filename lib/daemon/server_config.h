@@ -45,7 +45,9 @@
 
 typedef struct {
     char *bind;                 //  ROUTER endpoint for peers: "tcp://*:5710"
-    char *local;                //  endpoint for the engine: "ipc://RUNDIR/p2pkv-ID.sock"
+    char *local;                //  endpoint for the engine: "ipc://DIR/p2pkv-ID.sock" (local_path.h)
+    unsigned local_mode;        //  the socket file's mode: 0600 (0660 with local_group)
+    char *local_group;          //  the socket's (and DIR's) group; NULL = the server's
     char *peer_id;              //  the host name
     uint64_t pool_blocks;       //  1024
     uint64_t block_len;         //  65536

@@ -49,7 +49,9 @@ typedef enum {
     S_PATH,
     S_LOG_LEVEL,
     S_TENANTS,
-    S_DIRECTORY
+    S_DIRECTORY,
+    S_LOCAL_MODE,
+    S_LOCAL_GROUP
 } s_kind_t;
 
 typedef struct {
@@ -64,6 +66,8 @@ typedef struct {
 static const s_setting_t s_settings[] = {
     { "bind",               S_ENDPOINT,    S_FIELD(bind), 0, 0 },
     { "local",              S_ENDPOINT,    S_FIELD(local), 0, 0 },
+    { "local-mode",         S_LOCAL_MODE,  S_FIELD(local_mode), 0, 0 },
+    { "local-group",        S_LOCAL_GROUP, S_FIELD(local_group), 0, 0 },
     { "peer-id",            S_PEER_ID,     S_FIELD(peer_id), 0, 0 },
     { "pool-blocks",        S_UINT,        S_FIELD(pool_blocks), 1, PK_CONFIG_MAX_POOL_BLOCKS },
     { "block-len",          S_UINT,        S_FIELD(block_len), 1, INT64_MAX },
@@ -125,8 +129,13 @@ static const char s_usage[] =
     "Endpoints and identity:\n"
     "      --bind ENDPOINT          where peers connect; default tcp://*:5710\n"
     "      --local ENDPOINT         where the local engine connects; default\n"
-    "                               ipc://RUNDIR/p2pkv-ID.sock, RUNDIR being\n"
-    "                               $XDG_RUNTIME_DIR if writable, else /tmp\n"
+    "                               ipc://DIR/p2pkv-ID.sock, DIR being\n"
+    "                               $XDG_RUNTIME_DIR/p2pkv, /run/p2pkv for root,\n"
+    "                               else /tmp/p2pkv-UID (made 0700, checked)\n"
+    "      --local-mode MODE        the socket's mode, octal; default 600\n"
+    "                               (660 with --local-group), whatever the umask\n"
+    "      --local-group GROUP      the socket's group (and DIR's, 0710), for an\n"
+    "                               engine of another user in GROUP\n"
     "      --peer-id ID             this node's name on the wire (1..4096 bytes);\n"
     "                               default the host name\n"
     "      --allow ADDR[/PREFIX]    accept peers only from this IPv4 or IPv6\n"
@@ -225,6 +234,7 @@ typedef struct {
     char *err;                  //  PK_ERRLEN bytes, or NULL
     bool local_set;             //  else it follows the final peer id
     bool pool_name_set;
+    bool local_mode_set;        //  else 0600, or 0660 with --local-group
     bool allow_from_argv;       //  the first --allow replaces the file's list
 } s_parser_t;
 
@@ -383,6 +393,12 @@ s_apply_text(s_parser_t *p, const s_setting_t *s, const char *value, const char 
         if (len && !pk_config_host_ok(value, false, false))
             return s_bad(p, where, "an IPv4 or IPv6 address or a host name", value);
         return s_set_or_clear(p, field, value, !len);
+    case S_LOCAL_GROUP:
+        //  Empty: the server's own group.  Resolved when the socket is
+        //  bound (node.c), where a group this host lacks is refused.
+        if (len && (len > 64 || !pk_config_text_ok(value)))
+            return s_bad(p, where, "a group name or number", value);
+        return s_set_or_clear(p, field, value, !len);
     case S_TENANTS:
         //  Read (and checked line by line) once every setting is in: s_finish.
         return s_set_or_clear(p, field, value, !len);
@@ -418,6 +434,18 @@ s_apply(s_parser_t *p, const s_setting_t *s, const char *value, const char *wher
     switch (s->kind) {
     case S_ALLOW:
         return s_add_allow(p, where, value);
+    case S_LOCAL_MODE: {
+        //  octal; the owner must keep read and write (the server's own
+        //  socket), and no one gets execute or the special bits
+        char *end;
+        unsigned long m = strtoul(value, &end, 8);
+        if (!*value || *end || m > 0666 || (m & 0600) != 0600 || (m & 0111))
+            return s_bad(p, where, "an octal mode 600..666 without execute bits (600, 660, "
+                         "666)", value);
+        p->config->local_mode = (unsigned) m;
+        p->local_mode_set = true;
+        return 0;
+    }
     case S_LOG_LEVEL:
         for (int i = 0; i <= PK_LOG_DEBUG; i++)
             if (strcmp(value, pk_server_config_log_level_name(i)) == 0) {
@@ -533,6 +561,9 @@ s_finish(s_parser_t *p)
         return s_fail(p, rc, "out of memory");
     if (!p->pool_name_set && (rc = pk_server_config_derive_pool_name(c)))
         return s_fail(p, rc, "out of memory");
+    //  a group is named for its members to connect: read and write
+    if (!p->local_mode_set && c->local_group)
+        c->local_mode = 0660;
     //  Derived from a long peer id, they can break rules a default should
     //  not: say where they came from, the rule before the value (a long
     //  one is cut at PK_ERRLEN).
@@ -684,7 +715,7 @@ s_apply_pending(s_parser_t *p, const s_pending_t *pending, size_t npending)
 int
 pk_server_config_parse(pk_server_config_t *self, int argc, char **argv, FILE *out, char *err)
 {
-    s_parser_t p = { self, err, false, false, false };
+    s_parser_t p = { .config = self, .err = err };
     if (err)
         err[0] = 0;
     int rc = pk_server_config_defaults(self);

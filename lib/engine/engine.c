@@ -6,10 +6,13 @@
 #include "wire/czmq_setup.h"
 #include "base/err.h"
 #include "base/key.h"
+#include "base/clock.h"
+#include "base/local_path.h"
 #include "wire/protocol.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,19 +115,69 @@ s_attach(p2pkv_engine_t *self, const char *endpoint, char *err)
     return 0;
 }
 
+//  The user the server's socket must belong to: $P2PKV_LOCAL_OWNER (a
+//  user name or uid) for a server of another user, else this process's.
+static int
+s_owner(uid_t *uid_p, char *err)
+{
+    const char *want = getenv("P2PKV_LOCAL_OWNER");
+    *uid_p = geteuid();
+    if (!want || !*want)
+        return 0;
+    struct passwd *pw = getpwnam(want);
+    char *end;
+    unsigned long n = strtoul(want, &end, 10);
+    if (pw)
+        *uid_p = pw->pw_uid;
+    else if (!*end && n < (uid_t) -1)
+        *uid_p = (uid_t) n;
+    else
+        return pk_err(err, -EINVAL, "P2PKV_LOCAL_OWNER: no user \"%.64s\" on this host", want);
+    return 0;
+}
+
+//  The server's socket file, checked (local_path.h) once it is there: an
+//  engine may start before its server, and used to wait for it up to
+//  timeout (ZeroMQ connects when the file appears); it still does, looking
+//  every 10 ms, so that the socket is checked before anything connects.
+static int
+s_await_socket(const char *file, uid_t owner, double timeout, char *err)
+{
+    double deadline = pk_clock_monotonic() + timeout;
+    struct stat st;
+    while (lstat(file, &st) != 0 && errno == ENOENT) {
+        if (pk_clock_monotonic() >= deadline)
+            return pk_err(err, -ETIMEDOUT, "local_endpoint: no answer from \"ipc://%.128s\" "
+                          "within %g s (is p2pkv-server running with --local there?)", file,
+                          timeout);
+        usleep(10000);
+    }
+    return pk_local_check_owner(file, owner, err);
+}
+
 p2pkv_engine_t *
 p2pkv_engine_open(const char *local_endpoint, double timeout, p2pkv_engine_event_fn *on_event,
                   void *arg, char *err)
 {
     pk_czmq_setup();
+    //  no endpoint: the server's default, by the rule it follows itself
+    char dflt[PK_LOCAL_MAX_PATH + sizeof "ipc://"];
     if (!local_endpoint || !*local_endpoint) {
-        pk_err(err, -EINVAL, "local_endpoint: expected an endpoint (e.g. ipc:///tmp/x.sock)");
-        return NULL;
+        if (pk_local_default(NULL, dflt, sizeof dflt) != 0) {
+            pk_err(err, -ENAMETOOLONG, "local_endpoint: the default is too long for a "
+                   "socket (this host's name is long): name the server's --local");
+            return NULL;
+        }
+        local_endpoint = dflt;
     }
     if (!(timeout > 0)) {
         pk_err(err, -EINVAL, "timeout: expected seconds > 0");
         return NULL;
     }
+    uid_t owner;
+    const char *file = pk_local_file(local_endpoint);
+    if (s_owner(&owner, err) || (file && s_await_socket(file, owner, timeout, err)))
+        return NULL;
     p2pkv_engine_t *self = calloc(1, sizeof *self);
     if (!self) {
         pk_err(err, -ENOMEM, "out of memory");
@@ -133,6 +186,11 @@ p2pkv_engine_open(const char *local_endpoint, double timeout, p2pkv_engine_event
     self->timeout = timeout;
     self->on_event = on_event;
     self->arg = arg;
+    self->owner = owner;
+    if (file && !(self->local_file = strdup(file))) {
+        pk_err(err, -ENOMEM, "out of memory");
+        goto undo_self;
+    }
     if (pk_elink_open(self, local_endpoint, err))
         goto undo_self;
     if (s_attach(self, local_endpoint, err))
@@ -143,6 +201,7 @@ p2pkv_engine_open(const char *local_endpoint, double timeout, p2pkv_engine_event
 undo_link:
     pk_elink_close(self);
 undo_self:
+    free(self->local_file);
     free(self);
     return NULL;
 }
@@ -161,6 +220,7 @@ p2pkv_engine_close(p2pkv_engine_t **self_p)
     if (self->pool)
         munmap(self->pool, self->pool_len);
     pk_elink_close(self);
+    free(self->local_file);
     free(self);
     *self_p = NULL;
 }

@@ -12,6 +12,7 @@
 #include "base/keymap.h"
 
 #include <czmq.h>
+#include <sys/types.h>
 #include <jansson.h>
 
 //  One queued event, with the missing keys of a pull (keys then bytes).
@@ -23,6 +24,8 @@ typedef struct _pk_elink_event_t {
 
 struct _p2pkv_engine_t {
     zsock_t *sock;              //  DEALER to the server's --local
+    char *local_file;           //  its file (an ipc:// path), NULL for others
+    uid_t owner;                //  the user the file must belong to
     double timeout;             //  per answer, seconds
     size_t stale;               //  answers of requests that timed out, still to come
     int evfd;                   //  eventfd: readable while the queue is not empty

@@ -20,6 +20,7 @@
 #include "base/key.h"
 #include "base/clock.h"
 #include "base/fds.h"
+#include "base/local_path.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int
@@ -243,6 +245,19 @@ pk_elink_ask(p2pkv_engine_t *self, json_t *req, const char *what, int *rc_p, cha
     json_decref(req);
     if (!text) {
         *rc_p = pk_err(err, -ENOMEM, "%s: out of memory", what);
+        return NULL;
+    }
+    //  The socket's owner again: ZeroMQ reconnects by name, so a server
+    //  gone and a socket of someone else's in its place would get this
+    //  request.  Where the directory lets no other user in (the default)
+    //  that cannot happen; where it can (a sticky /tmp, after the server
+    //  removed its socket), this look stops it, at an lstat and a stat
+    //  (about a microsecond) per request.  No file (a server restarting)
+    //  is no one to talk to: the request waits for its answer as before.
+    struct stat st;
+    if (self->local_file && !(lstat(self->local_file, &st) != 0 && errno == ENOENT)
+        && (*rc_p = pk_local_check_owner(self->local_file, self->owner, err)) != 0) {
+        free(text);
         return NULL;
     }
     pk_elink_drain(self);

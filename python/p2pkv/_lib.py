@@ -77,8 +77,11 @@ class EngineInfo(Structure):
 
 
 class EngineEvent(Structure):
+    # every field of p2pkv_engine_event_t: next_event writes the whole
+    # struct, so a shorter one here is a write past Python's buffer
     _fields_ = [("kind", c_int), ("id", c_uint64), ("success", c_bool), ("landed", c_size_t),
-                ("missing", c_size_t), ("reason", c_char * ERRLEN)]
+                ("missing", c_size_t), ("reason", c_char * ERRLEN),
+                ("missing_keys", POINTER(Key))]
 
 
 class EngineNamespaceStats(Structure):
@@ -93,6 +96,10 @@ _P = c_void_p
 _ERR = c_char_p       # a create_string_buffer(ERRLEN) passed in
 _KEYS = POINTER(Key)
 
+# Every function the package calls, as lib/p2pkv.h and lib/p2pkv_engine.h
+# declare it: python/tests/test_header_drift.py compares each entry with
+# the headers (a missing argument once passed the error buffer as another
+# argument), and lists the headers' functions not declared here.
 _PROTOTYPES = {
     "p2pkv_describe": (c_int, [c_char_p, c_double, POINTER(Description), _ERR]),
     "p2pkv_describe_curve": (c_int, [c_char_p, c_double, POINTER(Config), POINTER(Description),
@@ -129,7 +136,7 @@ _PROTOTYPES = {
                                    POINTER(c_uint64), _ERR]),
     "p2pkv_engine_finish": (c_int, [_P, c_char_p, c_char_p, _ERR]),
     "p2pkv_engine_pull": (c_int, [_P, c_char_p, _KEYS, c_size_t, POINTER(c_uint64),
-                                  POINTER(c_size_t), _ERR]),
+                                  POINTER(c_size_t), POINTER(c_bool), _ERR]),
     "p2pkv_engine_stats_json": (c_void_p, [_P, _ERR]),
     "p2pkv_engine_stats_namespace": (c_int, [_P, c_char_p, POINTER(EngineNamespaceStats),
                                              _ERR]),

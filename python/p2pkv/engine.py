@@ -57,15 +57,18 @@ def _map_pool(name: str, nbytes: int) -> mmap.mmap:
 
 
 class Engine:
-    """Attached to the local server at local_endpoint (its --local).
+    """Attached to the local server at local_endpoint (its --local; None:
+    the server's default, by p2pkv-server(8)'s rule).  The socket must
+    belong to this process's user, or to $P2PKV_LOCAL_OWNER's.
     namespace: the tenant namespace (the server's --tenants) that reserve,
     commit, put, drop, store and pull name; None is the shared one."""
 
-    def __init__(self, local_endpoint: str, timeout: float = 10.0,
+    def __init__(self, local_endpoint: Optional[str] = None, timeout: float = 10.0,
                  namespace: Optional[str] = None):
         lib = L.lib()
         err = ctypes.create_string_buffer(L.ERRLEN)
-        h = lib.p2pkv_engine_open(local_endpoint.encode(), timeout, L.ON_EVENT(), None, err)
+        h = lib.p2pkv_engine_open(local_endpoint.encode() if local_endpoint else None,
+                                  timeout, L.ON_EVENT(), None, err)
         if not h:
             raise Error(22, err.value.decode(errors="replace")
                         or f"cannot attach to {local_endpoint}")
@@ -165,8 +168,9 @@ class Engine:
         being fetched); a 'pull' event follows when that is not 0."""
         ks = Keys(keys)
         pid, fetching = ctypes.c_uint64(), ctypes.c_size_t()
+        # present: which keys the pool holds already; not asked for (NULL)
         self._call("p2pkv_engine_pull", "pull", endpoint.encode(), ks.array, ks.n,
-                   ctypes.byref(pid), ctypes.byref(fetching))
+                   ctypes.byref(pid), ctypes.byref(fetching), None)
         return pid.value, fetching.value
 
     def stats(self) -> dict:
