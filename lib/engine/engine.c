@@ -69,6 +69,23 @@ s_map(p2pkv_engine_t *self, char *err)
                     "said %zu", name, (long long) st.st_size, len);
         goto undo_fd;
     }
+    //  The server reserves its pool's memory before it says ready
+    //  (store.c), so every page exists and no write of ours can SIGBUS.
+    //  A pool with fewer bytes allocated than its size (a server before
+    //  that rule) is reserved here, or refused: an error now, not a
+    //  SIGBUS at the first block there is no room for.  Costs nothing
+    //  when the server did it (the fstat above says so).
+    if ((uint64_t) st.st_blocks * 512 < (uint64_t) len) {
+        int e;
+        do
+            e = posix_fallocate(fd, 0, (off_t) len);
+        while (e == EINTR);
+        if (e) {
+            rc = pk_err(err, -e, "pool_name: cannot reserve the pool \"%s\"'s %zu bytes "
+                        "(its /dev/shm is too small?): %s", name, len, strerror(e));
+            goto undo_fd;
+        }
+    }
     void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         rc = pk_err(err, -errno, "pool_name: cannot map the pool \"%s\": %s", name,
