@@ -50,6 +50,11 @@ s_info(p2pkv_engine_t *self, const json_t *d, char *err)
                     "a pool this process can map", (long long) nb, (long long) bl);
     info->num_blocks = (uint64_t) nb;
     info->block_len = (uint64_t) bl;
+    //  absent from a server older than the rule: nothing to name, and
+    //  nothing checked
+    const json_t *inst = json_object_get(d, "instance");
+    if (!rc && inst)
+        rc = s_copy(self->instance, sizeof self->instance, d, "instance", err);
     return rc;
 }
 
@@ -276,6 +281,9 @@ p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, const vo
         return pk_err(err, -EINVAL, "self: NULL");
     if (!data && len)
         return pk_err(err, -EINVAL, "data: NULL");
+    if (self->restarted)
+        return pk_err(err, -ESTALE, "the server restarted; reopen the engine (this handle's "
+                      "pool is the old server's)");
     if (block >= self->info.num_blocks || !(self->held[block / 8] & (1u << (block % 8))))
         return pk_err(err, -EINVAL, "block: %u is not reserved by this handle (or is "
                       "committed already)", block);
