@@ -12,17 +12,29 @@
 #    start, so nothing dies of SIGBUS on a full /dev/shm (both servers
 #    still stop cleanly with SIGTERM).
 # Needs root (unshare -m, mount); exits 77 (skip) with the reason where that
-# cannot be done. Run by make check from the build tree.
+# cannot be done. Run by make check from the build tree, and by make
+# hardening: with $P2PKV_HARDENING_OUT set it adds its row of
+# doc/reliability.md there (scripts/reliability).
 set -u
 server=bin/p2pkv-server
 cli=bin/p2pkv
-{ [ -x "$server" ] && [ -x "$cli" ]; } || { echo "SKIP: $server and $cli not built here"; exit 77; }
+row_name="a /dev/shm smaller than the pool (a tmpfs of 8 MiB, a pool of 16 MiB); then one filled to its last byte under two pools that fit"
+t0=$(date +%s.%N)
+
+# row OUTCOME LOST: the hardening suite's line (tests/hardening.c, hh_report)
+row() {
+    [ -n "${P2PKV_HARDENING_OUT:-}" ] || return 0
+    printf 'HARDENING\t%s\t%s\t1\t%s\t%s\t%s\n' "${P2PKV_HARDENING:-short}" "$row_name" "$1" "$2" \
+        "$(echo "$t0 $(date +%s.%N)" | awk '{ printf "%.1f", $2 - $1 }')" >> "$P2PKV_HARDENING_OUT"
+}
+skip() { echo "SKIP: $*"; row "NOT TRIED: $*" "-"; exit 77; }
+
+{ [ -x "$server" ] && [ -x "$cli" ]; } || skip "$server and $cli not built here"
 
 if [ -z "${P2PKV_SHM_FULL_INNER:-}" ]; then
-    command -v unshare > /dev/null 2>&1 \
-        || { echo "SKIP: unshare (util-linux) is not installed"; exit 77; }
+    command -v unshare > /dev/null 2>&1 || skip "unshare (util-linux) is not installed"
     why=$(unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs /dev/shm' 2>&1) \
-        || { echo "SKIP: cannot mount a tmpfs on /dev/shm in a mount namespace (needs root): $why"; exit 77; }
+        || skip "cannot mount a tmpfs on /dev/shm in a mount namespace (needs root): $why"
     # the rest runs in a namespace of its own: its /dev/shm is private
     P2PKV_SHM_FULL_INNER=1 exec unshare -m sh "$0" "$@"
 fi
@@ -134,4 +146,6 @@ for name in a b; do
 done
 pids=""
 echo "ok: both servers alive, stopped cleanly"
+row "refused at start (exit 1, naming the 16 MiB needed and the 8 MiB available; no ready line, no pool left); the pools that fit started, and with /dev/shm full 32 blocks were put, pulled and fetched back intact; both servers stopped cleanly (no SIGBUS)" \
+    "nothing"
 exit 0
