@@ -21,7 +21,10 @@
     reserve, NULL pointers, empty strings: -EINVAL or -ENOENT with err
     naming the argument.  The server's refusals map to the errno their
     sentence stands for (-ENOSPC, -EEXIST, -EBUSY, -ENOENT, -EAGAIN,
-    -ESTALE), or -EINVAL; -ETIMEDOUT when no answer came in time.
+    -ESTALE), or -EINVAL; -ETIMEDOUT when no answer came in time.  The
+    protocol has no request ids: the server answers in order, so the
+    answer of a request that timed out is recognised when it comes late
+    and dropped, never taken for the next request's.
 
     A handle belongs to one start of its server: open learns that start's
     instance identity (random, new at every start) with the pool it maps,
@@ -29,10 +32,7 @@
     refuses every call of a handle opened before (-ESTALE, "the server
     restarted; reopen the engine"): its mapping is the old server's pool,
     so nothing written through it is ever committed or served, and
-    p2pkv_engine_write refuses it from then on.  Close it and open anew.  The protocol has no
-    request ids: the server answers in order, so the answer of a request
-    that timed out is recognised when it comes late and dropped, never
-    taken for the next request's.
+    p2pkv_engine_write refuses it from then on.  Close it and open anew.
 
     Events (a store's result, a pull's result) come in between answers;
     they are queued and delivered by p2pkv_engine_poll, to the callback

@@ -76,7 +76,8 @@ typedef struct _pk_store_t pk_store_t;
     shm_open: "/p2pkv-<something>"), or in anonymous shared memory if name
     is NULL, every page allocated (posix_fallocate: a filesystem that
     cannot hold it is -ENOSPC now, with err naming the sizes, never a
-    SIGBUS at a block's first write) and pre-faulted, and an empty index.  A named pool is locked
+    SIGBUS at a block's first write) and pre-faulted, and an empty index.
+    A named pool is locked
     (flock on its descriptor, kept open for the store's life) so that the
     lock dies with the process, SIGKILL included: an object of that name
     whose lock nobody holds was left by a dead owner and is removed and
