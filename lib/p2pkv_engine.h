@@ -20,11 +20,19 @@
     this engine's reservations, a commit of a key this engine did not
     reserve, NULL pointers, empty strings: -EINVAL or -ENOENT with err
     naming the argument.  The server's refusals map to the errno their
-    sentence stands for (-ENOSPC, -EEXIST, -EBUSY, -ENOENT, -EAGAIN), or
-    -EINVAL; -ETIMEDOUT when no answer came in time.  The protocol has no
-    request ids: the server answers in order, so the answer of a request
-    that timed out is recognised when it comes late and dropped, never
-    taken for the next request's.
+    sentence stands for (-ENOSPC, -EEXIST, -EBUSY, -ENOENT, -EAGAIN,
+    -ESTALE), or -EINVAL; -ETIMEDOUT when no answer came in time.  The
+    protocol has no request ids: the server answers in order, so the
+    answer of a request that timed out is recognised when it comes late
+    and dropped, never taken for the next request's.
+
+    A handle belongs to one start of its server: open learns that start's
+    instance identity (random, new at every start) with the pool it maps,
+    and every later call names it.  A server restarted on the same socket
+    refuses every call of a handle opened before (-ESTALE, "the server
+    restarted; reopen the engine"): its mapping is the old server's pool,
+    so nothing written through it is ever committed or served, and
+    p2pkv_engine_write refuses it from then on.  Close it and open anew.
 
     Events (a store's result, a pull's result) come in between answers;
     they are queued and delivered by p2pkv_engine_poll, to the callback
@@ -104,7 +112,9 @@ typedef struct {
     server's default, by p2pkv-server(8)'s rule), waiting up to timeout
     seconds for it to answer (describe), and maps its pool read-write,
     checking that the shared-memory object is as large as the server
-    says.  on_event may be NULL (then read events with
+    says; a pool whose memory the server did not reserve is reserved
+    here (posix_fallocate) or refused, so that no write into it can die
+    of SIGBUS.  on_event may be NULL (then read events with
     p2pkv_engine_next_event).  Later calls wait p2pkv_engine_set_timeout's
     time, not this one.  NULL with err on failure: a bad endpoint, no
     answer within timeout, a pool that cannot be mapped, a socket file

@@ -18,6 +18,10 @@
     node.c, s_trim_heap; not under AddressSanitizer, whose allocator keeps
     freed memory in quarantine on purpose).
 
+    An engine handle kept open across its server's restart (kill -9 and
+    SIGTERM) must have every commit and put refused, and nothing of it
+    served (issue 34): against servers of its own, after the faults.
+
     The server faults (kill -9 and SIGSTOP of a server mid-transfer) run
     against a server of their own, with a witness consumer on the test's
     thread: its fetch ends FAILED, it writes a sentinel into the blocks at
@@ -1716,6 +1720,87 @@ s_attack_curve_revoked(ctx_t *c)
           "another key's fence fetch whole; pins released");
 }
 
+//  ---------------------------------------------------------------------------
+//  An engine handle kept open across its server's restart (issue 34)
+
+#define SBLOCK (64 * 1024)
+#define STALE_TAG 6
+
+//  One restart under an open handle, killed (-9) or stopped (SIGTERM),
+//  then started again on the same pool name, socket and port: the old
+//  handle's commit of the block it reserved and wrote before, and its
+//  put after, are refused -ESTALE; the new server holds nothing of it (a
+//  consumer's get misses both keys), and a new handle's put is fetched
+//  back whole.
+static void
+s_stale_once(const char *const *flags, bool killed, const p2pkv_key_t *keys, uint8_t *block)
+{
+    td_t s;
+    td_start(&s, flags);
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_engine_t *old = p2pkv_engine_open(s.local, 10, NULL, NULL, err);
+    ck_assert_msg(old != NULL, "p2pkv_engine_open: %s", err);
+    uint32_t b;
+    ck_assert_int_eq(p2pkv_engine_reserve(old, &keys[0], 1, &b, err), 0);
+    bk_block_fill(p2pkv_engine_pool(old) + (size_t) b * SBLOCK, STALE_TAG, 0, SBLOCK);
+    if (killed)
+        td_kill_only(&s);
+    else
+        ck_assert_int_eq(td_stop(&s), 0);
+    td_start(&s, flags);
+    ck_assert_int_eq(p2pkv_engine_commit(old, &keys[0], 1, err), -ESTALE);
+    ck_assert_msg(strstr(err, "the server restarted; reopen the engine"), "commit: %s", err);
+    bk_block_fill(block, STALE_TAG, 1, SBLOCK);
+    ck_assert_int_eq(p2pkv_engine_put(old, &keys[1], block, SBLOCK, err), -ESTALE);
+    p2pkv_engine_close(&old);
+    bk_block_fill(block, STALE_TAG, 2, SBLOCK);
+    ck_assert_int_eq(p2pkv_engine_put(td_api(&s), &keys[2], block, SBLOCK, err), 0);
+    p2pkv_engine_stats_t st = td_stats(td_api(&s));
+    ck_assert_uint_eq(st.ready, 1);
+    ck_assert_uint_eq(st.writing, 0);
+    p2pkv_config_t cfg = { .peer_id = "stale-witness", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1" };
+    p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, 3, SBLOCK, (p2pkv_callbacks_t) { 0 },
+                                              err);
+    ck_assert_msg(client != NULL, "stale witness: %s", err);
+    int server = p2pkv_client_connect(client, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "stale witness: %s", err);
+    uint32_t dest[3] = { 0, 1, 2 };
+    bool landed[3];
+    ck_assert_int_eq(p2pkv_client_get(client, server, "stale", keys, dest, 3, true, 10, landed,
+                                      NULL, NULL, err), 1);
+    ck_assert(!landed[0] && !landed[1] && landed[2]);
+    ck_assert_uint_eq(bk_block_diff(p2pkv_client_pool(client) + 2 * SBLOCK, STALE_TAG, 2,
+                                    SBLOCK), 0);
+    p2pkv_client_destroy(&client);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+
+START_TEST(test_stale_engine_handles)
+{
+    double t0 = pk_clock_monotonic();
+    char endpoint[64], pool[96], local[128];
+    td_fixed_endpoint(endpoint, sizeof endpoint);
+    snprintf(pool, sizeof pool, "/p2pkv-e2e-%d-9003", (int) getpid());
+    snprintf(local, sizeof local, "ipc:///tmp/p2pkv-e2e-%d-9003.sock", (int) getpid());
+    const char *const flags[] = { "--bind", endpoint, "--pool-name", pool, "--local", local,
+                                  "--pool-blocks", "16", "--block-len", "65536", NULL };
+    p2pkv_key_t *keys = bk_keys(STALE_TAG, 0, 3);
+    uint8_t *block = malloc(SBLOCK);
+    ck_assert_ptr_nonnull(block);
+    uint64_t n = s_n(2, 10);
+    for (uint64_t i = 0; i < n; i++)
+        s_stale_once(flags, i % 2 == 0, keys, block);
+    free(block);
+    bk_keys_free(keys);
+    hh_report("an engine handle kept open across its server's restart on the same pool, "
+              "socket and port (kill -9 and SIGTERM, alternately)", n,
+              "its commit and put refused -ESTALE (\"the server restarted; reopen the "
+              "engine\"); none of its keys served; a new handle's put fetched whole",
+              "nothing (no stale byte committed or served)", pk_clock_monotonic() - t0);
+}
+END_TEST
+
 START_TEST(test_server_faults)
 {
     char endpoint[64];
@@ -1759,6 +1844,7 @@ main(int argc, char **argv)
     TCase *tc = td_case(s, "hardening", hh_long() ? 7200 : 600);
     tcase_add_test(tc, test_hostile_peers);
     tcase_add_test(tc, test_server_faults);
+    tcase_add_test(tc, test_stale_engine_handles);
     int rc = pk_test_run("hardening", s);
     unlink(s_release);
     td_sweep();

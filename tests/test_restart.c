@@ -8,7 +8,9 @@
     touching what it left, and the consumer, which reconnects on its own,
     fetches the blocks again (published again: the index is not
     persisted), every byte checked; and a server started on the pool of
-    a live one is still refused, naming it.  Real p2pkv-server processes
+    a live one is still refused, naming it.  An engine handle that outlived
+    a restart (-9 or SIGTERM) can no longer publish (issue 34).  Real
+    p2pkv-server processes
     (tests/daemon.c) over the tcp provider on 127.0.0.1.
 */
 #include "p2pkv.h"
@@ -248,6 +250,104 @@ START_TEST(test_killed_server_restarts_on_its_pool)
 }
 END_TEST
 
+//  An engine handle that outlived its server, killed with -9 or stopped
+//  with SIGTERM, then restarted on the same pool name, socket and port
+//  (issue 34): its socket reconnects to the new server on its own, but the
+//  pool it mapped is the dead server's.  Every call of it that goes
+//  through the socket is refused, -ESTALE with the sentence that says
+//  what to do, its reservation's commit and its put included, and
+//  p2pkv_engine_write refuses its mapping from then on; the new server
+//  holds nothing of it (no block ready or being written), and a consumer
+//  gets only what a new handle put, intact.
+#define S_STALE_BLOCK 65536
+
+static void
+s_stale_handle(bool kill9)
+{
+    char endpoint[64], pool_name[96], local[128], err[P2PKV_ERRLEN] = "";
+    td_fixed_endpoint(endpoint, sizeof endpoint);
+    snprintf(pool_name, sizeof pool_name, "/p2pkv-e2e-%d-9002", (int) getpid());
+    snprintf(local, sizeof local, "ipc:///tmp/p2pkv-e2e-%d-9002.sock", (int) getpid());
+    const char *flags[] = { "--bind", endpoint, "--pool-name", pool_name, "--local", local,
+                            "--pool-blocks", "16", "--block-len", "65536", NULL };
+    td_t d;
+    td_start(&d, flags);
+    p2pkv_engine_t *old = p2pkv_engine_open(d.local, 10, NULL, NULL, err);
+    ck_assert_msg(old != NULL, "p2pkv_engine_open: %s", err);
+    //  keys[0]: reserved and written before the restart, committed after;
+    //  [1]: put after; [2]: the new handle's put; [3]: reserved after
+    p2pkv_key_t *keys = bk_keys(5, 0, 4);
+    uint8_t *block = malloc(S_STALE_BLOCK);
+    uint32_t b0, b;
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_engine_reserve(old, &keys[0], 1, &b0, err), 0);
+    bk_block_fill(p2pkv_engine_pool(old) + (size_t) b0 * S_STALE_BLOCK, 5, 0, S_STALE_BLOCK);
+    if (kill9)
+        td_kill_only(&d);
+    else
+        ck_assert_int_eq(td_stop(&d), 0);
+    td_start(&d, flags);
+
+    ck_assert_int_eq(p2pkv_engine_commit(old, &keys[0], 1, err), -ESTALE);
+    ck_assert_msg(strstr(err, "commit: the server restarted; reopen the engine"),
+                  "commit's error: \"%s\"", err);
+    bk_block_fill(block, 5, 1, S_STALE_BLOCK);
+    ck_assert_int_eq(p2pkv_engine_put(old, &keys[1], block, S_STALE_BLOCK, err), -ESTALE);
+    ck_assert_msg(strstr(err, "the server restarted; reopen the engine"), "put's error: "
+                  "\"%s\"", err);
+    ck_assert_int_eq(p2pkv_engine_reserve(old, &keys[3], 1, &b, err), -ESTALE);
+    ck_assert_int_eq(p2pkv_engine_drop(old, &keys[0], 1, err), -ESTALE);
+    ck_assert_int_eq(p2pkv_engine_store(old, "c-stale", "kv", &keys[0], 1, -1, &id, err),
+                     -ESTALE);
+    ck_assert_int_eq(p2pkv_engine_finish(old, "c-stale", "kv", err), -ESTALE);
+    ck_assert_int_eq(p2pkv_engine_pull(old, endpoint, &keys[0], 1, &id, NULL, NULL, err),
+                     -ESTALE);
+    ck_assert_int_eq(p2pkv_engine_write(old, b0, 0, block, 1, err), -ESTALE);
+
+    //  a handle opened now publishes, and nothing of the old one is here
+    p2pkv_engine_t *fresh = p2pkv_engine_open(d.local, 10, NULL, NULL, err);
+    ck_assert_msg(fresh != NULL, "p2pkv_engine_open after the restart: %s", err);
+    bk_block_fill(block, 5, 2, S_STALE_BLOCK);
+    ck_assert_int_eq(p2pkv_engine_put(fresh, &keys[2], block, S_STALE_BLOCK, err), 0);
+    p2pkv_engine_stats_t st = td_stats(fresh);
+    ck_assert_uint_eq(st.ready, 1);
+    ck_assert_uint_eq(st.writing, 0);
+
+    //  and a consumer gets exactly that block, intact
+    p2pkv_config_t cfg = { .peer_id = "c-stale", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1" };
+    p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, 4, S_STALE_BLOCK,
+                                              (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(client != NULL, "p2pkv_client_new: %s", err);
+    int server = p2pkv_client_connect(client, endpoint, 10, err);
+    ck_assert_msg(server >= 0, "connect: %s", err);
+    uint32_t dest[3] = { 0, 1, 2 };
+    bool landed[3];
+    ck_assert_int_eq(p2pkv_client_get(client, server, "stale", keys, dest, 3, true, 10, landed,
+                                      NULL, NULL, err), 1);
+    ck_assert(!landed[0] && !landed[1] && landed[2]);
+    ck_assert_msg(bk_block_ok(p2pkv_client_pool(client) + 2 * S_STALE_BLOCK, 5, 2,
+                              S_STALE_BLOCK), "the new handle's block came back changed");
+    p2pkv_client_destroy(&client);
+    p2pkv_engine_close(&fresh);
+    p2pkv_engine_close(&old);
+    free(block);
+    bk_keys_free(keys);
+    ck_assert_int_eq(td_stop(&d), 0);
+}
+
+START_TEST(test_stale_handle_after_kill)
+{
+    s_stale_handle(true);
+}
+END_TEST
+
+START_TEST(test_stale_handle_after_sigterm)
+{
+    s_stale_handle(false);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -257,5 +357,7 @@ main(void)
     Suite *s = suite_create("restart");
     TCase *tc = td_case(s, "restart", 120);
     tcase_add_test(tc, test_killed_server_restarts_on_its_pool);
+    tcase_add_test(tc, test_stale_handle_after_kill);
+    tcase_add_test(tc, test_stale_handle_after_sigterm);
     return td_run_and_sweep("restart", s);
 }

@@ -7,6 +7,10 @@
     ended, puller.c).  A prefill store or finish for a consumer without a
     session is held until its session starts or the store-job timeout.
 
+    Every request may name "instance", what describe said (an engine
+    handle names it in every request after its describe): a request
+    naming another start's instance is refused before it runs (s_stale).
+
     reserve, commit, drop, put, store and pull take an optional
     "namespace" (a name of --tenants, or "shared", the default): writes
     land in it, and store and pull see it and the shared one.  A store's
@@ -407,11 +411,11 @@ static json_t *
 s_cmd_describe(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
                size_t rlen)
 {
-    return json_pack("{s:b, s:s, s:s, s:I, s:I, s:s}", "ok", 1, "peer_id",
+    return json_pack("{s:b, s:s, s:s, s:I, s:I, s:s, s:s}", "ok", 1, "peer_id",
                      self->config->peer_id, "pool_name", pk_store_name(self->store),
                      "num_blocks", (json_int_t) pk_store_num_blocks(self->store),
                      "block_len", (json_int_t) pk_store_block_len(self->store), "endpoint",
-                     self->endpoint);
+                     self->endpoint, "instance", self->instance);
 }
 
 //  reserve, commit and drop: keys of the engine connection's own (its
@@ -588,12 +592,43 @@ static const struct {
     { "stats", s_cmd_stats },
 };
 
+//  A request naming another instance than this start's (issue 34): the
+//  engine handle that sent it described, and mapped the pool of, a server
+//  since restarted on the same socket, so what it wrote went into a dead
+//  server's unlinked mapping; refused before the command runs, whatever it
+//  is, so that nothing written through such a handle is ever committed or
+//  served.  The engine maps the sentence to -ESTALE (link.c).  A request
+//  naming no instance (a tool that maps nothing, as p2pkv put's JSON put
+//  by value; an engine older than the rule) runs as before.  One log line
+//  per stale instance, however often its handle retries.
+static json_t *
+s_stale(pk_node_t *self, const char *cmd, const json_t *req)
+{
+    const json_t *v = json_object_get(req, "instance");
+    const char *id = json_string_value(v);
+    if (!v || (id && streq(id, self->instance)))
+        return NULL;
+    if (!id)
+        return s_error("%s: instance: expected the string describe gave", cmd);
+    if (!streq(id, self->stale_logged)) {
+        snprintf(self->stale_logged, sizeof self->stale_logged, "%s", id);
+        pk_node_log(self, PK_LOG_WARN, "engine requests of a handle opened on instance "
+                    "%.32s (before a restart; this start is %s) refused: that engine must "
+                    "reopen", id, self->instance);
+    }
+    return s_error("%s: the server restarted; reopen the engine (the handle mapped the pool "
+                   "of instance %.32s, this start is %s)", cmd, id, self->instance);
+}
+
 static json_t *
 s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
 {
     const char *cmd = json_string_value(json_object_get(req, "cmd"));
     if (!cmd)
         return s_error("expected a JSON object with a \"cmd\" string");
+    json_t *stale = s_stale(self, cmd, req);
+    if (stale)
+        return stale;
     for (size_t i = 0; i < sizeof s_commands / sizeof s_commands[0]; i++)
         if (streq(cmd, s_commands[i].name))
             return s_commands[i].fn(self, cmd, req, rid, rlen);

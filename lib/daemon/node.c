@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <malloc.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <grp.h>
@@ -452,6 +453,16 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail;
     }
     self->config = config;
+    //  16 random bytes: two starts never share one (the chance is 2^-64
+    //  after 2^32 starts), and nothing about the host or the time is told
+    if (sodium_init() < 0) {
+        snprintf(err, PK_ERRLEN, "libsodium cannot start");
+        rc = -EIO;
+        goto fail_self;
+    }
+    uint8_t instance[PK_INSTANCE_BYTES];
+    randombytes_buf(instance, sizeof instance);
+    sodium_bin2hex(self->instance, sizeof self->instance, instance, sizeof instance);
     s_heap_settings();
     if ((rc = s_test_hooks(self, err)) != 0)
         goto fail_self;

@@ -81,6 +81,11 @@ typedef struct {
 //  Fabrics at most, one per provider offered (--provider shm,tcp).
 #define PK_MAX_FABRICS 8
 
+//  This start's instance identity (issue 34): random bytes, new at every
+//  start, that describe gives the engine and the engine names in every
+//  later request, so that a handle which outlived a restart is refused.
+#define PK_INSTANCE_BYTES 16
+
 //  One provider's fabric over the pool (node.c opens them, best first).
 typedef struct {
     pk_fabric_t *fabric;
@@ -118,6 +123,8 @@ struct _pk_node_t {
     volatile sig_atomic_t *reload;  //  SIGHUP seen (pk_node_watch_reload)
     pk_poller_t *poller;            //  the loop's wait (poller.h)
     char endpoint[256];
+    char instance[2 * PK_INSTANCE_BYTES + 1];   //  hex, PK_INSTANCE_BYTES random
+    char stale_logged[2 * PK_INSTANCE_BYTES + 1];   //  the last stale instance logged
     char ready[2048];
     pk_keymap_t by_rid;             //  routing id -> peer
     pk_keymap_t by_id;              //  a peer's id -> peer

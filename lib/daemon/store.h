@@ -74,7 +74,10 @@ typedef struct _pk_store_t pk_store_t;
 
 /*  Creates the pool in a new shared-memory object called name (as for
     shm_open: "/p2pkv-<something>"), or in anonymous shared memory if name
-    is NULL, pre-faulted, and an empty index.  A named pool is locked
+    is NULL, every page allocated (posix_fallocate: a filesystem that
+    cannot hold it is -ENOSPC now, with err naming the sizes, never a
+    SIGBUS at a block's first write) and pre-faulted, and an empty index.
+    A named pool is locked
     (flock on its descriptor, kept open for the store's life) so that the
     lock dies with the process, SIGKILL included: an object of that name
     whose lock nobody holds was left by a dead owner and is removed and
@@ -85,7 +88,8 @@ typedef struct _pk_store_t pk_store_t;
     off_t.  config NULL means PK_STORE_CONFIG_DEFAULT; a clock without now
     means CLOCK_MONOTONIC.  Returns NULL on failure with the reason in *rc_p
     (may be NULL): -EINVAL, -EEXIST (a live store holds the name),
-    -ENOMEM, or what shm_open, flock, ftruncate or mmap said.  */
+    -ENOMEM, -ENOSPC, or what shm_open, flock, ftruncate, posix_fallocate
+    or mmap said.  */
 pk_store_t *pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
                          const pk_store_config_t *config, pk_clock_t clock, int *rc_p);
 

@@ -53,6 +53,11 @@ s_info(p2pkv_engine_t *self, const json_t *d, char *err)
                     "a pool this process can map", (long long) nb, (long long) bl);
     info->num_blocks = (uint64_t) nb;
     info->block_len = (uint64_t) bl;
+    //  absent from a server older than the rule: nothing to name, and
+    //  nothing checked
+    const json_t *inst = json_object_get(d, "instance");
+    if (!rc && inst)
+        rc = s_copy(self->instance, sizeof self->instance, d, "instance", err);
     return rc;
 }
 
@@ -71,6 +76,23 @@ s_map(p2pkv_engine_t *self, char *err)
         rc = pk_err(err, -EPROTO, "pool_name: the pool \"%s\" has %lld bytes, the server "
                     "said %zu", name, (long long) st.st_size, len);
         goto undo_fd;
+    }
+    //  The server reserves its pool's memory before it says ready
+    //  (store.c), so every page exists and no write of ours can SIGBUS.
+    //  A pool with fewer bytes allocated than its size (a server before
+    //  that rule) is reserved here, or refused: an error now, not a
+    //  SIGBUS at the first block there is no room for.  Costs nothing
+    //  when the server did it (the fstat above says so).
+    if ((uint64_t) st.st_blocks * 512 < (uint64_t) len) {
+        int e;
+        do
+            e = posix_fallocate(fd, 0, (off_t) len);
+        while (e == EINTR);
+        if (e) {
+            rc = pk_err(err, -e, "pool_name: cannot reserve the pool \"%s\"'s %zu bytes "
+                        "(its /dev/shm is too small?): %s", name, len, strerror(e));
+            goto undo_fd;
+        }
     }
     void *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
@@ -319,6 +341,9 @@ p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, const vo
         return pk_err(err, -EINVAL, "self: NULL");
     if (!data && len)
         return pk_err(err, -EINVAL, "data: NULL");
+    if (self->restarted)
+        return pk_err(err, -ESTALE, "the server restarted; reopen the engine (this handle's "
+                      "pool is the old server's)");
     if (block >= self->info.num_blocks || !(self->held[block / 8] & (1u << (block % 8))))
         return pk_err(err, -EINVAL, "block: %u is not reserved by this handle (or is "
                       "committed already)", block);

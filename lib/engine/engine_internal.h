@@ -15,6 +15,10 @@
 #include <sys/types.h>
 #include <jansson.h>
 
+//  The longest instance identity taken from describe (the server's is
+//  32 hex digits).
+#define PK_ENGINE_INSTANCE_MAX 64
+
 //  One queued event, with the missing keys of a pull (keys then bytes).
 typedef struct _pk_elink_event_t {
     struct _pk_elink_event_t *next;
@@ -42,6 +46,12 @@ struct _p2pkv_engine_t {
     pk_keymap_t reserved;
     uint8_t *held;
     char ns[P2PKV_ENGINE_MAX_NAMESPACE + 1];    //  "" = the shared namespace
+    //  The server start whose pool this handle mapped (describe's
+    //  "instance"; "" from a server without one), named in every request
+    //  after describe; restarted is set once a server refused it (-ESTALE):
+    //  the mapping is a dead server's, and write refuses it too.
+    char instance[PK_ENGINE_INSTANCE_MAX + 1];
+    bool restarted;
 };
 
 /*  Local checks of keys[n]: 0, or -EINVAL with err naming the argument.  */

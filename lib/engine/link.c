@@ -229,6 +229,7 @@ pk_elink_refusal(const char *text)
         { "a key is pinned by a transfer", -EBUSY },
         { "a key is not reserved by this connection", -ENOENT },
         { "is not ready in the pool", -ENOENT },
+        { "the server restarted; reopen the engine", -ESTALE },
         { "too many", -EAGAIN },
         { "out of memory", -ENOMEM },
     };
@@ -241,6 +242,13 @@ pk_elink_refusal(const char *text)
 json_t *
 pk_elink_ask(p2pkv_engine_t *self, json_t *req, const char *what, int *rc_p, char *err)
 {
+    //  every request after describe names the server start whose pool
+    //  this handle mapped (engine_internal.h); describe itself names none
+    if (req && self->instance[0]
+        && json_object_set_new(req, "instance", json_string(self->instance)) != 0) {
+        json_decref(req);
+        req = NULL;
+    }
     char *text = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!text) {
@@ -286,6 +294,8 @@ pk_elink_ask(p2pkv_engine_t *self, json_t *req, const char *what, int *rc_p, cha
     }
     const char *says = json_string_value(json_object_get(answer, "error"));
     *rc_p = pk_err(err, pk_elink_refusal(says), "%s", says ? says : "refused, without a reason");
+    if (*rc_p == -ESTALE)
+        self->restarted = true;
     json_decref(answer);
     return NULL;
 }

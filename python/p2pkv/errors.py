@@ -26,6 +26,13 @@ class Refused(Error):
     hash seed, wire version, provider): reason names the field."""
 
 
+class Stale(Error):
+    """The engine's server restarted since the engine opened (errno
+    ESTALE): the pool it mapped is the old server's, so the new one refuses
+    its calls and nothing it wrote is published.  Close it and open a new
+    Engine."""
+
+
 class FetchError(Error):
     """A fetch ended FAILED or ABORTED: .status says which, .reason why.
     Its destination blocks may be reused (the library waited for the
@@ -45,5 +52,6 @@ def check(rc: int, err=None, what: str = "") -> int:
         reason = os.strerror(-rc)
     if what:
         reason = f"{what}: {reason}"
-    cls = {_errno.ETIMEDOUT: Timeout, _errno.EPROTO: Refused}.get(-rc, Error)
+    cls = {_errno.ETIMEDOUT: Timeout, _errno.EPROTO: Refused, _errno.ESTALE: Stale}.get(-rc,
+                                                                                    Error)
     raise cls(-rc, reason)

@@ -6,6 +6,8 @@ The uses after close run in a child process, so a view that did touch
 unmapped memory fails the test by its signal instead of ending pytest."""
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 import p2pkv
@@ -68,3 +70,34 @@ def test_views_used_after_close_do_not_crash(server, python_child):
     out = python_child(script)
     bl = 4096
     assert out.split() == ["ValueError", "ValueError", str(7 * bl), str(9 * bl)], out
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_engine_of_a_restarted_server_is_stale(server_factory, how):
+    """A server killed (-9) or stopped, then started again on the same pool
+    and socket: the engine opened on the old one raises Stale (ESTALE,
+    saying to reopen) for put and commit, and a new Engine publishes."""
+    old_server = server_factory()
+    engine = p2pkv.Engine(old_server.local)
+    [b] = engine.reserve([b"stale-key-1"])
+    engine.write(b, b"\x33" * 8)
+    if how == "kill":
+        old_server.proc.kill()
+        old_server.proc.wait()
+        old_server.proc.stdout.close()
+    else:
+        assert old_server.stop() == 0
+    new_server = server_factory("--local", old_server.local, "--pool-name", old_server.pool)
+    for call in (lambda: engine.commit([b"stale-key-1"]),
+                 lambda: engine.put(b"stale-key-2", bytes(engine.block_len))):
+        with pytest.raises(p2pkv.Stale, match="the server restarted; reopen the engine") as e:
+            call()
+        assert e.value.errno == errno.ESTALE
+    engine.close()
+    # its socket is the old one's (the flag given wins over its default)
+    with p2pkv.Engine(old_server.local) as fresh:
+        assert fresh.put(b"stale-key-2", b"\x44" * fresh.block_len)
+        with p2pkv.Client("py-stale", 2, fresh.block_len) as c:
+            s = c.connect(new_server.endpoint)
+            assert c.get(s, [b"stale-key-1", b"stale-key-2"], [0, 1]) == [False, True]
+            assert bytes(c.block(1)) == b"\x44" * fresh.block_len

@@ -307,7 +307,10 @@ s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
     else {
         //  the control page, its read-only descriptor for the target
         int fd = memfd_create("p2pkv-mmap-ctrl", MFD_CLOEXEC);
+        //  reserved (posix_fallocate), as every shared object of ours
+        //  is: a page a limit cannot hold fails here, not as a SIGBUS
         if (fd < 0 || ftruncate(fd, sizeof *self->ctrl) != 0
+            || (errno = posix_fallocate(fd, 0, sizeof *self->ctrl)) != 0
             || (self->ctrl = mmap(NULL, sizeof *self->ctrl, PROT_READ | PROT_WRITE, MAP_SHARED,
                                   fd, 0)) == MAP_FAILED) {
             self->ctrl = NULL;
