@@ -1216,6 +1216,8 @@ s_attack_strangers(ctx_t *c)
           "pool of two sessions", 2 * count,
           "0 landed (every byte kept, no immediate counted); the control, the announced key, "
           "landed");
+}
+
 //  Squatted engine sockets (issue 34, point 6): another user (nobody)
 //  binds the path a new server is to serve its engine on, in a shared
 //  sticky directory as /tmp, before the server starts.  The server

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
-                    c_int64, c_size_t, c_uint8, c_uint32, c_uint64, c_void_p)
+                    c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
 
 ERRLEN = 256
 
@@ -46,7 +46,27 @@ class Config(Structure):
                 ("directory", c_char_p),
                 # seconds the driving thread looks for an answer before it
                 # sleeps (0: 200 us, negative: never)
-                ("answer_spin", c_double)]
+                ("answer_spin", c_double),
+                # the end-to-end check (issue 34): off with no_verify; a
+                # server's blocks failing max_corrupt in a row (0: 8) end it
+                ("no_verify", c_bool), ("max_corrupt", c_uint)]
+
+
+# p2pkv_key_result_t: one key's outcome of p2pkv_client_get_results
+KEY_LANDED, KEY_MISSING, KEY_CORRUPT, KEY_FAILED = 0, 1, 2, 3
+KEY_STATUS = {KEY_LANDED: "landed", KEY_MISSING: "missing", KEY_CORRUPT: "corrupt",
+              KEY_FAILED: "failed"}
+MISS_REASON = {0: None, 1: "no_holder"}
+
+
+class KeyResult(Structure):
+    _fields_ = [("status", c_uint8), ("reason", c_uint8), ("verified", c_bool),
+                ("reserved", c_uint8), ("holder", c_int32), ("checksum", c_uint64)]
+
+
+class CheckStats(Structure):
+    _fields_ = [("checked", c_uint64), ("corrupt", c_uint64), ("unchecked", c_uint64),
+                ("hostile", c_uint64)]
 
 
 class Holder(Structure):
@@ -116,6 +136,10 @@ _PROTOTYPES = {
                                    c_uint64, c_double, POINTER(c_uint64)]),
     "p2pkv_client_get": (c_int, [_P, c_int, c_char_p, _KEYS, POINTER(c_uint32), c_size_t, c_bool,
                                  c_double, POINTER(c_bool), PROGRESS, c_void_p, _ERR]),
+    "p2pkv_client_get_results": (c_int, [_P, c_int, c_char_p, _KEYS, POINTER(c_uint32), c_size_t,
+                                         c_bool, c_double, POINTER(KeyResult), PROGRESS,
+                                         c_void_p, _ERR]),
+    "p2pkv_client_checks": (None, [_P, POINTER(CheckStats)]),
     "p2pkv_client_cancel": (c_int, [_P, c_uint64]),
     "p2pkv_client_finish": (c_int, [_P, c_int, c_char_p]),
     "p2pkv_client_open_fetches": (c_size_t, [_P]),

@@ -105,7 +105,7 @@ class Client:
                  stall_timeout: float = 0, no_reconnect: bool = False,
                  curve_public: Optional[str] = None, curve_secret: Optional[str] = None,
                  curve_server: Optional[str] = None, directory: Optional[str] = None,
-                 answer_spin: float = 0):
+                 answer_spin: float = 0, verify: bool = True, max_corrupt: int = 0):
         lib = L.lib()
         self.num_blocks, self.block_len = int(num_blocks), int(block_len)
         self._cond = threading.Condition()
@@ -129,7 +129,7 @@ class Client:
         self._directory = enc(directory)
         cfg = L.Config(*self._strings, load_timeout, abort_ack_timeout, keepalive_interval,
                        silence_timeout, connect_retry, stall_timeout, no_reconnect, True,
-                       *self._curve, self._directory, answer_spin)
+                       *self._curve, self._directory, answer_spin, not verify, max_corrupt)
         # the callbacks must live as long as the client
         self._cbs = L.Callbacks(None, L.ON_LOOKUP(self._on_lookup),
                                 L.ON_FETCH(self._on_fetch), L.ON_SERVER(self._on_server))
@@ -279,6 +279,40 @@ class Client:
                                        fetch, timeout, landed, L.PROGRESS(), None, err),
               err, f"get on server {server}")
         return [bool(landed[i]) for i in range(ks.n)]
+
+    def get_results(self, server: Optional[int], keys: Sequence[KeyLike],
+                    blocks: Sequence[int], kv: str = "get", fetch: bool = True,
+                    timeout: float = 10.0) -> list[dict]:
+        """get with a result per key (p2pkv_client_get_results): dicts of
+        status ("landed", "missing", "corrupt": it landed but differs from
+        the checksum its server announced, so its block holds wrong bytes;
+        or "failed"), verified (compared with its checksum), checksum,
+        holder (server index, or None) and reason (why missing, where
+        known).  A corrupt block is a result, not an exception."""
+        if server is None:
+            server = L.ANY_SERVER
+        ks = Keys(keys)
+        if len(blocks) != ks.n:
+            raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")
+        dest = uint32s(blocks, "blocks")
+        res = (L.KeyResult * max(ks.n, 1))()
+        err = ctypes.create_string_buffer(L.ERRLEN)
+        check(L.lib().p2pkv_client_get_results(self._h(), server, kv.encode(), ks.array, dest,
+                                               ks.n, fetch, timeout, res, L.PROGRESS(), None,
+                                               err),
+              err, f"get on server {server}")
+        return [{"status": L.KEY_STATUS.get(r.status, "failed"), "verified": bool(r.verified),
+                 "checksum": int(r.checksum), "holder": None if r.holder < 0 else int(r.holder),
+                 "reason": L.MISS_REASON.get(r.reason) if r.status == L.KEY_MISSING else None}
+                for r in res[:ks.n]]
+
+    def checks(self) -> dict:
+        """The end-to-end check's counters (p2pkv_client_checks): checked,
+        corrupt, unchecked, hostile."""
+        st = L.CheckStats()
+        L.lib().p2pkv_client_checks(self._h(), ctypes.byref(st))
+        return {"checked": st.checked, "corrupt": st.corrupt, "unchecked": st.unchecked,
+                "hostile": st.hostile}
 
     def locate(self, keys: Sequence[KeyLike]) -> list[list[dict]]:
         """Each key's live holders in the directory (directory=), as dicts

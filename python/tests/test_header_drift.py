@@ -65,6 +65,8 @@ C_TYPES = {
     "p2pkv_callbacks_t": (L.Callbacks,),
     "p2pkv_description_t *": (POINTER(L.Description),),
     "p2pkv_directory_stats_t *": (POINTER(L.DirectoryStats),),
+    "p2pkv_key_result_t *": (POINTER(L.KeyResult),),
+    "p2pkv_check_stats_t *": (POINTER(L.CheckStats),),
     "p2pkv_engine_info_t *": (POINTER(L.EngineInfo),),
     "p2pkv_engine_event_t *": (POINTER(L.EngineEvent),),
     "p2pkv_engine_namespace_stats_t *": (POINTER(L.EngineNamespaceStats),),

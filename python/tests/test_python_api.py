@@ -50,6 +50,34 @@ def test_engine_publishes_and_numpy_consumer_fetches(server):
             assert st["pool"]["ready"] == 16
 
 
+def test_get_results_say_corrupt_for_a_block_changed_at_rest(server):
+    """The end-to-end check through the package: a block changed in the
+    server's pool after its commit is "corrupt" (never "landed"), the
+    others land verified; verify=False lands it unchecked."""
+    import mmap as _mmap
+    with p2pkv.Engine(server.local) as engine:
+        keys, datas = publish(engine, 4)
+        with p2pkv.Client("py-check", 8, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            res = c.get_results(s, keys, [0, 1, 2, 3])
+            assert [r["status"] for r in res] == ["landed"] * 4
+            assert all(r["verified"] and r["holder"] == s for r in res)
+            with open(f"/dev/shm{server.pool}", "r+b") as f, _mmap.mmap(f.fileno(), 0) as m:
+                at = m.find(datas[2])
+                assert at >= 0 and at % engine.block_len == 0
+                m[at + 5] ^= 0x10
+            res = c.get_results(s, keys, [0, 1, 2, 3], kv="again")
+            assert [r["status"] for r in res] == ["landed", "landed", "corrupt", "landed"]
+            assert c.checks()["corrupt"] == 1
+            assert c.get(s, keys, [0, 1, 2, 3], kv="bools") == [True, True, False, True]
+        with p2pkv.Client("py-nocheck", 8, engine.block_len, verify=False) as c:
+            s = c.connect(server.endpoint)
+            res = c.get_results(s, keys, [0, 1, 2, 3])
+            assert [r["status"] for r in res] == ["landed"] * 4
+            assert not any(r["verified"] for r in res)
+            assert c.checks()["unchecked"] == 4
+
+
 def test_lookup_then_fetch_under_its_round(server):
     with p2pkv.Engine(server.local) as engine:
         keys, datas = publish(engine, 4)
