@@ -21,6 +21,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -686,6 +688,59 @@ START_TEST(test_cli_get_verifies_bytes)
 }
 END_TEST
 
+//  p2pkv get of a block changed at rest in the server's pool after its
+//  commit: "KEY corrupt", its file not written, exit 1; the other key of
+//  the same get fetched and written.  --no-verify lands it unchecked.
+START_TEST(test_cli_get_says_corrupt)
+{
+    td_t s;
+    td_start(&s, NULL);
+    static uint8_t blocks[2][BLOCK];
+    p2pkv_key_t keys[2];
+    uint8_t raw[2][32];
+    char hex[2][65];
+    for (int i = 0; i < 2; i++) {
+        randombytes_buf(blocks[i], BLOCK);
+        crypto_hash_sha256(raw[i], blocks[i], BLOCK);
+        keys[i] = (p2pkv_key_t) { raw[i], 32 };
+        sodium_bin2hex(hex[i], sizeof hex[i], raw[i], 32);
+    }
+    td_put(td_api(&s), keys, &blocks[0][0], 2, BLOCK);
+    int fd = shm_open(s.pool, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    uint8_t *pool = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ck_assert_ptr_ne(pool, MAP_FAILED);
+    bool flipped = false;
+    for (size_t off = 0; !flipped && off + BLOCK <= (size_t) st.st_size; off += BLOCK)
+        if (memcmp(pool + off, blocks[1], BLOCK) == 0) {
+            pool[off + 17] ^= 0x80;
+            flipped = true;
+        }
+    ck_assert(flipped);
+    munmap(pool, (size_t) st.st_size);
+    char dir[] = "/tmp/p2pkv-corrupt-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "bin/p2pkv get --server %s -o %s %s %s > %s/report 2>&1",
+             s.endpoint, dir, hex[0], hex[1], dir);
+    ck_assert_int_eq(WEXITSTATUS(system(cmd)), 1);
+    s_expect_file(dir, hex[0], blocks[0]);
+    snprintf(cmd, sizeof cmd, "grep -qx '%s fetched' %s/report && grep -qx '%s corrupt' "
+             "%s/report && test ! -e %s/%s", hex[0], dir, hex[1], dir, dir, hex[1]);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv get --no-verify --server %s -o %s %s > %s/report2 "
+             "2>&1 && grep -qx '%s fetched' %s/report2", s.endpoint, dir, hex[1], dir, hex[1],
+             dir);
+    ck_assert_int_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  p2pkv get --repeat: the passes after the first run on the same session
 //  (one session opened, on the server's counter) and report their rate;
 //  the blocks written are the ones put.  A count that is not one, or
@@ -1000,6 +1055,15 @@ START_TEST(test_engine_json_protocol)
               "reserve: keys: expected an array of 1..65536 hex strings");
     s_refused(&s, td_engine(&s, "{s:s, s:[s]}", "cmd", "commit", "keys", "ABC"),
               "commit: keys[0]: expected lowercase hex of even length");
+    //  a commit's checksums (the engine's, of blocks it wrote whole)
+    s_refused(&s, td_engine(&s, "{s:s, s:[s], s:[]}", "cmd", "commit", "keys", "00", "sums"),
+              "commit: sums: expected an array of 1 items (one per key)");
+    s_refused(&s, td_engine(&s, "{s:s, s:[s], s:[s]}", "cmd", "commit", "keys", "00", "sums",
+                            "0123456789ABCDEF"),
+              "commit: sums[0]: expected null or 16 lowercase hex characters");
+    s_refused(&s, td_engine(&s, "{s:s, s:[s, s], s:[n, i]}", "cmd", "commit", "keys", "00",
+                            "01", "sums", 5),
+              "commit: sums[1]: expected null or 16 lowercase hex characters");
     s_refused(&s, td_engine(&s, "{s:s, s:s, s:s, s:[s], s:i}", "cmd", "store", "peer", "c",
                             "kv", "k", "keys", "00", "round", -1),
               "store: round: expected an integer >= 0");
@@ -1069,6 +1133,7 @@ main(void)
     tcase_add_test(tc, test_metrics_endpoint);
     tcase_add_test(tc, test_cli_put_and_stats);
     tcase_add_test(tc, test_cli_get_verifies_bytes);
+    tcase_add_test(tc, test_cli_get_says_corrupt);
     tcase_add_test(tc, test_cli_get_repeat);
     tcase_add_test(tc, test_pull_between_servers);
     tcase_add_test(tc, test_engine_json_protocol);

@@ -8,6 +8,7 @@
     pinned block was ever rewritten under its reader.
 */
 #include "daemon/store.h"
+#include "base/checksum.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -54,7 +55,7 @@ s_name(char *buf, size_t len)
 static pk_store_t *
 s_store(s_clock_t *clock, uint64_t num_blocks, uint64_t block_len, double lease)
 {
-    pk_store_config_t config = { lease, 1 };
+    pk_store_config_t config = { lease, 1, false };
     int rc = 1;
     pk_store_t *store = pk_store_new(NULL, num_blocks, block_len, &config,
                                      (pk_clock_t) { clock, s_clock_now }, &rc);
@@ -231,6 +232,40 @@ START_TEST(test_pin_and_release)
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
     st = s_stats(store);
     ck_assert_uint_eq(st.free, 4);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+//  A commit takes the block's XXH3-64 (base/checksum.h) of the bytes the
+//  writer left; a pinned block gives it; one not pinned does not; a store
+//  configured without checksums gives none.
+START_TEST(test_checksums_taken_at_commit)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 4, 16, 30);
+    uint32_t b;
+    ck_assert_int_eq(s_reserve(store, 7, 1, &b), 0);
+    uint8_t *at = (uint8_t *) pk_store_base(store) + (size_t) b * 16;
+    memcpy(at, "sixteen bytes..!", 16);
+    ck_assert_int_eq(s_commit(store, 7, 1), 0);
+    uint64_t want = pk_checksum("sixteen bytes..!", 16), sum = 0;
+    ck_assert_int_eq(pk_store_block_sums(store, &b, 1, &sum), -EINVAL);     //  not pinned
+    uint32_t pb;
+    uint64_t job = s_pin(store, 1, &pb);
+    ck_assert_uint_eq(pb, b);
+    ck_assert_int_eq(pk_store_block_sums(store, &b, 1, &sum), 0);
+    ck_assert_uint_eq(sum, want);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    pk_store_destroy(&store);
+
+    pk_store_config_t off = { 30, 1, true };
+    int rc = 1;
+    store = pk_store_new(NULL, 4, 16, &off, (pk_clock_t) { &clock, s_clock_now }, &rc);
+    ck_assert_ptr_nonnull(store);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    job = s_pin(store, 2, &pb);
+    ck_assert_int_eq(pk_store_block_sums(store, &pb, 1, &sum), -ENOTSUP);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -972,6 +1007,7 @@ main(void)
     tcase_add_test(tc, test_state_transitions);
     tcase_add_test(tc, test_writing_key_lookup_and_commit_rules);
     tcase_add_test(tc, test_pin_and_release);
+    tcase_add_test(tc, test_checksums_taken_at_commit);
     tcase_add_test(tc, test_pin_reports_key_evicted_since_lookup);
     tcase_add_test(tc, test_eviction_is_lru);
     tcase_add_test(tc, test_pinned_block_never_evicted);

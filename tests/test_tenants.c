@@ -240,7 +240,7 @@ s_delta(s_delta_t after, s_delta_t before)
 START_TEST(test_store_foreign_key_is_an_absent_key)
 {
     int rc;
-    pk_store_config_t cfg = { 30.0, 3 };
+    pk_store_config_t cfg = { 30.0, 3, false };
     pk_store_t *store = pk_store_new(NULL, 16, BLOCK, &cfg, pk_clock_system(), &rc);
     ck_assert_ptr_nonnull(store);
     ck_assert_uint_eq(pk_store_namespaces(store), 3);

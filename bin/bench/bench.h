@@ -77,6 +77,8 @@ typedef struct {
     int port_lo, port_hi;       //  --ports LO-HI for servers' --bind
     pkb_names_t providers;      //  --providers (fetch): the same fetch over each,
                                 //  against one server offering them all
+    bool verify_cost;           //  --verify-cost (fetch): each load twice, with the
+                                //  end-to-end check and without, in each repetition
 } pkb_opts_t;
 
 /*  ---- figures and statistics (report.c) ------------------------------ */
@@ -209,6 +211,7 @@ typedef struct {
                                 //  is checked to be the one asked for
     int in_flight;              //  requests a consumer keeps going (1..PKB_MAX_IN_FLIGHT)
     double answer_spin;         //  p2pkv_config_t.answer_spin
+    bool no_verify;             //  p2pkv_config_t.no_verify
 } pkb_consumer_cfg_t;
 
 /*  What one consumer reports of one timed phase.  */
@@ -279,6 +282,7 @@ int pkb_codec(const pkb_opts_t *o);
 int pkb_role(const pkb_opts_t *o);
 int pkb_fabric(const pkb_opts_t *o);
 int pkb_fetch(const pkb_opts_t *o);
+int pkb_engine(const pkb_opts_t *o);
 int pkb_control(const pkb_opts_t *o);
 int pkb_sessions(const pkb_opts_t *o);
 int pkb_directory(const pkb_opts_t *o);     //  issue 14: against a redis-server

@@ -225,7 +225,8 @@ s_setup(s_cons_t *c, char *err, size_t size)
     p2pkv_config_t pc = { .peer_id = id, .fingerprint = "pkbench",
                           .provider = cfg->provider ? cfg->provider : "tcp",
                           .curve_public = cfg->curve_public, .curve_secret = cfg->curve_secret,
-                          .curve_server = cfg->curve_server, .answer_spin = cfg->answer_spin };
+                          .curve_server = cfg->curve_server, .answer_spin = cfg->answer_spin,
+                          .no_verify = cfg->no_verify };
     p2pkv_callbacks_t cb = { .arg = c, .on_lookup = s_on_lookup, .on_fetch = s_on_fetch };
     c->client = p2pkv_client_new(&pc, NULL, (uint64_t) cfg->in_flight * n, cfg->block_len, cb, e);
     if (c->client)

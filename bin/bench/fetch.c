@@ -79,7 +79,7 @@ s_pool_blocks(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t block
 static int
 s_check(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t max_sessions)
 {
-    size_t loads = o->providers.n ? o->providers.n : 1;
+    size_t loads = (o->providers.n ? o->providers.n : 1) * (o->verify_cost ? 2 : 1);
     for (size_t i = 0; i < np; i++) {
         if (p[i].c * loads > max_sessions) {
             fprintf(stderr, "p2pkv-bench fetch: --consumers %llu%s is more than the server's "
@@ -213,24 +213,50 @@ s_ref_failed(const s_point_t *p, const char *what, int rc)
             (unsigned long long) p->n, (unsigned long long) p->c, what, strerror(-rc));
 }
 
+//  A load's provider (NULL: the default, tcp) and, with --verify-cost, its
+//  check: loads go provider by provider, the checked one first.
+static const char *
+s_load_provider(const pkb_opts_t *o, size_t k)
+{
+    size_t m = o->verify_cost ? 2 : 1;
+    return o->providers.n ? o->providers.v[k / m] : NULL;
+}
+
+static bool
+s_load_unchecked(const pkb_opts_t *o, size_t k)
+{
+    return o->verify_cost && k % 2 == 1;
+}
+
+//  The row's label: the provider, and "+chk" or "-chk" with --verify-cost.
+static const char *
+s_load_label(const pkb_opts_t *o, size_t k, char *buf, size_t len)
+{
+    const char *prov = s_load_provider(o, k);
+    if (!o->verify_cost)
+        return prov;
+    snprintf(buf, len, "%s %s", prov ? prov : "tcp", s_load_unchecked(o, k) ? "-chk" : "+chk");
+    return buf;
+}
+
 static int
 s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p,
         s_med_t *med)
 {
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
-    size_t nl = o->providers.n ? o->providers.n : 1;
-    static pkb_consumer_t cs[PKB_MAX_PROVIDERS][1024];
-    static pkb_rep_t r[PKB_MAX_PROVIDERS][PKB_MAX_REPS];
-    double raw[PKB_MAX_REPS], tcp[PKB_MAX_REPS], vs[PKB_MAX_PROVIDERS][PKB_MAX_REPS];
+    size_t nl = (o->providers.n ? o->providers.n : 1) * (o->verify_cost ? 2 : 1);
+    static pkb_consumer_t cs[2 * PKB_MAX_PROVIDERS][1024];
+    static pkb_rep_t r[2 * PKB_MAX_PROVIDERS][PKB_MAX_REPS];
+    double raw[PKB_MAX_REPS], tcp[PKB_MAX_REPS], vs[2 * PKB_MAX_PROVIDERS][PKB_MAX_REPS];
     char err[256] = "";
     size_t started = 0;
     int rc = 0;
     for (; rc == 0 && started < nl; started += rc == 0) {
         pkb_consumer_cfg_t cfg = { srv->endpoint, p->block, p->n, true, false,
                                    o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, false,
-                                   NULL, NULL, NULL, o->threads,
-                                   o->providers.n ? o->providers.v[started] : NULL,
-                                   PKB_IN_FLIGHT(o), o->answer_spin };
+                                   NULL, NULL, NULL, o->threads, s_load_provider(o, started),
+                                   PKB_IN_FLIGHT(o), o->answer_spin,
+                                   s_load_unchecked(o, started) };
         rc = pkb_load_start(cs[started], p->c, &cfg, err, sizeof err);
     }
     //  The two references, measured alike.  One that fails leaves its
@@ -258,8 +284,10 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
         }
         for (size_t k = 0; rc == 0 && k < nl; k++)
             rc = pkb_load_rep(cs[k], p->c, srv->pid, p->n, &r[k][i], err, sizeof err);
+        //  --verify-cost: the checked load over its unchecked twin
         for (size_t k = 0; rc == 0 && k < nl; k++)
-            vs[k][i] = r[k][i].gbps / r[nl - 1][i].gbps;
+            vs[k][i] = o->verify_cost ? r[k][i].gbps / r[k | 1][i].gbps
+                                      : r[k][i].gbps / r[nl - 1][i].gbps;
     }
     while (started)
         pkb_load_stop(cs[--started], p->c);
@@ -270,10 +298,14 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                 o->providers.n ? o->providers.joined : "", err);
         return rc;
     }
+    bool labelled = o->providers.n || o->verify_cost;
+    char label[PKB_MAX_PROVIDERS * 2][80], last[80];
+    s_load_label(o, o->verify_cost ? nl - 1 : nl - 1, last, sizeof last);
     for (size_t k = 0; k < nl; k++)
-        s_row(rep, p, r[k], raw, tcp, reps, o->providers.n ? o->providers.v[k] : NULL,
-              o->providers.n ? o->providers.v[nl - 1] : NULL, o->providers.n ? vs[k] : NULL,
-              k == nl - 1 ? med : NULL);
+        s_row(rep, p, r[k], raw, tcp, reps,
+              labelled ? s_load_label(o, k, label[k], sizeof label[k]) : NULL,
+              labelled ? (o->verify_cost ? "its unchecked twin" : last) : NULL,
+              labelled ? vs[k] : NULL, k == nl - 1 ? med : NULL);
     return 0;
 }
 
@@ -344,13 +376,14 @@ pkb_fetch(const pkb_opts_t *o)
            o->threads ? "threads of one process" : "processes", o->providers.n ? "providers " : "",
            prov, pkb_fabric_version(), reps);
     pkb_report_t *rep = pkb_report_new(o, prov);
-    if (o->providers.n) {
+    if (o->providers.n || o->verify_cost) {
         const char *names[S_NAMES + 2];
         memcpy(names, s_names, 3 * sizeof *names);
         names[3] = "provider";
         memcpy(names + 4, s_names + 3, (S_NAMES - 3) * sizeof *names);
         char vs[80];
-        snprintf(vs, sizeof vs, "vs %s", o->providers.v[o->providers.n - 1]);
+        snprintf(vs, sizeof vs, "vs %s", o->verify_cost ? "-chk"
+                                         : o->providers.v[o->providers.n - 1]);
         names[S_NAMES + 1] = vs;
         int w[S_NAMES + 2];
         memcpy(w, s_pw, 4 * sizeof *w);

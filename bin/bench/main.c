@@ -40,6 +40,9 @@ static const char s_usage[] =
     "  directory the cluster directory on a redis-server it starts: a server's\n"
     "            upkeep (key changes/s into Redis, as batches) and a locate of\n"
     "            1,024 keys (latency percentiles, round trips)\n"
+    "  engine    an engine's put and reserve + write + commit of 64 KiB blocks to a\n"
+    "            server taking block checksums and to one without\n"
+    "            (--block-checksums off), in the same repetition\n"
     "\n"
     "Options:\n"
     "  --quick              fewer points and repetitions (what make bench runs)\n"
@@ -76,6 +79,11 @@ static const char s_usage[] =
     "                       against one server offering them all, alternating\n"
     "                       within each repetition; each row's \"vs\" column is its\n"
     "                       GB/s over the last provider's, in the same repetition\n"
+    "  --verify-cost        fetch: each load twice, with the end-to-end block check\n"
+    "                       (\"+chk\", the default) and without (\"-chk\",\n"
+    "                       no_verify), alternating within each repetition; the\n"
+    "                       \"vs\" column is the checked load's GB/s over the\n"
+    "                       unchecked one's\n"
     "  -h, --help, -V, --version\n"
     "\n"
     "With any of --block-sizes, --blocks, --consumers (fetch) or --keys,\n"
@@ -85,7 +93,7 @@ static const char s_usage[] =
     "object behind.  Exit status: 0 done, 1 a run failed, 2 bad parameters.\n";
 
 typedef enum { S_CODEC = 1, S_ROLE = 2, S_FABRIC = 4, S_FETCH = 8, S_CONTROL = 16,
-               S_SESSIONS = 32, S_DIRECTORY = 64, S_ALL = 127 } s_suite_bit_t;
+               S_SESSIONS = 32, S_DIRECTORY = 64, S_ENGINE = 128, S_ALL = 255 } s_suite_bit_t;
 
 static const struct {
     const char *name;
@@ -95,7 +103,7 @@ static const struct {
     { "codec", S_CODEC, pkb_codec },       { "role", S_ROLE, pkb_role },
     { "fabric", S_FABRIC, pkb_fabric },    { "fetch", S_FETCH, pkb_fetch },
     { "control", S_CONTROL, pkb_control }, { "sessions", S_SESSIONS, pkb_sessions },
-    { "directory", S_DIRECTORY, pkb_directory },
+    { "directory", S_DIRECTORY, pkb_directory }, { "engine", S_ENGINE, pkb_engine },
 };
 
 static int
@@ -222,6 +230,7 @@ static const s_opt_t s_opts[] = {
     { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS, F(server), 0 },
     { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS, 0, 0 },
     { "--providers", O_NAMES, S_FETCH, F(providers), PKB_MAX_PROVIDERS },
+    { "--verify-cost", O_FLAG, S_FETCH, F(verify_cost), 0 },
 };
 #define S_NOPTS (sizeof s_opts / sizeof s_opts[0])
 
@@ -372,7 +381,8 @@ main(int argc, char *argv[])
     char path[PATH_MAX];
     if (s_parse(argc, argv, &o, &bit))
         return 2;
-    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS)) && s_server_path(&o, path, sizeof path))
+    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE))
+        && s_server_path(&o, path, sizeof path))
         return 2;
     pkb_procs_init();
     int rc = 2;

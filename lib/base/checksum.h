@@ -7,9 +7,8 @@
     detects accidents and writes by anyone who is not the publisher (a
     stranger who observed a key, a bit flipped at rest or on the way); it
     is not a signature, as the server that sends the checksum is the one
-    the consumer trusts for the bytes.  It runs at about 20 GB/s a core
-    here (p2pkv-bench fetch --verify), so a block is checked while it is
-    still in cache.
+    the consumer trusts for the bytes.  It runs at about 39 GB/s a core
+    here (checksum.c), faster than the copies that land the blocks.
 */
 #ifndef PK_CHECKSUM_H_INCLUDED
 #define PK_CHECKSUM_H_INCLUDED

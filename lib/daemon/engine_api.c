@@ -418,6 +418,27 @@ s_cmd_describe(pk_node_t *self, const char *cmd, const json_t *req, const void *
                      self->endpoint, "instance", self->instance);
 }
 
+//  A commit's "sums": n items, each null or 16 lowercase hex characters.
+static int
+s_json_sums(const json_t *arr, size_t n, uint64_t *sums, bool *given, char *err)
+{
+    if (!json_is_array(arr) || json_array_size(arr) != n)
+        return pk_err(err, -EINVAL, "sums: expected an array of %zu items (one per key)", n);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(arr, i);
+        if (json_is_null(v))
+            continue;
+        const char *hex = json_string_value(v);
+        if (!hex || strlen(hex) != PK_CHECKSUM_HEX
+            || strspn(hex, "0123456789abcdef") != PK_CHECKSUM_HEX)
+            return pk_err(err, -EINVAL, "sums[%zu]: expected null or %d lowercase hex "
+                          "characters", i, PK_CHECKSUM_HEX);
+        sums[i] = strtoull(hex, NULL, 16);
+        given[i] = true;
+    }
+    return 0;
+}
+
 //  reserve, commit and drop: keys of the engine connection's own (its
 //  owner is a hash of its routing id).
 static json_t *
@@ -443,9 +464,27 @@ s_cmd_keys(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
             json_array_append_new(json_object_get(answer, "blocks"), json_integer(blocks[i]));
         free(blocks);
     }
+    else if (streq(cmd, "commit")) {
+        //  the engine's checksums of blocks it wrote whole (optional, one
+        //  per key, null where it has none): the store takes the others
+        const json_t *jsums = json_object_get(req, "sums");
+        uint64_t *sums = jsums ? calloc(n, sizeof *sums) : NULL;
+        bool *given = jsums ? calloc(n, sizeof *given) : NULL;
+        rc = jsums && (!sums || !given) ? -ENOMEM : 0;
+        if (rc == 0 && jsums && s_json_sums(jsums, n, sums, given, err) != 0) {
+            free(sums);
+            free(given);
+            free(keys);
+            return s_error("commit: %s", err);
+        }
+        if (rc == 0)
+            rc = pk_store_commit_sums(self->store, owner, (unsigned) ns, keys, n, sums, given);
+        free(sums);
+        free(given);
+        answer = rc ? NULL : json_pack("{s:b}", "ok", 1);
+    }
     else {
-        rc = streq(cmd, "commit") ? pk_store_commit_ns(self->store, owner, (unsigned) ns, keys, n)
-                                  : pk_store_drop_ns(self->store, (unsigned) ns, keys, n);
+        rc = pk_store_drop_ns(self->store, (unsigned) ns, keys, n);
         answer = rc ? NULL : json_pack("{s:b}", "ok", 1);
     }
     free(keys);

@@ -210,7 +210,8 @@ s_open_store(pk_node_t *self, char *err)
     self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
                                       &(pk_store_config_t) {
                                           config->lease_timeout,
-                                          pk_tenants_count(config->tenant_map) },
+                                          pk_tenants_count(config->tenant_map),
+                                          config->no_block_checksums },
                                       pk_clock_system(), s_store_log, self, store_err, &rc);
     if (self->store)
         return 0;

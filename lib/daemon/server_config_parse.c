@@ -51,7 +51,8 @@ typedef enum {
     S_TENANTS,
     S_DIRECTORY,
     S_LOCAL_MODE,
-    S_LOCAL_GROUP
+    S_LOCAL_GROUP,
+    S_CHECKSUMS
 } s_kind_t;
 
 typedef struct {
@@ -82,6 +83,7 @@ static const s_setting_t s_settings[] = {
     { "curve-allow",        S_PATH,        S_FIELD(curve_allow), 0, 0 },
     { "curve-servers",      S_PATH,        S_FIELD(curve_servers), 0, 0 },
     { "log-level",          S_LOG_LEVEL,   S_FIELD(log_level), 0, 0 },
+    { "block-checksums",    S_CHECKSUMS,   S_FIELD(no_block_checksums), 0, 0 },
     { "tenants",            S_TENANTS,     S_FIELD(tenants), 0, 0 },
     { "lookup-timeout",     S_SECONDS,     S_FIELD(lookup_timeout), 0, 0 },
     { "store-timeout",      S_SECONDS,     S_FIELD(store_timeout), 0, 0 },
@@ -154,6 +156,9 @@ static const char s_usage[] =
     "                               an IPv4 address, [IPv6], a host name or *);\n"
     "                               default off\n"
     "      --log-level LEVEL        error, warn, info or debug; default info\n"
+    "      --block-checksums on|off take each block's checksum at commit, which\n"
+    "                               lookup answers carry so that consumers check\n"
+    "                               what lands; default on (off: for measuring it)\n"
     "      --tenants FILE           consumers' namespaces: KEY NAMESPACE lines (KEY\n"
     "                               a CURVE public key in Z85, or * for every\n"
     "                               consumer not listed, keyless ones included);\n"
@@ -446,6 +451,11 @@ s_apply(s_parser_t *p, const s_setting_t *s, const char *value, const char *wher
         p->local_mode_set = true;
         return 0;
     }
+    case S_CHECKSUMS:
+        if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0)
+            return s_bad(p, where, "on or off", value);
+        p->config->no_block_checksums = strcmp(value, "off") == 0;
+        return 0;
     case S_LOG_LEVEL:
         for (int i = 0; i <= PK_LOG_DEBUG; i++)
             if (strcmp(value, pk_server_config_log_level_name(i)) == 0) {

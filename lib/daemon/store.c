@@ -85,6 +85,7 @@ typedef struct {
 
 struct _pk_store_t {
     pthread_mutex_t mutex;
+    bool no_checksums;          //  config's: commits take no checksum
     pk_clock_t clock;
     double lease_timeout;
     char *name;
@@ -579,6 +580,7 @@ pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
     self->fd = -1;
     self->clock = clock.now ? clock : pk_clock_system();
     self->lease_timeout = config->lease_timeout;
+    self->no_checksums = config->no_checksums;
     self->num_blocks = num_blocks;
     self->block_len = block_len;
     self->pool_len = (size_t) (num_blocks * block_len);
@@ -811,7 +813,8 @@ pk_store_reserve_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_
 }
 
 static int
-s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, size_t n)
+s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, size_t n,
+         const uint64_t *sums, const bool *given)
 {
     s_expire(self, s_now(self));
     for (size_t i = 0; i < n; i++) {
@@ -831,8 +834,13 @@ s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, si
         //  for 64 KiB, under the mutex (a 1,024-block commit holds it
         //  about 3 ms; the writer's lease is what keeps others off the
         //  bytes, the mutex keeps the lease from ending meanwhile).
-        blk->sum = pk_checksum((uint8_t *) self->base + (size_t) b * self->block_len,
-                               self->block_len);
+        if (self->no_checksums)
+            ;
+        else if (given && given[i])
+            blk->sum = sums[i];     //  the writer's, taken while the bytes were in its cache
+        else
+            blk->sum = pk_checksum((uint8_t *) self->base + (size_t) b * self->block_len,
+                                   self->block_len);
         blk->state = S_READY;
         s_list_push(self->blocks, &self->lru, b);
         self->ready++;
@@ -855,7 +863,19 @@ pk_store_commit_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t
     if (owner == PK_STORE_OWNER_PUT || ns >= self->nns || !s_keys_ok(keys, n))
         return -EINVAL;
     pthread_mutex_lock(&self->mutex);
-    int rc = s_commit(self, owner, ns, keys, n);
+    int rc = s_commit(self, owner, ns, keys, n, NULL, NULL);
+    pthread_mutex_unlock(&self->mutex);
+    return rc;
+}
+
+int
+pk_store_commit_sums(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                     size_t n, const uint64_t *sums, const bool *given)
+{
+    if (owner == PK_STORE_OWNER_PUT || ns >= self->nns || !s_keys_ok(keys, n))
+        return -EINVAL;
+    pthread_mutex_lock(&self->mutex);
+    int rc = s_commit(self, owner, ns, keys, n, sums, given);
     pthread_mutex_unlock(&self->mutex);
     return rc;
 }
@@ -885,7 +905,7 @@ pk_store_put_ns(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *
     //  A WRITING block is nobody else's to touch until its lease ends.
     memcpy((uint8_t *) self->base + (size_t) b * self->block_len, data, len);
     pthread_mutex_lock(&self->mutex);
-    rc = s_commit(self, PK_STORE_OWNER_PUT, ns, key, 1);
+    rc = s_commit(self, PK_STORE_OWNER_PUT, ns, key, 1, NULL, NULL);
     pthread_mutex_unlock(&self->mutex);
     return rc == -ENOENT ? -ETIMEDOUT : rc;
 }
@@ -1190,6 +1210,8 @@ s_parent_store_result(void *self, uint64_t job_id, bool success)
 int
 pk_store_block_sums(pk_store_t *self, const uint32_t *blocks, size_t n, uint64_t *sums)
 {
+    if (self->no_checksums)
+        return -ENOTSUP;
     pthread_mutex_lock(&self->mutex);
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {

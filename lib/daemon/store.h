@@ -38,9 +38,11 @@
 typedef struct {
     double lease_timeout;       //  a reservation not committed by then is freed (30 s)
     size_t namespaces;          //  0 or 1: the shared one only; at most PK_NS_MAX
+    bool no_checksums;          //  take no block checksums at commit (--block-checksums
+                                //  off: lookup answers then carry none)
 } pk_store_config_t;
 
-#define PK_STORE_CONFIG_DEFAULT { 30.0, 1 }
+#define PK_STORE_CONFIG_DEFAULT { 30.0, 1, false }
 
 /*  Where pk_store_new_logged says that it reclaimed a dead owner's pool.  */
 typedef void (pk_store_log_fn)(void *arg, const char *line);
@@ -132,6 +134,12 @@ int pk_store_reserve_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_
                         size_t n, uint32_t *blocks);
 int pk_store_commit_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
                        size_t n);
+/*  pk_store_commit_ns with the writer's checksums of some blocks (given[i]:
+    sums[i] is keys[i]'s, taken while it wrote them); the store takes the
+    others' itself (a commit's checksum: base/checksum.h).  NULL sums: all
+    the store's.  */
+int pk_store_commit_sums(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                         size_t n, const uint64_t *sums, const bool *given);
 
 /*  Reserve, copy and commit one block by value; len must be block_len
     (-EINVAL).  The copy runs outside the lock.  -ETIMEDOUT if the lease ran
@@ -210,7 +218,8 @@ void pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watc
 pk_parent_t pk_store_parent(pk_store_t *self);
 
 /*  The checksums (base/checksum.h) of n pinned blocks, taken at their
-    commit: 0, or -EINVAL when one is not a pinned READY block.  */
+    commit: 0, -EINVAL when one is not a pinned READY block, -ENOTSUP when
+    the store takes none (no_checksums).  */
 int pk_store_block_sums(pk_store_t *self, const uint32_t *blocks, size_t n, uint64_t *sums);
 
 #endif

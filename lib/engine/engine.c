@@ -6,6 +6,7 @@
 #include "wire/czmq_setup.h"
 #include "base/err.h"
 #include "base/key.h"
+#include "base/checksum.h"
 #include "base/clock.h"
 #include "base/local_path.h"
 #include "wire/protocol.h"
@@ -238,6 +239,10 @@ p2pkv_engine_close(p2pkv_engine_t **self_p)
     for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->reserved, &at)); )
         free((void *) (uintptr_t) e->b);
     pk_keymap_fini(&self->reserved);
+    for (size_t i = 0; self->written.slots && i <= self->written.mask; i++)
+        if (self->written.slots[i].key.bytes)
+            free((void *) (uintptr_t) self->written.slots[i].b);
+    pk_keymap_fini(&self->written);
     free(self->held);
     if (self->pool)
         munmap(self->pool, self->pool_len);
@@ -355,5 +360,47 @@ p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, const vo
                       len, offset, (unsigned long long) self->info.block_len);
     if (len)
         memcpy(self->pool + (size_t) block * self->info.block_len + offset, data, len);
+    pk_engine_note_written(self, block, offset == 0 && len == self->info.block_len ? data : NULL);
     return 0;
+}
+
+//  A block's key in the written map: its index's bytes (they live in the
+//  entry's b, so the view outlives the caller's variable).
+static pk_key_t
+s_block_key(const uint64_t *slot, uint32_t block)
+{
+    (void) block;
+    return (pk_key_t) { (const uint8_t *) slot, sizeof *slot, pk_hash_id(*slot, 7) };
+}
+
+void
+pk_engine_note_written(p2pkv_engine_t *self, uint32_t block, const void *whole)
+{
+    uint64_t id = block;
+    pk_key_t k = s_block_key(&id, block);
+    uint64_t a = 0, b = 0;
+    //  a partial write leaves what the checksum covered behind: the
+    //  server takes the block's own at commit
+    pk_keymap_take(&self->written, &k, &a, &b);
+    free((void *) (uintptr_t) b);
+    if (!whole)
+        return;
+    uint64_t *slot = malloc(sizeof *slot);
+    if (!slot)
+        return;
+    *slot = block;
+    k = s_block_key(slot, block);
+    if (pk_keymap_put(&self->written, &k, pk_checksum(whole, self->info.block_len),
+                      (uintptr_t) slot) < 0)
+        free(slot);
+}
+
+bool
+pk_engine_take_written(p2pkv_engine_t *self, uint32_t block, uint64_t *sum)
+{
+    uint64_t id = block, b = 0;
+    pk_key_t k = s_block_key(&id, block);
+    bool found = pk_keymap_take(&self->written, &k, sum, &b);
+    free((void *) (uintptr_t) b);
+    return found;
 }

@@ -45,6 +45,10 @@ struct _p2pkv_engine_t {
     //  copied bytes), and a bit per block of the pool
     pk_keymap_t reserved;
     uint8_t *held;
+    //  blocks written whole by p2pkv_engine_write (or put): block -> the
+    //  checksum of what was written, taken while the bytes were in cache,
+    //  sent with their commit so the server need not read them again
+    pk_keymap_t written;
     char ns[P2PKV_ENGINE_MAX_NAMESPACE + 1];    //  "" = the shared namespace
     //  The server start whose pool this handle mapped (describe's
     //  "instance"; "" from a server without one), named in every request
@@ -65,6 +69,12 @@ json_t *pk_engine_keys_json(const p2pkv_key_t *keys, size_t n);
 int pk_engine_hold(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
                    const uint32_t *blocks);
 void pk_engine_unhold(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n);
+/*  A write into block: whole (block_len bytes at offset 0) gives the
+    checksum of those bytes, to go with the block's commit; NULL (a
+    partial write) forgets any.  */
+void pk_engine_note_written(p2pkv_engine_t *self, uint32_t block, const void *whole);
+/*  The checksum noted for block, once (false: none; the server takes it).  */
+bool pk_engine_take_written(p2pkv_engine_t *self, uint32_t block, uint64_t *sum);
 
 /*  The socket, the eventfd and the epoll fd: 0, or -errno with err.  */
 int pk_elink_open(p2pkv_engine_t *self, const char *endpoint, char *err);
