@@ -15,6 +15,7 @@
 #include "daemon/poller.h"
 #include "daemon/directory.h"
 #include "daemon/store.h"
+#include "daemon/unsent.h"
 #include "base/transport.h"
 #include "roles/server_session.h"
 
@@ -127,6 +128,8 @@ struct _pk_node_t {
     double trim_until;              //  sweeps trim the heap until then (monotonic s):
                                     //  PK_TRIM_SETTLE after the last peer reaped
     pk_metrics_t *metrics;
+    pk_unsent_t *unsent;            //  bytes of every session's answers libzmq holds
+                                    //  (unsent.h), sessions gone included
     uint64_t unmatched_pushed;      //  blobs_unmatched already in the metrics
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
     pk_store_ns_stats_t *ns_pushed; //  each namespace's lookups already in the metrics
