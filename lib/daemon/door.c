@@ -321,8 +321,12 @@ s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
 {
     pk_key_t k = pk_node_key(zframe_data(rid), zframe_size(rid));
     uint64_t backlog = self->handshakes_sent - atomic_load(&self->handshakes_done);
+    //  in bytes too (--max-queued-bytes, for the whole handshake actor):
+    //  peers without a session could leave it 64 frames of --max-frame
+    uint64_t bytes = self->handshake_bytes_sent - atomic_load(&self->handshake_bytes_done);
     uint8_t *copy = NULL;
     if (pk_keymap_find(&self->pending, &k) || backlog >= self->config->max_queued_frames
+        || (bytes > 0 && bytes + zframe_size(frame) > self->config->max_queued_bytes)
         || !(copy = malloc(zframe_size(rid) + 1))) {
         pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         return;
@@ -342,6 +346,7 @@ s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
         return;
     }
     self->handshakes_sent++;
+    self->handshake_bytes_sent += zframe_size(frame);
 }
 
 //  The largest frame the door runs itself: a lookup or fetch of about 50

@@ -143,6 +143,8 @@ struct _pk_node_t {
     pk_keymap_t pending;            //  routing ids with a frame at the handshake actor
     uint64_t handshakes_sent;
     atomic_uint_fast64_t handshakes_done;
+    uint64_t handshake_bytes_sent;  //  the same in bytes (--max-queued-bytes)
+    atomic_uint_fast64_t handshake_bytes_done;
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
     char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
     pk_directory_t *directory;      //  --directory: the cluster directory's actor, or NULL
