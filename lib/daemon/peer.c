@@ -121,7 +121,9 @@ s_actor_room(void *arg, size_t len, char *why, size_t cap)
     const pk_server_config_t *c = a->node->config;
     uint64_t mine = pk_unsent_bytes(a->peer->unsent);
     uint64_t all = pk_unsent_bytes(a->node->unsent);
-    uint64_t all_max = c->max_unread_bytes * c->max_sessions;
+    //  saturating: both settings go up to 2^63 and 2^31
+    uint64_t all_max = c->max_sessions > UINT64_MAX / c->max_unread_bytes
+                       ? UINT64_MAX : c->max_unread_bytes * c->max_sessions;
     if (mine > 0 && mine + len > c->max_unread_bytes) {
         snprintf(why, cap, "more than %llu bytes of answers unread",
                  (unsigned long long) c->max_unread_bytes);
