@@ -113,8 +113,9 @@ hh_blob_close(void)
 //  ---------------------------------------------------------------------------
 //  A hostile peer
 
-hp_t *
-hp_new(const char *endpoint, const char *peer_id)
+//  A DEALER as hp_new's, its options set before it connects.
+static hp_t *
+s_hp_new(const char *endpoint, const char *peer_id, bool reads)
 {
     hp_t *self = calloc(1, sizeof *self);
     ck_assert_ptr_nonnull(self);
@@ -129,8 +130,27 @@ hp_new(const char *endpoint, const char *peer_id)
     zmq_setsockopt(zsock_resolve(self->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
     zsock_set_sndtimeo(self->dealer, 10000);
     zsock_set_linger(self->dealer, 1000);
+    if (!reads) {
+        //  one message in its pipe and a receive buffer as small as the
+        //  kernel allows: libzmq's I/O thread then stops reading, and what
+        //  the server sends stays on the server's side
+        zsock_set_rcvhwm(self->dealer, 1);
+        zsock_set_rcvbuf(self->dealer, 4096);
+    }
     ck_assert_int_eq(zsock_connect(self->dealer, "%s", endpoint), 0);
     return self;
+}
+
+hp_t *
+hp_new(const char *endpoint, const char *peer_id)
+{
+    return s_hp_new(endpoint, peer_id, true);
+}
+
+hp_t *
+hp_new_unread(const char *endpoint, const char *peer_id)
+{
+    return s_hp_new(endpoint, peer_id, false);
 }
 
 void

@@ -53,6 +53,9 @@ void hh_blob(const uint8_t **blob_p, size_t *len_p);
 void hh_blob_close(void);
 
 hp_t *hp_new(const char *endpoint, const char *peer_id);
+/*  A peer that reads as little as a socket can (ZMQ_RCVHWM 1, the
+    smallest receive buffer): what it reads, it reads with hp_recv.  */
+hp_t *hp_new_unread(const char *endpoint, const char *peer_id);
 void hp_destroy(hp_t **self_p);
 int hp_send(hp_t *self, const void *data, size_t len);
 //  The next message within timeout, or NULL; undecodable frames skipped.

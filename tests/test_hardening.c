@@ -681,6 +681,135 @@ s_attack_queue_flood(ctx_t *c)
           "session ended: violation flood; counted");
 }
 
+//  A peer that sends and never reads (issue 34, point 5): a wire 1.0
+//  consumer, whose lookup_resps echo the keys, sends lookups of 4 MiB
+//  (--max-parked-keys keys of 1 KiB) under new requests, up to
+//  --max-requests, and reads nothing.  The server holds at most
+//  --max-unread-bytes of its answers (protocol.md section 6), ends the
+//  session as a violation of reason unread, counted once, and its
+//  resident memory, read once the peer has sent everything and the
+//  counter shows the end, grew by no more than the formula's bound for
+//  one session, computed from the settings and what was sent:
+//
+//      unread answers    max(--max-unread-bytes, A), A = the largest
+//                        answer: the lookup's frame + 6 bytes a key + 1 KiB
+//      frames queued     max(--max-queued-bytes, F) at its actor, and the
+//                        same at the handshake actor (what it sends after
+//                        its session ended goes there), F = its largest frame
+//      the frame in hand 3 F (the frame, its decoded keys, the answer)
+//
+//  plus a fixed slack of UNREAD_SLACK for what else moves meanwhile (the
+//  good consumer, the heap's own).  Before the bound, the same peer left
+//  about all it was answered: 619 MiB for 40 lookups of 16 MiB.
+#define UNREAD_MAX (4u << 20)       //  the victim's --max-unread-bytes
+#define QUEUED_BYTES (8u << 20)     //  the victim's --max-queued-bytes
+#define UNREAD_KEY 1024             //  bytes a key: 2,048 hex digits
+#define UNREAD_SLACK (16u << 20)
+
+//  Waits (bounded) until the peer's lookups reach want or a violation
+//  unread was counted past before; false if neither came.
+static bool
+s_took_or_ended(td_t *d, const char *peer, int64_t want, int64_t before)
+{
+    double deadline = pk_clock_monotonic() + 10;
+    while (pk_clock_monotonic() < deadline) {
+        if (s_reason(d, "unread") > before || hh_metric(d, "p2pkv_lookups_total", peer) >= want)
+            return true;
+        zclock_sleep(1);
+    }
+    return false;
+}
+
+static void
+s_attack_unread(ctx_t *c)
+{
+    uint64_t reps = s_n(1, 5);
+    int64_t before = s_reason(c->d, "unread");
+    size_t nkeys = MAX_PARKED;
+    uint8_t *bytes = malloc(nkeys * UNREAD_KEY);
+    pk_key_t *keys = malloc(nkeys * sizeof *keys);
+    ck_assert(bytes && keys);
+    randombytes_buf(bytes, nkeys * UNREAD_KEY);
+    for (size_t i = 0; i < nkeys; i++)
+        keys[i] = pk_key_make(bytes + i * UNREAD_KEY, UNREAD_KEY);
+    const uint8_t *blob;
+    size_t bloblen;
+    hh_blob(&blob, &bloblen);
+    double growth = 0, bound = 0, sent_mib = 0;
+    for (uint64_t rep = 0; rep < reps; rep++) {
+        uint64_t rss0 = hh_rss(c->d->pid);
+        char peer[32];
+        snprintf(peer, sizeof peer, "unread-%" PRIu64, rep);
+        hp_t *p = hp_new_unread(c->d->endpoint, peer);
+        pk_msg_t *m = hp_connect_msg(p, blob, bloblen, PEER_BLOCKS);
+        pk_msg_set_uint(m, PK_F_WIRE_MINOR, 0);     //  wire 1.0: its answers echo the keys
+        ck_assert_int_eq(hp_send_msg(p, m), 0);
+        pk_msg_t *ack = hp_until(p, PK_MSG_CONNECT_ACK, 10);
+        ck_assert_msg(ack != NULL, "unread: no connect_ack within 10 s");
+        memcpy(p->server_epoch, ack->source_epoch, PK_EPOCH_LEN);
+        pk_msg_destroy(&ack);
+        int64_t ended0 = s_reason(c->d, "unread");
+        size_t frame_max = 0, sent = 0;
+        bool ended = false;
+        for (int i = 0; i < MAX_REQUESTS; i++) {
+            m = pk_msg_new(PK_MSG_LOOKUP);
+            char kv[64];
+            snprintf(kv, sizeof kv, "%s-%d", peer, i);
+            pk_msg_set_string(m, PK_F_KV_REQUEST_ID, kv);
+            pk_msg_set_keys(m, keys, nkeys);
+            pk_msg_set_uint(m, PK_F_ROUND_SEQ, (uint64_t) i + 1);
+            pk_msg_set_epochs(m, p->epoch, p->server_epoch);
+            char *frame;
+            size_t len;
+            ck_assert_int_eq(pk_msg_encode(m, &frame, &len, NULL), 0);
+            pk_msg_destroy(&m);
+            ck_assert_int_eq(hp_send(p, frame, len), 0);
+            free(frame);
+            frame_max = len > frame_max ? len : frame_max;
+            sent += len;
+            //  one at a time while the session lives, so what is queued
+            //  at its actor is not what ends it (that is the flood's row)
+            if (!ended) {
+                ck_assert_msg(s_took_or_ended(c->d, peer, i + 1, ended0),
+                              "unread: lookup %d neither taken nor the session ended", i);
+                ended = s_reason(c->d, "unread") > ended0;
+            }
+        }
+        //  everything sent; the end, waited for on its counter
+        s_assert_reason(c->d, "unread", ended0, 1);
+        uint64_t rss1 = hh_rss(c->d->pid);
+        double answer = (double) frame_max + 6.0 * nkeys + 1024;
+        double queued = QUEUED_BYTES > frame_max ? QUEUED_BYTES : (double) frame_max;
+        double b = (UNREAD_MAX > answer ? UNREAD_MAX : answer) + 2 * queued + 3.0 * frame_max
+                   + UNREAD_SLACK;
+        double g = (double) rss1 - (double) rss0;
+        ck_assert_msg(UNDER_ASAN || g <= b, "unread: VmRSS grew %.1f MiB, the bound is %.1f MiB"
+                      " (%zu bytes sent)", g / 1048576, b / 1048576, sent);
+        growth = g > growth ? g : growth;
+        bound = b;
+        sent_mib = sent / 1048576.0;
+        //  and the peer, once it reads, learns why: its disconnect follows
+        //  the answers it had left
+        char reason[PK_ERRLEN];
+        hp_expect_disconnect(p, PK_DISC_VIOLATION, 20, reason);
+        ck_assert_msg(strstr(reason, "bytes of answers unread"), "unread: %s", reason);
+        hp_destroy(&p);
+    }
+    s_assert_reason(c->d, "unread", before, (int64_t) reps);
+    free(keys);
+    free(bytes);
+    char outcome[256];
+    if (UNDER_ASAN)
+        snprintf(outcome, sizeof outcome, "session ended: violation unread; counted (VmRSS not "
+                 "checked under AddressSanitizer)");
+    else
+        snprintf(outcome, sizeof outcome, "session ended: violation unread; counted; VmRSS "
+                 "+%.1f MiB of %.0f MiB sent, within the bound %.1f MiB", growth / 1048576,
+                 sent_mib, bound / 1048576);
+    s_row(c, "a wire 1.0 peer that sends 32 lookups of 4 MiB (keys echoed) and never reads "
+          "(--max-unread-bytes 4 MiB)", reps, outcome);
+}
+
 //  Connects of one peer_id, each with a fresh epoch (a restart each time):
 //  every one acknowledged, the session before it retired.
 static void
@@ -1309,6 +1438,7 @@ static const struct {
     { "fetch-flood", s_attack_fetch_flood },
     { "abort-flood", s_attack_abort_flood },
     { "queue-flood", s_attack_queue_flood },
+    { "unread", s_attack_unread },
     { "block-index", s_attack_block_index },
     { "connect-churn", s_attack_connect_churn },
     { "junk-blobs", s_attack_junk_blobs },
@@ -1328,7 +1458,8 @@ static const char *const s_victim_flags[] = {
     "--pool-blocks", "4096", "--max-requests", "32", "--max-rounds", "8",
     "--max-parked-keys", "2048", "--max-queued-frames", "64", "--lookup-timeout", "0.5",
     "--store-timeout", "1.5", "--lease-timeout", "1", "--stall-timeout", "1",
-    "--drain-timeout", "1", "--silence-timeout", "1.5", "--max-sessions", "64", NULL
+    "--drain-timeout", "1", "--silence-timeout", "1.5", "--max-sessions", "64",
+    "--max-unread-bytes", "4194304", "--max-queued-bytes", "8388608", NULL
 };
 
 //  Once every peer left: resident memory back within 10% of its value

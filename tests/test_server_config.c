@@ -26,12 +26,13 @@ static const char *const s_options[] = {
     "fabric-addr", "fingerprint", "hash-seed", "metrics-bind", "allow", "log-level", "lookup-timeout",
     "store-timeout", "drain-timeout", "silence-timeout", "lease-timeout", "stall-timeout",
     "shutdown-timeout", "max-requests", "max-parked-keys", "max-rounds", "pin-quota",
-    "max-queued-frames", "max-frame", "max-sessions", "load-timeout", "abort-ack-timeout",
+    "max-queued-frames", "max-queued-bytes", "max-unread-bytes", "max-frame", "max-sessions",
+    "load-timeout", "abort-ack-timeout",
     "connect-retry", "keepalive-interval", "tenants", "curve-secret", "curve-allow",
     "curve-servers", "directory", "directory-optional", "directory-ttl", "directory-timeout",
     "config", "help", "version",
 };
-#define S_NSETTINGS 39      //  the leading ones that are settings
+#define S_NSETTINGS 41      //  the leading ones that are settings
 
 static char s_err[S_ERRLEN];
 
@@ -155,6 +156,8 @@ START_TEST(test_defaults)
     ck_assert_uint_eq(c.pin_quota, 0);
     ck_assert_uint_eq(pk_server_config_pin_quota(&c), 256);
     ck_assert_uint_eq(c.max_queued_frames, 256);
+    ck_assert_uint_eq(c.max_queued_bytes, 128u << 20);
+    ck_assert_uint_eq(c.max_unread_bytes, 64u << 20);
     ck_assert_uint_eq(c.max_frame, 64u << 20);
     ck_assert_uint_eq(c.max_sessions, 256);
     ck_assert_double_eq(c.load_timeout, 30);
@@ -247,6 +250,8 @@ s_assert_every_setting(const pk_server_config_t *c)
     ck_assert_uint_eq(c->pin_quota, 400);
     ck_assert_uint_eq(pk_server_config_pin_quota(c), 400);
     ck_assert_uint_eq(c->max_queued_frames, 500);
+    ck_assert_uint_eq(c->max_queued_bytes, 8192);
+    ck_assert_uint_eq(c->max_unread_bytes, 16384);
     ck_assert_uint_eq(c->max_frame, 4096);
     ck_assert_uint_eq(c->max_sessions, 600);
     ck_assert_double_eq(c->load_timeout, 34);
@@ -269,6 +274,7 @@ START_TEST(test_every_option)
                 "--lease-timeout", "33", "--stall-timeout", "6", "--shutdown-timeout", "7",
                 "--max-requests", "100", "--max-parked-keys", "200", "--max-rounds", "300",
                 "--pin-quota", "400", "--max-queued-frames", "500", "--max-frame", "4096",
+                "--max-queued-bytes", "8192", "--max-unread-bytes", "16384",
                 "--max-sessions", "600", "--load-timeout", "34", "--abort-ack-timeout", "13",
                 "--connect-retry", "0.25", "--keepalive-interval", "1.5",
                 "--curve-secret", "/etc/p2pkv/server_secret", "--curve-allow",
@@ -407,6 +413,10 @@ START_TEST(test_invalid_values)
              "--block-len", "18446744073709551616");
     s_refuse("--max-frame: expected an integer 4096..9223372036854775807, got \"4095\"",
              "--max-frame", "4095");
+    s_refuse("--max-queued-bytes: expected an integer 4096..9223372036854775807, got \"4095\"",
+             "--max-queued-bytes", "4095");
+    s_refuse("--max-unread-bytes: expected an integer 4096..9223372036854775807, got \"0\"",
+             "--max-unread-bytes", "0");
     s_refuse("--max-requests: expected an integer 1..2147483648, got \"0\"", "--max-requests",
              "0");
     s_refuse("--max-parked-keys: expected an integer 1..2147483648, got \"0x10\"",
@@ -695,6 +705,7 @@ START_TEST(test_every_setting_in_a_file)
         "lease-timeout = 33\nstall-timeout = 6\nshutdown-timeout = 7\n"
         "max-requests = 100\nmax-parked-keys = 200\nmax-rounds = 300\npin-quota = 400\n"
         "max-queued-frames = 500\nmax-frame = 4096\nmax-sessions = 600\n"
+        "max-queued-bytes = 8192\nmax-unread-bytes = 16384\n"
         "load-timeout = 34\nabort-ack-timeout = 13\nconnect-retry = 0.25\n"
         "keepalive-interval = 1.5\ncurve-secret = /k/s_secret\ncurve-allow = /k/allow\n"
         "curve-servers = /k/servers\ndirectory = redis://10.1.2.3:6379/2\n"

@@ -596,6 +596,49 @@ START_TEST(test_counters)
 }
 END_TEST
 
+//  A consumer that reads nothing: every frame let out stays unread.
+static size_t s_unread, s_unread_max;
+
+static int
+s_room(void *arg, size_t len, char *why, size_t cap)
+{
+    if (s_unread > 0 && s_unread + len > s_unread_max) {
+        snprintf(why, cap, "more than %zu bytes of answers unread", s_unread_max);
+        return -ENOBUFS;
+    }
+    s_unread += len;
+    return 0;
+}
+
+//  Answers past the room the daemon gives (--max-unread-bytes) are not
+//  sent: the session ends as a violation of class unread, its disconnect
+//  going out without asking (the session's last frame).
+START_TEST(test_unread_answers_end_the_session)
+{
+    s_unread = 0;
+    s_unread_max = 1000;
+    pk_server_session_set_room(H->session, s_room, NULL);
+    int pongs = 0;
+    while (H->nout == 0 || H->out[H->nout - 1]->type == PK_MSG_PONG) {
+        ck_assert_int_lt(pongs, 100);
+        s_send(pk_msg_new(PK_MSG_PING));
+        pongs++;
+    }
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_RETIRED);
+    ck_assert_uint_le(s_unread, s_unread_max);
+    //  every pong let out, then the disconnect (the last ping's pong not sent)
+    ck_assert_int_eq(H->nout, pongs);
+    pk_msg_t *last = H->out[H->nout - 1];
+    ck_assert_int_eq(last->type, PK_MSG_DISCONNECT);
+    ck_assert_int_eq(last->code, PK_DISC_VIOLATION);
+    ck_assert_msg(strstr(last->reason, "limit: more than 1000 bytes of answers unread"), "%s",
+                  last->reason);
+    s_violated(PK_VIOLATION_UNREAD);
+    ck_assert_str_eq(pk_violation_name(PK_VIOLATION_UNREAD), "unread");
+    s_clear_out();
+}
+END_TEST
+
 START_TEST(test_forced_cancel_retires)
 {
     //  a write held past the drain deadline: the role cancels in immediate
@@ -644,6 +687,7 @@ main(void)
     tcase_add_test(tc, test_consumer_disconnect);
     tcase_add_test(tc, test_retire_closes_parked_brackets);
     tcase_add_test(tc, test_forced_cancel_retires);
+    tcase_add_test(tc, test_unread_answers_end_the_session);
     tcase_add_test(tc, test_counters);
     suite_add_tcase(s, tc);
     return pk_test_run("session", s);

@@ -330,6 +330,67 @@ START_TEST(test_max_queued_frames_ends_a_flood)
 }
 END_TEST
 
+//  --max-queued-bytes: the same flood counted in bytes.  Aborts of about
+//  3,000 bytes each (a long request id) to an actor held still, frames
+//  being no limit (--max-queued-frames 100): two fit in 8,192 bytes, the
+//  third ends the session.  Released, the actor answers exactly the two
+//  it was given, then disconnect violation naming the limit.
+START_TEST(test_max_queued_bytes_ends_a_flood)
+{
+    char release[] = "/tmp/p2pkv-hold-XXXXXX";
+    int fd = mkstemp(release);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    unlink(release);                            //  held until it exists again
+    char hold[128];
+    snprintf(hold, sizeof hold, "c-heavy:%s", release);
+    setenv("P2PKV_TEST_HOLD_SESSION", hold, 1);
+    td_t s;
+    td_start(&s, (const char *const[]) { "--max-queued-frames", "100", "--max-queued-bytes",
+                                          "8192", NULL });
+    unsetenv("P2PKV_TEST_HOLD_SESSION");
+    tc_t *tc = s_consumer(&s, "c-heavy");
+    char kv[2900];
+    memset(kv, 'k', sizeof kv - 1);
+    kv[sizeof kv - 1] = '\0';
+    for (int i = 0; i < 10; i++) {
+        pk_msg_t *m = pk_msg_new(PK_MSG_ABORT_FETCH);
+        pk_msg_set_string(m, PK_F_KV_REQUEST_ID, kv);
+        pk_msg_set_uint(m, PK_F_ROUND_SEQ, (uint64_t) i + 1);
+        ck_assert_int_eq(tc_send(tc, m), 0);
+    }
+    json_int_t dropped = 0;
+    double until = pk_clock_monotonic() + 10;
+    while (dropped < 1 && pk_clock_monotonic() < until) {
+        json_t *st = td_stats_json(&s);
+        json_t *f = json_object_get(json_object_get(st, "metrics"), "p2pkv_frames_dropped_total");
+        dropped = json_integer_value(json_object_get(f, "total"));
+        json_decref(st);
+        if (dropped < 1)
+            zclock_sleep(10);
+    }
+    ck_assert_msg(dropped >= 1, "no frame counted dropped within 10 s");
+    fd = open(release, O_CREAT | O_WRONLY, 0600);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    int acks = 0;
+    pk_msg_t *m;
+    while ((m = tc_recv(tc, 10)) && m->type == PK_MSG_ABORT_ACK) {
+        acks++;
+        pk_msg_destroy(&m);
+    }
+    ck_assert_msg(m != NULL, "neither abort_ack nor disconnect within 10 s");
+    ck_assert_int_eq(m->type, PK_MSG_DISCONNECT);
+    ck_assert_int_eq(m->code, PK_DISC_VIOLATION);
+    ck_assert_msg(strstr(m->reason, "more than 8192 bytes queued"), "reason: %s", m->reason);
+    ck_assert_int_eq(acks, 2);
+    pk_msg_destroy(&m);
+    tc_destroy(&tc);
+    unlink(release);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  --provider and --peer-id: the server serves with the provider asked
 //  for under the name asked for (the description says both), and refuses
 //  to start with a provider libfabric lacks, naming it.
@@ -577,5 +638,6 @@ main(void)
     tcase_add_test(tc, test_stall_timeout_gives_up_a_stuck_write);
     tcase_add_test(tc, test_fabric_addr_is_the_endpoints_address);
     tcase_add_test(tc, test_max_queued_frames_ends_a_flood);
+    tcase_add_test(tc, test_max_queued_bytes_ends_a_flood);
     return pk_test_run("settings_e2e", s);
 }

@@ -56,6 +56,7 @@ pk_door_peer_free(pk_peer_t *peer)
         pthread_sigmask(SIG_SETMASK, &was, NULL);
     }
     zsock_destroy(&peer->out);
+    pk_unsent_release(&peer->unsent);
     pthread_mutex_destroy(&peer->lock);
     if (peer->channel)
         peer->node->fabrics[peer->fabric].ops->channel_close(&peer->channel);
@@ -147,6 +148,17 @@ pk_door_reply(pk_node_t *self, const void *rid, size_t rlen, const char *frame, 
     pk_poller_touch(self->poller, self->router);
 }
 
+void
+pk_door_reply_msg(pk_node_t *self, const void *rid, size_t rlen, zmq_msg_t *msg)
+{
+    //  A ROUTER without ZMQ_ROUTER_MANDATORY never blocks: a peer gone or
+    //  a full pipe drops the message, and libzmq frees it (uncounted then).
+    void *router = zsock_resolve(self->router);
+    if (zmq_send(router, rid, rlen, ZMQ_SNDMORE) != (int) rlen || zmq_msg_send(msg, router, 0) < 0)
+        zmq_msg_close(msg);
+    pk_poller_touch(self->poller, self->router);
+}
+
 static void
 s_reply_disconnect(pk_node_t *self, const void *rid, size_t rlen, pk_disconnect_code_t code,
                    const char *reason)
@@ -202,9 +214,11 @@ s_peer_start(pk_node_t *self, pk_peer_t *peer)
     peer->out = zsock_new_push(self->actors_endpoint);
     if (peer->out)
         zsock_set_sndhwm(peer->out, 0);
-    peer->actor = peer->out ? zactor_new(pk_peer_actor, peer) : NULL;
+    peer->unsent = pk_unsent_new(self->unsent);
+    peer->actor = peer->out && peer->unsent ? zactor_new(pk_peer_actor, peer) : NULL;
     if (!peer->actor) {
         zsock_destroy(&peer->out);
+        pk_unsent_release(&peer->unsent);
         pk_keymap_take(&self->by_id, &ik, NULL, NULL);
         return -ENOMEM;
     }
@@ -307,8 +321,12 @@ s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
 {
     pk_key_t k = pk_node_key(zframe_data(rid), zframe_size(rid));
     uint64_t backlog = self->handshakes_sent - atomic_load(&self->handshakes_done);
+    //  in bytes too (--max-queued-bytes, for the whole handshake actor):
+    //  peers without a session could leave it 64 frames of --max-frame
+    uint64_t bytes = self->handshake_bytes_sent - atomic_load(&self->handshake_bytes_done);
     uint8_t *copy = NULL;
     if (pk_keymap_find(&self->pending, &k) || backlog >= self->config->max_queued_frames
+        || (bytes > 0 && bytes + zframe_size(frame) > self->config->max_queued_bytes)
         || !(copy = malloc(zframe_size(rid) + 1))) {
         pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         return;
@@ -328,6 +346,7 @@ s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
         return;
     }
     self->handshakes_sent++;
+    self->handshake_bytes_sent += zframe_size(frame);
 }
 
 //  The largest frame the door runs itself: a lookup or fetch of about 50
@@ -340,12 +359,21 @@ s_to_peer(pk_node_t *self, pk_peer_t *peer, zframe_t *frame)
     if (peer->retired || peer->flooding)
         return;
     uint64_t backlog = peer->sent - atomic_load(&peer->consumed);
-    if (backlog >= self->config->max_queued_frames) {
+    uint64_t bytes = peer->sent_bytes - atomic_load(&peer->consumed_bytes);
+    //  In bytes as well as frames: 256 frames of 64 MiB each were 16 GiB
+    //  one peer could leave at its actor.  A frame alone always goes (it
+    //  is within --max-frame), so the bound holds whatever the two settings.
+    bool too_many = backlog >= self->config->max_queued_frames;
+    if (too_many || (bytes > 0 && bytes + zframe_size(frame) > self->config->max_queued_bytes)) {
         //  the door never waits for one peer: a flood ends its session
         //  (and while the pipe is too full for the word, frames drop)
         char reason[96];
-        snprintf(reason, sizeof reason, "limit: more than %llu frames queued",
-                 (unsigned long long) self->config->max_queued_frames);
+        if (too_many)
+            snprintf(reason, sizeof reason, "limit: more than %llu frames queued",
+                     (unsigned long long) self->config->max_queued_frames);
+        else
+            snprintf(reason, sizeof reason, "limit: more than %llu bytes queued",
+                     (unsigned long long) self->config->max_queued_bytes);
         if (pk_door_tell(peer, "ss", "VIOLATION", reason) == 0)
             peer->flooding = true;
         pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
@@ -373,8 +401,10 @@ s_to_peer(pk_node_t *self, pk_peer_t *peer, zframe_t *frame)
         (void) pk_door_tell(peer, "s", "WAKE");
     if (ran >= 0)
         return;
-    if (pk_door_tell(peer, "sb", "FRAME", zframe_data(frame), zframe_size(frame)) == 0)
+    if (pk_door_tell(peer, "sb", "FRAME", zframe_data(frame), zframe_size(frame)) == 0) {
         peer->sent++;
+        peer->sent_bytes += zframe_size(frame);
+    }
     else
         pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
 }
@@ -432,12 +462,17 @@ pk_door_from_router(pk_node_t *self, zmsg_t *msg)
 //  (a job's result, for the engine when it was its prefill store), GONE
 //  reason (the actor is done: reap it).
 
+//  The frame goes on as the actor made it, not copied: it is a counted
+//  message (unsent.h), whose bytes count until libzmq frees it.
 static void
 s_actor_frame(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg)
 {
     zframe_t *f = zmsg_pop(msg);
-    if (f)
-        pk_door_reply(self, peer->rid, peer->rlen, (const char *) zframe_data(f), zframe_size(f));
+    void *router = zsock_resolve(self->router);
+    if (f && zmq_send(router, peer->rid, peer->rlen, ZMQ_SNDMORE) == (int) peer->rlen) {
+        (void) zframe_send(&f, router, 0);
+        pk_poller_touch(self->poller, self->router);
+    }
     zframe_destroy(&f);
 }
 

@@ -32,6 +32,10 @@ struct pk_peer {
                                     //  words, made and closed by the door
     atomic_uint_fast64_t consumed;  //  frames the actor took (the backlog's other end)
     uint64_t sent;
+    atomic_uint_fast64_t consumed_bytes;    //  the same in bytes (--max-queued-bytes)
+    uint64_t sent_bytes;
+    pk_unsent_t *unsent;            //  its answers' bytes libzmq holds (unsent.h),
+                                    //  counted in the node's too (--max-unread-bytes)
     bool flooding;                  //  VIOLATION sent: its frames are dropped
     bool retired;                   //  GONE received: on the node's gone list
     bool quit_sent;                 //  QUIT delivered at shutdown
@@ -57,6 +61,10 @@ int pk_door_tell(pk_peer_t *peer, const char *picture, ...);
 
 /*  Sends a frame to a routing id on the ROUTER (the door's thread only).  */
 void pk_door_reply(pk_node_t *node, const void *rid, size_t rlen, const char *frame, size_t len);
+
+/*  Sends a counted message (pk_unsent_msg) to a routing id on the
+    ROUTER, moving it (the door's thread only; msg is closed either way).  */
+void pk_door_reply_msg(pk_node_t *node, const void *rid, size_t rlen, zmq_msg_t *msg);
 
 /*  The door's thread: runs one frame of a peer's session here, when its
     actor is waiting and has nothing queued either way (a lookup's answer

@@ -137,6 +137,7 @@ s_self_handle_pipe(self_t *self, zmsg_t *msg, const char *cmd)
         zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
         char *key = zmsg_popstr(msg);
         atomic_fetch_add(&self->node->handshakes_done, 1);
+        atomic_fetch_add(&self->node->handshake_bytes_done, frame ? zframe_size(frame) : 0);
         if (rid && frame && key)
             s_hello(self, zframe_data(rid), zframe_size(rid), zframe_data(frame),
                     zframe_size(frame), key);

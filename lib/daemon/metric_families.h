@@ -83,6 +83,8 @@ PK_METRIC(SESSIONS_REVOKED, "p2pkv_sessions_revoked_total", COUNTER,
 PK_METRIC(SESSIONS_OPENED, "p2pkv_sessions_opened_total", COUNTER, "Sessions opened", PEER)
 PK_METRIC(SESSIONS_RETIRED, "p2pkv_sessions_retired_total", COUNTER, "Sessions retired", PEER)
 PK_METRIC(SESSIONS, "p2pkv_sessions", GAUGE, "Live sessions", PEER)
+PK_METRIC(UNREAD_BYTES, "p2pkv_unread_bytes", GAUGE,
+          "Bytes of answers handed to ZeroMQ and not yet written to their peers", PEER)
 
 //  The pool (the store's stats)
 PK_METRIC(POOL_FREE, "p2pkv_pool_free_blocks", GAUGE, "Pool blocks free", PEER)

@@ -472,7 +472,8 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail_self;
     //  every family of metric_families.h (architecture.md, Observability)
     self->metrics = pk_metrics_new();
-    if (!self->metrics) {
+    self->unsent = pk_unsent_new(NULL);
+    if (!self->metrics || !self->unsent) {
         snprintf(err, PK_ERRLEN, "out of memory");
         goto fail_self;
     }
@@ -525,6 +526,7 @@ fail_self:
     free(self->ns_pushed);
     pk_curve_close(self);
     pk_metrics_destroy(&self->metrics);
+    pk_unsent_release(&self->unsent);
     free(self->fail_session);
     free(self->hold_session);
     free(self);
@@ -646,6 +648,9 @@ s_pool_gauges(pk_node_t *self)
     pk_metrics_set(self->metrics, PK_M_POOL_WRITING, NULL, (double) st.writing);
     pk_metrics_set(self->metrics, PK_M_POOL_READY, NULL, (double) st.ready);
     pk_metrics_set(self->metrics, PK_M_POOL_PINNED, NULL, (double) st.pinned);
+    //  beside the pool: what peers that do not read cost (protocol.md 6)
+    pk_metrics_set(self->metrics, PK_M_UNREAD_BYTES, NULL,
+                   (double) pk_unsent_bytes(self->unsent));
     //  the store counts evictions since start; the counter takes the news
     if (st.evictions > self->evictions_pushed)
         pk_metrics_add(self->metrics, PK_M_POOL_EVICTIONS, NULL,
@@ -774,6 +779,8 @@ pk_node_destroy(pk_node_t **self_p)
     s_close_fabrics(self);
     pk_store_destroy(&self->store);
     pk_metrics_destroy(&self->metrics);
+    //  a message libzmq still holds keeps the counter until it is freed
+    pk_unsent_release(&self->unsent);
     free(self->ns_pushed);
     free(self->fail_session);
     free(self->hold_session);

@@ -15,6 +15,7 @@
 #include "daemon/poller.h"
 #include "daemon/directory.h"
 #include "daemon/store.h"
+#include "daemon/unsent.h"
 #include "base/transport.h"
 #include "roles/server_session.h"
 
@@ -138,6 +139,8 @@ struct _pk_node_t {
     double trim_until;              //  sweeps trim the heap until then (monotonic s):
                                     //  PK_TRIM_SETTLE after the last peer reaped
     pk_metrics_t *metrics;
+    pk_unsent_t *unsent;            //  bytes of every session's answers libzmq holds
+                                    //  (unsent.h), sessions gone included
     uint64_t unmatched_pushed;      //  blobs_unmatched already in the metrics
     uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
     pk_store_ns_stats_t *ns_pushed; //  each namespace's lookups already in the metrics
@@ -151,6 +154,8 @@ struct _pk_node_t {
     pk_keymap_t pending;            //  routing ids with a frame at the handshake actor
     uint64_t handshakes_sent;
     atomic_uint_fast64_t handshakes_done;
+    uint64_t handshake_bytes_sent;  //  the same in bytes (--max-queued-bytes)
+    atomic_uint_fast64_t handshake_bytes_done;
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
     char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
     pk_directory_t *directory;      //  --directory: the cluster directory's actor, or NULL

@@ -41,6 +41,7 @@
 #include "daemon/door.h"
 #include "base/thread.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,16 +86,55 @@ s_idle_look_ms(const pk_server_config_t *c)
     return ms < 2 ? 2 : ms;
 }
 
+//  Every frame for the consumer is a counted message (unsent.h): its
+//  bytes count against --max-unread-bytes from here until libzmq wrote
+//  it (or dropped it), whichever thread sends it on.
 static void
 s_actor_out(void *arg, const char *frame, size_t len)
 {
     self_t *a = arg;
+    zmq_msg_t msg;
+    if (pk_unsent_msg(a->peer->unsent, frame, len, &msg) != 0)
+        return;                 //  out of memory: the consumer's timeouts cover it
     if (a->on_door) {
-        pk_door_reply(a->node, a->peer->rid, a->peer->rlen, frame, len);
+        pk_door_reply_msg(a->node, a->peer->rid, a->peer->rlen, &msg);
         return;
     }
     atomic_fetch_add(&a->peer->said, 1);
-    zsock_send(a->peer->out, "bsb", &a->peer->id, sizeof a->peer->id, "FRAME", frame, len);
+    //  id, word, frame: as zsock_send "bsb" would, the frame moved, not copied
+    void *out = zsock_resolve(a->peer->out);
+    if (zmq_send(out, &a->peer->id, sizeof a->peer->id, ZMQ_SNDMORE) < 0
+        || zmq_send(out, "FRAME", 5, ZMQ_SNDMORE) < 0 || zmq_msg_send(&msg, out, 0) < 0)
+        zmq_msg_close(&msg);
+}
+
+//  The room the session asks for before each frame (server_session.h):
+//  the consumer's answers not yet written, and every session's (those of
+//  sessions gone included: a consumer that never reads keeps its
+//  connection, and libzmq what was queued on it), against
+//  --max-unread-bytes and --max-sessions times it.  A frame alone always
+//  fits: no answer is too large to send to a consumer that reads.
+static int
+s_actor_room(void *arg, size_t len, char *why, size_t cap)
+{
+    self_t *a = arg;
+    const pk_server_config_t *c = a->node->config;
+    uint64_t mine = pk_unsent_bytes(a->peer->unsent);
+    uint64_t all = pk_unsent_bytes(a->node->unsent);
+    //  saturating: both settings go up to 2^63 and 2^31
+    uint64_t all_max = c->max_sessions > UINT64_MAX / c->max_unread_bytes
+                       ? UINT64_MAX : c->max_unread_bytes * c->max_sessions;
+    if (mine > 0 && mine + len > c->max_unread_bytes) {
+        snprintf(why, cap, "more than %llu bytes of answers unread",
+                 (unsigned long long) c->max_unread_bytes);
+        return -ENOBUFS;
+    }
+    if (all > 0 && all + len > all_max) {
+        snprintf(why, cap, "the server holds %llu bytes of answers unread, at most %llu",
+                 (unsigned long long) all, (unsigned long long) all_max);
+        return -ENOBUFS;
+    }
+    return 0;
 }
 
 //  Lookups and their pins see the consumer's namespace and the shared one
@@ -275,6 +315,7 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
         goto fail_self;
     }
     pk_server_session_set_latency(self->session, s_latency, node->metrics);
+    pk_server_session_set_room(self->session, s_actor_room, self);
     self->idle_look = s_idle_look_ms(node->config);
     return self;
 
@@ -301,6 +342,7 @@ s_on_frame(self_t *self, zmsg_t *msg)
 {
     zframe_t *f = zmsg_pop(msg);
     atomic_fetch_add(&self->peer->consumed, 1);
+    atomic_fetch_add(&self->peer->consumed_bytes, f ? zframe_size(f) : 0);
     if (f)
         pk_server_session_on_frame(self->session, zframe_data(f), zframe_size(f));
     zframe_destroy(&f);

@@ -95,6 +95,8 @@ pk_server_config_defaults(pk_server_config_t *self)
     self->max_rounds = 1024;
     self->pin_quota = 0;
     self->max_queued_frames = 256;
+    self->max_queued_bytes = UINT64_C(128) << 20;
+    self->max_unread_bytes = UINT64_C(64) << 20;
     self->max_frame = UINT64_C(64) << 20;
     self->max_sessions = 256;
     self->load_timeout = 30;

@@ -81,6 +81,8 @@ typedef struct {
     uint64_t max_rounds;        //  1024 rounds per request
     uint64_t pin_quota;         //  0 = a quarter of pool_blocks (pk_server_config_pin_quota)
     uint64_t max_queued_frames; //  256 frames queued for the session's actor
+    uint64_t max_queued_bytes;  //  128 MiB of frames queued for the session's actor
+    uint64_t max_unread_bytes;  //  64 MiB of answers handed to ZeroMQ, not yet written
     uint64_t max_frame;         //  64 MiB, ZMQ_MAXMSGSIZE (whole server)
     uint64_t max_sessions;      //  256 (whole server)
     //  Timeouts of the consumer side (the daemon pulling from a peer),

@@ -97,6 +97,10 @@ static const s_setting_t s_settings[] = {
     { "max-rounds",         S_UINT,        S_FIELD(max_rounds), 1, PK_CONFIG_MAX_LIMIT },
     { "pin-quota",          S_UINT,        S_FIELD(pin_quota), 0, PK_CONFIG_MAX_POOL_BLOCKS },
     { "max-queued-frames",  S_UINT,        S_FIELD(max_queued_frames), 1, PK_CONFIG_MAX_LIMIT },
+    //  bytes: a frame alone always fits (protocol.md section 6), so any
+    //  floor works; 4 KiB, as --max-frame's
+    { "max-queued-bytes",   S_UINT,        S_FIELD(max_queued_bytes), 4096, INT64_MAX },
+    { "max-unread-bytes",   S_UINT,        S_FIELD(max_unread_bytes), 4096, INT64_MAX },
     //  ZMQ_MAXMSGSIZE is an int64; below 4 KiB not even a describe fits.
     { "max-frame",          S_UINT,        S_FIELD(max_frame), 4096, INT64_MAX },
     { "max-sessions",       S_UINT,        S_FIELD(max_sessions), 1, PK_CONFIG_MAX_LIMIT },
@@ -225,6 +229,13 @@ static const char s_usage[] =
     "                               0 = a quarter of the pool; default 0\n"
     "      --max-queued-frames N    frames queued for the session's actor;\n"
     "                               default 256\n"
+    "      --max-queued-bytes BYTES bytes of frames queued for the session's\n"
+    "                               actor (one frame always fits); at least\n"
+    "                               4096; default 134217728\n"
+    "      --max-unread-bytes BYTES bytes of answers the consumer has not read\n"
+    "                               (one answer always fits; the server holds\n"
+    "                               at most --max-sessions times it); at least\n"
+    "                               4096; default 67108864\n"
     "      --max-frame BYTES        larger frames are refused (whole server;\n"
     "                               at least 4096); default 67108864\n"
     "      --max-sessions N         sessions at once (whole server; file and socket\n"

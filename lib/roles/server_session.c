@@ -52,6 +52,8 @@ struct _pk_session_t {
     size_t nqueue, capqueue;
     pk_latency_fn *latency;         //  NULL: latencies are not timed
     void *latency_arg;
+    pk_server_session_room_fn *room;    //  NULL: every frame goes out
+    void *room_arg;
     pk_keymap_t started;            //  (lookup|fetch, kv, round) -> time received
 };
 
@@ -223,6 +225,10 @@ s_role_send(void *arg, const pk_msg_t *msg)
         s_queue(self, frame, len);
 }
 
+static pk_server_session_status_t s_violation(pk_server_session_t *self, pk_violation_t class,
+                                              const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 //  Ends an entry point: flush what it queued, or, when the role had to
 //  cancel in immediate mode, drop it and retire.
 static pk_server_session_status_t
@@ -236,6 +242,16 @@ s_finish_call(pk_server_session_t *self)
                           "writes cancelled in immediate mode; bytes may still land");
     }
     for (size_t i = 0; i < self->nqueue; i++) {
+        char why[160];
+        if (self->room && self->room(self->room_arg, self->queue[i].len, why, sizeof why) != 0) {
+            //  the consumer does not read what it asked for: what it would
+            //  cost to hold more is what the bound is for
+            for (size_t j = i; j < self->nqueue; j++)
+                free(self->queue[j].frame);
+            self->nqueue = 0;
+            s_violation(self, PK_VIOLATION_UNREAD, "limit: %s", why);
+            break;
+        }
         self->out(self->out_arg, self->queue[i].frame, self->queue[i].len);
         free(self->queue[i].frame);
     }
@@ -413,6 +429,7 @@ pk_violation_name(pk_violation_t reason)
         [PK_VIOLATION_BLOCK_INDEX] = "block_index",
         [PK_VIOLATION_DUPLICATE_FETCH] = "duplicate_fetch",
         [PK_VIOLATION_FLOOD] = "flood",
+        [PK_VIOLATION_UNREAD] = "unread",
     };
     return (unsigned) reason < PK_VIOLATION_COUNT ? names[reason] : "unknown";
 }
@@ -695,6 +712,13 @@ pk_server_session_set_latency(pk_server_session_t *self, pk_latency_fn *fn, void
 {
     self->latency = fn;
     self->latency_arg = arg;
+}
+
+void
+pk_server_session_set_room(pk_server_session_t *self, pk_server_session_room_fn *fn, void *arg)
+{
+    self->room = fn;
+    self->room_arg = arg;
 }
 
 void

@@ -56,6 +56,7 @@ typedef enum {
     PK_VIOLATION_BLOCK_INDEX,           //  a fetch outside the consumer's pool
     PK_VIOLATION_DUPLICATE_FETCH,       //  a second fetch for a round with demand
     PK_VIOLATION_FLOOD,                 //  the node retired it (flooding its door)
+    PK_VIOLATION_UNREAD,                //  answers left unread past the room for them
     PK_VIOLATION_COUNT
 } pk_violation_t;
 
@@ -114,6 +115,18 @@ pk_server_session_status_t pk_server_session_tick(pk_server_session_t *self);
 typedef enum { PK_LATENCY_LOOKUP, PK_LATENCY_FETCH } pk_latency_t;
 typedef void (pk_latency_fn)(void *arg, pk_latency_t which, const char *peer, double seconds);
 void pk_server_session_set_latency(pk_server_session_t *self, pk_latency_fn *fn, void *arg);
+
+/*  Whether the consumer has room for one more frame of len bytes: 0, or
+    -ENOBUFS with why (a clause, "more than N bytes of answers unread")
+    when it left too many of the session's answers unread.  The session
+    asks before it hands each frame to out; past the room it drops that
+    frame and what follows it, and ends as a violation of class
+    PK_VIOLATION_UNREAD (its disconnect, a few hundred bytes, goes out
+    without asking: it is the session's last frame).  The session cannot
+    see what was read (that is the daemon's socket), so it is told.  */
+typedef int (pk_server_session_room_fn)(void *arg, size_t len, char *why, size_t cap);
+void pk_server_session_set_room(pk_server_session_t *self, pk_server_session_room_fn *fn,
+                                void *arg);
 
 /*  The local engine's prefill store and finish for this consumer.  A
     store's blocks count against the consumer's pin quota (roles/quota.h):
