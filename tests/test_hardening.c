@@ -47,6 +47,7 @@
 #include <czmq.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <netinet/in.h>
@@ -1419,6 +1420,142 @@ s_attack_squatted_socket(ctx_t *c)
           "the engine refused the socket; the squatter accepted 0 connections");
 }
 
+//  Blocks corrupted at rest and in flight (issue 34), against a server of
+//  their own: a byte flipped in the server's pool after the blocks were
+//  committed (a bad disk, a stray write), and bytes changed after the
+//  lookup answer announced their checksum and before the server wrote
+//  them (what a change on the way looks like to the consumer).  Every such
+//  block is a corrupt result, never reported landed; the whole blocks of
+//  the same fetches land; a server whose blocks fail 8 times in a row
+//  (max_corrupt) has its session ended as hostile, once.
+static uint8_t *
+s_block_in(uint8_t *pool, size_t len, uint64_t tag, uint64_t i)
+{
+    for (size_t off = 0; off + BLOCK <= len; off += BLOCK)
+        if (bk_block_ok(pool + off, tag, i, BLOCK))
+            return pool + off;
+    ck_abort_msg("block %" PRIu64 " of tag %" PRIu64 " is not in the pool", i, tag);
+    return NULL;
+}
+
+typedef struct {
+    atomic_int answers;
+    uint64_t round;
+    bool hit;
+} s_look_t;
+
+static void
+s_on_look(void *arg, int server, const char *kv, uint64_t round, const p2pkv_key_t *keys,
+          const bool *hits, size_t n)
+{
+    (void) server, (void) kv, (void) keys;
+    s_look_t *l = arg;
+    l->round = round;
+    l->hit = hits && n && hits[0];
+    atomic_fetch_add(&l->answers, 1);
+}
+
+static void
+s_attack_corrupt_blocks(ctx_t *c)
+{
+    enum { TAG = 9 };
+    size_t n = s_n(32, 256);
+    td_t d;
+    td_start(&d, (const char *const[]) { "--pool-blocks", "2048", NULL });
+    p2pkv_key_t *keys = bk_keys(TAG, 0, 2 * n);
+    bk_publish(&d, keys, 2 * n, TAG, BLOCK);
+    int fd = shm_open(d.pool, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    size_t len = (size_t) st.st_size;
+    uint8_t *pool = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ck_assert_ptr_ne(pool, MAP_FAILED);
+    //  at rest: every other block of the first n
+    static uint8_t *at[512];
+    for (size_t i = 0; i < n; i++)
+        at[i] = s_block_in(pool, len, TAG, i);
+    for (size_t i = 0; i < n; i += 2)
+        at[i][BLOCK / 2] ^= 0x01;       //  the last (odd) one whole: no run left over
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_config_t cfg = { .peer_id = "corrupt-witness", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1", .load_timeout = 10,
+                           .no_reconnect = true };
+    s_look_t look = { 0 };
+    p2pkv_client_t *cl = p2pkv_client_new(&cfg, NULL, 2 * n, BLOCK,
+                                           (p2pkv_callbacks_t) { .arg = &look,
+                                                                 .on_lookup = s_on_look }, err);
+    ck_assert_msg(cl != NULL, "%s", err);
+    int server = p2pkv_client_connect(cl, d.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "%s", err);
+    uint32_t *dest = malloc(2 * n * sizeof *dest);
+    p2pkv_key_result_t *res = malloc(2 * n * sizeof *res);
+    ck_assert(dest && res);
+    for (size_t i = 0; i < 2 * n; i++)
+        dest[i] = (uint32_t) i;
+    uint8_t *mine = p2pkv_client_pool(cl);
+    int got = p2pkv_client_get_results(cl, server, "at-rest", keys, dest, n, true, 10, res,
+                                       NULL, NULL, err);
+    ck_assert_msg(got == (int) (n / 2), "at rest: %d landed of %zu: %s", got, n, err);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_int_eq(res[i].status, i % 2 ? P2PKV_KEY_LANDED : P2PKV_KEY_CORRUPT);
+        ck_assert(res[i].verified);
+        if (i % 2)
+            ck_assert(bk_block_ok(mine + i * BLOCK, TAG, i, BLOCK));
+    }
+    s_row(c, "blocks corrupted at rest: a byte flipped in the server's pool after their "
+          "commit (every other block of the gets)", n / 2, "each a corrupt result, never "
+          "reported landed; the whole blocks of the same gets landed, verified");
+    //  in flight: blocks changed between the lookup answer (their
+    //  checksums announced) and the fetch's write, one fetch each, by the
+    //  callbacks' API: each ends FAILED, saying corrupt; the eighth in a
+    //  row ends the session as hostile
+    c->t0 = pk_clock_monotonic();
+    enum { RUN = 8 };
+    for (size_t i = n; i < n + RUN; i++) {
+        char kv[32];
+        snprintf(kv, sizeof kv, "in-flight-%zu", i);
+        int answers = atomic_load(&look.answers);
+        ck_assert_int_eq(p2pkv_client_lookup(cl, server, kv, &keys[i], 1), 0);
+        double until = pk_clock_monotonic() + 10;
+        while (atomic_load(&look.answers) == answers && pk_clock_monotonic() < until)
+            p2pkv_client_poll(cl, 0.05);
+        ck_assert_msg(look.hit, "in flight: block %zu not a hit", i);
+        s_block_in(pool, len, TAG, i)[7] ^= 0x20;
+        uint64_t id;
+        ck_assert_int_eq(p2pkv_client_fetch(cl, server, kv, &keys[i], &dest[i], 1, look.round,
+                                            0, &id), 0);
+        char reason[256] = "";
+        int status;
+        until = pk_clock_monotonic() + 10;
+        while ((status = p2pkv_client_fetch_status(cl, id, reason)) == -EINPROGRESS
+               && pk_clock_monotonic() < until)
+            p2pkv_client_poll(cl, 0.05);
+        ck_assert_int_eq(status, P2PKV_FAILED);
+        ck_assert_msg(strstr(reason, "corrupt: 1 of 1 blocks"), "in flight: %s", reason);
+        if (i + 1 < n + RUN)
+            ck_assert_int_eq(p2pkv_client_finish(cl, server, kv), 0);
+    }
+    p2pkv_check_stats_t checks;
+    p2pkv_client_checks(cl, &checks);
+    ck_assert_uint_eq(checks.corrupt, n / 2 + RUN);
+    ck_assert_uint_eq(checks.hostile, 1);
+    char why[P2PKV_ERRLEN] = "";
+    ck_assert_int_ne(p2pkv_client_server_state(cl, server, why), P2PKV_SERVER_UP);
+    ck_assert_msg(strstr(why, "hostile"), "state: %s", why);
+    s_row(c, "blocks changed after their checksum was announced, before the server wrote "
+          "them (as bytes altered on the way)", RUN, "each fetch FAILED \"corrupt: 1 of 1 "
+          "blocks\", never landed; the eighth in a row ended the session as hostile, counted "
+          "once (p2pkv_client_checks)");
+    free(dest);
+    free(res);
+    p2pkv_client_destroy(&cl);
+    munmap(pool, len);
+    bk_keys_free(keys);
+    ck_assert_int_eq(td_stop(&d), 0);
+}
+
 //  A CURVE key revoked mid-transfer (after the witness's code below).
 static void s_attack_curve_revoked(ctx_t *c);
 
@@ -1451,6 +1588,7 @@ static const struct {
     { "store-pending", s_attack_store_pending },
     { "curve-revoked", s_attack_curve_revoked },
     { "strangers", s_attack_strangers },
+    { "corrupt-blocks", s_attack_corrupt_blocks },
     { "squatted-socket", s_attack_squatted_socket },
 };
 
