@@ -116,7 +116,7 @@ tc_new(const tc_config_t *config)
     pk_client_session_config_t sc = { 0.5, 3600, 3600, true };
     pk_client_identity_t id = { config->endpoint, config->peer_id, config->num_blocks,
                                 config->block_len, config->fingerprint, config->hash_seed,
-                                config->wire_major };
+                                config->wire_major, NULL };
     pk_client_session_ops_t ops = { sizeof ops, self, s_open, s_close, s_send, s_up, s_deliver,
                                     s_gone, NULL };
     self->session = pk_client_session_new(&sc, &id, pk_clock_system(), &ops);

@@ -111,7 +111,7 @@ static void
 s_make(bool no_reconnect)
 {
     pk_client_session_config_t config = { 1.0, 2.0, 10.0, no_reconnect };
-    pk_client_identity_t id = { "tcp://server:1", "consumer-1", 64, 4096, "fp", "7", 0 };
+    pk_client_identity_t id = { "tcp://server:1", "consumer-1", 64, 4096, "fp", "7", 0, NULL };
     H->cs = pk_client_session_new(&config, &id, (pk_clock_t) { NULL, s_now }, &OPS);
     ck_assert_ptr_nonnull(H->cs);
 }
@@ -477,7 +477,7 @@ START_TEST(test_old_ops_are_refused)
     pk_client_session_ops_t old = OPS;
     old.size = sizeof old - sizeof (void *);
     pk_client_session_config_t config = PK_CLIENT_SESSION_CONFIG_DEFAULT;
-    pk_client_identity_t id = { NULL, "c", 1, 1, "fp", "7", 0 };
+    pk_client_identity_t id = { NULL, "c", 1, 1, "fp", "7", 0, NULL };
     ck_assert_ptr_null(pk_client_session_new(&config, &id, (pk_clock_t) { NULL, s_now }, &old));
 }
 END_TEST

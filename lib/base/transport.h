@@ -159,7 +159,23 @@ typedef struct pk_transport_ops {
         with): 0 with out (cap bytes), or -EPROTO with err when the blob
         names none.  */
     int (*blob_provider)(const uint8_t *blob, size_t len, char *out, size_t cap, char *err);
+
+    /*  The consumer's end-to-end check inside the transport (issue 34),
+        optional (NULL: the owner hashes each landed block itself).  A
+        transport that copies the blocks itself (mmap) hashes each one
+        right after its copy, while it is in that core's cache, where a
+        hash after the whole round landed reads it back from memory.
+        expect: dest[i] is to hold bytes whose checksum (base/checksum.h)
+        is sums[i]; 0, or a negative error (then the owner checks).  */
+    int (*channel_expect)(pk_channel_t *channel, const uint32_t *dest, const uint64_t *sums,
+                          size_t n);
+    /*  What the copies found for dest[i] (PK_VERDICT_*), and forgets
+        them: PK_VERDICT_NONE for a block not copied since its expect.  */
+    void (*channel_verdicts)(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict,
+                             size_t n);
 } pk_transport_ops_t;
+
+enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
 
 /*  The smallest table a caller that uses every op above accepts.  */
 #define PK_TRANSPORT_OPS_SIZE sizeof (pk_transport_ops_t)

@@ -20,6 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+//  A fetch's verdicts while it runs: PK_VERDICT_OK means "to be checked";
+//  these two, what its transport's copies found (pk_client_fetch_ended).
+enum { S_DONE_OK = 8, S_DONE_CORRUPT };
+
 typedef struct pk_answer {
     uint64_t round;
     char *kv;
@@ -105,17 +109,42 @@ pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key
             f->verdict = (uint8_t *) (f->sums + n);
             f->n = n;
             memcpy(f->dest, dest, n * sizeof *dest);
+            size_t nexp = 0;
             for (size_t i = 0; i < n; i++) {
                 pk_keymap_entry_t *e = pk_keymap_find(&map, &keys[i]);
-                f->verdict[i] = e ? PK_CHECK_OK : PK_CHECK_NONE;   //  OK: to be checked
+                f->verdict[i] = e ? PK_VERDICT_OK : PK_VERDICT_NONE;   //  OK: to be checked
                 f->sums[i] = e ? a->sums[e->a] : 0;
+                nexp += e != NULL;
             }
             rc = 0;
+            //  a transport that copies the blocks itself checks each one
+            //  in its copy (transport.h); all or none of this fetch's
+            if (nexp == n && s->channel && s->ops->channel_expect
+                && s->ops->channel_expect(s->channel, f->dest, f->sums, n) == 0)
+                f->expected = s->channel;
         }
     }
     pk_keymap_fini(&map);
     free(a);
     return rc;
+}
+
+void
+pk_client_fetch_ended(s_server_t *s, s_fetch_t *f)
+{
+    if (!f->expected)
+        return;
+    uint8_t *seen = malloc(f->n);
+    //  the channel of this session still (a reconnect makes a new one,
+    //  and the old one's states went with it)
+    if (seen && s->channel == f->expected) {
+        s->ops->channel_verdicts(s->channel, f->dest, seen, f->n);
+        for (size_t i = 0; i < f->n; i++)
+            if (seen[i] != PK_VERDICT_NONE)
+                f->verdict[i] = seen[i] == PK_VERDICT_OK ? S_DONE_OK : S_DONE_CORRUPT;
+    }
+    free(seen);
+    f->expected = NULL;
 }
 
 bool
@@ -129,18 +158,20 @@ pk_client_fetch_check(p2pkv_client_t *c, s_server_t *s, s_fetch_t *f)
     bool hostile = false;
     unsigned limit = c->config.max_corrupt ? c->config.max_corrupt : 8;
     for (size_t i = 0; i < f->n; i++) {
-        if (f->verdict[i] == PK_CHECK_NONE)
+        if (f->verdict[i] == PK_VERDICT_NONE)
             continue;
-        //  block by block, each while the next is still to be read: the
-        //  round's blocks landed together and were last touched by the
-        //  fabric's copy
-        uint64_t sum = pk_checksum(c->pool + (size_t) f->dest[i] * c->block_len, c->block_len);
-        if (sum == f->sums[i]) {
+        //  checked in the copy already (pk_client_fetch_ended), else here,
+        //  block by block, read back from memory after the round landed
+        bool ok = f->verdict[i] == S_DONE_OK ? true
+                  : f->verdict[i] == S_DONE_CORRUPT ? false
+                  : pk_checksum(c->pool + (size_t) f->dest[i] * c->block_len, c->block_len)
+                    == f->sums[i];
+        f->verdict[i] = ok ? PK_VERDICT_OK : PK_VERDICT_CORRUPT;
+        if (ok) {
             checked++;
             s->corrupt_run = 0;
             continue;
         }
-        f->verdict[i] = PK_CHECK_CORRUPT;
         corrupt++;
         if (++s->corrupt_run == limit)
             hostile = true;

@@ -301,10 +301,12 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     //  each block's verdict; a fetch of the callbacks' API, whose status
     //  is one for all its blocks, did not land whole: FAILED, saying why.
     char corrupt_why[128];
+    if (f)
+        pk_client_fetch_ended(s, f);
     if (st == P2PKV_LANDED && f && !pk_client_fetch_check(c, s, f)) {
         size_t bad = 0;
         for (size_t i = 0; i < f->n; i++)
-            bad += f->verdict[i] == PK_CHECK_CORRUPT;
+            bad += f->verdict[i] == PK_VERDICT_CORRUPT;
         snprintf(corrupt_why, sizeof corrupt_why, "corrupt: %zu of %zu blocks differ from the "
                  "checksums their server announced", bad, f->n);
         if (!synced) {

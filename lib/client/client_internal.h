@@ -77,7 +77,9 @@ typedef struct s_fetch {
     size_t n;
     uint32_t *dest;
     uint64_t *sums;
-    uint8_t *verdict;               //  per block: PK_CHECK_* once checked
+    uint8_t *verdict;               //  per block: PK_VERDICT_* once checked
+    pk_channel_t *expected;         //  the channel whose copies check its blocks
+                                    //  (channel_expect), or NULL
     struct s_fetch *prev, *next;    //  ended and unread, oldest first
 } s_fetch_t;
 
@@ -88,7 +90,7 @@ typedef struct s_sync {
     char kv[PK_ERRLEN];
     int answered;                   //  1, or -1 when the server went away
     bool *hits;                     //  the batch's, parallel to its keys
-    uint8_t *verdict;               //  its fetch's blocks' PK_CHECK_*, in fetch order
+    uint8_t *verdict;               //  its fetch's blocks' PK_VERDICT_*, in fetch order
     uint64_t *sums;                 //  and their announced checksums
     uint64_t round, fetch_id;
     int status;                     //  -EINPROGRESS until the fetch ends
@@ -165,12 +167,15 @@ bool pk_client_same_host_only(const char *provider);
 //  per server until a fetch under that round takes them (or the request
 //  finishes, or the session goes); the fetch keeps its blocks' and checks
 //  them when it lands, before it is reported.
-enum { PK_CHECK_NONE = 0, PK_CHECK_OK, PK_CHECK_CORRUPT };
+//  (verdicts: PK_VERDICT_* of base/transport.h)
 int pk_client_answer_keep(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
                           const bool *hits, const uint64_t *sums, size_t n);
 void pk_client_answers_drop(s_server_t *s, const char *kv);
 int pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
                          const uint32_t *dest, size_t n, s_fetch_t *f);
+//  The fetch ended (landed or not): what its channel's copies found, and
+//  forgets it there.
+void pk_client_fetch_ended(s_server_t *s, s_fetch_t *f);
 //  Checks f's landed blocks: false when one differs (the others and the
 //  counters updated; max_corrupt in a row end s's session).
 bool pk_client_fetch_check(p2pkv_client_t *c, s_server_t *s, s_fetch_t *f);

@@ -124,7 +124,7 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
             g->to[nhit++] = g->dest[g->pos[a]];
         }
     if (nhit && g->fetch) {
-        memset(sync->verdict, PK_CHECK_NONE, nhit);
+        memset(sync->verdict, PK_VERDICT_NONE, nhit);
         rc = p2pkv_client_fetch(self, g->server, sync->kv, g->ask, g->to, nhit, sync->round,
                                 g->timeout, &sync->fetch_id);
         //  cancelled while the fetch was being made: cancel it now.  Its
@@ -145,10 +145,10 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     size_t landed = 0;
     for (size_t a = 0; a < nhit; a++) {
         p2pkv_key_result_t *r = &g->res[g->pos[a]];
-        uint8_t v = g->fetch && !rc ? sync->verdict[a] : PK_CHECK_NONE;
+        uint8_t v = g->fetch && !rc ? sync->verdict[a] : PK_VERDICT_NONE;
         r->status = rc ? P2PKV_KEY_FAILED
-                    : v == PK_CHECK_CORRUPT ? P2PKV_KEY_CORRUPT : P2PKV_KEY_LANDED;
-        r->verified = v != PK_CHECK_NONE;
+                    : v == PK_VERDICT_CORRUPT ? P2PKV_KEY_CORRUPT : P2PKV_KEY_LANDED;
+        r->verified = v != PK_VERDICT_NONE;
         r->checksum = r->verified ? sync->sums[a] : 0;
         g->settled[g->pos[a]] = !rc;
         landed += r->status == P2PKV_KEY_LANDED;

@@ -34,15 +34,21 @@ typedef struct {
     uint32_t src, dst;
 } pk_copy_pair_t;
 
+/*  Called for each block right after its copy, on the thread that copied
+    it, while the block is still in that core's cache (the consumer's
+    end-to-end check, mmap_target.c).  */
+typedef void (pk_copy_check_fn)(void *arg, uint32_t dst, const uint8_t *block, size_t len);
+
 pk_copier_t *pk_copier_new(void);
 /*  Joins the helpers.  Nulls *self_p.  */
 void pk_copier_destroy(pk_copier_t **self_p);
 /*  Copies n pairs of block_len bytes (indices checked by the caller),
-    sharing them with the helpers when the batch is large.  Returns the
-    blocks that landed: copied with *closed clear after the copy.  */
+    sharing them with the helpers when the batch is large; check (NULL:
+    none) sees each block after its copy.  Returns the blocks that landed:
+    copied with *closed clear after the copy.  */
 size_t pk_copier_run(pk_copier_t *self, uint8_t *dst, const uint8_t *src,
                      const pk_copy_pair_t *pairs, size_t n, size_t block_len,
-                     const _Atomic uint32_t *closed);
+                     const _Atomic uint32_t *closed, pk_copy_check_fn *check, void *check_arg);
 /*  Helper threads started so far (0 until a large batch).  */
 size_t pk_copier_helpers(const pk_copier_t *self);
 

@@ -256,6 +256,8 @@ s_channel_free(pk_mmap_channel_t *self)
         munmap((void *) self->src, self->src_len);
     free(self->finished);
     free(self->rounds);
+    free(self->expect_sum);
+    free((void *) self->expect_state);
     free(self->msg);
     free(self);
 }
@@ -419,4 +421,6 @@ const pk_transport_ops_t pk_mmap_transport_ops = {
     .channel_stats = s_channel_stats,
     .channel_transport = pk_mmap_channel_transport,
     .blob_provider = pk_mmap_blob_provider,
+    .channel_expect = pk_mmap_channel_expect,
+    .channel_verdicts = pk_mmap_channel_verdicts,
 };

@@ -142,11 +142,22 @@ typedef struct {
     bool cur_failed;
     pk_mmap_round_t *rounds;
     size_t nrounds, caprounds;
+    //  the end-to-end check (mmap_target.c): per block of our pool, the
+    //  checksum expected and what its copy found; made at the first
+    //  expect, 9 bytes a block of the consumer's pool
+    uint64_t *expect_sum;
+    _Atomic uint8_t *expect_state;
     pk_channel_stats_t stats;
 } pk_mmap_channel_t;
 
 //  --------------------------------------------------------------------------
 //  Shared between the files (each defined where its concept lives)
+
+//  mmap_target.c: the consumer's check in the copy (transport.h)
+int pk_mmap_channel_expect(pk_channel_t *channel, const uint32_t *dest, const uint64_t *sums,
+                           size_t n);
+void pk_mmap_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict,
+                              size_t n);
 
 //  mmap.c: messages out (sent at once when the socket takes them, else
 //  queued; flush: 0, or -EPIPE when the connection is gone, then shut),

@@ -3,10 +3,12 @@
     every core for a large batch, copier.h), answer what landed, count
     each round.  */
 #include "mmap/mmap_priv.h"
+#include "base/checksum.h"
 #include "base/clock.h"
 #include "base/err.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -142,6 +144,71 @@ s_recv(pk_mmap_channel_t *self)
     return rc ? rc : 1;
 }
 
+//  --------------------------------------------------------------------------
+//  The end-to-end check in the copy (transport.h, channel_expect): a block
+//  expected is hashed on the thread that copied it, right after its copy.
+//  The states are only read and set by the copies of one batch, each
+//  block by one thread, and changed by expect and verdicts only between
+//  batches (the owner's thread runs both), so a state needs no lock; it is
+//  atomic for the helpers' sake.
+
+enum { S_UNEXPECTED = 0, S_EXPECTED, S_OK, S_CORRUPT };
+
+static void
+s_check_copy(void *arg, uint32_t dst, const uint8_t *block, size_t len)
+{
+    pk_mmap_channel_t *self = arg;
+    if (atomic_load_explicit(&self->expect_state[dst], memory_order_relaxed) != S_EXPECTED)
+        return;
+    atomic_store_explicit(&self->expect_state[dst],
+                          pk_checksum(block, len) == self->expect_sum[dst] ? S_OK : S_CORRUPT,
+                          memory_order_relaxed);
+}
+
+int
+pk_mmap_channel_expect(pk_channel_t *channel, const uint32_t *dest, const uint64_t *sums,
+                       size_t n)
+{
+    pk_mmap_channel_t *self = (pk_mmap_channel_t *) channel;
+    uint64_t blocks = self->fabric->num_blocks;
+    if (!self->target)
+        return -EINVAL;
+    if (!self->expect_state) {
+        self->expect_sum = malloc(blocks * sizeof *self->expect_sum);
+        self->expect_state = calloc(blocks, sizeof *self->expect_state);
+        if (!self->expect_sum || !self->expect_state) {
+            free(self->expect_sum);
+            free((void *) self->expect_state);
+            self->expect_sum = NULL;
+            self->expect_state = NULL;
+            return -ENOMEM;
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        if (dest[i] >= blocks)
+            return -ERANGE;
+    for (size_t i = 0; i < n; i++) {
+        self->expect_sum[dest[i]] = sums[i];
+        atomic_store_explicit(&self->expect_state[dest[i]], S_EXPECTED, memory_order_relaxed);
+    }
+    return 0;
+}
+
+void
+pk_mmap_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict,
+                         size_t n)
+{
+    pk_mmap_channel_t *self = (pk_mmap_channel_t *) channel;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t st = self->expect_state && dest[i] < self->fabric->num_blocks
+                     ? atomic_exchange_explicit(&self->expect_state[dest[i]], S_UNEXPECTED,
+                                                memory_order_relaxed)
+                     : S_UNEXPECTED;
+        verdict[i] = st == S_OK ? PK_VERDICT_OK
+                     : st == S_CORRUPT ? PK_VERDICT_CORRUPT : PK_VERDICT_NONE;
+    }
+}
+
 //  Copies the open write's next pairs, within *budget bytes.
 static void
 s_copy(pk_mmap_channel_t *self, size_t *budget)
@@ -164,7 +231,8 @@ s_copy(pk_mmap_channel_t *self, size_t *budget)
         self->cur_failed = true;        //  nothing more of this transfer lands
     else {
         size_t landed = pk_copier_run(self->fabric->copier, self->fabric->base, self->src,
-                                      chunk, k, bl, &self->ctrl->closed);
+                                      chunk, k, bl, &self->ctrl->closed,
+                                      self->expect_state ? s_check_copy : NULL, self);
         if (landed < k)
             self->cur_failed = true;    //  cut off meanwhile
         r->count += landed;
