@@ -10,6 +10,7 @@
     writer whose pool is not a file, indices out of range, are refused by
     name.  Nothing here needs more than Linux, so nothing skips.
 */
+#include "base/checksum.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/host_id.h"
@@ -199,6 +200,47 @@ END_TEST
 
 //  The target's wait fd (the one its owner watches from the start) is
 //  readable when the writer connects and when a write arrives.
+//  The consumer's check in the copy (channel_expect): blocks expected with
+//  their right checksums copy as OK, one expected with a wrong one as
+//  CORRUPT, one not expected as NONE; verdicts are read once.  64 blocks
+//  of 4 KiB (256 KiB, under PK_COPIER_PARALLEL_MIN: the caller's thread)
+//  and 512 (2 MiB: shared with the helpers).
+START_TEST(test_expect_checks_in_the_copy)
+{
+    for (int round = 1; round <= 2; round++) {
+        uint32_t n = round == 1 ? 64 : 512;
+        uint32_t *local = malloc(n * sizeof *local), *remote = malloc(n * sizeof *remote);
+        uint64_t *sums = malloc(n * sizeof *sums);
+        uint8_t *verdict = malloc(n);
+        for (uint32_t i = 0; i < n; i++) {
+            local[i] = i;
+            remote[i] = 1000 + i;
+            sums[i] = pk_checksum(W.pool + (size_t) i * BLOCK, BLOCK);
+        }
+        sums[3] ^= 1;                   //  block 3 will not match
+        //  block n-1 is not expected
+        ck_assert_int_eq(O->channel_expect(T.ch, remote, sums, n - 1), 0);
+        pk_transport_t t = O->channel_transport(W.ch);
+        ck_assert_int_gt(t.write_blocks(t.self, (uint64_t) round, local, remote, n), 0);
+        s_seen_t seen = s_wait(true);
+        ck_assert(seen.ok);
+        ck_assert_uint_eq(O->channel_landed(T.ch, (uint64_t) round), n);
+        O->channel_verdicts(T.ch, remote, verdict, n);
+        for (uint32_t i = 0; i < n; i++)
+            ck_assert_msg(verdict[i] == (i == 3 ? PK_VERDICT_CORRUPT
+                                         : i == n - 1 ? PK_VERDICT_NONE : PK_VERDICT_OK),
+                          "round %d block %u: verdict %u", round, i, verdict[i]);
+        O->channel_verdicts(T.ch, remote, verdict, n);
+        for (uint32_t i = 0; i < n; i++)
+            ck_assert_uint_eq(verdict[i], PK_VERDICT_NONE);
+        free(local);
+        free(remote);
+        free(sums);
+        free(verdict);
+    }
+}
+END_TEST
+
 START_TEST(test_wait_fd_wakes_target)
 {
     int fd = O->channel_wait_fd(T.ch);
@@ -556,6 +598,7 @@ main(void)
     tcase_set_timeout(tc, 60);
     tcase_add_checked_fixture(tc, s_setup, s_teardown);
     tcase_add_test(tc, test_blocks_land_in_place);
+    tcase_add_test(tc, test_expect_checks_in_the_copy);
     tcase_add_test(tc, test_wait_fd_wakes_target);
     tcase_add_test(tc, test_cancel_immediate_lands_nothing);
     tcase_add_test(tc, test_cancel_wait_reports_when_done);

@@ -29,6 +29,9 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/mman.h>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -334,6 +337,66 @@ START_TEST(test_refusals_name_the_providers)
 }
 END_TEST
 
+//  The end-to-end check over each provider: over mmap the consumer hashes
+//  each block in its copy (channel_expect), over shm and tcp after the
+//  round landed; either way a block changed at rest in the server's pool
+//  is a corrupt result and the others land, verified.
+START_TEST(test_corrupt_block_caught_over_each_provider)
+{
+    td_t d;
+    td_start(&d, s_all3);
+    enum { N = 64 };
+    p2pkv_key_t *keys = bk_keys(3, 0, N);
+    bk_publish(&d, keys, N, 3, BLOCK);
+    int fd = shm_open(d.pool, O_RDWR, 0);
+    ck_assert_int_ge(fd, 0);
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    uint8_t *pool = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ck_assert_ptr_ne(pool, MAP_FAILED);
+    size_t flipped = 0;
+    for (size_t off = 0; off + BLOCK <= (size_t) st.st_size; off += BLOCK)
+        if (bk_block_ok(pool + off, 3, 5, BLOCK) || bk_block_ok(pool + off, 3, 40, BLOCK)) {
+            pool[off + BLOCK - 1] ^= 0x04;
+            flipped++;
+        }
+    ck_assert_uint_eq(flipped, 2);
+    const char *provs[3] = { "mmap", "shm", "tcp" };
+    uint32_t dest[N];
+    for (int i = 0; i < N; i++)
+        dest[i] = (uint32_t) i;
+    for (int p = 0; p < 3; p++) {
+        p2pkv_client_t *c = s_client(provs[p], provs[p]);
+        char err[P2PKV_ERRLEN] = "";
+        int server = p2pkv_client_connect(c, d.endpoint, 10, err);
+        ck_assert_msg(server >= 0, "%s: %s", provs[p], err);
+        s_assert_provider(c, server, provs[p]);
+        p2pkv_key_result_t res[N];
+        int got = p2pkv_client_get_results(c, server, "chk", keys, dest, N, true, 20, res, NULL,
+                                           NULL, err);
+        ck_assert_msg(got == N - 2, "%s: %d landed: %s", provs[p], got, err);
+        uint8_t *mine = p2pkv_client_pool(c);
+        for (int i = 0; i < N; i++) {
+            bool bad = i == 5 || i == 40;
+            ck_assert_msg(res[i].status == (bad ? P2PKV_KEY_CORRUPT : P2PKV_KEY_LANDED),
+                          "%s: key %d: %d", provs[p], i, res[i].status);
+            ck_assert(res[i].verified);
+            if (!bad)
+                ck_assert(bk_block_ok(mine + (size_t) i * BLOCK, 3, (uint64_t) i, BLOCK));
+        }
+        p2pkv_check_stats_t cs;
+        p2pkv_client_checks(c, &cs);
+        ck_assert_uint_eq(cs.checked, N - 2);
+        ck_assert_uint_eq(cs.corrupt, 2);
+        p2pkv_client_destroy(&c);
+    }
+    munmap(pool, (size_t) st.st_size);
+    bk_keys_free(keys);
+    ck_assert_int_eq(td_stop(&d), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -346,6 +409,7 @@ main(void)
     tcase_add_test(tc, test_mmap_shm_and_tcp_consumers_at_once);
     tcase_add_test(tc, test_tcp_server_auto_client_uses_tcp);
     tcase_add_test(tc, test_refusals_name_the_providers);
+    tcase_add_test(tc, test_corrupt_block_caught_over_each_provider);
     tcase_add_loop_test(tc, test_idle_same_host_session_does_not_spin, 0, 2);
     return td_run_and_sweep("providers", s);
 }
