@@ -162,7 +162,11 @@ int p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n
 /*  Copies len bytes to offset of block, which must be reserved by this
     handle and not committed yet; -EINVAL (err naming block, offset or
     len) otherwise.  Writing through p2pkv_engine_pool is the same
-    without the copy's check.  */
+    without the copy's check.  A whole block (offset 0, block_len bytes)
+    also has its end-to-end checksum taken here, from the bytes just
+    copied, and sent with its commit; a block changed through the mapping
+    after such a write and before its commit then reaches consumers as
+    corrupt, never as wrong bytes: write a block one way.  */
 int p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, const void *data,
                        size_t len, char *err);
 

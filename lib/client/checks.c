@@ -103,10 +103,11 @@ pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key
     if (pk_keymap_reserve(&map, a->n) == 0) {
         for (size_t j = 0; j < a->n; j++)
             pk_keymap_put(&map, &a->keys[j], j, 0);
-        f->dest = malloc(n * (sizeof *f->dest + sizeof *f->sums + sizeof *f->verdict));
-        if (f->dest) {
-            f->sums = (uint64_t *) (f->dest + n);
-            f->verdict = (uint8_t *) (f->sums + n);
+        //  one allocation, the widest first (each array aligned)
+        f->sums = malloc(n * (sizeof *f->sums + sizeof *f->dest + sizeof *f->verdict));
+        if (f->sums) {
+            f->dest = (uint32_t *) (f->sums + n);
+            f->verdict = (uint8_t *) (f->dest + n);
             f->n = n;
             memcpy(f->dest, dest, n * sizeof *dest);
             size_t nexp = 0;
@@ -193,6 +194,6 @@ void
 pk_client_fetch_free(s_fetch_t *f)
 {
     if (f)
-        free(f->dest);
+        free(f->sums);
     free(f);
 }
