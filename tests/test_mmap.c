@@ -547,16 +547,16 @@ START_TEST(test_copier_shares_and_cuts_off)
     for (uint32_t i = 0; i < BLOCKS; i++)
         pairs[i] = (pk_copy_pair_t) { i, (i * 53 + 11) % BLOCKS };
     _Atomic uint32_t closed = 0;
-    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, 4, BLOCK, &closed, NULL, NULL), 4);
+    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, 4, BLOCK, &closed, NULL), 4);
     ck_assert_uint_eq(pk_copier_helpers(c), 0);             //  16 KiB: alone
-    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, BLOCKS, BLOCK, &closed, NULL, NULL), BLOCKS);
+    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, BLOCKS, BLOCK, &closed, NULL), BLOCKS);
     if (sysconf(_SC_NPROCESSORS_ONLN) > 1)
         ck_assert_uint_ge(pk_copier_helpers(c), 1);
     for (uint32_t i = 0; i < BLOCKS; i++)
         ck_assert_msg(s_block_is(dst, (i * 53 + 11) % BLOCKS, i), "block %u", i);
     atomic_store(&closed, 1);
-    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, BLOCKS, BLOCK, &closed, NULL, NULL), 0);
-    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, 1, BLOCK, &closed, NULL, NULL), 0);
+    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, BLOCKS, BLOCK, &closed, NULL), 0);
+    ck_assert_uint_eq(pk_copier_run(c, dst, src, pairs, 1, BLOCK, &closed, NULL), 0);
     pk_copier_destroy(&c);
     ck_assert_ptr_null(c);
 }
@@ -571,12 +571,12 @@ START_TEST(test_copier_after_fork)
     for (uint32_t i = 0; i < BLOCKS; i++)
         pairs[i] = (pk_copy_pair_t) { i, (i * 53 + 11) % BLOCKS };
     _Atomic uint32_t closed = 0;
-    ck_assert_uint_eq(pk_copier_run(c, T.pool, W.pool, pairs, BLOCKS, BLOCK, &closed, NULL, NULL), BLOCKS);
+    ck_assert_uint_eq(pk_copier_run(c, T.pool, W.pool, pairs, BLOCKS, BLOCK, &closed, NULL), BLOCKS);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         memset(T.pool, 0, (size_t) BLOCK * BLOCKS);
-        size_t landed = pk_copier_run(c, T.pool, W.pool, pairs, BLOCKS, BLOCK, &closed, NULL, NULL);
+        size_t landed = pk_copier_run(c, T.pool, W.pool, pairs, BLOCKS, BLOCK, &closed, NULL);
         bool right = landed == BLOCKS;
         for (uint32_t i = 0; right && i < BLOCKS; i++)
             right = s_block_is(T.pool, (i * 53 + 11) % BLOCKS, i);

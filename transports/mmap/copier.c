@@ -9,6 +9,7 @@
     variables per copier, nothing per batch.
 */
 #include "mmap/copier.h"
+#include "base/checksum.h"
 #include "base/thread.h"
 
 #include <pthread.h>
@@ -22,8 +23,7 @@ typedef struct {
     const pk_copy_pair_t *pairs;
     size_t n, block_len;
     const _Atomic uint32_t *closed;
-    pk_copy_check_fn *check;
-    void *check_arg;
+    const pk_copy_check_t *check;
     _Atomic size_t next;            //  the next pair to take
     _Atomic size_t landed;
 } s_batch_t;
@@ -62,9 +62,12 @@ s_copy_some(s_batch_t *b)
     size_t landed = 0;
     for (size_t i; (i = atomic_fetch_add(&b->next, 1)) < b->n;) {
         uint8_t *to = b->dst + (size_t) b->pairs[i].dst * b->block_len;
-        memcpy(to, b->src + (size_t) b->pairs[i].src * b->block_len, b->block_len);
-        if (b->check)
-            b->check(b->check_arg, b->pairs[i].dst, to, b->block_len);
+        const uint8_t *from = b->src + (size_t) b->pairs[i].src * b->block_len;
+        if (b->check && b->check->wants(b->check->arg, b->pairs[i].dst))
+            b->check->found(b->check->arg, b->pairs[i].dst,
+                            pk_checksum_copy(to, from, b->block_len));
+        else
+            memcpy(to, from, b->block_len);
         //  the copy's reads before the flag's (mmap.h, cut-off)
         atomic_thread_fence(memory_order_seq_cst);
         if (!atomic_load(b->closed))
@@ -145,9 +148,9 @@ pk_copier_helpers(const pk_copier_t *self)
 size_t
 pk_copier_run(pk_copier_t *self, uint8_t *dst, const uint8_t *src,
               const pk_copy_pair_t *pairs, size_t n, size_t block_len,
-              const _Atomic uint32_t *closed, pk_copy_check_fn *check, void *check_arg)
+              const _Atomic uint32_t *closed, const pk_copy_check_t *check)
 {
-    s_batch_t b = { dst, src, pairs, n, block_len, closed, check, check_arg, 0, 0 };
+    s_batch_t b = { dst, src, pairs, n, block_len, closed, check, 0, 0 };
     bool share = self && self->want && n > 1 && n * block_len >= PK_COPIER_PARALLEL_MIN;
     if (!share) {
         s_copy_some(&b);

@@ -34,21 +34,25 @@ typedef struct {
     uint32_t src, dst;
 } pk_copy_pair_t;
 
-/*  Called for each block right after its copy, on the thread that copied
-    it, while the block is still in that core's cache (the consumer's
-    end-to-end check, mmap_target.c).  */
-typedef void (pk_copy_check_fn)(void *arg, uint32_t dst, const uint8_t *block, size_t len);
+/*  The consumer's end-to-end check in the copy (mmap_target.c): a block
+    whose dst wants() is hashed as it is copied (pk_checksum_copy) and its
+    checksum handed to found(), on the thread that copied it.  */
+typedef struct {
+    bool (*wants)(void *arg, uint32_t dst);
+    void (*found)(void *arg, uint32_t dst, uint64_t sum);
+    void *arg;
+} pk_copy_check_t;
 
 pk_copier_t *pk_copier_new(void);
 /*  Joins the helpers.  Nulls *self_p.  */
 void pk_copier_destroy(pk_copier_t **self_p);
 /*  Copies n pairs of block_len bytes (indices checked by the caller),
     sharing them with the helpers when the batch is large; check (NULL:
-    none) sees each block after its copy.  Returns the blocks that landed:
+    none) hashes the blocks it wants as they are copied.  Returns the blocks that landed:
     copied with *closed clear after the copy.  */
 size_t pk_copier_run(pk_copier_t *self, uint8_t *dst, const uint8_t *src,
                      const pk_copy_pair_t *pairs, size_t n, size_t block_len,
-                     const _Atomic uint32_t *closed, pk_copy_check_fn *check, void *check_arg);
+                     const _Atomic uint32_t *closed, const pk_copy_check_t *check);
 /*  Helper threads started so far (0 until a large batch).  */
 size_t pk_copier_helpers(const pk_copier_t *self);
 

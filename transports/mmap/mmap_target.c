@@ -154,14 +154,19 @@ s_recv(pk_mmap_channel_t *self)
 
 enum { S_UNEXPECTED = 0, S_EXPECTED, S_OK, S_CORRUPT };
 
-static void
-s_check_copy(void *arg, uint32_t dst, const uint8_t *block, size_t len)
+static bool
+s_check_wants(void *arg, uint32_t dst)
 {
     pk_mmap_channel_t *self = arg;
-    if (atomic_load_explicit(&self->expect_state[dst], memory_order_relaxed) != S_EXPECTED)
-        return;
+    return atomic_load_explicit(&self->expect_state[dst], memory_order_relaxed) == S_EXPECTED;
+}
+
+static void
+s_check_found(void *arg, uint32_t dst, uint64_t sum)
+{
+    pk_mmap_channel_t *self = arg;
     atomic_store_explicit(&self->expect_state[dst],
-                          pk_checksum(block, len) == self->expect_sum[dst] ? S_OK : S_CORRUPT,
+                          sum == self->expect_sum[dst] ? S_OK : S_CORRUPT,
                           memory_order_relaxed);
 }
 
@@ -230,9 +235,10 @@ s_copy(pk_mmap_channel_t *self, size_t *budget)
     if (self->cur_failed || self->revoked || !r || atomic_load(&self->ctrl->closed))
         self->cur_failed = true;        //  nothing more of this transfer lands
     else {
+        pk_copy_check_t check = { s_check_wants, s_check_found, self };
         size_t landed = pk_copier_run(self->fabric->copier, self->fabric->base, self->src,
                                       chunk, k, bl, &self->ctrl->closed,
-                                      self->expect_state ? s_check_copy : NULL, self);
+                                      self->expect_state ? &check : NULL);
         if (landed < k)
             self->cur_failed = true;    //  cut off meanwhile
         r->count += landed;
