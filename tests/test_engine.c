@@ -320,6 +320,49 @@ START_TEST(test_busy_and_full)
 }
 END_TEST
 
+//  A checksum the engine took for a whole-block write goes with that
+//  block's commit only: a block whose reservation ran out uncommitted, then
+//  reserved anew (the pool's one block) and written through the mapping,
+//  is committed with the server's own checksum, and a consumer gets it
+//  whole and verified, not corrupt.
+START_TEST(test_write_checksum_not_reused_after_a_lease)
+{
+    td_t s;
+    p2pkv_engine_t *e = s_open(&s, (const char *const[]) { "--pool-blocks", "1",
+                                                          "--lease-timeout", "0.3", NULL },
+                               NULL, NULL);
+    char err[P2PKV_ERRLEN] = "";
+    uint32_t b;
+    ck_assert_int_eq(p2pkv_engine_reserve(e, &s_keys[0], 1, &b, err), 0);
+    ck_assert_int_eq(p2pkv_engine_write(e, b, 0, s_data[0], BLOCK, err), 0);
+    //  the lease runs out: the block is free again (waited for, bounded)
+    double until = pk_clock_monotonic() + 20;
+    while (td_stats(e).free != 1 && pk_clock_monotonic() < until)
+        zclock_sleep(20);
+    ck_assert_uint_eq(td_stats(e).free, 1);
+    uint32_t b2;
+    ck_assert_int_eq(p2pkv_engine_reserve(e, &s_keys[1], 1, &b2, err), 0);
+    ck_assert_uint_eq(b2, b);
+    memcpy((uint8_t *) p2pkv_engine_pool(e) + (size_t) b2 * BLOCK, s_data[1], BLOCK);
+    ck_assert_int_eq(p2pkv_engine_commit(e, &s_keys[1], 1, err), 0);
+    p2pkv_config_t cfg = { .peer_id = "c-lease", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1" };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 1, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "%s", err);
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "%s", err);
+    uint32_t dest = 0;
+    p2pkv_key_result_t r;
+    ck_assert_int_eq(p2pkv_client_get_results(c, server, "lease", &s_keys[1], &dest, 1, true,
+                                              10, &r, NULL, NULL, err), 1);
+    ck_assert_int_eq(r.status, P2PKV_KEY_LANDED);
+    ck_assert(r.verified);
+    ck_assert_int_eq(memcmp(p2pkv_client_pool(c), s_data[1], BLOCK), 0);
+    p2pkv_client_destroy(&c);
+    s_close(&s, &e);
+}
+END_TEST
+
 typedef struct {
     int n;
     p2pkv_engine_event_t last;
@@ -500,6 +543,7 @@ main(void)
     tcase_add_test(tc, test_drop_and_stats_json);
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_busy_and_full);
+    tcase_add_test(tc, test_write_checksum_not_reused_after_a_lease);
     tcase_add_test(tc, test_store_event_by_callback);
     tcase_add_test(tc, test_store_event_by_fd);
     tcase_add_test(tc, test_pull_event);

@@ -87,6 +87,11 @@ p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
         blocks[i] = (uint32_t) b;
     }
     json_decref(a);
+    //  a block reserved anew starts with no checksum of ours: one noted
+    //  for an earlier reservation of it (its lease ran out uncommitted)
+    //  must not go with a commit of bytes written through the mapping
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        pk_engine_note_written(self, blocks[i], NULL);
     if (!rc && pk_engine_hold(self, keys, n, blocks) < 0)
         rc = pk_err(err, -ENOMEM, "reserve: out of memory (the blocks go free at their "
                     "lease's end)");
