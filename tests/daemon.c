@@ -198,6 +198,20 @@ td_api(td_t *self)
     return self->api;
 }
 
+void
+td_start_held(td_t *self, const char *peer, char *release, const char *const *extra)
+{
+    int fd = mkstemp(release);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    unlink(release);                            //  held until it exists again
+    char hold[128];
+    snprintf(hold, sizeof hold, "%s:%s", peer, release);
+    setenv("P2PKV_TEST_HOLD_SESSION", hold, 1);
+    td_start(self, extra);
+    unsetenv("P2PKV_TEST_HOLD_SESSION");
+}
+
 json_t *
 td_stats_json(td_t *self)
 {

@@ -39,6 +39,12 @@ typedef struct {
 /*  extra: "--flag", "value" pairs, NULL-terminated, or NULL.  */
 void td_start(td_t *self, const char *const *extra);
 
+/*  td_start with the actor of consumer peer held still (the test-only
+    $P2PKV_TEST_HOLD_SESSION, lib/daemon/peer.c) until a file exists at
+    release, a mkstemp template ("/tmp/p2pkv-hold-XXXXXX") it fills in:
+    create it to let the actor go.  */
+void td_start_held(td_t *self, const char *peer, char *release, const char *const *extra);
+
 /*  td_start with the server's stderr (its log) on stderr_fd (-1: the
     test's own).  */
 void td_start_logged(td_t *self, const char *const *extra, int stderr_fd);

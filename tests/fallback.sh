@@ -16,22 +16,8 @@ nobody=$(id -u nobody 2>/dev/null) || { echo "SKIP: no user nobody"; exit 77; }
 work=$(mktemp -d)
 chmod 0755 "$work"
 pool=/pk-fallback-$$
-pid=""
-
-fail() { echo "FAIL: $*"; for f in "$work"/*.err; do [ -f "$f" ] && sed "s|^|  $(basename "$f"): |" "$f"; done; exit 1; }
-
-# shellcheck disable=SC2317  # invoked by the trap
-cleanup() {
-    rc=$?
-    trap - EXIT INT TERM
-    if [ -n "$pid" ]; then kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
-    rm -f "/dev/shm$pool"
-    rm -rf "$work"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$(dirname "$0")/servers.sh"
+pools=$pool
 
 # nobody must run the build tree's binary: every directory above it searchable
 d=$(cd "$(dirname "$cli")" && pwd)
@@ -42,10 +28,8 @@ setpriv --reuid "$nobody" --regid "$nobody" --clear-groups "$d/p2pkv" --version 
     --pool-name "$pool" --pool-blocks 16 --block-len 65536 --provider mmap,tcp \
     > "$work/server.out" 2> "$work/server.err" &
 pid=$!
-n=0
-while ! grep -q ' ready: ' "$work/server.out" 2>/dev/null && kill -0 "$pid" 2>/dev/null \
-      && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
-grep -q ' ready: ' "$work/server.out" || fail "the server did not start"
+pids=$pid
+ready "$work/server.out" "$pid" || fail "the server did not start"
 grep -q 'provider mmap' "$work/server.out" || fail "the server does not offer mmap: $(cat "$work/server.out")"
 endpoint=$(sed -n 's/.*peers at \([^,]*\),.*/\1/p' "$work/server.out")
 
@@ -90,6 +74,6 @@ echo "ok: its 4 blocks over tcp, byte for byte: $(grep 'over tcp' "$work/other.e
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
-pid=""
+pids=""
 [ "$rc" -eq 0 ] || fail "the server exited $rc on SIGTERM"
 exit 0

@@ -22,26 +22,8 @@ py=${PYTHON:-python3}
 work=$(mktemp -d)
 chmod 0755 "$work"          # nobody must reach $work/squat/ below
 pool=/pk-local-socket-$$
-pids=""
-
-fail() {
-    echo "FAIL: $*"
-    for f in "$work"/*.err; do [ -f "$f" ] && sed "s|^|  $(basename "$f"): |" "$f"; done
-    exit 1
-}
-
-# shellcheck disable=SC2317  # invoked by the trap
-cleanup() {
-    rc=$?
-    trap - EXIT INT TERM
-    for p in $pids; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-    rm -f "/dev/shm$pool" "/dev/shm$pool-b"
-    rm -rf "$work"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$(dirname "$0")/servers.sh"
+pools="$pool $pool-b"
 
 # start NAME ARGS...: a server in the background, its pid in $pid, its
 # ready line (or its exit, whichever comes first, 30 s bound) awaited
@@ -51,12 +33,7 @@ start() {
         --shutdown-timeout 3 "$@" > "$work/$name.out" 2> "$work/$name.err" &
     pid=$!
     pids="$pids $pid"
-    n=0
-    while ! grep -q ' ready: ' "$work/$name.out" 2>/dev/null && kill -0 "$pid" 2>/dev/null \
-          && [ "$n" -lt 300 ]; do
-        sleep 0.1
-        n=$((n + 1))
-    done
+    ready "$work/$name.out" "$pid"
 }
 
 # stop PID: SIGTERM, and its exit status must be 0
@@ -88,9 +65,7 @@ sock=$xdg/p2pkv/p2pkv-$(printf '%s' "$host" | tr -c 'A-Za-z0-9._-' '_').sock
     2> "$work/default.err") &
 pid=$!
 pids="$pids $pid"
-n=0
-while ! grep -q ' ready: ' "$work/default.out" 2>/dev/null && kill -0 "$pid" 2>/dev/null \
-      && [ "$n" -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+ready "$work/default.out" "$pid" || fail "the server did not start"
 grep -qF "engine at ipc://$sock," "$work/default.out" \
     || fail "the server's socket is not $sock: $(cat "$work/default.out")"
 [ "$(stat -c %a "$xdg/p2pkv")" = 700 ] || fail "the directory is $(stat -c %a "$xdg/p2pkv"), not 700"

@@ -13,25 +13,8 @@ cli=bin/p2pkv
 { [ -x "$server" ] && [ -x "$cli" ]; } || { echo "SKIP: $server and $cli not built here"; exit 77; }
 pool=/pk-second-start-$$
 work=$(mktemp -d)
-pid=""
-
-fail() { echo "FAIL: $*"; [ -f "$work/err" ] && sed 's/^/  server: /' "$work/err"; exit 1; }
-
-# shellcheck disable=SC2317  # invoked by the trap
-cleanup() {
-    rc=$?
-    trap - EXIT INT TERM
-    if [ -n "$pid" ]; then
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    fi
-    rm -f "/dev/shm$pool"
-    rm -rf "$work"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$(dirname "$0")/servers.sh"
+pools=$pool
 
 command -v unshare > /dev/null 2>&1 || { echo "SKIP: unshare (util-linux) is not installed"; exit 77; }
 why=$(unshare -m sh -c 'mount -t tmpfs none /proc && ! test -e /proc/self/exe' 2>&1) \
@@ -48,23 +31,16 @@ fi
 unshare -m sh -c 'mount -t tmpfs none /proc && exec "$@"' sh "$server" \
     --bind "tcp://127.0.0.1:*" --local "ipc://$work/p.sock" \
     --pool-blocks 8 --pool-name "$pool" --provider tcp \
-    > "$work/out" 2> "$work/err" &
+    > "$work/server.out" 2> "$work/server.err" &
 pid=$!
-
-# the ready line, or the server's end: whichever comes first (30 s bound)
-n=0
-while ! grep -q ' ready: ' "$work/out" 2> /dev/null && kill -0 "$pid" 2> /dev/null \
-      && [ "$n" -lt 300 ]; do
-    sleep 0.1
-    n=$((n + 1))
-done
-grep -q ' ready: ' "$work/out" || fail "the server did not start after its second start failed"
-endpoint=$(sed -n 's/.*peers at \([^,]*\),.*/\1/p' "$work/out")
-[ -n "$endpoint" ] || fail "no endpoint in the ready line: $(cat "$work/out")"
+pids=$pid
+ready "$work/server.out" "$pid" || fail "the server did not start after its second start failed"
+endpoint=$(sed -n 's/.*peers at \([^,]*\),.*/\1/p' "$work/server.out")
+[ -n "$endpoint" ] || fail "no endpoint in the ready line: $(cat "$work/server.out")"
 
 want="p2pkv-server: warning: cannot start again without malloc's thread caches (No such file or directory): memory that sessions freed may stay resident"
-grep -qxF -- "$want" "$work/err" || fail "no warning naming why the second start failed"
-[ "$(grep -c 'cannot start again' "$work/err")" -eq 1 ] || fail "the warning was not said exactly once"
+grep -qxF -- "$want" "$work/server.err" || fail "no warning naming why the second start failed"
+[ "$(grep -c 'cannot start again' "$work/server.err")" -eq 1 ] || fail "the warning was not said exactly once"
 echo "ok: warned: $want"
 
 # and it serves: a block put on it comes back whole over the data plane
@@ -81,7 +57,7 @@ echo "ok: served: $key fetched over tcp, 65536 bytes intact"
 kill -TERM "$pid"
 wait "$pid"
 rc=$?
-pid=""
+pids=""
 [ "$rc" -eq 0 ] || fail "the server exited $rc on SIGTERM"
 [ -e "/dev/shm$pool" ] && fail "the server left its pool $pool"
 echo "ok: stopped cleanly"

@@ -41,28 +41,7 @@ fi
 
 mount -t tmpfs -o size=8m tmpfs /dev/shm || { echo "FAIL: cannot mount the tmpfs"; exit 1; }
 work=$(mktemp -d)
-pids=""
-
-fail() {
-    echo "FAIL: $*"
-    for f in "$work"/*.err; do [ -f "$f" ] && sed "s|^|  $(basename "$f" .err): |" "$f"; done
-    exit 1
-}
-
-# shellcheck disable=SC2317  # invoked by the trap
-cleanup() {
-    rc=$?
-    trap - EXIT INT TERM
-    for pid in $pids; do
-        kill -KILL "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
-    done
-    rm -rf "$work"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+. "$(dirname "$0")/servers.sh"
 
 # start NAME BLOCKS: a server of BLOCKS x 64 KiB in the background; its pid
 # in $pid
@@ -71,17 +50,6 @@ start() {
         --pool-name "/pk-shm-full-$1" --pool-blocks "$2" --block-len 65536 --provider tcp \
         --fingerprint fp --hash-seed 7 > "$work/$1.out" 2> "$work/$1.err" &
     pid=$!
-}
-
-# ready NAME PID: waits for the ready line or the server's end (30 s bound)
-ready() {
-    n=0
-    while ! grep -q ' ready: ' "$work/$1.out" 2> /dev/null && kill -0 "$2" 2> /dev/null \
-          && [ "$n" -lt 300 ]; do
-        sleep 0.1
-        n=$((n + 1))
-    done
-    grep -q ' ready: ' "$work/$1.out"
 }
 
 # 1. a pool of 16 MiB on an 8 MiB /dev/shm: refused at start
@@ -102,8 +70,8 @@ pids="$pid_a"
 start b 32
 pid_b=$pid
 pids="$pids $pid_b"
-ready a "$pid_a" || fail "server a (2 MiB of an 8 MiB /dev/shm) did not start"
-ready b "$pid_b" || fail "server b (2 MiB of an 8 MiB /dev/shm) did not start"
+ready "$work/a.out" "$pid_a" || fail "server a (2 MiB of an 8 MiB /dev/shm) did not start"
+ready "$work/b.out" "$pid_b" || fail "server b (2 MiB of an 8 MiB /dev/shm) did not start"
 endpoint_a=$(sed -n 's/.*peers at \([^,]*\),.*/\1/p' "$work/a.out")
 endpoint_b=$(sed -n 's/.*peers at \([^,]*\),.*/\1/p' "$work/b.out")
 echo "ok: two servers of 2 MiB pools started on an 8 MiB /dev/shm"

@@ -464,16 +464,9 @@ s_get_thread(void *arg)
 START_TEST(test_cancel_never_acked)
 {
     char release[] = "/tmp/p2pkv-hold-XXXXXX";
-    int fd = mkstemp(release);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    unlink(release);                            //  held until it exists again
-    char hold[128];
-    snprintf(hold, sizeof hold, "c-held:%s", release);
-    setenv("P2PKV_TEST_HOLD_SESSION", hold, 1);
     td_t d;
-    td_start(&d, (const char *[]) { "--silence-timeout", "10", NULL });
-    unsetenv("P2PKV_TEST_HOLD_SESSION");
+    td_start_held(&d, "c-held", release, (const char *const[]) { "--silence-timeout", "10",
+                                                                 NULL });
     bk_fill(&d, 6, 4, SMALL);
     p2pkv_key_t *keys = bk_keys(6, 0, 4);
     s_client_t c;
@@ -509,7 +502,7 @@ START_TEST(test_cancel_never_acked)
     ck_assert_uint_eq(p2pkv_client_open_fetches(c.client), 0);
     ck_assert_int_eq(p2pkv_client_cancel(c.client, id), -EALREADY);
     ck_assert_int_eq(s_ends_of(&c, id, NULL, NULL), 1);
-    fd = open(release, O_CREAT | O_WRONLY, 0600);
+    int fd = open(release, O_CREAT | O_WRONLY, 0600);
     ck_assert_int_ge(fd, 0);
     close(fd);
     p2pkv_client_destroy(&c.client);

@@ -275,33 +275,17 @@ s_run_server(const char *const *args, char *said, size_t len)
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-//  --max-queued-frames 4: with its actor held still (the test-only
-//  $P2PKV_TEST_HOLD_SESSION, lib/daemon/peer.c), a consumer's fifth frame
-//  finds four queued: the door counts it dropped and ends the session as
-//  a flood.  Released, the actor answers the four it was given (pongs),
-//  then says disconnect violation, naming the limit; the frames past it
-//  were never given to it.
-START_TEST(test_max_queued_frames_ends_a_flood)
+//  Once the door counted a frame dropped (the flood seen), releases the
+//  actor and counts its answers of type want until the session's end:
+//  disconnect violation naming says.  The count.
+static int
+s_release_and_count(td_t *s, tc_t *tc, const char *release, pk_msg_type_t want,
+                    const char *says)
 {
-    char release[] = "/tmp/p2pkv-hold-XXXXXX";
-    int fd = mkstemp(release);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    unlink(release);                            //  held until it exists again
-    char hold[128];
-    snprintf(hold, sizeof hold, "c-held:%s", release);
-    setenv("P2PKV_TEST_HOLD_SESSION", hold, 1);
-    td_t s;
-    td_start(&s, (const char *const[]) { "--max-queued-frames", "4", NULL });
-    unsetenv("P2PKV_TEST_HOLD_SESSION");
-    tc_t *tc = s_consumer(&s, "c-held");
-    for (int i = 0; i < 10; i++)
-        ck_assert_int_eq(tc_send(tc, pk_msg_new(PK_MSG_PING)), 0);
-    //  the door has seen the flood once it counted the drop
     json_int_t dropped = 0;
     double until = pk_clock_monotonic() + 10;
     while (dropped < 1 && pk_clock_monotonic() < until) {
-        json_t *st = td_stats_json(&s);
+        json_t *st = td_stats_json(s);
         json_t *f = json_object_get(json_object_get(st, "metrics"), "p2pkv_frames_dropped_total");
         dropped = json_integer_value(json_object_get(f, "total"));
         json_decref(st);
@@ -309,23 +293,41 @@ START_TEST(test_max_queued_frames_ends_a_flood)
             zclock_sleep(10);
     }
     ck_assert_msg(dropped >= 1, "no frame counted dropped within 10 s");
-    fd = open(release, O_CREAT | O_WRONLY, 0600);
+    int fd = open(release, O_CREAT | O_WRONLY, 0600);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    int pongs = 0;
+    int answers = 0;
     pk_msg_t *m;
-    while ((m = tc_recv(tc, 10)) && m->type == PK_MSG_PONG) {
-        pongs++;
+    while ((m = tc_recv(tc, 10)) && m->type == want) {
+        answers++;
         pk_msg_destroy(&m);
     }
-    ck_assert_msg(m != NULL, "neither pong nor disconnect within 10 s");
+    ck_assert_msg(m != NULL, "neither %s nor disconnect within 10 s", pk_msg_type_name(want));
     ck_assert_int_eq(m->type, PK_MSG_DISCONNECT);
     ck_assert_int_eq(m->code, PK_DISC_VIOLATION);
-    ck_assert_msg(strstr(m->reason, "more than 4 frames queued"), "reason: %s", m->reason);
-    ck_assert_int_eq(pongs, 4);
+    ck_assert_msg(strstr(m->reason, says), "reason: %s", m->reason);
     pk_msg_destroy(&m);
-    tc_destroy(&tc);
     unlink(release);
+    return answers;
+}
+
+//  --max-queued-frames 4: with its actor held still, a consumer's fifth
+//  frame finds four queued: the door counts it dropped and ends the
+//  session as a flood.  Released, the actor answers the four it was given
+//  (pongs), then says disconnect violation, naming the limit; the frames
+//  past it were never given to it.
+START_TEST(test_max_queued_frames_ends_a_flood)
+{
+    char release[] = "/tmp/p2pkv-hold-XXXXXX";
+    td_t s;
+    td_start_held(&s, "c-held", release, (const char *const[]) { "--max-queued-frames", "4",
+                                                               NULL });
+    tc_t *tc = s_consumer(&s, "c-held");
+    for (int i = 0; i < 10; i++)
+        ck_assert_int_eq(tc_send(tc, pk_msg_new(PK_MSG_PING)), 0);
+    ck_assert_int_eq(s_release_and_count(&s, tc, release, PK_MSG_PONG,
+                                         "more than 4 frames queued"), 4);
+    tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -338,17 +340,10 @@ END_TEST
 START_TEST(test_max_queued_bytes_ends_a_flood)
 {
     char release[] = "/tmp/p2pkv-hold-XXXXXX";
-    int fd = mkstemp(release);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    unlink(release);                            //  held until it exists again
-    char hold[128];
-    snprintf(hold, sizeof hold, "c-heavy:%s", release);
-    setenv("P2PKV_TEST_HOLD_SESSION", hold, 1);
     td_t s;
-    td_start(&s, (const char *const[]) { "--max-queued-frames", "100", "--max-queued-bytes",
-                                          "8192", NULL });
-    unsetenv("P2PKV_TEST_HOLD_SESSION");
+    td_start_held(&s, "c-heavy", release, (const char *const[]) { "--max-queued-frames", "100",
+                                                                "--max-queued-bytes", "8192",
+                                                                NULL });
     tc_t *tc = s_consumer(&s, "c-heavy");
     char kv[2900];
     memset(kv, 'k', sizeof kv - 1);
@@ -359,34 +354,9 @@ START_TEST(test_max_queued_bytes_ends_a_flood)
         pk_msg_set_uint(m, PK_F_ROUND_SEQ, (uint64_t) i + 1);
         ck_assert_int_eq(tc_send(tc, m), 0);
     }
-    json_int_t dropped = 0;
-    double until = pk_clock_monotonic() + 10;
-    while (dropped < 1 && pk_clock_monotonic() < until) {
-        json_t *st = td_stats_json(&s);
-        json_t *f = json_object_get(json_object_get(st, "metrics"), "p2pkv_frames_dropped_total");
-        dropped = json_integer_value(json_object_get(f, "total"));
-        json_decref(st);
-        if (dropped < 1)
-            zclock_sleep(10);
-    }
-    ck_assert_msg(dropped >= 1, "no frame counted dropped within 10 s");
-    fd = open(release, O_CREAT | O_WRONLY, 0600);
-    ck_assert_int_ge(fd, 0);
-    close(fd);
-    int acks = 0;
-    pk_msg_t *m;
-    while ((m = tc_recv(tc, 10)) && m->type == PK_MSG_ABORT_ACK) {
-        acks++;
-        pk_msg_destroy(&m);
-    }
-    ck_assert_msg(m != NULL, "neither abort_ack nor disconnect within 10 s");
-    ck_assert_int_eq(m->type, PK_MSG_DISCONNECT);
-    ck_assert_int_eq(m->code, PK_DISC_VIOLATION);
-    ck_assert_msg(strstr(m->reason, "more than 8192 bytes queued"), "reason: %s", m->reason);
-    ck_assert_int_eq(acks, 2);
-    pk_msg_destroy(&m);
+    ck_assert_int_eq(s_release_and_count(&s, tc, release, PK_MSG_ABORT_ACK,
+                                         "more than 8192 bytes queued"), 2);
     tc_destroy(&tc);
-    unlink(release);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
