@@ -198,6 +198,20 @@ td_api(td_t *self)
     return self->api;
 }
 
+uint8_t *
+td_pool_map(td_t *self, size_t *len_p)
+{
+    int fd = shm_open(self->pool, O_RDWR, 0);
+    ck_assert_msg(fd >= 0, "shm_open %s: %s", self->pool, strerror(errno));
+    struct stat st;
+    ck_assert_int_eq(fstat(fd, &st), 0);
+    uint8_t *map = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    ck_assert_ptr_ne(map, MAP_FAILED);
+    *len_p = (size_t) st.st_size;
+    return map;
+}
+
 void
 td_start_held(td_t *self, const char *peer, char *release, const char *const *extra)
 {

@@ -39,6 +39,11 @@ typedef struct {
 /*  extra: "--flag", "value" pairs, NULL-terminated, or NULL.  */
 void td_start(td_t *self, const char *const *extra);
 
+/*  The server's pool, mapped read-write in this process (the same user
+    may open it): for tests that change blocks at rest.  Its length in
+    *len_p; munmap it.  */
+uint8_t *td_pool_map(td_t *self, size_t *len_p);
+
 /*  td_start with the actor of consumer peer held still (the test-only
     $P2PKV_TEST_HOLD_SESSION, lib/daemon/peer.c) until a file exists at
     release, a mkstemp template ("/tmp/p2pkv-hold-XXXXXX") it fills in:

@@ -133,23 +133,8 @@ s_lookup_fetch(p2pkv_client_t *c, s_seen_t *seen, int server, const char *kv, bo
     ck_assert_int_eq(p2pkv_client_finish(c, server, kv), 0);
 }
 
-//  The server's pool as the test's own mapping (the same user may open
-//  it): where a published block lives, found by its bytes, to corrupt it
-//  at rest as a bad disk or a stray write would.
-static uint8_t *
-s_pool_map(td_t *s, size_t *len_p)
-{
-    int fd = shm_open(s->pool, O_RDWR, 0);
-    ck_assert_msg(fd >= 0, "shm_open %s: %s", s->pool, strerror(errno));
-    struct stat st;
-    ck_assert_int_eq(fstat(fd, &st), 0);
-    uint8_t *map = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    ck_assert_ptr_ne(map, MAP_FAILED);
-    *len_p = (size_t) st.st_size;
-    return map;
-}
-
+//  Where a published block lives in the server's pool (td_pool_map), found
+//  by its bytes, to corrupt it at rest as a bad disk or a stray write would.
 static uint8_t *
 s_pool_block(uint8_t *map, size_t len, const uint8_t *data)
 {
@@ -198,7 +183,7 @@ START_TEST(test_checksums_catch_corrupt_blocks)
 
     //  one block corrupted at rest
     size_t maplen;
-    uint8_t *map = s_pool_map(&s, &maplen);
+    uint8_t *map = td_pool_map(&s, &maplen);
     s_pool_block(map, maplen, s_data[3])[100] ^= 0x40;
     memset(pool, 0, NKEYS * BLOCK);
     int got = p2pkv_client_get_results(c, server, "one-bad", s_keys, dest, NKEYS, true, 10, res,

@@ -1464,14 +1464,8 @@ s_attack_corrupt_blocks(ctx_t *c)
     td_start(&d, (const char *const[]) { "--pool-blocks", "2048", NULL });
     p2pkv_key_t *keys = bk_keys(TAG, 0, 2 * n);
     bk_publish(&d, keys, 2 * n, TAG, BLOCK);
-    int fd = shm_open(d.pool, O_RDWR, 0);
-    ck_assert_int_ge(fd, 0);
-    struct stat st;
-    ck_assert_int_eq(fstat(fd, &st), 0);
-    size_t len = (size_t) st.st_size;
-    uint8_t *pool = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    ck_assert_ptr_ne(pool, MAP_FAILED);
+    size_t len;
+    uint8_t *pool = td_pool_map(&d, &len);
     //  at rest: every other block of the first n
     static uint8_t *at[512];
     for (size_t i = 0; i < n; i++)

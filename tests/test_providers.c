@@ -348,15 +348,10 @@ START_TEST(test_corrupt_block_caught_over_each_provider)
     enum { N = 64 };
     p2pkv_key_t *keys = bk_keys(3, 0, N);
     bk_publish(&d, keys, N, 3, BLOCK);
-    int fd = shm_open(d.pool, O_RDWR, 0);
-    ck_assert_int_ge(fd, 0);
-    struct stat st;
-    ck_assert_int_eq(fstat(fd, &st), 0);
-    uint8_t *pool = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    ck_assert_ptr_ne(pool, MAP_FAILED);
+    size_t len;
+    uint8_t *pool = td_pool_map(&d, &len);
     size_t flipped = 0;
-    for (size_t off = 0; off + BLOCK <= (size_t) st.st_size; off += BLOCK)
+    for (size_t off = 0; off + BLOCK <= len; off += BLOCK)
         if (bk_block_ok(pool + off, 3, 5, BLOCK) || bk_block_ok(pool + off, 3, 40, BLOCK)) {
             pool[off + BLOCK - 1] ^= 0x04;
             flipped++;
@@ -391,7 +386,7 @@ START_TEST(test_corrupt_block_caught_over_each_provider)
         ck_assert_uint_eq(cs.corrupt, 2);
         p2pkv_client_destroy(&c);
     }
-    munmap(pool, (size_t) st.st_size);
+    munmap(pool, len);
     bk_keys_free(keys);
     ck_assert_int_eq(td_stop(&d), 0);
 }

@@ -706,21 +706,16 @@ START_TEST(test_cli_get_says_corrupt)
         sodium_bin2hex(hex[i], sizeof hex[i], raw[i], 32);
     }
     td_put(td_api(&s), keys, &blocks[0][0], 2, BLOCK);
-    int fd = shm_open(s.pool, O_RDWR, 0);
-    ck_assert_int_ge(fd, 0);
-    struct stat st;
-    ck_assert_int_eq(fstat(fd, &st), 0);
-    uint8_t *pool = mmap(NULL, (size_t) st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    ck_assert_ptr_ne(pool, MAP_FAILED);
+    size_t len;
+    uint8_t *pool = td_pool_map(&s, &len);
     bool flipped = false;
-    for (size_t off = 0; !flipped && off + BLOCK <= (size_t) st.st_size; off += BLOCK)
+    for (size_t off = 0; !flipped && off + BLOCK <= len; off += BLOCK)
         if (memcmp(pool + off, blocks[1], BLOCK) == 0) {
             pool[off + 17] ^= 0x80;
             flipped = true;
         }
     ck_assert(flipped);
-    munmap(pool, (size_t) st.st_size);
+    munmap(pool, len);
     char dir[] = "/tmp/p2pkv-corrupt-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(dir));
     char cmd[1024];

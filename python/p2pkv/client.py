@@ -260,35 +260,10 @@ class Client:
         with self._cond:
             self._answers.pop((server, kv), None)
 
-    def get(self, server: Optional[int], keys: Sequence[KeyLike], blocks: Sequence[int],
-            kv: str = "get", fetch: bool = True, timeout: float = 10.0) -> list[bool]:
-        """Gets keys[i] into pool block blocks[i], as many as the server
-        holds, and waits: lookup, fetch the hits, finish, all in C with the
-        GIL released.  Returns which keys landed (fetch=False: which the
-        server holds).  server None (with directory=): each key from any
-        live holder the directory names, another one if a holder fails."""
-        if server is None:
-            server = L.ANY_SERVER
-        ks = Keys(keys)
-        if len(blocks) != ks.n:
-            raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")
-        dest = uint32s(blocks, "blocks")
-        landed = (ctypes.c_bool * max(ks.n, 1))()
-        err = ctypes.create_string_buffer(L.ERRLEN)
-        check(L.lib().p2pkv_client_get(self._h(), server, kv.encode(), ks.array, dest, ks.n,
-                                       fetch, timeout, landed, L.PROGRESS(), None, err),
-              err, f"get on server {server}")
-        return [bool(landed[i]) for i in range(ks.n)]
-
-    def get_results(self, server: Optional[int], keys: Sequence[KeyLike],
-                    blocks: Sequence[int], kv: str = "get", fetch: bool = True,
-                    timeout: float = 10.0) -> list[dict]:
-        """get with a result per key (p2pkv_client_get_results): dicts of
-        status ("landed", "missing", "corrupt": it landed but differs from
-        the checksum its server announced, so its block holds wrong bytes;
-        or "failed"), verified (compared with its checksum), checksum,
-        holder (server index, or None) and reason (why missing, where
-        known).  A corrupt block is a result, not an exception."""
+    def _results(self, server: Optional[int], keys: Sequence[KeyLike], blocks: Sequence[int],
+                 kv: str, fetch: bool, timeout: float) -> list:
+        """p2pkv_client_get_results, in C with the GIL released: a
+        KeyResult per key."""
         if server is None:
             server = L.ANY_SERVER
         ks = Keys(keys)
@@ -301,10 +276,32 @@ class Client:
                                                ks.n, fetch, timeout, res, L.PROGRESS(), None,
                                                err),
               err, f"get on server {server}")
+        return res[:ks.n]
+
+    def get(self, server: Optional[int], keys: Sequence[KeyLike], blocks: Sequence[int],
+            kv: str = "get", fetch: bool = True, timeout: float = 10.0) -> list[bool]:
+        """Gets keys[i] into pool block blocks[i], as many as the server
+        holds, and waits: lookup, fetch the hits, finish, all in C with the
+        GIL released.  Returns which keys landed, whole (fetch=False: which
+        the server holds); a corrupt block is False.  server None (with
+        directory=): each key from any live holder the directory names,
+        another one if a holder fails."""
+        return [r.status == L.KEY_LANDED
+                for r in self._results(server, keys, blocks, kv, fetch, timeout)]
+
+    def get_results(self, server: Optional[int], keys: Sequence[KeyLike],
+                    blocks: Sequence[int], kv: str = "get", fetch: bool = True,
+                    timeout: float = 10.0) -> list[dict]:
+        """get with a result per key (p2pkv_client_get_results): dicts of
+        status ("landed", "missing", "corrupt": it landed but differs from
+        the checksum its server announced, so its block holds wrong bytes;
+        or "failed"), verified (compared with its checksum), checksum,
+        holder (server index, or None) and reason (why missing, where
+        known).  A corrupt block is a result, not an exception."""
         return [{"status": L.KEY_STATUS.get(r.status, "failed"), "verified": bool(r.verified),
                  "checksum": int(r.checksum), "holder": None if r.holder < 0 else int(r.holder),
                  "reason": L.MISS_REASON.get(r.reason) if r.status == L.KEY_MISSING else None}
-                for r in res[:ks.n]]
+                for r in self._results(server, keys, blocks, kv, fetch, timeout)]
 
     def checks(self) -> dict:
         """The end-to-end check's counters (p2pkv_client_checks): checked,

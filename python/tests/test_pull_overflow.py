@@ -9,27 +9,16 @@ not by whether the heap happened to notice."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 
 import numpy as np
 
 import p2pkv
 from p2pkv import _lib as L
 from p2pkv._buffers import Keys
+from p2pkv.testing import publish_in_place
 
 N = 2048
 GUARD = 4096
-
-
-def _publish(engine, datas):
-    keys = [hashlib.sha256(d).digest() for d in datas]
-    blocks = engine.reserve(keys)
-    view = engine.blocks()
-    for b, d in zip(blocks, datas):
-        view[b] = np.frombuffer(d, dtype=np.uint8)
-    del view
-    engine.commit(keys)
-    return keys
 
 
 def test_a_pull_of_2048_keys_writes_nothing_past_its_buffers(server_factory, monkeypatch):
@@ -38,8 +27,8 @@ def test_a_pull_of_2048_keys_writes_nothing_past_its_buffers(server_factory, mon
     with p2pkv.Engine(a.local) as ea, p2pkv.Engine(b.local) as eb:
         datas = [rng.integers(0, 256, ea.block_len, dtype=np.uint8).tobytes()
                  for _ in range(N)]
-        keys = _publish(ea, datas)
-        _publish(eb, datas[:N // 2])             # b holds the first half already
+        keys = publish_in_place(ea, datas)
+        publish_in_place(eb, datas[:N // 2])             # b holds the first half already
 
         guarded = []
         real = ctypes.create_string_buffer

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import p2pkv
+from p2pkv.testing import publish_in_place
 
 
 def key_of(data: bytes) -> bytes:
@@ -24,14 +25,7 @@ def publish(engine: p2pkv.Engine, n: int, seed: int = 0) -> tuple[list, list]:
     """n blocks of distinct bytes, written in place and committed."""
     rng = np.random.default_rng(seed)
     datas = [rng.integers(0, 256, engine.block_len, dtype=np.uint8).tobytes() for _ in range(n)]
-    keys = [key_of(d) for d in datas]
-    blocks = engine.reserve(keys)
-    view = engine.blocks()
-    for b, d in zip(blocks, datas):
-        view[b] = np.frombuffer(d, dtype=np.uint8)
-    del view
-    engine.commit(keys)
-    return keys, datas
+    return publish_in_place(engine, datas), datas
 
 
 def test_engine_publishes_and_numpy_consumer_fetches(server):
