@@ -232,6 +232,8 @@ int p2pkv_client_server_provider(p2pkv_client_t *self, int server, char *out, si
     that request are not asked again.  */
 int p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv,
                         const p2pkv_key_t *keys, size_t n);
+/*  (lookup and fetch: -EINVAL for n 0 or over 65,536, or a key of 0 or
+    more than 4,096 bytes, which the wire cannot carry.)  */
 
 /*  Has the server write keys into blocks dest[] of the pool.  round: the
     lookup's round whose hits these are (from on_lookup), or 0.  deadline

@@ -467,6 +467,30 @@ END_TEST
 
 //  Lookups of one request made before the next poll travel as one, each
 //  key once; a later lookup asks only for keys not asked yet.
+//  A key the wire cannot carry (empty, or over 4,096 bytes) is refused at
+//  the call, not sent in a lookup that would never be answered.
+START_TEST(test_keys_the_wire_cannot_carry_refused)
+{
+    td_t s;
+    s_seen_t seen;
+    int server;
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, false, false, &server);
+    static uint8_t big[4097];
+    p2pkv_key_t bad[3] = { { s_key[0], 0 }, { big, sizeof big }, { NULL, 32 } };
+    uint32_t dest = 0;
+    uint64_t id;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(p2pkv_client_lookup(c, server, "bad", &bad[i], 1), -EINVAL);
+        ck_assert_int_eq(p2pkv_client_fetch(c, server, "bad", &bad[i], &dest, 1, 0, 0, &id),
+                         -EINVAL);
+    }
+    p2pkv_key_t most = { big, 4096 };
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, "most", &most, 1), 0);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_lookups_of_a_request_batched)
 {
     td_t s;
@@ -830,7 +854,8 @@ s_connect_thread(void *arg)
 //  connect_ack; returns the routing id (caller destroys) and the
 //  consumer's epoch.
 static zframe_t *
-s_fake_accept(zsock_t *router, uint8_t *consumer_epoch, const uint8_t *server_epoch)
+s_fake_accept(zsock_t *router, uint8_t *consumer_epoch, const uint8_t *server_epoch,
+              const char *caps)
 {
     zsock_set_rcvtimeo(router, 10000);
     for (;;) {
@@ -854,6 +879,8 @@ s_fake_accept(zsock_t *router, uint8_t *consumer_epoch, const uint8_t *server_ep
         pk_msg_set_uint(ack, PK_F_BLOCK_LEN, BLOCK);
         pk_msg_set_uint(ack, PK_F_NUM_BLOCKS, 64);
         pk_msg_set_epochs(ack, server_epoch, consumer_epoch);
+        if (caps)
+            pk_msg_set_string(ack, PK_F_CAPS, caps);
         char *text;
         size_t len;
         ck_assert_int_eq(pk_msg_encode(ack, &text, &len, NULL), 0);
@@ -911,7 +938,7 @@ START_TEST(test_server_violations_end_the_session)
         s_connect_arg_t arg = { c, endpoint, -1, "" };
         pthread_t t;
         ck_assert_int_eq(pthread_create(&t, NULL, s_connect_thread, &arg), 0);
-        rid = s_fake_accept(router, consumer, server);
+        rid = s_fake_accept(router, consumer, server, NULL);
         pthread_join(t, NULL);
         index = arg.index;
         ck_assert_msg(index >= 0, "connect: %s", arg.err);
@@ -926,7 +953,7 @@ START_TEST(test_server_violations_end_the_session)
     zframe_destroy(&rid);
     //  the client connects again, as a new session; now a lookup arrives
     server[1] = 2;
-    rid = s_fake_accept(router, consumer, server);
+    rid = s_fake_accept(router, consumer, server, NULL);
     s_until(c, &seen.ups, 1, false, 5);
     pk_msg_t *bad = pk_msg_new(PK_MSG_LOOKUP);
     pk_key_t k = pk_key_make(s_key[0], 32);
@@ -946,6 +973,53 @@ START_TEST(test_server_violations_end_the_session)
     ck_assert_msg(strstr(err, "a lookup from a server"), "reason: %s", err);
     s_fake_expect_disconnect(router, "violation", "a lookup from a server");
     zframe_destroy(&rid);
+    //  a server that agreed to the checksum capability answers hits
+    //  without their checksums: a violation, never blocks landing
+    //  unchecked; one that did not agree is answered as before
+    for (int agreed = 1; agreed >= 0; agreed--) {
+        server[1] = (uint8_t) (3 + agreed);
+        rid = s_fake_accept(router, consumer, server, agreed ? "checksum" : NULL);
+        s_until(c, &seen.ups, 3 - agreed, false, 5);
+        int answers = atomic_load(&seen.lookups);
+        p2pkv_key_t one = { s_key[0], 32 };
+        ck_assert_int_eq(p2pkv_client_lookup(c, index, agreed ? "sums-1" : "sums-0", &one, 1),
+                         0);
+        pk_msg_t *m = NULL;
+        zsock_set_rcvtimeo(router, 10000);
+        while (!m || m->type != PK_MSG_LOOKUP) {
+            pk_msg_destroy(&m);
+            zframe_t *from = zframe_recv(router), *f = zframe_recv(router);
+            ck_assert_msg(from && f, "no lookup reached the fake server");
+            ck_assert_int_eq(pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+            zframe_destroy(&from);
+            zframe_destroy(&f);
+        }
+        pk_msg_t *resp = pk_msg_new(PK_MSG_LOOKUP_RESP);
+        bool hit = true;
+        pk_msg_set_string(resp, PK_F_KV_REQUEST_ID, m->kv_request_id);
+        pk_msg_set_hits(resp, &hit, 1);
+        resp->keys.count = 1;           //  a wire 1.1 answer: the hits count the keys
+        pk_msg_set_uint(resp, PK_F_ROUND_SEQ, m->round_seq);
+        pk_msg_set_epochs(resp, server, consumer);
+        pk_msg_destroy(&m);
+        ck_assert_int_eq(pk_msg_encode(resp, &text, &len, NULL), 0);
+        zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
+        zmq_send(zsock_resolve(router), text, len, 0);
+        free(text);
+        pk_msg_destroy(&resp);
+        if (agreed) {
+            s_until(c, &seen.downs, 3, false, 5);
+            ck_assert_int_eq(p2pkv_client_server_state(c, index, err), P2PKV_SERVER_DOWN);
+            ck_assert_msg(strstr(err, "no checksums"), "reason: %s", err);
+            s_fake_expect_disconnect(router, "violation", "no checksums");
+        }
+        else {
+            s_until(c, &seen.lookups, answers + 1, false, 5);
+            ck_assert_int_eq(atomic_load(&seen.hits), 1);
+            ck_assert_int_eq(p2pkv_client_server_state(c, index, NULL), P2PKV_SERVER_UP);
+        }
+        zframe_destroy(&rid);
+    }
     p2pkv_client_destroy(&c);
     zsock_destroy(&router);
 }
@@ -1348,6 +1422,7 @@ main(void)
     tcase_add_test(tc, test_connect_twice_and_disconnect);
     tcase_add_test(tc, test_two_servers_at_once);
     tcase_add_test(tc, test_lookups_of_a_request_batched);
+    tcase_add_test(tc, test_keys_the_wire_cannot_carry_refused);
     tcase_add_test(tc, test_fetch_status_by_polling);
     tcase_add_test(tc, test_get_in_batches_past_the_pin_quota);
     tcase_add_test(tc, test_gets_at_once_keep_their_answers);

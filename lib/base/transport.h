@@ -169,8 +169,9 @@ typedef struct pk_transport_ops {
         is sums[i]; 0, or a negative error (then the owner checks).  */
     int (*channel_expect)(pk_channel_t *channel, const uint32_t *dest, const uint64_t *sums,
                           size_t n);
-    /*  What the copies found for dest[i] (PK_VERDICT_*), and forgets
-        them: PK_VERDICT_NONE for a block not copied since its expect.  */
+    /*  What the copies found for dest[i], written to verdict[i]
+        (PK_VERDICT_OK or PK_VERDICT_CORRUPT), and forgets them; a block
+        not checked since its expect leaves verdict[i] as it was.  */
     void (*channel_verdicts)(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict,
                              size_t n);
 } pk_transport_ops_t;

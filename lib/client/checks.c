@@ -20,9 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-//  A fetch's verdicts while it runs: PK_VERDICT_OK means "to be checked";
-//  these two, what its transport's copies found (pk_client_fetch_ended).
-enum { S_DONE_OK = 8, S_DONE_CORRUPT };
+//  A block whose checksum is known and that nobody checked yet; its
+//  transport's copies (pk_client_fetch_ended) or pk_client_fetch_check
+//  make it PK_VERDICT_OK or PK_VERDICT_CORRUPT.
+enum { S_PENDING = 8 };
 
 typedef struct pk_answer {
     uint64_t round;
@@ -113,7 +114,7 @@ pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key
             size_t nexp = 0;
             for (size_t i = 0; i < n; i++) {
                 pk_keymap_entry_t *e = pk_keymap_find(&map, &keys[i]);
-                f->verdict[i] = e ? PK_VERDICT_OK : PK_VERDICT_NONE;   //  OK: to be checked
+                f->verdict[i] = e ? S_PENDING : PK_VERDICT_NONE;
                 f->sums[i] = e ? a->sums[e->a] : 0;
                 nexp += e != NULL;
             }
@@ -135,16 +136,11 @@ pk_client_fetch_ended(s_server_t *s, s_fetch_t *f)
 {
     if (!f->expected)
         return;
-    uint8_t *seen = malloc(f->n);
     //  the channel of this session still (a reconnect makes a new one,
-    //  and the old one's states went with it)
-    if (seen && s->channel == f->expected) {
-        s->ops->channel_verdicts(s->channel, f->dest, seen, f->n);
-        for (size_t i = 0; i < f->n; i++)
-            if (seen[i] != PK_VERDICT_NONE)
-                f->verdict[i] = seen[i] == PK_VERDICT_OK ? S_DONE_OK : S_DONE_CORRUPT;
-    }
-    free(seen);
+    //  and the old one's states went with it); it writes the verdicts of
+    //  the blocks its copies checked and leaves the others pending
+    if (s->channel == f->expected)
+        s->ops->channel_verdicts(s->channel, f->dest, f->verdict, f->n);
     f->expected = NULL;
 }
 
@@ -163,10 +159,10 @@ pk_client_fetch_check(p2pkv_client_t *c, s_server_t *s, s_fetch_t *f)
             continue;
         //  checked in the copy already (pk_client_fetch_ended), else here,
         //  block by block, read back from memory after the round landed
-        bool ok = f->verdict[i] == S_DONE_OK ? true
-                  : f->verdict[i] == S_DONE_CORRUPT ? false
-                  : pk_checksum(c->pool + (size_t) f->dest[i] * c->block_len, c->block_len)
-                    == f->sums[i];
+        bool ok = f->verdict[i] == S_PENDING
+                  ? pk_checksum(c->pool + (size_t) f->dest[i] * c->block_len, c->block_len)
+                    == f->sums[i]
+                  : f->verdict[i] == PK_VERDICT_OK;
         f->verdict[i] = ok ? PK_VERDICT_OK : PK_VERDICT_CORRUPT;
         if (ok) {
             checked++;

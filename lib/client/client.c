@@ -609,10 +609,31 @@ s_session_up(void *arg)
     return s->role ? 0 : -ENOMEM;
 }
 
+//  A server that agreed to the checksum capability (its connect_ack listed
+//  it, and so did our connect) and answers hits without their checksums
+//  would have them land unchecked: a violation, not a quiet downgrade.
+static bool
+s_sums_missing(const s_server_t *s, const pk_msg_t *msg)
+{
+    if (msg->type != PK_MSG_LOOKUP_RESP || (msg->present & PK_BIT(PK_F_CHECKSUMS))
+        || s->client->config.no_verify
+        || !pk_caps_has(pk_client_session_server_caps(s->session), PK_CAP_CHECKSUM))
+        return false;
+    for (size_t i = 0; i < msg->keys.count; i++)
+        if (msg->hits[i])
+            return true;
+    return false;
+}
+
 static int
 s_session_deliver(void *arg, const pk_msg_t *msg, const char **why)
 {
     s_server_t *s = arg;
+    if (s_sums_missing(s, msg)) {
+        *why = "a lookup_resp with hits and no checksums, though both sides have the checksum "
+               "capability";
+        return -EPROTO;
+    }
     int rc = pk_client_role_on_message(s->role, msg);
     if (rc == -EPROTO)
         *why = pk_client_role_violation(s->role);
@@ -1090,11 +1111,17 @@ s_server(p2pkv_client_t *self, int server)
     return s && s->state == P2PKV_SERVER_UP ? s : NULL;
 }
 
-static void
+//  -EINVAL for a key the wire cannot carry (1..PK_MAX_KEY_BYTES bytes): a
+//  lookup holding one would not encode and would never be answered.
+static int
 s_keys(const p2pkv_key_t *in, size_t n, pk_key_t *out)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (!in[i].bytes || in[i].len == 0 || in[i].len > PK_MAX_KEY_BYTES)
+            return -EINVAL;
         out[i] = pk_key_make(in[i].bytes, in[i].len);
+    }
+    return 0;
 }
 
 int
@@ -1106,7 +1133,10 @@ p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pk
     pk_key_t *k = malloc(n * sizeof *k);
     if (!k)
         return -ENOMEM;
-    s_keys(keys, n, k);
+    if (s_keys(keys, n, k) != 0) {
+        free(k);
+        return -EINVAL;
+    }
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
     //  flushed at the next step: lookups of a request made before it go
@@ -1132,7 +1162,10 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
     pk_key_t *k = malloc(n * sizeof *k);
     if (!k)
         return -ENOMEM;
-    s_keys(keys, n, k);
+    if (s_keys(keys, n, k) != 0) {
+        free(k);
+        return -EINVAL;
+    }
     s_fetch_t *f = calloc(1, sizeof *f);
     if (!f) {
         free(k);

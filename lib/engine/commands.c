@@ -2,6 +2,7 @@
     socket (link.c) after the checks that need no server.
 */
 #include "engine/engine_internal.h"
+#include "base/checksum.h"
 #include "base/err.h"
 #include "base/key.h"
 #include "wire/protocol.h"
@@ -91,7 +92,7 @@ p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
     //  for an earlier reservation of it (its lease ran out uncommitted)
     //  must not go with a commit of bytes written through the mapping
     for (size_t i = 0; rc == 0 && i < n; i++)
-        pk_engine_note_written(self, blocks[i], NULL);
+        pk_engine_note_sum(self, blocks[i], false, 0);
     if (!rc && pk_engine_hold(self, keys, n, blocks) < 0)
         rc = pk_err(err, -ENOMEM, "reserve: out of memory (the blocks go free at their "
                     "lease's end)");
@@ -160,8 +161,10 @@ p2pkv_engine_put(p2pkv_engine_t *self, const p2pkv_key_t *key, const void *data,
         return 1;               //  in the pool (or being written) already
     if (rc)
         return rc;
-    memcpy(self->pool + (size_t) block * self->info.block_len, data, len);
-    pk_engine_note_written(self, block, data);
+    //  copied and hashed in one pass: the checksum goes with the commit
+    pk_engine_note_sum(self, block, true,
+                       pk_checksum_copy(self->pool + (size_t) block * self->info.block_len,
+                                        data, len));
     return p2pkv_engine_commit(self, key, 1, err);
 }
 

@@ -239,10 +239,8 @@ p2pkv_engine_close(p2pkv_engine_t **self_p)
     for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->reserved, &at)); )
         free((void *) (uintptr_t) e->b);
     pk_keymap_fini(&self->reserved);
-    for (size_t i = 0; self->written.slots && i <= self->written.mask; i++)
-        if (self->written.slots[i].key.bytes)
-            free((void *) (uintptr_t) self->written.slots[i].b);
-    pk_keymap_fini(&self->written);
+    free(self->sums);
+    free(self->summed);
     free(self->held);
     if (self->pool)
         munmap(self->pool, self->pool_len);
@@ -358,49 +356,51 @@ p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, const vo
     if (len > self->info.block_len - offset)
         return pk_err(err, -EINVAL, "len: %zu bytes at offset %zu overrun the block's %llu",
                       len, offset, (unsigned long long) self->info.block_len);
-    if (len)
-        memcpy(self->pool + (size_t) block * self->info.block_len + offset, data, len);
-    pk_engine_note_written(self, block, offset == 0 && len == self->info.block_len ? data : NULL);
+    uint8_t *to = self->pool + (size_t) block * self->info.block_len + offset;
+    if (offset == 0 && len == self->info.block_len)
+        pk_engine_note_sum(self, block, true, pk_checksum_copy(to, data, len));
+    else {
+        if (len)
+            memcpy(to, data, len);
+        pk_engine_note_sum(self, block, false, 0);
+    }
     return 0;
 }
 
-//  A block's key in the written map: its index's bytes (they live in the
-//  entry's b, so the view outlives the caller's variable).
-static pk_key_t
-s_block_key(const uint64_t *slot, uint32_t block)
-{
-    (void) block;
-    return (pk_key_t) { (const uint8_t *) slot, sizeof *slot, pk_hash_id(*slot, 7) };
-}
-
 void
-pk_engine_note_written(p2pkv_engine_t *self, uint32_t block, const void *whole)
+pk_engine_note_sum(p2pkv_engine_t *self, uint32_t block, bool whole, uint64_t sum)
 {
-    uint64_t id = block;
-    pk_key_t k = s_block_key(&id, block);
-    uint64_t a = 0, b = 0;
-    //  a partial write leaves what the checksum covered behind: the
-    //  server takes the block's own at commit
-    pk_keymap_take(&self->written, &k, &a, &b);
-    free((void *) (uintptr_t) b);
-    if (!whole)
+    uint8_t bit = (uint8_t) (1u << (block % 8));
+    if (!whole) {
+        //  a partial write leaves what a checksum covered behind: the
+        //  server takes the block's own at commit
+        if (self->summed)
+            self->summed[block / 8] &= (uint8_t) ~bit;
         return;
-    uint64_t *slot = malloc(sizeof *slot);
-    if (!slot)
-        return;
-    *slot = block;
-    k = s_block_key(slot, block);
-    if (pk_keymap_put(&self->written, &k, pk_checksum(whole, self->info.block_len),
-                      (uintptr_t) slot) < 0)
-        free(slot);
+    }
+    //  made at the first whole write: 8 bytes and a bit a block of the pool
+    if (!self->summed) {
+        self->sums = malloc(self->info.num_blocks * sizeof *self->sums);
+        self->summed = calloc((self->info.num_blocks + 7) / 8, 1);
+        if (!self->sums || !self->summed) {
+            free(self->sums);
+            free(self->summed);
+            self->sums = NULL;
+            self->summed = NULL;
+            return;                 //  the server takes the checksums itself
+        }
+    }
+    self->sums[block] = sum;
+    self->summed[block / 8] |= bit;
 }
 
 bool
 pk_engine_take_written(p2pkv_engine_t *self, uint32_t block, uint64_t *sum)
 {
-    uint64_t id = block, b = 0;
-    pk_key_t k = s_block_key(&id, block);
-    bool found = pk_keymap_take(&self->written, &k, sum, &b);
-    free((void *) (uintptr_t) b);
-    return found;
+    uint8_t bit = (uint8_t) (1u << (block % 8));
+    if (!self->summed || !(self->summed[block / 8] & bit))
+        return false;
+    self->summed[block / 8] &= (uint8_t) ~bit;
+    *sum = self->sums[block];
+    return true;
 }

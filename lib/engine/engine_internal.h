@@ -45,10 +45,12 @@ struct _p2pkv_engine_t {
     //  copied bytes), and a bit per block of the pool
     pk_keymap_t reserved;
     uint8_t *held;
-    //  blocks written whole by p2pkv_engine_write (or put): block -> the
-    //  checksum of what was written, taken while the bytes were in cache,
-    //  sent with their commit so the server need not read them again
-    pk_keymap_t written;
+    //  blocks written whole by p2pkv_engine_write (or put): the checksum
+    //  of what was written, taken while the bytes were in cache, sent with
+    //  their commit so the server need not read them again; a bit per
+    //  block says which hold one (made at the first whole write)
+    uint64_t *sums;
+    uint8_t *summed;
     char ns[P2PKV_ENGINE_MAX_NAMESPACE + 1];    //  "" = the shared namespace
     //  The server start whose pool this handle mapped (describe's
     //  "instance"; "" from a server without one), named in every request
@@ -69,10 +71,10 @@ json_t *pk_engine_keys_json(const p2pkv_key_t *keys, size_t n);
 int pk_engine_hold(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
                    const uint32_t *blocks);
 void pk_engine_unhold(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n);
-/*  A write into block: whole (block_len bytes at offset 0) gives the
-    checksum of those bytes, to go with the block's commit; NULL (a
-    partial write) forgets any.  */
-void pk_engine_note_written(p2pkv_engine_t *self, uint32_t block, const void *whole);
+/*  A write into block: whole (block_len bytes at offset 0) notes sum,
+    their checksum, to go with the block's commit; not whole (a partial
+    write, a block reserved anew) forgets any.  */
+void pk_engine_note_sum(p2pkv_engine_t *self, uint32_t block, bool whole, uint64_t sum);
 /*  The checksum noted for block, once (false: none; the server takes it).  */
 bool pk_engine_take_written(p2pkv_engine_t *self, uint32_t block, uint64_t *sum);
 

@@ -204,13 +204,13 @@ pk_mmap_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *v
                          size_t n)
 {
     pk_mmap_channel_t *self = (pk_mmap_channel_t *) channel;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t st = self->expect_state && dest[i] < self->fabric->num_blocks
-                     ? atomic_exchange_explicit(&self->expect_state[dest[i]], S_UNEXPECTED,
-                                                memory_order_relaxed)
-                     : S_UNEXPECTED;
-        verdict[i] = st == S_OK ? PK_VERDICT_OK
-                     : st == S_CORRUPT ? PK_VERDICT_CORRUPT : PK_VERDICT_NONE;
+    for (size_t i = 0; self->expect_state && i < n; i++) {
+        if (dest[i] >= self->fabric->num_blocks)
+            continue;
+        uint8_t st = atomic_exchange_explicit(&self->expect_state[dest[i]], S_UNEXPECTED,
+                                              memory_order_relaxed);
+        if (st == S_OK || st == S_CORRUPT)
+            verdict[i] = st == S_OK ? PK_VERDICT_OK : PK_VERDICT_CORRUPT;
     }
 }
 
