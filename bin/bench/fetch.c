@@ -300,7 +300,7 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
     }
     bool labelled = o->providers.n || o->verify_cost;
     char label[PKB_MAX_PROVIDERS * 2][80], last[80];
-    s_load_label(o, o->verify_cost ? nl - 1 : nl - 1, last, sizeof last);
+    s_load_label(o, nl - 1, last, sizeof last);
     for (size_t k = 0; k < nl; k++)
         s_row(rep, p, r[k], raw, tcp, reps,
               labelled ? s_load_label(o, k, label[k], sizeof label[k]) : NULL,

@@ -6,6 +6,7 @@
     one run), and the same value, as XXH3 is defined bit for bit whatever
     the instructions.  Elsewhere the plain function.  */
 #include "base/checksum.h"
+#include "base/key.h"
 
 #include <stdint.h>
 
@@ -22,6 +23,7 @@
 #define S_XXH3_UPDATE XXH3_64bits_update
 #endif
 
+#include <errno.h>
 #include <string.h>
 
 #define S_PIECE (64u << 10)
@@ -45,4 +47,26 @@ pk_checksum_copy(void *dst, const void *src, size_t len)
         S_XXH3_UPDATE(&state, (const uint8_t *) dst + at, n);
     }
     return (uint64_t) XXH3_64bits_digest(&state);
+}
+
+void
+pk_checksum_hex(uint64_t sum, char *out)
+{
+    uint8_t be[8];
+    for (int i = 7; i >= 0; i--, sum >>= 8)
+        be[i] = (uint8_t) sum;
+    pk_hex_encode(be, sizeof be, out);
+}
+
+int
+pk_checksum_parse(const char *hex, uint64_t *sum)
+{
+    uint8_t be[8];
+    if (pk_hex_decode(hex, 16, be) != 8)
+        return -EINVAL;
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | be[i];
+    *sum = v;
+    return 0;
 }

@@ -24,4 +24,11 @@ uint64_t pk_checksum(const void *data, size_t len);
     is read back from further out (checksum.c).  */
 uint64_t pk_checksum_copy(void *dst, const void *src, size_t len);
 
+/*  A checksum as the wire writes it: 16 lowercase hex characters, most
+    significant first, then a NUL (out: 17 bytes).  */
+void pk_checksum_hex(uint64_t sum, char *out);
+/*  The 16 characters at hex (not NUL-terminated) back: 0, or -EINVAL
+    when they are not lowercase hex.  */
+int pk_checksum_parse(const char *hex, uint64_t *sum);
+
 #endif

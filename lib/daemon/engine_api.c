@@ -19,6 +19,7 @@
     at delivery for one that connects later (its namespace is known then).
 */
 #include "daemon/door.h"
+#include "base/checksum.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -429,11 +430,9 @@ s_json_sums(const json_t *arr, size_t n, uint64_t *sums, bool *given, char *err)
         if (json_is_null(v))
             continue;
         const char *hex = json_string_value(v);
-        if (!hex || strlen(hex) != PK_CHECKSUM_HEX
-            || strspn(hex, "0123456789abcdef") != PK_CHECKSUM_HEX)
+        if (!hex || strlen(hex) != PK_CHECKSUM_HEX || pk_checksum_parse(hex, &sums[i]) != 0)
             return pk_err(err, -EINVAL, "sums[%zu]: expected null or %d lowercase hex "
                           "characters", i, PK_CHECKSUM_HEX);
-        sums[i] = strtoull(hex, NULL, 16);
         given[i] = true;
     }
     return 0;

@@ -123,7 +123,7 @@ p2pkv_engine_commit(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, cha
         uint64_t sum;
         char hex[PK_CHECKSUM_HEX + 1];
         if (e && pk_engine_take_written(self, (uint32_t) e->a, &sum)) {
-            snprintf(hex, sizeof hex, "%016" PRIx64, sum);
+            pk_checksum_hex(sum, hex);
             json_array_append_new(sums, json_string(hex));
             any = true;
         }

@@ -11,6 +11,7 @@
     it lives.
 */
 #include "roles/client_role.h"
+#include "base/checksum.h"
 #include "base/err.h"
 #include "base/keymap.h"
 
@@ -97,14 +98,12 @@ static uint64_t *
 s_parse_sums(const char *hex, const bool *hits, size_t n)
 {
     uint64_t *sums = calloc(n ? n : 1, sizeof *sums);
-    for (size_t i = 0; sums && i < n; i++) {
-        if (!hits[i])
-            continue;
-        uint64_t v = 0;
-        for (int k = 0; k < PK_CHECKSUM_HEX; k++, hex++)
-            v = v << 4 | (uint64_t) (*hex <= '9' ? *hex - '0' : *hex - 'a' + 10);
-        sums[i] = v;
-    }
+    for (size_t i = 0; sums && i < n; i++)
+        if (hits[i]) {
+            //  the codec checked the count and the alphabet
+            (void) pk_checksum_parse(hex, &sums[i]);
+            hex += PK_CHECKSUM_HEX;
+        }
     return sums;
 }
 

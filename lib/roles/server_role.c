@@ -18,6 +18,7 @@
     jobs or aborts.
 */
 #include "roles/server_role.h"
+#include "base/checksum.h"
 #include "base/keymap.h"
 
 #include <assert.h>
@@ -1427,7 +1428,7 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
             char *at = sums;
             for (size_t i = 0; i < l->n; i++)
                 if (hits[i])
-                    at += snprintf(at, PK_CHECKSUM_HEX + 1, "%016" PRIx64, l->sums[l->first[i]]);
+                    pk_checksum_hex(l->sums[l->first[i]], at), at += PK_CHECKSUM_HEX;
             *at = '\0';
             m.checksums = sums;
             m.present |= PK_BIT(PK_F_CHECKSUMS);
