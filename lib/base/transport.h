@@ -174,6 +174,12 @@ typedef struct pk_transport_ops {
         not checked since its expect leaves verdict[i] as it was.  */
     void (*channel_verdicts)(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict,
                              size_t n);
+    /*  Writer side, optional: the peer reads block marks (capability
+        "marks", protocol.md section 7), so each write may tell the
+        target which blocks it landed, and the target checks them as they
+        land (expect, above).  A transport that cannot carry them, or
+        whose target knows its blocks anyway (mmap), leaves it NULL.  */
+    void (*channel_marks)(pk_channel_t *channel);
 } pk_transport_ops_t;
 
 enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
