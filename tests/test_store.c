@@ -1028,6 +1028,240 @@ START_TEST(test_concurrent_actors)
 }
 END_TEST
 
+//  ---------------------------------------------------------------------------
+//  The tier seam (tier.h), through a tier of the test's: it records what
+//  the pool evicted (up to S_TIER_MAX blocks, kept by value), answers
+//  PRESENT for a key it holds, PENDING once asked to promote it, and
+//  lands a promotion only when the test says so (s_tier_land), through
+//  the store's ordinary write path, as tier.h prescribes.
+
+#define S_TIER_MAX 8
+
+typedef struct {
+    unsigned ns;
+    uint8_t key[8];
+    uint8_t bytes[16];
+    uint64_t sum;
+    bool moving;                //  asked to promote, not landed yet
+} s_spilled_t;
+
+typedef struct {
+    pk_store_t *store;
+    s_spilled_t held[S_TIER_MAX];
+    size_t nheld;
+    size_t evictions, promotes, forgets;
+    char queries[128];          //  "ns:key " per query, in order
+} s_tier_t;
+
+static s_spilled_t *
+s_tier_find(s_tier_t *t, unsigned ns, const pk_key_t *key)
+{
+    for (size_t i = 0; i < t->nheld; i++)
+        if (t->held[i].ns == ns && key->len == sizeof t->held[i].key
+            && memcmp(key->bytes, t->held[i].key, key->len) == 0)
+            return &t->held[i];
+    return NULL;
+}
+
+static pk_tier_answer_t
+s_tier_query(void *self, unsigned ns, const pk_key_t *key)
+{
+    s_tier_t *t = self;
+    char item[16];
+    snprintf(item, sizeof item, "%u:%d ", ns, key->bytes[4]);
+    strncat(t->queries, item, sizeof t->queries - strlen(t->queries) - 1);
+    //  the hash is pk_key_make's, whatever the namespace
+    ck_assert_uint_eq(key->hash, pk_key_hash(key->bytes, key->len));
+    s_spilled_t *s = s_tier_find(t, ns, key);
+    return !s ? PK_TIER_ABSENT : s->moving ? PK_TIER_PENDING : PK_TIER_PRESENT;
+}
+
+static int
+s_tier_promote(void *self, unsigned ns, const pk_key_t *key)
+{
+    s_tier_t *t = self;
+    s_spilled_t *s = s_tier_find(t, ns, key);
+    ck_assert_ptr_nonnull(s);
+    ck_assert(!s->moving);
+    s->moving = true;
+    t->promotes++;
+    return 0;
+}
+
+static void
+s_tier_evicted(void *self, unsigned ns, const pk_key_t *key, const void *bytes, size_t len,
+               uint64_t sum)
+{
+    s_tier_t *t = self;
+    ck_assert_uint_lt(t->nheld, S_TIER_MAX);
+    ck_assert_uint_eq(key->len, sizeof t->held[0].key);
+    ck_assert_uint_eq(len, sizeof t->held[0].bytes);
+    s_spilled_t *s = &t->held[t->nheld++];
+    *s = (s_spilled_t) { .ns = ns, .sum = sum };
+    memcpy(s->key, key->bytes, key->len);
+    memcpy(s->bytes, bytes, len);
+    t->evictions++;
+}
+
+static void
+s_tier_forget(void *self, unsigned ns, const pk_key_t *key)
+{
+    s_tier_t *t = self;
+    s_spilled_t *s = s_tier_find(t, ns, key);
+    if (s)
+        *s = t->held[--t->nheld];
+    t->forgets++;
+}
+
+static const pk_tier_ops_t s_tier_ops = {
+    .size = sizeof(pk_tier_ops_t),
+    .name = "test",
+    .query = s_tier_query,
+    .promote = s_tier_promote,
+    .evicted = s_tier_evicted,
+    .forget = s_tier_forget,
+};
+
+//  The tier's read came back: s lands in the pool with the checksum it
+//  left with, and leaves the tier.
+static int
+s_tier_land(s_tier_t *t, s_spilled_t *s)
+{
+    pk_key_t key = pk_key_make(s->key, sizeof s->key);
+    uint32_t b;
+    bool given = true;
+    size_t len = (size_t) pk_store_block_len(t->store);
+    int rc = pk_store_reserve_ns(t->store, PK_STORE_OWNER_TIER, s->ns, &key, 1, &b);
+    if (rc)
+        return rc;
+    memcpy((uint8_t *) pk_store_base(t->store) + (size_t) b * len, s->bytes, len);
+    uint64_t sum = s->sum;
+    rc = pk_store_commit_sums(t->store, PK_STORE_OWNER_TIER, s->ns, &key, 1, &sum, &given);
+    *s = t->held[--t->nheld];
+    return rc;
+}
+
+START_TEST(test_tier_takes_what_the_pool_evicts)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 16, 30);
+    s_tier_t t = { .store = store };
+    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    uint64_t job = s_pin(store, 2, NULL);
+    ck_assert_uint_eq(t.evictions, 0);                  //  room: nothing evicted
+    ck_assert_int_eq(s_put(store, 3), 0);               //  evicts 1, the only unpinned
+    ck_assert_uint_eq(t.evictions, 1);
+    ck_assert_uint_eq(t.held[0].ns, PK_NS_SHARED);
+    ck_assert_int_eq(t.held[0].key[4], 1);
+    uint8_t ones[16];
+    memset(ones, 1, sizeof ones);
+    ck_assert_mem_eq(t.held[0].bytes, ones, sizeof ones);
+    ck_assert_uint_eq(t.held[0].sum, pk_checksum(ones, sizeof ones));
+    //  a drop is no eviction: the tier forgets the key, it takes no bytes
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    pk_key_t two = s_key(2);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &two, 1), 0);
+    ck_assert_uint_eq(t.evictions, 1);
+    ck_assert_uint_eq(t.forgets, 1);
+    ck_assert_uint_eq(s_stats(store).evictions, 1);
+    //  a table shorter than the ops the store calls is refused
+    pk_tier_ops_t old = s_tier_ops;
+    old.size = offsetof(pk_tier_ops_t, forget);
+    ck_assert_int_eq(pk_store_set_tier(store, &old, &t), -EINVAL);
+    //  back to the null tier: evictions go nowhere
+    ck_assert_int_eq(pk_store_set_tier(store, NULL, NULL), 0);
+    ck_assert_int_eq(s_put(store, 4), 0);
+    ck_assert_int_eq(s_put(store, 5), 0);
+    ck_assert_uint_eq(t.evictions, 1);
+    ck_assert_uint_eq(s_stats(store).evictions, 2);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_tier_answers_an_absent_key)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 16, 30);
+    s_tier_t t = { .store = store };
+    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    ck_assert_int_eq(s_put(store, 3), 0);               //  1 goes to the tier
+    ck_assert_uint_eq(t.nheld, 1);
+    //  present in the tier: the store promotes it and answers pending
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_uint_eq(t.promotes, 1);
+    ck_assert(t.held[0].moving);
+    //  pending in the tier: pending, and no second promotion
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_uint_eq(t.promotes, 1);
+    //  a key in neither: a miss; a key in the pool: the tier is not asked
+    ck_assert_int_eq(s_lookup(store, 9), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_HIT);
+    ck_assert_str_eq(t.queries, "0:1 0:1 0:9 ");
+    //  not pinnable while it is below the pool
+    pk_key_t one = s_key(1);
+    uint32_t block;
+    bool pinned = true;
+    uint64_t job;
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &one, 1, &job, &block, &pinned), 0);
+    ck_assert(!pinned);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    //  it arrives (evicting 2, the oldest, into the tier): a hit, with
+    //  the bytes and the checksum it left with
+    ck_assert_int_eq(s_tier_land(&t, &t.held[0]), 0);
+    ck_assert_uint_eq(t.evictions, 2);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_str_eq(t.queries, "0:1 0:1 0:9 ");
+    uint64_t sum;
+    job = s_pin(store, 1, &block);
+    ck_assert_int_eq(pk_store_block_sums(store, &block, 1, &sum), 0);
+    uint8_t ones[16];
+    memset(ones, 1, sizeof ones);
+    ck_assert_uint_eq(sum, pk_checksum(ones, sizeof ones));
+    ck_assert_mem_eq((uint8_t *) pk_store_base(store) + (size_t) block * 16, ones, 16);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    pk_store_stats_t st = s_stats(store);
+    ck_assert_uint_eq(st.pending, 2);
+    ck_assert_uint_eq(st.misses, 1);
+    s_check_counts(store);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+//  A reader in a namespace asks the tier for its own and the shared one,
+//  always both, as it probes the index; another namespace's spilled key
+//  is as absent as any.
+START_TEST(test_tier_sees_namespaces_as_the_index_does)
+{
+    s_clock_t clock = { 0 };
+    pk_store_config_t config = { 30, 3, false };
+    int rc;
+    pk_store_t *store = pk_store_new_logged(NULL, 1, 16, &config,
+                                            (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
+                                            NULL, &rc);
+    ck_assert_ptr_nonnull(store);
+    s_tier_t t = { .store = store };
+    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
+    uint8_t data[16] = { 0 };
+    pk_key_t k1 = s_key(1), k2 = s_key(2), k3 = s_key(3);
+    ck_assert_int_eq(pk_store_put_ns(store, 2, &k1, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &k2, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_put_ns(store, 1, &k3, data, sizeof data), 0);
+    ck_assert_uint_eq(t.nheld, 2);                      //  2:1 and 0:2 spilled
+    ck_assert_uint_eq(t.held[0].ns, 2);
+    ck_assert_uint_eq(t.held[1].ns, PK_NS_SHARED);
+    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &k1), PK_LOOKUP_MISS);   //  beta's
+    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &k2), PK_LOOKUP_HIT_PENDING);  //  shared's
+    ck_assert_str_eq(t.queries, "1:1 0:1 1:2 0:2 ");
+    ck_assert_uint_eq(t.promotes, 1);
+    ck_assert(t.held[1].moving);
+    pk_store_destroy(&store);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1053,6 +1287,9 @@ main(void)
     tcase_add_test(tc, test_parent_seam);
     tcase_add_test(tc, test_concurrent_actors);
     tcase_add_test(tc, test_watch_tells_every_change);
+    tcase_add_test(tc, test_tier_takes_what_the_pool_evicts);
+    tcase_add_test(tc, test_tier_answers_an_absent_key);
+    tcase_add_test(tc, test_tier_sees_namespaces_as_the_index_does);
     suite_add_tcase(s, tc);
     return pk_test_run("store", s);
 }
