@@ -1022,8 +1022,8 @@ START_TEST(test_concurrent_actors)
     ck_assert_uint_gt(st.evictions, 0);
     //  with every pin gone, every READY block is evictable again
     uint32_t blocks[S_POOL];
-    ck_assert_int_eq(pk_store_reserve_ns(store, 99, PK_NS_SHARED, &s_shared[S_HOT], S_POOL, blocks),
-                     0);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 99, PK_NS_SHARED, &s_shared[S_HOT], S_POOL,
+                                         blocks), 0);
     pk_store_destroy(&store);
 }
 END_TEST

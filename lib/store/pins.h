@@ -51,8 +51,8 @@ int pk_pins_id_free(pk_pins_t *self, uint64_t id);
 
 /*  Files job (its id set) and pins, for each key, what namespace ns sees
     of it if READY: pinned[i] and blocks[i] (PK_INDEX_NONE, which is
-    store.h's PK_STORE_NO_BLOCK, when not pinned).  *probes counts the index probes.  0, or -ENOMEM with
-    nothing filed or pinned.  */
+    store.h's PK_STORE_NO_BLOCK, when not pinned).  *probes counts the
+    index probes.  0, or -ENOMEM with nothing filed or pinned.  */
 int pk_pins_file(pk_pins_t *self, pk_index_t *index, unsigned ns, pk_pin_job_t *job,
                  const pk_key_t *keys, size_t n, uint32_t *blocks, bool *pinned,
                  uint64_t *probes);
