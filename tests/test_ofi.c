@@ -554,7 +554,6 @@ s_wait_counted(uint64_t before, uint64_t blocks)
 //  asked about at all.
 START_TEST(test_landed_tag_wrap)
 {
-    const pk_transport_ops_t *o = pk_transport_find("ofi");
     pk_channel_t *c = (pk_channel_t *) C.ch;
     const uint64_t wrap = PK_OFI_TAG_MASK + 1, r0 = 5;
     uint32_t local[3] = { 1, 2, 3 }, remote[3] = { 10, 11, 12 };
@@ -563,20 +562,20 @@ START_TEST(test_landed_tag_wrap)
     //  round r0: two blocks, counted and claimed by r0
     ck_assert_int_gt(T.write_blocks(T.self, r0, local, remote, 2), 0);
     ck_assert(s_wait(r0, 2, true).ok);
-    ck_assert_uint_eq(o->channel_landed(c, r0), 2);
+    ck_assert_uint_eq(pk_channel_landed(c, r0), 2);
 
     //  claimed and never forgotten: the next round on the tag starts at 0,
     //  and counts only its own block
     uint64_t r1 = r0 + wrap;
-    ck_assert_uint_eq(o->channel_landed(c, r1), 0);
+    ck_assert_uint_eq(pk_channel_landed(c, r1), 0);
     ck_assert_int_gt(T.write_blocks(T.self, r1, local, remote, 1), 0);
     ck_assert(s_wait(r1, 1, true).ok);
-    ck_assert_uint_eq(o->channel_landed(c, r1), 1);
+    ck_assert_uint_eq(pk_channel_landed(c, r1), 1);
     //  forgetting another round leaves r1's count alone; its own goes
-    o->channel_forget(c, r0);
-    ck_assert_uint_eq(o->channel_landed(c, r1), 1);
-    o->channel_forget(c, r1);
-    ck_assert_uint_eq(o->channel_landed(c, r1), 0);
+    pk_channel_forget(c, r0);
+    ck_assert_uint_eq(pk_channel_landed(c, r1), 1);
+    pk_channel_forget(c, r1);
+    ck_assert_uint_eq(pk_channel_landed(c, r1), 0);
 
     //  never asked about (a round whose load ended without a look), then
     //  forgotten at the load's end: the next round on the tag sees 0
@@ -584,18 +583,18 @@ START_TEST(test_landed_tag_wrap)
     pk_ofi_channel_stats(C.ch, &st);
     ck_assert_int_gt(T.write_blocks(T.self, r2, local, remote, 3), 0);
     s_wait_counted(st.blocks_landed, 3);
-    o->channel_forget(c, r2);
-    ck_assert_uint_eq(o->channel_landed(c, r3), 0);
+    pk_channel_forget(c, r2);
+    ck_assert_uint_eq(pk_channel_landed(c, r3), 0);
     ck_assert_int_gt(T.write_blocks(T.self, r3, local, remote, 1), 0);
     ck_assert(s_wait(r3, 1, true).ok);
-    ck_assert_uint_eq(o->channel_landed(c, r3), 1);
+    ck_assert_uint_eq(pk_channel_landed(c, r3), 1);
     //  and an old round asking again after a newer one claimed the tag
     //  does not get the newer one's count either
-    ck_assert_uint_eq(o->channel_landed(c, r0), 0);
+    ck_assert_uint_eq(pk_channel_landed(c, r0), 0);
     //  other tags are untouched by all this
     ck_assert_int_gt(T.write_blocks(T.self, r0 + 1, local, remote, 2), 0);
     ck_assert(s_wait(r0 + 1, 2, true).ok);
-    ck_assert_uint_eq(o->channel_landed(c, r0 + 1), 2);
+    ck_assert_uint_eq(pk_channel_landed(c, r0 + 1), 2);
 }
 END_TEST
 
@@ -605,10 +604,9 @@ END_TEST
 //  vector) for it; a good blob passes, also without a channel.
 START_TEST(test_check_blob_before_any_channel)
 {
-    const pk_transport_ops_t *o = pk_transport_find("ofi");
     pk_fabric_t *f = (pk_fabric_t *) S.ofi;
     pk_fabric_stats_t before, after;
-    o->fabric_stats(f, &before);
+    pk_fabric_stats(f, &before);
     ck_assert_uint_eq(before.channels_opened, 1);         //  the fixture's
     ck_assert_uint_eq(before.channels_open, 1);
     uint8_t *good;
@@ -619,7 +617,7 @@ START_TEST(test_check_blob_before_any_channel)
     size_t refused = 0;
 #define S_REFUSED(blob, n, text) do { \
         err[0] = 0; \
-        ck_assert_int_eq(o->check_blob(f, (blob), (n), err), -EPROTO); \
+        ck_assert_int_eq(pk_fabric_check_blob(f, (blob), (n), err), -EPROTO); \
         ck_assert_msg(strstr(err, (text)) != NULL, "%s", err); \
         refused++; \
     } while (0)
@@ -661,25 +659,25 @@ START_TEST(test_check_blob_before_any_channel)
     memcpy(bad + at_addrlen + 2, good + at_fields, len - at_fields);
     S_REFUSED(bad, len - addrlen, "an address of 0 bytes");
 #undef S_REFUSED
-    ck_assert_int_eq(o->check_blob(f, good, len, err), 0);
-    o->fabric_stats(f, &after);
+    ck_assert_int_eq(pk_fabric_check_blob(f, good, len, err), 0);
+    pk_fabric_stats(f, &after);
     ck_assert_uint_eq(after.channels_opened, before.channels_opened);
     ck_assert_uint_eq(after.channels_open, before.channels_open);
     ck_assert_uint_eq(after.blobs_refused, before.blobs_refused + refused);
     //  connect runs the same checks (and counts the refusal)
     memcpy(bad, good, len);
     memcpy(bad + at_fields + 24, &other, 8);
-    pk_ofi_channel_t *fresh = (pk_ofi_channel_t *) o->channel_new(f, false, NULL, err);
+    pk_ofi_channel_t *fresh = (pk_ofi_channel_t *) pk_channel_new(f, false, NULL, err);
     ck_assert_ptr_nonnull(fresh);
     ck_assert_int_eq(pk_ofi_channel_connect(fresh, bad, len, err), -EPROTO);
     ck_assert_msg(strstr(err, "blocks of 8192 bytes") != NULL, "%s", err);
-    o->fabric_stats(f, &after);
+    pk_fabric_stats(f, &after);
     ck_assert_uint_eq(after.channels_opened, before.channels_opened + 1);
     ck_assert_uint_eq(after.channels_open, before.channels_open + 1);
     ck_assert_uint_eq(after.blobs_refused, before.blobs_refused + refused + 1);
-    o->channel_close((pk_channel_t **) &fresh);
+    pk_channel_close((pk_channel_t **) &fresh);
     ck_assert_ptr_null(fresh);
-    o->fabric_stats(f, &after);
+    pk_fabric_stats(f, &after);
     ck_assert_uint_eq(after.channels_open, before.channels_open);
     free(bad);
     free(good);
@@ -705,11 +703,11 @@ START_TEST(test_registry_and_versions)
     ck_assert_int_eq(pk_transport_ops_check(NULL, PK_TRANSPORT_OPS_SIZE, err), -ENOSYS);
     //  the seam's view of the fabric matches ofi's own
     char a[256], b[256];
-    o->fabric_describe((pk_fabric_t *) S.ofi, a, sizeof a);
+    pk_fabric_describe((pk_fabric_t *) S.ofi, a, sizeof a);
     pk_ofi_describe(S.ofi, b, sizeof b);
     ck_assert_str_eq(a, b);
-    ck_assert_str_eq(o->fabric_provider((pk_fabric_t *) S.ofi), "tcp;ofi_rxm");
-    ck_assert(o->fabric_has_cq_data((pk_fabric_t *) S.ofi));
+    ck_assert_str_eq(pk_fabric_provider((pk_fabric_t *) S.ofi), "tcp;ofi_rxm");
+    ck_assert(pk_fabric_has_cq_data((pk_fabric_t *) S.ofi));
 }
 END_TEST
 
@@ -729,26 +727,26 @@ s_seam_life(const pk_transport_ops_t *o, bool scripted)
         pools[i] = aligned_alloc(4096, 16 * BLOCK);
         memset(pools[i], i ? 0xee : 0x11, 16 * BLOCK);
         int rc;
-        fab[i] = o->fabric_open(&config, pools[i], 16, BLOCK, &rc, err);
+        fab[i] = pk_fabric_open(o, &config, pools[i], 16, BLOCK, &rc, err);
         ck_assert_msg(fab[i] != NULL, "%s: %s", o->name, err);
-        ck_assert_int_eq(o->check_blob(fab[i], (const uint8_t *) "junk", 4, err), -EPROTO);
+        ck_assert_int_eq(pk_fabric_check_blob(fab[i], (const uint8_t *) "junk", 4, err), -EPROTO);
         pk_fabric_stats_t fs;
-        o->fabric_stats(fab[i], &fs);
+        pk_fabric_stats(fab[i], &fs);
         ck_assert_uint_eq(fs.channels_opened, 0);
         ck_assert_uint_eq(fs.blobs_refused, 1);
-        ch[i] = o->channel_new(fab[i], i == 1, &rc, err);
+        ch[i] = pk_channel_new(fab[i], i == 1, &rc, err);
         ck_assert_msg(ch[i] != NULL, "%s: %s", o->name, err);
     }
     for (int i = 0; i < 2; i++) {
         uint8_t *blob;
         size_t len;
-        ck_assert_int_eq(o->channel_blob(ch[1 - i], &blob, &len), 0);
-        ck_assert_int_eq(o->check_blob(fab[i], blob, len, err), 0);
-        ck_assert_int_eq(o->channel_connect(ch[i], blob, len, err), 0);
-        ck_assert_int_eq(o->channel_connect(ch[i], blob, len, err), -EISCONN);
+        ck_assert_int_eq(pk_channel_blob(ch[1 - i], &blob, &len), 0);
+        ck_assert_int_eq(pk_fabric_check_blob(fab[i], blob, len, err), 0);
+        ck_assert_int_eq(pk_channel_connect(ch[i], blob, len, err), 0);
+        ck_assert_int_eq(pk_channel_connect(ch[i], blob, len, err), -EISCONN);
         free(blob);
     }
-    pk_transport_t t = o->channel_transport(ch[0]);
+    pk_transport_t t = pk_channel_transport(ch[0]);
     uint32_t local[2] = { 1, 2 }, remote[2] = { 3, 4 };
     int64_t tid = t.write_blocks(t.self, 7, local, remote, 2);
     ck_assert_int_gt(tid, 0);
@@ -759,31 +757,31 @@ s_seam_life(const pk_transport_ops_t *o, bool scripted)
     }
     s_seen_t seen = { 0, false, 0, 0 };
     double deadline = pk_clock_monotonic() + 20;
-    while (pk_clock_monotonic() < deadline && (!seen.count || o->channel_landed(ch[1], 7) < 2)) {
-        o->channel_progress(ch[1]);
+    while (pk_clock_monotonic() < deadline && (!seen.count || pk_channel_landed(ch[1], 7) < 2)) {
+        pk_channel_progress(ch[1]);
         if (!seen.count)
             t.poll(t.self, s_each, &seen);
     }
     ck_assert(seen.ok);
-    ck_assert_uint_eq(o->channel_landed(ch[1], 7), 2);
+    ck_assert_uint_eq(pk_channel_landed(ch[1], 7), 2);
     pk_channel_stats_t cs;
-    o->channel_stats(ch[0], &cs);
+    pk_channel_stats(ch[0], &cs);
     ck_assert_uint_eq(cs.blocks_written, 2);
     ck_assert_uint_eq(cs.transfers, 0);
-    o->channel_stats(ch[1], &cs);
+    pk_channel_stats(ch[1], &cs);
     ck_assert_uint_eq(cs.blocks_landed, 2);
-    o->channel_forget(ch[1], 7);
-    ck_assert_uint_eq(o->channel_landed(ch[1], 7), 0);
-    ck_assert(!o->channel_closed(ch[0]));
-    o->channel_revoke(ch[1]);
+    pk_channel_forget(ch[1], 7);
+    ck_assert_uint_eq(pk_channel_landed(ch[1], 7), 0);
+    ck_assert(!pk_channel_closed(ch[0]));
+    pk_channel_revoke(ch[1]);
     for (int i = 0; i < 2; i++) {
-        o->channel_close(&ch[i]);
+        pk_channel_close(&ch[i]);
         ck_assert_ptr_null(ch[i]);
         pk_fabric_stats_t fs;
-        o->fabric_stats(fab[i], &fs);
+        pk_fabric_stats(fab[i], &fs);
         ck_assert_uint_eq(fs.channels_opened, 1);
         ck_assert_uint_eq(fs.channels_open, 0);
-        o->fabric_close(&fab[i]);
+        pk_fabric_close(&fab[i]);
         ck_assert_ptr_null(fab[i]);
         free(pools[i]);
     }
@@ -811,9 +809,8 @@ s_child_main(int in, int out, uint32_t expect, double pace)
     s_side_t side = { 0 };
     s_open(&side, true, 0xee);
     char err[PK_ERRLEN];
-    const pk_transport_ops_t *o = &pk_ofi_transport_ops;
-    if (pk_channel_send_blob_fd(o, (pk_channel_t *) side.ch, out)
-        || pk_channel_connect_fd(o, (pk_channel_t *) side.ch, in, err))
+    if (pk_channel_send_blob_fd((pk_channel_t *) side.ch, out)
+        || pk_channel_connect_fd((pk_channel_t *) side.ch, in, err))
         _exit(3);
     for (;;) {
         pk_ofi_channel_progress(side.ch);
@@ -860,9 +857,8 @@ s_writer_channel(s_child_t *child)
     char err[PK_ERRLEN];
     pk_ofi_channel_t *ch = pk_ofi_channel_new(S.ofi, false, &rc, err);
     ck_assert_ptr_nonnull(ch);
-    const pk_transport_ops_t *o = &pk_ofi_transport_ops;
-    ck_assert_int_eq(pk_channel_connect_fd(o, (pk_channel_t *) ch, child->from_child, err), 0);
-    ck_assert_int_eq(pk_channel_send_blob_fd(o, (pk_channel_t *) ch, child->to_child), 0);
+    ck_assert_int_eq(pk_channel_connect_fd((pk_channel_t *) ch, child->from_child, err), 0);
+    ck_assert_int_eq(pk_channel_send_blob_fd((pk_channel_t *) ch, child->to_child), 0);
     return ch;
 }
 

@@ -117,7 +117,6 @@ typedef struct {
     char curve_server[41];          //  this server's CURVE key; "": the config's
     int refused;                    //  -EACCES once the monitor saw a refusal
     pk_fabric_t *fabric;            //  the provider chosen at connect (fabrics.c)
-    const pk_transport_ops_t *ops;  //  its transport
     pk_channel_t *channel;
     int wait_fd;                    //  the channel's, registered with epoll while
     bool cq_watched;                //  this is true (client.c, s_landing)
@@ -140,8 +139,7 @@ void pk_locator_count_failover(pk_locator_t *self);
 //  fabrics.c: one fabric per provider the client uses, opened lazily
 typedef struct {
     char asked[64];                 //  the name it was opened with
-    pk_fabric_t *fabric;
-    const pk_transport_ops_t *ops;  //  its transport (base/transport.h, by provider)
+    pk_fabric_t *fabric;            //  carries its transport (base/transport.h)
 } pk_client_fabric_t;
 
 /*  With config.provider named, its fabric, opened now (an error at

@@ -38,29 +38,25 @@ s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
 {
     for (size_t i = 0; i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].asked, name) == 0
-            || strcmp(self->fabrics[i].ops->fabric_provider(self->fabrics[i].fabric), name) == 0)
+            || strcmp(pk_fabric_provider(self->fabrics[i].fabric), name) == 0)
             return &self->fabrics[i];
     if (self->nfabrics == S_MAX_FABRICS) {
         *rc_p = pk_err(err, -ENOSPC, "at most %d providers at once", S_MAX_FABRICS);
         return NULL;
     }
-    const pk_transport_ops_t *ops = pk_transport_for(name);
-    if ((*rc_p = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
-        return NULL;
     //  an address to bind means nothing to shm or mmap
     pk_fabric_config_t fc = { name, pk_client_same_host_only(name) ? NULL : self->node,
                               self->config.stall_timeout };
     char why[PK_ERRLEN];
-    pk_fabric_t *fabric = ops->fabric_open(&fc, self->pool, self->num_blocks, self->block_len,
-                                           rc_p, why);
+    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(name), &fc, self->pool,
+                                         self->num_blocks, self->block_len, rc_p, why);
     if (!fabric) {
-        *rc_p = pk_err(err, *rc_p < 0 ? *rc_p : -EIO, "%s", why);
+        *rc_p = pk_err(err, *rc_p, "%s", why);
         return NULL;
     }
     pk_client_fabric_t *slot = &self->fabrics[self->nfabrics++];
     snprintf(slot->asked, sizeof slot->asked, "%s", name);
     slot->fabric = fabric;
-    slot->ops = ops;
     return slot;
 }
 
@@ -80,7 +76,7 @@ pk_client_fabrics_close(p2pkv_client_t *self)
 {
     while (self->nfabrics) {
         pk_client_fabric_t *f = &self->fabrics[--self->nfabrics];
-        f->ops->fabric_close(&f->fabric);
+        pk_fabric_close(&f->fabric);
     }
 }
 

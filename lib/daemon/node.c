@@ -180,7 +180,7 @@ s_ready_line(pk_node_t *self)
     size_t at = 0;
     for (size_t i = 0; i < self->nfabrics && at < sizeof fabrics; i++) {
         char one[256];
-        self->fabrics[i].ops->fabric_describe(self->fabrics[i].fabric, one, sizeof one);
+        pk_fabric_describe(self->fabrics[i].fabric, one, sizeof one);
         at += (size_t) snprintf(fabrics + at, sizeof fabrics - at, "%s%s", i ? "; " : "", one);
     }
     snprintf(self->ready, sizeof self->ready,
@@ -346,21 +346,19 @@ s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
     pk_fabric_config_t fc = { provider, s_is_shm(provider) ? NULL : config->fabric_addr,
                               config->stall_timeout };
     int rc;
-    const pk_transport_ops_t *ops = pk_transport_for(provider);
-    if ((rc = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
-        return rc;
-    pk_fabric_t *fabric = ops->fabric_open(&fc, pk_store_base(self->store), config->pool_blocks,
-                                           config->block_len, &rc, err);
+    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(provider), &fc,
+                                         pk_store_base(self->store), config->pool_blocks,
+                                         config->block_len, &rc, err);
     if (!fabric)
-        return rc < 0 ? rc : -EIO;
-    const char *name = ops->fabric_provider(fabric);
+        return rc;
+    const char *name = pk_fabric_provider(fabric);
     for (size_t i = 0; i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].provider, name) == 0) {
-            ops->fabric_close(&fabric);
+            pk_fabric_close(&fabric);
             return pk_err(err, -EEXIST, "--provider: %s twice (as %s)", name,
                           provider ? provider : "auto");
         }
-    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, ops, name, { 0 } };
+    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, name, { 0 } };
     self->providers[self->nfabrics++] = name;
     return 0;
 }
@@ -371,7 +369,7 @@ s_close_fabrics(pk_node_t *self)
     while (self->nfabrics)
     {
         pk_node_fabric_t *nf = &self->fabrics[--self->nfabrics];
-        nf->ops->fabric_close(&nf->fabric);
+        pk_fabric_close(&nf->fabric);
     }
 }
 
@@ -623,7 +621,7 @@ s_fabric_gauges(pk_node_t *self)
     for (size_t i = 0; i < self->nfabrics; i++) {
         pk_node_fabric_t *nf = &self->fabrics[i];
         pk_fabric_stats_t f;
-        nf->ops->fabric_stats(nf->fabric, &f);
+        pk_fabric_stats(nf->fabric, &f);
         pk_metrics_add(m, PK_M_CHANNELS_OPENED, nf->provider,
                        f.channels_opened - nf->pushed.channels_opened);
         pk_metrics_add(m, PK_M_BLOBS_REFUSED, nf->provider,

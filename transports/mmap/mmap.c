@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,9 @@ s_pool_fd(const void *base, char *why, size_t cap)
     return ro;
 }
 
+_Static_assert(offsetof(pk_mmap_fabric_t, head) == 0, "a fabric begins with its pk_fabric_t");
+_Static_assert(offsetof(pk_mmap_channel_t, head) == 0, "a channel begins with its pk_channel_t");
+
 static pk_fabric_t *
 s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
               uint64_t block_len, int *rc_p, char *err)
@@ -84,6 +88,7 @@ s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
         *rc_p = pk_err(err, -ENOMEM, "mmap: out of memory");
         return NULL;
     }
+    self->head.ops = &pk_mmap_transport_ops;
     self->base = base;
     self->num_blocks = num_blocks;
     self->block_len = block_len;
@@ -275,6 +280,7 @@ s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
         *rc_p = pk_err(err, -ENOMEM, "mmap: out of memory");
         return NULL;
     }
+    self->head.ops = &pk_mmap_transport_ops;
     self->fabric = fab;
     self->target = expose;
     self->epfd = self->listen_fd = self->fd = self->ctrl_fd = -1;

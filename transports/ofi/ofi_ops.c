@@ -1,8 +1,8 @@
 /*  ofi_ops.c: the libfabric transport behind the seam of base/transport.h,
     as the registry finds it ("ofi").  */
 #include "base/err.h"
-#include "ofi/ofi.h"
 #include "ofi/ofi_bench.h"
+#include "ofi/ofi_priv.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -12,14 +12,18 @@
 #include <rdma/fi_rma.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 //  --------------------------------------------------------------------------
 //  The seam: pk_transport_ops_t over the functions above.  The casts are
-//  the whole adapter: a pk_fabric_t is a pk_ofi_t, a pk_channel_t a
-//  pk_ofi_channel_t, never mixed with another implementation's.
+//  the whole adapter: a pk_fabric_t is the head of a pk_ofi_t, a
+//  pk_channel_t of a pk_ofi_channel_t, whose ops are this table, so one
+//  never reaches another implementation's functions.
+_Static_assert(offsetof(pk_ofi_t, head) == 0, "a pk_ofi_t begins with its pk_fabric_t");
+_Static_assert(offsetof(pk_ofi_channel_t, head) == 0, "a channel begins with its pk_channel_t");
 
 static pk_fabric_t *
 s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
