@@ -86,7 +86,8 @@ hh_blob(const uint8_t **blob_p, size_t *len_p)
         pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
         s_blob.pool = aligned_alloc(4096, 64 * 4096);
         ck_assert_ptr_nonnull(s_blob.pool);
-        s_blob.fabric = pk_fabric_open(pk_transport_find("ofi"), &fc, s_blob.pool, 64, 4096, &rc, err);
+        s_blob.fabric = pk_fabric_open(pk_transport_find("ofi"), &fc, s_blob.pool, 64, 4096, &rc,
+                                       err);
         ck_assert_msg(s_blob.fabric != NULL, "fabric: %s", err);
         s_blob.ch = pk_channel_new(s_blob.fabric, true, &rc, err);
         ck_assert_msg(s_blob.ch != NULL, "channel: %s", err);

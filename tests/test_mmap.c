@@ -449,6 +449,41 @@ START_TEST(test_writer_needs_a_file_pool)
 }
 END_TEST
 
+//  What the transports declare of their providers, which the daemon's
+//  auto and the client's choice read (never a name of their own): auto
+//  tries mmap, then shm, then libfabric's own order; mmap and shm reach
+//  this host only, any other name is the default's and reaches further.
+START_TEST(test_providers_declared)
+{
+    const pk_provider_t *p = pk_transport_auto(0);
+    ck_assert_str_eq(p->name, "mmap");
+    ck_assert(p->same_host);
+    ck_assert_ptr_eq(pk_transport_for(p->name), O);
+    p = pk_transport_auto(1);
+    ck_assert_str_eq(p->name, "shm");
+    ck_assert(p->same_host);
+    ck_assert_ptr_eq(pk_transport_for(p->name), pk_transport_find("ofi"));
+    p = pk_transport_auto(2);
+    ck_assert_ptr_null(p->name);
+    ck_assert(!p->same_host);
+    ck_assert_ptr_null(pk_transport_auto(3));
+    ck_assert_ptr_eq(pk_transport_provider(NULL), p);
+    const char *network[] = { "tcp", "tcp;ofi_rxm", "verbs", "efa", "nope" };
+    for (size_t i = 0; i < sizeof network / sizeof network[0]; i++) {
+        ck_assert_ptr_eq(pk_transport_provider(network[i]), p);
+        ck_assert_ptr_eq(pk_transport_for(network[i]), pk_transport_find(NULL));
+    }
+    ck_assert(pk_transport_provider("mmap")->same_host);
+    ck_assert(pk_transport_provider("shm")->same_host);
+    //  every row of a registered table is found as itself
+    const pk_transport_ops_t *tables[] = { O, pk_transport_find("ofi") };
+    for (size_t t = 0; t < 2; t++)
+        for (size_t k = 0; k < tables[t]->nproviders; k++)
+            ck_assert_ptr_eq(pk_transport_provider(tables[t]->providers[k].name),
+                             &tables[t]->providers[k]);
+}
+END_TEST
+
 //  Two processes: a child target sends its blob up a pipe, copies until
 //  round 1 landed n blocks, and checks every byte (exit 0) -- or, with
 //  die, exits as soon as the writer has connected.
@@ -610,6 +645,7 @@ main(void)
     tcase_add_test(tc, test_indices_out_of_range);
     tcase_add_test(tc, test_blobs_refused);
     tcase_add_test(tc, test_writer_needs_a_file_pool);
+    tcase_add_test(tc, test_providers_declared);
     tcase_add_test(tc, test_busy_listener_refused);
     tcase_add_test(tc, test_two_processes_bytes_land);
     tcase_add_test(tc, test_dead_target_fails_transfers);

@@ -64,6 +64,21 @@ typedef struct {
 //  --------------------------------------------------------------------------
 //  The life of a channel
 
+/*  A provider, as the transport that serves it declares it (a row of its
+    ops table's providers).  The owners above the seam decide by these
+    properties, never by a provider's name: which providers reach only
+    this host, and what --provider auto tries in which order.  */
+typedef struct {
+    const char *name;           //  as --provider names it; NULL: every name no
+                                //  transport lists (the default's row), and
+                                //  under auto the implementation's own order
+    bool same_host;             //  reaches only processes of this host and its
+                                //  namespaces (base/host_id.h): a consumer uses
+                                //  it only with a server whose host is its own
+    unsigned auto_rank;         //  its place in --provider auto's order, lowest
+                                //  first, distinct across transports; 0: never
+} pk_provider_t;
+
 /*  A fabric and a channel carry the table of the transport that made
     them, as their first member (libfabric's fid does the same): an owner
     holds one pointer and calls through it (pk_channel_progress (ch)
@@ -186,6 +201,12 @@ typedef struct pk_transport_ops {
         not checked since its expect leaves verdict[i] as it was.  */
     void (*channel_verdicts)(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict,
                              size_t n);
+
+    /*  The providers it serves and their properties (pk_provider_t).  The
+        default transport's table holds the row named NULL, for every
+        provider no transport lists (libfabric's tcp, verbs, efa, ...).  */
+    const pk_provider_t *providers;
+    size_t nproviders;
 } pk_transport_ops_t;
 
 enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
@@ -197,10 +218,17 @@ enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
     (the default data plane).  In transports/registry.c.  */
 const pk_transport_ops_t *pk_transport_find(const char *name);
 
-/*  The transport that serves provider: a transport other than the
-    default serves the one provider named after it ("mmap"); every other
-    name, and NULL, is the default's (libfabric's).  */
+/*  The transport that serves provider: the one whose providers list it;
+    every other name, and NULL, is the default's (libfabric's).  */
 const pk_transport_ops_t *pk_transport_for(const char *provider);
+
+/*  The row that describes provider, in the table of the transport that
+    serves it (pk_transport_for): never NULL.  */
+const pk_provider_t *pk_transport_provider(const char *provider);
+
+/*  What --provider auto tries, best first: the i-th row by auto_rank of
+    every registered transport, or NULL past the last.  */
+const pk_provider_t *pk_transport_auto(size_t i);
 
 /*  The provider a peer's blob names, whichever registered transport's
     blob it is (blob_provider of each): 0 with out, or -EPROTO with err

@@ -974,7 +974,7 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const char *server_ke
     //  a description arrived (auto) or the provider is the config's
     int index;
     const pk_client_fabric_t *fab = pk_client_fabric_for(self, &d, *skip_p, &index, err);
-    if (fab && index >= 0 && pk_client_same_host_only(d.providers[index])) {
+    if (fab && index >= 0 && pk_transport_provider(d.providers[index])->same_host) {
         memcpy(tried, d.providers[index], sizeof d.providers[index]);
         *skip_p |= 1u << index;
     }

@@ -157,9 +157,6 @@ void pk_client_fabrics_close(p2pkv_client_t *self);
 const pk_client_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d,
                                                unsigned skip, int *index_p, char *err);
 
-/*  Whether provider reaches only processes of this host (mmap, shm).  */
-bool pk_client_same_host_only(const char *provider);
-
 //  get_any.c: p2pkv_client_get of P2PKV_ANY_SERVER
 //  checks.c: the end-to-end check.  A lookup answer's checksums are kept
 //  per server until a fetch under that round takes them (or the request

@@ -5,10 +5,11 @@
     always did.  Under auto (NULL or "auto") nothing opens until a connect
     has the server's description: then the best provider both sides have:
     when the server runs on this host (its host identity is ours: the
-    same boot and network and IPC namespaces, base/host_id.h), mmap or
-    shm, whichever the server lists first; else the first network
-    provider of the server's list, best first.  A
-    fabric, once open, serves every server of its provider (one channel
+    same boot and network and IPC namespaces, base/host_id.h), the
+    first same-host provider (mmap, shm) the server lists; else the first
+    network provider of the server's list, best first.  Which providers
+    reach only this host their transports say (pk_transport_provider),
+    never a name here.  A fabric, once open, serves every server of its provider (one channel
     each), so a client talking to a same-host server and a remote one
     holds two fabrics, each registering the pool once.
 
@@ -24,12 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 
-bool
-pk_client_same_host_only(const char *provider)
-{
-    return strcmp(provider, "shm") == 0 || strcmp(provider, "mmap") == 0;
-}
-
 //  The fabric of provider name (as asked, or as libfabric named it: a
 //  server announces "tcp;ofi_rxm" where it was asked for tcp), opened
 //  when none is.  NULL with *rc_p a negative errno and err.
@@ -44,9 +39,7 @@ s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
         *rc_p = pk_err(err, -ENOSPC, "at most %d providers at once", S_MAX_FABRICS);
         return NULL;
     }
-    //  an address to bind means nothing to shm or mmap
-    pk_fabric_config_t fc = { name, pk_client_same_host_only(name) ? NULL : self->node,
-                              self->config.stall_timeout };
+    pk_fabric_config_t fc = { name, self->node, self->config.stall_timeout };
     char why[PK_ERRLEN];
     pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(name), &fc, self->pool,
                                          self->num_blocks, self->block_len, rc_p, why);
@@ -91,11 +84,12 @@ pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, unsigne
     bool same_host = *d->host && strcmp(d->host, self->host_id) == 0;
     char why[PK_ERRLEN] = "";
     int rc;
-    //  first pass: mmap and shm, on one host; second: the network ones,
-    //  in the server's order
+    //  first pass: the same-host providers (mmap, shm), on one host;
+    //  second: the network ones, in the server's order
     for (int pass = same_host ? 0 : 1; pass < 2; pass++)
         for (size_t i = 0; i < d->nproviders; i++) {
-            if (pk_client_same_host_only(d->providers[i]) != (pass == 0) || (skip >> i) & 1)
+            if (pk_transport_provider(d->providers[i])->same_host != (pass == 0)
+                || (skip >> i) & 1)
                 continue;
             const pk_client_fabric_t *fabric = s_fabric(self, d->providers[i], &rc, why);
             if (fabric && index_p)

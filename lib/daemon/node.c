@@ -327,14 +327,6 @@ s_heap_settings(void)
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 }
 
-//  shm moves bytes between processes of one host: an address to bind
-//  means nothing to it (and fi_getinfo refuses one), so it gets none.
-static bool
-s_is_shm(const char *provider)
-{
-    return provider && strcmp(provider, "shm") == 0;
-}
-
 //  One fabric over the pool for provider (NULL: the transport's own
 //  order, verbs, efa, tcp), appended to the node's: 0, -EEXIST when a
 //  fabric of that provider is open already (two names of one provider,
@@ -343,8 +335,7 @@ static int
 s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
 {
     const pk_server_config_t *config = self->config;
-    pk_fabric_config_t fc = { provider, s_is_shm(provider) ? NULL : config->fabric_addr,
-                              config->stall_timeout };
+    pk_fabric_config_t fc = { provider, config->fabric_addr, config->stall_timeout };
     int rc;
     pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(provider), &fc,
                                          pk_store_base(self->store), config->pool_blocks,
@@ -377,20 +368,22 @@ s_close_fabrics(pk_node_t *self)
 //  best first, each registering the pool (the registry's default
 //  transport); and the identity the handshake announces with them.  A
 //  provider named that does not open is a start error naming it; under
-//  auto (no list), mmap and shm where they work and then libfabric's first
-//  network provider, the ones that do not open skipped.
+//  auto (no list), what the transports rank for it (base/transport.h:
+//  mmap and shm where they work, then libfabric's first network
+//  provider), the ones that do not open skipped.
 static int
 s_open_fabrics(pk_node_t *self, char *err)
 {
     const pk_server_config_t *config = self->config;
     int rc;
     if (!config->provider) {
-        char why[PK_ERRLEN];
-        const char *automatic[] = { "mmap", "shm", NULL };
-        for (size_t i = 0; i < sizeof automatic / sizeof automatic[0]; i++)
-            if ((rc = s_open_one_fabric(self, automatic[i], why)) != 0)
+        char why[PK_ERRLEN] = "no transport offers one";
+        const pk_provider_t *p;
+        rc = -ENOENT;
+        for (size_t i = 0; (p = pk_transport_auto(i)) != NULL; i++)
+            if ((rc = s_open_one_fabric(self, p->name, why)) != 0)
                 pk_node_log(self, PK_LOG_INFO, "--provider auto: %s skipped: %s",
-                            automatic[i] ? automatic[i] : "a network provider", why);
+                            p->name ? p->name : "a network provider", why);
         if (self->nfabrics == 0)
             return pk_err(err, rc < 0 ? rc : -EIO, "--provider auto: no provider opens: %s",
                           why);

@@ -442,6 +442,11 @@ s_channel_transport(pk_channel_t *channel)
     return pk_memtransport_iface((pk_memtransport_t *) channel);
 }
 
+//  Never registered, so auto never finds it (rank 0).
+static const pk_provider_t s_providers[] = {
+    { "mem", false, 0 },
+};
+
 static const pk_transport_ops_t s_ops = {
     .size = sizeof (pk_transport_ops_t),
     .name = "mem",
@@ -466,6 +471,8 @@ static const pk_transport_ops_t s_ops = {
     .channel_closed = s_channel_closed,
     .channel_stats = s_channel_stats,
     .channel_transport = s_channel_transport,
+    .providers = s_providers,
+    .nproviders = 1,
 };
 
 const pk_transport_ops_t *

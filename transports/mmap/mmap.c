@@ -403,6 +403,12 @@ s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
     stats->transfers = self->ntransfers;
 }
 
+//  One provider, named after the transport; under auto, before anything
+//  of libfabric's (doc/design.md, "Same-host copies").
+static const pk_provider_t s_providers[] = {
+    { PK_MMAP_PROVIDER, true, 10 },
+};
+
 const pk_transport_ops_t pk_mmap_transport_ops = {
     .size = sizeof (pk_transport_ops_t),
     .name = PK_MMAP_PROVIDER,
@@ -429,4 +435,6 @@ const pk_transport_ops_t pk_mmap_transport_ops = {
     .blob_provider = pk_mmap_blob_provider,
     .channel_expect = pk_mmap_channel_expect,
     .channel_verdicts = pk_mmap_channel_verdicts,
+    .providers = s_providers,
+    .nproviders = 1,
 };
