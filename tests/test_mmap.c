@@ -8,7 +8,9 @@
     nothing read after it; a dead target fails the writer's transfers and
     a silent one stalls them; bad blobs, another host, another user, a
     writer whose pool is not a file, indices out of range, are refused by
-    name.  Nothing here needs more than Linux, so nothing skips.
+    name; the seam's shared life (seam.c) over it, and what the registered
+    transports declare of their providers.  Nothing here needs more than
+    Linux, so nothing skips.
 */
 #include "base/checksum.h"
 #include "base/clock.h"
@@ -16,6 +18,7 @@
 #include "base/host_id.h"
 #include "base/transport.h"
 #include "mmap/copier.h"
+#include "seam.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -449,6 +452,13 @@ START_TEST(test_writer_needs_a_file_pool)
 }
 END_TEST
 
+//  The seam's life every transport passes (seam.c), over mmap.
+START_TEST(test_seam_mmap)
+{
+    ts_seam_life(&(ts_seam_t) { O, { "mmap", NULL, 2.0 }, NULL });
+}
+END_TEST
+
 //  What the transports declare of their providers, which the daemon's
 //  auto and the client's choice read (never a name of their own): auto
 //  tries mmap, then shm, then libfabric's own order; mmap and shm reach
@@ -646,6 +656,7 @@ main(void)
     tcase_add_test(tc, test_blobs_refused);
     tcase_add_test(tc, test_writer_needs_a_file_pool);
     tcase_add_test(tc, test_providers_declared);
+    tcase_add_test(tc, test_seam_mmap);
     tcase_add_test(tc, test_busy_listener_refused);
     tcase_add_test(tc, test_two_processes_bytes_land);
     tcase_add_test(tc, test_dead_target_fails_transfers);

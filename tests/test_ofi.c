@@ -1,13 +1,15 @@
 /*  test_ofi.c: the libfabric transport over the real tcp provider on
     127.0.0.1, two sides in one process (a server writing, a consumer
     exposing its pool), each with its own fabric, domain and channel; and
-    the seam of base/transport.h over it and over the in-memory transport.
+    the seam's shared life (seam.c) over it and over the in-memory
+    transport.
 
     Exits 77 (automake's SKIP) with a message where the machine has no tcp
     provider at all.
 */
 #include "base/clock.h"
 #include "ofi/ofi.h"
+#include "seam.h"
 #include "sim/memtransport.h"
 #include "stranger.h"
 #include "testutil.h"
@@ -711,91 +713,25 @@ START_TEST(test_registry_and_versions)
 }
 END_TEST
 
-//  One life of a channel pair through any implementation of the seam:
-//  open, junk refused before any channel, blobs exchanged, a write,
-//  landed and forget (scripted where the transport is), close.
+//  The memtransport moves nothing itself: the test completes the write
+//  at the writer and lands its blocks at the target.
 static void
-s_seam_life(const pk_transport_ops_t *o, bool scripted)
+s_script_mem(pk_channel_t *writer, pk_channel_t *target, uint64_t tid, uint64_t round,
+             uint64_t n)
 {
-    char err[PK_ERRLEN] = "";
-    ck_assert_int_eq(pk_transport_ops_check(o, PK_TRANSPORT_OPS_SIZE, err), 0);
-    uint8_t *pools[2];
-    pk_fabric_t *fab[2];
-    pk_channel_t *ch[2];
-    pk_fabric_config_t config = { "tcp", "127.0.0.1", 2.0 };
-    for (int i = 0; i < 2; i++) {
-        pools[i] = aligned_alloc(4096, 16 * BLOCK);
-        memset(pools[i], i ? 0xee : 0x11, 16 * BLOCK);
-        int rc;
-        fab[i] = pk_fabric_open(o, &config, pools[i], 16, BLOCK, &rc, err);
-        ck_assert_msg(fab[i] != NULL, "%s: %s", o->name, err);
-        ck_assert_int_eq(pk_fabric_check_blob(fab[i], (const uint8_t *) "junk", 4, err), -EPROTO);
-        pk_fabric_stats_t fs;
-        pk_fabric_stats(fab[i], &fs);
-        ck_assert_uint_eq(fs.channels_opened, 0);
-        ck_assert_uint_eq(fs.blobs_refused, 1);
-        ch[i] = pk_channel_new(fab[i], i == 1, &rc, err);
-        ck_assert_msg(ch[i] != NULL, "%s: %s", o->name, err);
-    }
-    for (int i = 0; i < 2; i++) {
-        uint8_t *blob;
-        size_t len;
-        ck_assert_int_eq(pk_channel_blob(ch[1 - i], &blob, &len), 0);
-        ck_assert_int_eq(pk_fabric_check_blob(fab[i], blob, len, err), 0);
-        ck_assert_int_eq(pk_channel_connect(ch[i], blob, len, err), 0);
-        ck_assert_int_eq(pk_channel_connect(ch[i], blob, len, err), -EISCONN);
-        free(blob);
-    }
-    pk_transport_t t = pk_channel_transport(ch[0]);
-    uint32_t local[2] = { 1, 2 }, remote[2] = { 3, 4 };
-    int64_t tid = t.write_blocks(t.self, 7, local, remote, 2);
-    ck_assert_int_gt(tid, 0);
-    if (scripted) {
-        uint64_t id = (uint64_t) tid;
-        pk_memtransport_complete(pk_memtransport_of(ch[0]), &id, 1, true);
-        pk_memtransport_land(pk_memtransport_of(ch[1]), 7, 2);
-    }
-    s_seen_t seen = { 0, false, 0, 0 };
-    double deadline = pk_clock_monotonic() + 20;
-    while (pk_clock_monotonic() < deadline && (!seen.count || pk_channel_landed(ch[1], 7) < 2)) {
-        pk_channel_progress(ch[1]);
-        if (!seen.count)
-            t.poll(t.self, s_each, &seen);
-    }
-    ck_assert(seen.ok);
-    ck_assert_uint_eq(pk_channel_landed(ch[1], 7), 2);
-    pk_channel_stats_t cs;
-    pk_channel_stats(ch[0], &cs);
-    ck_assert_uint_eq(cs.blocks_written, 2);
-    ck_assert_uint_eq(cs.transfers, 0);
-    pk_channel_stats(ch[1], &cs);
-    ck_assert_uint_eq(cs.blocks_landed, 2);
-    pk_channel_forget(ch[1], 7);
-    ck_assert_uint_eq(pk_channel_landed(ch[1], 7), 0);
-    ck_assert(!pk_channel_closed(ch[0]));
-    pk_channel_revoke(ch[1]);
-    for (int i = 0; i < 2; i++) {
-        pk_channel_close(&ch[i]);
-        ck_assert_ptr_null(ch[i]);
-        pk_fabric_stats_t fs;
-        pk_fabric_stats(fab[i], &fs);
-        ck_assert_uint_eq(fs.channels_opened, 1);
-        ck_assert_uint_eq(fs.channels_open, 0);
-        pk_fabric_close(&fab[i]);
-        ck_assert_ptr_null(fab[i]);
-        free(pools[i]);
-    }
+    pk_memtransport_complete(pk_memtransport_of(writer), &tid, 1, true);
+    pk_memtransport_land(pk_memtransport_of(target), round, n);
 }
 
 START_TEST(test_seam_ofi)
 {
-    s_seam_life(pk_transport_find("ofi"), false);
+    ts_seam_life(&(ts_seam_t) { pk_transport_find("ofi"), { "tcp", "127.0.0.1", 2.0 }, NULL });
 }
 END_TEST
 
 START_TEST(test_seam_mem)
 {
-    s_seam_life(pk_memtransport_ops(), true);
+    ts_seam_life(&(ts_seam_t) { pk_memtransport_ops(), { NULL, NULL, 2.0 }, s_script_mem });
 }
 END_TEST
 
