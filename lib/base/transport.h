@@ -6,12 +6,17 @@
     p2pkv-bench) goes through pk_transport_ops_t for the whole life of a
     data-plane channel: open a fabric over a pool, check a peer's address
     blob, open, connect, progress, sleep on, count landed blocks, forget
-    rounds, revoke and close channels.  The libfabric transport
+    rounds, revoke and close channels.  A fabric and a channel carry
+    their table, so owners hold only them and call pk_channel_progress
+    (ch) and its siblings (below).  The libfabric transport
     (transports/ofi) is one implementation, found by name.
 
     Finding an implementation: pk_transport_find() looks through the
     static table of transports/registry.c, which holds the real data
-    planes only.  The in-memory transport of lib/sim is the second
+    planes only; pk_transport_for() finds the one serving a provider, and
+    pk_transport_provider() what that provider is (its transport's row:
+    same-host only, its place under --provider auto), so no owner decides
+    by a provider's name.  The in-memory transport of lib/sim is the second
     implementation, but it is not registered: the tests and p2pkv-replay
     that script it call pk_memtransport_ops() and pass the table in, so a
     daemon configured by name can never be given a transport that moves
