@@ -15,13 +15,16 @@ allowed() {
         lib/wire)       echo "base wire" ;;
         lib/roles)      echo "base wire roles" ;;
         lib/sim)        echo "base sim" ;;
+        # the block store: the wire's limits on a key and a pool only
+        # (protocol.h's constants); never the roles or the daemon
+        lib/store)      echo "base wire store" ;;
         transports/*)   echo "base ${1#transports/}" ;;
         # registry.c: the one file that names every implementation
         transports)     echo "base transports" ;;
         # The one arrow up: the daemon's puller is a client of p2pkv.h.
         # the directory's codec and connection, beside wire (issue 14)
         lib/cluster)    echo "base wire cluster" ;;
-        lib/daemon)     echo "base wire roles cluster daemon p2pkv.h" ;;
+        lib/daemon)     echo "base wire roles store cluster daemon p2pkv.h" ;;
         lib/client)     echo "base wire roles cluster client p2pkv.h" ;;
         # beside client: the engine's side of the local socket
         lib/engine)     echo "base wire engine p2pkv.h p2pkv_engine.h" ;;

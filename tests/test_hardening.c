@@ -1347,6 +1347,166 @@ s_attack_strangers(ctx_t *c)
           "landed");
 }
 
+//  The same strangers against a puller (issue 34): a server's pull is a
+//  consumer too, whose registration covers the server's whole pool, the
+//  blocks it serves included.  A fake source (a ROUTER of this test)
+//  answers the pull's describe and connect and so learns its data-plane
+//  address, as an observer of the control plane would; it never answers
+//  the lookup, so the pull's session and registration stay up while the
+//  stranger writes under guessed keys.  Nothing lands in the server's
+//  pool but the control, the announced key's write, which shows the
+//  check can fail; then the source ends the session and the pull fails.
+static void
+s_fake_send(zsock_t *router, zframe_t *rid, pk_msg_t *m)
+{
+    char *text, err[PK_ERRLEN] = "";
+    size_t len;
+    ck_assert_msg(pk_msg_encode(m, &text, &len, err) == 0, "%s", err);
+    zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
+    zmq_send(zsock_resolve(router), text, len, 0);
+    free(text);
+    pk_msg_destroy(&m);
+}
+
+//  Answers describe, connect and the lookup (a hit) until the fetch came,
+//  which it leaves open: a consumer progresses its endpoint while a fetch
+//  is open (lib/client/client.c, s_landing), so the stranger's writes are
+//  read and judged, not left waiting.  Gives the connect's blob
+//  (malloc'd) and the puller's routing id and epoch.
+static zframe_t *
+s_fake_source(zsock_t *router, uint8_t *epoch, uint8_t **blob_p, size_t *len_p)
+{
+    static const uint8_t ours[PK_EPOCH_LEN] = { 7 };
+    zsock_set_rcvtimeo(router, 20000);
+    for (;;) {
+        zframe_t *rid = zframe_recv(router), *f = rid ? zframe_recv(router) : NULL;
+        ck_assert_msg(f != NULL, "the pull never reached its source");
+        pk_msg_t *m = NULL;
+        ck_assert_int_eq(pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+        zframe_destroy(&f);
+        pk_msg_t *a = NULL;
+        if (m->type == PK_MSG_DESCRIBE) {
+            a = pk_msg_new(PK_MSG_DESCRIPTION);
+            pk_msg_set_string(a, PK_F_CONFIG_FINGERPRINT, "fp");
+            pk_msg_set_string(a, PK_F_HASH_SEED, "7");
+            pk_msg_set_string(a, PK_F_PROVIDER, "tcp");
+        }
+        else if (m->type == PK_MSG_CONNECT) {
+            memcpy(epoch, m->source_epoch, PK_EPOCH_LEN);
+            *len_p = m->agent_metadata_len;
+            *blob_p = malloc(*len_p);
+            ck_assert_ptr_nonnull(*blob_p);
+            memcpy(*blob_p, m->agent_metadata, *len_p);
+            a = pk_msg_new(PK_MSG_CONNECT_ACK);
+            pk_msg_set_uint(a, PK_F_NUM_BLOCKS, 64);
+            pk_msg_set_epochs(a, ours, epoch);
+        }
+        else if (m->type == PK_MSG_LOOKUP) {
+            pk_msg_t *r = pk_msg_new(PK_MSG_LOOKUP_RESP);
+            bool hit = true;
+            pk_msg_set_string(r, PK_F_KV_REQUEST_ID, m->kv_request_id);
+            pk_msg_set_hits(r, &hit, 1);
+            r->keys.count = 1;      //  a keyless answer: its hits count (protocol.h)
+            pk_msg_set_uint(r, PK_F_ROUND_SEQ, m->round_seq);
+            pk_msg_set_epochs(r, ours, epoch);
+            s_fake_send(router, rid, r);
+        }
+        if (a) {
+            pk_msg_set_uint(a, PK_F_WIRE_MAJOR, PK_WIRE_MAJOR);
+            pk_msg_set_uint(a, PK_F_WIRE_MINOR, PK_WIRE_MINOR);
+            pk_msg_set_string(a, PK_F_PEER_ID, "fake-source");
+            pk_msg_set_uint(a, PK_F_BLOCK_LEN, BLOCK);
+            s_fake_send(router, rid, a);
+        }
+        bool fetched = m->type == PK_MSG_FETCH;
+        pk_msg_destroy(&m);
+        if (fetched)
+            return rid;
+        zframe_destroy(&rid);
+    }
+}
+
+static void
+s_no_progress(void *arg)
+{
+    (void) arg;                     //  the puller's own thread progresses it
+}
+
+static void
+s_attack_puller_strangers(ctx_t *c)
+{
+    //  a server of its own, whose pull outlives the attack: no pings to
+    //  answer, no timeout while the stranger writes
+    static const char *const flags[] = { "--silence-timeout", "1000", "--keepalive-interval",
+                                         "1000", "--load-timeout", "1000", NULL };
+    td_t p;
+    td_start(&p, flags);
+    char endpoint[64];
+    td_fixed_endpoint(endpoint, sizeof endpoint);
+    zsock_t *router = zsock_new(ZMQ_ROUTER);
+    ck_assert_ptr_nonnull(router);
+    ck_assert_int_ge(zsock_bind(router, "%s", endpoint), 0);
+    size_t poolen;
+    uint8_t *pool = td_pool_map(&p, &poolen);
+    uint8_t *before = malloc(poolen);
+    ck_assert_ptr_nonnull(before);
+    memcpy(before, pool, poolen);
+
+    char err[PK_ERRLEN] = "";
+    uint64_t pull = 0;
+    size_t fetching = 0;
+    p2pkv_key_t key = { (const uint8_t *) "pulled", 6 };
+    ck_assert_msg(p2pkv_engine_pull(td_api(&p), endpoint, &key, 1, &pull, &fetching, NULL, err)
+                  == 0, "pull: %s", err);
+    ck_assert_uint_eq(fetching, 1);
+    uint8_t epoch[PK_EPOCH_LEN], *blob = NULL;
+    size_t len = 0;
+    zframe_t *rid = s_fake_source(router, epoch, &blob, &len);
+
+    ts_stranger_t *x = ts_stranger_new(blob, len, BLOCK, 0x5a, err);
+    ck_assert_msg(x != NULL, "stranger: %s", err);
+    uint64_t blocks = poolen / BLOCK;
+    size_t count = s_n(1000, 5000);
+    uint64_t *keys = ts_guessed_keys(count);
+    ck_assert_ptr_nonnull(keys);
+    ck_assert_msg(ts_stranger_write(x, keys, 2 * count, blocks, 120, s_no_progress, NULL) >= 0,
+                  "the stranger's writes did not end within 120 s");
+    for (size_t k = 0; k < poolen; k++)
+        ck_assert_msg(pool[k] == before[k], "byte %zu of the server's pool changed by a "
+                      "stranger", k);
+    uint64_t right = ts_stranger_blob_key(x);
+    ck_assert_int_eq(ts_stranger_write(x, &right, 1, 1, 20, s_no_progress, NULL), 1);
+    double deadline = pk_clock_monotonic() + 20;
+    while (pool[0] != 0x5a && pk_clock_monotonic() < deadline)
+        zclock_sleep(5);            //  the puller's thread lands it: waited for, bounded
+    for (size_t k = 0; k < BLOCK; k++)
+        ck_assert_msg(pool[k] == 0x5a, "the control write did not land (byte %zu)", k);
+
+    //  the source goes; the pull fails, and the server stops cleanly
+    pk_msg_t *bye = pk_msg_new(PK_MSG_DISCONNECT);
+    pk_msg_set_code(bye, PK_DISC_SHUTDOWN);
+    pk_msg_set_string(bye, PK_F_REASON, "the test's source leaves");
+    pk_msg_set_epochs(bye, (const uint8_t[PK_EPOCH_LEN]) { 7 }, epoch);
+    s_fake_send(router, rid, bye);
+    p2pkv_engine_event_t ev;
+    do
+        ck_assert_int_eq(p2pkv_engine_next_event(td_api(&p), 30, &ev), 0);
+    while (ev.kind != P2PKV_EVENT_PULL);
+    ck_assert_uint_eq(ev.id, pull);
+    ck_assert(!ev.success);
+    free(keys);
+    ts_stranger_destroy(&x);
+    zframe_destroy(&rid);
+    free(blob);
+    free(before);
+    munmap(pool, poolen);
+    zsock_destroy(&router);
+    ck_assert_int_eq(td_stop(&p), 0);
+    s_row(c, "strangers on a puller's data plane: the same writes into the registration of "
+          "the server's whole pool that its pull holds", 2 * count,
+          "0 landed (every byte of the pool kept); the control, the announced key, landed");
+}
+
 //  Squatted engine sockets (issue 34, point 6): another user (nobody)
 //  binds the path a new server is to serve its engine on, in a shared
 //  sticky directory as /tmp, before the server starts.  The server
@@ -1581,6 +1741,7 @@ static const struct {
     { "store-pending", s_attack_store_pending },
     { "curve-revoked", s_attack_curve_revoked },
     { "strangers", s_attack_strangers },
+    { "puller-strangers", s_attack_puller_strangers },
     { "corrupt-blocks", s_attack_corrupt_blocks },
     { "squatted-socket", s_attack_squatted_socket },
 };

@@ -7,6 +7,7 @@
     Exits 77 (automake's SKIP) with a message where the machine has no tcp
     provider at all.
 */
+#include "base/checksum.h"
 #include "base/clock.h"
 #include "ofi/ofi.h"
 #include "seam.h"
@@ -371,6 +372,60 @@ START_TEST(test_landed_per_round)
     //  the full round that claimed it: a round whose tag wraps onto round
     //  10's never sees its count (it was 2 here before issue 10's fix)
     ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, 10 + (1u << 20)), 0);
+}
+END_TEST
+
+//  Block marks (capability "marks"): with them, the target checks each
+//  expected block at the immediate that landed it, and a block whose bytes
+//  differ from its expected checksum is found corrupt there; without
+//  them the verdicts are left to the owner (it hashes after the round).
+//  Scattered and contiguous runs, so a mark names a run's first block.
+static void
+s_marks_round(bool marks, uint64_t round)
+{
+    enum { N = 40 };
+    uint32_t local[N], remote[N];
+    uint64_t sums[N];
+    uint8_t verdict[N];
+    for (uint32_t i = 0; i < N; i++) {
+        local[i] = 200 + (i < 20 ? i : i * 3);      //  20 contiguous, then scattered
+        remote[i] = 600 + (i < 20 ? i : i * 5);
+        sums[i] = pk_checksum(S.pool + (size_t) local[i] * BLOCK, BLOCK);
+    }
+    sums[7] ^= 1;                                   //  in the contiguous run
+    sums[33] ^= 1;                                  //  a scattered one
+    if (marks)
+        pk_ofi_channel_marks(S.ch);
+    ck_assert_int_eq(pk_ofi_channel_expect(C.ch, remote, sums, N), 0);
+    ck_assert_int_gt(T.write_blocks(T.self, round, local, remote, N), 0);
+    s_seen_t seen = s_wait(round, N, true);
+    ck_assert(seen.ok);
+    memset(verdict, PK_VERDICT_NONE, sizeof verdict);
+    pk_ofi_channel_verdicts(C.ch, remote, verdict, N);
+    for (uint32_t i = 0; i < N; i++) {
+        int want = !marks ? PK_VERDICT_NONE
+                   : i == 7 || i == 33 ? PK_VERDICT_CORRUPT : PK_VERDICT_OK;
+        ck_assert_msg(verdict[i] == want, "block %u: verdict %d, want %d", i, verdict[i], want);
+        ck_assert(s_block_is(remote[i], local[i]));
+    }
+    //  the verdicts were taken: a second read leaves them as they are
+    memset(verdict, PK_VERDICT_NONE, sizeof verdict);
+    pk_ofi_channel_verdicts(C.ch, remote, verdict, N);
+    for (uint32_t i = 0; i < N; i++)
+        ck_assert_int_eq(verdict[i], PK_VERDICT_NONE);
+}
+
+START_TEST(test_marks_check_at_landing)
+{
+    s_marks_round(false, 40);
+    s_marks_round(true, 41);
+    //  a writer channel has nothing to check
+    uint32_t d = 1;
+    uint64_t sum = 0;
+    ck_assert_int_eq(pk_ofi_channel_expect(S.ch, &d, &sum, 1), -EINVAL);
+    //  a destination outside the pool is refused
+    d = BLOCKS;
+    ck_assert_int_eq(pk_ofi_channel_expect(C.ch, &d, &sum, 1), -ERANGE);
 }
 END_TEST
 
@@ -1022,6 +1077,7 @@ main(void)
     tcase_add_test(tc, test_channel_costs_kilobytes);
     tcase_add_test(tc, test_remote_index_out_of_range);
     tcase_add_test(tc, test_landed_per_round);
+    tcase_add_test(tc, test_marks_check_at_landing);
     tcase_add_test(tc, test_revoked_registration);
     tcase_add_test(tc, test_blob_mismatch_refused);
     tcase_add_test(tc, test_cancel_wait_and_immediate);

@@ -7,7 +7,7 @@
     from four threads and then checks that the books balance and that no
     pinned block was ever rewritten under its reader.
 */
-#include "daemon/store.h"
+#include "store/store.h"
 #include "base/checksum.h"
 #include "testutil.h"
 
@@ -57,8 +57,9 @@ s_store(s_clock_t *clock, uint64_t num_blocks, uint64_t block_len, double lease)
 {
     pk_store_config_t config = { lease, 1, false };
     int rc = 1;
-    pk_store_t *store = pk_store_new(NULL, num_blocks, block_len, &config,
-                                     (pk_clock_t) { clock, s_clock_now }, &rc);
+    pk_store_t *store = pk_store_new_logged(NULL, num_blocks, block_len, &config,
+                                            (pk_clock_t) { clock, s_clock_now }, NULL, NULL,
+                                            NULL, &rc);
     ck_assert_int_eq(rc, 0);
     ck_assert_ptr_nonnull(store);
     return store;
@@ -72,7 +73,7 @@ s_put(pk_store_t *store, unsigned i)
     uint8_t *data = malloc(len);
     memset(data, (int) (i & 0xff), len);
     pk_key_t key = s_key(i);
-    int rc = pk_store_put(store, &key, data, len);
+    int rc = pk_store_put_ns(store, PK_NS_SHARED, &key, data, len);
     free(data);
     return rc;
 }
@@ -81,21 +82,21 @@ static pk_lookup_result_t
 s_lookup(pk_store_t *store, unsigned i)
 {
     pk_key_t key = s_key(i);
-    return pk_store_lookup(store, &key);
+    return pk_store_lookup_ns(store, PK_NS_SHARED, &key);
 }
 
 static int
 s_reserve(pk_store_t *store, uint64_t owner, unsigned i, uint32_t *block)
 {
     pk_key_t key = s_key(i);
-    return pk_store_reserve(store, owner, &key, 1, block);
+    return pk_store_reserve_ns(store, owner, PK_NS_SHARED, &key, 1, block);
 }
 
 static int
 s_commit(pk_store_t *store, uint64_t owner, unsigned i)
 {
     pk_key_t key = s_key(i);
-    return pk_store_commit(store, owner, &key, 1);
+    return pk_store_commit_sums(store, owner, PK_NS_SHARED, &key, 1, NULL, NULL);
 }
 
 //  Pins key i in a job of its own: the job, its block in *block_p (may be
@@ -107,7 +108,7 @@ s_pin(pk_store_t *store, unsigned i, uint32_t *block_p)
     uint32_t block;
     bool pinned = false;
     uint64_t job = 0;
-    ck_assert_int_eq(pk_store_pin(store, &key, 1, &job, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &key, 1, &job, &block, &pinned), 0);
     ck_assert_msg(pinned, "key %u: not pinned", i);
     if (block_p)
         *block_p = block;
@@ -170,25 +171,25 @@ START_TEST(test_writing_key_lookup_and_commit_rules)
     pk_store_t *store = s_store(&clock, 4, 16, 30);
     pk_key_t keys[2] = { s_key(1), s_key(2) };
     uint32_t blocks[2];
-    ck_assert_int_eq(pk_store_reserve(store, 7, keys, 2, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, keys, 2, blocks), 0);
     ck_assert_uint_ne(blocks[0], blocks[1]);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT_PENDING);
     //  a WRITING key cannot be pinned, dropped or reserved again
     uint64_t job = 0;
     uint32_t pb = 0;
     bool pinned = true;
-    ck_assert_int_eq(pk_store_pin(store, &keys[1], 1, &job, &pb, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &keys[1], 1, &job, &pb, &pinned), 0);
     ck_assert(!pinned);
     ck_assert_uint_eq(pb, PK_STORE_NO_BLOCK);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    ck_assert_int_eq(pk_store_drop(store, &keys[1], 1), -EBUSY);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &keys[1], 1), -EBUSY);
     ck_assert_int_eq(s_reserve(store, 8, 2, &pb), -EEXIST);
     //  commit is the owner's, and all or nothing
-    ck_assert_int_eq(pk_store_commit(store, 8, keys, 2), -ENOENT);
+    ck_assert_int_eq(pk_store_commit_sums(store, 8, PK_NS_SHARED, keys, 2, NULL, NULL), -ENOENT);
     pk_key_t mixed[2] = { s_key(1), s_key(3) };
-    ck_assert_int_eq(pk_store_commit(store, 7, mixed, 2), -ENOENT);
+    ck_assert_int_eq(pk_store_commit_sums(store, 7, PK_NS_SHARED, mixed, 2, NULL, NULL), -ENOENT);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
-    ck_assert_int_eq(pk_store_commit(store, 7, keys, 2), 0);
+    ck_assert_int_eq(pk_store_commit_sums(store, 7, PK_NS_SHARED, keys, 2, NULL, NULL), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
     s_check_counts(store);
@@ -206,19 +207,19 @@ START_TEST(test_pin_and_release)
     uint32_t blocks[3];
     bool pinned[3];
     uint64_t job1 = 0, job2 = 0;
-    ck_assert_int_eq(pk_store_pin(store, keys, 3, &job1, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 3, &job1, blocks, pinned), 0);
     ck_assert(pinned[0] && !pinned[1] && pinned[2]);
     ck_assert_uint_lt(blocks[0], 4);
     ck_assert_uint_eq(blocks[1], PK_STORE_NO_BLOCK);
     ck_assert_uint_lt(blocks[2], 4);
     //  a second job on the same block: the block stays pinned until both end
-    ck_assert_int_eq(pk_store_pin(store, keys, 1, &job2, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 1, &job2, blocks, pinned), 0);
     ck_assert_uint_ne(job1, job2);
     pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 2);
     ck_assert_uint_eq(st.jobs, 2);
     ck_assert_int_eq(pk_store_release_job(store, job1), 0);
-    ck_assert_int_eq(pk_store_drop(store, &keys[0], 1), -EBUSY);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &keys[0], 1), -EBUSY);
     st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 1);
     ck_assert_int_eq(pk_store_release_job(store, job2), 0);
@@ -227,7 +228,7 @@ START_TEST(test_pin_and_release)
     st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(st.jobs, 0);
-    ck_assert_int_eq(pk_store_drop(store, keys, 3), 0);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, keys, 3), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
     st = s_stats(store);
@@ -272,7 +273,8 @@ START_TEST(test_checksums_taken_at_commit)
 
     pk_store_config_t off = { 30, 1, true };
     int rc = 1;
-    store = pk_store_new(NULL, 4, 16, &off, (pk_clock_t) { &clock, s_clock_now }, &rc);
+    store = pk_store_new_logged(NULL, 4, 16, &off, (pk_clock_t) { &clock, s_clock_now }, NULL,
+                                NULL, NULL, &rc);
     ck_assert_ptr_nonnull(store);
     ck_assert_int_eq(s_put(store, 2), 0);
     job = s_pin(store, 2, &pb);
@@ -296,7 +298,7 @@ START_TEST(test_pin_reports_key_evicted_since_lookup)
     uint32_t blocks[2];
     bool pinned[2];
     uint64_t job = 0;
-    ck_assert_int_eq(pk_store_pin(store, keys, 2, &job, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 2, &job, blocks, pinned), 0);
     ck_assert(!pinned[0]);
     ck_assert_uint_eq(blocks[0], PK_STORE_NO_BLOCK);
     ck_assert(pinned[1]);
@@ -368,7 +370,7 @@ START_TEST(test_reserve_all_pinned_enospc)
     uint32_t blocks[4];
     bool pinned[4];
     uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, keys, 4, &job, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 4, &job, blocks, pinned), 0);
     uint32_t got;
     ck_assert_int_eq(s_reserve(store, 7, 5, &got), -ENOSPC);
     pk_store_stats_t st = s_stats(store);
@@ -379,7 +381,7 @@ START_TEST(test_reserve_all_pinned_enospc)
     //  the same with every block WRITING
     pk_store_destroy(&store);
     store = s_store(&clock, 4, 8, 30);
-    ck_assert_int_eq(pk_store_reserve(store, 7, keys, 4, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, keys, 4, blocks), 0);
     ck_assert_int_eq(s_reserve(store, 8, 5, &got), -ENOSPC);
     pk_store_destroy(&store);
 }
@@ -392,12 +394,12 @@ START_TEST(test_reserve_all_or_nothing)
     ck_assert_int_eq(s_put(store, 2), 0);
     pk_key_t keys[3] = { s_key(1), s_key(2), s_key(3) };
     uint32_t blocks[3];
-    ck_assert_int_eq(pk_store_reserve(store, 7, keys, 3, blocks), -EEXIST);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, keys, 3, blocks), -EEXIST);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_MISS);
     //  a key repeated in one batch is present by its second time
     pk_key_t twice[3] = { s_key(5), s_key(6), s_key(5) };
-    ck_assert_int_eq(pk_store_reserve(store, 7, twice, 3, blocks), -EEXIST);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, twice, 3, blocks), -EEXIST);
     ck_assert_int_eq(s_lookup(store, 5), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 6), PK_LOOKUP_MISS);
     //  four new keys do not fit beside a pinned one
@@ -405,15 +407,15 @@ START_TEST(test_reserve_all_or_nothing)
     uint32_t b2;
     bool p2;
     uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, &key2, 1, &job, &b2, &p2), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &key2, 1, &job, &b2, &p2), 0);
     pk_key_t four[4] = { s_key(10), s_key(11), s_key(12), s_key(13) };
     uint32_t blocks4[4];
-    ck_assert_int_eq(pk_store_reserve(store, 7, four, 4, blocks4), -ENOSPC);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, four, 4, blocks4), -ENOSPC);
     pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.free, 3);
     ck_assert_uint_eq(st.writing, 0);
     ck_assert_uint_eq(st.ready, 1);
-    ck_assert_int_eq(pk_store_reserve(store, 7, four, 3, blocks4), 0);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, four, 3, blocks4), 0);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     s_check_counts(store);
     pk_store_destroy(&store);
@@ -426,13 +428,13 @@ START_TEST(test_put_rejects_wrong_length)
     pk_store_t *store = s_store(&clock, 2, 64, 30);
     uint8_t data[65] = { 0 };
     pk_key_t key = s_key(1);
-    ck_assert_int_eq(pk_store_put(store, &key, data, 63), -EINVAL);
-    ck_assert_int_eq(pk_store_put(store, &key, data, 65), -EINVAL);
-    ck_assert_int_eq(pk_store_put(store, &key, data, 0), -EINVAL);
-    ck_assert_int_eq(pk_store_put(store, &key, NULL, 64), -EINVAL);
+    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 63), -EINVAL);
+    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 65), -EINVAL);
+    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 0), -EINVAL);
+    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, NULL, 64), -EINVAL);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
-    ck_assert_int_eq(pk_store_put(store, &key, data, 64), 0);
-    ck_assert_int_eq(pk_store_put(store, &key, data, 64), -EEXIST);
+    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 64), 0);
+    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 64), -EEXIST);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -445,12 +447,12 @@ START_TEST(test_drop_pinned_ebusy)
     ck_assert_int_eq(s_put(store, 2), 0);
     pk_key_t keys[3] = { s_key(1), s_key(2), s_key(99) };
     uint64_t job = s_pin(store, 2, NULL);
-    ck_assert_int_eq(pk_store_drop(store, keys, 3), -EBUSY);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, keys, 3), -EBUSY);
     //  nothing dropped, not even the unpinned key
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    ck_assert_int_eq(pk_store_drop(store, keys, 3), 0);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, keys, 3), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
     pk_store_stats_t st = s_stats(store);
@@ -486,8 +488,8 @@ START_TEST(test_lease_expiry_and_release_owner)
     //  release_owner frees that owner's reservations and no one else's
     pk_key_t keys[3] = { s_key(10), s_key(11), s_key(12) };
     uint32_t blocks[3];
-    ck_assert_int_eq(pk_store_reserve(store, 2, keys, 2, blocks), 0);
-    ck_assert_int_eq(pk_store_reserve(store, 3, &keys[2], 1, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 2, PK_NS_SHARED, keys, 2, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 3, PK_NS_SHARED, &keys[2], 1, blocks), 0);
     ck_assert_int_eq(s_reserve(store, 2, 13, &b), 0);
     ck_assert_int_eq(s_commit(store, 2, 13), 0);
     ck_assert_uint_eq(pk_store_release_owner(store, 2), 2);
@@ -496,8 +498,9 @@ START_TEST(test_lease_expiry_and_release_owner)
     ck_assert_int_eq(s_lookup(store, 11), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 12), PK_LOOKUP_HIT_PENDING);
     ck_assert_int_eq(s_lookup(store, 13), PK_LOOKUP_HIT);
-    ck_assert_int_eq(pk_store_commit(store, 2, &keys[2], 1), -ENOENT);
-    ck_assert_int_eq(pk_store_commit(store, 3, &keys[2], 1), 0);
+    ck_assert_int_eq(pk_store_commit_sums(store, 2, PK_NS_SHARED, &keys[2], 1, NULL, NULL),
+                     -ENOENT);
+    ck_assert_int_eq(pk_store_commit_sums(store, 3, PK_NS_SHARED, &keys[2], 1, NULL, NULL), 0);
     st = s_stats(store);
     ck_assert_uint_eq(st.writing, 0);
     ck_assert_uint_eq(st.ready, 2);
@@ -520,18 +523,21 @@ START_TEST(test_job_ids_one_counter)
     uint32_t block;
     bool pinned;
     uint64_t j1 = 0, j3 = 0;
-    ck_assert_int_eq(pk_store_pin(store, &key, 1, &j1, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &key, 1, &j1, &block, &pinned), 0);
     ck_assert_uint_eq(j1, 1);
     uint64_t j2 = pk_store_new_job_id(store);
     ck_assert_uint_eq(j2, 2);
-    ck_assert_int_eq(pk_store_pin(store, &key, 1, &j3, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &key, 1, &j3, &block, &pinned), 0);
     ck_assert_uint_eq(j3, 3);
     //  the engine's store path pins under the id it was given
-    ck_assert_int_eq(pk_store_pin_job(store, j2, &key, 1, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin_job_ns(store, PK_NS_SHARED, j2, &key, 1, &block, &pinned), 0);
     ck_assert(pinned);
-    ck_assert_int_eq(pk_store_pin_job(store, j2, &key, 1, &block, &pinned), -EEXIST);
-    ck_assert_int_eq(pk_store_pin_job(store, 4, &key, 1, &block, &pinned), -EINVAL);
-    ck_assert_int_eq(pk_store_pin_job(store, 0, &key, 1, &block, &pinned), -EINVAL);
+    ck_assert_int_eq(pk_store_pin_job_ns(store, PK_NS_SHARED, j2, &key, 1, &block, &pinned),
+                     -EEXIST);
+    ck_assert_int_eq(pk_store_pin_job_ns(store, PK_NS_SHARED, 4, &key, 1, &block, &pinned),
+                     -EINVAL);
+    ck_assert_int_eq(pk_store_pin_job_ns(store, PK_NS_SHARED, 0, &key, 1, &block, &pinned),
+                     -EINVAL);
     pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.jobs, 3);
     ck_assert_uint_eq(st.pinned, 1);
@@ -551,15 +557,17 @@ START_TEST(test_shm_lifetime_and_layout)
     s_name(name, sizeof name);
     s_clock_t clock = { 0 };
     int rc = 1;
-    pk_store_t *store = pk_store_new(name, 4, 4096, NULL,
-                                     (pk_clock_t) { &clock, s_clock_now }, &rc);
+    pk_store_t *store = pk_store_new_logged(name, 4, 4096, NULL,
+                                            (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
+                                            NULL, &rc);
     ck_assert_int_eq(rc, 0);
     ck_assert_ptr_nonnull(store);
     ck_assert_str_eq(pk_store_name(store), name);
     ck_assert_uint_eq(pk_store_num_blocks(store), 4);
     ck_assert_uint_eq(pk_store_block_len(store), 4096);
     //  the name is taken while the store lives
-    ck_assert_ptr_null(pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, &rc));
+    ck_assert_ptr_null(pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL, NULL,
+                                           NULL, &rc));
     ck_assert_int_eq(rc, -EEXIST);
 
     //  the engine's view: a second mapping of the same object
@@ -575,7 +583,7 @@ START_TEST(test_shm_lifetime_and_layout)
     uint32_t blocks[2];
     bool pinned[2];
     uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, keys, 2, &job, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 2, &job, blocks, pinned), 0);
     const uint8_t *base = pk_store_base(store);
     for (unsigned k = 0; k < 2; k++) {
         ck_assert(pinned[k]);
@@ -617,7 +625,8 @@ START_TEST(test_dead_owners_pool_is_reclaimed)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         //  the owner: creates the pool, marks it, and dies without a word
-        pk_store_t *store = pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL);
+        pk_store_t *store = pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL,
+                                                NULL, NULL, NULL);
         if (!store)
             _exit(1);
         memset(pk_store_base(store), 0x5a, 4 * 4096);
@@ -673,7 +682,8 @@ START_TEST(test_live_owners_pool_is_refused)
     if (pid == 0) {
         close(ready[0]);
         close(done[1]);
-        pk_store_t *store = pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL);
+        pk_store_t *store = pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL,
+                                                NULL, NULL, NULL);
         char c = store ? 'y' : 'n';
         if (write(ready[1], &c, 1) != 1)
             _exit(1);
@@ -719,34 +729,36 @@ START_TEST(test_invalid_arguments)
 {
     pk_clock_t clock = { 0 };
     int rc = 0;
-    ck_assert_ptr_null(pk_store_new(NULL, 0, 8, NULL, clock, &rc));
+    ck_assert_ptr_null(pk_store_new_logged(NULL, 0, 8, NULL, clock, NULL, NULL, NULL, &rc));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
-    ck_assert_ptr_null(pk_store_new(NULL, (UINT64_C(1) << 31) + 1, 8, NULL, clock, &rc));
+    ck_assert_ptr_null(pk_store_new_logged(NULL, (UINT64_C(1) << 31) + 1, 8, NULL, clock, NULL,
+                                           NULL, NULL, &rc));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
-    ck_assert_ptr_null(pk_store_new(NULL, 4, 0, NULL, clock, &rc));
+    ck_assert_ptr_null(pk_store_new_logged(NULL, 4, 0, NULL, clock, NULL, NULL, NULL, &rc));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
     //  2^31 * 2^33 wraps 64 bits; 2^31 * 2^32 does not fit an off_t
-    ck_assert_ptr_null(pk_store_new(NULL, UINT64_C(1) << 31, UINT64_C(1) << 33, NULL, clock,
-                                    &rc));
+    ck_assert_ptr_null(pk_store_new_logged(NULL, UINT64_C(1) << 31, UINT64_C(1) << 33, NULL,
+                                           clock, NULL, NULL, NULL, &rc));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
-    ck_assert_ptr_null(pk_store_new(NULL, UINT64_C(1) << 31, UINT64_C(1) << 32, NULL, clock,
-                                    &rc));
+    ck_assert_ptr_null(pk_store_new_logged(NULL, UINT64_C(1) << 31, UINT64_C(1) << 32, NULL,
+                                           clock, NULL, NULL, NULL, &rc));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
     pk_store_config_t bad = { 0 };
-    ck_assert_ptr_null(pk_store_new(NULL, 4, 8, &bad, clock, &rc));
+    ck_assert_ptr_null(pk_store_new_logged(NULL, 4, 8, &bad, clock, NULL, NULL, NULL, &rc));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
-    ck_assert_ptr_null(pk_store_new("no-slash/inside/", 4, 8, NULL, clock, &rc));
+    ck_assert_ptr_null(pk_store_new_logged("no-slash/inside/", 4, 8, NULL, clock, NULL, NULL,
+                                           NULL, &rc));
     ck_assert_int_lt(rc, 0);
     pk_store_destroy(NULL);
 
     //  the default clock and config
-    pk_store_t *store = pk_store_new(NULL, 4, 8, NULL, clock, NULL);
+    pk_store_t *store = pk_store_new_logged(NULL, 4, 8, NULL, clock, NULL, NULL, NULL, NULL);
     ck_assert_ptr_nonnull(store);
     ck_assert_ptr_null(pk_store_name(store));
     pk_key_t empty = { (const uint8_t *) "", 0, 0 };
@@ -756,23 +768,25 @@ START_TEST(test_invalid_arguments)
     uint32_t b;
     bool pinned;
     uint64_t job;
-    ck_assert_int_eq(pk_store_reserve(store, 1, &empty, 1, &b), -EINVAL);
-    ck_assert_int_eq(pk_store_reserve(store, 1, &huge, 1, &b), -EINVAL);
-    ck_assert_int_eq(pk_store_reserve(store, 1, NULL, 1, &b), -EINVAL);
-    ck_assert_int_eq(pk_store_reserve(store, PK_STORE_OWNER_PUT, &longest, 1, &b), -EINVAL);
-    ck_assert_int_eq(pk_store_commit(store, 1, &huge, 1), -EINVAL);
-    ck_assert_int_eq(pk_store_drop(store, &empty, 1), -EINVAL);
-    ck_assert_int_eq(pk_store_pin(store, &huge, 1, &job, &b, &pinned), -EINVAL);
-    ck_assert_int_eq(pk_store_pin(store, &longest, 1, NULL, &b, &pinned), -EINVAL);
-    ck_assert_int_eq(pk_store_lookup(store, &huge), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 1, PK_NS_SHARED, &empty, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 1, PK_NS_SHARED, &huge, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 1, PK_NS_SHARED, NULL, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve_ns(store, PK_STORE_OWNER_PUT, PK_NS_SHARED, &longest, 1, &b),
+                     -EINVAL);
+    ck_assert_int_eq(pk_store_commit_sums(store, 1, PK_NS_SHARED, &huge, 1, NULL, NULL), -EINVAL);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &empty, 1), -EINVAL);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &huge, 1, &job, &b, &pinned), -EINVAL);
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &longest, 1, NULL, &b, &pinned),
+                     -EINVAL);
+    ck_assert_int_eq(pk_store_lookup_ns(store, PK_NS_SHARED, &huge), PK_LOOKUP_MISS);
     //  the longest key is fine, and kept by copy
-    ck_assert_int_eq(pk_store_reserve(store, 1, &longest, 1, &b), 0);
-    ck_assert_int_eq(pk_store_commit(store, 1, &longest, 1), 0);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 1, PK_NS_SHARED, &longest, 1, &b), 0);
+    ck_assert_int_eq(pk_store_commit_sums(store, 1, PK_NS_SHARED, &longest, 1, NULL, NULL), 0);
     static uint8_t copy[PK_MAX_KEY_BYTES];
     memcpy(copy, big, sizeof copy);
     big[0] = 1;
     pk_key_t same = pk_key_make(copy, sizeof copy);
-    ck_assert_int_eq(pk_store_lookup(store, &same), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_lookup_ns(store, PK_NS_SHARED, &same), PK_LOOKUP_HIT);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -882,17 +896,17 @@ s_worker(void *arg)
         case 1: {
             //  the engine's path: reserve, write, commit (or walk away)
             uint32_t blk;
-            if (pk_store_reserve(w->store, w->id, &keys[0], 1, &blk) == 0) {
+            if (pk_store_reserve_ns(w->store, w->id, PK_NS_SHARED, &keys[0], 1, &blk) == 0) {
                 s_fill(base + (size_t) blk * S_BLEN, a);
                 if (rand_r(&w->seed) % 8)
-                    pk_store_commit(w->store, w->id, &keys[0], 1);
+                    pk_store_commit_sums(w->store, w->id, PK_NS_SHARED, &keys[0], 1, NULL, NULL);
                 else
                     pk_store_release_owner(w->store, w->id);
             }
             break;
         }
         case 2:
-            if (pk_store_lookup(w->store, &keys[0]) == PK_LOOKUP_HIT)
+            if (pk_store_lookup_ns(w->store, PK_NS_SHARED, &keys[0]) == PK_LOOKUP_HIT)
                 w->hits++;
             break;
         case 3:
@@ -903,13 +917,13 @@ s_worker(void *arg)
                 s_release(w, h);
             h->keys[0] = a;
             h->keys[1] = b;
-            if (pk_store_pin(w->store, keys, 2, &h->job, h->blocks, h->pinned))
+            if (pk_store_pin_ns(w->store, PK_NS_SHARED, keys, 2, &h->job, h->blocks, h->pinned))
                 w->corrupt++;
             w->pins += h->pinned[0] + h->pinned[1];
             break;
         }
         default:
-            pk_store_drop(w->store, &keys[0], 1);
+            pk_store_drop_ns(w->store, PK_NS_SHARED, &keys[0], 1);
             break;
         }
     }
@@ -961,9 +975,10 @@ START_TEST(test_watch_tells_every_change)
     ck_assert_uint_eq(pk_store_expire_leases(store), 1);
     pk_key_t three = s_key(3);
     uint64_t job = s_pin(store, 3, NULL);
-    ck_assert_int_eq(pk_store_drop(store, &three, 1), -EBUSY);     //  refused: no change
+    //  refused: no change
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &three, 1), -EBUSY);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    ck_assert_int_eq(pk_store_drop(store, &three, 1), 0);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &three, 1), 0);
     ck_assert_str_eq(w.log, "+1 +2 -1 +3 -2 -3 ");
     ck_assert_int_eq(s_put(store, 5), 0);
     pk_store_snapshot(store, s_watch_begin, s_watch, &w);
@@ -978,7 +993,8 @@ END_TEST
 
 START_TEST(test_concurrent_actors)
 {
-    pk_store_t *store = pk_store_new(NULL, S_POOL, S_BLEN, NULL, (pk_clock_t) { 0 }, NULL);
+    pk_store_t *store = pk_store_new_logged(NULL, S_POOL, S_BLEN, NULL, (pk_clock_t) { 0 }, NULL,
+                                            NULL, NULL, NULL);
     ck_assert_ptr_nonnull(store);
     for (unsigned i = 0; i < S_HOT + S_POOL; i++)
         s_shared[i] = s_key(i);
@@ -1006,7 +1022,242 @@ START_TEST(test_concurrent_actors)
     ck_assert_uint_gt(st.evictions, 0);
     //  with every pin gone, every READY block is evictable again
     uint32_t blocks[S_POOL];
-    ck_assert_int_eq(pk_store_reserve(store, 99, &s_shared[S_HOT], S_POOL, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve_ns(store, 99, PK_NS_SHARED, &s_shared[S_HOT], S_POOL,
+                                         blocks), 0);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+//  ---------------------------------------------------------------------------
+//  The tier seam (tier.h), through a tier of the test's: it records what
+//  the pool evicted (up to S_TIER_MAX blocks, kept by value), answers
+//  PRESENT for a key it holds, PENDING once asked to promote it, and
+//  lands a promotion only when the test says so (s_tier_land), through
+//  the store's ordinary write path, as tier.h prescribes.
+
+#define S_TIER_MAX 8
+
+typedef struct {
+    unsigned ns;
+    uint8_t key[8];
+    uint8_t bytes[16];
+    uint64_t sum;
+    bool moving;                //  asked to promote, not landed yet
+} s_spilled_t;
+
+typedef struct {
+    pk_store_t *store;
+    s_spilled_t held[S_TIER_MAX];
+    size_t nheld;
+    size_t evictions, promotes, forgets;
+    char queries[128];          //  "ns:key " per query, in order
+} s_tier_t;
+
+static s_spilled_t *
+s_tier_find(s_tier_t *t, unsigned ns, const pk_key_t *key)
+{
+    for (size_t i = 0; i < t->nheld; i++)
+        if (t->held[i].ns == ns && key->len == sizeof t->held[i].key
+            && memcmp(key->bytes, t->held[i].key, key->len) == 0)
+            return &t->held[i];
+    return NULL;
+}
+
+static pk_tier_answer_t
+s_tier_query(void *self, unsigned ns, const pk_key_t *key)
+{
+    s_tier_t *t = self;
+    char item[16];
+    snprintf(item, sizeof item, "%u:%d ", ns, key->bytes[4]);
+    strncat(t->queries, item, sizeof t->queries - strlen(t->queries) - 1);
+    //  the hash is pk_key_make's, whatever the namespace
+    ck_assert_uint_eq(key->hash, pk_key_hash(key->bytes, key->len));
+    s_spilled_t *s = s_tier_find(t, ns, key);
+    return !s ? PK_TIER_ABSENT : s->moving ? PK_TIER_PENDING : PK_TIER_PRESENT;
+}
+
+static int
+s_tier_promote(void *self, unsigned ns, const pk_key_t *key)
+{
+    s_tier_t *t = self;
+    s_spilled_t *s = s_tier_find(t, ns, key);
+    ck_assert_ptr_nonnull(s);
+    ck_assert(!s->moving);
+    s->moving = true;
+    t->promotes++;
+    return 0;
+}
+
+static void
+s_tier_evicted(void *self, unsigned ns, const pk_key_t *key, const void *bytes, size_t len,
+               uint64_t sum)
+{
+    s_tier_t *t = self;
+    ck_assert_uint_lt(t->nheld, S_TIER_MAX);
+    ck_assert_uint_eq(key->len, sizeof t->held[0].key);
+    ck_assert_uint_eq(len, sizeof t->held[0].bytes);
+    s_spilled_t *s = &t->held[t->nheld++];
+    *s = (s_spilled_t) { .ns = ns, .sum = sum };
+    memcpy(s->key, key->bytes, key->len);
+    memcpy(s->bytes, bytes, len);
+    t->evictions++;
+}
+
+static void
+s_tier_forget(void *self, unsigned ns, const pk_key_t *key)
+{
+    s_tier_t *t = self;
+    s_spilled_t *s = s_tier_find(t, ns, key);
+    if (s)
+        *s = t->held[--t->nheld];
+    t->forgets++;
+}
+
+static const pk_tier_ops_t s_tier_ops = {
+    .size = sizeof(pk_tier_ops_t),
+    .name = "test",
+    .query = s_tier_query,
+    .promote = s_tier_promote,
+    .evicted = s_tier_evicted,
+    .forget = s_tier_forget,
+};
+
+//  The tier's read came back: s lands in the pool with the checksum it
+//  left with, and leaves the tier.
+static int
+s_tier_land(s_tier_t *t, s_spilled_t *s)
+{
+    pk_key_t key = pk_key_make(s->key, sizeof s->key);
+    uint32_t b;
+    bool given = true;
+    size_t len = (size_t) pk_store_block_len(t->store);
+    int rc = pk_store_reserve_ns(t->store, PK_STORE_OWNER_TIER, s->ns, &key, 1, &b);
+    if (rc)
+        return rc;
+    memcpy((uint8_t *) pk_store_base(t->store) + (size_t) b * len, s->bytes, len);
+    uint64_t sum = s->sum;
+    rc = pk_store_commit_sums(t->store, PK_STORE_OWNER_TIER, s->ns, &key, 1, &sum, &given);
+    *s = t->held[--t->nheld];
+    return rc;
+}
+
+START_TEST(test_tier_takes_what_the_pool_evicts)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 16, 30);
+    s_tier_t t = { .store = store };
+    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    uint64_t job = s_pin(store, 2, NULL);
+    ck_assert_uint_eq(t.evictions, 0);                  //  room: nothing evicted
+    ck_assert_int_eq(s_put(store, 3), 0);               //  evicts 1, the only unpinned
+    ck_assert_uint_eq(t.evictions, 1);
+    ck_assert_uint_eq(t.held[0].ns, PK_NS_SHARED);
+    ck_assert_int_eq(t.held[0].key[4], 1);
+    uint8_t ones[16];
+    memset(ones, 1, sizeof ones);
+    ck_assert_mem_eq(t.held[0].bytes, ones, sizeof ones);
+    ck_assert_uint_eq(t.held[0].sum, pk_checksum(ones, sizeof ones));
+    //  a drop is no eviction: the tier forgets the key, it takes no bytes
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    pk_key_t two = s_key(2);
+    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &two, 1), 0);
+    ck_assert_uint_eq(t.evictions, 1);
+    ck_assert_uint_eq(t.forgets, 1);
+    ck_assert_uint_eq(s_stats(store).evictions, 1);
+    //  a table shorter than the ops the store calls is refused
+    pk_tier_ops_t old = s_tier_ops;
+    old.size = offsetof(pk_tier_ops_t, forget);
+    ck_assert_int_eq(pk_store_set_tier(store, &old, &t), -EINVAL);
+    //  back to the null tier: evictions go nowhere
+    ck_assert_int_eq(pk_store_set_tier(store, NULL, NULL), 0);
+    ck_assert_int_eq(s_put(store, 4), 0);
+    ck_assert_int_eq(s_put(store, 5), 0);
+    ck_assert_uint_eq(t.evictions, 1);
+    ck_assert_uint_eq(s_stats(store).evictions, 2);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+START_TEST(test_tier_answers_an_absent_key)
+{
+    s_clock_t clock = { 0 };
+    pk_store_t *store = s_store(&clock, 2, 16, 30);
+    s_tier_t t = { .store = store };
+    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
+    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(s_put(store, 2), 0);
+    ck_assert_int_eq(s_put(store, 3), 0);               //  1 goes to the tier
+    ck_assert_uint_eq(t.nheld, 1);
+    //  present in the tier: the store promotes it and answers pending
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_uint_eq(t.promotes, 1);
+    ck_assert(t.held[0].moving);
+    //  pending in the tier: pending, and no second promotion
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_uint_eq(t.promotes, 1);
+    //  a key in neither: a miss; a key in the pool: the tier is not asked
+    ck_assert_int_eq(s_lookup(store, 9), PK_LOOKUP_MISS);
+    ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_HIT);
+    ck_assert_str_eq(t.queries, "0:1 0:1 0:9 ");
+    //  not pinnable while it is below the pool
+    pk_key_t one = s_key(1);
+    uint32_t block;
+    bool pinned = true;
+    uint64_t job;
+    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &one, 1, &job, &block, &pinned), 0);
+    ck_assert(!pinned);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    //  it arrives (evicting 2, the oldest, into the tier): a hit, with
+    //  the bytes and the checksum it left with
+    ck_assert_int_eq(s_tier_land(&t, &t.held[0]), 0);
+    ck_assert_uint_eq(t.evictions, 2);
+    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_str_eq(t.queries, "0:1 0:1 0:9 ");
+    uint64_t sum;
+    job = s_pin(store, 1, &block);
+    ck_assert_int_eq(pk_store_block_sums(store, &block, 1, &sum), 0);
+    uint8_t ones[16];
+    memset(ones, 1, sizeof ones);
+    ck_assert_uint_eq(sum, pk_checksum(ones, sizeof ones));
+    ck_assert_mem_eq((uint8_t *) pk_store_base(store) + (size_t) block * 16, ones, 16);
+    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    pk_store_stats_t st = s_stats(store);
+    ck_assert_uint_eq(st.pending, 2);
+    ck_assert_uint_eq(st.misses, 1);
+    s_check_counts(store);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+//  A reader in a namespace asks the tier for its own and the shared one,
+//  always both, as it probes the index; another namespace's spilled key
+//  is as absent as any.
+START_TEST(test_tier_sees_namespaces_as_the_index_does)
+{
+    s_clock_t clock = { 0 };
+    pk_store_config_t config = { 30, 3, false };
+    int rc;
+    pk_store_t *store = pk_store_new_logged(NULL, 1, 16, &config,
+                                            (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
+                                            NULL, &rc);
+    ck_assert_ptr_nonnull(store);
+    s_tier_t t = { .store = store };
+    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
+    uint8_t data[16] = { 0 };
+    pk_key_t k1 = s_key(1), k2 = s_key(2), k3 = s_key(3);
+    ck_assert_int_eq(pk_store_put_ns(store, 2, &k1, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &k2, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_put_ns(store, 1, &k3, data, sizeof data), 0);
+    ck_assert_uint_eq(t.nheld, 2);                      //  2:1 and 0:2 spilled
+    ck_assert_uint_eq(t.held[0].ns, 2);
+    ck_assert_uint_eq(t.held[1].ns, PK_NS_SHARED);
+    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &k1), PK_LOOKUP_MISS);   //  beta's
+    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &k2), PK_LOOKUP_HIT_PENDING);  //  shared's
+    ck_assert_str_eq(t.queries, "1:1 0:1 1:2 0:2 ");
+    ck_assert_uint_eq(t.promotes, 1);
+    ck_assert(t.held[1].moving);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -1036,6 +1287,9 @@ main(void)
     tcase_add_test(tc, test_parent_seam);
     tcase_add_test(tc, test_concurrent_actors);
     tcase_add_test(tc, test_watch_tells_every_change);
+    tcase_add_test(tc, test_tier_takes_what_the_pool_evicts);
+    tcase_add_test(tc, test_tier_answers_an_absent_key);
+    tcase_add_test(tc, test_tier_sees_namespaces_as_the_index_does);
     suite_add_tcase(s, tc);
     return pk_test_run("store", s);
 }

@@ -13,7 +13,7 @@
 #include "daemon.h"
 #include "base/clock.h"
 #include "daemon/server_config.h"
-#include "daemon/store.h"
+#include "store/store.h"
 #include "daemon/tenants.h"
 #include "testutil.h"
 
@@ -241,7 +241,8 @@ START_TEST(test_store_foreign_key_is_an_absent_key)
 {
     int rc;
     pk_store_config_t cfg = { 30.0, 3, false };
-    pk_store_t *store = pk_store_new(NULL, 16, BLOCK, &cfg, pk_clock_system(), &rc);
+    pk_store_t *store = pk_store_new_logged(NULL, 16, BLOCK, &cfg, pk_clock_system(), NULL, NULL,
+                                            NULL, &rc);
     ck_assert_ptr_nonnull(store);
     ck_assert_uint_eq(pk_store_namespaces(store), 3);
     ck_assert_int_eq(pk_store_put_ns(store, 1, &s_pkeys[0], s_data[0], BLOCK), 0);
@@ -328,16 +329,16 @@ START_TEST(test_store_foreign_key_is_an_absent_key)
     ck_assert_int_eq(pk_store_lookup_ns(store, 2, &s_pkeys[4]), PK_LOOKUP_MISS);
     //  shared sees shared only, at one probe, as a store without tenants
     t0 = s_counters(store);
-    ck_assert_int_eq(pk_store_lookup(store, &s_pkeys[0]), PK_LOOKUP_MISS);
-    ck_assert_int_eq(pk_store_lookup(store, &s_pkeys[1]), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_lookup_ns(store, PK_NS_SHARED, &s_pkeys[0]), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_lookup_ns(store, PK_NS_SHARED, &s_pkeys[1]), PK_LOOKUP_HIT);
     ck_assert_uint_eq(s_delta(s_counters(store), t0).probes, 2);
     //  a key being written in alpha: pending for alpha, absent for beta
     uint32_t b5;
     ck_assert_int_eq(pk_store_reserve_ns(store, 9, 1, &s_pkeys[5], 1, &b5), 0);
     ck_assert_int_eq(pk_store_lookup_ns(store, 1, &s_pkeys[5]), PK_LOOKUP_HIT_PENDING);
     ck_assert_int_eq(pk_store_lookup_ns(store, 2, &s_pkeys[5]), PK_LOOKUP_MISS);
-    ck_assert_int_eq(pk_store_commit_ns(store, 9, 2, &s_pkeys[5], 1), -ENOENT);
-    ck_assert_int_eq(pk_store_commit_ns(store, 9, 1, &s_pkeys[5], 1), 0);
+    ck_assert_int_eq(pk_store_commit_sums(store, 9, 2, &s_pkeys[5], 1, NULL, NULL), -ENOENT);
+    ck_assert_int_eq(pk_store_commit_sums(store, 9, 1, &s_pkeys[5], 1, NULL, NULL), 0);
     pk_store_destroy(&store);
 }
 END_TEST

@@ -206,6 +206,12 @@ typedef struct pk_transport_ops {
         not checked since its expect leaves verdict[i] as it was.  */
     void (*channel_verdicts)(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict,
                              size_t n);
+    /*  Writer side, optional: the peer reads block marks (capability
+        "marks", protocol.md section 7), so each write may tell the
+        target which blocks it landed, and the target checks them as they
+        land (expect, above).  A transport that cannot carry them, or
+        whose target knows its blocks anyway (mmap), leaves it NULL.  */
+    void (*channel_marks)(pk_channel_t *channel);
 
     /*  The providers it serves and their properties (pk_provider_t).  The
         default transport's table holds the row named NULL, for every
@@ -397,6 +403,14 @@ pk_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdic
 {
     if (channel->ops->channel_verdicts)
         channel->ops->channel_verdicts(channel, dest, verdict, n);
+}
+
+/*  Nothing where the transport carries no marks (no channel_marks).  */
+static inline void
+pk_channel_marks(pk_channel_t *channel)
+{
+    if (channel->ops->channel_marks)
+        channel->ops->channel_marks(channel);
 }
 
 #endif

@@ -18,7 +18,7 @@
 #define PK_DIRECTORY_H_INCLUDED
 
 #include "cluster/dir_entry.h"
-#include "daemon/store.h"
+#include "store/store.h"
 
 #include <stdbool.h>
 #include <stdint.h>

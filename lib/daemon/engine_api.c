@@ -558,7 +558,7 @@ s_namespaces_json(pk_node_t *self)
 static const char *
 s_session_caps(const pk_peer_t *peer)
 {
-    static const char *const words[] = { PK_CAP_CHECKSUM };
+    static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)

@@ -14,7 +14,7 @@
 #include "daemon/metrics.h"
 #include "daemon/poller.h"
 #include "daemon/directory.h"
-#include "daemon/store.h"
+#include "store/store.h"
 #include "daemon/unsent.h"
 #include "base/transport.h"
 #include "roles/server_session.h"

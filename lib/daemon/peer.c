@@ -273,6 +273,9 @@ s_open_channel(self_t *self, char *reason)
         snprintf(reason, PK_ERRLEN, "channel: %.200s", err);
         return -EPROTO;
     }
+    //  a consumer that reads block marks checks each block as it lands
+    if (pk_caps_has(m->caps, PK_CAP_MARKS))
+        pk_channel_marks(ch);
     self->peer->channel = ch;
     return 0;
 }

@@ -205,7 +205,8 @@ pk_puller_from(pk_node_t *self, zmsg_t *msg)
         size_t nlanded = 0;
         for (size_t i = 0; i < p->n; i++) {
             if (p->landed[i]) {
-                if (pk_store_commit_ns(self->store, p->owner, p->ns, &p->keys[i], 1) == 0)
+                if (pk_store_commit_sums(self->store, p->owner, p->ns, &p->keys[i], 1, NULL,
+                                         NULL) == 0)
                     nlanded++;
                 continue;
             }

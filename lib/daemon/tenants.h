@@ -23,11 +23,11 @@
 #ifndef PK_TENANTS_H_INCLUDED
 #define PK_TENANTS_H_INCLUDED
 
+#include "store/namespace.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
-#define PK_NS_SHARED 0
-#define PK_NS_MAX 256               //  namespaces, shared included
 #define PK_NS_MAX_NAME 32
 #define PK_NS_SHARED_NAME "shared"
 #define PK_CURVE_KEY_Z85 40

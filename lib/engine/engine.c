@@ -79,7 +79,7 @@ s_map(p2pkv_engine_t *self, char *err)
         goto undo_fd;
     }
     //  The server reserves its pool's memory before it says ready
-    //  (store.c), so every page exists and no write of ours can SIGBUS.
+    //  (store/pool.c), so every page exists and no write of ours can SIGBUS.
     //  A pool with fewer bytes allocated than its size (a server before
     //  that rule) is reserved here, or refused: an error now, not a
     //  SIGBUS at the first block there is no room for.  Costs nothing

@@ -218,12 +218,12 @@ pk_client_role_destroy(pk_client_role_t **self_p)
     if (!self_p || !*self_p)
         return;
     pk_client_role_t *self = *self_p;
-    for (size_t i = 0; self->requests.slots && i <= self->requests.mask; i++)
-        if (self->requests.slots[i].key.bytes)
-            s_request_free((s_request_t *) (uintptr_t) self->requests.slots[i].a);
-    for (size_t i = 0; self->lookups.slots && i <= self->lookups.mask; i++)
-        if (self->lookups.slots[i].key.bytes)
-            s_lookup_free((s_lookup_t *) (uintptr_t) self->lookups.slots[i].a);
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->requests, &at)); )
+        s_request_free((s_request_t *) (uintptr_t) e->a);
+    at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->lookups, &at)); )
+        s_lookup_free((s_lookup_t *) (uintptr_t) e->a);
     while (self->loads_head) {
         s_load_t *l = self->loads_head;
         self->loads_head = l->next;
@@ -317,10 +317,9 @@ pk_client_role_flush(pk_client_role_t *self)
     if (!self->queued)
         return;
     self->queued = false;
-    for (size_t i = 0; self->requests.slots && i <= self->requests.mask; i++) {
-        if (!self->requests.slots[i].key.bytes)
-            continue;
-        s_request_t *r = (s_request_t *) (uintptr_t) self->requests.slots[i].a;
+    size_t pos = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->requests, &pos)); ) {
+        s_request_t *r = (s_request_t *) (uintptr_t) e->a;
         if (!r->nprobe)
             continue;
         s_lookup_t *l = calloc(1, sizeof *l);
@@ -631,10 +630,9 @@ s_take_lookups(pk_client_role_t *self, const char *kv, bool open_only, size_t *n
 {
     size_t n = 0, cap = pk_keymap_size(&self->lookups);
     s_lookup_t **taken = cap ? malloc(cap * sizeof *taken) : NULL;
-    for (size_t i = 0; taken && i <= self->lookups.mask; i++) {
-        if (!self->lookups.slots[i].key.bytes)
-            continue;
-        s_lookup_t *l = (s_lookup_t *) (uintptr_t) self->lookups.slots[i].a;
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; taken && (e = pk_keymap_next(&self->lookups, &at)); ) {
+        s_lookup_t *l = (s_lookup_t *) (uintptr_t) e->a;
         if ((!kv || strcmp(l->kv, kv) == 0) && !(open_only && l->answered))
             taken[n++] = l;
     }
@@ -668,10 +666,9 @@ pk_client_role_finish(pk_client_role_t *self, const char *kv)
         //  latest, answered or not, whose hits were not fetched), or a
         //  fresh one
         uint64_t round = 0;
-        for (size_t i = 0; self->lookups.slots && i <= self->lookups.mask; i++) {
-            if (!self->lookups.slots[i].key.bytes)
-                continue;
-            s_lookup_t *l = (s_lookup_t *) (uintptr_t) self->lookups.slots[i].a;
+        size_t at = 0;
+        for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->lookups, &at)); ) {
+            s_lookup_t *l = (s_lookup_t *) (uintptr_t) e->a;
             if (l->round > round && strcmp(l->kv, kv) == 0)
                 round = l->round;
         }

@@ -907,9 +907,9 @@ s_request_free_all(pk_server_role_t *self, s_request_t *req)
 static void
 s_free_everything(pk_server_role_t *self)
 {
-    for (size_t i = 0; self->requests.slots && i <= self->requests.mask; i++)
-        if (self->requests.slots[i].key.bytes)
-            s_request_free_all(self, (s_request_t *) (uintptr_t) self->requests.slots[i].a);
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->requests, &at)); )
+        s_request_free_all(self, (s_request_t *) (uintptr_t) e->a);
     pk_keymap_fini(&self->requests);
     pk_keymap_fini(&self->rounds);
     pk_keymap_fini(&self->xfers);
@@ -1696,10 +1696,9 @@ pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njobs_p,
         uint64_t *tids = malloc(n * sizeof *tids);
         if (!tids)
             return -ENOMEM;
-        size_t i = 0;
-        for (size_t s = 0; s <= self->xfers.mask; s++)
-            if (self->xfers.slots[s].key.bytes)
-                tids[i++] = ((s_xfer_t *) (uintptr_t) self->xfers.slots[s].a)->tid;
+        size_t i = 0, at = 0;
+        for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->xfers, &at)); )
+            tids[i++] = ((s_xfer_t *) (uintptr_t) e->a)->tid;
         qsort(tids, n, sizeof *tids, s_cmp_u64);
         self->transport.cancel(self->transport.self, tids, n, PK_CANCEL_IMMEDIATE, tids);
         free(tids);
@@ -1710,10 +1709,9 @@ pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njobs_p,
     uint64_t *jobs = owed ? malloc(owed * sizeof *jobs) : NULL;
     if (owed && !jobs)
         return -ENOMEM;
-    for (size_t s = 0; self->requests.slots && s <= self->requests.mask; s++) {
-        if (!self->requests.slots[s].key.bytes)
-            continue;
-        s_request_t *req = (s_request_t *) (uintptr_t) self->requests.slots[s].a;
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->requests, &at)); ) {
+        s_request_t *req = (s_request_t *) (uintptr_t) e->a;
         for (s_round_t *r = req->rounds_head; r; r = r->next)
             for (s_job_t *job = r->jobs; job; job = job->next)
                 if (!job->decided && i < owed)

@@ -16,42 +16,7 @@
 #include "base/clock.h"
 #include "wire/protocol.h"
 #include "base/transport.h"
-
-typedef enum {
-    PK_LOOKUP_HIT,
-    PK_LOOKUP_MISS,
-    PK_LOOKUP_HIT_PENDING,      //  being written: ask again later
-    PK_LOOKUP_RETRY             //  busy: ask again later
-} pk_lookup_result_t;
-
-/*  Names one lookup for the store's per-request bookkeeping.  */
-typedef struct {
-    const char *kv_request_id;
-    uint64_t round_seq;
-    uint64_t lookup_id;         //  unique within the role
-} pk_lookup_ctx_t;
-
-typedef struct {
-    void *self;
-    pk_lookup_result_t (*lookup)(void *self, const pk_key_t *key, const pk_lookup_ctx_t *ctx);
-    /*  Pins the blocks of n keys as one job.  Fills *job_id, blocks[i] (the
-        local block of key i) and pinned[i]: false for a key that could not
-        be pinned (evicted since its lookup), which the role answers as a
-        miss.  Returns 0 or a negative error (then nothing is pinned).  */
-    int (*create_store_job)(void *self, const pk_lookup_ctx_t *ctx, const pk_key_t *keys,
-                            size_t n, uint64_t *job_id, uint32_t *blocks, bool *pinned);
-    /*  Bracket every lookup: each on_new_request gets one
-        on_request_finished.  */
-    void (*on_new_request)(void *self, const pk_lookup_ctx_t *ctx);
-    void (*on_request_finished)(void *self, const pk_lookup_ctx_t *ctx);
-    /*  A job's result: success or failure, once per job; unpins it.  */
-    void (*store_result)(void *self, uint64_t job_id, bool success);
-    /*  Optional (NULL: the lookup answers carry no checksums): the
-        checksums of n pinned blocks (a pinned block's bytes and checksum
-        cannot change), taken when they were committed.  0 or a negative
-        error (then the answer carries none).  */
-    int (*block_sums)(void *self, const uint32_t *blocks, size_t n, uint64_t *sums);
-} pk_parent_t;
+#include "base/parent.h"
 
 typedef struct {
     void *self;

@@ -150,9 +150,12 @@ typedef struct {
     each list the words their sender has in caps, one space apart; a
     session uses what both list, so a peer with some of them and not
     others still works.  checksum: lookup answers carry each hit's block
-    checksum (section 7).  Words a side does not know are ignored.  */
+    checksum (section 7).  marks: the consumer reads 64-bit immediates
+    whose high half names the write's first block (section 7).  Words a
+    side does not know are ignored.  */
 #define PK_CAP_CHECKSUM "checksum"
-#define PK_CAPS PK_CAP_CHECKSUM         /* every word this build has */
+#define PK_CAP_MARKS "marks"
+#define PK_CAPS PK_CAP_CHECKSUM " " PK_CAP_MARKS   /* every word this build has */
 /*  True when caps (NULL: none) lists word.  */
 bool pk_caps_has(const char *caps, const char *word);
 

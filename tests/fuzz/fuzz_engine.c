@@ -143,7 +143,8 @@ s_world_init(s_world_t *w)
     //  named, as the daemon's always is (describe answers with the name)
     char name[64];
     snprintf(name, sizeof name, "/p2pkv-fuzz-engine-%d", (int) getpid());
-    n->store = pk_store_new(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now }, NULL);
+    n->store = pk_store_new_logged(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now },
+                                   NULL, NULL, NULL, NULL);
     const pk_transport_ops_t *ops = pk_memtransport_ops();
     pk_fabric_t *f = n->store ? pk_fabric_open(ops, NULL, pk_store_base(n->store), S_BLOCKS,
                                                  S_BLOCK_LEN, NULL, NULL) : NULL;

@@ -261,8 +261,7 @@ s_channel_free(pk_mmap_channel_t *self)
         munmap((void *) self->src, self->src_len);
     free(self->finished);
     free(self->rounds);
-    free(self->expect_sum);
-    free((void *) self->expect_state);
+    pk_block_check_fini(&self->check);
     free(self->msg);
     free(self);
 }

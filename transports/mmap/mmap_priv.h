@@ -12,6 +12,7 @@
 
 #include "mmap/mmap.h"
 #include "mmap/copier.h"
+#include "base/block_check.h"
 #include "base/host_id.h"
 
 #include <stdatomic.h>
@@ -144,11 +145,8 @@ typedef struct {
     bool cur_failed;
     pk_mmap_round_t *rounds;
     size_t nrounds, caprounds;
-    //  the end-to-end check (mmap_target.c): per block of our pool, the
-    //  checksum expected and what its copy found; made at the first
-    //  expect, 9 bytes a block of the consumer's pool
-    uint64_t *expect_sum;
-    _Atomic uint8_t *expect_state;
+    //  the end-to-end check in the copy (mmap_target.c)
+    pk_block_check_t check;
     pk_channel_stats_t stats;
 } pk_mmap_channel_t;
 

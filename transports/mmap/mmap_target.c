@@ -145,29 +145,22 @@ s_recv(pk_mmap_channel_t *self)
 }
 
 //  --------------------------------------------------------------------------
-//  The end-to-end check in the copy (transport.h, channel_expect): a block
-//  expected is hashed on the thread that copied it, right after its copy.
-//  The states are only read and set by the copies of one batch, each
-//  block by one thread, and changed by expect and verdicts only between
-//  batches (the owner's thread runs both), so a state needs no lock; it is
-//  atomic for the helpers' sake.
-
-enum { S_UNEXPECTED = 0, S_EXPECTED, S_OK, S_CORRUPT };
+//  The end-to-end check in the copy (transport.h, channel_expect;
+//  base/block_check.h): a block expected is hashed on the thread that
+//  copied it, right after its copy.
 
 static bool
 s_check_wants(void *arg, uint32_t dst)
 {
     pk_mmap_channel_t *self = arg;
-    return atomic_load_explicit(&self->expect_state[dst], memory_order_relaxed) == S_EXPECTED;
+    return pk_block_check_wants(&self->check, dst);
 }
 
 static void
 s_check_found(void *arg, uint32_t dst, uint64_t sum)
 {
     pk_mmap_channel_t *self = arg;
-    atomic_store_explicit(&self->expect_state[dst],
-                          sum == self->expect_sum[dst] ? S_OK : S_CORRUPT,
-                          memory_order_relaxed);
+    pk_block_check_found(&self->check, dst, sum);
 }
 
 int
@@ -175,28 +168,9 @@ pk_mmap_channel_expect(pk_channel_t *channel, const uint32_t *dest, const uint64
                        size_t n)
 {
     pk_mmap_channel_t *self = (pk_mmap_channel_t *) channel;
-    uint64_t blocks = self->fabric->num_blocks;
     if (!self->target)
         return -EINVAL;
-    if (!self->expect_state) {
-        self->expect_sum = malloc(blocks * sizeof *self->expect_sum);
-        self->expect_state = calloc(blocks, sizeof *self->expect_state);
-        if (!self->expect_sum || !self->expect_state) {
-            free(self->expect_sum);
-            free((void *) self->expect_state);
-            self->expect_sum = NULL;
-            self->expect_state = NULL;
-            return -ENOMEM;
-        }
-    }
-    for (size_t i = 0; i < n; i++)
-        if (dest[i] >= blocks)
-            return -ERANGE;
-    for (size_t i = 0; i < n; i++) {
-        self->expect_sum[dest[i]] = sums[i];
-        atomic_store_explicit(&self->expect_state[dest[i]], S_EXPECTED, memory_order_relaxed);
-    }
-    return 0;
+    return pk_block_check_expect(&self->check, self->fabric->num_blocks, dest, sums, n);
 }
 
 void
@@ -204,14 +178,7 @@ pk_mmap_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *v
                          size_t n)
 {
     pk_mmap_channel_t *self = (pk_mmap_channel_t *) channel;
-    for (size_t i = 0; self->expect_state && i < n; i++) {
-        if (dest[i] >= self->fabric->num_blocks)
-            continue;
-        uint8_t st = atomic_exchange_explicit(&self->expect_state[dest[i]], S_UNEXPECTED,
-                                              memory_order_relaxed);
-        if (st == S_OK || st == S_CORRUPT)
-            verdict[i] = st == S_OK ? PK_VERDICT_OK : PK_VERDICT_CORRUPT;
-    }
+    pk_block_check_verdicts(&self->check, dest, verdict, n);
 }
 
 //  Copies the open write's next pairs, within *budget bytes.
@@ -238,7 +205,7 @@ s_copy(pk_mmap_channel_t *self, size_t *budget)
         pk_copy_check_t check = { s_check_wants, s_check_found, self };
         size_t landed = pk_copier_run(self->fabric->copier, self->fabric->base, self->src,
                                       chunk, k, bl, &self->ctrl->closed,
-                                      self->expect_state ? &check : NULL);
+                                      self->check.state ? &check : NULL);
         if (landed < k)
             self->cur_failed = true;    //  cut off meanwhile
         r->count += landed;

@@ -489,6 +489,7 @@ pk_ofi_channel_destroy(pk_ofi_channel_t **self_p)
         if (self->landed.slots[i].key.bytes)
             free((s_landed_t *) (uintptr_t) self->landed.slots[i].a);
     pk_keymap_fini(&self->landed);
+    pk_block_check_fini(&self->check);
     free(self->finished);
     atomic_fetch_sub(&self->ofi->channels_open, 1);
     free(self);
@@ -675,6 +676,9 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         op->blocks = (uint32_t) run;
         op->len = run * ofi->block_len;
         op->imm = tag | run;
+        //  the mark: the run's first block at the target (ofi.h)
+        if (self->marks && remote[i + 1 - run] <= S_MARK_MAX)
+            op->imm |= S_MARK_BIT | (uint64_t) remote[i + 1 - run] << 32;
     }
     for (size_t i = 0; i < nops; i++) {
         op = &x->ops[i];
@@ -732,6 +736,11 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
                 if (l)
                     l->count += blocks;
                 self->stats.blocks_landed += blocks;
+                //  a marked immediate names its blocks: each expected one
+                //  is hashed now, just written, still in cache
+                if (entries[i].data & S_MARK_BIT)
+                    pk_block_check_landed(&self->check, self->ofi->base, self->ofi->block_len,
+                                          (entries[i].data >> 32) & S_MARK_MAX, blocks);
             }
             else if (entries[i].op_context) {
                 s_op_end(self, (s_op_t *) entries[i].op_context, true);
@@ -924,6 +933,28 @@ s_landed_find(pk_ofi_channel_t *self, uint32_t tag)
     pk_key_t key = { (const uint8_t *) &tag, sizeof tag, pk_hash_id(tag, 2) };
     pk_keymap_entry_t *e = pk_keymap_find(&self->landed, &key);
     return e ? (s_landed_t *) (uintptr_t) e->a : NULL;
+}
+
+void
+pk_ofi_channel_marks(pk_ofi_channel_t *self)
+{
+    self->marks = self->ofi->info->domain_attr->cq_data_size >= 8;
+}
+
+int
+pk_ofi_channel_expect(pk_ofi_channel_t *self, const uint32_t *dest, const uint64_t *sums,
+                      size_t n)
+{
+    if (!self->expose_mr)
+        return -EINVAL;             //  a writer: nothing lands here
+    return pk_block_check_expect(&self->check, self->ofi->num_blocks, dest, sums, n);
+}
+
+void
+pk_ofi_channel_verdicts(pk_ofi_channel_t *self, const uint32_t *dest, uint8_t *verdict,
+                        size_t n)
+{
+    pk_block_check_verdicts(&self->check, dest, verdict, n);
 }
 
 uint64_t

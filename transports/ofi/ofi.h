@@ -139,6 +139,22 @@ uint64_t pk_ofi_channel_landed(pk_ofi_channel_t *self, uint64_t round_seq);
     claimed it since).  The consumer calls it when the round's load ends.  */
 void pk_ofi_channel_forget(pk_ofi_channel_t *self, uint64_t round_seq);
 
+/*  Block marks (capability "marks", protocol.md section 7): from now on
+    each write's immediate also names its first destination block, in
+    bits 32..62 with bit 63 set, where the provider carries 64 bits of CQ
+    data (else nothing changes).  The target then knows which blocks each
+    immediate landed and checks them at once (expect, below).  Writer
+    side; the peer said it reads them.  */
+void pk_ofi_channel_marks(pk_ofi_channel_t *self);
+
+/*  The end-to-end check at landing (transport.h channel_expect and
+    channel_verdicts; base/block_check.h): a target channel hashes each
+    expected block when a marked immediate says it landed.  */
+int pk_ofi_channel_expect(pk_ofi_channel_t *self, const uint32_t *dest, const uint64_t *sums,
+                          size_t n);
+void pk_ofi_channel_verdicts(pk_ofi_channel_t *self, const uint32_t *dest, uint8_t *verdict,
+                             size_t n);
+
 /*  Closes the exposed registration: nothing written by the peer lands
     afterwards.  */
 void pk_ofi_channel_revoke(pk_ofi_channel_t *self);

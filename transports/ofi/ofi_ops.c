@@ -161,6 +161,24 @@ s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
                                     f.blocks_landed, f.transfers };
 }
 
+static void
+s_channel_marks(pk_channel_t *channel)
+{
+    pk_ofi_channel_marks((pk_ofi_channel_t *) channel);
+}
+
+static int
+s_channel_expect(pk_channel_t *channel, const uint32_t *dest, const uint64_t *sums, size_t n)
+{
+    return pk_ofi_channel_expect((pk_ofi_channel_t *) channel, dest, sums, n);
+}
+
+static void
+s_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict, size_t n)
+{
+    pk_ofi_channel_verdicts((pk_ofi_channel_t *) channel, dest, verdict, n);
+}
+
 static pk_transport_t
 s_channel_transport(pk_channel_t *channel)
 {
@@ -191,6 +209,9 @@ const pk_transport_ops_t pk_ofi_transport_ops = {
     .channel_stats = s_channel_stats,
     .channel_transport = s_channel_transport,
     .blob_provider = pk_ofi_blob_provider,
+    .channel_expect = s_channel_expect,
+    .channel_verdicts = s_channel_verdicts,
+    .channel_marks = s_channel_marks,
     .providers = s_providers,
     .nproviders = sizeof s_providers / sizeof s_providers[0],
 };

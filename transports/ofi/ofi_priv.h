@@ -5,6 +5,7 @@
 #ifndef PK_OFI_PRIV_H_INCLUDED
 #define PK_OFI_PRIV_H_INCLUDED
 
+#include "base/block_check.h"
 #include "base/keymap.h"
 #include "ofi/ofi.h"
 
@@ -23,6 +24,9 @@
 #define S_RX_SIZE 16                //  we post none; providers want some
 #define S_BLOB_MAGIC "PKOF"
 #define S_MAX_ADDR 256
+//  A block mark in the immediate's high half (ofi.h, pk_ofi_channel_marks)
+#define S_MARK_BIT (UINT64_C(1) << 63)
+#define S_MARK_MAX UINT64_C(0x7fffffff)
 
 struct _pk_ofi_t {
     pk_fabric_t head;               //  first: a pk_fabric_t of the seam (transport.h)
@@ -112,6 +116,11 @@ struct _pk_ofi_channel_t {
     s_finished_t *finished;
     size_t nfinished, capfinished;
     pk_keymap_t landed;             //  round tag -> s_landed_t
+    //  writer: the peer reads block marks (pk_ofi_channel_marks) and
+    //  the provider carries 64 bits of CQ data
+    bool marks;
+    //  target: the end-to-end check at each marked immediate
+    pk_block_check_t check;
     pk_ofi_stats_t stats;
 };
 

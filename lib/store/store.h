@@ -1,0 +1,220 @@
+/*  store.h: the block store, the node's pool of KV-cache blocks and the
+    server role's parent.
+
+    The pool is num_blocks x block_len bytes of shared memory (pool.h) that
+    the local engine maps and writes into; the store keeps the index from
+    key to block and each block's state: FREE, WRITING (reserved by the
+    engine, under a lease) or READY (index.h).  Remote lookups pin READY
+    blocks for as long as a transfer may read them (pins.h); unpinned READY
+    blocks are evicted least recently used when the engine needs room, and
+    handed to the tier under the pool first (tier.h; the null tier by
+    default).  All actors of a node share one store: every call is
+    thread-safe and holds one short critical section, and costs in
+    proportion to its own input.
+
+    Keys are copied into the store (up to PK_MAX_KEY_BYTES bytes); the
+    caller's pk_key_t must carry pk_key_make's hash.
+
+    Namespaces (namespace.h): every operation names one; PK_NS_SHARED is
+    the one a store made without namespaces has.  Writes (reserve,
+    commit, put, drop) act on their namespace only; reads on behalf of
+    namespace ns (lookup, pin) see ns and shared, and always probe both:
+    a key held only by another namespace answers exactly like an absent
+    one, at the same cost.
+*/
+#ifndef PK_STORE_H_INCLUDED
+#define PK_STORE_H_INCLUDED
+
+#include "base/clock.h"
+#include "base/key.h"
+#include "base/parent.h"
+#include "store/namespace.h"
+#include "store/pool.h"
+#include "store/tier.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*  blocks[i] of a key that was not pinned.  */
+#define PK_STORE_NO_BLOCK UINT32_MAX
+
+/*  The owner under which pk_store_put_ns holds its reservation while it
+    copies; reserve, commit and release_owner refuse it.  */
+#define PK_STORE_OWNER_PUT UINT64_MAX
+
+typedef struct {
+    double lease_timeout;       //  a reservation not committed by then is freed (30 s)
+    size_t namespaces;          //  0 or 1: the shared one only; at most PK_NS_MAX
+    bool no_checksums;          //  take no block checksums at commit (--block-checksums
+                                //  off: lookup answers then carry none)
+} pk_store_config_t;
+
+#define PK_STORE_CONFIG_DEFAULT { 30.0, 1, false }
+
+/*  Where pk_store_new_logged says that it reclaimed a dead owner's pool.  */
+typedef pk_pool_log_fn pk_store_log_fn;
+
+typedef struct {
+    size_t free;                //  blocks by state: free + writing + ready = num_blocks
+    size_t writing;
+    size_t ready;
+    size_t pinned;              //  READY blocks with at least one pin
+    size_t jobs;                //  pin jobs not yet released
+    size_t open_lookups;        //  the parent's on_new_request minus on_request_finished
+    uint64_t evictions;
+    uint64_t lookups;           //  = hits + pending + misses
+    uint64_t hits;
+    uint64_t pending;           //  answered HIT_PENDING (being written, or the tier's)
+    uint64_t misses;
+    uint64_t expired;           //  leases that ran out
+    uint64_t probes;            //  index probes made by lookups and pins (2 per key
+                                //  for a namespace other than shared, else 1)
+} pk_store_stats_t;
+
+/*  One namespace's share: its blocks READY and pinned (by the block's
+    namespace), and the lookups made on its behalf (by the asker's
+    namespace; a hit may be on a shared block).  */
+typedef struct {
+    size_t ready, pinned;
+    uint64_t lookups, hits, pending, misses;
+} pk_store_ns_stats_t;
+
+typedef struct _pk_store_t pk_store_t;
+
+/*  Creates the pool (pool.h: in the shared-memory object name, "/p2pkv-
+    <something>", or in anonymous shared memory if name is NULL; a named
+    one locked, a dead owner's reclaimed with one line to log, NULL:
+    standard error) and an empty index.  num_blocks is 1..2^31, block_len
+    at least 1, and the pool must fit in an off_t.  config NULL means
+    PK_STORE_CONFIG_DEFAULT; a clock without now means CLOCK_MONOTONIC.
+    Returns NULL on failure with the reason in *rc_p (may be NULL) and,
+    when a named pool fails, a sentence naming it in err (PK_ERRLEN bytes,
+    or NULL): -EINVAL, -EEXIST (a live store holds the name), -ENOMEM,
+    -ENOSPC, or what shm_open, flock, ftruncate, posix_fallocate or mmap
+    said.  */
+pk_store_t *pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
+                                const pk_store_config_t *config, pk_clock_t clock,
+                                pk_store_log_fn *log, void *log_arg, char *err, int *rc_p);
+
+/*  Unmaps the pool, removes its shared-memory object and drops its
+    lock.  Pins and reservations still held die with it.  The tier is
+    the caller's.  */
+void pk_store_destroy(pk_store_t **self_p);
+
+void *pk_store_base(const pk_store_t *self);
+uint64_t pk_store_num_blocks(const pk_store_t *self);
+uint64_t pk_store_block_len(const pk_store_t *self);
+const char *pk_store_name(const pk_store_t *self);      //  NULL for anonymous memory
+size_t pk_store_namespaces(const pk_store_t *self);
+
+/*  Puts a tier under the pool (tier.h): ops and its self, or NULL for the
+    null tier.  -EINVAL for a table shorter than the ops the store calls.
+    The tier must stay alive until another replaces it or the store is
+    destroyed.  */
+int pk_store_set_tier(pk_store_t *self, const pk_tier_ops_t *ops, void *tier);
+
+/*  On behalf of namespace ns: ns's block if READY (HIT, a use for the
+    LRU), else shared's if READY, else HIT_PENDING if either is being
+    written, else what the tier says (HIT_PENDING while it brings the key
+    up), else MISS.  An ns the store has not (>= namespaces) looks at
+    shared only.  */
+pk_lookup_result_t pk_store_lookup_ns(pk_store_t *self, unsigned ns, const pk_key_t *key);
+
+/*  The engine's write path, in namespace ns (-EINVAL for one the store
+    has not).  reserve takes n blocks in WRITING state for n new keys,
+    under owner's lease, evicting LRU blocks if nothing is free, and
+    returns them in blocks[]; all or nothing: -EEXIST if a key is present
+    in ns itself (or repeated), whatever other namespaces hold, -ENOSPC at
+    once if fewer than n blocks are free or evictable, -EINVAL for a bad
+    key or PK_STORE_OWNER_PUT.  */
+int pk_store_reserve_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                        size_t n, uint32_t *blocks);
+/*  Makes them READY; all or nothing: -ENOENT if a key is not WRITING
+    under owner (its lease may have expired).  Each block's checksum
+    (base/checksum.h) is the writer's where given[i] (sums[i], taken while
+    it wrote them), else the store takes it from the bytes; sums NULL:
+    all the store's.  */
+int pk_store_commit_sums(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                         size_t n, const uint64_t *sums, const bool *given);
+
+/*  Reserve, copy and commit one block by value in ns; len must be
+    block_len (-EINVAL).  The copy runs outside the lock.  -ETIMEDOUT if
+    the lease ran out during the copy.  */
+int pk_store_put_ns(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *data,
+                    size_t len);
+
+/*  Removes READY keys of ns (and tells the tier to forget them); absent
+    keys are ignored.  All or nothing: -EBUSY if a key is pinned or
+    WRITING (a reservation ends by commit, lease or release_owner, never
+    by drop).  */
+int pk_store_drop_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n);
+
+/*  Pins, on behalf of namespace ns, the READY keys of keys[] (each
+    resolved as pk_store_lookup_ns does; the tier is not asked) as one new
+    job: *job_id is the next id of the store's one counter, and for each
+    key pinned[i] and blocks[i] (PK_STORE_NO_BLOCK when not pinned:
+    absent or still WRITING, e.g. evicted since the caller's lookup).
+    The job exists even if nothing was pinned.  Returns 0, or -EINVAL /
+    -ENOMEM with nothing pinned.  */
+int pk_store_pin_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n,
+                    uint64_t *job_id, uint32_t *blocks, bool *pinned);
+
+/*  The same under an id from pk_store_new_job_id (the engine's
+    prefill/decode stores): -EINVAL if the counter never gave it, -EEXIST
+    if a job with that id is live.  */
+int pk_store_pin_job_ns(pk_store_t *self, unsigned ns, uint64_t job_id, const pk_key_t *keys,
+                        size_t n, uint32_t *blocks, bool *pinned);
+
+/*  Takes the next id from the counter pk_store_pin_ns uses (the first is 1).  */
+uint64_t pk_store_new_job_id(pk_store_t *self);
+
+/*  Unpins every block of the job and forgets it; -ENOENT for an unknown job.  */
+int pk_store_release_job(pk_store_t *self, uint64_t job_id);
+
+/*  The checksums (base/checksum.h) of n pinned blocks, taken at their
+    commit: 0, -EINVAL when one is not a pinned READY block, -ENOTSUP when
+    the store takes none (no_checksums).  */
+int pk_store_block_sums(pk_store_t *self, const uint32_t *blocks, size_t n, uint64_t *sums);
+
+/*  Frees every reservation whose lease ran out; returns how many.  Reserve,
+    commit, lookup and pin sweep too.  */
+size_t pk_store_expire_leases(pk_store_t *self);
+
+/*  Frees every WRITING block of owner (its engine connection went away);
+    returns how many.  */
+size_t pk_store_release_owner(pk_store_t *self, uint64_t owner);
+
+/*  The whole store's counts, and namespace ns's share of them (0, or
+    -EINVAL past namespaces): two structs, not one call, because the
+    metrics and `p2pkv stats` read the whole once and the shares per
+    namespace.  */
+void pk_store_stats(pk_store_t *self, pk_store_stats_t *out);
+int pk_store_stats_ns(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out);
+
+/*  The directory's feed (issue 14): fn hears every change of the set of
+    keys the store holds READY, added (commit, put: WRITING -> READY) or
+    removed (drop, eviction: READY -> FREE).  It runs inside the store's
+    critical section, on the thread that made the change, so it sees the
+    changes in their true order; it must be short and must not call the
+    store (the directory copies the key into its bounded queue).  A lease
+    that runs out is no change: a WRITING key was never held.  fn NULL
+    stops it.  */
+typedef void (pk_store_watch_fn)(void *arg, bool added, const pk_key_t *key);
+void pk_store_watch(pk_store_t *self, pk_store_watch_fn *fn, void *arg);
+
+/*  Under one hold of the lock: begin(arg), then fn(arg, true, key) for
+    every READY key.  The watch's calls after it are exactly the changes
+    since, so begin may discard what the watch queued before.  Costs one
+    pass over the pool's blocks inside the critical section (a resync
+    after start, a lost directory or a full queue, not a steady cost).  */
+void pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watch_fn *fn,
+                       void *arg);
+
+/*  The server role's parent seam (base/parent.h), served by this store in
+    the shared namespace: lookup is pk_store_lookup_ns, create_store_job
+    pk_store_pin_ns, store_result pk_store_release_job, block_sums
+    pk_store_block_sums, and the request brackets keep open_lookups.  */
+pk_parent_t pk_store_parent(pk_store_t *self);
+
+#endif
