@@ -16,7 +16,10 @@ cc=${CC:-cc}
 
 names='shm|mmap|tcp|verbs|efa|ofi|mem|sockets|udp|psm2|psm3|opx|cxi|ucx'
 # a comparison or finder with a literal name, or a list that holds one
-pattern="(str(n)?cmp|streq|strstr|pk_transport_(find|for|provider))[[:space:]]*\\([^;]*\"($names)(;[^\"]*)?\"|[{,][[:space:]]*\"($names)\"[[:space:]]*[,}]"
+compare="(str(n)?cmp|streq|strstr|pk_transport_(find|for|provider))[[:space:]]*\\([^;]*"
+compare="$compare\"($names)(;[^\"]*)?\""
+list="[{,][[:space:]]*\"($names)\"[[:space:]]*[,}]"
+pattern="$compare|$list"
 
 bad=0
 # lib/sim is an implementation of the seam itself (the in-memory one)
