@@ -16,7 +16,6 @@ struct _tc_t {
     pk_client_session_t *session;   //  the handshake and the epochs
     zsock_t *dealer;                //  the session's socket, once started
     uint8_t *pool;
-    const pk_transport_ops_t *ops;
     pk_fabric_t *fabric;
     pk_channel_t *ch;
     char curve[3][41];              //  public, secret, server's (Z85); "" without CURVE
@@ -43,7 +42,7 @@ s_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p, char *e
     }
     if (zsock_connect(self->dealer, "%s", self->config.endpoint) < 0)
         return pk_err(err, -EINVAL, "cannot connect to %s", self->config.endpoint);
-    if (self->ops->channel_blob(self->ch, blob_p, len_p))
+    if (pk_channel_blob(self->ch, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the endpoint");
     return 0;
 }
@@ -106,12 +105,10 @@ tc_new(const tc_config_t *config)
     char err[PK_ERRLEN];
     int rc;
     pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
-    self->ops = pk_transport_find("ofi");
-    if (pk_transport_ops_check(self->ops, PK_TRANSPORT_OPS_SIZE, err) == 0)
-        self->fabric = self->ops->fabric_open(&fc, self->pool, config->num_blocks,
-                                              config->block_len, &rc, err);
+    self->fabric = pk_fabric_open(pk_transport_find("ofi"), &fc, self->pool, config->num_blocks,
+                                  config->block_len, &rc, err);
     if (self->fabric)
-        self->ch = self->ops->channel_new(self->fabric, true, &rc, err);
+        self->ch = pk_channel_new(self->fabric, true, &rc, err);
     //  connect is repeated every 0.5 s until answered
     pk_client_session_config_t sc = { 0.5, 3600, 3600, true };
     pk_client_identity_t id = { config->endpoint, config->peer_id, config->num_blocks,
@@ -136,9 +133,9 @@ tc_destroy(tc_t **self_p)
     pk_client_session_destroy(&self->session);
     zsock_destroy(&self->dealer);
     if (self->ch)
-        self->ops->channel_close(&self->ch);
+        pk_channel_close(&self->ch);
     if (self->fabric)
-        self->ops->fabric_close(&self->fabric);
+        pk_fabric_close(&self->fabric);
     free(self->pool);
     free(self);
     *self_p = NULL;
@@ -180,7 +177,7 @@ tc_recv(tc_t *self, double timeout)
 {
     double deadline = pk_clock_monotonic() + timeout;
     while (pk_clock_monotonic() < deadline) {
-        self->ops->channel_progress(self->ch);
+        pk_channel_progress(self->ch);
         if (self->dealer && (zsock_events(self->dealer) & ZMQ_POLLIN)) {
             zframe_t *f = zframe_recv(self->dealer);
             pk_msg_t *m = NULL;
@@ -202,7 +199,7 @@ tc_progress(tc_t *self, double seconds)
 {
     double deadline = pk_clock_monotonic() + seconds;
     while (pk_clock_monotonic() < deadline)
-        self->ops->channel_progress(self->ch);
+        pk_channel_progress(self->ch);
 }
 
 pk_msg_t *
@@ -262,7 +259,7 @@ tc_pool(tc_t *self)
 uint64_t
 tc_landed(tc_t *self, uint64_t round)
 {
-    return self->ops->channel_landed(self->ch, round);
+    return pk_channel_landed(self->ch, round);
 }
 
 pk_msg_t *

@@ -71,7 +71,6 @@ hh_rss(pid_t pid)
 //  The suite's address blob
 
 static struct {
-    const pk_transport_ops_t *ops;
     pk_fabric_t *fabric;
     pk_channel_t *ch;
     uint8_t *pool, *blob;
@@ -85,14 +84,14 @@ hh_blob(const uint8_t **blob_p, size_t *len_p)
         char err[PK_ERRLEN] = "";
         int rc = 0;
         pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
-        s_blob.ops = pk_transport_find("ofi");
         s_blob.pool = aligned_alloc(4096, 64 * 4096);
         ck_assert_ptr_nonnull(s_blob.pool);
-        s_blob.fabric = s_blob.ops->fabric_open(&fc, s_blob.pool, 64, 4096, &rc, err);
+        s_blob.fabric = pk_fabric_open(pk_transport_find("ofi"), &fc, s_blob.pool, 64, 4096, &rc,
+                                       err);
         ck_assert_msg(s_blob.fabric != NULL, "fabric: %s", err);
-        s_blob.ch = s_blob.ops->channel_new(s_blob.fabric, true, &rc, err);
+        s_blob.ch = pk_channel_new(s_blob.fabric, true, &rc, err);
         ck_assert_msg(s_blob.ch != NULL, "channel: %s", err);
-        ck_assert_int_eq(s_blob.ops->channel_blob(s_blob.ch, &s_blob.blob, &s_blob.len), 0);
+        ck_assert_int_eq(pk_channel_blob(s_blob.ch, &s_blob.blob, &s_blob.len), 0);
     }
     *blob_p = s_blob.blob;
     *len_p = s_blob.len;
@@ -102,9 +101,9 @@ void
 hh_blob_close(void)
 {
     if (s_blob.ch)
-        s_blob.ops->channel_close(&s_blob.ch);
+        pk_channel_close(&s_blob.ch);
     if (s_blob.fabric)
-        s_blob.ops->fabric_close(&s_blob.fabric);
+        pk_fabric_close(&s_blob.fabric);
     free(s_blob.blob);
     free(s_blob.pool);
     memset(&s_blob, 0, sizeof s_blob);

@@ -1289,9 +1289,8 @@ static void
 s_stranger_progress(void *arg)
 {
     pk_channel_t **chs = arg;
-    const pk_transport_ops_t *o = pk_transport_find("ofi");
-    o->channel_progress(chs[0]);
-    o->channel_progress(chs[1]);
+    pk_channel_progress(chs[0]);
+    pk_channel_progress(chs[1]);
 }
 
 static void
@@ -1305,16 +1304,16 @@ s_attack_strangers(ctx_t *c)
     ck_assert_ptr_nonnull(pool);
     memset(pool, 0xee, blocks * BLOCK);
     pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
-    pk_fabric_t *fabric = o->fabric_open(&fc, pool, blocks, BLOCK, &rc, err);
+    pk_fabric_t *fabric = pk_fabric_open(o, &fc, pool, blocks, BLOCK, &rc, err);
     ck_assert_msg(fabric != NULL, "fabric: %s", err);
     pk_channel_t *chs[2];
     for (int i = 0; i < 2; i++) {
-        chs[i] = o->channel_new(fabric, true, &rc, err);
+        chs[i] = pk_channel_new(fabric, true, &rc, err);
         ck_assert_msg(chs[i] != NULL, "channel: %s", err);
     }
     uint8_t *blob;
     size_t len;
-    ck_assert_int_eq(o->channel_blob(chs[0], &blob, &len), 0);
+    ck_assert_int_eq(pk_channel_blob(chs[0], &blob, &len), 0);
     ts_stranger_t *x = ts_stranger_new(blob, len, BLOCK, 0x5a, err);
     free(blob);
     ck_assert_msg(x != NULL, "stranger: %s", err);
@@ -1326,10 +1325,10 @@ s_attack_strangers(ctx_t *c)
     uint64_t right = ts_stranger_blob_key(x);
     ck_assert_int_eq(ts_stranger_write(x, &right, 1, 1, 20, s_stranger_progress, chs), 1);
     double deadline = pk_clock_monotonic() + 20;
-    while (o->channel_landed(chs[0], 1) < 1 && pk_clock_monotonic() < deadline)
+    while (pk_channel_landed(chs[0], 1) < 1 && pk_clock_monotonic() < deadline)
         s_stranger_progress(chs);
-    ck_assert_msg(o->channel_landed(chs[0], 1) == 1, "the control write did not land");
-    ck_assert_uint_eq(o->channel_landed(chs[1], 1), 0);
+    ck_assert_msg(pk_channel_landed(chs[0], 1) == 1, "the control write did not land");
+    ck_assert_uint_eq(pk_channel_landed(chs[1], 1), 0);
     //  block 0 took the control's bytes; every other byte is as it was
     for (size_t k = 0; k < BLOCK; k++)
         ck_assert_uint_eq(pool[k], 0x5a);
@@ -1338,8 +1337,8 @@ s_attack_strangers(ctx_t *c)
     free(keys);
     ts_stranger_destroy(&x);
     for (int i = 0; i < 2; i++)
-        o->channel_close(&chs[i]);
-    o->fabric_close(&fabric);
+        pk_channel_close(&chs[i]);
+    pk_fabric_close(&fabric);
     free(pool);
     s_row(c, "strangers on the data plane: one-block writes at guessed registration keys "
           "(counting up from 1, and random), each on a new connection, into a consumer's "

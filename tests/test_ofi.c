@@ -1,7 +1,8 @@
 /*  test_ofi.c: the libfabric transport over the real tcp provider on
     127.0.0.1, two sides in one process (a server writing, a consumer
     exposing its pool), each with its own fabric, domain and channel; and
-    the seam of base/transport.h over it and over the in-memory transport.
+    the seam's shared life (seam.c) over it and over the in-memory
+    transport.
 
     Exits 77 (automake's SKIP) with a message where the machine has no tcp
     provider at all.
@@ -9,6 +10,7 @@
 #include "base/checksum.h"
 #include "base/clock.h"
 #include "ofi/ofi.h"
+#include "seam.h"
 #include "sim/memtransport.h"
 #include "stranger.h"
 #include "testutil.h"
@@ -609,7 +611,6 @@ s_wait_counted(uint64_t before, uint64_t blocks)
 //  asked about at all.
 START_TEST(test_landed_tag_wrap)
 {
-    const pk_transport_ops_t *o = pk_transport_find("ofi");
     pk_channel_t *c = (pk_channel_t *) C.ch;
     const uint64_t wrap = PK_OFI_TAG_MASK + 1, r0 = 5;
     uint32_t local[3] = { 1, 2, 3 }, remote[3] = { 10, 11, 12 };
@@ -618,20 +619,20 @@ START_TEST(test_landed_tag_wrap)
     //  round r0: two blocks, counted and claimed by r0
     ck_assert_int_gt(T.write_blocks(T.self, r0, local, remote, 2), 0);
     ck_assert(s_wait(r0, 2, true).ok);
-    ck_assert_uint_eq(o->channel_landed(c, r0), 2);
+    ck_assert_uint_eq(pk_channel_landed(c, r0), 2);
 
     //  claimed and never forgotten: the next round on the tag starts at 0,
     //  and counts only its own block
     uint64_t r1 = r0 + wrap;
-    ck_assert_uint_eq(o->channel_landed(c, r1), 0);
+    ck_assert_uint_eq(pk_channel_landed(c, r1), 0);
     ck_assert_int_gt(T.write_blocks(T.self, r1, local, remote, 1), 0);
     ck_assert(s_wait(r1, 1, true).ok);
-    ck_assert_uint_eq(o->channel_landed(c, r1), 1);
+    ck_assert_uint_eq(pk_channel_landed(c, r1), 1);
     //  forgetting another round leaves r1's count alone; its own goes
-    o->channel_forget(c, r0);
-    ck_assert_uint_eq(o->channel_landed(c, r1), 1);
-    o->channel_forget(c, r1);
-    ck_assert_uint_eq(o->channel_landed(c, r1), 0);
+    pk_channel_forget(c, r0);
+    ck_assert_uint_eq(pk_channel_landed(c, r1), 1);
+    pk_channel_forget(c, r1);
+    ck_assert_uint_eq(pk_channel_landed(c, r1), 0);
 
     //  never asked about (a round whose load ended without a look), then
     //  forgotten at the load's end: the next round on the tag sees 0
@@ -639,18 +640,18 @@ START_TEST(test_landed_tag_wrap)
     pk_ofi_channel_stats(C.ch, &st);
     ck_assert_int_gt(T.write_blocks(T.self, r2, local, remote, 3), 0);
     s_wait_counted(st.blocks_landed, 3);
-    o->channel_forget(c, r2);
-    ck_assert_uint_eq(o->channel_landed(c, r3), 0);
+    pk_channel_forget(c, r2);
+    ck_assert_uint_eq(pk_channel_landed(c, r3), 0);
     ck_assert_int_gt(T.write_blocks(T.self, r3, local, remote, 1), 0);
     ck_assert(s_wait(r3, 1, true).ok);
-    ck_assert_uint_eq(o->channel_landed(c, r3), 1);
+    ck_assert_uint_eq(pk_channel_landed(c, r3), 1);
     //  and an old round asking again after a newer one claimed the tag
     //  does not get the newer one's count either
-    ck_assert_uint_eq(o->channel_landed(c, r0), 0);
+    ck_assert_uint_eq(pk_channel_landed(c, r0), 0);
     //  other tags are untouched by all this
     ck_assert_int_gt(T.write_blocks(T.self, r0 + 1, local, remote, 2), 0);
     ck_assert(s_wait(r0 + 1, 2, true).ok);
-    ck_assert_uint_eq(o->channel_landed(c, r0 + 1), 2);
+    ck_assert_uint_eq(pk_channel_landed(c, r0 + 1), 2);
 }
 END_TEST
 
@@ -660,10 +661,9 @@ END_TEST
 //  vector) for it; a good blob passes, also without a channel.
 START_TEST(test_check_blob_before_any_channel)
 {
-    const pk_transport_ops_t *o = pk_transport_find("ofi");
     pk_fabric_t *f = (pk_fabric_t *) S.ofi;
     pk_fabric_stats_t before, after;
-    o->fabric_stats(f, &before);
+    pk_fabric_stats(f, &before);
     ck_assert_uint_eq(before.channels_opened, 1);         //  the fixture's
     ck_assert_uint_eq(before.channels_open, 1);
     uint8_t *good;
@@ -674,7 +674,7 @@ START_TEST(test_check_blob_before_any_channel)
     size_t refused = 0;
 #define S_REFUSED(blob, n, text) do { \
         err[0] = 0; \
-        ck_assert_int_eq(o->check_blob(f, (blob), (n), err), -EPROTO); \
+        ck_assert_int_eq(pk_fabric_check_blob(f, (blob), (n), err), -EPROTO); \
         ck_assert_msg(strstr(err, (text)) != NULL, "%s", err); \
         refused++; \
     } while (0)
@@ -716,25 +716,25 @@ START_TEST(test_check_blob_before_any_channel)
     memcpy(bad + at_addrlen + 2, good + at_fields, len - at_fields);
     S_REFUSED(bad, len - addrlen, "an address of 0 bytes");
 #undef S_REFUSED
-    ck_assert_int_eq(o->check_blob(f, good, len, err), 0);
-    o->fabric_stats(f, &after);
+    ck_assert_int_eq(pk_fabric_check_blob(f, good, len, err), 0);
+    pk_fabric_stats(f, &after);
     ck_assert_uint_eq(after.channels_opened, before.channels_opened);
     ck_assert_uint_eq(after.channels_open, before.channels_open);
     ck_assert_uint_eq(after.blobs_refused, before.blobs_refused + refused);
     //  connect runs the same checks (and counts the refusal)
     memcpy(bad, good, len);
     memcpy(bad + at_fields + 24, &other, 8);
-    pk_ofi_channel_t *fresh = (pk_ofi_channel_t *) o->channel_new(f, false, NULL, err);
+    pk_ofi_channel_t *fresh = (pk_ofi_channel_t *) pk_channel_new(f, false, NULL, err);
     ck_assert_ptr_nonnull(fresh);
     ck_assert_int_eq(pk_ofi_channel_connect(fresh, bad, len, err), -EPROTO);
     ck_assert_msg(strstr(err, "blocks of 8192 bytes") != NULL, "%s", err);
-    o->fabric_stats(f, &after);
+    pk_fabric_stats(f, &after);
     ck_assert_uint_eq(after.channels_opened, before.channels_opened + 1);
     ck_assert_uint_eq(after.channels_open, before.channels_open + 1);
     ck_assert_uint_eq(after.blobs_refused, before.blobs_refused + refused + 1);
-    o->channel_close((pk_channel_t **) &fresh);
+    pk_channel_close((pk_channel_t **) &fresh);
     ck_assert_ptr_null(fresh);
-    o->fabric_stats(f, &after);
+    pk_fabric_stats(f, &after);
     ck_assert_uint_eq(after.channels_open, before.channels_open);
     free(bad);
     free(good);
@@ -760,99 +760,33 @@ START_TEST(test_registry_and_versions)
     ck_assert_int_eq(pk_transport_ops_check(NULL, PK_TRANSPORT_OPS_SIZE, err), -ENOSYS);
     //  the seam's view of the fabric matches ofi's own
     char a[256], b[256];
-    o->fabric_describe((pk_fabric_t *) S.ofi, a, sizeof a);
+    pk_fabric_describe((pk_fabric_t *) S.ofi, a, sizeof a);
     pk_ofi_describe(S.ofi, b, sizeof b);
     ck_assert_str_eq(a, b);
-    ck_assert_str_eq(o->fabric_provider((pk_fabric_t *) S.ofi), "tcp;ofi_rxm");
-    ck_assert(o->fabric_has_cq_data((pk_fabric_t *) S.ofi));
+    ck_assert_str_eq(pk_fabric_provider((pk_fabric_t *) S.ofi), "tcp;ofi_rxm");
+    ck_assert(pk_fabric_has_cq_data((pk_fabric_t *) S.ofi));
 }
 END_TEST
 
-//  One life of a channel pair through any implementation of the seam:
-//  open, junk refused before any channel, blobs exchanged, a write,
-//  landed and forget (scripted where the transport is), close.
+//  The memtransport moves nothing itself: the test completes the write
+//  at the writer and lands its blocks at the target.
 static void
-s_seam_life(const pk_transport_ops_t *o, bool scripted)
+s_script_mem(pk_channel_t *writer, pk_channel_t *target, uint64_t tid, uint64_t round,
+             uint64_t n)
 {
-    char err[PK_ERRLEN] = "";
-    ck_assert_int_eq(pk_transport_ops_check(o, PK_TRANSPORT_OPS_SIZE, err), 0);
-    uint8_t *pools[2];
-    pk_fabric_t *fab[2];
-    pk_channel_t *ch[2];
-    pk_fabric_config_t config = { "tcp", "127.0.0.1", 2.0 };
-    for (int i = 0; i < 2; i++) {
-        pools[i] = aligned_alloc(4096, 16 * BLOCK);
-        memset(pools[i], i ? 0xee : 0x11, 16 * BLOCK);
-        int rc;
-        fab[i] = o->fabric_open(&config, pools[i], 16, BLOCK, &rc, err);
-        ck_assert_msg(fab[i] != NULL, "%s: %s", o->name, err);
-        ck_assert_int_eq(o->check_blob(fab[i], (const uint8_t *) "junk", 4, err), -EPROTO);
-        pk_fabric_stats_t fs;
-        o->fabric_stats(fab[i], &fs);
-        ck_assert_uint_eq(fs.channels_opened, 0);
-        ck_assert_uint_eq(fs.blobs_refused, 1);
-        ch[i] = o->channel_new(fab[i], i == 1, &rc, err);
-        ck_assert_msg(ch[i] != NULL, "%s: %s", o->name, err);
-    }
-    for (int i = 0; i < 2; i++) {
-        uint8_t *blob;
-        size_t len;
-        ck_assert_int_eq(o->channel_blob(ch[1 - i], &blob, &len), 0);
-        ck_assert_int_eq(o->check_blob(fab[i], blob, len, err), 0);
-        ck_assert_int_eq(o->channel_connect(ch[i], blob, len, err), 0);
-        ck_assert_int_eq(o->channel_connect(ch[i], blob, len, err), -EISCONN);
-        free(blob);
-    }
-    pk_transport_t t = o->channel_transport(ch[0]);
-    uint32_t local[2] = { 1, 2 }, remote[2] = { 3, 4 };
-    int64_t tid = t.write_blocks(t.self, 7, local, remote, 2);
-    ck_assert_int_gt(tid, 0);
-    if (scripted) {
-        uint64_t id = (uint64_t) tid;
-        pk_memtransport_complete(pk_memtransport_of(ch[0]), &id, 1, true);
-        pk_memtransport_land(pk_memtransport_of(ch[1]), 7, 2);
-    }
-    s_seen_t seen = { 0, false, 0, 0 };
-    double deadline = pk_clock_monotonic() + 20;
-    while (pk_clock_monotonic() < deadline && (!seen.count || o->channel_landed(ch[1], 7) < 2)) {
-        o->channel_progress(ch[1]);
-        if (!seen.count)
-            t.poll(t.self, s_each, &seen);
-    }
-    ck_assert(seen.ok);
-    ck_assert_uint_eq(o->channel_landed(ch[1], 7), 2);
-    pk_channel_stats_t cs;
-    o->channel_stats(ch[0], &cs);
-    ck_assert_uint_eq(cs.blocks_written, 2);
-    ck_assert_uint_eq(cs.transfers, 0);
-    o->channel_stats(ch[1], &cs);
-    ck_assert_uint_eq(cs.blocks_landed, 2);
-    o->channel_forget(ch[1], 7);
-    ck_assert_uint_eq(o->channel_landed(ch[1], 7), 0);
-    ck_assert(!o->channel_closed(ch[0]));
-    o->channel_revoke(ch[1]);
-    for (int i = 0; i < 2; i++) {
-        o->channel_close(&ch[i]);
-        ck_assert_ptr_null(ch[i]);
-        pk_fabric_stats_t fs;
-        o->fabric_stats(fab[i], &fs);
-        ck_assert_uint_eq(fs.channels_opened, 1);
-        ck_assert_uint_eq(fs.channels_open, 0);
-        o->fabric_close(&fab[i]);
-        ck_assert_ptr_null(fab[i]);
-        free(pools[i]);
-    }
+    pk_memtransport_complete(pk_memtransport_of(writer), &tid, 1, true);
+    pk_memtransport_land(pk_memtransport_of(target), round, n);
 }
 
 START_TEST(test_seam_ofi)
 {
-    s_seam_life(pk_transport_find("ofi"), false);
+    ts_seam_life(&(ts_seam_t) { pk_transport_find("ofi"), { "tcp", "127.0.0.1", 2.0 }, NULL });
 }
 END_TEST
 
 START_TEST(test_seam_mem)
 {
-    s_seam_life(pk_memtransport_ops(), true);
+    ts_seam_life(&(ts_seam_t) { pk_memtransport_ops(), { NULL, NULL, 2.0 }, s_script_mem });
 }
 END_TEST
 
@@ -866,9 +800,8 @@ s_child_main(int in, int out, uint32_t expect, double pace)
     s_side_t side = { 0 };
     s_open(&side, true, 0xee);
     char err[PK_ERRLEN];
-    const pk_transport_ops_t *o = &pk_ofi_transport_ops;
-    if (pk_channel_send_blob_fd(o, (pk_channel_t *) side.ch, out)
-        || pk_channel_connect_fd(o, (pk_channel_t *) side.ch, in, err))
+    if (pk_channel_send_blob_fd((pk_channel_t *) side.ch, out)
+        || pk_channel_connect_fd((pk_channel_t *) side.ch, in, err))
         _exit(3);
     for (;;) {
         pk_ofi_channel_progress(side.ch);
@@ -915,9 +848,8 @@ s_writer_channel(s_child_t *child)
     char err[PK_ERRLEN];
     pk_ofi_channel_t *ch = pk_ofi_channel_new(S.ofi, false, &rc, err);
     ck_assert_ptr_nonnull(ch);
-    const pk_transport_ops_t *o = &pk_ofi_transport_ops;
-    ck_assert_int_eq(pk_channel_connect_fd(o, (pk_channel_t *) ch, child->from_child, err), 0);
-    ck_assert_int_eq(pk_channel_send_blob_fd(o, (pk_channel_t *) ch, child->to_child), 0);
+    ck_assert_int_eq(pk_channel_connect_fd((pk_channel_t *) ch, child->from_child, err), 0);
+    ck_assert_int_eq(pk_channel_send_blob_fd((pk_channel_t *) ch, child->to_child), 0);
     return ch;
 }
 

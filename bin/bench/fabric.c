@@ -38,7 +38,6 @@
 
 //  Both loops use the ofi transport through the seam; only the bare loop
 //  reaches under it (ofi_bench.h), on the same channel.
-static const pk_transport_ops_t *s_fab_ops;
 
 typedef struct {
     uint64_t block;
@@ -57,16 +56,11 @@ s_fab_open(s_fab_side_t *side, uint64_t block, uint32_t blocks, bool expose)
     if (!side->pool)
         return -ENOMEM;
     memset(side->pool, expose ? 0 : 0x5a, blocks * block);
-    s_fab_ops = pk_transport_find("ofi");
-    rc = pk_transport_ops_check(s_fab_ops, PK_TRANSPORT_OPS_SIZE, err);
-    if (rc) {
-        fprintf(stderr, "p2pkv-bench: %s\n", err);
-        return rc;
-    }
     pk_fabric_config_t config = { "tcp", "127.0.0.1", 5.0 };
-    side->fabric = s_fab_ops->fabric_open(&config, side->pool, blocks, block, &rc, err);
+    side->fabric = pk_fabric_open(pk_transport_find("ofi"), &config, side->pool, blocks, block,
+                                  &rc, err);
     if (side->fabric)
-        side->ch = s_fab_ops->channel_new(side->fabric, expose, &rc, err);
+        side->ch = pk_channel_new(side->fabric, expose, &rc, err);
     if (!side->fabric || !side->ch) {
         fprintf(stderr, "p2pkv-bench: %s\n", err);
         return rc;
@@ -78,9 +72,9 @@ static void
 s_fab_close(s_fab_side_t *side)
 {
     if (side->ch)
-        s_fab_ops->channel_close(&side->ch);
+        pk_channel_close(&side->ch);
     if (side->fabric)
-        s_fab_ops->fabric_close(&side->fabric);
+        pk_fabric_close(&side->fabric);
     free(side->pool);
 }
 
@@ -96,13 +90,13 @@ static int
 s_fab_transport(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *local,
                 const uint32_t *remote, size_t n)
 {
-    pk_transport_t tr = s_fab_ops->channel_transport(w->ch);
+    pk_transport_t tr = pk_channel_transport(w->ch);
     if (tr.write_blocks(tr.self, round, local, remote, n) <= 0)
         return -EIO;
     int done = 0;
     while (done == 0) {
         if (t)
-            s_fab_ops->channel_progress(t->ch);
+            pk_channel_progress(t->ch);
         tr.poll(tr.self, s_fab_count, &done);
     }
     return done == 1 ? 0 : -EIO;
@@ -149,7 +143,7 @@ s_fab_raw(s_fab_side_t *w, s_fab_side_t *t, uint64_t round, const uint32_t *loca
         else if (yield)
             sched_yield();
         if (t)
-            s_fab_ops->channel_progress(t->ch);
+            pk_channel_progress(t->ch);
     }
     return 0;
 }
@@ -159,10 +153,9 @@ static int
 s_fab_wire(pk_channel_t *ch, int in, int out, bool send_first)
 {
     char err[PK_ERRLEN];
-    const pk_transport_ops_t *o = s_fab_ops;
-    int rc = send_first ? pk_channel_send_blob_fd(o, ch, out) : pk_channel_connect_fd(o, ch, in, err);
+    int rc = send_first ? pk_channel_send_blob_fd(ch, out) : pk_channel_connect_fd(ch, in, err);
     if (rc == 0)
-        rc = send_first ? pk_channel_connect_fd(o, ch, in, err) : pk_channel_send_blob_fd(o, ch, out);
+        rc = send_first ? pk_channel_connect_fd(ch, in, err) : pk_channel_send_blob_fd(ch, out);
     if (rc)
         fprintf(stderr, "p2pkv-bench: cannot wire the two processes' channels\n");
     return rc;
@@ -182,7 +175,7 @@ s_fab_target(uint64_t block, uint32_t blocks, int in, int out)
     //  in three once).
     struct pollfd pfd = { in, POLLIN, 0 };
     for (unsigned i = 0;; i++) {
-        if (s_fab_ops->channel_progress(t.ch) == 0)
+        if (pk_channel_progress(t.ch) == 0)
             sched_yield();
         if (i % 4096 == 0 && poll(&pfd, 1, 0) > 0)
             break;
@@ -357,7 +350,7 @@ s_fab_size(pkb_report_t *rep, const pkb_opts_t *o, uint64_t block, const pkb_lis
     if (rc == 0 && *header) {
         *header = false;
         char line[256];
-        s_fab_ops->fabric_describe(p.w.fabric, line, sizeof line);
+        pk_fabric_describe(p.w.fabric, line, sizeof line);
         printf("  %s\n", line);
         printf("  %8s %6s %-10s %-20s %-20s %-20s %-18s %-18s\n", "block", "batch", "layout",
                "raw GB/s", "raw merged GB/s", "ours GB/s", "ours/raw", "ours/merged");

@@ -1,5 +1,6 @@
 /*  transport.c: what every user of the seam shares: refusing a table too
-    old for it, and passing a blob between two processes.  */
+    old for it (also at every fabric's open), and passing a blob between
+    two processes.  */
 #include "base/transport.h"
 #include "base/err.h"
 
@@ -26,12 +27,24 @@ pk_transport_ops_check(const pk_transport_ops_t *ops, size_t need, char *err)
     return 0;
 }
 
+pk_fabric_t *
+pk_fabric_open(const pk_transport_ops_t *ops, const pk_fabric_config_t *config, void *base,
+               uint64_t num_blocks, uint64_t block_len, int *rc_p, char *err)
+{
+    int rc = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err);
+    pk_fabric_t *fabric = rc ? NULL
+                             : ops->fabric_open(config, base, num_blocks, block_len, &rc, err);
+    if (rc_p)
+        *rc_p = fabric ? 0 : rc < 0 ? rc : -EIO;
+    return fabric;
+}
+
 int
-pk_channel_send_blob_fd(const pk_transport_ops_t *ops, pk_channel_t *channel, int fd)
+pk_channel_send_blob_fd(pk_channel_t *channel, int fd)
 {
     uint8_t *blob;
     size_t len;
-    int rc = ops->channel_blob(channel, &blob, &len);
+    int rc = pk_channel_blob(channel, &blob, &len);
     if (rc)
         return rc;
     uint32_t l32 = (uint32_t) len;
@@ -55,11 +68,11 @@ s_read_full(int fd, void *buf, size_t len)
 }
 
 int
-pk_channel_connect_fd(const pk_transport_ops_t *ops, pk_channel_t *channel, int fd, char *err)
+pk_channel_connect_fd(pk_channel_t *channel, int fd, char *err)
 {
     uint32_t len;
     uint8_t blob[S_MAX_FD_BLOB];
     if (s_read_full(fd, &len, 4) || len > sizeof blob || s_read_full(fd, blob, len))
         return pk_err(err, -EIO, "transport: no address blob from the peer");
-    return ops->channel_connect(channel, blob, len, err);
+    return pk_channel_connect(channel, blob, len, err);
 }

@@ -6,12 +6,17 @@
     p2pkv-bench) goes through pk_transport_ops_t for the whole life of a
     data-plane channel: open a fabric over a pool, check a peer's address
     blob, open, connect, progress, sleep on, count landed blocks, forget
-    rounds, revoke and close channels.  The libfabric transport
+    rounds, revoke and close channels.  A fabric and a channel carry
+    their table, so owners hold only them and call pk_channel_progress
+    (ch) and its siblings (below).  The libfabric transport
     (transports/ofi) is one implementation, found by name.
 
     Finding an implementation: pk_transport_find() looks through the
     static table of transports/registry.c, which holds the real data
-    planes only.  The in-memory transport of lib/sim is the second
+    planes only; pk_transport_for() finds the one serving a provider, and
+    pk_transport_provider() what that provider is (its transport's row:
+    same-host only, its place under --provider auto), so no owner decides
+    by a provider's name.  The in-memory transport of lib/sim is the second
     implementation, but it is not registered: the tests and p2pkv-replay
     that script it call pk_memtransport_ops() and pass the table in, so a
     daemon configured by name can never be given a transport that moves
@@ -26,6 +31,7 @@
 #ifndef PK_TRANSPORT_H_INCLUDED
 #define PK_TRANSPORT_H_INCLUDED
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -63,9 +69,35 @@ typedef struct {
 //  --------------------------------------------------------------------------
 //  The life of a channel
 
-/*  Opaque: each implementation's own fabric and channel objects.  */
-typedef struct _pk_fabric_t pk_fabric_t;
-typedef struct _pk_channel_t pk_channel_t;
+/*  A provider, as the transport that serves it declares it (a row of its
+    ops table's providers).  The owners above the seam decide by these
+    properties, never by a provider's name: which providers reach only
+    this host, and what --provider auto tries in which order.  */
+typedef struct {
+    const char *name;           //  as --provider names it; NULL: every name no
+                                //  transport lists (the default's row), and
+                                //  under auto the implementation's own order
+    bool same_host;             //  reaches only processes of this host and its
+                                //  namespaces (base/host_id.h): a consumer uses
+                                //  it only with a server whose host is its own
+    unsigned auto_rank;         //  its place in --provider auto's order, lowest
+                                //  first, distinct across transports; 0: never
+} pk_provider_t;
+
+/*  A fabric and a channel carry the table of the transport that made
+    them, as their first member (libfabric's fid does the same): an owner
+    holds one pointer and calls through it (pk_channel_progress (ch)
+    below), never a table kept beside it that could belong to another
+    transport.  Each implementation's own object begins with this head
+    and is otherwise its own; what it costs a call is the load of the
+    table's pointer from the object, whose line the call touches anyway.  */
+struct pk_transport_ops;
+typedef struct _pk_fabric_t {
+    const struct pk_transport_ops *ops;
+} pk_fabric_t;
+typedef struct _pk_channel_t {
+    const struct pk_transport_ops *ops;
+} pk_channel_t;
 
 typedef struct {
     const char *provider;       //  NULL: the implementation's own order (ofi:
@@ -180,6 +212,12 @@ typedef struct pk_transport_ops {
         land (expect, above).  A transport that cannot carry them, or
         whose target knows its blocks anyway (mmap), leaves it NULL.  */
     void (*channel_marks)(pk_channel_t *channel);
+
+    /*  The providers it serves and their properties (pk_provider_t).  The
+        default transport's table holds the row named NULL, for every
+        provider no transport lists (libfabric's tcp, verbs, efa, ...).  */
+    const pk_provider_t *providers;
+    size_t nproviders;
 } pk_transport_ops_t;
 
 enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
@@ -191,10 +229,17 @@ enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
     (the default data plane).  In transports/registry.c.  */
 const pk_transport_ops_t *pk_transport_find(const char *name);
 
-/*  The transport that serves provider: a transport other than the
-    default serves the one provider named after it ("mmap"); every other
-    name, and NULL, is the default's (libfabric's).  */
+/*  The transport that serves provider: the one whose providers list it;
+    every other name, and NULL, is the default's (libfabric's).  */
 const pk_transport_ops_t *pk_transport_for(const char *provider);
+
+/*  The row that describes provider, in the table of the transport that
+    serves it (pk_transport_for): never NULL.  */
+const pk_provider_t *pk_transport_provider(const char *provider);
+
+/*  What --provider auto tries, best first: the i-th row by auto_rank of
+    every registered transport, or NULL past the last.  */
+const pk_provider_t *pk_transport_auto(size_t i);
 
 /*  The provider a peer's blob names, whichever registered transport's
     blob it is (blob_provider of each): 0 with out, or -EPROTO with err
@@ -210,8 +255,162 @@ int pk_transport_ops_check(const pk_transport_ops_t *ops, size_t need, char *err
     processes, as the tests and p2pkv-bench wire them): send ours as a
     4-byte length and the bytes; read the peer's and connect to it.  0 or
     a negative error (err for the connect).  */
-int pk_channel_send_blob_fd(const pk_transport_ops_t *ops, pk_channel_t *channel, int fd);
-int pk_channel_connect_fd(const pk_transport_ops_t *ops, pk_channel_t *channel, int fd,
-                          char *err);
+int pk_channel_send_blob_fd(pk_channel_t *channel, int fd);
+int pk_channel_connect_fd(pk_channel_t *channel, int fd, char *err);
+
+//  --------------------------------------------------------------------------
+//  Calling through a fabric or a channel: what every owner above the seam
+//  uses.  Each is the op of the same name, through the table the object
+//  carries (see pk_fabric_t): one pointer load, inlined.
+
+/*  Opens a fabric of ops' transport (fabric_open), after refusing a
+    table older than this caller (pk_transport_ops_check): NULL with *rc_p
+    and err then too.  */
+pk_fabric_t *pk_fabric_open(const pk_transport_ops_t *ops, const pk_fabric_config_t *config,
+                            void *base, uint64_t num_blocks, uint64_t block_len, int *rc_p,
+                            char *err);
+
+/*  Nulls *fabric_p; a NULL one is left alone.  */
+static inline void
+pk_fabric_close(pk_fabric_t **fabric_p)
+{
+    if (*fabric_p)
+        (*fabric_p)->ops->fabric_close(fabric_p);
+}
+
+static inline void
+pk_fabric_describe(const pk_fabric_t *fabric, char *buf, size_t len)
+{
+    fabric->ops->fabric_describe(fabric, buf, len);
+}
+
+static inline const char *
+pk_fabric_provider(const pk_fabric_t *fabric)
+{
+    return fabric->ops->fabric_provider(fabric);
+}
+
+static inline bool
+pk_fabric_has_cq_data(const pk_fabric_t *fabric)
+{
+    return fabric->ops->fabric_has_cq_data(fabric);
+}
+
+static inline int
+pk_fabric_check_blob(pk_fabric_t *fabric, const uint8_t *blob, size_t len, char *err)
+{
+    return fabric->ops->check_blob(fabric, blob, len, err);
+}
+
+static inline void
+pk_fabric_stats(const pk_fabric_t *fabric, pk_fabric_stats_t *stats)
+{
+    fabric->ops->fabric_stats(fabric, stats);
+}
+
+/*  A channel of the fabric's transport: it carries the fabric's table.  */
+static inline pk_channel_t *
+pk_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
+{
+    return fabric->ops->channel_new(fabric, expose, rc_p, err);
+}
+
+/*  Nulls *channel_p; a NULL one is left alone.  */
+static inline void
+pk_channel_close(pk_channel_t **channel_p)
+{
+    if (*channel_p)
+        (*channel_p)->ops->channel_close(channel_p);
+}
+
+static inline int
+pk_channel_blob(pk_channel_t *channel, uint8_t **blob_p, size_t *len_p)
+{
+    return channel->ops->channel_blob(channel, blob_p, len_p);
+}
+
+static inline int
+pk_channel_connect(pk_channel_t *channel, const uint8_t *blob, size_t len, char *err)
+{
+    return channel->ops->channel_connect(channel, blob, len, err);
+}
+
+static inline int
+pk_channel_progress(pk_channel_t *channel)
+{
+    return channel->ops->channel_progress(channel);
+}
+
+static inline int
+pk_channel_wait_fd(const pk_channel_t *channel)
+{
+    return channel->ops->channel_wait_fd(channel);
+}
+
+static inline bool
+pk_channel_trywait(pk_channel_t *channel)
+{
+    return channel->ops->channel_trywait(channel);
+}
+
+static inline uint64_t
+pk_channel_landed(pk_channel_t *channel, uint64_t round_seq)
+{
+    return channel->ops->channel_landed(channel, round_seq);
+}
+
+static inline void
+pk_channel_forget(pk_channel_t *channel, uint64_t round_seq)
+{
+    channel->ops->channel_forget(channel, round_seq);
+}
+
+static inline void
+pk_channel_revoke(pk_channel_t *channel)
+{
+    channel->ops->channel_revoke(channel);
+}
+
+static inline bool
+pk_channel_closed(const pk_channel_t *channel)
+{
+    return channel->ops->channel_closed(channel);
+}
+
+static inline void
+pk_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
+{
+    channel->ops->channel_stats(channel, stats);
+}
+
+static inline pk_transport_t
+pk_channel_transport(pk_channel_t *channel)
+{
+    return channel->ops->channel_transport(channel);
+}
+
+/*  -ENOSYS where the transport leaves the check to its owner (no
+    channel_expect).  */
+static inline int
+pk_channel_expect(pk_channel_t *channel, const uint32_t *dest, const uint64_t *sums, size_t n)
+{
+    return channel->ops->channel_expect ? channel->ops->channel_expect(channel, dest, sums, n)
+                                        : -ENOSYS;
+}
+
+static inline void
+pk_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict, size_t n)
+{
+    if (channel->ops->channel_verdicts)
+        channel->ops->channel_verdicts(channel, dest, verdict, n);
+}
+
+/*  Nothing where the transport carries no marks (no channel_marks).  */
+static inline void
+pk_channel_marks(pk_channel_t *channel)
+{
+    if (channel->ops->channel_marks)
+        channel->ops->channel_marks(channel);
+}
 
 #endif

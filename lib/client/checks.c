@@ -121,8 +121,8 @@ pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key
             rc = 0;
             //  a transport that copies the blocks itself checks each one
             //  in its copy (transport.h); all or none of this fetch's
-            if (nexp == n && s->channel && s->ops->channel_expect
-                && s->ops->channel_expect(s->channel, f->dest, f->sums, n) == 0)
+            if (nexp == n && s->channel
+                && pk_channel_expect(s->channel, f->dest, f->sums, n) == 0)
                 f->expected = s->channel;
         }
     }
@@ -140,7 +140,7 @@ pk_client_fetch_ended(s_server_t *s, s_fetch_t *f)
     //  and the old one's states went with it); it writes the verdicts of
     //  the blocks its copies checked and leaves the others pending
     if (s->channel == f->expected)
-        s->ops->channel_verdicts(s->channel, f->dest, f->verdict, f->n);
+        pk_channel_verdicts(s->channel, f->dest, f->verdict, f->n);
     f->expected = NULL;
 }
 

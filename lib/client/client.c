@@ -124,7 +124,7 @@ s_arm(p2pkv_client_t *self)
                 s->dealer_read = true;
         }
         if (s_landing(self, s)) {
-            if (!s->ops->channel_trywait(s->channel))
+            if (!pk_channel_trywait(s->channel))
                 due = now;
             if (s->wait_fd < 0 && now + 0.002 < due)
                 due = now + 0.002;
@@ -169,7 +169,7 @@ static uint64_t
 s_landed(void *arg, uint64_t round)
 {
     s_server_t *s = arg;
-    return s->channel ? s->ops->channel_landed(s->channel, round) : 0;
+    return s->channel ? pk_channel_landed(s->channel, round) : 0;
 }
 
 //  The round's load ended: its tag's counter goes (a tag wraps after 2^20
@@ -179,7 +179,7 @@ s_forget(void *arg, uint64_t round)
 {
     s_server_t *s = arg;
     if (s->channel)
-        s->ops->channel_forget(s->channel, round);
+        pk_channel_forget(s->channel, round);
 }
 
 //  Closing the endpoint and the registration: nothing from this server
@@ -193,7 +193,7 @@ s_cut_off(void *arg)
     s->cq_watched = false;
     s->wait_fd = -1;
     if (s->channel)
-        s->ops->channel_close(&s->channel);
+        pk_channel_close(&s->channel);
 }
 
 static void
@@ -533,13 +533,13 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     int rc = pk_client_fds_check(PK_CLIENT_FDS, err);
     if (rc)
         return rc;
-    s->channel = s->ops->channel_new(s->fabric, true, &rc, err);
+    s->channel = pk_channel_new(s->fabric, true, &rc, err);
     if (!s->channel)
         return rc < 0 ? rc : -EIO;
-    s->wait_fd = s->ops->channel_wait_fd(s->channel);
+    s->wait_fd = pk_channel_wait_fd(s->channel);
     s_watch(self, s->wait_fd, true);
     s->cq_watched = s->wait_fd >= 0;
-    if (s->ops->channel_blob(s->channel, blob_p, len_p))
+    if (pk_channel_blob(s->channel, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the local endpoint");
     rc = pk_client_dealer_new(&s->dealer, 0, err);      //  asked for above
     if (rc)
@@ -757,7 +757,7 @@ static void
 s_server_step(p2pkv_client_t *self, s_server_t *s)
 {
     double now = pk_clock_monotonic();
-    if (s_landing(self, s) && s->ops->channel_progress(s->channel) > 0)
+    if (s_landing(self, s) && pk_channel_progress(s->channel) > 0)
         s->last_landed = now;
     //  refused (the key, or CURVE on one side only): retrying cannot help.
     //  Only a handshake is refused, never an UP session's traffic, so the
@@ -974,7 +974,7 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const char *server_ke
     //  a description arrived (auto) or the provider is the config's
     int index;
     const pk_client_fabric_t *fab = pk_client_fabric_for(self, &d, *skip_p, &index, err);
-    if (fab && index >= 0 && pk_client_same_host_only(d.providers[index])) {
+    if (fab && index >= 0 && pk_transport_provider(d.providers[index])->same_host) {
         memcpy(tried, d.providers[index], sizeof d.providers[index]);
         *skip_p |= 1u << index;
     }
@@ -985,7 +985,6 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const char *server_ke
         return -EPROTONOSUPPORT;
     }
     s->fabric = fab->fabric;
-    s->ops = fab->ops;
     snprintf(s->curve_server, sizeof s->curve_server, "%s", server_key);
     pk_client_session_config_t scfg = { self->config.connect_retry,
                                         self->config.keepalive_interval,
@@ -1038,7 +1037,7 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
             s_server_t *s = self->servers[rc];
             size_t at = strlen(note);
             snprintf(note + at, sizeof note - at, "; fell back to %.60s",
-                     s->ops->fabric_provider(s->fabric));
+                     pk_fabric_provider(s->fabric));
             memcpy(s->reason, note, sizeof s->reason);
             pthread_mutex_unlock(&self->lock);
         }
@@ -1095,7 +1094,7 @@ p2pkv_client_server_provider(p2pkv_client_t *self, int server, char *out, size_t
     int rc = -EINVAL;
     if (server >= 0 && server < self->nservers && self->servers[server] && cap) {
         s_server_t *s = self->servers[server];
-        snprintf(out, cap, "%s", s->ops->fabric_provider(s->fabric));
+        snprintf(out, cap, "%s", pk_fabric_provider(s->fabric));
         rc = 0;
     }
     pthread_mutex_unlock(&self->lock);

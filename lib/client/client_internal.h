@@ -117,7 +117,6 @@ typedef struct {
     char curve_server[41];          //  this server's CURVE key; "": the config's
     int refused;                    //  -EACCES once the monitor saw a refusal
     pk_fabric_t *fabric;            //  the provider chosen at connect (fabrics.c)
-    const pk_transport_ops_t *ops;  //  its transport
     pk_channel_t *channel;
     int wait_fd;                    //  the channel's, registered with epoll while
     bool cq_watched;                //  this is true (client.c, s_landing)
@@ -140,8 +139,7 @@ void pk_locator_count_failover(pk_locator_t *self);
 //  fabrics.c: one fabric per provider the client uses, opened lazily
 typedef struct {
     char asked[64];                 //  the name it was opened with
-    pk_fabric_t *fabric;
-    const pk_transport_ops_t *ops;  //  its transport (base/transport.h, by provider)
+    pk_fabric_t *fabric;            //  carries its transport (base/transport.h)
 } pk_client_fabric_t;
 
 /*  With config.provider named, its fabric, opened now (an error at
@@ -158,9 +156,6 @@ void pk_client_fabrics_close(p2pkv_client_t *self);
     provider's index in d, -1 for config.provider's.  */
 const pk_client_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d,
                                                unsigned skip, int *index_p, char *err);
-
-/*  Whether provider reaches only processes of this host (mmap, shm).  */
-bool pk_client_same_host_only(const char *provider);
 
 //  get_any.c: p2pkv_client_get of P2PKV_ANY_SERVER
 //  checks.c: the end-to-end check.  A lookup answer's checksums are kept

@@ -5,10 +5,11 @@
     always did.  Under auto (NULL or "auto") nothing opens until a connect
     has the server's description: then the best provider both sides have:
     when the server runs on this host (its host identity is ours: the
-    same boot and network and IPC namespaces, base/host_id.h), mmap or
-    shm, whichever the server lists first; else the first network
-    provider of the server's list, best first.  A
-    fabric, once open, serves every server of its provider (one channel
+    same boot and network and IPC namespaces, base/host_id.h), the
+    first same-host provider (mmap, shm) the server lists; else the first
+    network provider of the server's list, best first.  Which providers
+    reach only this host their transports say (pk_transport_provider),
+    never a name here.  A fabric, once open, serves every server of its provider (one channel
     each), so a client talking to a same-host server and a remote one
     holds two fabrics, each registering the pool once.
 
@@ -24,12 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 
-bool
-pk_client_same_host_only(const char *provider)
-{
-    return strcmp(provider, "shm") == 0 || strcmp(provider, "mmap") == 0;
-}
-
 //  The fabric of provider name (as asked, or as libfabric named it: a
 //  server announces "tcp;ofi_rxm" where it was asked for tcp), opened
 //  when none is.  NULL with *rc_p a negative errno and err.
@@ -38,29 +33,23 @@ s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
 {
     for (size_t i = 0; i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].asked, name) == 0
-            || strcmp(self->fabrics[i].ops->fabric_provider(self->fabrics[i].fabric), name) == 0)
+            || strcmp(pk_fabric_provider(self->fabrics[i].fabric), name) == 0)
             return &self->fabrics[i];
     if (self->nfabrics == S_MAX_FABRICS) {
         *rc_p = pk_err(err, -ENOSPC, "at most %d providers at once", S_MAX_FABRICS);
         return NULL;
     }
-    const pk_transport_ops_t *ops = pk_transport_for(name);
-    if ((*rc_p = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
-        return NULL;
-    //  an address to bind means nothing to shm or mmap
-    pk_fabric_config_t fc = { name, pk_client_same_host_only(name) ? NULL : self->node,
-                              self->config.stall_timeout };
+    pk_fabric_config_t fc = { name, self->node, self->config.stall_timeout };
     char why[PK_ERRLEN];
-    pk_fabric_t *fabric = ops->fabric_open(&fc, self->pool, self->num_blocks, self->block_len,
-                                           rc_p, why);
+    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(name), &fc, self->pool,
+                                         self->num_blocks, self->block_len, rc_p, why);
     if (!fabric) {
-        *rc_p = pk_err(err, *rc_p < 0 ? *rc_p : -EIO, "%s", why);
+        *rc_p = pk_err(err, *rc_p, "%s", why);
         return NULL;
     }
     pk_client_fabric_t *slot = &self->fabrics[self->nfabrics++];
     snprintf(slot->asked, sizeof slot->asked, "%s", name);
     slot->fabric = fabric;
-    slot->ops = ops;
     return slot;
 }
 
@@ -80,7 +69,7 @@ pk_client_fabrics_close(p2pkv_client_t *self)
 {
     while (self->nfabrics) {
         pk_client_fabric_t *f = &self->fabrics[--self->nfabrics];
-        f->ops->fabric_close(&f->fabric);
+        pk_fabric_close(&f->fabric);
     }
 }
 
@@ -95,11 +84,12 @@ pk_client_fabric_for(p2pkv_client_t *self, const p2pkv_description_t *d, unsigne
     bool same_host = *d->host && strcmp(d->host, self->host_id) == 0;
     char why[PK_ERRLEN] = "";
     int rc;
-    //  first pass: mmap and shm, on one host; second: the network ones,
-    //  in the server's order
+    //  first pass: the same-host providers (mmap, shm), on one host;
+    //  second: the network ones, in the server's order
     for (int pass = same_host ? 0 : 1; pass < 2; pass++)
         for (size_t i = 0; i < d->nproviders; i++) {
-            if (pk_client_same_host_only(d->providers[i]) != (pass == 0) || (skip >> i) & 1)
+            if (pk_transport_provider(d->providers[i])->same_host != (pass == 0)
+                || (skip >> i) & 1)
                 continue;
             const pk_client_fabric_t *fabric = s_fabric(self, d->providers[i], &rc, why);
             if (fabric && index_p)

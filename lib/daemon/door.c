@@ -58,8 +58,7 @@ pk_door_peer_free(pk_peer_t *peer)
     zsock_destroy(&peer->out);
     pk_unsent_release(&peer->unsent);
     pthread_mutex_destroy(&peer->lock);
-    if (peer->channel)
-        peer->node->fabrics[peer->fabric].ops->channel_close(&peer->channel);
+    pk_channel_close(&peer->channel);
     pk_msg_destroy(&peer->connect);
     free(peer->consumer);
     free(peer);

@@ -578,7 +578,7 @@ s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
     json_t *fabrics = json_object();
     for (size_t i = 0; i < self->nfabrics; i++) {
         pk_fabric_stats_t one;
-        self->fabrics[i].ops->fabric_stats(self->fabrics[i].fabric, &one);
+        pk_fabric_stats(self->fabrics[i].fabric, &one);
         f.channels_opened += one.channels_opened;
         f.channels_open += one.channels_open;
         f.blobs_refused += one.blobs_refused;

@@ -119,9 +119,8 @@ s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t 
     else if (pk_server_session_check_connect(&node->id, m, reason, sizeof reason) != 0
              || (fabric = pk_node_fabric_for(node, m->agent_metadata, m->agent_metadata_len,
                                              reason, sizeof reason)) < 0
-             || node->fabrics[fabric].ops->check_blob(node->fabrics[fabric].fabric,
-                                                      m->agent_metadata, m->agent_metadata_len,
-                                                      reason) != 0) {
+             || pk_fabric_check_blob(node->fabrics[fabric].fabric, m->agent_metadata,
+                                     m->agent_metadata_len, reason) != 0) {
         pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, reason);
         s_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
     }

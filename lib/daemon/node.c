@@ -180,7 +180,7 @@ s_ready_line(pk_node_t *self)
     size_t at = 0;
     for (size_t i = 0; i < self->nfabrics && at < sizeof fabrics; i++) {
         char one[256];
-        self->fabrics[i].ops->fabric_describe(self->fabrics[i].fabric, one, sizeof one);
+        pk_fabric_describe(self->fabrics[i].fabric, one, sizeof one);
         at += (size_t) snprintf(fabrics + at, sizeof fabrics - at, "%s%s", i ? "; " : "", one);
     }
     snprintf(self->ready, sizeof self->ready,
@@ -327,14 +327,6 @@ s_heap_settings(void)
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
 }
 
-//  shm moves bytes between processes of one host: an address to bind
-//  means nothing to it (and fi_getinfo refuses one), so it gets none.
-static bool
-s_is_shm(const char *provider)
-{
-    return provider && strcmp(provider, "shm") == 0;
-}
-
 //  One fabric over the pool for provider (NULL: the transport's own
 //  order, verbs, efa, tcp), appended to the node's: 0, -EEXIST when a
 //  fabric of that provider is open already (two names of one provider,
@@ -343,24 +335,21 @@ static int
 s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
 {
     const pk_server_config_t *config = self->config;
-    pk_fabric_config_t fc = { provider, s_is_shm(provider) ? NULL : config->fabric_addr,
-                              config->stall_timeout };
+    pk_fabric_config_t fc = { provider, config->fabric_addr, config->stall_timeout };
     int rc;
-    const pk_transport_ops_t *ops = pk_transport_for(provider);
-    if ((rc = pk_transport_ops_check(ops, PK_TRANSPORT_OPS_SIZE, err)) != 0)
-        return rc;
-    pk_fabric_t *fabric = ops->fabric_open(&fc, pk_store_base(self->store), config->pool_blocks,
-                                           config->block_len, &rc, err);
+    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(provider), &fc,
+                                         pk_store_base(self->store), config->pool_blocks,
+                                         config->block_len, &rc, err);
     if (!fabric)
-        return rc < 0 ? rc : -EIO;
-    const char *name = ops->fabric_provider(fabric);
+        return rc;
+    const char *name = pk_fabric_provider(fabric);
     for (size_t i = 0; i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].provider, name) == 0) {
-            ops->fabric_close(&fabric);
+            pk_fabric_close(&fabric);
             return pk_err(err, -EEXIST, "--provider: %s twice (as %s)", name,
                           provider ? provider : "auto");
         }
-    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, ops, name, { 0 } };
+    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, name, { 0 } };
     self->providers[self->nfabrics++] = name;
     return 0;
 }
@@ -371,7 +360,7 @@ s_close_fabrics(pk_node_t *self)
     while (self->nfabrics)
     {
         pk_node_fabric_t *nf = &self->fabrics[--self->nfabrics];
-        nf->ops->fabric_close(&nf->fabric);
+        pk_fabric_close(&nf->fabric);
     }
 }
 
@@ -379,20 +368,22 @@ s_close_fabrics(pk_node_t *self)
 //  best first, each registering the pool (the registry's default
 //  transport); and the identity the handshake announces with them.  A
 //  provider named that does not open is a start error naming it; under
-//  auto (no list), mmap and shm where they work and then libfabric's first
-//  network provider, the ones that do not open skipped.
+//  auto (no list), what the transports rank for it (base/transport.h:
+//  mmap and shm where they work, then libfabric's first network
+//  provider), the ones that do not open skipped.
 static int
 s_open_fabrics(pk_node_t *self, char *err)
 {
     const pk_server_config_t *config = self->config;
     int rc;
     if (!config->provider) {
-        char why[PK_ERRLEN];
-        const char *automatic[] = { "mmap", "shm", NULL };
-        for (size_t i = 0; i < sizeof automatic / sizeof automatic[0]; i++)
-            if ((rc = s_open_one_fabric(self, automatic[i], why)) != 0)
+        char why[PK_ERRLEN] = "no transport offers one";
+        const pk_provider_t *p;
+        rc = -ENOENT;
+        for (size_t i = 0; (p = pk_transport_auto(i)) != NULL; i++)
+            if ((rc = s_open_one_fabric(self, p->name, why)) != 0)
                 pk_node_log(self, PK_LOG_INFO, "--provider auto: %s skipped: %s",
-                            automatic[i] ? automatic[i] : "a network provider", why);
+                            p->name ? p->name : "a network provider", why);
         if (self->nfabrics == 0)
             return pk_err(err, rc < 0 ? rc : -EIO, "--provider auto: no provider opens: %s",
                           why);
@@ -623,7 +614,7 @@ s_fabric_gauges(pk_node_t *self)
     for (size_t i = 0; i < self->nfabrics; i++) {
         pk_node_fabric_t *nf = &self->fabrics[i];
         pk_fabric_stats_t f;
-        nf->ops->fabric_stats(nf->fabric, &f);
+        pk_fabric_stats(nf->fabric, &f);
         pk_metrics_add(m, PK_M_CHANNELS_OPENED, nf->provider,
                        f.channels_opened - nf->pushed.channels_opened);
         pk_metrics_add(m, PK_M_BLOBS_REFUSED, nf->provider,

@@ -89,8 +89,7 @@ typedef struct {
 
 //  One provider's fabric over the pool (node.c opens them, best first).
 typedef struct {
-    pk_fabric_t *fabric;
-    const pk_transport_ops_t *ops;  //  its transport (base/transport.h, by provider)
+    pk_fabric_t *fabric;            //  carries its transport (base/transport.h)
     const char *provider;           //  the fabric's own name ("shm", "tcp;ofi_rxm")
     pk_fabric_stats_t pushed;       //  its counts already in the metrics
 } pk_node_fabric_t;

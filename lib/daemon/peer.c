@@ -48,13 +48,6 @@
 #include <string.h>
 #include <unistd.h>
 
-//  The transport of the peer's fabric (node.c: one per provider).
-static const pk_transport_ops_t *
-s_ops(const pk_peer_t *peer)
-{
-    return peer->node->fabrics[peer->fabric].ops;
-}
-
 typedef struct {
     pk_peer_t *peer;
     pk_node_t *node;
@@ -211,7 +204,7 @@ s_push_metrics(pk_node_t *node, pk_peer_t *peer, pk_server_session_t *session,
     pk_server_session_counters_t c;
     pk_channel_stats_t f;
     pk_server_session_counters(session, &c);
-    s_ops(peer)->channel_stats(peer->channel, &f);
+    pk_channel_stats(peer->channel, &f);
     pk_metrics_t *m = node->metrics;
     const char *p = peer->consumer;
 #define S_PUSH(name, now, before) \
@@ -267,24 +260,22 @@ s_open_channel(self_t *self, char *reason)
     pk_msg_t *m = self->peer->connect;
     char err[PK_ERRLEN];
     int rc;
-    const pk_transport_ops_t *ops = s_ops(self->peer);
-    pk_channel_t *ch = ops->channel_new(node->fabrics[self->peer->fabric].fabric, false, &rc, err);
+    pk_channel_t *ch = pk_channel_new(node->fabrics[self->peer->fabric].fabric, false, &rc, err);
     //  Out of descriptors or memory is this server's state, not the
     //  consumer's fault: no_session, which a consumer asks again after;
     //  incompatible would stop it for good.
     bool short_of = !ch && (rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM || rc == -EAGAIN);
-    if (!ch || ops->channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
+    if (!ch || pk_channel_connect(ch, m->agent_metadata, m->agent_metadata_len, err) != 0) {
         pk_node_log(node, short_of ? PK_LOG_WARN : PK_LOG_INFO, "connect from %s refused: %s",
                     m->peer_id, err);
         s_refuse(self, short_of ? PK_DISC_NO_SESSION : PK_DISC_INCOMPATIBLE, err);
-        if (ch)
-            ops->channel_close(&ch);
+        pk_channel_close(&ch);
         snprintf(reason, PK_ERRLEN, "channel: %.200s", err);
         return -EPROTO;
     }
     //  a consumer that reads block marks checks each block as it lands
-    if (pk_caps_has(m->caps, PK_CAP_MARKS) && ops->channel_marks)
-        ops->channel_marks(ch);
+    if (pk_caps_has(m->caps, PK_CAP_MARKS))
+        pk_channel_marks(ch);
     self->peer->channel = ch;
     return 0;
 }
@@ -307,7 +298,7 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     bool fail = node->fail_session && streq(node->fail_session, peer->consumer);
     self->session = fail ? NULL : pk_server_session_new(
         &node->id, &node->session_config, peer->connect, pk_clock_system(),
-        s_ops(peer)->channel_transport(peer->channel),
+        pk_channel_transport(peer->channel),
         (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
                         s_actor_result, s_actor_sums },
         s_actor_out, self);
@@ -445,9 +436,8 @@ s_test_hold(self_t *self)
 static bool
 s_sleep_on_channel(self_t *self)
 {
-    const pk_transport_ops_t *ops = s_ops(self->peer);
-    return ops->channel_wait_fd(self->peer->channel) >= 0
-           && ops->channel_trywait(self->peer->channel);
+    return pk_channel_wait_fd(self->peer->channel) >= 0
+           && pk_channel_trywait(self->peer->channel);
 }
 
 //  Waits, the peer's lock let go meanwhile, until the pipe is readable
@@ -467,7 +457,7 @@ s_wait(self_t *self, bool *pipe)
     bool on_channel = inflight && s_sleep_on_channel(self);
     zmq_pollitem_t items[2] = {
         { zsock_resolve(self->pipe), 0, ZMQ_POLLIN, 0 },
-        { NULL, on_channel ? s_ops(self->peer)->channel_wait_fd(self->peer->channel) : -1,
+        { NULL, on_channel ? pk_channel_wait_fd(self->peer->channel) : -1,
           ZMQ_POLLIN, 0 }
     };
     long timeout = on_channel ? 10 : inflight ? 0
@@ -493,7 +483,7 @@ static void
 s_self_step(self_t *self)
 {
     pk_server_session_t *session = self->session;
-    s_ops(self->peer)->channel_progress(self->peer->channel);
+    pk_channel_progress(self->peer->channel);
     pk_server_session_tick(session);
     s_push_metrics(self->node, self->peer, session, &self->last, &self->flast);
     if (self->quitting && (!pk_server_session_has_inflight(session)

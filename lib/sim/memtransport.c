@@ -6,14 +6,18 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { S_GONE = 0, S_INFLIGHT, S_DONE, S_FAILED };
 
+static const pk_transport_ops_t s_ops;      //  every fabric's and channel's (below)
+
 //  The seam's fabric: nothing but the pool's shape and the counters.
 typedef struct {
+    pk_fabric_t head;       //  first: a pk_fabric_t of the seam (transport.h)
     void *base;
     uint64_t num_blocks, block_len;
     pk_fabric_stats_t stats;
@@ -28,6 +32,7 @@ typedef struct {
 #define S_HELD 0x10
 
 struct _pk_memtransport_t {
+    pk_channel_t head;      //  first: a pk_channel_t of the seam
     uint8_t *state;         //  by id; id 0 unused
     size_t cap;
     uint64_t next_tid;
@@ -49,7 +54,7 @@ pk_memtransport_new(void)
 {
     pk_memtransport_t *self = calloc(1, sizeof *self);
     if (self)
-        self->next_tid = 1;
+        *self = (pk_memtransport_t) { .head = { &s_ops }, .next_tid = 1 };
     return self;
 }
 
@@ -224,6 +229,9 @@ pk_memtransport_land(pk_memtransport_t *self, uint64_t round_seq, uint64_t n)
 //  --------------------------------------------------------------------------
 //  The seam (base/transport.h) over in-memory fabrics and channels
 
+_Static_assert(offsetof(s_fabric_t, head) == 0, "a fabric begins with its pk_fabric_t");
+_Static_assert(offsetof(pk_memtransport_t, head) == 0, "a channel begins with its pk_channel_t");
+
 static pk_fabric_t *
 s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
               uint64_t block_len, int *rc_p, char *err)
@@ -237,7 +245,7 @@ s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
         pk_err_null(rc_p, pk_err(err, -ENOMEM, "out of memory"));
         return NULL;
     }
-    *self = (s_fabric_t) { base, num_blocks, block_len, { 0, 0, 0 } };
+    *self = (s_fabric_t) { { &s_ops }, base, num_blocks, block_len, { 0, 0, 0 } };
     if (rc_p)
         *rc_p = 0;
     return (pk_fabric_t *) self;
@@ -434,6 +442,11 @@ s_channel_transport(pk_channel_t *channel)
     return pk_memtransport_iface((pk_memtransport_t *) channel);
 }
 
+//  Never registered, so auto never finds it (rank 0).
+static const pk_provider_t s_providers[] = {
+    { "mem", false, 0 },
+};
+
 static const pk_transport_ops_t s_ops = {
     .size = sizeof (pk_transport_ops_t),
     .name = "mem",
@@ -458,6 +471,8 @@ static const pk_transport_ops_t s_ops = {
     .channel_closed = s_channel_closed,
     .channel_stats = s_channel_stats,
     .channel_transport = s_channel_transport,
+    .providers = s_providers,
+    .nproviders = 1,
 };
 
 const pk_transport_ops_t *

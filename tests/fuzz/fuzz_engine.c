@@ -146,10 +146,10 @@ s_world_init(s_world_t *w)
     n->store = pk_store_new_logged(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now },
                                    NULL, NULL, NULL, NULL);
     const pk_transport_ops_t *ops = pk_memtransport_ops();
-    pk_fabric_t *f = n->store ? ops->fabric_open(NULL, pk_store_base(n->store), S_BLOCKS,
+    pk_fabric_t *f = n->store ? pk_fabric_open(ops, NULL, pk_store_base(n->store), S_BLOCKS,
                                                  S_BLOCK_LEN, NULL, NULL) : NULL;
     if (f) {
-        n->fabrics[n->nfabrics] = (pk_node_fabric_t) { f, ops, ops->fabric_provider(f), { 0 } };
+        n->fabrics[n->nfabrics] = (pk_node_fabric_t) { f, pk_fabric_provider(f), { 0 } };
         n->providers[n->nfabrics++] = n->fabrics[0].provider;
     }
     n->metrics = pk_metrics_new();
@@ -167,7 +167,7 @@ s_world_fini(s_world_t *w)
     pk_metrics_destroy(&n->metrics);
     while (n->nfabrics) {
         pk_node_fabric_t *nf = &n->fabrics[--n->nfabrics];
-        nf->ops->fabric_close(&nf->fabric);
+        pk_fabric_close(&nf->fabric);
     }
     pk_store_destroy(&n->store);
     pk_keymap_fini(&n->by_consumer);

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,9 @@ s_pool_fd(const void *base, char *why, size_t cap)
     return ro;
 }
 
+_Static_assert(offsetof(pk_mmap_fabric_t, head) == 0, "a fabric begins with its pk_fabric_t");
+_Static_assert(offsetof(pk_mmap_channel_t, head) == 0, "a channel begins with its pk_channel_t");
+
 static pk_fabric_t *
 s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
               uint64_t block_len, int *rc_p, char *err)
@@ -84,6 +88,7 @@ s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
         *rc_p = pk_err(err, -ENOMEM, "mmap: out of memory");
         return NULL;
     }
+    self->head.ops = &pk_mmap_transport_ops;
     self->base = base;
     self->num_blocks = num_blocks;
     self->block_len = block_len;
@@ -274,6 +279,7 @@ s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
         *rc_p = pk_err(err, -ENOMEM, "mmap: out of memory");
         return NULL;
     }
+    self->head.ops = &pk_mmap_transport_ops;
     self->fabric = fab;
     self->target = expose;
     self->epfd = self->listen_fd = self->fd = self->ctrl_fd = -1;
@@ -396,6 +402,12 @@ s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
     stats->transfers = self->ntransfers;
 }
 
+//  One provider, named after the transport; under auto, before anything
+//  of libfabric's (doc/design.md, "Same-host copies").
+static const pk_provider_t s_providers[] = {
+    { PK_MMAP_PROVIDER, true, 10 },
+};
+
 const pk_transport_ops_t pk_mmap_transport_ops = {
     .size = sizeof (pk_transport_ops_t),
     .name = PK_MMAP_PROVIDER,
@@ -422,4 +434,6 @@ const pk_transport_ops_t pk_mmap_transport_ops = {
     .blob_provider = pk_mmap_blob_provider,
     .channel_expect = pk_mmap_channel_expect,
     .channel_verdicts = pk_mmap_channel_verdicts,
+    .providers = s_providers,
+    .nproviders = 1,
 };

@@ -105,6 +105,7 @@ typedef struct {
 } pk_mmap_round_t;
 
 typedef struct {
+    pk_fabric_t head;           //  first: a pk_fabric_t of the seam (transport.h)
     uint8_t *base;
     uint64_t num_blocks, block_len;
     int ro_fd;                  //  the pool, opened read-only; -1: not a file
@@ -117,6 +118,7 @@ typedef struct {
 } pk_mmap_fabric_t;
 
 typedef struct {
+    pk_channel_t head;          //  first: a pk_channel_t of the seam
     pk_mmap_fabric_t *fabric;
     bool target;
     bool closed, connected;

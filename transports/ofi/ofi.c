@@ -199,6 +199,7 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
         rc = pk_err(err, -ENOMEM, "out of memory");
         goto fail;
     }
+    self->head.ops = &pk_ofi_transport_ops;
     pk_ofi_config_t dflt = { NULL, NULL, 5.0 };
     self->config = config ? *config : dflt;
     self->base = base;
@@ -388,6 +389,7 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
         rc = pk_err(err, -ENOMEM, "out of memory");
         goto fail;
     }
+    self->head.ops = &pk_ofi_transport_ops;
     self->ofi = ofi;
     self->next_tid = 1;
     self->depth = ofi->info->tx_attr->size < S_MAX_DEPTH ? ofi->info->tx_attr->size : S_MAX_DEPTH;

@@ -1,8 +1,8 @@
 /*  ofi_ops.c: the libfabric transport behind the seam of base/transport.h,
     as the registry finds it ("ofi").  */
 #include "base/err.h"
-#include "ofi/ofi.h"
 #include "ofi/ofi_bench.h"
+#include "ofi/ofi_priv.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -12,14 +12,27 @@
 #include <rdma/fi_rma.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 //  --------------------------------------------------------------------------
 //  The seam: pk_transport_ops_t over the functions above.  The casts are
-//  the whole adapter: a pk_fabric_t is a pk_ofi_t, a pk_channel_t a
-//  pk_ofi_channel_t, never mixed with another implementation's.
+//  the whole adapter: a pk_fabric_t is the head of a pk_ofi_t, a
+//  pk_channel_t of a pk_ofi_channel_t, whose ops are this table, so one
+//  never reaches another implementation's functions.
+_Static_assert(offsetof(pk_ofi_t, head) == 0, "a pk_ofi_t begins with its pk_fabric_t");
+_Static_assert(offsetof(pk_ofi_channel_t, head) == 0, "a channel begins with its pk_channel_t");
+
+//  The providers of libfabric's that p2pkv knows apart: shm, and the rest.
+//  Under auto, shm after mmap (memcpy beats its process_vm_readv, 10
+//  GB/s against 4 here), then libfabric's first network provider (NULL:
+//  verbs, then efa, then tcp).
+static const pk_provider_t s_providers[] = {
+    { "shm", true, 20 },
+    { NULL, false, 30 },
+};
 
 static pk_fabric_t *
 s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
@@ -28,6 +41,12 @@ s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
     pk_ofi_config_t oc = { NULL, NULL, 5.0 };
     if (config)
         oc = (pk_ofi_config_t) { config->provider, config->node, config->stall_timeout };
+    //  shm moves bytes between processes of one host: an address to bind
+    //  means nothing to it (and fi_getinfo refuses one), so it gets none
+    for (size_t i = 0; oc.provider && i < sizeof s_providers / sizeof s_providers[0]; i++)
+        if (s_providers[i].name && strcmp(s_providers[i].name, oc.provider) == 0
+            && s_providers[i].same_host)
+            oc.node = NULL;
     return (pk_fabric_t *) pk_ofi_new(&oc, base, num_blocks, block_len, rc_p, err);
 }
 
@@ -193,4 +212,6 @@ const pk_transport_ops_t pk_ofi_transport_ops = {
     .channel_expect = s_channel_expect,
     .channel_verdicts = s_channel_verdicts,
     .channel_marks = s_channel_marks,
+    .providers = s_providers,
+    .nproviders = sizeof s_providers / sizeof s_providers[0],
 };

@@ -29,6 +29,7 @@
 #define S_MARK_MAX UINT64_C(0x7fffffff)
 
 struct _pk_ofi_t {
+    pk_fabric_t head;               //  first: a pk_fabric_t of the seam (transport.h)
     pk_ofi_config_t config;
     struct fi_info *info;
     struct fid_fabric *fabric;
@@ -85,6 +86,7 @@ typedef struct {
 } s_finished_t;
 
 struct _pk_ofi_channel_t {
+    pk_channel_t head;              //  first: a pk_channel_t of the seam
     pk_ofi_t *ofi;
     struct fid_ep *ep;
     struct fid_cq *cq;
