@@ -718,9 +718,9 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
         }
         s_server_free(&self->servers[i]);
     }
-    for (size_t i = 0; self->fetches.slots && i <= self->fetches.mask; i++)
-        if (self->fetches.slots[i].key.bytes)
-            pk_client_fetch_free((s_fetch_t *) (uintptr_t) self->fetches.slots[i].a);
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->fetches, &at)); )
+        pk_client_fetch_free((s_fetch_t *) (uintptr_t) e->a);
     pk_keymap_fini(&self->fetches);
     pk_client_fabrics_close(self);
     close(self->epoll_fd);

@@ -457,9 +457,9 @@ fail:
 static void
 s_free_transfers(pk_ofi_channel_t *self)
 {
-    for (size_t i = 0; self->xfers.slots && i <= self->xfers.mask; i++)
-        if (self->xfers.slots[i].key.bytes)
-            free((s_xfer_t *) (uintptr_t) self->xfers.slots[i].a);
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->xfers, &at)); )
+        free((s_xfer_t *) (uintptr_t) e->a);
     pk_keymap_fini(&self->xfers);
     self->queue_head = self->queue_tail = NULL;
 }
@@ -485,9 +485,9 @@ pk_ofi_channel_destroy(pk_ofi_channel_t **self_p)
     fi_close(&self->av->fid);
     fi_close(&self->cq->fid);
     s_free_transfers(self);
-    for (size_t i = 0; self->landed.slots && i <= self->landed.mask; i++)
-        if (self->landed.slots[i].key.bytes)
-            free((s_landed_t *) (uintptr_t) self->landed.slots[i].a);
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->landed, &at)); )
+        free((s_landed_t *) (uintptr_t) e->a);
     pk_keymap_fini(&self->landed);
     pk_block_check_fini(&self->check);
     free(self->finished);
@@ -844,10 +844,9 @@ s_close_endpoint(pk_ofi_channel_t *self)
     //  entries of the table being walked.
     size_t n = 0, cap = pk_keymap_size(&self->xfers);
     s_xfer_t **open = malloc((cap ? cap : 1) * sizeof *open);
-    for (size_t i = 0; open && self->xfers.slots && i <= self->xfers.mask; i++) {
-        if (!self->xfers.slots[i].key.bytes)
-            continue;
-        s_xfer_t *x = (s_xfer_t *) (uintptr_t) self->xfers.slots[i].a;
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; open && (e = pk_keymap_next(&self->xfers, &at)); ) {
+        s_xfer_t *x = (s_xfer_t *) (uintptr_t) e->a;
         if (x->ended < x->nops)
             open[n++] = x;
     }
