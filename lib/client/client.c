@@ -1,6 +1,7 @@
 /*  client.c: the client library of p2pkv.h: construction, the lock,
-    servers and their sessions, lookups and fetches, and the loop (one
-    epoll fd, a timerfd, the optional progress thread).
+    servers and their sessions, lookups and fetches.  The loop that drives
+    them (one epoll fd, a timerfd, the optional progress thread) is
+    loop.c.
 
     Per server: one pure client session (roles/client_session: handshake,
     epochs, keepalive, silence, reconnect, violations) whose ops open what
@@ -24,9 +25,7 @@
 
 #include <czmq.h>
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -41,113 +40,6 @@
 
 //  The public buffers hold what the library's own error convention writes.
 _Static_assert(P2PKV_ERRLEN == PK_ERRLEN, "p2pkv.h's P2PKV_ERRLEN is base/err.h's PK_ERRLEN");
-
-//  --------------------------------------------------------------------------
-//  What wakes the client: each server's socket and completion queue, and
-//  one timer for everything due later (keepalive, deadlines, reconnects,
-//  and progress where a provider has no wait object)
-
-static void
-s_watch(p2pkv_client_t *self, int fd, bool on)
-{
-    if (fd < 0)
-        return;
-    struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
-    epoll_ctl(self->epoll_fd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, &ev);
-}
-
-//  Two things wake a sleeping client besides its sockets and queues: the
-//  timer, for the earliest moment a step has work that no fd announces,
-//  and the kick (wake_fd, an eventfd), for work due now.  A ZeroMQ
-//  socket's fd only signals changes, so unread messages and a queue the
-//  provider says needs progress are due now.
-//
-//  Why not the timer for both: arming a timerfd that becomes the CPU's
-//  earliest timer reprograms the local APIC, a VM exit on a virtual
-//  machine (2.2 us measured here, against 0.1 for an eventfd write), and a
-//  timer due in a microsecond then fires as an interrupt, another exit.
-//  With the timer re-armed at every step and kicked at every call, a
-//  profile of one-key lookups pinned to one core put 43% of that core in
-//  timerfd_settime.  So a kick is an eventfd write, and the timer is armed
-//  only when the new moment is earlier than the armed one (or that one
-//  passed): a later moment is met by the earlier fire's step, which arms
-//  again.  What that costs: a step that finds nothing to do, at most once
-//  per moment that moved later (keepalives move with every message).
-
-static void
-s_kick(p2pkv_client_t *self)
-{
-    if (self->kicked)
-        return;
-    uint64_t one = 1;
-    if (write(self->wake_fd, &one, sizeof one) == sizeof one)
-        self->kicked = true;
-}
-
-//  Whether s's channel may have something to land, so that it needs
-//  progress and its queue's descriptor a watch: a fetch is open, or the
-//  session is not up yet.  A consumer's channel posts nothing itself, so
-//  with no fetch open nothing comes on it, and libfabric's progress and
-//  fi_trywait (six epoll_waits per lookup on tcp, 1.3 us each on this VM)
-//  are skipped.  The descriptor leaves the epoll set meanwhile: one that
-//  fires then (the server's connection closing) would wake a loop that
-//  does not progress it, again and again.
-static bool
-s_landing(p2pkv_client_t *self, s_server_t *s)
-{
-    bool landing = s->channel && (!s->role || pk_client_role_open_loads(s->role) > 0);
-    if (s->wait_fd >= 0 && landing != s->cq_watched) {
-        s_watch(self, s->wait_fd, landing);
-        s->cq_watched = landing;
-    }
-    return landing;
-}
-
-static void
-s_arm(p2pkv_client_t *self)
-{
-    double now = pk_clock_monotonic(), due = now + 1.0;
-    for (int i = 0; i < self->nservers; i++) {
-        s_server_t *s = self->servers[i];
-        if (!s)
-            continue;
-        double t = pk_client_session_due(s->session);
-        if (s->state == P2PKV_SERVER_DOWN || s->state == P2PKV_SERVER_STOPPED) {
-            if (t < due)
-                due = t;
-            continue;
-        }
-        if (s->dealer && !s->dealer_read) {
-            if (zsock_events(s->dealer) & ZMQ_POLLIN)
-                due = now;
-            else
-                s->dealer_read = true;
-        }
-        if (s_landing(self, s)) {
-            if (!pk_channel_trywait(s->channel))
-                due = now;
-            if (s->wait_fd < 0 && now + 0.002 < due)
-                due = now + 0.002;
-        }
-        if (s->role && pk_client_role_has_queued(s->role))
-            due = now;
-        //  load deadlines are coarse (seconds): a 10 ms look is enough
-        if (s->role && pk_client_role_open_loads(s->role) && now + 0.01 < t)
-            t = now + 0.01;
-        if (t < due)
-            due = t;
-    }
-    if (due <= now) {
-        s_kick(self);
-        return;
-    }
-    if (self->armed > now && self->armed <= due)
-        return;                 //  it fires first; that step arms again
-    struct itimerspec its = { .it_value = { (time_t) due,
-                                            (long) ((due - (time_t) due) * 1e9) } };
-    if (timerfd_settime(self->timer_fd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
-        self->armed = due;
-}
 
 //  --------------------------------------------------------------------------
 //  The role's seams, per server
@@ -189,7 +81,7 @@ s_cut_off(void *arg)
 {
     s_server_t *s = arg;
     if (s->cq_watched)
-        s_watch(s->client, s->wait_fd, false);
+        pk_client_watch(s->client, s->wait_fd, false);
     s->cq_watched = false;
     s->wait_fd = -1;
     if (s->channel)
@@ -351,7 +243,6 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
 //  --------------------------------------------------------------------------
 //  Construction
 
-static void *s_progress_thread(void *arg);
 
 //  The configuration's strings, copied at construction.
 static void
@@ -413,8 +304,8 @@ s_open_fds(p2pkv_client_t *self, char *err)
         return pk_err(err, errno ? -errno : -EMFILE,
                       "cannot create the client's file descriptors: %s",
                       strerror(errno));
-    s_watch(self, self->timer_fd, true);
-    s_watch(self, self->wake_fd, true);
+    pk_client_watch(self, self->timer_fd, true);
+    pk_client_watch(self, self->wake_fd, true);
     return 0;
 }
 
@@ -489,7 +380,7 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
         goto fail_fds;
     s_init_lock(self);
     if (self->config.progress_thread) {
-        if (pthread_create(&self->thread, NULL, s_progress_thread, self) != 0) {
+        if (pthread_create(&self->thread, NULL, pk_client_progress_thread, self) != 0) {
             (void) pk_err(err, 0, "cannot start the progress thread");
             goto fail_lock;
         }
@@ -537,7 +428,7 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     if (!s->channel)
         return rc < 0 ? rc : -EIO;
     s->wait_fd = pk_channel_wait_fd(s->channel);
-    s_watch(self, s->wait_fd, true);
+    pk_client_watch(self, s->wait_fd, true);
     s->cq_watched = s->wait_fd >= 0;
     if (pk_channel_blob(s->channel, blob_p, len_p))
         return pk_err(err, -EIO, "cannot describe the local endpoint");
@@ -557,7 +448,7 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
         return pk_err(err, -ENOMEM, "cannot monitor the socket to %s", s->endpoint);
     if (zsock_connect(s->dealer, "%s", s->endpoint) < 0)
         return pk_err(err, -EINVAL, "cannot connect to %s", s->endpoint);
-    s_watch(self, zsock_fd(s->dealer), true);
+    pk_client_watch(self, zsock_fd(s->dealer), true);
     return 0;
 }
 
@@ -568,7 +459,7 @@ s_session_close(void *arg)
     pk_client_role_destroy(&s->role);
     s_cut_off(s);
     if (s->dealer) {
-        s_watch(s->client, zsock_fd(s->dealer), false);
+        pk_client_watch(s->client, zsock_fd(s->dealer), false);
         pk_client_curve_monitor_close(s->dealer, &s->monitor);
     }
     pk_client_dealer_destroy(&s->dealer);
@@ -742,76 +633,8 @@ p2pkv_client_pool(p2pkv_client_t *self)
     return self->pool;
 }
 
-int
-p2pkv_client_fd(p2pkv_client_t *self)
-{
-    return self->epoll_fd;
-}
-
 //  --------------------------------------------------------------------------
 //  Sessions
-
-//  One server's turn: what arrived, the role's work, then whatever the
-//  session has due (a reconnect, connect again, ping, silence).
-static void
-s_server_step(p2pkv_client_t *self, s_server_t *s)
-{
-    double now = pk_clock_monotonic();
-    if (s_landing(self, s) && pk_channel_progress(s->channel) > 0)
-        s->last_landed = now;
-    //  refused (the key, or CURVE on one side only): retrying cannot help.
-    //  Only a handshake is refused, never an UP session's traffic, so the
-    //  monitor costs an UP server's step nothing (ZMQ_EVENTS may poll the
-    //  socket's mailbox)
-    char why[PK_ERRLEN];
-    if (s->monitor && !s->refused && s->state != P2PKV_SERVER_UP
-        && (s->refused = pk_client_curve_refused(s->monitor, self->curve.on, why, sizeof why))) {
-        pk_client_session_disconnect(s->session, PK_DISC_RETIRED, why);
-        snprintf(s->reason, sizeof s->reason, "%s", why);
-        return;
-    }
-    //  The session may end while reading (a violation closes the socket).
-    //  Reading until nothing comes costs libzmq's look at its mailbox (a
-    //  getpid and a poll) once, not once per frame as asking ZMQ_EVENTS
-    //  before each read did; and a read that found nothing leaves the fd
-    //  armed, so s_arm need not ask again (dealer_read).
-    while (s->dealer) {
-        zframe_t *f = zframe_recv_nowait(s->dealer);
-        if (!f) {
-            s->dealer_read = true;
-            break;
-        }
-        pk_client_session_on_frame(s->session, zframe_data(f), zframe_size(f));
-        zframe_destroy(&f);
-    }
-    if (s->role && s->state == P2PKV_SERVER_UP) {
-        pk_client_role_flush(s->role);
-        pk_client_role_tick(s->role);
-    }
-    //  The role cut this server off (an abort not acknowledged in time,
-    //  landing blocks that never came): a session without its channel can
-    //  fetch nothing, so it ends as after any loss and a new one follows,
-    //  with a new endpoint and registration (protocol.md section 7).
-    if (s->role && s->state == P2PKV_SERVER_UP && !s->channel)
-        pk_client_session_lost(s->session, "cut off: an abort was not acknowledged in time, "
-                               "or blocks announced as landing never came");
-    //  A stuck server (stopped, wedged) keeps its connections open and
-    //  says nothing for silence_timeout; a fetch that began to land (a
-    //  completion since the last fetch started or ended) and then sees
-    //  nothing land for stall_timeout is not worth waiting that long for.
-    //  A fetch still waiting for a prefill store has had no completion, and
-    //  is left to its load timeout.  (The transport's own stall deadline never fires
-    //  here: a consumer's channel posts no writes.)
-    now = pk_clock_monotonic();
-    if (s->role && s->state == P2PKV_SERVER_UP && pk_client_role_open_loads(s->role)
-        && s->last_landed > s->stall_floor && now - s->last_landed >= self->config.stall_timeout) {
-        char reason[96];
-        snprintf(reason, sizeof reason, "transfer stalled: nothing landed for %.1f s",
-                 now - s->last_landed);
-        pk_client_session_lost(s->session, reason);
-    }
-    pk_client_session_tick(s->session);
-}
 
 //  The handshake, servicing only this server (and the progress thread
 //  the others), the lock released between steps: the server's index, or
@@ -824,7 +647,7 @@ s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char 
     while (true) {
         pthread_mutex_lock(&self->lock);
         if (s->state == P2PKV_SERVER_CONNECTING)
-            s_server_step(self, s);
+            pk_client_server_step(self, s);
         if (s->state == P2PKV_SERVER_UP)
             rc = 0;
         else if (s->refused) {
@@ -854,7 +677,7 @@ s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char 
                 self->nservers--;
             s_server_free(&s);
         }
-        s_arm(self);
+        pk_client_arm(self);
         pthread_mutex_unlock(&self->lock);
         if (done)
             return rc ? rc : slot;
@@ -1142,7 +965,7 @@ p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pk
     //  out as one
     int rc = s ? pk_client_role_probe(s->role, kv, k, n) : -ENOTCONN;
     self->asked = pk_clock_monotonic();
-    s_kick(self);
+    pk_client_kick(self);
     pthread_mutex_unlock(&self->lock);
     free(k);
     return rc;
@@ -1194,7 +1017,7 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
     }
     pk_client_fetch_free(f);
     self->asked = pk_clock_monotonic();
-    s_kick(self);
+    pk_client_kick(self);
     pthread_mutex_unlock(&self->lock);
     free(k);
     return rc;
@@ -1222,7 +1045,7 @@ p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id)
             sync->cancelled = 1;
     pthread_cond_broadcast(&self->synced);
     self->asked = pk_clock_monotonic();
-    s_kick(self);
+    pk_client_kick(self);
     pthread_mutex_unlock(&self->lock);
     return rc;
 }
@@ -1262,99 +1085,9 @@ p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
     }
     int rc = s ? pk_client_role_finish(s->role, kv) : -ENOTCONN;
     if (s)
-        s_kick(self);
+        pk_client_kick(self);
     pthread_mutex_unlock(&self->lock);
     return rc;
-}
-
-//  One pass over every server; the timer is read, so it stops signalling.
-//  Setting it again (s_arm, with fi_trywait on every queue) is left to
-//  whoever is about to sleep or return: not once per spin.
-static int
-s_step(p2pkv_client_t *self)
-{
-    //  The timer can have fired only once its moment passed, and it is
-    //  one-shot: once read past its moment, nothing is armed (HUGE_VAL)
-    //  until s_arm sets it again, and a spin does not read it again at
-    //  every turn (a failed read, 1.3 us here).  Should the read come just
-    //  before the fire, s_arm's timerfd_settime clears the late fire.
-    uint64_t count;
-    if (self->armed <= pk_clock_monotonic()) {
-        if (read(self->timer_fd, &count, sizeof count) < 0) {
-            //  already read, or not fired yet: nothing to clear
-        }
-        self->armed = HUGE_VAL;
-    }
-    if (self->kicked && read(self->wake_fd, &count, sizeof count) == sizeof count)
-        self->kicked = false;
-    self->ran = 0;
-    for (int i = 0; i < self->nservers; i++)
-        if (self->servers[i])
-            s_server_step(self, self->servers[i]);
-    return self->ran;
-}
-
-static size_t
-s_open_fetches(const p2pkv_client_t *self)
-{
-    size_t n = 0;
-    for (int i = 0; i < self->nservers; i++)
-        if (self->servers[i] && self->servers[i]->role)
-            n += pk_client_role_open_loads(self->servers[i]->role);
-    return n;
-}
-
-//  Spin while blocks are landing (a wakeup per write costs about 10% of
-//  the throughput), or while fetches run on a channel without a wait
-//  object, or for answer_spin after a request while its answer is due;
-//  otherwise sleep on the fd: a fetch may wait seconds for a prefill
-//  store, and spinning then burns a core.
-static bool
-s_must_spin(const p2pkv_client_t *self)
-{
-    double now = pk_clock_monotonic();
-    bool answer_due = now - self->asked < self->config.answer_spin;
-    for (int i = 0; i < self->nservers; i++) {
-        const s_server_t *s = self->servers[i];
-        if (!s || !s->role)
-            continue;
-        size_t loads = pk_client_role_open_loads(s->role);
-        if (answer_due && (loads || pk_client_role_open_lookups(s->role)
-                           || pk_client_role_has_queued(s->role)))
-            return true;
-        if (s->channel && loads && (s->wait_fd < 0 || now - s->last_landed < 0.002))
-            return true;
-    }
-    return false;
-}
-
-int
-p2pkv_client_poll(p2pkv_client_t *self, double timeout)
-{
-    double deadline = pk_clock_monotonic() + timeout;
-    while (true) {
-        pthread_mutex_lock(&self->lock);
-        int ran = s_step(self);
-        bool spin = s_must_spin(self);
-        double left = deadline - pk_clock_monotonic();
-        if (ran || left <= 0 || !spin)
-            s_arm(self);
-        pthread_mutex_unlock(&self->lock);
-        if (ran || left <= 0)
-            return ran;
-        //  sleep until something is due, unless only spinning sees it;
-        //  a spin gives the core away where others wait for it (free on
-        //  an idle core: sched_yield returns at once; on two cores with 64
-        //  consumers, the server's writes and the other consumers' copies
-        //  are what the spinner waits for)
-        if (!spin) {
-            struct epoll_event ev[8];
-            int ms = (int) (left * 1000) + 1;
-            epoll_wait(self->epoll_fd, ev, 8, ms > 100 ? 100 : ms);
-        }
-        else
-            sched_yield();
-    }
 }
 
 //  The batch's state, read under the lock: the progress thread may be
@@ -1374,37 +1107,4 @@ p2pkv_client_fetch_status(p2pkv_client_t *self, uint64_t fetch_id, char *reason)
     }
     pthread_mutex_unlock(&self->lock);
     return rc;
-}
-
-size_t
-p2pkv_client_open_fetches(const p2pkv_client_t *self)
-{
-    pthread_mutex_t *lock = (pthread_mutex_t *) &self->lock;
-    pthread_mutex_lock(lock);
-    size_t n = s_open_fetches(self);
-    pthread_mutex_unlock(lock);
-    return n;
-}
-
-static void *
-s_progress_thread(void *arg)
-{
-    p2pkv_client_t *self = arg;
-    pk_thread_block_signals();      //  the application's signals are not ours
-    while (!atomic_load(&self->stopping)) {
-        struct epoll_event ev[8];
-        pthread_mutex_lock(&self->lock);
-        bool spin = s_must_spin(self);
-        if (!spin)
-            s_arm(self);
-        pthread_mutex_unlock(&self->lock);
-        if (!spin)
-            epoll_wait(self->epoll_fd, ev, 8, 100);
-        else
-            sched_yield();
-        pthread_mutex_lock(&self->lock);
-        s_step(self);
-        pthread_mutex_unlock(&self->lock);
-    }
-    return NULL;
 }

@@ -176,6 +176,16 @@ void pk_client_fetch_ended(s_server_t *s, s_fetch_t *f);
 bool pk_client_fetch_check(p2pkv_client_t *c, s_server_t *s, s_fetch_t *f);
 void pk_client_fetch_free(s_fetch_t *f);
 
+//  loop.c: the loop.  watch adds fd to (on) or takes it from the epoll
+//  set; kick wakes a sleeping loop for work due now; arm sets the timer
+//  for the earliest moment a step has work no fd announces; server_step
+//  is one server's turn; the progress thread steps until stopping.
+void pk_client_watch(p2pkv_client_t *self, int fd, bool on);
+void pk_client_kick(p2pkv_client_t *self);
+void pk_client_arm(p2pkv_client_t *self);
+void pk_client_server_step(p2pkv_client_t *self, s_server_t *s);
+void *pk_client_progress_thread(void *arg);
+
 int pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
                       const uint32_t *dest, size_t n, bool fetch, double timeout,
                       p2pkv_key_result_t *res, p2pkv_progress_fn *progress, void *progress_arg,
