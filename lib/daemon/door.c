@@ -105,9 +105,6 @@ s_peer_destroy(pk_door_t *self, pk_peer_t *peer)
         pk_key_t ik = s_key((const uint8_t *) &peer->id, sizeof peer->id);
         pk_keymap_take(&self->by_id, &ik, NULL, NULL);
     }
-    //  bounded state: a retired peer's series go (the totals stay)
-    if (!pk_door_peer_by_consumer(self, peer->consumer))
-        pk_metrics_forget_peer(self->env->metrics, peer->consumer);
     pk_peer_destroy(&peer);
     self->npeers--;
 }
@@ -513,7 +510,7 @@ pk_door_revoke(pk_door_t *self)
         if (pk_peer_tell(peer, "ss", "RETIRE", "CURVE key revoked") == 0) {
             peer->flooding = true;
             ended++;
-            pk_metrics_add(self->env->metrics, PK_M_SESSIONS_REVOKED, peer->consumer, 1);
+            pk_metrics_add(self->env->metrics, PK_M_SESSIONS_REVOKED, NULL, 1);
             pk_log(self->config, PK_LOG_INFO, "session %s ended: its CURVE key %s was revoked",
                         peer->consumer, peer->curve_key);
         }

@@ -28,6 +28,7 @@
 #include "daemon/engine_api.h"
 #include "daemon/handshake.h"
 #include "daemon/log.h"
+#include "daemon/metric_sources.h"
 #include "daemon/metrics.h"
 #include "daemon/peer.h"
 #include "daemon/poller.h"
@@ -62,7 +63,6 @@ typedef struct {
     pk_fabric_t *fabric;
     const pk_transport_ops_t *ops;  //  its transport (base/transport.h, by provider)
     const char *provider;           //  the fabric's own name ("shm", "tcp;ofi_rxm")
-    pk_fabric_stats_t pushed;       //  its counts already in the metrics
 } pk_node_fabric_t;
 
 struct _pk_node_t {
@@ -94,12 +94,8 @@ struct _pk_node_t {
     pk_metrics_t *metrics;
     pk_unsent_t *unsent;            //  bytes of every session's answers libzmq holds
                                     //  (unsent.h), sessions gone included
-    uint64_t unmatched_pushed;      //  blobs_unmatched already in the metrics
-    uint64_t evictions_pushed;      //  the store's evictions already in PK_M_POOL_EVICTIONS
-    pk_store_ns_stats_t *ns_pushed; //  each namespace's lookups already in the metrics
     pk_metrics_http_t *http;
     pk_directory_t *directory;      //  --directory: the cluster directory's actor, or NULL
-    pk_directory_stats_t directory_pushed; //  its counts already in the metrics
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
     char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
     pk_peer_env_t env;              //  what every peer shares (peer.h)
@@ -430,7 +426,7 @@ s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
             return pk_err(err, -EEXIST, "--provider: %s twice (as %s)", name,
                           provider ? provider : "auto");
         }
-    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, ops, name, { 0 } };
+    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, ops, name };
     self->providers[self->nfabrics++] = name;
     return 0;
 }
@@ -502,7 +498,10 @@ s_fabric_for(pk_node_t *self, const uint8_t *blob, size_t len, char *reason, siz
     for (size_t i = 0; rc == 0 && i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].provider, provider) == 0)
             return (int) i;
+    //  no fabric to count it: the label says none of ours (a bounded
+    //  value, not the provider the consumer named)
     atomic_fetch_add(&self->blobs_unmatched, 1);
+    pk_metrics_add(self->metrics, PK_M_BLOBS_REFUSED, "unoffered", 1);
     if (rc) {
         snprintf(reason, cap, "%s", err);
         return rc;
@@ -592,7 +591,9 @@ s_engine_pull(void *arg, pk_pull_t *p)
 }
 
 //  The node's part of stats: the fabrics' sum and each one under its
-//  provider's name, the sessions with their capabilities, the metrics.
+//  provider's name, the sessions with their capabilities and their own
+//  counts (by metric name: the metrics carry no consumer's id), the
+//  metrics.
 static void
 s_engine_stats(void *arg, json_t *answer)
 {
@@ -614,10 +615,19 @@ s_engine_stats(void *arg, json_t *answer)
     f.blobs_refused += atomic_load(&self->blobs_unmatched);
     json_t *peers = json_array();
     json_t *caps = json_object();
+    json_t *counts = json_object();
     size_t at = 0;
     for (pk_peer_t *peer; (peer = pk_door_next(self->door, &at)); ) {
         json_array_append_new(peers, json_string(peer->consumer));
         json_object_set_new(caps, peer->consumer, json_string(pk_peer_caps(peer)));
+        json_t *mine = json_object();
+        for (int id = 0; id < PK_M_COUNT; id++) {
+            pk_metric_source_t source = pk_metric_source_of((pk_metric_id_t) id);
+            if (source == PK_SOURCE_SESSION || source == PK_SOURCE_CHANNEL)
+                json_object_set_new(mine, pk_metrics_name((pk_metric_id_t) id),
+                                    json_integer((json_int_t) atomic_load(&peer->counted[id])));
+        }
+        json_object_set_new(counts, peer->consumer, mine);
     }
     json_object_set_new(answer, "fabric",
                         json_pack("{s:I, s:I, s:I}",
@@ -628,6 +638,7 @@ s_engine_stats(void *arg, json_t *answer)
     json_object_set_new(answer, "sessions", json_integer((json_int_t) pk_door_sessions(self->door)));
     json_object_set_new(answer, "peers", peers);
     json_object_set_new(answer, "capabilities", caps);
+    json_object_set_new(answer, "session_counts", counts);
     json_object_set_new(answer, "metrics", pk_metrics_json(self->metrics));
 }
 
@@ -713,12 +724,6 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail_self;
     if ((rc = s_open_store(self, err)) != 0)
         goto fail_self;
-    rc = -ENOMEM;
-    self->ns_pushed = calloc(pk_store_namespaces(self->store), sizeof *self->ns_pushed);
-    if (!self->ns_pushed) {
-        snprintf(err, PK_ERRLEN, "out of memory");
-        goto fail_store;
-    }
     if ((rc = s_open_fabrics(self, err)) != 0)
         goto fail_store;
     rc = s_open_sockets(self, err);
@@ -750,7 +755,6 @@ fail_sockets:
 fail_store:
     pk_store_destroy(&self->store);
 fail_self:
-    free(self->ns_pushed);
     pk_admission_destroy(&self->admission);
     pk_metrics_destroy(&self->metrics);
     pk_unsent_release(&self->unsent);
@@ -805,96 +809,40 @@ pk_node_endpoint(const pk_node_t *self)
     return self->endpoint;
 }
 
-//  Each namespace's blocks and lookups, labelled by its name: as many
-//  samples as --tenants names namespaces (shared alone without it).
+//  Every count the node holds, published twice a second by the one loop
+//  of metric_sources.h: the pool's, each namespace's (labelled by its
+//  name: as many samples as --tenants names namespaces), each fabric's
+//  (by its provider), the directory's and the node's own.  Each is the
+//  only source of its samples, so what is published is the count since
+//  start, and nothing published is kept here.
 static void
-s_namespace_metrics(pk_node_t *self)
+s_publish_metrics(pk_node_t *self)
 {
     pk_metrics_t *m = self->metrics;
-    size_t ready = 0, pinned = 0;
+    uint64_t block_len = self->config->block_len;
+    pk_store_stats_t pool;
+    pk_store_stats(self->store, &pool);
+    pk_metric_sources_publish(m, PK_SOURCE_POOL, NULL, &pool, NULL, block_len);
     for (unsigned ns = 0; ns < pk_store_namespaces(self->store); ns++) {
-        pk_store_ns_stats_t st, *last = &self->ns_pushed[ns];
-        if (pk_store_stats_ns(self->store, ns, &st) != 0)
-            continue;
-        const char *name = pk_tenants_name(self->config->tenant_map, ns);
-        pk_metrics_set(m, PK_M_NS_READY, name, (double) st.ready);
-        pk_metrics_set(m, PK_M_NS_PINNED, name, (double) st.pinned);
-        pk_metrics_add(m, PK_M_NS_LOOKUPS, name, st.lookups - last->lookups);
-        pk_metrics_add(m, PK_M_NS_HITS, name, st.hits - last->hits);
-        pk_metrics_add(m, PK_M_NS_MISSES, name, st.misses - last->misses);
-        ready += st.ready;
-        pinned += st.pinned;
-        *last = st;
+        pk_store_ns_stats_t st;
+        if (pk_store_stats_ns(self->store, ns, &st) == 0)
+            pk_metric_sources_publish(m, PK_SOURCE_NAMESPACE,
+                                      pk_tenants_name(self->config->tenant_map, ns), &st, NULL,
+                                      block_len);
     }
-    pk_metrics_set(m, PK_M_NS_READY, NULL, (double) ready);
-    pk_metrics_set(m, PK_M_NS_PINNED, NULL, (double) pinned);
-}
-
-//  The directory actor's counters, pushed as deltas (with --directory).
-static void
-s_directory_gauges(pk_node_t *self)
-{
-    if (!self->directory)
-        return;
-    pk_directory_stats_t d, *was = &self->directory_pushed;
-    pk_directory_stats(self->directory, &d);
-    pk_metrics_set(self->metrics, PK_M_DIRECTORY_UP, NULL, d.up ? 1 : 0);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_UPDATES, NULL, d.updates - was->updates);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_BATCHES, NULL, d.batches - was->batches);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_DROPPED, NULL, d.dropped - was->dropped);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_ERRORS, NULL, d.errors - was->errors);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_JUNK, NULL, d.junk - was->junk);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_RESYNCS, NULL, d.resyncs - was->resyncs);
-    *was = d;
-}
-
-//  Each fabric's counts, labelled by its provider; a connect for a
-//  provider not offered has no fabric to count it: unlabelled.
-static void
-s_fabric_gauges(pk_node_t *self)
-{
-    pk_metrics_t *m = self->metrics;
-    double open = 0;
     for (size_t i = 0; i < self->nfabrics; i++) {
-        pk_node_fabric_t *nf = &self->fabrics[i];
         pk_fabric_stats_t f;
-        nf->ops->fabric_stats(nf->fabric, &f);
-        pk_metrics_add(m, PK_M_CHANNELS_OPENED, nf->provider,
-                       f.channels_opened - nf->pushed.channels_opened);
-        pk_metrics_add(m, PK_M_BLOBS_REFUSED, nf->provider,
-                       f.blobs_refused - nf->pushed.blobs_refused);
-        pk_metrics_set(m, PK_M_CHANNELS_OPEN, nf->provider, (double) f.channels_open);
-        open += (double) f.channels_open;
-        nf->pushed = f;
+        self->fabrics[i].ops->fabric_stats(self->fabrics[i].fabric, &f);
+        pk_metric_sources_publish(m, PK_SOURCE_FABRIC, self->fabrics[i].provider, &f, NULL,
+                                  block_len);
     }
-    pk_metrics_set(m, PK_M_CHANNELS_OPEN, NULL, open);
-    uint64_t unmatched = atomic_load(&self->blobs_unmatched);
-    pk_metrics_add(m, PK_M_BLOBS_REFUSED, NULL, unmatched - self->unmatched_pushed);
-    self->unmatched_pushed = unmatched;
-}
-
-//  Pool occupancy, refreshed by the main loop twice a second.
-static void
-s_pool_gauges(pk_node_t *self)
-{
-    pk_store_stats_t st;
-    pk_store_stats(self->store, &st);
-    pk_metrics_set(self->metrics, PK_M_POOL_FREE, NULL, (double) st.free);
-    pk_metrics_set(self->metrics, PK_M_POOL_WRITING, NULL, (double) st.writing);
-    pk_metrics_set(self->metrics, PK_M_POOL_READY, NULL, (double) st.ready);
-    pk_metrics_set(self->metrics, PK_M_POOL_PINNED, NULL, (double) st.pinned);
-    //  beside the pool: what peers that do not read cost (protocol.md 6)
-    pk_metrics_set(self->metrics, PK_M_UNREAD_BYTES, NULL,
-                   (double) pk_unsent_bytes(self->unsent));
-    //  the store counts evictions since start; the counter takes the news
-    if (st.evictions > self->evictions_pushed)
-        pk_metrics_add(self->metrics, PK_M_POOL_EVICTIONS, NULL,
-                       st.evictions - self->evictions_pushed);
-    self->evictions_pushed = st.evictions;
-    s_directory_gauges(self);
-    s_fabric_gauges(self);
-    pk_metrics_set(self->metrics, PK_M_SESSIONS, NULL, (double) pk_door_sessions(self->door));
-    s_namespace_metrics(self);
+    if (self->directory) {
+        pk_directory_stats_t d;
+        pk_directory_stats(self->directory, &d);
+        pk_metric_sources_publish(m, PK_SOURCE_DIRECTORY, NULL, &d, NULL, block_len);
+    }
+    pk_node_counts_t own = { pk_door_sessions(self->door), pk_unsent_bytes(self->unsent) };
+    pk_metric_sources_publish(m, PK_SOURCE_NODE, NULL, &own, NULL, block_len);
 }
 
 //  --------------------------------------------------------------------------
@@ -1041,7 +989,7 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
         if (now >= next_sweep) {
             pk_engine_api_expire(self->engine);
             pk_store_expire_leases(self->store);
-            s_pool_gauges(self);
+            s_publish_metrics(self);
             s_trim_heap(self, now);
             next_sweep = now + 0.5;
         }
@@ -1069,7 +1017,6 @@ pk_node_destroy(pk_node_t **self_p)
     pk_metrics_destroy(&self->metrics);
     //  a message libzmq still holds keeps the counter until it is freed
     pk_unsent_release(&self->unsent);
-    free(self->ns_pushed);
     free(self->fail_session);
     free(self->hold_session);
     free(self);

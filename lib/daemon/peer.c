@@ -42,6 +42,7 @@
 #include "base/thread.h"
 #include "daemon/held.h"
 #include "daemon/log.h"
+#include "daemon/metric_sources.h"
 #include "daemon/pointer.h"
 
 #include <errno.h>
@@ -217,11 +218,14 @@ static void
 s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
 {
     pk_metrics_observe(arg, which == PK_LATENCY_LOOKUP ? PK_M_LOOKUP_SECONDS
-                                                       : PK_M_FETCH_SECONDS, peer, seconds);
+                                                       : PK_M_FETCH_SECONDS, NULL, seconds);
 }
 
-//  The actor's counters, as deltas since the last push, labelled with the
-//  consumer's peer_id.
+//  The session's and the channel's counts, published (metric_sources.h)
+//  as changes since the last step: the server's samples are the sums of
+//  every session's.  Each reason's count goes before the session's whole
+//  struct, whose publish makes last equal to it.  What the main thread
+//  shows per session (the engine API's stats) is stored in the peer.
 static void
 s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *session,
                pk_server_session_counters_t *last, pk_channel_stats_t *flast)
@@ -231,37 +235,21 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
     pk_server_session_counters(session, &c);
     s_ops(peer)->channel_stats(peer->channel, &f);
     pk_metrics_t *m = env->metrics;
-    const char *p = peer->consumer;
-#define S_PUSH(name, now, before) \
-    if ((now) != (before)) \
-        pk_metrics_add(m, name, p, (now) - (before))
-    S_PUSH(PK_M_FRAMES, c.frames, last->frames);
-    S_PUSH(PK_M_FRAMES_DROPPED, c.dropped_bad + c.dropped_unknown + c.dropped_stale,
-           last->dropped_bad + last->dropped_unknown + last->dropped_stale);
-    S_PUSH(PK_M_LOOKUPS, c.lookups, last->lookups);
-    S_PUSH(PK_M_LOOKUP_KEYS, c.keys, last->keys);
-    S_PUSH(PK_M_FETCHES, c.fetches, last->fetches);
-    S_PUSH(PK_M_ABORTS, c.aborts, last->aborts);
-    S_PUSH(PK_M_VIOLATIONS, c.violations, last->violations);
-    S_PUSH(PK_M_WRITES, f.writes_posted, flast->writes_posted);
-    S_PUSH(PK_M_BLOCKS_WRITTEN, f.blocks_written, flast->blocks_written);
-    S_PUSH(PK_M_BYTES_WRITTEN, f.blocks_written * env->config->block_len,
-           flast->blocks_written * env->config->block_len);
-    S_PUSH(PK_M_WRITE_ERRORS, f.errors, flast->errors);
-    S_PUSH(PK_M_LOOKUP_HITS, c.hits, last->hits);
-    S_PUSH(PK_M_LOOKUP_MISSES, c.misses, last->misses);
-    S_PUSH(PK_M_LOOKUP_EXPIRED, c.expired, last->expired);
-    S_PUSH(PK_M_STORE_TIMEOUTS, c.store_timeouts, last->store_timeouts);
-#undef S_PUSH
-    //  labelled by the rule broken, not by peer: its class set is fixed
+    uint64_t block_len = env->config->block_len;
     for (int r = 0; r < PK_VIOLATION_COUNT; r++)
-        if (c.by_reason[r] != last->by_reason[r])
-            pk_metrics_add(m, PK_M_VIOLATIONS_BY_REASON, pk_violation_name((pk_violation_t) r),
-                           c.by_reason[r] - last->by_reason[r]);
-    if (f.transfers != flast->transfers)
-        pk_metrics_set(m, PK_M_TRANSFERS_IN_FLIGHT, p, (double) f.transfers);
-    *last = c;
-    *flast = f;
+        pk_metric_sources_publish(m, PK_SOURCE_REASONS, pk_violation_name((pk_violation_t) r),
+                                  &c.by_reason[r], &last->by_reason[r], block_len);
+    for (int id = 0; id < PK_M_COUNT; id++) {
+        pk_metric_source_t source = pk_metric_source_of((pk_metric_id_t) id);
+        if (source == PK_SOURCE_SESSION || source == PK_SOURCE_CHANNEL)
+            atomic_store(&peer->counted[id],
+                         pk_metric_source_value((pk_metric_id_t) id,
+                                                source == PK_SOURCE_SESSION ? (void *) &c
+                                                                            : (void *) &f,
+                                                block_len));
+    }
+    pk_metric_sources_publish(m, PK_SOURCE_SESSION, NULL, &c, last, block_len);
+    pk_metric_sources_publish(m, PK_SOURCE_CHANNEL, NULL, &f, flast, block_len);
 }
 
 //  Refuses the consumer's connect from the actor (no session, no epochs).
@@ -350,6 +338,9 @@ s_self_destroy(self_t **self_p)
     self_t *self = *self_p;
     if (!self)
         return;
+    //  the server's gauges lose this session's part (transfers in flight)
+    pk_metric_sources_end(self->env->metrics, PK_SOURCE_CHANNEL, NULL, &self->flast,
+                          self->env->config->block_len);
     pk_server_session_destroy(&self->session);
     free(self);
     *self_p = NULL;

@@ -95,6 +95,10 @@ struct pk_peer {
     uint64_t words_done;
     atomic_uint_fast64_t said;
     uint64_t heard;
+    //  The session's and the channel's counts as the actor last published
+    //  them (metric_sources.h), by metric: the engine API's stats shows
+    //  them per session, where the metrics carry no consumer's id.
+    atomic_uint_fast64_t counted[PK_M_COUNT];
 };
 
 /*  A peer for an accepted connect (taken from *connect_p): NULL when out
