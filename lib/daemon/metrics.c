@@ -4,10 +4,11 @@
     The registry is an array of families in declaration order, indexed by
     id on every update, plus a zhashx from name to family that only
     declare and find probe.  Each family holds its total and an array of
-    labelled samples sorted by label value: an update finds its sample by binary search, render
-    walks them in order without sorting, and forget_peer is one search per
-    family.  One mutex guards it all; a sample's label is escaped once when
-    the sample is made, so rendering a family under the lock is mostly
+    labelled samples sorted by label value: an update finds its sample by
+    binary search, render walks them in order without sorting.  Labelled
+    samples are never dropped: the daemon's label values are bounded sets.
+    One mutex guards it all; a sample's label is escaped once when the
+    sample is made, so rendering a family under the lock is mostly
     copying.
 */
 #include "daemon/metrics.h"
@@ -465,62 +466,6 @@ int
 pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double seconds)
 {
     return s_update(self, id, peer, PK_METRIC_HISTOGRAM, 0, seconds, false);
-}
-
-//  The samples array gives back the slots retired peers left empty: it
-//  grows by doubling to the most peers it ever held at once (40 bytes a
-//  slot), so without this a server that 10,000 consumers had used at once
-//  kept 16,384 slots (655 KB) after they left, in each of its 34 per-peer
-//  families.  Halving at a quarter full keeps one peer arriving and
-//  leaving at a boundary from resizing each time.
-static void
-s_shrink(s_family_t *family)
-{
-    if (family->npeers == 0) {
-        free(family->peers);
-        family->peers = NULL;
-        family->cap = 0;
-        return;
-    }
-    if (family->cap <= 8 || family->npeers > family->cap / 4)
-        return;
-    s_sample_t *peers = realloc(family->peers, family->cap / 2 * sizeof *peers);
-    if (peers) {                //  else the larger array stays: nothing lost
-        family->peers = peers;
-        family->cap /= 2;
-    }
-}
-
-size_t
-pk_metrics_forget_peer(pk_metrics_t *self, const char *peer)
-{
-    if (!self || !peer)
-        return 0;
-    size_t dropped = 0;
-    pthread_mutex_lock(&self->mutex);
-    for (size_t f = 0; f < self->nfamilies; f++) {
-        s_family_t *family = self->families[f];
-        size_t lo = 0, hi = family->label == PK_METRIC_PEER ? family->npeers : 0;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            int cmp = strcmp(peer, family->peers[mid].peer);
-            if (cmp == 0) {
-                s_sample_free(&family->peers[mid]);
-                memmove(&family->peers[mid], &family->peers[mid + 1],
-                        (family->npeers - mid - 1) * sizeof *family->peers);
-                family->npeers--;
-                s_shrink(family);
-                dropped++;
-                break;
-            }
-            if (cmp < 0)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-    }
-    pthread_mutex_unlock(&self->mutex);
-    return dropped;
 }
 
 //  ---------------------------------------------------------------------------

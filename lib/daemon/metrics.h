@@ -49,7 +49,7 @@ typedef enum {
 /*  The label a family's samples carry, or none.  */
 typedef enum {
     PK_METRIC_PEER = 0,         //  peer: ad-hoc families only (pk_metrics_declare), never
-                                //  the daemon's: forget_peer drops them
+                                //  the daemon's (unbounded: every consumer ever seen)
     PK_METRIC_REASON,           //  reason: a fixed class, e.g. of protocol violation
     PK_METRIC_NAMESPACE,        //  namespace: a name of --tenants (or shared), so as
                                 //  many values as the operator's file names
@@ -113,10 +113,6 @@ int pk_metrics_shift(pk_metrics_t *self, pk_metric_id_t id, const char *peer, do
     start: raised to value (never lowered: a counter only grows).  */
 int pk_metrics_raise(pk_metrics_t *self, pk_metric_id_t id, const char *peer, uint64_t value);
 int pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double seconds);
-
-/*  Drops every sample labelled peer (a retired session's) in the families
-    labelled peer; the totals stay.  Returns how many samples it dropped.  */
-size_t pk_metrics_forget_peer(pk_metrics_t *self, const char *peer);
 
 /*  The registry in the Prometheus text exposition format 0.0.4: families
     in declaration order, each with # HELP and # TYPE, then an unlabelled
