@@ -20,10 +20,13 @@ hh_metric(td_t *d, const char *name, const char *label)
     json_t *st = td_stats_json(d);
     json_t *f = json_object_get(json_object_get(st, "metrics"), name);
     json_t *v = json_object_get(f, "total");
-    if (label) {
-        json_t *by = json_object_get(f, "reasons");
-        v = json_object_get(by ? by : json_object_get(f, "peers"), label);
-    }
+    //  a label: a reason, or a consumer, whose session's own counts the
+    //  stats list by metric name (no metric carries a consumer's id)
+    json_t *by = json_object_get(f, "reasons");
+    if (label)
+        v = by ? json_object_get(by, label)
+               : json_object_get(json_object_get(json_object_get(st, "session_counts"), label),
+                                 name);
     int64_t value = json_is_integer(v) ? json_integer_value(v)
                     : json_is_real(v) ? (int64_t) json_real_value(v) : 0;
     json_decref(st);

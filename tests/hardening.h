@@ -27,7 +27,8 @@
 //  The server as the suite reads it
 
 //  A counter or gauge of the stats answer's metrics: the total, or the
-//  sample labelled label (a reason or a peer); 0 when absent.
+//  sample labelled label (a reason), or a consumer's own count when label
+//  names one (the stats' session_counts); 0 when absent.
 int64_t hh_metric(td_t *d, const char *name, const char *label);
 //  Waits (bounded) until the metric reaches at least want; its value.
 int64_t hh_metric_reach(td_t *d, const char *name, const char *label, int64_t want,

@@ -1,14 +1,18 @@
 /*  test_engine.c: the engine C API (p2pkv_engine.h) against a real
     p2pkv-server: every call, its events by callback and by fd, and the
-    checks it makes before asking.  */
+    checks it makes before asking; and the daemon's side of it, the
+    engine API class (lib/daemon/engine_api.c), alone over a store, its
+    sessions and puller the test's (ops).  */
 #include "consumer.h"
 #include "daemon.h"
 #include "base/clock.h"
+#include "daemon/engine_api.h"
 #include "testutil.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <sodium.h>
 #include <string.h>
 #include <unistd.h>
@@ -528,6 +532,164 @@ START_TEST(test_cli_pull)
 }
 END_TEST
 
+//  --------------------------------------------------------------------------
+//  The engine API class alone: a store and the test's ops, no node
+
+typedef struct {
+    json_t *sent[8];                //  what send was given (answers, events)
+    size_t nsent;
+    bool connected;                 //  whether "c1" has a session
+    pk_held_t *delivered;           //  the last store deliver was given
+} s_ops_t;
+
+static void
+s_api_send(void *arg, const void *rid, size_t rlen, json_t *msg)
+{
+    s_ops_t *o = arg;
+    ck_assert_uint_lt(o->nsent, 8);
+    o->sent[o->nsent++] = msg;
+}
+
+static int
+s_api_session(void *arg, const char *consumer, unsigned *ns)
+{
+    s_ops_t *o = arg;
+    *ns = 0;
+    return o->connected && streq(consumer, "c1") ? 0 : -ENOENT;
+}
+
+static int
+s_api_deliver(void *arg, const char *consumer, pk_held_t *h)
+{
+    s_ops_t *o = arg;
+    ck_assert_str_eq(consumer, "c1");
+    ck_assert_ptr_null(o->delivered);
+    o->delivered = h;
+    return 0;
+}
+
+static int
+s_api_pull(void *arg, pk_pull_t *p)
+{
+    return -EAGAIN;
+}
+
+static void
+s_api_stats(void *arg, json_t *answer)
+{
+    json_object_set_new(answer, "sessions", json_integer(((s_ops_t *) arg)->connected));
+}
+
+static const pk_engine_api_ops_t s_api_ops = {
+    s_api_send, s_api_session, s_api_deliver, s_api_pull, s_api_stats
+};
+
+static json_t *
+s_ask(pk_engine_api_t *api, const char *fmt, ...)
+{
+    char body[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(body, sizeof body, fmt, ap);
+    va_end(ap);
+    return pk_engine_api_answer(api, body, strlen(body), "engine-1", 8);
+}
+
+//  describe names this start's instance, a request naming another is
+//  refused; a store for a consumer without a session is held until it
+//  connects, then delivered; its job's end is a store_result event.
+START_TEST(test_engine_api_alone)
+{
+    pk_server_config_t config;
+    ck_assert_int_eq(pk_server_config_defaults(&config), 0);
+    char name[64];
+    snprintf(name, sizeof name, "/p2pkv-test-engine-api-%d", (int) getpid());
+    pk_store_t *store = pk_store_new_logged(name, 4, BLOCK, NULL, pk_clock_system(), NULL, NULL,
+                                            NULL, NULL);
+    ck_assert_ptr_nonnull(store);
+    s_ops_t o = { 0 };
+    pk_engine_api_t *api = pk_engine_api_new(&config, store, "tcp://127.0.0.1:1", &s_api_ops,
+                                              &o);
+    ck_assert_ptr_nonnull(api);
+
+    json_t *a = s_ask(api, "{\"cmd\":\"describe\"}");
+    ck_assert(json_is_true(json_object_get(a, "ok")));
+    ck_assert_str_eq(json_string_value(json_object_get(a, "endpoint")), "tcp://127.0.0.1:1");
+    const char *instance = json_string_value(json_object_get(a, "instance"));
+    ck_assert_uint_eq(strlen(instance), 32);
+    json_t *b = s_ask(api, "{\"cmd\":\"stats\",\"instance\":\"%s\"}", instance);
+    ck_assert(json_is_true(json_object_get(b, "ok")));
+    ck_assert_int_eq(json_integer_value(json_object_get(b, "sessions")), 0);   //  the ops'
+    ck_assert_ptr_nonnull(json_object_get(b, "namespaces"));                  //  the class's
+    json_decref(b);
+    b = s_ask(api, "{\"cmd\":\"stats\",\"instance\":\"%032d\"}", 7);
+    ck_assert(json_is_false(json_object_get(b, "ok")));
+    ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(b, "error")),
+                                 "the server restarted"));
+    json_decref(b);
+    json_decref(a);
+
+    char *data = malloc(sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL));
+    sodium_bin2base64(data, sodium_base64_ENCODED_LEN(BLOCK, sodium_base64_VARIANT_ORIGINAL),
+                      s_data[0], BLOCK, sodium_base64_VARIANT_ORIGINAL);
+    char hex[65];
+    sodium_bin2hex(hex, sizeof hex, s_bytes[0], 32);
+    a = pk_engine_api_answer(api, "{\"cmd\":\"put\",\"key\":\"\"}", 21, "e", 1);
+    ck_assert(json_is_false(json_object_get(a, "ok")));
+    json_decref(a);
+    char *put = malloc(strlen(data) + 128);
+    sprintf(put, "{\"cmd\":\"put\",\"key\":\"%s\",\"data\":\"%s\"}", hex, data);
+    a = pk_engine_api_answer(api, put, strlen(put), "e", 1);
+    ck_assert(json_is_true(json_object_get(a, "ok")));
+    json_decref(a);
+    free(put);
+    free(data);
+
+    //  held: c1 has no session
+    a = s_ask(api, "{\"cmd\":\"store\",\"peer\":\"c1\",\"kv\":\"r1\",\"keys\":[\"%s\"]}", hex);
+    ck_assert(json_is_true(json_object_get(a, "ok")));
+    uint64_t job = (uint64_t) json_integer_value(json_object_get(a, "job"));
+    json_decref(a);
+    ck_assert_uint_eq(pk_held_list_jobs(pk_engine_api_held(api)), 1);
+    ck_assert_uint_eq(pk_engine_api_jobs(api), 1);
+    ck_assert_ptr_null(o.delivered);
+    pk_engine_api_connected(api, "c2", 0);                  //  someone else's connect
+    ck_assert_ptr_null(o.delivered);
+    o.connected = true;
+    pk_engine_api_connected(api, "c1", 0);
+    ck_assert_ptr_nonnull(o.delivered);
+    ck_assert_uint_eq(o.delivered->job, job);
+    ck_assert_str_eq(o.delivered->kv, "r1");
+    ck_assert_uint_eq(pk_held_list_size(pk_engine_api_held(api)), 0);
+
+    //  the session's job ends: the engine that stored is told
+    pk_store_release_job(store, job);
+    pk_engine_api_job(api, job, true);
+    ck_assert_uint_eq(o.nsent, 1);
+    ck_assert_str_eq(json_string_value(json_object_get(o.sent[0], "event")), "store_result");
+    ck_assert_int_eq(json_integer_value(json_object_get(o.sent[0], "job")), (json_int_t) job);
+    ck_assert(json_is_true(json_object_get(o.sent[0], "success")));
+    ck_assert_uint_eq(pk_engine_api_jobs(api), 0);
+    pk_held_destroy(&o.delivered);
+
+    //  a pull the puller cannot take is refused, its blocks released
+    a = s_ask(api, "{\"cmd\":\"pull\",\"server\":\"tcp://x:1\",\"keys\":[\"%064d\"]}", 1);
+    ck_assert(json_is_false(json_object_get(a, "ok")));
+    json_decref(a);
+    pk_store_stats_t st;
+    pk_store_stats(store, &st);
+    ck_assert_uint_eq(st.writing, 0);
+    ck_assert_uint_eq(st.pinned, 0);
+
+    for (size_t i = 0; i < o.nsent; i++)
+        json_decref(o.sent[i]);
+    pk_engine_api_destroy(&api);
+    ck_assert_ptr_null(api);
+    pk_store_destroy(&store);
+    pk_server_config_fini(&config);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -549,5 +711,6 @@ main(void)
     tcase_add_test(tc, test_pull_event);
     tcase_add_test(tc, test_late_answer_is_not_the_next_ones);
     tcase_add_test(tc, test_cli_pull);
+    tcase_add_test(tc, test_engine_api_alone);
     return pk_test_run("engine", suite);
 }

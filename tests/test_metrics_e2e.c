@@ -1,10 +1,13 @@
 /*  test_metrics_e2e.c: a live p2pkv-server's /metrics, scraped over HTTP
-    after lookups, fetches and a protocol violation.
+    after lookups, fetches and a protocol violation; and scraped again and
+    again while sessions come and go, where no family may mix an
+    unlabelled sample with labelled ones, no counter may go down and no
+    family of the table may be missing.
 
     Every family of lib/daemon/metric_families.h must be there with its
     # HELP and # TYPE (the type the table gives it), the whole body must
     pass the strict exposition-format checker (tests/promtext.c), and the
-    counters the traffic moved must say so, per peer and in total.
+    counters the traffic moved must say so; no sample is labelled by peer.
 */
 #include "consumer.h"
 #include "daemon.h"
@@ -29,7 +32,7 @@ static const struct {
 #define PK_S_COUNTER "counter"
 #define PK_S_GAUGE "gauge"
 #define PK_S_HISTOGRAM "histogram"
-#define PK_METRIC(id, name, type, help, label) [PK_M_##id] = { name, PK_S_##type },
+#define PK_METRIC(id, name, type, help, label, source, value) [PK_M_##id] = { name, PK_S_##type },
 #include "daemon/metric_families.h"
 #undef PK_METRIC
 };
@@ -169,7 +172,7 @@ START_TEST(test_scrape_live_server)
         free(answer);
         answer = s_http_get(port, "/metrics");
         body = answer ? strstr(answer, "\r\n\r\n") : NULL;
-        if (body && strstr(body, "p2pkv_blocks_written_total{peer=\"c-scrape\"} 4\n")
+        if (body && strstr(body, "\np2pkv_blocks_written_total 4\n")
             && strstr(body, "p2pkv_violations_by_reason_total{reason=\"direction\"} 1\n")
             && strstr(body, "\np2pkv_sessions_retired_total 1\n")
             && strstr(body, "\np2pkv_pool_evictions_total 2\n"))
@@ -203,34 +206,214 @@ START_TEST(test_scrape_live_server)
         types++;
     ck_assert_uint_eq(types, PK_M_COUNT);
 
-    //  what the traffic counted, per peer and in total
-    ck_assert_double_eq(s_value(body, "p2pkv_lookups_total{peer=\"c-scrape\"}"), 1);
-    ck_assert_double_eq(s_value(body, "p2pkv_lookup_keys_total{peer=\"c-scrape\"}"), 5);
-    ck_assert_double_eq(s_value(body, "p2pkv_lookup_hits_total{peer=\"c-scrape\"}"), 4);
-    ck_assert_double_eq(s_value(body, "p2pkv_lookup_misses_total{peer=\"c-scrape\"}"), 1);
+    //  what the traffic counted
+    ck_assert_double_eq(s_value(body, "p2pkv_lookups_total"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_keys_total"), 5);
     ck_assert_double_eq(s_value(body, "p2pkv_lookup_hits_total"), 4);
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_misses_total"), 1);
     ck_assert_double_eq(s_value(body, "p2pkv_lookup_pending_expired_total"), 0);
-    ck_assert_double_eq(s_value(body, "p2pkv_fetches_total{peer=\"c-scrape\"}"), 1);
-    ck_assert_double_eq(s_value(body, "p2pkv_bytes_written_total{peer=\"c-scrape\"}"),
-                        4 * BLOCK);
+    ck_assert_double_eq(s_value(body, "p2pkv_fetches_total"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_bytes_written_total"), 4 * BLOCK);
     ck_assert_double_eq(s_value(body, "p2pkv_write_errors_total"), 0);
     ck_assert_double_eq(s_value(body, "p2pkv_store_timeouts_total"), 0);
     ck_assert_double_eq(s_value(body, "p2pkv_sessions_opened_total"), 2);
     ck_assert_double_eq(s_value(body, "p2pkv_violations_total"), 1);
-    ck_assert_double_eq(s_value(body, "p2pkv_violations_by_reason_total"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_violations_by_reason_total{reason=\"direction\"}"),
+                        1);
+    //  a labelled family has no unlabelled sample beside its labelled ones
+    ck_assert_double_eq(s_value(body, "p2pkv_violations_by_reason_total"), -1);
     ck_assert_double_eq(s_value(body, "p2pkv_pool_evictions_total"), 2);
     ck_assert_double_eq(s_value(body, "p2pkv_pool_ready_blocks"), 8);
     ck_assert_double_eq(s_value(body, "p2pkv_pool_free_blocks"), 0);
-    ck_assert_double_eq(s_value(body, "p2pkv_lookup_seconds_count{peer=\"c-scrape\"}"), 1);
-    ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_count{peer=\"c-scrape\"}"), 1);
-    ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_bucket{peer=\"c-scrape\",le=\"+Inf\"}"),
-                        1);
-    //  the retired peer's series went; its counts stay in the totals
-    ck_assert_ptr_null(strstr(body, "peer=\"c-rude\""));
+    ck_assert_double_eq(s_value(body, "p2pkv_lookup_seconds_count"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_count"), 1);
+    ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_bucket{le=\"+Inf\"}"), 1);
+    //  label values only from bounded sets: never a consumer's id
+    ck_assert_ptr_null(strstr(body, "peer="));
+    ck_assert_ptr_null(strstr(body, "c-rude"));
+    ck_assert_ptr_null(strstr(body, "c-scrape"));
     free(answer);
 
     tc_destroy(&bad);
     tc_destroy(&tc);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  --------------------------------------------------------------------------
+//  Scrapes while sessions come and go
+
+#define S_MAX_SERIES 1024
+
+typedef struct {
+    char series[320];               //  name{labels} as exposed
+    double value;
+} s_sample_t;
+
+typedef struct {
+    s_sample_t samples[S_MAX_SERIES];
+    size_t n;
+} s_scrape_t;
+
+//  The row a series belongs to (a histogram's _bucket, _sum and _count are
+//  its family's), or -1.
+static int
+s_family_of(const char *name, size_t len)
+{
+    for (int id = 0; id < PK_M_COUNT; id++) {
+        size_t flen = strlen(s_rows[id].name);
+        if (len == flen && strncmp(name, s_rows[id].name, len) == 0)
+            return id;
+        if (strcmp(s_rows[id].type, "histogram") == 0 && len > flen
+            && strncmp(name, s_rows[id].name, flen) == 0
+            && (strncmp(name + flen, "_bucket", len - flen) == 0
+                || strncmp(name + flen, "_sum", len - flen) == 0
+                || strncmp(name + flen, "_count", len - flen) == 0))
+            return id;
+    }
+    return -1;
+}
+
+//  One scrape: every family of the table is declared, and none has both
+//  an unlabelled sample and labelled ones (a histogram's le is not a
+//  label of its samples, only of its buckets).  The samples into *out.
+static void
+s_scrape_check(int port, s_scrape_t *out)
+{
+    char *answer = s_http_get(port, "/metrics");
+    ck_assert_ptr_nonnull(answer);
+    const char *body = strstr(answer, "\r\n\r\n");
+    ck_assert_ptr_nonnull(body);
+    body += 4;
+    const char *fault = pt_validate(body, strlen(body));
+    ck_assert_msg(fault == NULL, "%s\n--- in ---\n%s", fault, body);
+    for (int id = 0; id < PK_M_COUNT; id++) {
+        char line[300];
+        snprintf(line, sizeof line, "# TYPE %s %s\n", s_rows[id].name, s_rows[id].type);
+        ck_assert_msg(s_line(body, line) != NULL, "family missing: %s", s_rows[id].name);
+    }
+    bool unlabelled[PK_M_COUNT] = { false }, labelled[PK_M_COUNT] = { false };
+    out->n = 0;
+    for (const char *line = body; *line; line = strchr(line, '\n') + 1) {
+        size_t len = strcspn(line, "\n");
+        if (*line == '#' || len == 0)
+            continue;
+        size_t name_len = strcspn(line, "{ ");
+        int id = s_family_of(line, name_len);
+        ck_assert_msg(id >= 0, "a series of no family: %.*s", (int) len, line);
+        //  its labels without le
+        bool has_label = false;
+        if (line[name_len] == '{') {
+            const char *end = memchr(line, '}', len);
+            ck_assert_ptr_nonnull(end);
+            for (const char *l = line + name_len + 1; l < end; ) {
+                if (strncmp(l, "le=\"", 4) != 0)
+                    has_label = true;
+                const char *close = strchr(strchr(l, '"') + 1, '"');
+                while (close[-1] == '\\')
+                    close = strchr(close + 1, '"');
+                l = close + 1 + (close[1] == ',');
+            }
+        }
+        if (has_label)
+            labelled[id] = true;
+        else
+            unlabelled[id] = true;
+        if (labelled[id] && unlabelled[id])
+            fprintf(stderr, "--- the scrape ---\n%s", body);      //  too long for Check
+        ck_assert_msg(!(labelled[id] && unlabelled[id]),
+                      "%s has an unlabelled sample beside labelled ones: sum() would count "
+                      "twice", s_rows[id].name);
+        const char *space = line + len;
+        while (space > line && *space != ' ')
+            space--;
+        ck_assert_uint_lt(out->n, S_MAX_SERIES);
+        s_sample_t *sample = &out->samples[out->n++];
+        snprintf(sample->series, sizeof sample->series, "%.*s", (int) (space - line), line);
+        sample->value = strtod(space + 1, NULL);
+    }
+    ck_assert_ptr_null(strstr(body, "peer="));
+    free(answer);
+}
+
+//  No counter went down from before to now, and none went away (a
+//  histogram's buckets, sum and count are counters too).
+static void
+s_counters_kept(const s_scrape_t *before, const s_scrape_t *now)
+{
+    for (size_t i = 0; i < before->n; i++) {
+        const s_sample_t *b = &before->samples[i];
+        int id = s_family_of(b->series, strcspn(b->series, "{ "));
+        if (strcmp(s_rows[id].type, "gauge") == 0)
+            continue;
+        const s_sample_t *n = NULL;
+        for (size_t j = 0; j < now->n && !n; j++)
+            if (strcmp(now->samples[j].series, b->series) == 0)
+                n = &now->samples[j];
+        ck_assert_msg(n != NULL, "counter %s went away", b->series);
+        ck_assert_msg(n->value >= b->value, "counter %s went down: %.17g -> %.17g", b->series,
+                      b->value, n->value);
+    }
+}
+
+//  A consumer's session: a lookup and a fetch of the 4 blocks, then it
+//  breaks a rule (a server-to-consumer message) and the server ends it.
+static void
+s_session_round(td_t *s, const char *id, pk_key_t *keys)
+{
+    tc_t *tc = s_consumer(s, id);
+    ck_assert_int_eq(tc_send(tc, tc_lookup("r", 1, keys, 4)), 0);
+    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 10);
+    pk_msg_destroy(&resp);
+    uint32_t idx[4] = { 10, 11, 12, 13 };
+    ck_assert_int_eq(tc_send(tc, tc_fetch("r", 1, keys, idx, 4)), 0);
+    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
+    pk_msg_destroy(&done);
+    ck_assert_int_eq(tc_send(tc, pk_msg_new(PK_MSG_PONG)), 0);
+    pk_msg_t *disc = tc_expect(tc, PK_MSG_DISCONNECT, 10);
+    pk_msg_destroy(&disc);
+    tc_destroy(&tc);
+}
+
+START_TEST(test_scrapes_while_sessions_come_and_go)
+{
+    td_t s;
+    char bind[64];
+    int port = s_free_port();
+    snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
+    td_start(&s, (const char *[]) { "--metrics-bind", bind, "--silence-timeout", "60", NULL });
+    pk_key_t keys[4];
+    s_put_blocks(&s, 0, 4, keys);
+    static s_scrape_t scrapes[2];
+    s_scrape_check(port, &scrapes[0]);
+    //  sessions open and end between scrapes, a consumer restarts under
+    //  its old id, and one stays open across them all
+    tc_t *stays = s_consumer(&s, "c-stays");
+    for (int round = 0; round < 6; round++) {
+        char id[32];
+        snprintf(id, sizeof id, "c-round-%d", round % 3);
+        s_session_round(&s, id, keys);
+        s_scrape_check(port, &scrapes[(round + 1) % 2]);
+        s_counters_kept(&scrapes[round % 2], &scrapes[(round + 1) % 2]);
+    }
+    tc_destroy(&stays);
+    //  what the rounds counted reaches the scrape (the actors publish at
+    //  their next step, the node twice a second): 6 sessions ended for a
+    //  violation, labelled by its reason alone
+    double deadline = pk_clock_monotonic() + 10;
+    double violations = -1;
+    while (pk_clock_monotonic() < deadline) {
+        char *answer = s_http_get(port, "/metrics");
+        violations = s_value(answer, "p2pkv_violations_by_reason_total{reason=\"direction\"}");
+        double fetches = s_value(answer, "p2pkv_fetches_total");
+        free(answer);
+        if (violations == 6 && fetches == 6)
+            break;
+        zclock_sleep(20);
+    }
+    ck_assert_double_eq(violations, 6);
+    s_scrape_check(port, &scrapes[1]);
+    s_counters_kept(&scrapes[0], &scrapes[1]);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -244,5 +427,6 @@ main(void)
     Suite *s = suite_create("metrics_e2e");
     TCase *tc = td_case(s, "e2e", 0);
     tcase_add_test(tc, test_scrape_live_server);
+    tcase_add_test(tc, test_scrapes_while_sessions_come_and_go);
     return pk_test_run("metrics_e2e", s);
 }

@@ -578,10 +578,10 @@ START_TEST(test_counters)
     pk_server_session_counters(H->session, &c);
     ck_assert_uint_eq(c.lookups, 1);
     ck_assert_uint_eq(c.keys, 4);
-    ck_assert_uint_eq(c.hits, 3);
-    ck_assert_uint_eq(c.misses, 1);
-    ck_assert_uint_eq(c.expired, 0);
-    ck_assert_uint_eq(c.store_timeouts, 2);
+    ck_assert_uint_eq(c.role.hits, 3);
+    ck_assert_uint_eq(c.role.misses, 1);
+    ck_assert_uint_eq(c.role.expired, 0);
+    ck_assert_uint_eq(c.role.store_timeouts, 2);
     ck_assert_uint_eq(c.violations, 0);
     pk_server_session_retire(H->session, PK_DISC_VIOLATION, "flood");
     s_expect_disconnect(PK_DISC_VIOLATION, "flood");
@@ -590,9 +590,9 @@ START_TEST(test_counters)
     s_violated(PK_VIOLATION_FLOOD);
     //  the role is gone; what it counted stays
     pk_server_session_counters(H->session, &c);
-    ck_assert_uint_eq(c.hits, 3);
-    ck_assert_uint_eq(c.misses, 1);
-    ck_assert_uint_eq(c.store_timeouts, 2);
+    ck_assert_uint_eq(c.role.hits, 3);
+    ck_assert_uint_eq(c.role.misses, 1);
+    ck_assert_uint_eq(c.role.store_timeouts, 2);
 }
 END_TEST
 

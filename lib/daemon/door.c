@@ -14,13 +14,22 @@
     it after the wake, so a wake costs the peers that ended, not all peers.
 
     Words the door sends to a peer's actor (on its pipe): FRAME frame,
-    STORE held, VIOLATION reason, RETIRE reason, QUIT, WAKE.  Actors answer on one socket the
-    door polls (actors, a PULL), each word after the peer's id: the
-    door's poller holds five sockets whatever the number of peers (peer.c
-    lists the words with their payloads).
+    STORE held, VIOLATION reason, RETIRE reason, QUIT, WAKE.  Actors
+    answer on one socket the door reads (actors, a PULL), each word after
+    the peer's id: the node's poller holds at most seven sockets whatever
+    the number of peers (peer.c lists the words with their payloads).
+
+    It calls down only: peers (peer.h), the handshake actor's backlog
+    (handshake.h) and admission (admission.h).  What a registered peer
+    means to the engine API is the node's to carry (pk_door_from_handshake
+    returns it), and a job's result goes to env's callback.
 */
 #include "daemon/door.h"
+#include "base/keymap.h"
 #include "daemon/limits.h"
+#include "daemon/log.h"
+#include "daemon/pointer.h"
+#include "daemon/tenants.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -30,53 +39,43 @@
 #include <stdlib.h>
 #include <string.h>
 
-//  Frees what a peer owns; s_peer_destroy also unregisters it.
-void
-pk_door_peer_free(pk_peer_t *peer)
+struct _pk_door_t {
+    const pk_peer_env_t *env;
+    const pk_server_config_t *config;   //  env's
+    zsock_t *actors;                //  PULL: what every peer's actor says
+    const char *actors_endpoint;
+    pk_handshake_t *handshake;
+    pk_admission_t *admission;
+    pk_keymap_t by_rid;             //  routing id -> peer
+    pk_keymap_t by_id;              //  a peer's id -> peer
+    uint64_t next_peer_id;
+    pk_keymap_t by_consumer;        //  consumer peer_id -> peer
+    pk_keymap_t pending;            //  routing ids with a frame at the handshake actor
+    size_t npeers;
+    pk_peer_t *gone;                //  peers whose actor said GONE: reaped next
+    bool quitting;
+};
+
+//  A map's key over any bytes (an id, a routing id).
+static pk_key_t
+s_key(const void *bytes, size_t len)
 {
-    if (peer->actor) {
-        //  The actor reads its pipe until $TERM on every path, and uses the
-        //  peer until then, so zactor_destroy must not return before it
-        //  ended.  Two ways it did: its $TERM is sent without waiting, lost
-        //  to a full pipe; and its wait ends at a signal to this thread
-        //  (SIGTERM at shutdown).  Either freed the peer under a running
-        //  actor (a crash in s_await_term, seen in the fuzz helper's runs).
-        //  So: room in the pipe first (the actor drains it), and the
-        //  process's signals held for the wait (delivered right after).
-        zsock_t *pipe = zactor_sock(peer->actor);
-        for (int i = 0; i < 10000 && !(zsock_events(pipe) & ZMQ_POLLOUT); i++)
-            zclock_sleep(1);
-        sigset_t hold, was;
-        sigemptyset(&hold);
-        sigaddset(&hold, SIGTERM);
-        sigaddset(&hold, SIGINT);
-        sigaddset(&hold, SIGHUP);
-        pthread_sigmask(SIG_BLOCK, &hold, &was);
-        zactor_destroy(&peer->actor);
-        pthread_sigmask(SIG_SETMASK, &was, NULL);
-    }
-    zsock_destroy(&peer->out);
-    pk_unsent_release(&peer->unsent);
-    pthread_mutex_destroy(&peer->lock);
-    pk_channel_close(&peer->channel);
-    pk_msg_destroy(&peer->connect);
-    free(peer->consumer);
-    free(peer);
+    return pk_key_make(bytes, len);
 }
 
 //  One word of the actors, read here without waiting (pk_poller_recv):
 //  false when there was none.
 static bool
-s_actors_read(pk_node_t *self)
+s_actors_read(pk_door_t *self)
 {
-    zmsg_t *msg = pk_poller_recv(self->poller, self->actors);
+    zmsg_t *msg = pk_poller_recv(self->env->poller, self->actors);
     if (msg)
         pk_door_from_actors(self, msg);
     return msg != NULL;
 }
 
 static void
-s_gone_unlink(pk_node_t *self, pk_peer_t *peer)
+s_gone_unlink(pk_door_t *self, pk_peer_t *peer)
 {
     for (pk_peer_t **at = &self->gone; *at; at = &(*at)->next_gone)
         if (*at == peer) {
@@ -87,7 +86,7 @@ s_gone_unlink(pk_node_t *self, pk_peer_t *peer)
 }
 
 static void
-s_peer_destroy(pk_node_t *self, pk_peer_t *peer)
+s_peer_destroy(pk_door_t *self, pk_peer_t *peer)
 {
     //  what the actors still had to say (this one's disconnect and job
     //  results among it) goes out first
@@ -95,168 +94,115 @@ s_peer_destroy(pk_node_t *self, pk_peer_t *peer)
         ;
     if (peer->retired)
         s_gone_unlink(self, peer);
-    pk_metrics_add(self->metrics, PK_M_SESSIONS_RETIRED, NULL, 1);
-    pk_key_t rk = pk_node_key(peer->rid, peer->rlen);
+    pk_metrics_add(self->env->metrics, PK_M_SESSIONS_RETIRED, NULL, 1);
+    pk_key_t rk = s_key(peer->rid, peer->rlen);
     pk_keymap_take(&self->by_rid, &rk, NULL, NULL);
-    pk_key_t ck = pk_node_key(peer->consumer, strlen(peer->consumer));
+    pk_key_t ck = s_key(peer->consumer, strlen(peer->consumer));
     pk_keymap_entry_t *e = pk_keymap_find(&self->by_consumer, &ck);
     if (e && (pk_peer_t *) (uintptr_t) e->a == peer)
         pk_keymap_take(&self->by_consumer, &ck, NULL, NULL);
     if (peer->actor) {
-        pk_key_t ik = pk_node_key((const uint8_t *) &peer->id, sizeof peer->id);
+        pk_key_t ik = s_key((const uint8_t *) &peer->id, sizeof peer->id);
         pk_keymap_take(&self->by_id, &ik, NULL, NULL);
     }
-    //  bounded state: a retired peer's series go (the totals stay)
-    if (!pk_door_peer_by_consumer(self, peer->consumer))
-        pk_metrics_forget_peer(self->metrics, peer->consumer);
-    pk_door_peer_free(peer);
+    pk_peer_destroy(&peer);
     self->npeers--;
 }
 
 static pk_peer_t *
-s_peer_by_rid(pk_node_t *self, const void *rid, size_t rlen)
+s_peer_by_rid(pk_door_t *self, const void *rid, size_t rlen)
 {
-    pk_key_t k = pk_node_key(rid, rlen);
+    pk_key_t k = s_key(rid, rlen);
     pk_keymap_entry_t *e = pk_keymap_find(&self->by_rid, &k);
     return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
 }
 
 pk_peer_t *
-pk_door_peer_by_consumer(pk_node_t *self, const char *consumer)
+pk_door_peer_by_consumer(pk_door_t *self, const char *consumer)
 {
-    pk_key_t k = pk_node_key(consumer, strlen(consumer));
+    pk_key_t k = s_key(consumer, strlen(consumer));
     pk_keymap_entry_t *e = pk_keymap_find(&self->by_consumer, &k);
     return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
 }
 
 static pk_peer_t *
-s_peer_by_id(pk_node_t *self, uint64_t id)
+s_peer_by_id(pk_door_t *self, uint64_t id)
 {
-    pk_key_t ik = pk_node_key((const uint8_t *) &id, sizeof id);
+    pk_key_t ik = s_key((const uint8_t *) &id, sizeof id);
     pk_keymap_entry_t *e = pk_keymap_find(&self->by_id, &ik);
     return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
 }
 
-void
-pk_door_reply(pk_node_t *self, const void *rid, size_t rlen, const char *frame, size_t len)
+static void
+s_reply(pk_door_t *self, const void *rid, size_t rlen, const char *frame, size_t len)
 {
     zmsg_t *msg = zmsg_new();
     zmsg_addmem(msg, rid, rlen);
     zmsg_addmem(msg, frame, len);
-    zmsg_send(&msg, self->router);
-    pk_poller_touch(self->poller, self->router);
-}
-
-void
-pk_door_reply_msg(pk_node_t *self, const void *rid, size_t rlen, zmq_msg_t *msg)
-{
-    //  A ROUTER without ZMQ_ROUTER_MANDATORY never blocks: a peer gone or
-    //  a full pipe drops the message, and libzmq frees it (uncounted then).
-    void *router = zsock_resolve(self->router);
-    if (zmq_send(router, rid, rlen, ZMQ_SNDMORE) != (int) rlen || zmq_msg_send(msg, router, 0) < 0)
-        zmq_msg_close(msg);
-    pk_poller_touch(self->poller, self->router);
+    zmsg_send(&msg, self->env->router);
+    pk_poller_touch(self->env->poller, self->env->router);
 }
 
 static void
-s_reply_disconnect(pk_node_t *self, const void *rid, size_t rlen, pk_disconnect_code_t code,
+s_reply_disconnect(pk_door_t *self, const void *rid, size_t rlen, pk_disconnect_code_t code,
                    const char *reason)
 {
     char *frame;
     size_t len;
-    if (pk_server_session_disconnect_frame(&self->id, code, reason, NULL, NULL, &frame, &len) == 0) {
-        pk_door_reply(self, rid, rlen, frame, len);
+    if (pk_server_session_disconnect_frame(self->env->id, code, reason, NULL, NULL, &frame,
+                                           &len) == 0) {
+        s_reply(self, rid, rlen, frame, len);
         free(frame);
     }
 }
 
-int
-pk_door_tell(pk_peer_t *peer, const char *picture, ...)
-{
-    va_list args;
-    va_start(args, picture);
-    int rc = zsock_vsend(peer->actor, picture, args);
-    va_end(args);
-    if (rc != 0)
-        return -EAGAIN;
-    peer->words++;
-    return 0;
-}
-
-int
-pk_door_deliver(pk_node_t *self, pk_peer_t *peer, pk_held_t *h)
-{
-    return pk_door_tell(peer, "sp", "STORE", h);
-}
-
-//  Starts a registered peer's actor.  The actor opens the peer's channel
-//  and its session itself, so connects are opened in parallel, one thread
-//  each, not one after another at the handshake actor (tens of
-//  milliseconds each, hundreds under load).
-//  The actor speaks to the door on the node's one actors socket, its
-//  words tagged with the peer's id, not on its pipe: the door's poller
-//  then holds a fixed handful of sockets, where one pipe per peer made
-//  every wake cost every peer (zmq_poll over 256 pipes, 13% of a core
-//  with 256 idle sessions).
+//  Starts a registered peer's actor, known by a new id on the actors
+//  socket.
 static int
-s_peer_start(pk_node_t *self, pk_peer_t *peer)
+s_peer_start(pk_door_t *self, pk_peer_t *peer)
 {
+    //  the map keeps a pointer to its key's bytes: the peer's own id
     peer->id = ++self->next_peer_id;
-    pk_key_t ik = pk_node_key((const uint8_t *) &peer->id, sizeof peer->id);
+    pk_key_t ik = s_key((const uint8_t *) &peer->id, sizeof peer->id);
     if (pk_keymap_put(&self->by_id, &ik, (uintptr_t) peer, 0) < 0)
         return -ENOMEM;
-    //  Made here and used by the actor only (the thread's start orders
-    //  the hand-over); closed by the door once the actor ended.  No high
-    //  water mark: an actor never blocks on the door (a door in
-    //  zactor_destroy could not read it free), and what it says is
-    //  bounded by what it was sent (--max-queued-frames) plus its jobs.
-    peer->out = zsock_new_push(self->actors_endpoint);
-    if (peer->out)
-        zsock_set_sndhwm(peer->out, 0);
-    peer->unsent = pk_unsent_new(self->unsent);
-    peer->actor = peer->out && peer->unsent ? zactor_new(pk_peer_actor, peer) : NULL;
-    if (!peer->actor) {
-        zsock_destroy(&peer->out);
-        pk_unsent_release(&peer->unsent);
+    int rc = pk_peer_start(peer, peer->id, self->actors_endpoint);
+    if (rc)
         pk_keymap_take(&self->by_id, &ik, NULL, NULL);
-        return -ENOMEM;
-    }
-    //  never wait on one actor: a full pipe is a drop
-    zsock_set_sndtimeo(zactor_sock(peer->actor), 0);
-    return 0;
+    return rc;
 }
 
 //  A peer the handshake actor accepted: retire a restarted consumer's old
 //  session first, then start the new one's actor.
-static void
-s_peer_register(pk_node_t *self, pk_peer_t *peer)
+static pk_peer_t *
+s_peer_register(pk_door_t *self, pk_peer_t *peer)
 {
     if (self->quitting) {
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_SHUTDOWN, "server shutting down");
-        pk_door_peer_free(peer);
-        return;
+        pk_peer_destroy(&peer);
+        return NULL;
     }
     pk_peer_t *old = pk_door_peer_by_consumer(self, peer->consumer);
     if (old) {
-        pk_node_log(self, PK_LOG_INFO, "consumer %s restarted: retiring its old session",
+        pk_log(self->config, PK_LOG_INFO, "consumer %s restarted: retiring its old session",
                     peer->consumer);
         s_peer_destroy(self, old);
     }
     //  Before the actor starts, which reads it: the namespace it looks up in.
     peer->ns = (unsigned) pk_tenants_of(self->config->tenant_map, peer->curve_key);
-    pk_key_t rk = pk_node_key(peer->rid, peer->rlen);
-    pk_key_t ck = pk_node_key(peer->consumer, strlen(peer->consumer));
+    pk_key_t rk = s_key(peer->rid, peer->rlen);
+    pk_key_t ck = s_key(peer->consumer, strlen(peer->consumer));
     self->npeers++;             //  s_peer_destroy counts it out again
     if (pk_keymap_put(&self->by_rid, &rk, (uintptr_t) peer, 0) < 0
         || pk_keymap_put(&self->by_consumer, &ck, (uintptr_t) peer, 0) < 0) {
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION, "out of memory");
         s_peer_destroy(self, peer);
-        return;
+        return NULL;
     }
     if (self->npeers > self->config->max_sessions) {
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION, "too many sessions");
         s_peer_destroy(self, peer);
-        return;
+        return NULL;
     }
     //  What --max-sessions sized can still run short (connections that
     //  never said HELLO hold descriptors; an operator may lower a limit
@@ -268,30 +214,31 @@ s_peer_register(pk_node_t *self, pk_peer_t *peer)
     if (rc == 0)
         rc = s_peer_start(self, peer);
     if (rc != 0) {
-        pk_curve_refused(self, peer->consumer, rc == -EMFILE ? "out_of_descriptors"
+        pk_admission_refused(self->admission, peer->consumer, rc == -EMFILE ? "out_of_descriptors"
                                                : rc == -EAGAIN ? "out_of_threads"
                                                : "out_of_memory");
         s_reply_disconnect(self, peer->rid, peer->rlen, PK_DISC_NO_SESSION,
                            rc == -EMFILE ? "server out of file descriptors"
                            : rc == -EAGAIN ? "server cannot start a thread" : "out of memory");
         s_peer_destroy(self, peer);
-        return;
+        return NULL;
     }
-    pk_node_log(self, PK_LOG_INFO, "session %s opened over %s", peer->consumer,
-                self->fabrics[peer->fabric].provider);
-    pk_metrics_add(self->metrics, PK_M_SESSIONS_OPENED, NULL, 1);
-    pk_engine_deliver_held(self, peer);
+    pk_log(self->config, PK_LOG_INFO, "session %s opened over %s", peer->consumer,
+           peer->fabric.provider);
+    pk_metrics_add(self->env->metrics, PK_M_SESSIONS_OPENED, NULL, 1);
+    return peer;
 }
 
 //  What the handshake actor handed back: REPLY rid frame (empty: none) or
 //  PEER rid peer.
-void
-pk_door_from_handshake(pk_node_t *self, zmsg_t *msg)
+pk_peer_t *
+pk_door_from_handshake(pk_door_t *self, zmsg_t *msg)
 {
+    pk_peer_t *registered = NULL;
     char *cmd = zmsg_popstr(msg);
     zframe_t *rid = zmsg_pop(msg);
     if (rid) {
-        pk_key_t k = pk_node_key(zframe_data(rid), zframe_size(rid));
+        pk_key_t k = s_key(zframe_data(rid), zframe_size(rid));
         uint64_t copy;
         if (pk_keymap_take(&self->pending, &k, NULL, &copy))
             free((void *) (uintptr_t) copy);
@@ -299,35 +246,36 @@ pk_door_from_handshake(pk_node_t *self, zmsg_t *msg)
     if (cmd && rid && streq(cmd, "REPLY")) {
         zframe_t *what = zmsg_pop(msg);
         if (what && zframe_size(what))
-            pk_door_reply(self, zframe_data(rid), zframe_size(rid), (const char *) zframe_data(what),
+            s_reply(self, zframe_data(rid), zframe_size(rid), (const char *) zframe_data(what),
                     zframe_size(what));
         zframe_destroy(&what);
     }
     else if (cmd && streq(cmd, "PEER")) {
-        pk_peer_t *peer = pk_node_pop_ptr(msg);
+        pk_peer_t *peer = pk_pointer_pop(msg);
         if (peer)
-            s_peer_register(self, peer);
+            registered = s_peer_register(self, peer);
     }
     zstr_free(&cmd);
     zframe_destroy(&rid);
     zmsg_destroy(&msg);
+    return registered;
 }
 
 //  One frame per unknown routing id at a time (a consumer repeats its
 //  connect until answered), and a bounded backlog overall.
 static void
-s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
+s_to_handshake(pk_door_t *self, zframe_t *rid, zframe_t *frame, const char *key)
 {
-    pk_key_t k = pk_node_key(zframe_data(rid), zframe_size(rid));
-    uint64_t backlog = self->handshakes_sent - atomic_load(&self->handshakes_done);
+    pk_key_t k = s_key(zframe_data(rid), zframe_size(rid));
     //  in bytes too (--max-queued-bytes, for the whole handshake actor):
     //  peers without a session could leave it 64 frames of --max-frame
-    uint64_t bytes = self->handshake_bytes_sent - atomic_load(&self->handshake_bytes_done);
+    uint64_t backlog, bytes;
+    pk_handshake_backlog(self->handshake, &backlog, &bytes);
     uint8_t *copy = NULL;
     if (pk_keymap_find(&self->pending, &k) || backlog >= self->config->max_queued_frames
         || (bytes > 0 && bytes + zframe_size(frame) > self->config->max_queued_bytes)
         || !(copy = malloc(zframe_size(rid) + 1))) {
-        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+        pk_metrics_add(self->env->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         return;
     }
     memcpy(copy, zframe_data(rid), zframe_size(rid));
@@ -336,16 +284,14 @@ s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
         free(copy);
         return;
     }
-    int sent = zsock_send(self->handshake, "sffs", "HELLO", rid, frame, key);
-    pk_poller_touch(self->poller, self->handshake);
+    int sent = pk_handshake_hello(self->handshake, rid, frame, key);
+    pk_poller_touch(self->env->poller, pk_handshake_actor(self->handshake));
     if (sent != 0) {
         pk_keymap_take(&self->pending, &k, NULL, NULL);
         free(copy);
-        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+        pk_metrics_add(self->env->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         return;
     }
-    self->handshakes_sent++;
-    self->handshake_bytes_sent += zframe_size(frame);
 }
 
 //  The largest frame the door runs itself: a lookup or fetch of about 50
@@ -353,7 +299,7 @@ s_to_handshake(pk_node_t *self, zframe_t *rid, zframe_t *frame, const char *key)
 #define PK_DOOR_INLINE_MAX 4096
 
 static void
-s_to_peer(pk_node_t *self, pk_peer_t *peer, zframe_t *frame)
+s_to_peer(pk_door_t *self, pk_peer_t *peer, zframe_t *frame)
 {
     if (peer->retired || peer->flooding)
         return;
@@ -373,9 +319,9 @@ s_to_peer(pk_node_t *self, pk_peer_t *peer, zframe_t *frame)
         else
             snprintf(reason, sizeof reason, "limit: more than %llu bytes queued",
                      (unsigned long long) self->config->max_queued_bytes);
-        if (pk_door_tell(peer, "ss", "VIOLATION", reason) == 0)
+        if (pk_peer_tell(peer, "ss", "VIOLATION", reason) == 0)
             peer->flooding = true;
-        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+        pk_metrics_add(self->env->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         return;
     }
     //  A small frame whose actor waits with nothing queued runs here, and
@@ -397,45 +343,46 @@ s_to_peer(pk_node_t *self, pk_peer_t *peer, zframe_t *frame)
         ran = pk_peer_try_frame(peer, zframe_data(frame), zframe_size(frame));
     }
     if (ran == 1)
-        (void) pk_door_tell(peer, "s", "WAKE");
+        (void) pk_peer_tell(peer, "s", "WAKE");
     if (ran >= 0)
         return;
-    if (pk_door_tell(peer, "sb", "FRAME", zframe_data(frame), zframe_size(frame)) == 0) {
+    if (pk_peer_tell(peer, "sb", "FRAME", zframe_data(frame), zframe_size(frame)) == 0) {
         peer->sent++;
         peer->sent_bytes += zframe_size(frame);
     }
     else
-        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+        pk_metrics_add(self->env->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
 }
 
 //  A frame on a session's routing id under another CURVE key: the id was
 //  taken over (ROUTER handover) by another consumer's connection.  The
 //  session ends; the frame goes nowhere.
 static void
-s_key_changed(pk_node_t *self, pk_peer_t *peer, const char *key)
+s_key_changed(pk_door_t *self, pk_peer_t *peer, const char *key)
 {
     char who[160];
     snprintf(who, sizeof who, "CURVE key %s on the routing id of %s's session", key,
              peer->consumer);
-    pk_curve_refused(self, who, "key_changed");
+    pk_admission_refused(self->admission, who, "key_changed");
     if (!peer->flooding && !peer->retired
-        && pk_door_tell(peer, "ss", "VIOLATION",
+        && pk_peer_tell(peer, "ss", "VIOLATION",
                         "its routing id reused by another CURVE key") == 0)
         peer->flooding = true;      //  what else comes on it is dropped
 }
 
 void
-pk_door_from_router(pk_node_t *self, zmsg_t *msg)
+pk_door_from_router(pk_door_t *self, zmsg_t *msg)
 {
     if (zmsg_size(msg) != 2) {
-        pk_metrics_add(self->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
+        pk_metrics_add(self->env->metrics, PK_M_FRAMES_DROPPED, NULL, 1);
         zmsg_destroy(&msg);
         return;         //  one routing id, one JSON frame: anything else is dropped
     }
     zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
     pk_peer_t *peer = s_peer_by_rid(self, zframe_data(rid), zframe_size(rid));
     //  ZAP's User-Id: the key this frame's connection authenticated with
-    const char *key = self->curve_cert ? zframe_meta(frame, "User-Id") : "";
+    bool curve = pk_admission_curve(self->admission);
+    const char *key = curve ? zframe_meta(frame, "User-Id") : "";
     if (!key)
         key = "";
     if (peer && strcmp(key, peer->curve_key) != 0)
@@ -444,10 +391,10 @@ pk_door_from_router(pk_node_t *self, zmsg_t *msg)
         s_to_peer(self, peer, frame);
     //  a connection authenticated before its key was revoked stays open:
     //  its frames, not only its handshake, must find the key still allowed
-    else if (self->curve_cert && !pk_curve_admits(self, key)) {
+    else if (curve && !pk_admission_admits(self->admission, key)) {
         char who[96];
         snprintf(who, sizeof who, "CURVE key %s (an open connection)", key);
-        pk_curve_refused(self, who, pk_curve_refusal(self, key));
+        pk_admission_refused(self->admission, who, pk_admission_refusal(self->admission, key));
     }
     else
         s_to_handshake(self, rid, frame, key);
@@ -464,29 +411,29 @@ pk_door_from_router(pk_node_t *self, zmsg_t *msg)
 //  The frame goes on as the actor made it, not copied: it is a counted
 //  message (unsent.h), whose bytes count until libzmq frees it.
 static void
-s_actor_frame(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg)
+s_actor_frame(pk_door_t *self, pk_peer_t *peer, zmsg_t *msg)
 {
     zframe_t *f = zmsg_pop(msg);
-    void *router = zsock_resolve(self->router);
+    void *router = zsock_resolve(self->env->router);
     if (f && zmq_send(router, peer->rid, peer->rlen, ZMQ_SNDMORE) == (int) peer->rlen) {
         (void) zframe_send(&f, router, 0);
-        pk_poller_touch(self->poller, self->router);
+        pk_poller_touch(self->env->poller, self->env->router);
     }
     zframe_destroy(&f);
 }
 
 static void
-s_actor_job(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg)
+s_actor_job(pk_door_t *self, pk_peer_t *peer, zmsg_t *msg)
 {
     char *job = zmsg_popstr(msg), *ok = zmsg_popstr(msg);
     if (job && ok)
-        pk_engine_event(self, strtoull(job, NULL, 10), streq(ok, "1"));
+        self->env->job(self->env->job_arg, strtoull(job, NULL, 10), streq(ok, "1"));
     zstr_free(&job);
     zstr_free(&ok);
 }
 
 static void
-s_actor_gone(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg)
+s_actor_gone(pk_door_t *self, pk_peer_t *peer, zmsg_t *msg)
 {
     if (peer->retired)
         return;
@@ -497,7 +444,7 @@ s_actor_gone(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg)
 
 static const struct {
     const char *word;
-    void (*fn)(pk_node_t *self, pk_peer_t *peer, zmsg_t *msg);
+    void (*fn)(pk_door_t *self, pk_peer_t *peer, zmsg_t *msg);
 } s_actor_words[] = {
     { "FRAME", s_actor_frame },
     { "JOB", s_actor_job },
@@ -508,7 +455,7 @@ static const struct {
 //  peer and is dropped: its pin was released, and the store-job timeout
 //  covers the engine.
 void
-pk_door_from_actors(pk_node_t *self, zmsg_t *msg)
+pk_door_from_actors(pk_door_t *self, zmsg_t *msg)
 {
     zframe_t *idf = zmsg_pop(msg);
     uint64_t id = 0;
@@ -528,13 +475,13 @@ pk_door_from_actors(pk_node_t *self, zmsg_t *msg)
     zmsg_destroy(&msg);
 }
 
-void
-pk_door_reap(pk_node_t *self)
+size_t
+pk_door_reap(pk_door_t *self)
 {
     if (!self->gone)
-        return;
-    self->trim_until = zclock_mono() / 1e3 + PK_TRIM_SETTLE;  //  node.c: the sweeps trim
-    while (self->gone)
+        return 0;
+    size_t reaped = 0;
+    for (; self->gone; reaped++)
         s_peer_destroy(self, self->gone);       //  unlinks it from the list
     //  The maps of peers grow to the most sessions ever held (80 KB each at
     //  1,024) and would keep that table after they closed.  Here, in the
@@ -544,10 +491,11 @@ pk_door_reap(pk_node_t *self)
     (void) pk_keymap_compact(&self->by_id);
     (void) pk_keymap_compact(&self->by_consumer);
     (void) pk_keymap_compact(&self->pending);
+    return reaped;
 }
 
 size_t
-pk_door_revoke(pk_node_t *self)
+pk_door_revoke(pk_door_t *self)
 {
     //  Only at SIGHUP, so a walk of every peer is fine here.
     size_t ended = 0;
@@ -555,14 +503,15 @@ pk_door_revoke(pk_node_t *self)
         if (!self->by_rid.slots[i].key.bytes)
             continue;
         pk_peer_t *peer = (pk_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
-        if (peer->retired || peer->flooding || pk_curve_admits(self, peer->curve_key))
+        if (peer->retired || peer->flooding
+            || pk_admission_admits(self->admission, peer->curve_key))
             continue;
         //  flooding: its frames are dropped from now on, as after VIOLATION
-        if (pk_door_tell(peer, "ss", "RETIRE", "CURVE key revoked") == 0) {
+        if (pk_peer_tell(peer, "ss", "RETIRE", "CURVE key revoked") == 0) {
             peer->flooding = true;
             ended++;
-            pk_metrics_add(self->metrics, PK_M_SESSIONS_REVOKED, peer->consumer, 1);
-            pk_node_log(self, PK_LOG_INFO, "session %s ended: its CURVE key %s was revoked",
+            pk_metrics_add(self->env->metrics, PK_M_SESSIONS_REVOKED, NULL, 1);
+            pk_log(self->config, PK_LOG_INFO, "session %s ended: its CURVE key %s was revoked",
                         peer->consumer, peer->curve_key);
         }
     }
@@ -570,21 +519,37 @@ pk_door_revoke(pk_node_t *self)
 }
 
 void
-pk_door_quit(pk_node_t *self)
+pk_door_quit(pk_door_t *self)
 {
+    self->quitting = true;
     //  Only at shutdown, so a walk of every peer is fine here.
     for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
         if (!self->by_rid.slots[i].key.bytes)
             continue;
         pk_peer_t *peer = (pk_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
-        if (!peer->quit_sent && !peer->retired && pk_door_tell(peer, "s", "QUIT") == 0)
+        if (!peer->quit_sent && !peer->retired && pk_peer_tell(peer, "s", "QUIT") == 0)
             peer->quit_sent = true;
     }
 }
 
-void
-pk_door_destroy_all(pk_node_t *self)
+pk_door_t *
+pk_door_new(const pk_peer_env_t *env, zsock_t *actors, const char *actors_endpoint,
+            pk_handshake_t *handshake, pk_admission_t *admission)
 {
+    pk_door_t *self = calloc(1, sizeof *self);
+    if (self)
+        *self = (pk_door_t) { .env = env, .config = env->config, .actors = actors,
+                              .actors_endpoint = actors_endpoint, .handshake = handshake,
+                              .admission = admission };
+    return self;
+}
+
+void
+pk_door_destroy(pk_door_t **self_p)
+{
+    pk_door_t *self = *self_p;
+    if (!self)
+        return;
     while (self->by_rid.count) {
         for (size_t i = 0; i <= self->by_rid.mask; i++)
             if (self->by_rid.slots[i].key.bytes) {
@@ -592,4 +557,26 @@ pk_door_destroy_all(pk_node_t *self)
                 break;
             }
     }
+    pk_keymap_fini(&self->by_rid);
+    pk_keymap_fini(&self->by_id);
+    pk_keymap_fini(&self->by_consumer);
+    for (size_t i = 0; self->pending.slots && i <= self->pending.mask; i++)
+        if (self->pending.slots[i].key.bytes)
+            free((void *) (uintptr_t) self->pending.slots[i].b);
+    pk_keymap_fini(&self->pending);
+    free(self);
+    *self_p = NULL;
+}
+
+pk_peer_t *
+pk_door_next(pk_door_t *self, size_t *at)
+{
+    pk_keymap_entry_t *e = pk_keymap_next(&self->by_consumer, at);
+    return e ? (pk_peer_t *) (uintptr_t) e->a : NULL;
+}
+
+size_t
+pk_door_sessions(const pk_door_t *self)
+{
+    return self->npeers;
 }

@@ -18,13 +18,40 @@
     when they are shared: refused at once for a consumer connected, failed
     at delivery for one that connects later (its namespace is known then).
 */
-#include "daemon/door.h"
+#include "daemon/engine_api.h"
 #include "base/checksum.h"
+#include "base/keymap.h"
+#include "daemon/log.h"
+#include "daemon/tenants.h"
 
+#include <czmq.h>
 #include <errno.h>
 #include <sodium.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+//  Stores held for consumers not connected yet.
+#define S_MAX_HELD 1024
+
+//  This start's instance identity (issue 34): random bytes, new at every
+//  start, that describe gives the engine and the engine names in every
+//  later request, so that a handle which outlived a restart is refused.
+#define S_INSTANCE_BYTES 16
+
+struct _pk_engine_api_t {
+    const pk_server_config_t *config;
+    pk_store_t *store;
+    const pk_engine_api_ops_t *ops;
+    void *arg;
+    char endpoint[256];
+    char instance[2 * S_INSTANCE_BYTES + 1];        //  hex, S_INSTANCE_BYTES random
+    char stale_logged[2 * S_INSTANCE_BYTES + 1];    //  the last stale instance logged
+    pk_keymap_t jobs;               //  prefill job id -> the engine that stored it
+    pk_held_list_t *held;
+    uint64_t next_pull;
+};
 
 typedef struct {
     uint64_t job;
@@ -32,19 +59,17 @@ typedef struct {
     size_t rlen;
 } s_engine_job_t;
 
-void
-pk_engine_send(pk_node_t *self, const void *rid, size_t rlen, json_t *answer)
+static void
+s_send(pk_engine_api_t *self, const void *rid, size_t rlen, json_t *msg)
 {
-    char *text = json_dumps(answer, JSON_COMPACT);
-    json_decref(answer);
-    if (!text)
-        return;
-    zmsg_t *msg = zmsg_new();
-    zmsg_addmem(msg, rid, rlen);
-    zmsg_addstr(msg, text);
-    zmsg_send(&msg, self->local);
-    pk_poller_touch(self->poller, self->local);
-    free(text);
+    self->ops->send(self->arg, rid, rlen, msg);
+}
+
+//  A map's key over any bytes (an id, a routing id).
+static pk_key_t
+s_key(const void *bytes, size_t len)
+{
+    return pk_key_make(bytes, len);
 }
 
 static json_t *
@@ -62,39 +87,29 @@ s_error(const char *fmt, ...)
 }
 
 void
-pk_engine_event(pk_node_t *self, uint64_t job, bool success)
+pk_engine_api_job(pk_engine_api_t *self, uint64_t job, bool success)
 {
-    pk_key_t k = pk_node_key(&job, sizeof job);
+    pk_key_t k = s_key(&job, sizeof job);
     uint64_t ptr;
-    if (!pk_keymap_take(&self->engine_jobs, &k, &ptr, NULL))
+    if (!pk_keymap_take(&self->jobs, &k, &ptr, NULL))
         return;         //  a lookup's pin job: nobody to tell
     s_engine_job_t *ej = (s_engine_job_t *) (uintptr_t) ptr;
-    pk_engine_send(self, ej->rid, ej->rlen,
+    s_send(self, ej->rid, ej->rlen,
                    json_pack("{s:s, s:I, s:b}", "event", "store_result", "job", (json_int_t) job,
                              "success", success));
     free(ej);
 }
 
-void
-pk_held_free(pk_held_t *h)
-{
-    free(h->consumer);
-    free(h->kv);
-    free(h->keys);
-    free(h->blocks);
-    free(h);
-}
-
 //  A held store that cannot reach its session fails like a timed-out
 //  store job: unpinned, and the engine told.
 static void
-s_held_fail(pk_node_t *self, pk_held_t *h)
+s_held_fail(pk_engine_api_t *self, pk_held_t *h)
 {
     if (!h->finish) {
         pk_store_release_job(self->store, h->job);
-        pk_engine_event(self, h->job, false);
+        pk_engine_api_job(self, h->job, false);
     }
-    pk_held_free(h);
+    pk_held_destroy(&h);
 }
 
 //  Whether a consumer in namespace consumer_ns may be sent blocks pinned
@@ -108,23 +123,23 @@ s_ns_fits(unsigned ns, unsigned consumer_ns)
 //  Never waits on the actor: a full pipe fails the store, and so does a
 //  store whose blocks the consumer's namespace may not see.
 static void
-s_deliver(pk_node_t *self, pk_peer_t *peer, pk_held_t *h)
+s_deliver(pk_engine_api_t *self, const char *consumer, unsigned consumer_ns, pk_held_t *h)
 {
-    if (!h->finish && !s_ns_fits(h->ns, peer->ns)) {
+    if (!h->finish && !s_ns_fits(h->ns, consumer_ns)) {
         const pk_tenants_t *t = self->config->tenant_map;
-        pk_node_log(self, PK_LOG_WARN, "store job %llu refused: consumer %s is in namespace "
-                    "%s, the blocks in %s", (unsigned long long) h->job, peer->consumer,
-                    pk_tenants_name(t, peer->ns), pk_tenants_name(t, h->ns));
+        pk_log(self->config, PK_LOG_WARN, "store job %llu refused: consumer %s is in "
+               "namespace %s, the blocks in %s", (unsigned long long) h->job, consumer,
+               pk_tenants_name(t, consumer_ns), pk_tenants_name(t, h->ns));
         s_held_fail(self, h);
     }
-    else if (pk_door_deliver(self, peer, h) != 0)
+    else if (self->ops->deliver(self->arg, consumer, h) != 0)
         s_held_fail(self, h);
 }
 
 //  The request's "namespace" (absent: shared): its id, or -1 with *error
 //  set to the answer naming cmd.
 static int
-s_namespace(pk_node_t *self, const char *cmd, const json_t *req, json_t **error)
+s_namespace(pk_engine_api_t *self, const char *cmd, const json_t *req, json_t **error)
 {
     const json_t *v = json_object_get(req, "namespace");
     const char *name = json_string_value(v);
@@ -136,36 +151,24 @@ s_namespace(pk_node_t *self, const char *cmd, const json_t *req, json_t **error)
 }
 
 void
-pk_engine_deliver_held(pk_node_t *self, pk_peer_t *peer)
+pk_engine_api_connected(pk_engine_api_t *self, const char *consumer, unsigned ns)
 {
-    pk_held_t **at = &self->held;
-    while (*at) {
-        pk_held_t *h = *at;
-        if (strcmp(h->consumer, peer->consumer) != 0) {
-            at = &h->next;
-            continue;
-        }
-        *at = h->next;
-        self->nheld--;
-        s_deliver(self, peer, h);
+    for (pk_held_t *h = pk_held_list_take(self->held, consumer), *next; h; h = next) {
+        next = h->next;
+        h->next = NULL;
+        s_deliver(self, consumer, ns, h);
     }
 }
 
 //  Held stores for consumers that never connected fail at the store-job
 //  timeout, like any store job.
 void
-pk_engine_expire_held(pk_node_t *self)
+pk_engine_api_expire(pk_engine_api_t *self)
 {
-    double now = zclock_mono() / 1e3;
-    pk_held_t **at = &self->held;
-    while (*at) {
-        pk_held_t *h = *at;
-        if (now < h->expires) {
-            at = &h->next;
-            continue;
-        }
-        *at = h->next;
-        self->nheld--;
+    for (pk_held_t *h = pk_held_list_expire(self->held, zclock_mono() / 1e3), *next; h;
+         h = next) {
+        next = h->next;
+        h->next = NULL;
         s_held_fail(self, h);
     }
 }
@@ -210,7 +213,7 @@ s_json_keys(const json_t *arr, size_t *n_p, char *err)
 //  The store's blocks pinned as a job for the consumer, and the engine
 //  that asked remembered for its store_result: NULL, or the error.
 static json_t *
-s_store_pin(pk_node_t *self, pk_held_t *h, const json_t *req, const void *rid, size_t rlen)
+s_store_pin(pk_engine_api_t *self, pk_held_t *h, const json_t *req, const void *rid, size_t rlen)
 {
     char err[PK_ERRLEN];
     h->keys = s_json_keys(json_object_get(req, "keys"), &h->n, err);
@@ -246,11 +249,11 @@ s_store_pin(pk_node_t *self, pk_held_t *h, const json_t *req, const void *rid, s
         ej->job = h->job;
         memcpy(ej->rid, rid, rlen);
         ej->rlen = rlen;
-        pk_key_t k = pk_node_key(&ej->job, sizeof ej->job);
-        if (pk_keymap_put(&self->engine_jobs, &k, (uintptr_t) ej, 0) < 0) {
+        pk_key_t k = s_key(&ej->job, sizeof ej->job);
+        if (pk_keymap_put(&self->jobs, &k, (uintptr_t) ej, 0) < 0) {
             //  the job still runs and unpins; only its store_result cannot
             //  be routed back to the engine
-            pk_node_log(self, PK_LOG_WARN, "store job %llu: out of memory, its result will "
+            pk_log(self->config, PK_LOG_WARN, "store job %llu: out of memory, its result will "
                         "not be reported", (unsigned long long) ej->job);
             free(ej);
         }
@@ -263,25 +266,26 @@ s_store_pin(pk_node_t *self, pk_held_t *h, const json_t *req, const void *rid, s
 //  The store's namespace into h->ns; refused (the answer) when it is not
 //  one, or when the consumer is connected and may not see it.
 static json_t *
-s_store_refused(pk_node_t *self, pk_held_t *h, const json_t *req, const pk_peer_t *peer)
+s_store_refused(pk_engine_api_t *self, pk_held_t *h, const json_t *req, bool connected,
+                unsigned consumer_ns)
 {
     json_t *error = NULL;
     int ns = s_namespace(self, "store", req, &error);
     if (ns < 0)
         return error;
     h->ns = (unsigned) ns;
-    if (!peer || peer->retired || s_ns_fits(h->ns, peer->ns))
+    if (!connected || s_ns_fits(h->ns, consumer_ns))
         return NULL;
     const pk_tenants_t *t = self->config->tenant_map;
     return s_error("store: consumer %.64s is in namespace %s, the blocks in %s: it may not "
-                   "have them", h->consumer, pk_tenants_name(t, peer->ns),
+                   "have them", h->consumer, pk_tenants_name(t, consumer_ns),
                    pk_tenants_name(t, h->ns));
 }
 
 //  {"cmd":"store"|"finish","peer":ID,"kv":KV,...}: to the consumer's
 //  session now, or held until it connects.
 static json_t *
-s_cmd_store(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+s_cmd_store(pk_engine_api_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
 {
     bool finish = streq(cmd, "finish");
     const char *consumer = json_string_value(json_object_get(req, "peer"));
@@ -290,40 +294,35 @@ s_cmd_store(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
         return s_error("%s: expected \"peer\" and \"kv\" strings", finish ? "finish" : "store");
     pk_held_t *h = calloc(1, sizeof *h);
     if (!h || !(h->consumer = strdup(consumer)) || !(h->kv = strdup(kv))) {
-        if (h)
-            pk_held_free(h);
+        pk_held_destroy(&h);
         return s_error("out of memory");
     }
     h->finish = finish;
     h->expires = zclock_mono() / 1e3 + self->config->store_timeout;
-    pk_peer_t *peer = pk_door_peer_by_consumer(self, consumer);
-    json_t *error = finish ? NULL : s_store_refused(self, h, req, peer);
+    unsigned consumer_ns = 0;
+    bool connected = self->ops->session(self->arg, consumer, &consumer_ns) == 0;
+    json_t *error = finish ? NULL : s_store_refused(self, h, req, connected, consumer_ns);
     if (!error && !finish)
         error = s_store_pin(self, h, req, rid, rlen);
     if (error) {
-        pk_held_free(h);
+        pk_held_destroy(&h);
         return error;
     }
     json_t *answer = finish ? json_pack("{s:b}", "ok", 1)
                             : json_pack("{s:b, s:I}", "ok", 1, "job", (json_int_t) h->job);
-    if (peer && !peer->retired)
-        s_deliver(self, peer, h);
-    else if (self->nheld < PK_MAX_HELD) {
-        h->next = self->held;
-        self->held = h;
-        self->nheld++;
-    }
-    else {
+    if (connected)
+        s_deliver(self, consumer, consumer_ns, h);
+    else if (pk_held_list_add(self->held, h) != 0) {
         if (!finish) {
             pk_store_release_job(self->store, h->job);
-            pk_key_t k = pk_node_key(&h->job, sizeof h->job);
+            pk_key_t k = s_key(&h->job, sizeof h->job);
             uint64_t ptr;
-            if (pk_keymap_take(&self->engine_jobs, &k, &ptr, NULL))
+            if (pk_keymap_take(&self->jobs, &k, &ptr, NULL))
                 free((void *) (uintptr_t) ptr);
         }
-        pk_held_free(h);
+        pk_held_destroy(&h);
         json_decref(answer);
-        return s_error("too many stores held for consumers not connected (%d)", PK_MAX_HELD);
+        return s_error("too many stores held for consumers not connected (%d)", S_MAX_HELD);
     }
     return answer;
 }
@@ -331,7 +330,7 @@ s_cmd_store(pk_node_t *self, const char *cmd, const json_t *req, const void *rid
 //  A pull's keys not in the pool yet, copied into p (keys then bytes);
 //  the others go to present.
 static void
-s_pull_missing(pk_node_t *self, pk_pull_t *p, const pk_key_t *keys, size_t n, json_t *present)
+s_pull_missing(pk_engine_api_t *self, pk_pull_t *p, const pk_key_t *keys, size_t n, json_t *present)
 {
     uint8_t *at = (uint8_t *) (p->keys + n);
     for (size_t i = 0; i < n; i++) {
@@ -352,7 +351,7 @@ s_pull_missing(pk_node_t *self, pk_pull_t *p, const pk_key_t *keys, size_t n, js
 //  fetched by the puller; a pull_result event follows.  Without "server"
 //  (with --directory) each key comes from any holder the directory names.
 static json_t *
-s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+s_cmd_pull(pk_engine_api_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
 {
     const char *server = json_string_value(json_object_get(req, "server"));
     char err[PK_ERRLEN];
@@ -372,8 +371,7 @@ s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
     if (!p || (server && !(p->server = strdup(server))) || rlen > sizeof p->rid
         || !(p->keys = malloc(n * (sizeof *p->keys + PK_MAX_KEY_BYTES)))
         || !(p->blocks = calloc(n, sizeof *p->blocks)) || !(p->landed = calloc(n, sizeof *p->landed))) {
-        if (p)
-            pk_pull_free(p);
+        pk_pull_destroy(&p);
         free(keys);
         json_decref(present);
         return s_error("out of memory");
@@ -388,7 +386,7 @@ s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
     int rc = p->n ? pk_store_reserve_ns(self->store, p->owner, p->ns, p->keys, p->n, p->blocks)
                   : 0;
     if (rc) {
-        pk_pull_free(p);
+        pk_pull_destroy(&p);
         json_decref(present);
         return s_error("pull: %s", rc == -ENOSPC ? "every block is pinned or being written"
                                    : rc == -EEXIST ? "a key is already in the pool"
@@ -396,10 +394,10 @@ s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
     }
     json_t *answer = json_pack("{s:b, s:I, s:I, s:o}", "ok", 1, "pull", (json_int_t) p->id,
                                "fetching", (json_int_t) p->n, "present", present);
-    rc = pk_puller_send(self, p);
+    rc = self->ops->pull(self->arg, p);
     if (rc) {
         pk_store_release_owner(self->store, p->owner);
-        pk_pull_free(p);
+        pk_pull_destroy(&p);
         json_decref(answer);
         return s_error("pull: %s", rc == -EAGAIN ? "too many pulls queued"
                                    : "cannot start the puller (out of descriptors or "
@@ -409,7 +407,7 @@ s_cmd_pull(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
 }
 
 static json_t *
-s_cmd_describe(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
+s_cmd_describe(pk_engine_api_t *self, const char *cmd, const json_t *req, const void *rid,
                size_t rlen)
 {
     return json_pack("{s:b, s:s, s:s, s:I, s:I, s:s, s:s}", "ok", 1, "peer_id",
@@ -441,7 +439,7 @@ s_json_sums(const json_t *arr, size_t n, uint64_t *sums, bool *given, char *err)
 //  reserve, commit and drop: keys of the engine connection's own (its
 //  owner is a hash of its routing id).
 static json_t *
-s_cmd_keys(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+s_cmd_keys(pk_engine_api_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
 {
     uint64_t owner = pk_key_hash(rid, rlen) & ~(UINT64_C(1) << 63);
     char err[PK_ERRLEN];
@@ -499,7 +497,7 @@ s_cmd_keys(pk_node_t *self, const char *cmd, const json_t *req, const void *rid,
 }
 
 static json_t *
-s_cmd_put(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+s_cmd_put(pk_engine_api_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
 {
     const char *hex = json_string_value(json_object_get(req, "key"));
     const char *b64 = json_string_value(json_object_get(req, "data"));
@@ -534,7 +532,7 @@ s_cmd_put(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, 
 //  {"NAME": {"ready", "pinned", "lookups", "hits", "pending", "misses"}, ...}
 //  for every namespace, shared included (store.h, pk_store_ns_stats_t).
 static json_t *
-s_namespaces_json(pk_node_t *self)
+s_namespaces_json(pk_engine_api_t *self)
 {
     json_t *all = json_object();
     for (unsigned ns = 0; all && ns < pk_store_namespaces(self->store); ns++) {
@@ -553,66 +551,27 @@ s_namespaces_json(pk_node_t *self)
     return all;
 }
 
-//  The capability words a session uses: ours (PK_CAPS) that its connect
-//  listed too (protocol.md section 4), one space apart.
-static const char *
-s_session_caps(const pk_peer_t *peer)
-{
-    static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS };
-    static _Thread_local char out[PK_MAX_CAPS + 1];
-    out[0] = '\0';
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if (peer->connect && pk_caps_has(peer->connect->caps, words[i]))
-            snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
-                     words[i]);
-    return out;
-}
-
 static json_t *
-s_cmd_stats(pk_node_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
+s_cmd_stats(pk_engine_api_t *self, const char *cmd, const json_t *req, const void *rid, size_t rlen)
 {
     pk_store_stats_t st;
     pk_store_stats(self->store, &st);
-    //  the fabrics' sum, and each one under its provider's name
-    pk_fabric_stats_t f = { 0 };
-    json_t *fabrics = json_object();
-    for (size_t i = 0; i < self->nfabrics; i++) {
-        pk_fabric_stats_t one;
-        pk_fabric_stats(self->fabrics[i].fabric, &one);
-        f.channels_opened += one.channels_opened;
-        f.channels_open += one.channels_open;
-        f.blobs_refused += one.blobs_refused;
-        json_object_set_new(fabrics, self->fabrics[i].provider,
-                            json_pack("{s:I, s:I, s:I}",
-                                      "channels_opened", (json_int_t) one.channels_opened,
-                                      "channels_open", (json_int_t) one.channels_open,
-                                      "blobs_refused", (json_int_t) one.blobs_refused));
-    }
-    f.blobs_refused += atomic_load(&self->blobs_unmatched);
-    json_t *peers = json_array();
-    json_t *caps = json_object();
-    size_t at = 0;
-    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_consumer, &at)); ) {
-        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) e->a;
-        json_array_append_new(peers, json_string(peer->consumer));
-        json_object_set_new(caps, peer->consumer, json_string(s_session_caps(peer)));
-    }
-    return json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I}, "
-                     "s:o, s:I, s:o, s:o, s:o, s:o}", "ok", 1,
-                     "pool", "free", (json_int_t) st.free, "writing", (json_int_t) st.writing,
-                     "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
-                     "evictions", (json_int_t) st.evictions, "lookups",
-                     (json_int_t) st.lookups, "hits", (json_int_t) st.hits, "misses",
-                     (json_int_t) st.misses,
-                     "fabric", "channels_opened", (json_int_t) f.channels_opened,
-                     "channels_open", (json_int_t) f.channels_open,
-                     "blobs_refused", (json_int_t) f.blobs_refused, "fabrics", fabrics,
-                     "sessions", (json_int_t) self->npeers, "peers",
-                     peers, "capabilities", caps, "metrics", pk_metrics_json(self->metrics),
-                     "namespaces", s_namespaces_json(self));
+    json_t *answer = json_pack("{s:b, s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}", "ok", 1,
+                               "pool", "free", (json_int_t) st.free,
+                               "writing", (json_int_t) st.writing,
+                               "ready", (json_int_t) st.ready, "pinned", (json_int_t) st.pinned,
+                               "evictions", (json_int_t) st.evictions, "lookups",
+                               (json_int_t) st.lookups, "hits", (json_int_t) st.hits, "misses",
+                               (json_int_t) st.misses);
+    if (!answer)
+        return s_error("out of memory");
+    //  the node's: the fabrics, the sessions, the metrics
+    self->ops->stats(self->arg, answer);
+    json_object_set_new(answer, "namespaces", s_namespaces_json(self));
+    return answer;
 }
 
-typedef json_t *(s_cmd_fn)(pk_node_t *self, const char *cmd, const json_t *req,
+typedef json_t *(s_cmd_fn)(pk_engine_api_t *self, const char *cmd, const json_t *req,
                            const void *rid, size_t rlen);
 
 static const struct {
@@ -640,7 +599,7 @@ static const struct {
 //  by value; an engine older than the rule) runs as before.  One log line
 //  per stale instance, however often its handle retries.
 static json_t *
-s_stale(pk_node_t *self, const char *cmd, const json_t *req)
+s_stale(pk_engine_api_t *self, const char *cmd, const json_t *req)
 {
     const json_t *v = json_object_get(req, "instance");
     const char *id = json_string_value(v);
@@ -650,7 +609,7 @@ s_stale(pk_node_t *self, const char *cmd, const json_t *req)
         return s_error("%s: instance: expected the string describe gave", cmd);
     if (!streq(id, self->stale_logged)) {
         snprintf(self->stale_logged, sizeof self->stale_logged, "%s", id);
-        pk_node_log(self, PK_LOG_WARN, "engine requests of a handle opened on instance "
+        pk_log(self->config, PK_LOG_WARN, "engine requests of a handle opened on instance "
                     "%.32s (before a restart; this start is %s) refused: that engine must "
                     "reopen", id, self->instance);
     }
@@ -659,7 +618,7 @@ s_stale(pk_node_t *self, const char *cmd, const json_t *req)
 }
 
 static json_t *
-s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
+s_cmd(pk_engine_api_t *self, const json_t *req, const void *rid, size_t rlen)
 {
     const char *cmd = json_string_value(json_object_get(req, "cmd"));
     if (!cmd)
@@ -674,7 +633,7 @@ s_cmd(pk_node_t *self, const json_t *req, const void *rid, size_t rlen)
 }
 
 json_t *
-pk_engine_answer(pk_node_t *self, const void *body, size_t len, const void *rid, size_t rlen)
+pk_engine_api_answer(pk_engine_api_t *self, const void *body, size_t len, const void *rid, size_t rlen)
 {
     json_error_t jerr;
     json_t *req = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -685,29 +644,94 @@ pk_engine_answer(pk_node_t *self, const void *body, size_t len, const void *rid,
 }
 
 void
-pk_engine_from_local(pk_node_t *self, zmsg_t *msg)
+pk_engine_api_request(pk_engine_api_t *self, zmsg_t *msg)
 {
     zframe_t *rid = zmsg_pop(msg), *body = zmsg_pop(msg);
     if (rid && body)
-        pk_engine_send(self, zframe_data(rid), zframe_size(rid),
-                       pk_engine_answer(self, zframe_data(body), zframe_size(body),
-                                        zframe_data(rid), zframe_size(rid)));
+        s_send(self, zframe_data(rid), zframe_size(rid),
+               pk_engine_api_answer(self, zframe_data(body), zframe_size(body),
+                                    zframe_data(rid), zframe_size(rid)));
     zframe_destroy(&rid);
     zframe_destroy(&body);
     zmsg_destroy(&msg);
 }
 
-//  The held stores and the engine's jobs (node destruction).
+//  A pull ended: commit what landed, release the rest, tell the engine.
 void
-pk_engine_destroy(pk_node_t *self)
+pk_engine_api_pulled(pk_engine_api_t *self, pk_pull_t *p)
 {
-    while (self->held) {
-        pk_held_t *h = self->held;
-        self->held = h->next;
-        pk_held_free(h);
+    json_t *missing = json_array();
+    size_t nlanded = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->landed[i]) {
+            if (pk_store_commit_sums(self->store, p->owner, p->ns, &p->keys[i], 1, NULL,
+                                     NULL) == 0)
+                nlanded++;
+            continue;
+        }
+        char hex[2 * PK_MAX_KEY_BYTES + 1];
+        pk_hex_encode(p->keys[i].bytes, p->keys[i].len, hex);
+        json_array_append_new(missing, json_string(hex));
     }
-    for (size_t i = 0; self->engine_jobs.slots && i <= self->engine_jobs.mask; i++)
-        if (self->engine_jobs.slots[i].key.bytes)
-            free((void *) (uintptr_t) self->engine_jobs.slots[i].a);
-    pk_keymap_fini(&self->engine_jobs);
+    pk_store_release_owner(self->store, p->owner);
+    json_t *ev = json_pack("{s:s, s:I, s:I, s:o}", "event", "pull_result", "pull",
+                           (json_int_t) p->id, "landed", (json_int_t) nlanded, "missing",
+                           missing);
+    if (p->reason[0])
+        json_object_set_new(ev, "reason", json_string(p->reason));
+    s_send(self, p->rid, p->rlen, ev);
+    pk_pull_destroy(&p);
+}
+
+pk_engine_api_t *
+pk_engine_api_new(const pk_server_config_t *config, pk_store_t *store, const char *endpoint,
+                  const pk_engine_api_ops_t *ops, void *arg)
+{
+    //  16 random bytes: two starts never share one (the chance is 2^-64
+    //  after 2^32 starts), and nothing about the host or the time is told
+    if (sodium_init() < 0)
+        goto fail;
+    pk_engine_api_t *self = calloc(1, sizeof *self);
+    if (!self)
+        goto fail;
+    *self = (pk_engine_api_t) { .config = config, .store = store, .ops = ops, .arg = arg };
+    snprintf(self->endpoint, sizeof self->endpoint, "%s", endpoint);
+    uint8_t instance[S_INSTANCE_BYTES];
+    randombytes_buf(instance, sizeof instance);
+    sodium_bin2hex(self->instance, sizeof self->instance, instance, sizeof instance);
+    if (!(self->held = pk_held_list_new(S_MAX_HELD)))
+        goto fail_self;
+    return self;
+
+fail_self:
+    free(self);
+fail:
+    return NULL;
+}
+
+void
+pk_engine_api_destroy(pk_engine_api_t **self_p)
+{
+    pk_engine_api_t *self = *self_p;
+    if (!self)
+        return;
+    pk_held_list_destroy(&self->held);
+    for (size_t i = 0; self->jobs.slots && i <= self->jobs.mask; i++)
+        if (self->jobs.slots[i].key.bytes)
+            free((void *) (uintptr_t) self->jobs.slots[i].a);
+    pk_keymap_fini(&self->jobs);
+    free(self);
+    *self_p = NULL;
+}
+
+const pk_held_list_t *
+pk_engine_api_held(const pk_engine_api_t *self)
+{
+    return self->held;
+}
+
+size_t
+pk_engine_api_jobs(const pk_engine_api_t *self)
+{
+    return pk_keymap_size(&self->jobs);
 }

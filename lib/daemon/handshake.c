@@ -1,5 +1,5 @@
 /*  handshake.c: the handshake actor: describe and connect from routing ids
-    without a session.
+    without a session (handshake.h).
 
     It decodes, answers describe, and checks a connect's compatibility; an
     accepted connect becomes a peer (pk_peer_t) that the door registers.
@@ -16,24 +16,38 @@
         PEER rid peer       an accepted connect: a pk_peer_t to register
         STOPPED             the answer to STOP
 */
-#include "daemon/door.h"
+#include "daemon/handshake.h"
 #include "base/thread.h"
+#include "daemon/log.h"
+#include "daemon/pointer.h"
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+struct _pk_handshake_t {
+    const pk_peer_env_t *env;
+    pk_handshake_pick_fn *pick;
+    void *pick_arg;
+    zactor_t *actor;
+    //  the backlog: what the door handed, what the actor took
+    uint64_t sent, bytes_sent;
+    atomic_uint_fast64_t done, bytes_done;
+};
+
 typedef struct {
-    pk_node_t *node;
+    pk_handshake_t *owner;          //  read only but for the counters of what it took
     zsock_t *pipe;
     bool stopped;
 } self_t;
 
 static self_t *
-s_self_new(zsock_t *pipe, pk_node_t *node)
+s_self_new(zsock_t *pipe, pk_handshake_t *owner)
 {
     self_t *self = calloc(1, sizeof *self);
     if (self) {
-        self->node = node;
+        self->owner = owner;
         self->pipe = pipe;
     }
     return self;
@@ -58,56 +72,42 @@ s_disconnect(self_t *self, const uint8_t *rid, size_t rlen, pk_disconnect_code_t
 {
     char *frame = NULL;
     size_t len = 0;
-    pk_server_session_disconnect_frame(&self->node->id, code, reason, NULL, NULL, &frame, &len);
+    pk_server_session_disconnect_frame(self->owner->env->id, code, reason, NULL, NULL, &frame,
+                                       &len);
     s_reply(self, rid, rlen, frame ? frame : "", frame ? len : 0);
     free(frame);
 }
 
 //  An accepted connect becomes a peer; the connect message goes with it.
 static void
-s_accept(self_t *self, const uint8_t *rid, size_t rlen, const char *key, size_t fabric,
-         pk_msg_t **m_p)
+s_accept(self_t *self, const uint8_t *rid, size_t rlen, const char *key,
+         pk_peer_fabric_t fabric, pk_msg_t **m_p)
 {
-    pk_peer_t *peer = calloc(1, sizeof *peer);
-    if (peer && pthread_mutex_init(&peer->lock, NULL) != 0) {
-        free(peer);
-        peer = NULL;
-    }
-    if (!peer || rlen > sizeof peer->rid || !(peer->consumer = strdup((*m_p)->peer_id))) {
-        if (peer)
-            pthread_mutex_destroy(&peer->lock);
-        free(peer);
+    pk_peer_t *peer = pk_peer_new(self->owner->env, rid, rlen, key, fabric, m_p);
+    if (peer)
+        zsock_send(self->pipe, "sbp", "PEER", rid, rlen, peer);
+    else
         s_reply(self, rid, rlen, "", 0);
-        return;
-    }
-    peer->node = self->node;
-    peer->fabric = fabric;
-    snprintf(peer->curve_key, sizeof peer->curve_key, "%s", key);
-    memcpy(peer->rid, rid, rlen);
-    peer->rlen = rlen;
-    peer->connect = *m_p;
-    *m_p = NULL;
-    zsock_send(self->pipe, "sbp", "PEER", rid, rlen, peer);
 }
 
 static void
 s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t len,
         const char *key)
 {
-    pk_node_t *node = self->node;
+    const pk_peer_env_t *env = self->owner->env;
     char err[PK_ERRLEN];
     pk_msg_t *m = NULL;
     if (pk_msg_decode(data, len, &m, err) != 0) {
-        pk_node_log(node, PK_LOG_DEBUG, "frame from an unknown peer dropped: %s", err);
+        pk_log(env->config, PK_LOG_DEBUG, "frame from an unknown peer dropped: %s", err);
         s_reply(self, rid, rlen, "", 0);
         return;
     }
     char reason[PK_ERRLEN];
-    int fabric = 0;
+    pk_peer_fabric_t fabric = { 0 };
     if (m->type == PK_MSG_DESCRIBE) {
         char *frame = NULL;
         size_t flen = 0;
-        pk_server_session_description(&node->id, &frame, &flen);
+        pk_server_session_description(env->id, &frame, &flen);
         s_reply(self, rid, rlen, frame ? frame : "", frame ? flen : 0);
         free(frame);
     }
@@ -116,16 +116,14 @@ s_hello(self_t *self, const uint8_t *rid, size_t rlen, const void *data, size_t 
     //  the address blob is checked before any data-plane object exists: a
     //  flood of junk connects costs a parse each, nothing that stays.  Its
     //  provider picks the fabric (one per provider offered) that checks it
-    else if (pk_server_session_check_connect(&node->id, m, reason, sizeof reason) != 0
-             || (fabric = pk_node_fabric_for(node, m->agent_metadata, m->agent_metadata_len,
-                                             reason, sizeof reason)) < 0
-             || pk_fabric_check_blob(node->fabrics[fabric].fabric, m->agent_metadata,
-                                     m->agent_metadata_len, reason) != 0) {
-        pk_node_log(node, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, reason);
+    else if (pk_server_session_check_connect(env->id, m, reason, sizeof reason) != 0
+             || self->owner->pick(self->owner->pick_arg, m->agent_metadata,
+                                  m->agent_metadata_len, &fabric, reason, sizeof reason) != 0) {
+        pk_log(env->config, PK_LOG_INFO, "connect from %s refused: %s", m->peer_id, reason);
         s_disconnect(self, rid, rlen, PK_DISC_INCOMPATIBLE, reason);
     }
     else
-        s_accept(self, rid, rlen, key, (size_t) fabric, &m);
+        s_accept(self, rid, rlen, key, fabric, &m);
     pk_msg_destroy(&m);
 }
 
@@ -135,8 +133,8 @@ s_self_handle_pipe(self_t *self, zmsg_t *msg, const char *cmd)
     if (streq(cmd, "HELLO")) {
         zframe_t *rid = zmsg_pop(msg), *frame = zmsg_pop(msg);
         char *key = zmsg_popstr(msg);
-        atomic_fetch_add(&self->node->handshakes_done, 1);
-        atomic_fetch_add(&self->node->handshake_bytes_done, frame ? zframe_size(frame) : 0);
+        atomic_fetch_add(&self->owner->done, 1);
+        atomic_fetch_add(&self->owner->bytes_done, frame ? zframe_size(frame) : 0);
         if (rid && frame && key)
             s_hello(self, zframe_data(rid), zframe_size(rid), zframe_data(frame),
                     zframe_size(frame), key);
@@ -175,24 +173,35 @@ s_handshake_actor(zsock_t *pipe, void *args)
     s_self_destroy(&self);
 }
 
-zactor_t *
-pk_handshake_new(pk_node_t *node)
+pk_handshake_t *
+pk_handshake_new(const pk_peer_env_t *env, pk_handshake_pick_fn *pick, void *pick_arg)
 {
-    zactor_t *actor = zactor_new(s_handshake_actor, node);
+    pk_handshake_t *self = calloc(1, sizeof *self);
+    if (!self)
+        goto fail;
+    self->env = env;
+    self->pick = pick;
+    self->pick_arg = pick_arg;
+    self->actor = zactor_new(s_handshake_actor, self);
+    if (!self->actor)
+        goto fail_self;
     //  the door never waits on it: a full pipe drops the frame
-    if (actor)
-        zsock_set_sndtimeo(zactor_sock(actor), 0);
-    return actor;
+    zsock_set_sndtimeo(zactor_sock(self->actor), 0);
+    return self;
+
+fail_self:
+    free(self);
+fail:
+    return NULL;
 }
 
-//  Stops the actor, drained: a peer it handed back that was never
-//  registered is freed here, not leaked.
 void
-pk_handshake_destroy(zactor_t **self_p)
+pk_handshake_destroy(pk_handshake_t **self_p)
 {
-    zactor_t *actor = *self_p;
-    if (!actor)
+    pk_handshake_t *self = *self_p;
+    if (!self)
         return;
+    zactor_t *actor = self->actor;
     zsock_set_sndtimeo(zactor_sock(actor), -1);
     if (zstr_send(actor, "STOP") == 0) {
         zmsg_t *msg;
@@ -202,9 +211,8 @@ pk_handshake_destroy(zactor_t **self_p)
             if (cmd && streq(cmd, "PEER")) {
                 zframe_t *rid = zmsg_pop(msg);
                 zframe_destroy(&rid);
-                pk_peer_t *peer = pk_node_pop_ptr(msg);
-                if (peer)
-                    pk_door_peer_free(peer);
+                pk_peer_t *peer = pk_pointer_pop(msg);
+                pk_peer_destroy(&peer);
             }
             zstr_free(&cmd);
             zmsg_destroy(&msg);
@@ -212,5 +220,30 @@ pk_handshake_destroy(zactor_t **self_p)
                 break;
         }
     }
-    zactor_destroy(self_p);
+    zactor_destroy(&self->actor);
+    free(self);
+    *self_p = NULL;
+}
+
+zactor_t *
+pk_handshake_actor(const pk_handshake_t *self)
+{
+    return self->actor;
+}
+
+int
+pk_handshake_hello(pk_handshake_t *self, zframe_t *rid, zframe_t *frame, const char *key)
+{
+    if (zsock_send(self->actor, "sffs", "HELLO", rid, frame, key) != 0)
+        return -EAGAIN;
+    self->sent++;
+    self->bytes_sent += zframe_size(frame);
+    return 0;
+}
+
+void
+pk_handshake_backlog(const pk_handshake_t *self, uint64_t *frames, uint64_t *bytes)
+{
+    *frames = self->sent - atomic_load(&self->done);
+    *bytes = self->bytes_sent - atomic_load(&self->bytes_done);
 }

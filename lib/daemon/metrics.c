@@ -4,10 +4,11 @@
     The registry is an array of families in declaration order, indexed by
     id on every update, plus a zhashx from name to family that only
     declare and find probe.  Each family holds its total and an array of
-    labelled samples sorted by peer name: an update finds its peer by binary search, render
-    walks them in order without sorting, and forget_peer is one search per
-    family.  One mutex guards it all; a sample's label is escaped once when
-    the sample is made, so rendering a family under the lock is mostly
+    labelled samples sorted by label value: an update finds its sample by
+    binary search, render walks them in order without sorting.  Labelled
+    samples are never dropped: the daemon's label values are bounded sets.
+    One mutex guards it all; a sample's label is escaped once when the
+    sample is made, so rendering a family under the lock is mostly
     copying.
 */
 #include "daemon/metrics.h"
@@ -40,8 +41,9 @@ static const char *const s_type_names[] = { "counter", "gauge", "histogram" };
 
 //  Each label's name, its opening in a series ({peer="), and its key in JSON.
 static const char *const s_label_open[] = { "{peer=\"", "{reason=\"", "{namespace=\"",
-                                             "{provider=\"" };
-static const char *const s_label_json[] = { "peers", "reasons", "namespaces", "providers" };
+                                             "{provider=\"", "" };
+static const char *const s_label_json[] = { "peers", "reasons", "namespaces", "providers",
+                                             NULL };
 
 //  The table, for pk_metrics_new.
 static const struct {
@@ -50,7 +52,7 @@ static const struct {
     const char *help;
     pk_metric_label_t label;
 } s_table[PK_M_COUNT] = {
-#define PK_METRIC(id, name, type, help, label) \
+#define PK_METRIC(id, name, type, help, label, source, value) \
     [PK_M_##id] = { name, PK_METRIC_##type, help, PK_METRIC_##label },
 #include "daemon/metric_families.h"
 #undef PK_METRIC
@@ -231,7 +233,7 @@ s_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type, const cha
           pk_metric_label_t label)
 {
     if (!self || !s_name_ok(name) || !help || !pk_utf8_ok(help, strlen(help))
-        || (unsigned) type > PK_METRIC_HISTOGRAM || (unsigned) label > PK_METRIC_PROVIDER)
+        || (unsigned) type > PK_METRIC_HISTOGRAM || (unsigned) label > PK_METRIC_NONE)
         return -EINVAL;
     //  Everything the family needs is allocated before the lock.
     int rc = -ENOMEM;
@@ -271,9 +273,9 @@ fail:
 
 int
 pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
-                   const char *help)
+                   const char *help, pk_metric_label_t label)
 {
-    return s_declare(self, name, type, help, PK_METRIC_PEER);
+    return s_declare(self, name, type, help, label);
 }
 
 pk_metrics_t *
@@ -286,6 +288,18 @@ pk_metrics_new(void)
                       s_table[id].label) != id)
             pk_metrics_destroy(&self);
     return self;
+}
+
+const char *
+pk_metrics_name(pk_metric_id_t id)
+{
+    return (unsigned) id < PK_M_COUNT ? s_table[id].name : NULL;
+}
+
+pk_metric_type_t
+pk_metrics_type(pk_metric_id_t id)
+{
+    return (unsigned) id < PK_M_COUNT ? s_table[id].type : PK_METRIC_COUNTER;
 }
 
 int
@@ -377,8 +391,10 @@ s_observe(s_sample_t *sample, double seconds)
 //  critical section.
 static int
 s_update(pk_metrics_t *self, pk_metric_id_t id, const char *peer, pk_metric_type_t type,
-         uint64_t delta, double value)
+         uint64_t delta, double value, bool shift)
 {
+    //  a raise is a counter's set: to delta, when that is more
+    bool raise = type == PK_METRIC_COUNTER && shift;
     if (!self)
         return -EINVAL;
     pthread_mutex_lock(&self->mutex);
@@ -387,6 +403,9 @@ s_update(pk_metrics_t *self, pk_metric_id_t id, const char *peer, pk_metric_type
     s_sample_t *sample = NULL;
     int rc = -ENOENT;
     if (family && family->type != type)
+        rc = -EINVAL;
+    //  labelled or not, never both (a sum over the family counts once)
+    else if (family && (family->label == PK_METRIC_NONE) != (peer == NULL))
         rc = -EINVAL;
     //  A latency is never negative, and _sum must only grow: Prometheus
     //  reads a falling _sum as a restart.
@@ -397,12 +416,14 @@ s_update(pk_metrics_t *self, pk_metric_id_t id, const char *peer, pk_metric_type
     if (rc == 0) {
         switch (type) {
         case PK_METRIC_COUNTER:
+            if (raise)
+                delta = delta > sample->count ? delta - sample->count : 0;
             sample->count += delta;
             if (peer)
                 family->total.count += delta;
             break;
         case PK_METRIC_GAUGE:
-            sample->value = value;
+            sample->value = shift ? sample->value + value : value;
             if (!peer)
                 family->total_set = true;
             break;
@@ -420,75 +441,31 @@ s_update(pk_metrics_t *self, pk_metric_id_t id, const char *peer, pk_metric_type
 int
 pk_metrics_add(pk_metrics_t *self, pk_metric_id_t id, const char *peer, uint64_t delta)
 {
-    return s_update(self, id, peer, PK_METRIC_COUNTER, delta, 0);
+    return s_update(self, id, peer, PK_METRIC_COUNTER, delta, 0, false);
+}
+
+int
+pk_metrics_raise(pk_metrics_t *self, pk_metric_id_t id, const char *peer, uint64_t value)
+{
+    return s_update(self, id, peer, PK_METRIC_COUNTER, value, 0, true);
 }
 
 int
 pk_metrics_set(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double value)
 {
-    return s_update(self, id, peer, PK_METRIC_GAUGE, 0, value);
+    return s_update(self, id, peer, PK_METRIC_GAUGE, 0, value, false);
+}
+
+int
+pk_metrics_shift(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double delta)
+{
+    return s_update(self, id, peer, PK_METRIC_GAUGE, 0, delta, true);
 }
 
 int
 pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double seconds)
 {
-    return s_update(self, id, peer, PK_METRIC_HISTOGRAM, 0, seconds);
-}
-
-//  The samples array gives back the slots retired peers left empty: it
-//  grows by doubling to the most peers it ever held at once (40 bytes a
-//  slot), so without this a server that 10,000 consumers had used at once
-//  kept 16,384 slots (655 KB) after they left, in each of its 34 per-peer
-//  families.  Halving at a quarter full keeps one peer arriving and
-//  leaving at a boundary from resizing each time.
-static void
-s_shrink(s_family_t *family)
-{
-    if (family->npeers == 0) {
-        free(family->peers);
-        family->peers = NULL;
-        family->cap = 0;
-        return;
-    }
-    if (family->cap <= 8 || family->npeers > family->cap / 4)
-        return;
-    s_sample_t *peers = realloc(family->peers, family->cap / 2 * sizeof *peers);
-    if (peers) {                //  else the larger array stays: nothing lost
-        family->peers = peers;
-        family->cap /= 2;
-    }
-}
-
-size_t
-pk_metrics_forget_peer(pk_metrics_t *self, const char *peer)
-{
-    if (!self || !peer)
-        return 0;
-    size_t dropped = 0;
-    pthread_mutex_lock(&self->mutex);
-    for (size_t f = 0; f < self->nfamilies; f++) {
-        s_family_t *family = self->families[f];
-        size_t lo = 0, hi = family->label == PK_METRIC_PEER ? family->npeers : 0;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            int cmp = strcmp(peer, family->peers[mid].peer);
-            if (cmp == 0) {
-                s_sample_free(&family->peers[mid]);
-                memmove(&family->peers[mid], &family->peers[mid + 1],
-                        (family->npeers - mid - 1) * sizeof *family->peers);
-                family->npeers--;
-                s_shrink(family);
-                dropped++;
-                break;
-            }
-            if (cmp < 0)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-    }
-    pthread_mutex_unlock(&self->mutex);
-    return dropped;
+    return s_update(self, id, peer, PK_METRIC_HISTOGRAM, 0, seconds, false);
 }
 
 //  ---------------------------------------------------------------------------
@@ -627,15 +604,18 @@ s_put_family(s_text_t *text, const s_family_t *family)
     s_put(text, " ", 1);
     s_puts(text, s_type_names[family->type]);
     s_put(text, "\n", 1);
-    if (family->type != PK_METRIC_GAUGE || family->total_set)
-        s_put_sample(text, family, &family->total);
+    if (family->label == PK_METRIC_NONE) {
+        if (family->type != PK_METRIC_GAUGE || family->total_set)
+            s_put_sample(text, family, &family->total);
+        return;
+    }
     for (size_t i = 0; i < family->npeers; i++)
         s_put_sample(text, family, &family->peers[i]);
 }
 
 //  The lock is held for one family at a time, so a scrape delays an update
-//  by at most one family's formatting; each family is consistent (its
-//  total agrees with its peers), the registry as a whole need not be.
+//  by at most one family's formatting; each family is consistent, the
+//  registry as a whole need not be.
 int
 pk_metrics_render(pk_metrics_t *self, char **text_p, size_t *len_p)
 {
@@ -689,8 +669,9 @@ s_json_family(json_t *root, const s_family_t *family)
 {
     json_t *entry = json_object();
     bool ok = json_object_set_new(root, family->name, entry) == 0;
-    json_t *peers = ok ? json_object() : NULL;
-    ok = ok && json_object_set_new(entry, s_label_json[family->label], peers) == 0;
+    bool labelled = family->label != PK_METRIC_NONE;
+    json_t *peers = ok && labelled ? json_object() : NULL;
+    ok = ok && (!labelled || json_object_set_new(entry, s_label_json[family->label], peers) == 0);
     if (ok && (family->type != PK_METRIC_GAUGE || family->total_set))
         ok = json_object_set_new(entry, "total", s_json_sample(family, &family->total)) == 0;
     for (size_t i = 0; ok && i < family->npeers; i++)

@@ -6,16 +6,14 @@
     type, help text and the one label its samples may carry.  The daemon's
     families are the rows of metric_families.h: pk_metrics_new declares
     them all, and every update names its family by its pk_metric_id_t, so
-    a misspelt metric does not compile.  A sample carries at most one
-    label, peer (or, for a family that counts by class, reason); NULL
-    means the family's unlabelled total.  Every labelled add to a counter
-    and every labelled observation of a histogram also lands in the total,
-    so pk_metrics_forget_peer can drop a retired peer's samples (the state
-    stays bounded by the live peers) without any total going down.  A
-    gauge's total is only what is set with peer NULL: a sum of per-peer
-    gauges is not always meaningful, so the caller sets it when it is.
-    In PromQL the total is the series without a peer label ({peer=""});
-    summing a whole counter family would count every labelled add twice.
+    a misspelt metric does not compile.  A family is labelled or not,
+    never both: an unlabelled family (NONE) has one sample, updated with
+    label NULL; a labelled one has one sample per label value and no
+    unlabelled sample, so sum() over a family counts everything once.  The
+    daemon's label values come only from bounded sets (a provider, a
+    namespace, a reason), never a peer's id.  A labelled family still
+    keeps the sum of its counter adds and observations, which only the
+    JSON shows (its "total").
 
     The main thread and every peer actor share one registry: every call is
     thread-safe, and an update is one short critical section (an index
@@ -48,19 +46,21 @@ typedef enum {
     PK_METRIC_HISTOGRAM
 } pk_metric_type_t;
 
-/*  The label a family's samples carry beside its total.  */
+/*  The label a family's samples carry, or none.  */
 typedef enum {
-    PK_METRIC_PEER = 0,         //  peer: the consumer's peer_id; forget_peer drops them
+    PK_METRIC_PEER = 0,         //  peer: ad-hoc families only (pk_metrics_declare), never
+                                //  the daemon's (unbounded: every consumer ever seen)
     PK_METRIC_REASON,           //  reason: a fixed class, e.g. of protocol violation
     PK_METRIC_NAMESPACE,        //  namespace: a name of --tenants (or shared), so as
                                 //  many values as the operator's file names
-    PK_METRIC_PROVIDER          //  provider: a data-plane provider of --provider, one
-                                //  value per fabric the server opened
+    PK_METRIC_PROVIDER,         //  provider: a data-plane provider of --provider, one
+                                //  value per fabric the server opened (and "unoffered")
+    PK_METRIC_NONE              //  unlabelled: the family's one sample
 } pk_metric_label_t;
 
 /*  The daemon's families, one per row of metric_families.h, in its order.  */
 typedef enum {
-#define PK_METRIC(id, name, type, help, label) PK_M_##id,
+#define PK_METRIC(id, name, type, help, label, source, value) PK_M_##id,
 #include "daemon/metric_families.h"
 #undef PK_METRIC
     PK_M_COUNT
@@ -79,48 +79,57 @@ pk_metrics_t *pk_metrics_new_empty(void);
 /*  Destroy any HTTP listener serving it first.  */
 void pk_metrics_destroy(pk_metrics_t **self_p);
 
-/*  Declares an ad-hoc family labelled peer, after those already there
-    (the daemon declares none: its families are the table's).  name
-    follows Prometheus ([a-zA-Z_:][a-zA-Z0-9_:]*), help is UTF-8 text.
-    Returns the family's id (>= 0, its position), -EINVAL (a bad name,
-    help or type), -EEXIST (the name is taken, or its samples would
-    collide with a histogram's _bucket, _sum or _count series) or -ENOMEM.  */
+/*  Declares an ad-hoc family, labelled label (PK_METRIC_NONE: not), after
+    those already there (the daemon declares none: its families are the
+    table's).  name follows Prometheus ([a-zA-Z_:][a-zA-Z0-9_:]*), help is
+    UTF-8 text.  Returns the family's id (>= 0, its position), -EINVAL (a
+    bad name, help, type or label), -EEXIST (the name is taken, or its
+    samples would collide with a histogram's _bucket, _sum or _count
+    series) or -ENOMEM.  */
 int pk_metrics_declare(pk_metrics_t *self, const char *name, pk_metric_type_t type,
-                       const char *help);
+                       const char *help, pk_metric_label_t label);
 
 /*  The id of the family called name, or -ENOENT.  */
 int pk_metrics_find(pk_metrics_t *self, const char *name);
 
-/*  Updates the sample labelled peer (NULL: the total; for a family
-    labelled reason, the reason) in family id.  add is for counters (a
-    labelled add also adds to the total), set for gauges, observe for
-    histograms (seconds, finite and not negative; a labelled observation
-    also counts in the total).  A label value's first update creates its
-    sample; a value is UTF-8 of 1..PK_METRICS_MAX_PEER bytes.  Returns 0,
-    -ENOENT (no such family), -EINVAL (another type, a bad label value or
-    observation) or -ENOMEM.  */
+/*  The name and type of a row of metric_families.h (NULL, and a counter,
+    for an id that is not one).  */
+const char *pk_metrics_name(pk_metric_id_t id);
+pk_metric_type_t pk_metrics_type(pk_metric_id_t id);
+
+/*  Updates the sample labelled peer (the label's value: a peer, reason,
+    namespace or provider; NULL for an unlabelled family, and only there)
+    in family id.  add is for counters, set for gauges, shift adds a
+    (signed) delta to a gauge, observe is for histograms (seconds, finite
+    and not negative).  A label value's first update creates its sample;
+    a value is UTF-8 of 1..PK_METRICS_MAX_PEER bytes.  Returns 0, -ENOENT
+    (no such family), -EINVAL (another type, a label where there is none
+    or none where there is one, a bad label value or observation) or
+    -ENOMEM.  */
 int pk_metrics_add(pk_metrics_t *self, pk_metric_id_t id, const char *peer, uint64_t delta);
 int pk_metrics_set(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double value);
+int pk_metrics_shift(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double delta);
+/*  A counter that one source alone feeds, from that source's count since
+    start: raised to value (never lowered: a counter only grows).  */
+int pk_metrics_raise(pk_metrics_t *self, pk_metric_id_t id, const char *peer, uint64_t value);
 int pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double seconds);
 
-/*  Drops every sample labelled peer (a retired session's) in the families
-    labelled peer; the totals stay.  Returns how many samples it dropped.  */
-size_t pk_metrics_forget_peer(pk_metrics_t *self, const char *peer);
-
 /*  The registry in the Prometheus text exposition format 0.0.4: families
-    in declaration order, each with # HELP and # TYPE, its total first and
-    then its peers in byte order of their names.  A counter's and a
-    histogram's total is always there; a gauge's once it has been set.
+    in declaration order, each with # HELP and # TYPE, then an unlabelled
+    family's one sample (a counter's and a histogram's always, a gauge's
+    once it has been set) or a labelled family's samples in byte order of
+    their label values.
     *text_p (NUL-terminated, *len_p bytes without the NUL; len_p may be
     NULL) is the caller's to free().  Returns 0, -EINVAL or -ENOMEM.  */
 int pk_metrics_render(pk_metrics_t *self, char **text_p, size_t *len_p);
 
-/*  The registry as {"name": {"total": v, "peers": {"peer": v, ...}}, ...}
-    ("reasons" in place of "peers" for a family labelled reason,
-    "namespaces" for one labelled namespace):
-    a counter's v an integer, a gauge's a real (null when not finite; no
-    "total" until set), a histogram's {"count": n, "sum": s}.  The caller
-    owns the object; NULL when out of memory.  */
+/*  The registry as {"name": {"total": v}, ...} for an unlabelled family
+    and {"name": {"total": v, "reasons": {"reason": v, ...}}, ...} for a
+    labelled one ("peers", "namespaces", "providers" after its label; a
+    labelled counter's or histogram's total is the sum of its samples, a
+    labelled gauge has none): a counter's v an integer, a gauge's a real
+    (null when not finite; no "total" until set), a histogram's {"count":
+    n, "sum": s}.  The caller owns the object; NULL when out of memory.  */
 json_t *pk_metrics_json(pk_metrics_t *self);
 
 //  --------------------------------------------------------------------------

@@ -1,21 +1,45 @@
 /*  node.c: the daemon's construction, its poll loop and destruction.
 
-    The node owns the ROUTER socket peers talk to (the door, door.c), the
-    local socket the engine talks to (engine_api.c), the --allow ZAP
-    handler (zap.c), the handshake actor (handshake.c), one actor per peer
-    (peer.c) and the puller (puller.c).  The loop polls them all and hands
-    each wake to its reader (s_readers); after each wake the door reaps the
-    peers whose actor said GONE, and twice a second held stores expire,
-    leases expire and the pool's gauges refresh.
+    The node owns the sockets (the ROUTER peers talk to, the local socket
+    the engine talks to, the ZAP handler's, the PULL every peer's actor
+    says its words to), the poll loop, the store, the fabrics and the
+    metrics, and one object of each class of the daemon: admission (who
+    may connect), the handshake actor, the door (the peers and their
+    actors), the engine API and the puller.  The loop polls the sockets
+    and hands each wake to its reader (s_readers), which gives the message
+    to the object it is for and carries what one object's answer means for
+    another (a peer registered: its held stores; a pull ended: its
+    commit; a reload: the door ends the revoked keys' sessions), so no
+    object calls another that calls it back.  After each wake the door
+    reaps the peers whose actor said GONE, and twice a second held stores
+    expire, leases expire and the pool's gauges refresh.
 */
-#include "daemon/door.h"
+#include "daemon/node.h"
 #include "base/clock.h"
 #include "base/host_id.h"
 #include "base/err.h"
+#include "base/keymap.h"
 #include "base/local_path.h"
+#include "base/transport.h"
 #include "base/version.h"
+#include "daemon/admission.h"
+#include "daemon/directory.h"
+#include "daemon/door.h"
+#include "daemon/engine_api.h"
+#include "daemon/handshake.h"
+#include "daemon/log.h"
+#include "daemon/metric_sources.h"
+#include "daemon/metrics.h"
+#include "daemon/peer.h"
+#include "daemon/poller.h"
+#include "daemon/puller.h"
+#include "store/store.h"
+#include "daemon/tenants.h"
+#include "daemon/unsent.h"
 
+#include <czmq.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <malloc.h>
@@ -27,19 +51,59 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void
-pk_node_log(const pk_node_t *self, int level, const char *fmt, ...)
-{
-    if (level > self->config->log_level)
-        return;
-    static const char *names[] = { "error", "warn", "info", "debug" };
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "p2pkv-server %s: ", names[level]);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
+/*  How long after a peer was reaped the sweeps go on trimming the heap
+    (s_trim_heap says why).  */
+#define PK_TRIM_SETTLE 10.0
+
+//  Fabrics at most, one per provider offered (--provider shm,tcp).
+#define PK_MAX_FABRICS 8
+
+//  One provider's fabric over the pool (s_open_fabrics opens them, best first).
+typedef struct {
+    pk_fabric_t *fabric;            //  carries its transport's ops (base/transport.h)
+    const char *provider;           //  the fabric's own name ("shm", "tcp;ofi_rxm")
+} pk_node_fabric_t;
+
+struct _pk_node_t {
+    const pk_server_config_t *config;
+    pk_server_identity_t id;
+    pk_server_session_config_t session_config;
+    pk_store_t *store;
+    pk_node_fabric_t fabrics[PK_MAX_FABRICS];
+    size_t nfabrics;                //  at least one once the node is built
+    const char *providers[PK_MAX_FABRICS];  //  their names, for the description
+    char host_id[128];              //  this server's same-host identity (base/host_id.h)
+    atomic_uint_fast64_t blobs_unmatched;   //  connects naming a provider not offered
+    zsock_t *router;                //  the peers' (the door's)
+    zsock_t *local;                 //  the engine's (the engine API's)
+    //  the --local socket's file as bound (dev 0: none), removed at
+    //  destroy only while it is still that file
+    dev_t local_dev;
+    ino_t local_ino;
+    zsock_t *zap;                   //  our ZAP handler (admission's answers)
+    zsock_t *actors;                //  PULL: what every peer's actor says (the door's)
+    char actors_endpoint[64];
+    volatile sig_atomic_t *reload;  //  SIGHUP seen (pk_node_watch_reload)
+    pk_poller_t *poller;            //  the loop's wait (poller.h)
+    char endpoint[256];
+    char ready[2048];
+    bool quitting;
+    double trim_until;              //  sweeps trim the heap until then (monotonic s):
+                                    //  PK_TRIM_SETTLE after the last peer reaped
+    pk_metrics_t *metrics;
+    pk_unsent_t *unsent;            //  bytes of every session's answers libzmq holds
+                                    //  (unsent.h), sessions gone included
+    pk_metrics_http_t *http;
+    pk_directory_t *directory;      //  --directory: the cluster directory's actor, or NULL
+    char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
+    char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
+    pk_peer_env_t env;              //  what every peer shares (peer.h)
+    pk_admission_t *admission;
+    pk_handshake_t *handshake;
+    pk_door_t *door;
+    pk_engine_api_t *engine;
+    pk_puller_t *puller;
+};
 
 //  --local-group as a gid: a name, or a number.
 static int
@@ -86,7 +150,7 @@ s_bind_local(pk_node_t *self, char *err)
     if (file && (rc = pk_local_claim(file, &stale, err)))
         return rc;
     if (stale)
-        pk_node_log(self, PK_LOG_WARN, "%s: removed the socket a server that ended without "
+        pk_log(self->config, PK_LOG_WARN, "%s: removed the socket a server that ended without "
                     "a clean stop left", file);
     mode_t umask_was = umask(077);
     rc = zsock_bind(self->local, "%s", config->local);
@@ -132,7 +196,7 @@ static int
 s_open_sockets(pk_node_t *self, char *err)
 {
     const pk_server_config_t *config = self->config;
-    bool zap = config->nallow || self->curve_cert;
+    bool zap = pk_admission_zap_needed(self->admission);
     if (zap) {
         //  czmq's zauth matches whole address strings only, so CIDR ranges
         //  need our own handler on libzmq's ZAP endpoint (RFC 27); without
@@ -157,7 +221,7 @@ s_open_sockets(pk_node_t *self, char *err)
     zsock_set_maxmsgsize(self->router, (int64_t) config->max_frame);
     if (zap)
         zsock_set_zap_domain(self->router, "p2pkv");
-    int rc = pk_curve_apply(self, err);
+    int rc = pk_admission_apply(self->admission, self->router, err);
     if (rc)
         return rc;
     if (zsock_bind(self->router, "%s", config->bind) < 0) {
@@ -193,9 +257,9 @@ s_ready_line(pk_node_t *self)
 
 //  The store's one line: a pool a dead server left, reclaimed.
 static void
-s_store_log(void *self, const char *line)
+s_store_log(void *config, const char *line)
 {
-    pk_node_log(self, PK_LOG_WARN, "%s", line);
+    pk_log(config, PK_LOG_WARN, "%s", line);
 }
 
 //  The pool: a pool a killed server left is reclaimed, said at warn; one
@@ -212,7 +276,8 @@ s_open_store(pk_node_t *self, char *err)
                                           config->lease_timeout,
                                           pk_tenants_count(config->tenant_map),
                                           config->no_block_checksums },
-                                      pk_clock_system(), s_store_log, self, store_err, &rc);
+                                      pk_clock_system(), s_store_log, (void *) config, store_err,
+                                      &rc);
     if (self->store)
         return 0;
     if (*store_err)
@@ -243,9 +308,9 @@ s_open_metrics_http(pk_node_t *self, char *err)
 
 //  The directory's lines, at the node's log level.
 static void
-s_directory_log(void *self, int level, const char *line)
+s_directory_log(void *config, int level, const char *line)
 {
-    pk_node_log(self, level, "%s", line);
+    pk_log(config, level, "%s", line);
 }
 
 //  The endpoint consumers are told: what the ROUTER bound, with a
@@ -279,7 +344,7 @@ s_open_directory(pk_node_t *self, char *err)
                                  .optional = config->directory_optional,
                                  .ttl = config->directory_ttl,
                                  .timeout = config->directory_timeout,
-                                 .log = s_directory_log, .log_arg = self };
+                                 .log = s_directory_log, .log_arg = (void *) config };
     pk_dir_record_t *r = &dc.record;
     snprintf(r->peer_id, sizeof r->peer_id, "%s", config->peer_id);
     s_advertised(self->endpoint, r->endpoint, sizeof r->endpoint);
@@ -349,7 +414,7 @@ s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
             return pk_err(err, -EEXIST, "--provider: %s twice (as %s)", name,
                           provider ? provider : "auto");
         }
-    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, name, { 0 } };
+    self->fabrics[self->nfabrics] = (pk_node_fabric_t) { fabric, name };
     self->providers[self->nfabrics++] = name;
     return 0;
 }
@@ -382,8 +447,8 @@ s_open_fabrics(pk_node_t *self, char *err)
         rc = -ENOENT;
         for (size_t i = 0; (p = pk_transport_auto(i)) != NULL; i++)
             if ((rc = s_open_one_fabric(self, p->name, why)) != 0)
-                pk_node_log(self, PK_LOG_INFO, "--provider auto: %s skipped: %s",
-                            p->name ? p->name : "a network provider", why);
+                pk_log(self->config, PK_LOG_INFO, "--provider auto: %s skipped: %s",
+                       p->name ? p->name : "a network provider", why);
         if (self->nfabrics == 0)
             return pk_err(err, rc < 0 ? rc : -EIO, "--provider auto: no provider opens: %s",
                           why);
@@ -413,15 +478,20 @@ s_open_fabrics(pk_node_t *self, char *err)
     return 0;
 }
 
-int
-pk_node_fabric_for(pk_node_t *self, const uint8_t *blob, size_t len, char *reason, size_t cap)
+//  The fabric a connect's blob is for (its provider's): its index, or
+//  -EPROTO with reason naming the providers offered.  Any thread.
+static int
+s_fabric_for(pk_node_t *self, const uint8_t *blob, size_t len, char *reason, size_t cap)
 {
     char provider[64] = "", err[PK_ERRLEN] = "";
     int rc = pk_transport_blob_provider(blob, len, provider, sizeof provider, err);
     for (size_t i = 0; rc == 0 && i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].provider, provider) == 0)
             return (int) i;
+    //  no fabric to count it: the label says none of ours (a bounded
+    //  value, not the provider the consumer named)
     atomic_fetch_add(&self->blobs_unmatched, 1);
+    pk_metrics_add(self->metrics, PK_M_BLOBS_REFUSED, "unoffered", 1);
     if (rc) {
         snprintf(reason, cap, "%s", err);
         return rc;
@@ -435,6 +505,184 @@ pk_node_fabric_for(pk_node_t *self, const uint8_t *blob, size_t len, char *reaso
     return -EPROTO;
 }
 
+//  --------------------------------------------------------------------------
+//  What the classes ask of the node (their callbacks)
+
+//  The handshake actor's: the fabric of a connect's blob, which checks
+//  the blob.  On the handshake's thread: the fabrics are read-only once
+//  the node is built, and the count is atomic.
+static int
+s_pick(void *arg, const uint8_t *blob, size_t len, pk_peer_fabric_t *fabric, char *reason,
+       size_t cap)
+{
+    pk_node_t *self = arg;
+    int i = s_fabric_for(self, blob, len, reason, cap);
+    if (i < 0)
+        return i;
+    pk_node_fabric_t *nf = &self->fabrics[i];
+    if (pk_fabric_check_blob(nf->fabric, blob, len, reason) != 0)
+        return -EPROTO;
+    *fabric = (pk_peer_fabric_t) { nf->fabric, nf->provider };
+    return 0;
+}
+
+//  The peers' (on the door's thread): a job ended.
+static void
+s_job(void *arg, uint64_t job, bool success)
+{
+    pk_node_t *self = arg;
+    pk_engine_api_job(self->engine, job, success);
+}
+
+static void
+s_engine_send(void *arg, const void *rid, size_t rlen, json_t *answer)
+{
+    pk_node_t *self = arg;
+    char *text = json_dumps(answer, JSON_COMPACT);
+    json_decref(answer);
+    if (!text)
+        return;
+    zmsg_t *msg = zmsg_new();
+    zmsg_addmem(msg, rid, rlen);
+    zmsg_addstr(msg, text);
+    zmsg_send(&msg, self->local);
+    pk_poller_touch(self->poller, self->local);
+    free(text);
+}
+
+static int
+s_engine_session(void *arg, const char *consumer, unsigned *ns)
+{
+    pk_node_t *self = arg;
+    pk_peer_t *peer = pk_door_peer_by_consumer(self->door, consumer);
+    if (!peer || peer->retired)
+        return -ENOENT;
+    *ns = peer->ns;
+    return 0;
+}
+
+//  Never waits on the actor: a full pipe fails the store.
+static int
+s_engine_deliver(void *arg, const char *consumer, pk_held_t *h)
+{
+    pk_node_t *self = arg;
+    pk_peer_t *peer = pk_door_peer_by_consumer(self->door, consumer);
+    return peer ? pk_peer_tell(peer, "sp", "STORE", h) : -ENOENT;
+}
+
+//  A pull goes with its server's CURVE key (--curve-servers), "" unknown.
+static int
+s_engine_pull(void *arg, pk_pull_t *p)
+{
+    pk_node_t *self = arg;
+    const char *key = pk_admission_server_key(self->admission, p->server);
+    snprintf(p->server_key, sizeof p->server_key, "%s", key ? key : "");
+    return pk_puller_send(self->puller, p);
+}
+
+//  The node's part of stats: the fabrics' sum and each one under its
+//  provider's name, the sessions with their capabilities and their own
+//  counts (by metric name: the metrics carry no consumer's id), the
+//  metrics.
+static void
+s_engine_stats(void *arg, json_t *answer)
+{
+    pk_node_t *self = arg;
+    pk_fabric_stats_t f = { 0 };
+    json_t *fabrics = json_object();
+    for (size_t i = 0; i < self->nfabrics; i++) {
+        pk_fabric_stats_t one;
+        pk_fabric_stats(self->fabrics[i].fabric, &one);
+        f.channels_opened += one.channels_opened;
+        f.channels_open += one.channels_open;
+        f.blobs_refused += one.blobs_refused;
+        json_object_set_new(fabrics, self->fabrics[i].provider,
+                            json_pack("{s:I, s:I, s:I}",
+                                      "channels_opened", (json_int_t) one.channels_opened,
+                                      "channels_open", (json_int_t) one.channels_open,
+                                      "blobs_refused", (json_int_t) one.blobs_refused));
+    }
+    f.blobs_refused += atomic_load(&self->blobs_unmatched);
+    json_t *peers = json_array();
+    json_t *caps = json_object();
+    json_t *counts = json_object();
+    size_t at = 0;
+    for (pk_peer_t *peer; (peer = pk_door_next(self->door, &at)); ) {
+        json_array_append_new(peers, json_string(peer->consumer));
+        json_object_set_new(caps, peer->consumer, json_string(pk_peer_caps(peer)));
+        json_t *mine = json_object();
+        for (int id = 0; id < PK_M_COUNT; id++) {
+            pk_metric_source_t source = pk_metric_source_of((pk_metric_id_t) id);
+            if (source == PK_SOURCE_SESSION || source == PK_SOURCE_CHANNEL)
+                json_object_set_new(mine, pk_metrics_name((pk_metric_id_t) id),
+                                    json_integer((json_int_t) atomic_load(&peer->counted[id])));
+        }
+        json_object_set_new(counts, peer->consumer, mine);
+    }
+    json_object_set_new(answer, "fabric",
+                        json_pack("{s:I, s:I, s:I}",
+                                  "channels_opened", (json_int_t) f.channels_opened,
+                                  "channels_open", (json_int_t) f.channels_open,
+                                  "blobs_refused", (json_int_t) f.blobs_refused));
+    json_object_set_new(answer, "fabrics", fabrics);
+    json_object_set_new(answer, "sessions", json_integer((json_int_t) pk_door_sessions(self->door)));
+    json_object_set_new(answer, "peers", peers);
+    json_object_set_new(answer, "capabilities", caps);
+    json_object_set_new(answer, "session_counts", counts);
+    json_object_set_new(answer, "metrics", pk_metrics_json(self->metrics));
+}
+
+static const pk_engine_api_ops_t s_engine_ops = {
+    s_engine_send, s_engine_session, s_engine_deliver, s_engine_pull, s_engine_stats
+};
+
+//  The objects over the sockets: the handshake actor, the door, the
+//  engine API, the puller, and the poller over every socket.  0, or a
+//  negative errno with err; the caller destroys what was made.
+static int
+s_open_classes(pk_node_t *self, char *err)
+{
+    self->env = (pk_peer_env_t) {
+        .config = self->config, .id = &self->id, .session_config = &self->session_config,
+        .store = self->store, .metrics = self->metrics, .unsent = self->unsent,
+        .router = self->router, .job = s_job, .job_arg = self,
+        .fail_session = self->fail_session, .hold_session = self->hold_session };
+    self->poller = pk_poller_new();
+    self->env.poller = self->poller;
+    self->handshake = self->poller ? pk_handshake_new(&self->env, s_pick, self) : NULL;
+    self->door = self->handshake ? pk_door_new(&self->env, self->actors, self->actors_endpoint,
+                                               self->handshake, self->admission) : NULL;
+    self->engine = self->door ? pk_engine_api_new(self->config, self->store, self->endpoint,
+                                                  &s_engine_ops, self) : NULL;
+    self->puller = self->engine ? pk_puller_new(self->config, self->store, self->metrics,
+                                                self->poller,
+                                                pk_admission_public_key(self->admission),
+                                                pk_admission_secret_key(self->admission))
+                                : NULL;
+    zsock_t *monitor = pk_admission_monitor(self->admission);
+    if (!self->puller || pk_poller_add(self->poller, self->router) != 0
+        || pk_poller_add(self->poller, self->local) != 0
+        || pk_poller_add(self->poller, pk_handshake_actor(self->handshake)) != 0
+        || pk_poller_add(self->poller, self->actors) != 0
+        || (self->zap && pk_poller_add(self->poller, self->zap) != 0)
+        || (monitor && pk_poller_add(self->poller, monitor) != 0))
+        return pk_err(err, -ENOMEM, "cannot start the daemon's actors (out of memory, "
+                      "descriptors or threads)");
+    return 0;
+}
+
+//  In reverse: the door's peers first (their last job results reach the
+//  engine API), the handshake's unregistered ones after.
+static void
+s_close_classes(pk_node_t *self)
+{
+    pk_door_destroy(&self->door);
+    pk_engine_api_destroy(&self->engine);
+    pk_handshake_destroy(&self->handshake);
+    pk_puller_destroy(&self->puller);
+    pk_poller_destroy(&self->poller);
+}
+
 pk_node_t *
 pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 {
@@ -445,53 +693,36 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail;
     }
     self->config = config;
-    //  16 random bytes: two starts never share one (the chance is 2^-64
-    //  after 2^32 starts), and nothing about the host or the time is told
     if (sodium_init() < 0) {
         snprintf(err, PK_ERRLEN, "libsodium cannot start");
         rc = -EIO;
         goto fail_self;
     }
-    uint8_t instance[PK_INSTANCE_BYTES];
-    randombytes_buf(instance, sizeof instance);
-    sodium_bin2hex(self->instance, sizeof self->instance, instance, sizeof instance);
     s_heap_settings();
     if ((rc = s_test_hooks(self, err)) != 0)
         goto fail_self;
-    //  the keys first: a bad one is refused before a pool exists
-    if ((rc = pk_curve_open(self, err)) != 0)
-        goto fail_self;
     //  every family of metric_families.h (architecture.md, Observability)
+    rc = -ENOMEM;
     self->metrics = pk_metrics_new();
     self->unsent = pk_unsent_new(NULL);
     if (!self->metrics || !self->unsent) {
         snprintf(err, PK_ERRLEN, "out of memory");
         goto fail_self;
     }
+    //  the keys first: a bad one is refused before a pool exists
+    if (!(self->admission = pk_admission_new(config, self->metrics, &rc, err)))
+        goto fail_self;
     if ((rc = s_open_store(self, err)) != 0)
         goto fail_self;
-    rc = -ENOMEM;
-    self->ns_pushed = calloc(pk_store_namespaces(self->store), sizeof *self->ns_pushed);
-    if (!self->ns_pushed) {
-        snprintf(err, PK_ERRLEN, "out of memory");
-        goto fail_store;
-    }
     if ((rc = s_open_fabrics(self, err)) != 0)
         goto fail_store;
     rc = s_open_sockets(self, err);
     if (rc)
         goto fail_sockets;
-    self->handshake = pk_handshake_new(self);
-    self->poller = self->handshake ? pk_poller_new() : NULL;
-    if (!self->poller || pk_poller_add(self->poller, self->router) != 0
-        || pk_poller_add(self->poller, self->local) != 0
-        || pk_poller_add(self->poller, self->handshake) != 0
-        || pk_poller_add(self->poller, self->actors) != 0
-        || (self->zap && pk_poller_add(self->poller, self->zap) != 0)
-        || (self->curve_monitor && pk_poller_add(self->poller, self->curve_monitor) != 0))
-        goto fail_sockets;
+    if ((rc = s_open_classes(self, err)) != 0)
+        goto fail_classes;
     if ((rc = s_open_metrics_http(self, err)) != 0)
-        goto fail_sockets;
+        goto fail_classes;
     if ((rc = s_open_directory(self, err)) != 0)
         goto fail_http;
     s_ready_line(self);
@@ -501,10 +732,10 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
 
 fail_http:
     pk_metrics_http_destroy(&self->http);
+fail_classes:
+    s_close_classes(self);
 fail_sockets:
-    pk_poller_destroy(&self->poller);
-    pk_handshake_destroy(&self->handshake);
-    pk_curve_close(self);
+    pk_admission_destroy(&self->admission);     //  its monitor, before the ROUTER
     zsock_destroy(&self->actors);
     zsock_destroy(&self->local);
     s_unlink_local(self);
@@ -514,8 +745,7 @@ fail_sockets:
 fail_store:
     pk_store_destroy(&self->store);
 fail_self:
-    free(self->ns_pushed);
-    pk_curve_close(self);
+    pk_admission_destroy(&self->admission);
     pk_metrics_destroy(&self->metrics);
     pk_unsent_release(&self->unsent);
     free(self->fail_session);
@@ -527,20 +757,28 @@ fail:
     return NULL;
 }
 
-//  SIGHUP: the CURVE keys (curve.c), then the tenant map; a map that does
-//  not load keeps the running one (pk_tenants_reload), said at warn.
+//  SIGHUP: the CURVE keys (admission), whose revoked sessions the door
+//  ends, then the tenant map; a map that does not load keeps the running
+//  one (pk_tenants_reload), said at warn.
 static void
 s_reload(pk_node_t *self)
 {
-    pk_curve_reload(self);
-    if (!self->config->tenants)
+    const pk_server_config_t *config = self->config;
+    pk_admission_reload_t r;
+    if (pk_admission_reload(self->admission, &r) == 0 && r.curve) {
+        size_t ended = pk_door_revoke(self->door);
+        pk_log(config, PK_LOG_INFO, "SIGHUP: %s reloaded: %zu keys allowed (%zu added, %zu "
+               "revoked, %zu files skipped); %zu sessions ended", config->curve_allow,
+               r.allowed, r.added, r.revoked, r.skipped, ended);
+    }
+    if (!config->tenants)
         return;
     char err[PK_ERRLEN];
-    if (pk_tenants_reload(self->config->tenant_map, self->config->tenants, err) != 0)
-        pk_node_log(self, PK_LOG_WARN, "SIGHUP: %s; the tenants in use stay", err);
+    if (pk_tenants_reload(config->tenant_map, config->tenants, err) != 0)
+        pk_log(config, PK_LOG_WARN, "SIGHUP: %s; the tenants in use stay", err);
     else
-        pk_node_log(self, PK_LOG_INFO, "SIGHUP: tenants reloaded from %s (%zu namespaces)",
-                    self->config->tenants, pk_tenants_count(self->config->tenant_map));
+        pk_log(config, PK_LOG_INFO, "SIGHUP: tenants reloaded from %s (%zu namespaces)",
+               config->tenants, pk_tenants_count(config->tenant_map));
 }
 
 void
@@ -561,110 +799,115 @@ pk_node_endpoint(const pk_node_t *self)
     return self->endpoint;
 }
 
-//  Each namespace's blocks and lookups, labelled by its name: as many
-//  samples as --tenants names namespaces (shared alone without it).
+//  Every count the node holds, published twice a second by the one loop
+//  of metric_sources.h: the pool's, each namespace's (labelled by its
+//  name: as many samples as --tenants names namespaces), each fabric's
+//  (by its provider), the directory's and the node's own.  Each is the
+//  only source of its samples, so what is published is the count since
+//  start, and nothing published is kept here.
 static void
-s_namespace_metrics(pk_node_t *self)
+s_publish_metrics(pk_node_t *self)
 {
     pk_metrics_t *m = self->metrics;
-    size_t ready = 0, pinned = 0;
+    uint64_t block_len = self->config->block_len;
+    pk_store_stats_t pool;
+    pk_store_stats(self->store, &pool);
+    pk_metric_sources_publish(m, PK_SOURCE_POOL, NULL, &pool, NULL, block_len);
     for (unsigned ns = 0; ns < pk_store_namespaces(self->store); ns++) {
-        pk_store_ns_stats_t st, *last = &self->ns_pushed[ns];
-        if (pk_store_stats_ns(self->store, ns, &st) != 0)
-            continue;
-        const char *name = pk_tenants_name(self->config->tenant_map, ns);
-        pk_metrics_set(m, PK_M_NS_READY, name, (double) st.ready);
-        pk_metrics_set(m, PK_M_NS_PINNED, name, (double) st.pinned);
-        pk_metrics_add(m, PK_M_NS_LOOKUPS, name, st.lookups - last->lookups);
-        pk_metrics_add(m, PK_M_NS_HITS, name, st.hits - last->hits);
-        pk_metrics_add(m, PK_M_NS_MISSES, name, st.misses - last->misses);
-        ready += st.ready;
-        pinned += st.pinned;
-        *last = st;
+        pk_store_ns_stats_t st;
+        if (pk_store_stats_ns(self->store, ns, &st) == 0)
+            pk_metric_sources_publish(m, PK_SOURCE_NAMESPACE,
+                                      pk_tenants_name(self->config->tenant_map, ns), &st, NULL,
+                                      block_len);
     }
-    pk_metrics_set(m, PK_M_NS_READY, NULL, (double) ready);
-    pk_metrics_set(m, PK_M_NS_PINNED, NULL, (double) pinned);
-}
-
-//  The directory actor's counters, pushed as deltas (with --directory).
-static void
-s_directory_gauges(pk_node_t *self)
-{
-    if (!self->directory)
-        return;
-    pk_directory_stats_t d, *was = &self->directory_pushed;
-    pk_directory_stats(self->directory, &d);
-    pk_metrics_set(self->metrics, PK_M_DIRECTORY_UP, NULL, d.up ? 1 : 0);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_UPDATES, NULL, d.updates - was->updates);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_BATCHES, NULL, d.batches - was->batches);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_DROPPED, NULL, d.dropped - was->dropped);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_ERRORS, NULL, d.errors - was->errors);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_JUNK, NULL, d.junk - was->junk);
-    pk_metrics_add(self->metrics, PK_M_DIRECTORY_RESYNCS, NULL, d.resyncs - was->resyncs);
-    *was = d;
-}
-
-//  Each fabric's counts, labelled by its provider; a connect for a
-//  provider not offered has no fabric to count it: unlabelled.
-static void
-s_fabric_gauges(pk_node_t *self)
-{
-    pk_metrics_t *m = self->metrics;
-    double open = 0;
     for (size_t i = 0; i < self->nfabrics; i++) {
-        pk_node_fabric_t *nf = &self->fabrics[i];
         pk_fabric_stats_t f;
-        pk_fabric_stats(nf->fabric, &f);
-        pk_metrics_add(m, PK_M_CHANNELS_OPENED, nf->provider,
-                       f.channels_opened - nf->pushed.channels_opened);
-        pk_metrics_add(m, PK_M_BLOBS_REFUSED, nf->provider,
-                       f.blobs_refused - nf->pushed.blobs_refused);
-        pk_metrics_set(m, PK_M_CHANNELS_OPEN, nf->provider, (double) f.channels_open);
-        open += (double) f.channels_open;
-        nf->pushed = f;
+        pk_fabric_stats(self->fabrics[i].fabric, &f);
+        pk_metric_sources_publish(m, PK_SOURCE_FABRIC, self->fabrics[i].provider, &f, NULL,
+                                  block_len);
     }
-    pk_metrics_set(m, PK_M_CHANNELS_OPEN, NULL, open);
-    uint64_t unmatched = atomic_load(&self->blobs_unmatched);
-    pk_metrics_add(m, PK_M_BLOBS_REFUSED, NULL, unmatched - self->unmatched_pushed);
-    self->unmatched_pushed = unmatched;
+    if (self->directory) {
+        pk_directory_stats_t d;
+        pk_directory_stats(self->directory, &d);
+        pk_metric_sources_publish(m, PK_SOURCE_DIRECTORY, NULL, &d, NULL, block_len);
+    }
+    pk_node_counts_t own = { pk_door_sessions(self->door), pk_unsent_bytes(self->unsent) };
+    pk_metric_sources_publish(m, PK_SOURCE_NODE, NULL, &own, NULL, block_len);
 }
 
-//  Pool occupancy, refreshed by the main loop twice a second.
+//  --------------------------------------------------------------------------
+//  The loop's readers: each socket's message to the object it is for, and
+//  what its answer means for another object.
+
 static void
-s_pool_gauges(pk_node_t *self)
+s_from_router(pk_node_t *self, zmsg_t *msg)
 {
-    pk_store_stats_t st;
-    pk_store_stats(self->store, &st);
-    pk_metrics_set(self->metrics, PK_M_POOL_FREE, NULL, (double) st.free);
-    pk_metrics_set(self->metrics, PK_M_POOL_WRITING, NULL, (double) st.writing);
-    pk_metrics_set(self->metrics, PK_M_POOL_READY, NULL, (double) st.ready);
-    pk_metrics_set(self->metrics, PK_M_POOL_PINNED, NULL, (double) st.pinned);
-    //  beside the pool: what peers that do not read cost (protocol.md 6)
-    pk_metrics_set(self->metrics, PK_M_UNREAD_BYTES, NULL,
-                   (double) pk_unsent_bytes(self->unsent));
-    //  the store counts evictions since start; the counter takes the news
-    if (st.evictions > self->evictions_pushed)
-        pk_metrics_add(self->metrics, PK_M_POOL_EVICTIONS, NULL,
-                       st.evictions - self->evictions_pushed);
-    self->evictions_pushed = st.evictions;
-    s_directory_gauges(self);
-    s_fabric_gauges(self);
-    pk_metrics_set(self->metrics, PK_M_SESSIONS, NULL, (double) self->npeers);
-    s_namespace_metrics(self);
+    pk_door_from_router(self->door, msg);
 }
 
-//  The loop's readers: where each socket's message goes.
+static void
+s_from_local(pk_node_t *self, zmsg_t *msg)
+{
+    pk_engine_api_request(self->engine, msg);
+}
+
+static void
+s_from_zap(pk_node_t *self, zmsg_t *msg)
+{
+    zmsg_t *rep = pk_admission_zap(self->admission, msg);
+    zmsg_send(&rep, self->zap);
+    pk_poller_touch(self->poller, self->zap);
+}
+
+static void
+s_from_monitor(pk_node_t *self, zmsg_t *msg)
+{
+    pk_admission_monitor_read(self->admission, msg);
+}
+
+//  A peer registered: the stores held for its consumer go to it.
+static void
+s_from_handshake(pk_node_t *self, zmsg_t *msg)
+{
+    pk_peer_t *peer = pk_door_from_handshake(self->door, msg);
+    if (peer)
+        pk_engine_api_connected(self->engine, peer->consumer, peer->ns);
+}
+
+static void
+s_from_actors(pk_node_t *self, zmsg_t *msg)
+{
+    pk_door_from_actors(self->door, msg);
+}
+
+//  A pull ended: the engine API commits what landed.
+static void
+s_from_puller(pk_node_t *self, zmsg_t *msg)
+{
+    pk_pull_t *p = pk_puller_recv(self->puller, msg);
+    if (p)
+        pk_engine_api_pulled(self->engine, p);
+}
+
+static void *s_router(const pk_node_t *self) { return self->router; }
+static void *s_local(const pk_node_t *self) { return self->local; }
+static void *s_zap(const pk_node_t *self) { return self->zap; }
+static void *s_monitor(const pk_node_t *self) { return pk_admission_monitor(self->admission); }
+static void *s_handshake(const pk_node_t *self) { return pk_handshake_actor(self->handshake); }
+static void *s_actors(const pk_node_t *self) { return self->actors; }
+static void *s_puller(const pk_node_t *self) { return pk_puller_actor(self->puller); }
+
 static const struct {
-    size_t at;                      //  offset of the socket (or actor) in the node
+    void *(*sock)(const pk_node_t *self);           //  NULL while there is none
     void (*fn)(pk_node_t *self, zmsg_t *msg);      //  takes msg
 } s_readers[] = {
-    { offsetof(pk_node_t, router), pk_door_from_router },
-    { offsetof(pk_node_t, local), pk_engine_from_local },
-    { offsetof(pk_node_t, zap), pk_zap_handle },
-    { offsetof(pk_node_t, curve_monitor), pk_curve_monitor_read },
-    { offsetof(pk_node_t, handshake), pk_door_from_handshake },
-    { offsetof(pk_node_t, actors), pk_door_from_actors },
-    { offsetof(pk_node_t, puller), pk_puller_from },
+    { s_router, s_from_router },
+    { s_local, s_from_local },
+    { s_zap, s_from_zap },
+    { s_monitor, s_from_monitor },
+    { s_handshake, s_from_handshake },
+    { s_actors, s_from_actors },
+    { s_puller, s_from_puller },
 };
 
 //  One message of the socket the poller handed out, if it holds one
@@ -673,7 +916,7 @@ static void
 s_read(pk_node_t *self, void *which)
 {
     for (size_t i = 0; i < sizeof s_readers / sizeof s_readers[0]; i++) {
-        void *sock = *(void **) ((char *) self + s_readers[i].at);
+        void *sock = s_readers[i].sock(self);
         if (sock && sock == which) {
             zmsg_t *msg = pk_poller_recv(self->poller, sock);
             if (msg)
@@ -711,11 +954,13 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
         if (*stop && quit_deadline == 0) {
             self->quitting = true;
             quit_deadline = zclock_mono() / 1e3 + self->config->shutdown_timeout + 1;
-            pk_node_log(self, PK_LOG_INFO, "shutting down: %zu sessions", self->npeers);
+            pk_log(self->config, PK_LOG_INFO, "shutting down: %zu sessions",
+                   pk_door_sessions(self->door));
         }
         if (self->quitting)
-            pk_door_quit(self);     //  again for pipes that were full
-        if (quit_deadline && (self->npeers == 0 || zclock_mono() / 1e3 >= quit_deadline))
+            pk_door_quit(self->door);       //  again for pipes that were full
+        if (quit_deadline && (pk_door_sessions(self->door) == 0
+                              || zclock_mono() / 1e3 >= quit_deadline))
             break;
         void *which = pk_poller_wait(self->poller, 100);
         bool reload = self->reload && *self->reload;
@@ -728,12 +973,13 @@ pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
             s_read(self, which);
         else if (zsys_interrupted && !*stop && !reload)
             *stop = 1;
-        pk_door_reap(self);
+        if (pk_door_reap(self->door))
+            self->trim_until = zclock_mono() / 1e3 + PK_TRIM_SETTLE;  //  the sweeps trim
         double now = zclock_mono() / 1e3;
         if (now >= next_sweep) {
-            pk_engine_expire_held(self);
+            pk_engine_api_expire(self->engine);
             pk_store_expire_leases(self->store);
-            s_pool_gauges(self);
+            s_publish_metrics(self);
             s_trim_heap(self, now);
             next_sweep = now + 0.5;
         }
@@ -748,19 +994,8 @@ pk_node_destroy(pk_node_t **self_p)
         return;
     pk_node_t *self = *self_p;
     pk_directory_destroy(&self->directory);     //  removes this server from Redis
-    pk_door_destroy_all(self);
-    pk_engine_destroy(self);
-    pk_keymap_fini(&self->by_rid);
-    pk_keymap_fini(&self->by_id);
-    pk_keymap_fini(&self->by_consumer);
-    pk_handshake_destroy(&self->handshake);
-    pk_puller_destroy(self);
-    for (size_t i = 0; self->pending.slots && i <= self->pending.mask; i++)
-        if (self->pending.slots[i].key.bytes)
-            free((void *) (uintptr_t) self->pending.slots[i].b);
-    pk_keymap_fini(&self->pending);
-    pk_poller_destroy(&self->poller);
-    pk_curve_close(self);
+    s_close_classes(self);
+    pk_admission_destroy(&self->admission);     //  its monitor, before the ROUTER
     zsock_destroy(&self->actors);
     zsock_destroy(&self->local);
     s_unlink_local(self);
@@ -772,7 +1007,6 @@ pk_node_destroy(pk_node_t **self_p)
     pk_metrics_destroy(&self->metrics);
     //  a message libzmq still holds keeps the counter until it is freed
     pk_unsent_release(&self->unsent);
-    free(self->ns_pushed);
     free(self->fail_session);
     free(self->hold_session);
     free(self);

@@ -7,8 +7,9 @@
     routing ids without a session go to the handshake actor, and the main
     thread starts the actor of each peer it accepts.  The engine's commands
     (describe, reserve, commit, put, drop, pull, store, finish, stats) are
-    JSON objects on the local socket, answered with JSON.  The files behind
-    this face are listed in node_internal.h.
+    JSON objects on the local socket, answered with JSON.  The classes
+    behind this face, and their arrows, are in doc/architecture.md (The
+    daemon's classes).
 */
 #ifndef PK_NODE_H_INCLUDED
 #define PK_NODE_H_INCLUDED

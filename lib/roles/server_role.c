@@ -173,7 +173,8 @@ struct _pk_server_role_t {
     pk_parent_t parent;
     bool closed;
     bool forced;
-    pk_server_role_counters_t counters;
+    pk_server_role_counters_t own;  //  what counters points at until count_into
+    pk_server_role_counters_t *counters;
 
     pk_keymap_t requests;
     pk_keymap_t rounds;
@@ -844,6 +845,7 @@ pk_server_role_new(const char *peer_id, const pk_server_role_config_t *config, p
     }
     pk_server_role_config_t dflt = PK_SERVER_ROLE_CONFIG_DEFAULT;
     self->config = config ? *config : dflt;
+    self->counters = &self->own;
     self->clock = clock;
     self->sender = sender;
     self->transport = transport;
@@ -1409,8 +1411,8 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
     //  without memory for the answer the consumer's load timeout covers it
     for (size_t i = 0; i < l->n; i++) {
         bool hit = l->st[l->first[i]] == S_HIT;
-        self->counters.hits += hit;
-        self->counters.misses += !hit;
+        self->counters->hits += hit;
+        self->counters->misses += !hit;
     }
     char *sums = NULL;
     if (l->n && hits) {
@@ -1515,7 +1517,7 @@ s_resolve_parked(pk_server_role_t *self, s_request_t *req)
     for (s_lookup_t *l = req->parked_head; l; l = l->next) {
         s_poll_keys(self, req, l, l->pending, l->npending);
         if (l->npending && now >= l->deadline) {
-            self->counters.expired += l->npending;
+            self->counters->expired += l->npending;
             for (size_t i = 0; i < l->npending; i++)
                 l->st[l->pending[i]] = S_MISS;
             l->npending = 0;
@@ -1589,7 +1591,7 @@ s_store_timeouts(pk_server_role_t *self)
         //  Out of the FIFO; the job's result comes with its round's failure.
         LIST_REMOVE(self->timeout_head, self->timeout_tail, job, tprev, tnext);
         job->in_fifo = false;
-        self->counters.store_timeouts++;
+        self->counters->store_timeouts++;
         s_request_t *req = job->round->req;
         if (!job->round->failed)
             s_round_fail(self, job->round, FAIL_TIMEOUT);
@@ -1754,7 +1756,14 @@ pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state
 void
 pk_server_role_counters(const pk_server_role_t *self, pk_server_role_counters_t *out)
 {
-    *out = self->counters;
+    *out = *self->counters;
+}
+
+void
+pk_server_role_count_into(pk_server_role_t *self, pk_server_role_counters_t *counters)
+{
+    *counters = *self->counters;
+    self->counters = counters;
 }
 
 size_t

@@ -109,6 +109,10 @@ size_t pk_server_role_rounds(const pk_server_role_t *self, const char *kv, bool 
 void pk_server_role_state(const pk_server_role_t *self, pk_server_role_state_t *state);
 /*  The counters; they survive close.  */
 void pk_server_role_counters(const pk_server_role_t *self, pk_server_role_counters_t *out);
+/*  From now on the role counts into *counters (its owner's, which outlive
+    the role: a session's are read after its role is gone), starting from
+    what it counted so far.  */
+void pk_server_role_count_into(pk_server_role_t *self, pk_server_role_counters_t *counters);
 /*  The transport was cancelled in immediate mode since the last call: the
     session must retire (bytes already queued may still land).  */
 bool pk_server_role_take_forced(pk_server_role_t *self);

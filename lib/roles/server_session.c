@@ -306,6 +306,7 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
                                     pk_quota_parent(self->quota));
     if (!self->role)
         goto fail_quota;
+    pk_server_role_count_into(self->role, &self->counters.role);
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
                      .block_len = id->block_len, .num_blocks = id->num_blocks,
@@ -351,18 +352,6 @@ pk_server_session_destroy(pk_server_session_t **self_p)
 //  --------------------------------------------------------------------------
 //  Retirement
 
-//  The role's counters added to the session's (at close, and for a read).
-static void
-s_add_role_counters(const pk_server_role_t *role, pk_server_session_counters_t *c)
-{
-    pk_server_role_counters_t r;
-    pk_server_role_counters(role, &r);
-    c->hits += r.hits;
-    c->misses += r.misses;
-    c->expired += r.expired;
-    c->store_timeouts += r.store_timeouts;
-}
-
 static void
 s_close_role(pk_server_session_t *self)
 {
@@ -383,7 +372,6 @@ s_close_role(pk_server_session_t *self)
         for (size_t i = 0; i < owed; i++)
             parent.on_request_finished(parent.self, &none);
     }
-    s_add_role_counters(self->role, &self->counters);
     pk_server_role_destroy(&self->role);
 }
 
@@ -725,8 +713,6 @@ void
 pk_server_session_counters(const pk_server_session_t *self, pk_server_session_counters_t *out)
 {
     *out = self->counters;
-    if (self->role)
-        s_add_role_counters(self->role, out);
 }
 
 const char *

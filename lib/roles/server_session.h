@@ -66,12 +66,13 @@ const char *pk_violation_name(pk_violation_t reason);
 /*  What a session counted since it was made: frames, messages and
     violations (violations the sum of by_reason), and its role's counters
     (lookup keys answered as hits and misses, pending keys expired,
-    store-job timeouts; pk_server_role_counters_t), kept past the role.  */
+    store-job timeouts), which the role counts straight into role
+    (pk_server_role_count_into), so they outlive it with no copy.  */
 typedef struct {
     uint64_t frames, dropped_bad, dropped_unknown, dropped_stale;
     uint64_t lookups, keys, fetches, aborts, violations;
     uint64_t by_reason[PK_VIOLATION_COUNT];
-    uint64_t hits, misses, expired, store_timeouts;
+    pk_server_role_counters_t role;
 } pk_server_session_counters_t;
 
 typedef struct _pk_session_t pk_server_session_t;

@@ -1,16 +1,15 @@
 /*  fuzz_engine.c: the engine API's JSON commands (lib/daemon/engine_api.c,
-    pk_engine_answer: the dispatch the local socket feeds) against a real
-    store in an anonymous pool, without the daemon's sockets.  Built as a
+    pk_engine_api_answer: the dispatch the local socket feeds) against a
+    real store, without the daemon: the class alone, no node.  Built as a
     libFuzzer target (make fuzz) and, with driver.c, as the plain driver
     make check runs on tests/fuzz/engine.
 
-    The node is a fake with what the commands touch: the store (16 blocks
-    of 64 bytes in a named pool, /p2pkv-fuzz-engine-PID, on a virtual
-    clock), the defaults of the server's
-    configuration, the in-memory transport's fabric over the pool, the
-    metrics, no peers (so stores and finishes are held), an inproc pair as
-    the local socket (events land in a sink that is drained and checked),
-    and a fake puller actor that "lands" every other key of a pull.
+    The class is given a store (16 blocks of 64 bytes in a named pool,
+    /p2pkv-fuzz-engine-PID, on a virtual clock), the defaults of the
+    server's configuration, and ops of the harness's: no sessions (so
+    stores and finishes are held), events sent down an inproc pair to a
+    sink that is drained and checked, a fake puller actor that "lands"
+    every other key of a pull, and stats that add nothing of a node's.
 
     The input is lines: each a request body from one engine connection,
     except '!' lines of harness operations: tN moves the clock N seconds
@@ -24,9 +23,10 @@
     stores'.  At the end, every held store failed: no job, no pin, no
     engine job left.
 */
-#include "daemon/node_internal.h"
-#include "sim/memtransport.h"
+#include "daemon/engine_api.h"
+#include "daemon/pointer.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +62,7 @@ s_fake_puller(zsock_t *pipe, void *args)
             break;
         char *cmd = zmsg_popstr(msg);
         bool term = !cmd || streq(cmd, "$TERM");
-        pk_pull_t *p = !term && streq(cmd, "PULL") ? pk_node_pop_ptr(msg) : NULL;
+        pk_pull_t *p = !term && streq(cmd, "PULL") ? pk_pointer_pop(msg) : NULL;
         if (p) {
             for (size_t i = 0; i < p->n; i++)
                 p->landed[i] = (p->id + i) % 2 == 0;
@@ -116,12 +116,13 @@ s_drain(void)
 }
 
 //  --------------------------------------------------------------------------
-//  The node
+//  The class and what it is given
 
 typedef struct {
     double now;
     pk_server_config_t config;
-    pk_node_t node;
+    pk_store_t *store;
+    pk_engine_api_t *api;
 } s_world_t;
 
 static double
@@ -129,6 +130,47 @@ s_now(void *arg)
 {
     return ((s_world_t *) arg)->now;
 }
+
+static void
+s_send(void *arg, const void *rid, size_t rlen, json_t *msg)
+{
+    char *text = json_dumps(msg, JSON_COMPACT);
+    json_decref(msg);
+    if (!text)
+        s_fail("a message that does not print");
+    zmsg_t *m = zmsg_new();
+    zmsg_addmem(m, rid, rlen);
+    zmsg_addstr(m, text);
+    zmsg_send(&m, s_local);
+    free(text);
+}
+
+//  No consumer has a session: every store and finish is held.
+static int
+s_session(void *arg, const char *consumer, unsigned *ns)
+{
+    return -ENOENT;
+}
+
+static int
+s_deliver(void *arg, const char *consumer, pk_held_t *h)
+{
+    s_fail("a store delivered to a session that does not exist");
+    return -ENOENT;
+}
+
+static int
+s_pull(void *arg, pk_pull_t *p)
+{
+    return zsock_send(s_puller, "sp", "PULL", p) == 0 ? 0 : -EAGAIN;
+}
+
+static void
+s_stats(void *arg, json_t *answer)
+{
+}
+
+static const pk_engine_api_ops_t s_ops_table = { s_send, s_session, s_deliver, s_pull, s_stats };
 
 static int
 s_world_init(s_world_t *w)
@@ -138,74 +180,58 @@ s_world_init(s_world_t *w)
     if (pk_server_config_defaults(&w->config) != 0)
         return -1;
     w->config.store_timeout = 0;    //  held stores fail at the first '!e'
-    pk_node_t *n = &w->node;
-    n->config = &w->config;
     //  named, as the daemon's always is (describe answers with the name)
     char name[64];
     snprintf(name, sizeof name, "/p2pkv-fuzz-engine-%d", (int) getpid());
-    n->store = pk_store_new_logged(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now },
+    w->store = pk_store_new_logged(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now },
                                    NULL, NULL, NULL, NULL);
-    const pk_transport_ops_t *ops = pk_memtransport_ops();
-    pk_fabric_t *f = n->store ? pk_fabric_open(ops, NULL, pk_store_base(n->store), S_BLOCKS,
-                                                 S_BLOCK_LEN, NULL, NULL) : NULL;
-    if (f) {
-        n->fabrics[n->nfabrics] = (pk_node_fabric_t) { f, pk_fabric_provider(f), { 0 } };
-        n->providers[n->nfabrics++] = n->fabrics[0].provider;
-    }
-    n->metrics = pk_metrics_new();
-    n->local = s_local;
-    n->puller = s_puller;
-    snprintf(n->endpoint, sizeof n->endpoint, "tcp://127.0.0.1:5555");
-    return n->store && n->nfabrics && n->metrics ? 0 : -1;
+    w->api = w->store ? pk_engine_api_new(&w->config, w->store, "tcp://127.0.0.1:5555",
+                                          &s_ops_table, w) : NULL;
+    return w->api ? 0 : -1;
 }
 
 static void
 s_world_fini(s_world_t *w)
 {
-    pk_node_t *n = &w->node;
-    pk_engine_destroy(n);
-    pk_metrics_destroy(&n->metrics);
-    while (n->nfabrics) {
-        pk_node_fabric_t *nf = &n->fabrics[--n->nfabrics];
-        pk_fabric_close(&nf->fabric);
-    }
-    pk_store_destroy(&n->store);
-    pk_keymap_fini(&n->by_consumer);
+    pk_engine_api_destroy(&w->api);
+    pk_store_destroy(&w->store);
     pk_server_config_fini(&w->config);
 }
 
-//  The store against the node's books: the held stores own every job.
+//  The store against the class's books: the held stores own every job.
 static void
 s_check(s_world_t *w)
 {
     pk_store_stats_t st;
-    pk_store_stats(w->node.store, &st);
-    size_t held_jobs = 0;
-    for (pk_held_t *h = w->node.held; h; h = h->next)
-        held_jobs += !h->finish;
+    pk_store_stats(w->store, &st);
+    size_t held_jobs = pk_held_list_jobs(pk_engine_api_held(w->api));
     if (st.free + st.writing + st.ready != S_BLOCKS)
         s_fail("store: free + writing + ready != num_blocks");
     if (st.pinned > st.ready)
         s_fail("store: more blocks pinned than ready");
     if (st.lookups != st.hits + st.pending + st.misses)
         s_fail("store: lookups != hits + pending + misses");
-    if (st.jobs != held_jobs || pk_keymap_size(&w->node.engine_jobs) != held_jobs)
+    if (st.jobs != held_jobs || pk_engine_api_jobs(w->api) != held_jobs)
         s_fail("store: its jobs are not the held stores'");
 }
 
 static void
 s_answer(s_world_t *w, const uint8_t *body, size_t len, const char *rid)
 {
-    json_t *answer = pk_engine_answer(&w->node, body, len, rid, strlen(rid));
+    json_t *answer = pk_engine_api_answer(w->api, body, len, rid, strlen(rid));
     const json_t *ok = json_object_get(answer, "ok");
     if (!json_is_boolean(ok)
         || (!json_is_true(ok) && !json_is_string(json_object_get(answer, "error"))))
         s_fail("an answer without \"ok\", or a refusal without \"error\"");
     //  a pull that started comes back from the (fake) puller
     if (json_is_true(ok) && json_object_get(answer, "pull")) {
-        zmsg_t *msg = zmsg_recv(w->node.puller);
-        if (msg)
-            pk_puller_from(&w->node, msg);
+        zmsg_t *msg = zmsg_recv(s_puller);
+        char *cmd = msg ? zmsg_popstr(msg) : NULL;
+        pk_pull_t *p = cmd && streq(cmd, "PULLED") ? pk_pointer_pop(msg) : NULL;
+        if (p)
+            pk_engine_api_pulled(w->api, p);
+        zstr_free(&cmd);
+        zmsg_destroy(&msg);
     }
     char *text = json_dumps(answer, JSON_COMPACT);
     if (!text)
@@ -227,7 +253,7 @@ s_ops(s_world_t *w, const char *at, const char *end, char *rid)
         if (op == 't')
             w->now += n;
         else if (op == 'e')
-            pk_engine_expire_held(&w->node);
+            pk_engine_api_expire(w->api);
         else if (op == 'r')
             snprintf(rid, 16, "engine-%u", n % 4);
     }
@@ -239,7 +265,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s_process_init();
     s_world_t w;
     if (s_world_init(&w) != 0)
-        s_fail("the node could not be made");
+        s_fail("the engine API could not be made");
     char rid[16] = "engine-0";
     const uint8_t *at = data, *end = data + size;
     while (at < end) {
@@ -253,12 +279,12 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         s_check(&w);
         at = stop + 1;
     }
-    pk_engine_expire_held(&w.node);
+    pk_engine_api_expire(w.api);
     s_drain();
     s_check(&w);
     pk_store_stats_t st;
-    pk_store_stats(w.node.store, &st);
-    if (w.node.held || st.jobs || st.pinned)
+    pk_store_stats(w.store, &st);
+    if (pk_held_list_size(pk_engine_api_held(w.api)) || st.jobs || st.pinned)
         s_fail("a held store outlived its timeout");
     s_world_fini(&w);
     return 0;
