@@ -604,8 +604,8 @@ START_TEST(test_engine_api_alone)
     ck_assert_int_eq(pk_server_config_defaults(&config), 0);
     char name[64];
     snprintf(name, sizeof name, "/p2pkv-test-engine-api-%d", (int) getpid());
-    pk_store_t *store = pk_store_new_logged(name, 4, BLOCK, NULL, pk_clock_system(), NULL, NULL,
-                                            NULL, NULL);
+    pk_store_t *store = pk_store_new(name, 4, BLOCK, NULL, pk_clock_system(), NULL, NULL,
+                                     NULL, NULL);
     ck_assert_ptr_nonnull(store);
     s_ops_t o = { 0 };
     pk_engine_api_t *api = pk_engine_api_new(&config, store, "tcp://127.0.0.1:1", &s_api_ops,

@@ -57,9 +57,9 @@ s_store(s_clock_t *clock, uint64_t num_blocks, uint64_t block_len, double lease)
 {
     pk_store_config_t config = { lease, 1, false };
     int rc = 1;
-    pk_store_t *store = pk_store_new_logged(NULL, num_blocks, block_len, &config,
-                                            (pk_clock_t) { clock, s_clock_now }, NULL, NULL,
-                                            NULL, &rc);
+    pk_store_t *store = pk_store_new(NULL, num_blocks, block_len, &config,
+                                     (pk_clock_t) { clock, s_clock_now }, NULL, NULL,
+                                     &rc, NULL);
     ck_assert_int_eq(rc, 0);
     ck_assert_ptr_nonnull(store);
     return store;
@@ -73,7 +73,7 @@ s_put(pk_store_t *store, unsigned i)
     uint8_t *data = malloc(len);
     memset(data, (int) (i & 0xff), len);
     pk_key_t key = s_key(i);
-    int rc = pk_store_put_ns(store, PK_NS_SHARED, &key, data, len);
+    int rc = pk_store_put(store, PK_NS_SHARED, &key, data, len);
     free(data);
     return rc;
 }
@@ -82,14 +82,14 @@ static pk_lookup_result_t
 s_lookup(pk_store_t *store, unsigned i)
 {
     pk_key_t key = s_key(i);
-    return pk_store_lookup_ns(store, PK_NS_SHARED, &key);
+    return pk_store_lookup(store, PK_NS_SHARED, &key);
 }
 
 static int
 s_reserve(pk_store_t *store, uint64_t owner, unsigned i, uint32_t *block)
 {
     pk_key_t key = s_key(i);
-    return pk_store_reserve_ns(store, owner, PK_NS_SHARED, &key, 1, block);
+    return pk_store_reserve(store, owner, PK_NS_SHARED, &key, 1, block);
 }
 
 static int
@@ -108,7 +108,7 @@ s_pin(pk_store_t *store, unsigned i, uint32_t *block_p)
     uint32_t block;
     bool pinned = false;
     uint64_t job = 0;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &key, 1, &job, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &key, 1, &job, &block, &pinned), 0);
     ck_assert_msg(pinned, "key %u: not pinned", i);
     if (block_p)
         *block_p = block;
@@ -171,18 +171,18 @@ START_TEST(test_writing_key_lookup_and_commit_rules)
     pk_store_t *store = s_store(&clock, 4, 16, 30);
     pk_key_t keys[2] = { s_key(1), s_key(2) };
     uint32_t blocks[2];
-    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, keys, 2, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, keys, 2, blocks), 0);
     ck_assert_uint_ne(blocks[0], blocks[1]);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT_PENDING);
     //  a WRITING key cannot be pinned, dropped or reserved again
     uint64_t job = 0;
     uint32_t pb = 0;
     bool pinned = true;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &keys[1], 1, &job, &pb, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &keys[1], 1, &job, &pb, &pinned), 0);
     ck_assert(!pinned);
     ck_assert_uint_eq(pb, PK_STORE_NO_BLOCK);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &keys[1], 1), -EBUSY);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &keys[1], 1), -EBUSY);
     ck_assert_int_eq(s_reserve(store, 8, 2, &pb), -EEXIST);
     //  commit is the owner's, and all or nothing
     ck_assert_int_eq(pk_store_commit_sums(store, 8, PK_NS_SHARED, keys, 2, NULL, NULL), -ENOENT);
@@ -207,19 +207,19 @@ START_TEST(test_pin_and_release)
     uint32_t blocks[3];
     bool pinned[3];
     uint64_t job1 = 0, job2 = 0;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 3, &job1, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 3, &job1, blocks, pinned), 0);
     ck_assert(pinned[0] && !pinned[1] && pinned[2]);
     ck_assert_uint_lt(blocks[0], 4);
     ck_assert_uint_eq(blocks[1], PK_STORE_NO_BLOCK);
     ck_assert_uint_lt(blocks[2], 4);
     //  a second job on the same block: the block stays pinned until both end
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 1, &job2, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 1, &job2, blocks, pinned), 0);
     ck_assert_uint_ne(job1, job2);
     pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 2);
     ck_assert_uint_eq(st.jobs, 2);
     ck_assert_int_eq(pk_store_release_job(store, job1), 0);
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &keys[0], 1), -EBUSY);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &keys[0], 1), -EBUSY);
     st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 1);
     ck_assert_int_eq(pk_store_release_job(store, job2), 0);
@@ -228,7 +228,7 @@ START_TEST(test_pin_and_release)
     st = s_stats(store);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(st.jobs, 0);
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, keys, 3), 0);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, keys, 3), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
     st = s_stats(store);
@@ -273,8 +273,8 @@ START_TEST(test_checksums_taken_at_commit)
 
     pk_store_config_t off = { 30, 1, true };
     int rc = 1;
-    store = pk_store_new_logged(NULL, 4, 16, &off, (pk_clock_t) { &clock, s_clock_now }, NULL,
-                                NULL, NULL, &rc);
+    store = pk_store_new(NULL, 4, 16, &off, (pk_clock_t) { &clock, s_clock_now }, NULL,
+                         NULL, &rc, NULL);
     ck_assert_ptr_nonnull(store);
     ck_assert_int_eq(s_put(store, 2), 0);
     job = s_pin(store, 2, &pb);
@@ -298,7 +298,7 @@ START_TEST(test_pin_reports_key_evicted_since_lookup)
     uint32_t blocks[2];
     bool pinned[2];
     uint64_t job = 0;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 2, &job, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 2, &job, blocks, pinned), 0);
     ck_assert(!pinned[0]);
     ck_assert_uint_eq(blocks[0], PK_STORE_NO_BLOCK);
     ck_assert(pinned[1]);
@@ -370,7 +370,7 @@ START_TEST(test_reserve_all_pinned_enospc)
     uint32_t blocks[4];
     bool pinned[4];
     uint64_t job;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 4, &job, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 4, &job, blocks, pinned), 0);
     uint32_t got;
     ck_assert_int_eq(s_reserve(store, 7, 5, &got), -ENOSPC);
     pk_store_stats_t st = s_stats(store);
@@ -381,7 +381,7 @@ START_TEST(test_reserve_all_pinned_enospc)
     //  the same with every block WRITING
     pk_store_destroy(&store);
     store = s_store(&clock, 4, 8, 30);
-    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, keys, 4, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, keys, 4, blocks), 0);
     ck_assert_int_eq(s_reserve(store, 8, 5, &got), -ENOSPC);
     pk_store_destroy(&store);
 }
@@ -394,12 +394,12 @@ START_TEST(test_reserve_all_or_nothing)
     ck_assert_int_eq(s_put(store, 2), 0);
     pk_key_t keys[3] = { s_key(1), s_key(2), s_key(3) };
     uint32_t blocks[3];
-    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, keys, 3, blocks), -EEXIST);
+    ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, keys, 3, blocks), -EEXIST);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_MISS);
     //  a key repeated in one batch is present by its second time
     pk_key_t twice[3] = { s_key(5), s_key(6), s_key(5) };
-    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, twice, 3, blocks), -EEXIST);
+    ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, twice, 3, blocks), -EEXIST);
     ck_assert_int_eq(s_lookup(store, 5), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 6), PK_LOOKUP_MISS);
     //  four new keys do not fit beside a pinned one
@@ -407,15 +407,15 @@ START_TEST(test_reserve_all_or_nothing)
     uint32_t b2;
     bool p2;
     uint64_t job;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &key2, 1, &job, &b2, &p2), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &key2, 1, &job, &b2, &p2), 0);
     pk_key_t four[4] = { s_key(10), s_key(11), s_key(12), s_key(13) };
     uint32_t blocks4[4];
-    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, four, 4, blocks4), -ENOSPC);
+    ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, four, 4, blocks4), -ENOSPC);
     pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.free, 3);
     ck_assert_uint_eq(st.writing, 0);
     ck_assert_uint_eq(st.ready, 1);
-    ck_assert_int_eq(pk_store_reserve_ns(store, 7, PK_NS_SHARED, four, 3, blocks4), 0);
+    ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, four, 3, blocks4), 0);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     s_check_counts(store);
     pk_store_destroy(&store);
@@ -428,13 +428,13 @@ START_TEST(test_put_rejects_wrong_length)
     pk_store_t *store = s_store(&clock, 2, 64, 30);
     uint8_t data[65] = { 0 };
     pk_key_t key = s_key(1);
-    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 63), -EINVAL);
-    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 65), -EINVAL);
-    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 0), -EINVAL);
-    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, NULL, 64), -EINVAL);
+    ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 63), -EINVAL);
+    ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 65), -EINVAL);
+    ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 0), -EINVAL);
+    ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, NULL, 64), -EINVAL);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
-    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 64), 0);
-    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &key, data, 64), -EEXIST);
+    ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 64), 0);
+    ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 64), -EEXIST);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -447,12 +447,12 @@ START_TEST(test_drop_pinned_ebusy)
     ck_assert_int_eq(s_put(store, 2), 0);
     pk_key_t keys[3] = { s_key(1), s_key(2), s_key(99) };
     uint64_t job = s_pin(store, 2, NULL);
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, keys, 3), -EBUSY);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, keys, 3), -EBUSY);
     //  nothing dropped, not even the unpinned key
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, keys, 3), 0);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, keys, 3), 0);
     ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
     pk_store_stats_t st = s_stats(store);
@@ -488,8 +488,8 @@ START_TEST(test_lease_expiry_and_release_owner)
     //  release_owner frees that owner's reservations and no one else's
     pk_key_t keys[3] = { s_key(10), s_key(11), s_key(12) };
     uint32_t blocks[3];
-    ck_assert_int_eq(pk_store_reserve_ns(store, 2, PK_NS_SHARED, keys, 2, blocks), 0);
-    ck_assert_int_eq(pk_store_reserve_ns(store, 3, PK_NS_SHARED, &keys[2], 1, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve(store, 2, PK_NS_SHARED, keys, 2, blocks), 0);
+    ck_assert_int_eq(pk_store_reserve(store, 3, PK_NS_SHARED, &keys[2], 1, blocks), 0);
     ck_assert_int_eq(s_reserve(store, 2, 13, &b), 0);
     ck_assert_int_eq(s_commit(store, 2, 13), 0);
     ck_assert_uint_eq(pk_store_release_owner(store, 2), 2);
@@ -523,20 +523,20 @@ START_TEST(test_job_ids_one_counter)
     uint32_t block;
     bool pinned;
     uint64_t j1 = 0, j3 = 0;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &key, 1, &j1, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &key, 1, &j1, &block, &pinned), 0);
     ck_assert_uint_eq(j1, 1);
     uint64_t j2 = pk_store_new_job_id(store);
     ck_assert_uint_eq(j2, 2);
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &key, 1, &j3, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &key, 1, &j3, &block, &pinned), 0);
     ck_assert_uint_eq(j3, 3);
     //  the engine's store path pins under the id it was given
-    ck_assert_int_eq(pk_store_pin_job_ns(store, PK_NS_SHARED, j2, &key, 1, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin_job(store, PK_NS_SHARED, j2, &key, 1, &block, &pinned), 0);
     ck_assert(pinned);
-    ck_assert_int_eq(pk_store_pin_job_ns(store, PK_NS_SHARED, j2, &key, 1, &block, &pinned),
+    ck_assert_int_eq(pk_store_pin_job(store, PK_NS_SHARED, j2, &key, 1, &block, &pinned),
                      -EEXIST);
-    ck_assert_int_eq(pk_store_pin_job_ns(store, PK_NS_SHARED, 4, &key, 1, &block, &pinned),
+    ck_assert_int_eq(pk_store_pin_job(store, PK_NS_SHARED, 4, &key, 1, &block, &pinned),
                      -EINVAL);
-    ck_assert_int_eq(pk_store_pin_job_ns(store, PK_NS_SHARED, 0, &key, 1, &block, &pinned),
+    ck_assert_int_eq(pk_store_pin_job(store, PK_NS_SHARED, 0, &key, 1, &block, &pinned),
                      -EINVAL);
     pk_store_stats_t st = s_stats(store);
     ck_assert_uint_eq(st.jobs, 3);
@@ -557,17 +557,17 @@ START_TEST(test_shm_lifetime_and_layout)
     s_name(name, sizeof name);
     s_clock_t clock = { 0 };
     int rc = 1;
-    pk_store_t *store = pk_store_new_logged(name, 4, 4096, NULL,
-                                            (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
-                                            NULL, &rc);
+    pk_store_t *store = pk_store_new(name, 4, 4096, NULL,
+                                     (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
+                                     &rc, NULL);
     ck_assert_int_eq(rc, 0);
     ck_assert_ptr_nonnull(store);
     ck_assert_str_eq(pk_store_name(store), name);
     ck_assert_uint_eq(pk_store_num_blocks(store), 4);
     ck_assert_uint_eq(pk_store_block_len(store), 4096);
     //  the name is taken while the store lives
-    ck_assert_ptr_null(pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL, NULL,
-                                           NULL, &rc));
+    ck_assert_ptr_null(pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL, NULL,
+                                    &rc, NULL));
     ck_assert_int_eq(rc, -EEXIST);
 
     //  the engine's view: a second mapping of the same object
@@ -583,7 +583,7 @@ START_TEST(test_shm_lifetime_and_layout)
     uint32_t blocks[2];
     bool pinned[2];
     uint64_t job;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, keys, 2, &job, blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 2, &job, blocks, pinned), 0);
     const uint8_t *base = pk_store_base(store);
     for (unsigned k = 0; k < 2; k++) {
         ck_assert(pinned[k]);
@@ -625,8 +625,8 @@ START_TEST(test_dead_owners_pool_is_reclaimed)
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         //  the owner: creates the pool, marks it, and dies without a word
-        pk_store_t *store = pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL,
-                                                NULL, NULL, NULL);
+        pk_store_t *store = pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL,
+                                         NULL, NULL, NULL);
         if (!store)
             _exit(1);
         memset(pk_store_base(store), 0x5a, 4 * 4096);
@@ -644,8 +644,8 @@ START_TEST(test_dead_owners_pool_is_reclaimed)
 
     char line[256] = "", err[PK_ERRLEN] = "";
     int rc = 1;
-    pk_store_t *store = pk_store_new_logged(name, 8, 4096, NULL, (pk_clock_t) { 0 },
-                                            s_log_line, line, err, &rc);
+    pk_store_t *store = pk_store_new(name, 8, 4096, NULL, (pk_clock_t) { 0 },
+                                     s_log_line, line, &rc, err);
     ck_assert_msg(store != NULL, "refused: %s", err);
     ck_assert_int_eq(rc, 0);
     ck_assert_msg(strstr(line, name) && strstr(line, "reclaimed"), "log: \"%s\"", line);
@@ -682,8 +682,8 @@ START_TEST(test_live_owners_pool_is_refused)
     if (pid == 0) {
         close(ready[0]);
         close(done[1]);
-        pk_store_t *store = pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL,
-                                                NULL, NULL, NULL);
+        pk_store_t *store = pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL,
+                                         NULL, NULL, NULL);
         char c = store ? 'y' : 'n';
         if (write(ready[1], &c, 1) != 1)
             _exit(1);
@@ -701,8 +701,8 @@ START_TEST(test_live_owners_pool_is_refused)
 
     char line[256] = "", err[PK_ERRLEN] = "";
     int rc = 1;
-    ck_assert_ptr_null(pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 },
-                                           s_log_line, line, err, &rc));
+    ck_assert_ptr_null(pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 },
+                                    s_log_line, line, &rc, err));
     ck_assert_int_eq(rc, -EEXIST);
     ck_assert_msg(strstr(err, name) && strstr(err, "live"), "error: \"%s\"", err);
     ck_assert_str_eq(line, "");
@@ -717,8 +717,8 @@ START_TEST(test_live_owners_pool_is_refused)
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     close(ready[0]);
     close(done[1]);
-    pk_store_t *store = pk_store_new_logged(name, 4, 4096, NULL, (pk_clock_t) { 0 },
-                                            s_log_line, line, err, &rc);
+    pk_store_t *store = pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 },
+                                     s_log_line, line, &rc, err);
     ck_assert_msg(store != NULL, "refused: %s", err);
     ck_assert_str_eq(line, "");         //  removed by its owner: nothing to reclaim
     pk_store_destroy(&store);
@@ -729,36 +729,36 @@ START_TEST(test_invalid_arguments)
 {
     pk_clock_t clock = { 0 };
     int rc = 0;
-    ck_assert_ptr_null(pk_store_new_logged(NULL, 0, 8, NULL, clock, NULL, NULL, NULL, &rc));
+    ck_assert_ptr_null(pk_store_new(NULL, 0, 8, NULL, clock, NULL, NULL, &rc, NULL));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
-    ck_assert_ptr_null(pk_store_new_logged(NULL, (UINT64_C(1) << 31) + 1, 8, NULL, clock, NULL,
-                                           NULL, NULL, &rc));
+    ck_assert_ptr_null(pk_store_new(NULL, (UINT64_C(1) << 31) + 1, 8, NULL, clock, NULL,
+                                    NULL, &rc, NULL));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
-    ck_assert_ptr_null(pk_store_new_logged(NULL, 4, 0, NULL, clock, NULL, NULL, NULL, &rc));
+    ck_assert_ptr_null(pk_store_new(NULL, 4, 0, NULL, clock, NULL, NULL, &rc, NULL));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
     //  2^31 * 2^33 wraps 64 bits; 2^31 * 2^32 does not fit an off_t
-    ck_assert_ptr_null(pk_store_new_logged(NULL, UINT64_C(1) << 31, UINT64_C(1) << 33, NULL,
-                                           clock, NULL, NULL, NULL, &rc));
+    ck_assert_ptr_null(pk_store_new(NULL, UINT64_C(1) << 31, UINT64_C(1) << 33, NULL,
+                                    clock, NULL, NULL, &rc, NULL));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
-    ck_assert_ptr_null(pk_store_new_logged(NULL, UINT64_C(1) << 31, UINT64_C(1) << 32, NULL,
-                                           clock, NULL, NULL, NULL, &rc));
+    ck_assert_ptr_null(pk_store_new(NULL, UINT64_C(1) << 31, UINT64_C(1) << 32, NULL,
+                                    clock, NULL, NULL, &rc, NULL));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
     pk_store_config_t bad = { 0 };
-    ck_assert_ptr_null(pk_store_new_logged(NULL, 4, 8, &bad, clock, NULL, NULL, NULL, &rc));
+    ck_assert_ptr_null(pk_store_new(NULL, 4, 8, &bad, clock, NULL, NULL, &rc, NULL));
     ck_assert_int_eq(rc, -EINVAL);
     rc = 0;
-    ck_assert_ptr_null(pk_store_new_logged("no-slash/inside/", 4, 8, NULL, clock, NULL, NULL,
-                                           NULL, &rc));
+    ck_assert_ptr_null(pk_store_new("no-slash/inside/", 4, 8, NULL, clock, NULL, NULL,
+                                    &rc, NULL));
     ck_assert_int_lt(rc, 0);
     pk_store_destroy(NULL);
 
     //  the default clock and config
-    pk_store_t *store = pk_store_new_logged(NULL, 4, 8, NULL, clock, NULL, NULL, NULL, NULL);
+    pk_store_t *store = pk_store_new(NULL, 4, 8, NULL, clock, NULL, NULL, NULL, NULL);
     ck_assert_ptr_nonnull(store);
     ck_assert_ptr_null(pk_store_name(store));
     pk_key_t empty = { (const uint8_t *) "", 0, 0 };
@@ -768,25 +768,25 @@ START_TEST(test_invalid_arguments)
     uint32_t b;
     bool pinned;
     uint64_t job;
-    ck_assert_int_eq(pk_store_reserve_ns(store, 1, PK_NS_SHARED, &empty, 1, &b), -EINVAL);
-    ck_assert_int_eq(pk_store_reserve_ns(store, 1, PK_NS_SHARED, &huge, 1, &b), -EINVAL);
-    ck_assert_int_eq(pk_store_reserve_ns(store, 1, PK_NS_SHARED, NULL, 1, &b), -EINVAL);
-    ck_assert_int_eq(pk_store_reserve_ns(store, PK_STORE_OWNER_PUT, PK_NS_SHARED, &longest, 1, &b),
+    ck_assert_int_eq(pk_store_reserve(store, 1, PK_NS_SHARED, &empty, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve(store, 1, PK_NS_SHARED, &huge, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve(store, 1, PK_NS_SHARED, NULL, 1, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_reserve(store, PK_STORE_OWNER_PUT, PK_NS_SHARED, &longest, 1, &b),
                      -EINVAL);
     ck_assert_int_eq(pk_store_commit_sums(store, 1, PK_NS_SHARED, &huge, 1, NULL, NULL), -EINVAL);
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &empty, 1), -EINVAL);
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &huge, 1, &job, &b, &pinned), -EINVAL);
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &longest, 1, NULL, &b, &pinned),
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &empty, 1), -EINVAL);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &huge, 1, &job, &b, &pinned), -EINVAL);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &longest, 1, NULL, &b, &pinned),
                      -EINVAL);
-    ck_assert_int_eq(pk_store_lookup_ns(store, PK_NS_SHARED, &huge), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_lookup(store, PK_NS_SHARED, &huge), PK_LOOKUP_MISS);
     //  the longest key is fine, and kept by copy
-    ck_assert_int_eq(pk_store_reserve_ns(store, 1, PK_NS_SHARED, &longest, 1, &b), 0);
+    ck_assert_int_eq(pk_store_reserve(store, 1, PK_NS_SHARED, &longest, 1, &b), 0);
     ck_assert_int_eq(pk_store_commit_sums(store, 1, PK_NS_SHARED, &longest, 1, NULL, NULL), 0);
     static uint8_t copy[PK_MAX_KEY_BYTES];
     memcpy(copy, big, sizeof copy);
     big[0] = 1;
     pk_key_t same = pk_key_make(copy, sizeof copy);
-    ck_assert_int_eq(pk_store_lookup_ns(store, PK_NS_SHARED, &same), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_lookup(store, PK_NS_SHARED, &same), PK_LOOKUP_HIT);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -896,7 +896,7 @@ s_worker(void *arg)
         case 1: {
             //  the engine's path: reserve, write, commit (or walk away)
             uint32_t blk;
-            if (pk_store_reserve_ns(w->store, w->id, PK_NS_SHARED, &keys[0], 1, &blk) == 0) {
+            if (pk_store_reserve(w->store, w->id, PK_NS_SHARED, &keys[0], 1, &blk) == 0) {
                 s_fill(base + (size_t) blk * S_BLEN, a);
                 if (rand_r(&w->seed) % 8)
                     pk_store_commit_sums(w->store, w->id, PK_NS_SHARED, &keys[0], 1, NULL, NULL);
@@ -906,7 +906,7 @@ s_worker(void *arg)
             break;
         }
         case 2:
-            if (pk_store_lookup_ns(w->store, PK_NS_SHARED, &keys[0]) == PK_LOOKUP_HIT)
+            if (pk_store_lookup(w->store, PK_NS_SHARED, &keys[0]) == PK_LOOKUP_HIT)
                 w->hits++;
             break;
         case 3:
@@ -917,13 +917,13 @@ s_worker(void *arg)
                 s_release(w, h);
             h->keys[0] = a;
             h->keys[1] = b;
-            if (pk_store_pin_ns(w->store, PK_NS_SHARED, keys, 2, &h->job, h->blocks, h->pinned))
+            if (pk_store_pin(w->store, PK_NS_SHARED, keys, 2, &h->job, h->blocks, h->pinned))
                 w->corrupt++;
             w->pins += h->pinned[0] + h->pinned[1];
             break;
         }
         default:
-            pk_store_drop_ns(w->store, PK_NS_SHARED, &keys[0], 1);
+            pk_store_drop(w->store, PK_NS_SHARED, &keys[0], 1);
             break;
         }
     }
@@ -976,9 +976,9 @@ START_TEST(test_watch_tells_every_change)
     pk_key_t three = s_key(3);
     uint64_t job = s_pin(store, 3, NULL);
     //  refused: no change
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &three, 1), -EBUSY);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &three, 1), -EBUSY);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &three, 1), 0);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &three, 1), 0);
     ck_assert_str_eq(w.log, "+1 +2 -1 +3 -2 -3 ");
     ck_assert_int_eq(s_put(store, 5), 0);
     pk_store_snapshot(store, s_watch_begin, s_watch, &w);
@@ -993,8 +993,8 @@ END_TEST
 
 START_TEST(test_concurrent_actors)
 {
-    pk_store_t *store = pk_store_new_logged(NULL, S_POOL, S_BLEN, NULL, (pk_clock_t) { 0 }, NULL,
-                                            NULL, NULL, NULL);
+    pk_store_t *store = pk_store_new(NULL, S_POOL, S_BLEN, NULL, (pk_clock_t) { 0 }, NULL,
+                                     NULL, NULL, NULL);
     ck_assert_ptr_nonnull(store);
     for (unsigned i = 0; i < S_HOT + S_POOL; i++)
         s_shared[i] = s_key(i);
@@ -1022,8 +1022,8 @@ START_TEST(test_concurrent_actors)
     ck_assert_uint_gt(st.evictions, 0);
     //  with every pin gone, every READY block is evictable again
     uint32_t blocks[S_POOL];
-    ck_assert_int_eq(pk_store_reserve_ns(store, 99, PK_NS_SHARED, &s_shared[S_HOT], S_POOL,
-                                         blocks), 0);
+    ck_assert_int_eq(pk_store_reserve(store, 99, PK_NS_SHARED, &s_shared[S_HOT], S_POOL,
+                                      blocks), 0);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -1131,7 +1131,7 @@ s_tier_land(s_tier_t *t, s_spilled_t *s)
     uint32_t b;
     bool given = true;
     size_t len = (size_t) pk_store_block_len(t->store);
-    int rc = pk_store_reserve_ns(t->store, PK_STORE_OWNER_TIER, s->ns, &key, 1, &b);
+    int rc = pk_store_reserve(t->store, PK_STORE_OWNER_TIER, s->ns, &key, 1, &b);
     if (rc)
         return rc;
     memcpy((uint8_t *) pk_store_base(t->store) + (size_t) b * len, s->bytes, len);
@@ -1162,7 +1162,7 @@ START_TEST(test_tier_takes_what_the_pool_evicts)
     //  a drop is no eviction: the tier forgets the key, it takes no bytes
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     pk_key_t two = s_key(2);
-    ck_assert_int_eq(pk_store_drop_ns(store, PK_NS_SHARED, &two, 1), 0);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &two, 1), 0);
     ck_assert_uint_eq(t.evictions, 1);
     ck_assert_uint_eq(t.forgets, 1);
     ck_assert_uint_eq(s_stats(store).evictions, 1);
@@ -1206,7 +1206,7 @@ START_TEST(test_tier_answers_an_absent_key)
     uint32_t block;
     bool pinned = true;
     uint64_t job;
-    ck_assert_int_eq(pk_store_pin_ns(store, PK_NS_SHARED, &one, 1, &job, &block, &pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &one, 1, &job, &block, &pinned), 0);
     ck_assert(!pinned);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     //  it arrives (evicting 2, the oldest, into the tier): a hit, with
@@ -1239,22 +1239,22 @@ START_TEST(test_tier_sees_namespaces_as_the_index_does)
     s_clock_t clock = { 0 };
     pk_store_config_t config = { 30, 3, false };
     int rc;
-    pk_store_t *store = pk_store_new_logged(NULL, 1, 16, &config,
-                                            (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
-                                            NULL, &rc);
+    pk_store_t *store = pk_store_new(NULL, 1, 16, &config,
+                                     (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
+                                     &rc, NULL);
     ck_assert_ptr_nonnull(store);
     s_tier_t t = { .store = store };
     ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
     uint8_t data[16] = { 0 };
     pk_key_t k1 = s_key(1), k2 = s_key(2), k3 = s_key(3);
-    ck_assert_int_eq(pk_store_put_ns(store, 2, &k1, data, sizeof data), 0);
-    ck_assert_int_eq(pk_store_put_ns(store, PK_NS_SHARED, &k2, data, sizeof data), 0);
-    ck_assert_int_eq(pk_store_put_ns(store, 1, &k3, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_put(store, 2, &k1, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &k2, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_put(store, 1, &k3, data, sizeof data), 0);
     ck_assert_uint_eq(t.nheld, 2);                      //  2:1 and 0:2 spilled
     ck_assert_uint_eq(t.held[0].ns, 2);
     ck_assert_uint_eq(t.held[1].ns, PK_NS_SHARED);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &k1), PK_LOOKUP_MISS);   //  beta's
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &k2), PK_LOOKUP_HIT_PENDING);  //  shared's
+    ck_assert_int_eq(pk_store_lookup(store, 1, &k1), PK_LOOKUP_MISS);   //  beta's
+    ck_assert_int_eq(pk_store_lookup(store, 1, &k2), PK_LOOKUP_HIT_PENDING);  //  shared's
     ck_assert_str_eq(t.queries, "1:1 0:1 1:2 0:2 ");
     ck_assert_uint_eq(t.promotes, 1);
     ck_assert(t.held[1].moving);

@@ -83,7 +83,7 @@ START_TEST(test_map_of_real_keys)
     s_curve_key(k3);
     snprintf(text, sizeof text, "# tenants\n\n%s beta\n  %s\talpha  \n* alpha\n#\n", k1, k2);
     int rc = 1;
-    pk_tenants_t *t = pk_tenants_parse(text, "t", err, &rc);
+    pk_tenants_t *t = pk_tenants_parse(text, "t", &rc, err);
     ck_assert_msg(t, "%s", err);
     ck_assert_int_eq(rc, 0);
     ck_assert_uint_eq(pk_tenants_count(t), 3);
@@ -103,7 +103,7 @@ START_TEST(test_map_of_real_keys)
 
     //  without a * line the unlisted and the keyless are in shared
     snprintf(text, sizeof text, "%s beta\n", k1);
-    t = pk_tenants_parse(text, "t", err, NULL);
+    t = pk_tenants_parse(text, "t", NULL, err);
     ck_assert_msg(t, "%s", err);
     ck_assert_uint_eq(pk_tenants_of(t, k1), 1);
     ck_assert_uint_eq(pk_tenants_of(t, k2), 0);
@@ -143,27 +143,27 @@ START_TEST(test_map_bad_files)
             continue;
         snprintf(text, sizeof text, cases[i].fmt, k1, k2);
         int rc = 0;
-        ck_assert_ptr_null(pk_tenants_parse(text, "t", err, &rc));
+        ck_assert_ptr_null(pk_tenants_parse(text, "t", &rc, err));
         ck_assert_int_eq(rc, -EINVAL);
         ck_assert_msg(strncmp(err, cases[i].want, strlen(cases[i].want)) == 0,
                       "case %zu: \"%s\", not \"%s\"", i, err, cases[i].want);
     }
     snprintf(text, sizeof text, "%s beta\n%s alpha\n\n%s alpha\n", k1, k2, k1);
-    ck_assert_ptr_null(pk_tenants_parse(text, "t", err, NULL));
+    ck_assert_ptr_null(pk_tenants_parse(text, "t", NULL, err));
     ck_assert_str_eq(err, "t:4: key already listed on line 1");
     snprintf(text, sizeof text, "* beta\n%s alpha\n* alpha\n", k1);
-    ck_assert_ptr_null(pk_tenants_parse(text, "t", err, NULL));
+    ck_assert_ptr_null(pk_tenants_parse(text, "t", NULL, err));
     ck_assert_str_eq(err, "t:3: a second * line (the first is line 1)");
     snprintf(text, sizeof text, "%s beta\n", bad_key);
-    ck_assert_ptr_null(pk_tenants_parse(text, "t", err, NULL));
+    ck_assert_ptr_null(pk_tenants_parse(text, "t", NULL, err));
     ck_assert_msg(strstr(err, "t:1: key \""), "%s", err);
     //  40 Z85 characters whose group overflows 32 bits: not a key either
     char big[64];
     memset(big, '%', PK_CURVE_KEY_Z85);
     snprintf(big + PK_CURVE_KEY_Z85, sizeof big - PK_CURVE_KEY_Z85, " beta\n");
-    ck_assert_ptr_null(pk_tenants_parse(big, "t", err, NULL));
+    ck_assert_ptr_null(pk_tenants_parse(big, "t", NULL, err));
     ck_assert_msg(strstr(err, "t:1: key \""), "%s", err);
-    ck_assert_ptr_null(pk_tenants_load("/nonexistent/tenants", err, NULL));
+    ck_assert_ptr_null(pk_tenants_load("/nonexistent/tenants", NULL, err));
     ck_assert_str_eq(err, "/nonexistent/tenants: No such file or directory");
 }
 END_TEST
@@ -175,7 +175,7 @@ START_TEST(test_map_reload)
     s_curve_key(k2);
     snprintf(text, sizeof text, "%s beta\n%s alpha\n", k1, k2);
     s_file("reload", text, path);
-    pk_tenants_t *t = pk_tenants_load(path, err, NULL);
+    pk_tenants_t *t = pk_tenants_load(path, NULL, err);
     ck_assert_msg(t, "%s", err);
     //  k1 moves to alpha, k2 goes, keyless consumers to beta: same names
     snprintf(text, sizeof text, "* beta\n%s alpha\n", k1);
@@ -241,34 +241,34 @@ START_TEST(test_store_foreign_key_is_an_absent_key)
 {
     int rc;
     pk_store_config_t cfg = { 30.0, 3, false };
-    pk_store_t *store = pk_store_new_logged(NULL, 16, BLOCK, &cfg, pk_clock_system(), NULL, NULL,
-                                            NULL, &rc);
+    pk_store_t *store = pk_store_new(NULL, 16, BLOCK, &cfg, pk_clock_system(), NULL, NULL,
+                                     &rc, NULL);
     ck_assert_ptr_nonnull(store);
     ck_assert_uint_eq(pk_store_namespaces(store), 3);
-    ck_assert_int_eq(pk_store_put_ns(store, 1, &s_pkeys[0], s_data[0], BLOCK), 0);
-    ck_assert_int_eq(pk_store_put_ns(store, 0, &s_pkeys[1], s_data[1], BLOCK), 0);
-    ck_assert_int_eq(pk_store_put_ns(store, 2, &s_pkeys[2], s_data[2], BLOCK), 0);
-    ck_assert_int_eq(pk_store_put_ns(store, 1, &s_pkeys[4], s_data[4], BLOCK), 0);
+    ck_assert_int_eq(pk_store_put(store, 1, &s_pkeys[0], s_data[0], BLOCK), 0);
+    ck_assert_int_eq(pk_store_put(store, 0, &s_pkeys[1], s_data[1], BLOCK), 0);
+    ck_assert_int_eq(pk_store_put(store, 2, &s_pkeys[2], s_data[2], BLOCK), 0);
+    ck_assert_int_eq(pk_store_put(store, 1, &s_pkeys[4], s_data[4], BLOCK), 0);
     //  the same key in another namespace is another block
-    ck_assert_int_eq(pk_store_put_ns(store, 2, &s_pkeys[4], s_data[5], BLOCK), 0);
-    ck_assert_int_eq(pk_store_put_ns(store, 2, &s_pkeys[4], s_data[5], BLOCK), -EEXIST);
-    ck_assert_int_eq(pk_store_put_ns(store, 3, &s_pkeys[3], s_data[3], BLOCK), -EINVAL);
+    ck_assert_int_eq(pk_store_put(store, 2, &s_pkeys[4], s_data[5], BLOCK), 0);
+    ck_assert_int_eq(pk_store_put(store, 2, &s_pkeys[4], s_data[5], BLOCK), -EEXIST);
+    ck_assert_int_eq(pk_store_put(store, 3, &s_pkeys[3], s_data[3], BLOCK), -EINVAL);
 
     //  alpha's lookups: own and shared hit, beta's key and the absent one miss
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &s_pkeys[0]), PK_LOOKUP_HIT);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &s_pkeys[1]), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_lookup(store, 1, &s_pkeys[0]), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_lookup(store, 1, &s_pkeys[1]), PK_LOOKUP_HIT);
     s_delta_t t0 = s_counters(store);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &s_pkeys[2]), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_lookup(store, 1, &s_pkeys[2]), PK_LOOKUP_MISS);
     s_delta_t foreign = s_delta(s_counters(store), t0);
     t0 = s_counters(store);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &s_pkeys[3]), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_lookup(store, 1, &s_pkeys[3]), PK_LOOKUP_MISS);
     s_delta_t absent = s_delta(s_counters(store), t0);
     S_DELTA_EQ(foreign, absent);
     s_delta_t want = { 2, 1, 0, 0, 1, 0 };          //  two probes, one miss
     S_DELTA_EQ(foreign, want);
     //  an own hit costs the same two probes (the shared one runs anyway)
     t0 = s_counters(store);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &s_pkeys[0]), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_lookup(store, 1, &s_pkeys[0]), PK_LOOKUP_HIT);
     s_delta_t own = s_delta(s_counters(store), t0);
     ck_assert_uint_eq(own.probes, 2);
 
@@ -277,12 +277,12 @@ START_TEST(test_store_foreign_key_is_an_absent_key)
     uint32_t blocks[2];
     bool pinned[2];
     t0 = s_counters(store);
-    ck_assert_int_eq(pk_store_pin_ns(store, 1, &s_pkeys[2], 1, &job[0], blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, 1, &s_pkeys[2], 1, &job[0], blocks, pinned), 0);
     foreign = s_delta(s_counters(store), t0);
     ck_assert(!pinned[0]);
     ck_assert_uint_eq(blocks[0], PK_STORE_NO_BLOCK);
     t0 = s_counters(store);
-    ck_assert_int_eq(pk_store_pin_ns(store, 1, &s_pkeys[3], 1, &job[1], blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, 1, &s_pkeys[3], 1, &job[1], blocks, pinned), 0);
     absent = s_delta(s_counters(store), t0);
     ck_assert(!pinned[0]);
     S_DELTA_EQ(foreign, absent);
@@ -293,20 +293,20 @@ START_TEST(test_store_foreign_key_is_an_absent_key)
 
     //  alpha's key 4 is alpha's bytes, beta's is beta's
     pk_key_t both[2] = { s_pkeys[4], s_pkeys[1] };
-    ck_assert_int_eq(pk_store_pin_ns(store, 1, both, 2, &job[0], blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, 1, both, 2, &job[0], blocks, pinned), 0);
     ck_assert(pinned[0] && pinned[1]);
     uint8_t *base = pk_store_base(store);
     ck_assert_mem_eq(base + (size_t) blocks[0] * BLOCK, s_data[4], BLOCK);
     ck_assert_mem_eq(base + (size_t) blocks[1] * BLOCK, s_data[1], BLOCK);
-    ck_assert_int_eq(pk_store_pin_ns(store, 2, both, 1, &job[1], blocks, pinned), 0);
+    ck_assert_int_eq(pk_store_pin(store, 2, both, 1, &job[1], blocks, pinned), 0);
     ck_assert(pinned[0]);
     ck_assert_mem_eq(base + (size_t) blocks[0] * BLOCK, s_data[5], BLOCK);
     pk_store_ns_stats_t a, s, b;
-    ck_assert_int_eq(pk_store_stats_ns(store, 1, &a), 0);
-    ck_assert_int_eq(pk_store_stats_ns(store, 0, &s), 0);
-    ck_assert_int_eq(pk_store_stats_ns(store, 2, &b), 0);
-    ck_assert_int_eq(pk_store_stats_ns(store, 3, &b), -EINVAL);
-    ck_assert_int_eq(pk_store_stats_ns(store, 2, &b), 0);
+    ck_assert_int_eq(pk_store_ns_stats(store, 1, &a), 0);
+    ck_assert_int_eq(pk_store_ns_stats(store, 0, &s), 0);
+    ck_assert_int_eq(pk_store_ns_stats(store, 2, &b), 0);
+    ck_assert_int_eq(pk_store_ns_stats(store, 3, &b), -EINVAL);
+    ck_assert_int_eq(pk_store_ns_stats(store, 2, &b), 0);
     ck_assert_uint_eq(a.ready, 2);
     ck_assert_uint_eq(s.ready, 1);
     ck_assert_uint_eq(b.ready, 2);
@@ -320,23 +320,23 @@ START_TEST(test_store_foreign_key_is_an_absent_key)
     ck_assert_uint_eq(s.lookups, 0);
     ck_assert_int_eq(pk_store_release_job(store, job[0]), 0);
     ck_assert_int_eq(pk_store_release_job(store, job[1]), 0);
-    ck_assert_int_eq(pk_store_stats_ns(store, 1, &a), 0);
+    ck_assert_int_eq(pk_store_ns_stats(store, 1, &a), 0);
     ck_assert_uint_eq(a.pinned, 0);
 
     //  writes act on their namespace only
-    ck_assert_int_eq(pk_store_drop_ns(store, 2, &s_pkeys[4], 1), 0);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &s_pkeys[4]), PK_LOOKUP_HIT);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 2, &s_pkeys[4]), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_drop(store, 2, &s_pkeys[4], 1), 0);
+    ck_assert_int_eq(pk_store_lookup(store, 1, &s_pkeys[4]), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_lookup(store, 2, &s_pkeys[4]), PK_LOOKUP_MISS);
     //  shared sees shared only, at one probe, as a store without tenants
     t0 = s_counters(store);
-    ck_assert_int_eq(pk_store_lookup_ns(store, PK_NS_SHARED, &s_pkeys[0]), PK_LOOKUP_MISS);
-    ck_assert_int_eq(pk_store_lookup_ns(store, PK_NS_SHARED, &s_pkeys[1]), PK_LOOKUP_HIT);
+    ck_assert_int_eq(pk_store_lookup(store, PK_NS_SHARED, &s_pkeys[0]), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_lookup(store, PK_NS_SHARED, &s_pkeys[1]), PK_LOOKUP_HIT);
     ck_assert_uint_eq(s_delta(s_counters(store), t0).probes, 2);
     //  a key being written in alpha: pending for alpha, absent for beta
     uint32_t b5;
-    ck_assert_int_eq(pk_store_reserve_ns(store, 9, 1, &s_pkeys[5], 1, &b5), 0);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 1, &s_pkeys[5]), PK_LOOKUP_HIT_PENDING);
-    ck_assert_int_eq(pk_store_lookup_ns(store, 2, &s_pkeys[5]), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_reserve(store, 9, 1, &s_pkeys[5], 1, &b5), 0);
+    ck_assert_int_eq(pk_store_lookup(store, 1, &s_pkeys[5]), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(pk_store_lookup(store, 2, &s_pkeys[5]), PK_LOOKUP_MISS);
     ck_assert_int_eq(pk_store_commit_sums(store, 9, 2, &s_pkeys[5], 1, NULL, NULL), -ENOENT);
     ck_assert_int_eq(pk_store_commit_sums(store, 9, 1, &s_pkeys[5], 1, NULL, NULL), 0);
     pk_store_destroy(&store);

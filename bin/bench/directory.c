@@ -148,7 +148,7 @@ s_commit(pk_store_t *store, uint64_t first, uint64_t n)
             pkb_key(first + at + i, bytes[i]);
             keys[i] = pk_key_make(bytes[i], PKB_KEY_LEN);
         }
-        if (pk_store_reserve_ns(store, 1, PK_NS_SHARED, keys, m, blocks)
+        if (pk_store_reserve(store, 1, PK_NS_SHARED, keys, m, blocks)
             || pk_store_commit_sums(store, 1, PK_NS_SHARED, keys, m, NULL, NULL))
             return -EIO;
     }
@@ -160,8 +160,8 @@ static int
 s_upkeep_once(const s_redis_t *r, uint64_t commits, double *rate, double *per_batch)
 {
     freeReplyObject(s_cmd(r, "FLUSHALL"));
-    pk_store_t *store = pk_store_new_logged(NULL, S_POOL, 64, NULL, (pk_clock_t) { 0 }, NULL,
-                                            NULL, NULL, NULL);
+    pk_store_t *store = pk_store_new(NULL, S_POOL, 64, NULL, (pk_clock_t) { 0 }, NULL,
+                                     NULL, NULL, NULL);
     //  room for every change of the run: a drop would measure a resync
     pk_directory_t *d = store ? s_publisher(r, store, "bench-upkeep", 256u << 20) : NULL;
     int rc = d && pk_directory_flush(d, 10) == 0 ? 0 : -EIO;     //  the empty pool published
@@ -205,8 +205,8 @@ s_locate_setup(const s_redis_t *r, pk_store_t **stores, pk_directory_t **dirs)
     char peer[32];
     for (int s = 0; s < 3; s++) {
         snprintf(peer, sizeof peer, "bench-holder-%d", s);
-        stores[s] = pk_store_new_logged(NULL, 4096, 64, NULL, (pk_clock_t) { 0 }, NULL, NULL,
-                                        NULL, NULL);
+        stores[s] = pk_store_new(NULL, 4096, 64, NULL, (pk_clock_t) { 0 }, NULL, NULL,
+                                 NULL, NULL);
         dirs[s] = stores[s] ? s_publisher(r, stores[s], peer, 0) : NULL;
         if (!dirs[s])
             return -EIO;

@@ -498,11 +498,9 @@ size_t
 pk_door_revoke(pk_door_t *self)
 {
     //  Only at SIGHUP, so a walk of every peer is fine here.
-    size_t ended = 0;
-    for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
-        if (!self->by_rid.slots[i].key.bytes)
-            continue;
-        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
+    size_t ended = 0, at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_rid, &at)); ) {
+        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) e->a;
         if (peer->retired || peer->flooding
             || pk_admission_admits(self->admission, peer->curve_key))
             continue;
@@ -523,10 +521,9 @@ pk_door_quit(pk_door_t *self)
 {
     self->quitting = true;
     //  Only at shutdown, so a walk of every peer is fine here.
-    for (size_t i = 0; self->by_rid.slots && i <= self->by_rid.mask; i++) {
-        if (!self->by_rid.slots[i].key.bytes)
-            continue;
-        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) self->by_rid.slots[i].a;
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_rid, &at)); ) {
+        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) e->a;
         if (!peer->quit_sent && !peer->retired && pk_peer_tell(peer, "s", "QUIT") == 0)
             peer->quit_sent = true;
     }
@@ -550,19 +547,16 @@ pk_door_destroy(pk_door_t **self_p)
     pk_door_t *self = *self_p;
     if (!self)
         return;
-    while (self->by_rid.count) {
-        for (size_t i = 0; i <= self->by_rid.mask; i++)
-            if (self->by_rid.slots[i].key.bytes) {
-                s_peer_destroy(self, (pk_peer_t *) (uintptr_t) self->by_rid.slots[i].a);
-                break;
-            }
-    }
+    //  one at a time: a destroy takes the peer out of the map, which
+    //  moves entries under a walk
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_rid, &(size_t) { 0 })); )
+        s_peer_destroy(self, (pk_peer_t *) (uintptr_t) e->a);
     pk_keymap_fini(&self->by_rid);
     pk_keymap_fini(&self->by_id);
     pk_keymap_fini(&self->by_consumer);
-    for (size_t i = 0; self->pending.slots && i <= self->pending.mask; i++)
-        if (self->pending.slots[i].key.bytes)
-            free((void *) (uintptr_t) self->pending.slots[i].b);
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->pending, &at)); )
+        free((void *) (uintptr_t) e->b);
     pk_keymap_fini(&self->pending);
     free(self);
     *self_p = NULL;

@@ -226,7 +226,7 @@ s_store_pin(pk_engine_api_t *self, pk_held_t *h, const json_t *req, const void *
     bool *pinned = calloc(h->n, sizeof *pinned);
     h->job = pk_store_new_job_id(self->store);
     int rc = h->blocks && pinned
-             ? pk_store_pin_job_ns(self->store, h->ns, h->job, h->keys, h->n, h->blocks, pinned)
+             ? pk_store_pin_job(self->store, h->ns, h->job, h->keys, h->n, h->blocks, pinned)
              : -ENOMEM;
     size_t missing = h->n;
     for (size_t i = 0; rc == 0 && i < h->n; i++)
@@ -334,7 +334,7 @@ s_pull_missing(pk_engine_api_t *self, pk_pull_t *p, const pk_key_t *keys, size_t
 {
     uint8_t *at = (uint8_t *) (p->keys + n);
     for (size_t i = 0; i < n; i++) {
-        if (pk_store_lookup_ns(self->store, p->ns, &keys[i]) != PK_LOOKUP_MISS) {
+        if (pk_store_lookup(self->store, p->ns, &keys[i]) != PK_LOOKUP_MISS) {
             char hex[2 * PK_MAX_KEY_BYTES + 1];
             pk_hex_encode(keys[i].bytes, keys[i].len, hex);
             json_array_append_new(present, json_string(hex));
@@ -383,7 +383,7 @@ s_cmd_pull(pk_engine_api_t *self, const char *cmd, const json_t *req, const void
     p->owner = PK_PULL_OWNER | p->id;
     memcpy(p->rid, rid, rlen);
     p->rlen = rlen;
-    int rc = p->n ? pk_store_reserve_ns(self->store, p->owner, p->ns, p->keys, p->n, p->blocks)
+    int rc = p->n ? pk_store_reserve(self->store, p->owner, p->ns, p->keys, p->n, p->blocks)
                   : 0;
     if (rc) {
         pk_pull_destroy(&p);
@@ -454,7 +454,7 @@ s_cmd_keys(pk_engine_api_t *self, const char *cmd, const json_t *req, const void
     int rc;
     if (streq(cmd, "reserve")) {
         uint32_t *blocks = calloc(n, sizeof *blocks);
-        rc = blocks ? pk_store_reserve_ns(self->store, owner, (unsigned) ns, keys, n, blocks)
+        rc = blocks ? pk_store_reserve(self->store, owner, (unsigned) ns, keys, n, blocks)
                     : -ENOMEM;
         answer = rc ? NULL : json_pack("{s:b, s:[]}", "ok", 1, "blocks");
         for (size_t i = 0; answer && i < n; i++)
@@ -481,7 +481,7 @@ s_cmd_keys(pk_engine_api_t *self, const char *cmd, const json_t *req, const void
         answer = rc ? NULL : json_pack("{s:b}", "ok", 1);
     }
     else {
-        rc = pk_store_drop_ns(self->store, (unsigned) ns, keys, n);
+        rc = pk_store_drop(self->store, (unsigned) ns, keys, n);
         answer = rc ? NULL : json_pack("{s:b}", "ok", 1);
     }
     free(keys);
@@ -519,7 +519,7 @@ s_cmd_put(pk_engine_api_t *self, const char *cmd, const json_t *req, const void 
         return s_error("put: data is not base64");
     }
     pk_key_t k = pk_key_make(key, (size_t) klen);
-    int rc = pk_store_put_ns(self->store, (unsigned) ns, &k, data, len);
+    int rc = pk_store_put(self->store, (unsigned) ns, &k, data, len);
     free(data);
     if (rc == -EINVAL)
         return s_error("put: data is %zu bytes, blocks are %llu", len,
@@ -537,7 +537,7 @@ s_namespaces_json(pk_engine_api_t *self)
     json_t *all = json_object();
     for (unsigned ns = 0; all && ns < pk_store_namespaces(self->store); ns++) {
         pk_store_ns_stats_t st;
-        if (pk_store_stats_ns(self->store, ns, &st) != 0)
+        if (pk_store_ns_stats(self->store, ns, &st) != 0)
             continue;
         json_object_set_new(all, pk_tenants_name(self->config->tenant_map, ns),
                             json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
@@ -716,9 +716,9 @@ pk_engine_api_destroy(pk_engine_api_t **self_p)
     if (!self)
         return;
     pk_held_list_destroy(&self->held);
-    for (size_t i = 0; self->jobs.slots && i <= self->jobs.mask; i++)
-        if (self->jobs.slots[i].key.bytes)
-            free((void *) (uintptr_t) self->jobs.slots[i].a);
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->jobs, &at)); )
+        free((void *) (uintptr_t) e->a);
     pk_keymap_fini(&self->jobs);
     free(self);
     *self_p = NULL;

@@ -271,13 +271,13 @@ s_open_store(pk_node_t *self, char *err)
     const pk_server_config_t *config = self->config;
     char store_err[PK_ERRLEN] = "";
     int rc;
-    self->store = pk_store_new_logged(config->pool_name, config->pool_blocks, config->block_len,
-                                      &(pk_store_config_t) {
-                                          config->lease_timeout,
-                                          pk_tenants_count(config->tenant_map),
-                                          config->no_block_checksums },
-                                      pk_clock_system(), s_store_log, (void *) config, store_err,
-                                      &rc);
+    self->store = pk_store_new(config->pool_name, config->pool_blocks, config->block_len,
+                               &(pk_store_config_t) {
+                                   config->lease_timeout,
+                                   pk_tenants_count(config->tenant_map),
+                                   config->no_block_checksums },
+                               pk_clock_system(), s_store_log, (void *) config, &rc,
+                               store_err);
     if (self->store)
         return 0;
     if (*store_err)
@@ -815,7 +815,7 @@ s_publish_metrics(pk_node_t *self)
     pk_metric_sources_publish(m, PK_SOURCE_POOL, NULL, &pool, NULL, block_len);
     for (unsigned ns = 0; ns < pk_store_namespaces(self->store); ns++) {
         pk_store_ns_stats_t st;
-        if (pk_store_stats_ns(self->store, ns, &st) == 0)
+        if (pk_store_ns_stats(self->store, ns, &st) == 0)
             pk_metric_sources_publish(m, PK_SOURCE_NAMESPACE,
                                       pk_tenants_name(self->config->tenant_map, ns), &st, NULL,
                                       block_len);

@@ -155,7 +155,7 @@ static pk_lookup_result_t
 s_actor_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 {
     self_t *a = arg;
-    return pk_store_lookup_ns(a->env->store, a->peer->ns, key);
+    return pk_store_lookup(a->env->store, a->peer->ns, key);
 }
 
 static int
@@ -163,7 +163,7 @@ s_actor_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t 
             uint64_t *job, uint32_t *blocks, bool *pinned)
 {
     self_t *a = arg;
-    return pk_store_pin_ns(a->env->store, a->peer->ns, keys, n, job, blocks, pinned);
+    return pk_store_pin(a->env->store, a->peer->ns, keys, n, job, blocks, pinned);
 }
 
 static int

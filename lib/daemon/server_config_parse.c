@@ -614,7 +614,7 @@ s_finish(s_parser_t *p)
     //  Read at start, before any socket: a bad line is a usage error.
     pk_tenants_destroy(&c->tenant_map);
     char terr[PK_ERRLEN] = "";
-    if (c->tenants && !(c->tenant_map = pk_tenants_load(c->tenants, terr, &rc)))
+    if (c->tenants && !(c->tenant_map = pk_tenants_load(c->tenants, &rc, terr)))
         return s_fail(p, rc, "--tenants: %s", terr);
     return 0;
 }

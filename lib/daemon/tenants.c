@@ -191,7 +191,7 @@ s_parse(FILE *file, const char *where, char *err, int *rc_p)
 }
 
 pk_tenants_t *
-pk_tenants_load(const char *path, char *err, int *rc_p)
+pk_tenants_load(const char *path, int *rc_p, char *err)
 {
     FILE *file = path ? fopen(path, "r") : NULL;
     if (!file) {
@@ -205,7 +205,7 @@ pk_tenants_load(const char *path, char *err, int *rc_p)
 }
 
 pk_tenants_t *
-pk_tenants_parse(const char *text, const char *where, char *err, int *rc_p)
+pk_tenants_parse(const char *text, const char *where, int *rc_p, char *err)
 {
     //  fmemopen wants at least one byte: an empty text reads as one blank line.
     if (text && !*text)
@@ -235,7 +235,7 @@ pk_tenants_reload(pk_tenants_t *self, const char *path, char *err)
     if (!self)
         return pk_err(err, -EINVAL, "no --tenants map to reload");
     int rc;
-    pk_tenants_t *fresh = pk_tenants_load(path, err, &rc);
+    pk_tenants_t *fresh = pk_tenants_load(path, &rc, err);
     if (!fresh)
         return rc;
     for (size_t i = 1; i < fresh->count; i++)

@@ -38,10 +38,10 @@ typedef struct _pk_tenants_t pk_tenants_t;
     err (PK_ERRLEN bytes, or NULL) naming the file and line, e.g.
     "tenants.conf:3: key already listed on line 1": -EINVAL for a bad
     line, -ENOMEM, or what fopen said.  */
-pk_tenants_t *pk_tenants_load(const char *path, char *err, int *rc_p);
+pk_tenants_t *pk_tenants_load(const char *path, int *rc_p, char *err);
 
 /*  The same from text in memory; where names it in errors.  */
-pk_tenants_t *pk_tenants_parse(const char *text, const char *where, char *err, int *rc_p);
+pk_tenants_t *pk_tenants_parse(const char *text, const char *where, int *rc_p, char *err);
 
 void pk_tenants_destroy(pk_tenants_t **self_p);
 

@@ -200,8 +200,8 @@ s_map_named(pk_pool_t *self, const char *name, pk_pool_log_fn *log, void *log_ar
 }
 
 pk_pool_t *
-pk_pool_new(const char *name, size_t len, pk_pool_log_fn *log, void *log_arg, char *err,
-            int *rc_p)
+pk_pool_new(const char *name, size_t len, pk_pool_log_fn *log, void *log_arg, int *rc_p,
+            char *err)
 {
     int rc = -EINVAL;
     pk_pool_t *self = NULL;

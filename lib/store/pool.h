@@ -32,7 +32,7 @@ typedef struct _pk_pool_t pk_pool_t;
     NULL): -EEXIST (a live owner holds the name), -ENOMEM, -ENOSPC, or
     what shm_open, flock, ftruncate, posix_fallocate or mmap said.  */
 pk_pool_t *pk_pool_new(const char *name, size_t len, pk_pool_log_fn *log, void *log_arg,
-                       char *err, int *rc_p);
+                       int *rc_p, char *err);
 
 /*  Unmaps the pool, removes its shared-memory object and drops its lock,
     in that order (a starter that locks the object afterwards finds it is

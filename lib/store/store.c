@@ -78,9 +78,9 @@ s_evict(void *arg, uint32_t b, const pk_block_t *blk)
 //  Construction
 
 pk_store_t *
-pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
-                    const pk_store_config_t *config, pk_clock_t clock, pk_store_log_fn *log,
-                    void *log_arg, char *err, int *rc_p)
+pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
+             const pk_store_config_t *config, pk_clock_t clock, pk_store_log_fn *log,
+             void *log_arg, int *rc_p, char *err)
 {
     pk_store_config_t defaults = PK_STORE_CONFIG_DEFAULT;
     if (!config)
@@ -115,7 +115,7 @@ pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
         goto fail_ns;
     self->index.evict = s_evict;
     self->index.evict_arg = self;
-    self->pool = pk_pool_new(name, (size_t) (num_blocks * block_len), log, log_arg, err, &rc);
+    self->pool = pk_pool_new(name, (size_t) (num_blocks * block_len), log, log_arg, &rc, err);
     if (!self->pool)
         goto fail_index;
     self->base = pk_pool_base(self->pool);
@@ -214,7 +214,7 @@ s_tier_lookup(pk_store_t *self, unsigned ns, const pk_key_t *key)
 }
 
 pk_lookup_result_t
-pk_store_lookup_ns(pk_store_t *self, unsigned ns, const pk_key_t *key)
+pk_store_lookup(pk_store_t *self, unsigned ns, const pk_key_t *key)
 {
     if (ns >= self->nns)
         ns = PK_NS_SHARED;      //  an id the store was not made for sees shared only
@@ -250,8 +250,8 @@ pk_store_lookup_ns(pk_store_t *self, unsigned ns, const pk_key_t *key)
 //  The engine's write path
 
 int
-pk_store_reserve_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
-                    size_t n, uint32_t *blocks)
+pk_store_reserve(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                 size_t n, uint32_t *blocks)
 {
     if (owner == PK_STORE_OWNER_PUT || ns >= self->nns || !pk_index_keys_ok(keys, n)
         || (n && !blocks))
@@ -325,8 +325,8 @@ pk_store_commit_sums(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key
 }
 
 int
-pk_store_put_ns(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *data,
-                size_t len)
+pk_store_put(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *data,
+             size_t len)
 {
     if (ns >= self->nns || !s_key_ok(key) || !data || len != self->block_len)
         return -EINVAL;
@@ -350,7 +350,7 @@ pk_store_put_ns(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *
 }
 
 int
-pk_store_drop_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n)
+pk_store_drop(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n)
 {
     if (ns >= self->nns || !pk_index_keys_ok(keys, n))
         return -EINVAL;
@@ -375,8 +375,8 @@ pk_store_drop_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n)
 //  Pins and jobs
 
 int
-pk_store_pin_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n,
-                uint64_t *job_id, uint32_t *blocks, bool *pinned)
+pk_store_pin(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n,
+             uint64_t *job_id, uint32_t *blocks, bool *pinned)
 {
     if (!job_id || ns >= self->nns)
         return -EINVAL;
@@ -398,8 +398,8 @@ pk_store_pin_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n,
 }
 
 int
-pk_store_pin_job_ns(pk_store_t *self, unsigned ns, uint64_t job_id, const pk_key_t *keys,
-                    size_t n, uint32_t *blocks, bool *pinned)
+pk_store_pin_job(pk_store_t *self, unsigned ns, uint64_t job_id, const pk_key_t *keys,
+                 size_t n, uint32_t *blocks, bool *pinned)
 {
     if (ns >= self->nns)
         return -EINVAL;
@@ -511,7 +511,7 @@ pk_store_stats(pk_store_t *self, pk_store_stats_t *out)
 }
 
 int
-pk_store_stats_ns(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out)
+pk_store_ns_stats(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out)
 {
     if (ns >= self->nns || !out)
         return -EINVAL;
@@ -552,14 +552,14 @@ pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watch_fn 
 static pk_lookup_result_t
 s_parent_lookup(void *self, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 {
-    return pk_store_lookup_ns(self, PK_NS_SHARED, key);
+    return pk_store_lookup(self, PK_NS_SHARED, key);
 }
 
 static int
 s_parent_create_store_job(void *self, const pk_lookup_ctx_t *ctx, const pk_key_t *keys,
                           size_t n, uint64_t *job_id, uint32_t *blocks, bool *pinned)
 {
-    return pk_store_pin_ns(self, PK_NS_SHARED, keys, n, job_id, blocks, pinned);
+    return pk_store_pin(self, PK_NS_SHARED, keys, n, job_id, blocks, pinned);
 }
 
 static void

@@ -39,7 +39,7 @@
 /*  blocks[i] of a key that was not pinned.  */
 #define PK_STORE_NO_BLOCK UINT32_MAX
 
-/*  The owner under which pk_store_put_ns holds its reservation while it
+/*  The owner under which pk_store_put holds its reservation while it
     copies; reserve, commit and release_owner refuse it.  */
 #define PK_STORE_OWNER_PUT UINT64_MAX
 
@@ -52,7 +52,7 @@ typedef struct {
 
 #define PK_STORE_CONFIG_DEFAULT { 30.0, 1, false }
 
-/*  Where pk_store_new_logged says that it reclaimed a dead owner's pool.  */
+/*  Where pk_store_new says that it reclaimed a dead owner's pool.  */
 typedef pk_pool_log_fn pk_store_log_fn;
 
 typedef struct {
@@ -93,9 +93,9 @@ typedef struct _pk_store_t pk_store_t;
     or NULL): -EINVAL, -EEXIST (a live store holds the name), -ENOMEM,
     -ENOSPC, or what shm_open, flock, ftruncate, posix_fallocate or mmap
     said.  */
-pk_store_t *pk_store_new_logged(const char *name, uint64_t num_blocks, uint64_t block_len,
-                                const pk_store_config_t *config, pk_clock_t clock,
-                                pk_store_log_fn *log, void *log_arg, char *err, int *rc_p);
+pk_store_t *pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
+                         const pk_store_config_t *config, pk_clock_t clock,
+                         pk_store_log_fn *log, void *log_arg, int *rc_p, char *err);
 
 /*  Unmaps the pool, removes its shared-memory object and drops its
     lock.  Pins and reservations still held die with it.  The tier is
@@ -119,7 +119,7 @@ int pk_store_set_tier(pk_store_t *self, const pk_tier_ops_t *ops, void *tier);
     written, else what the tier says (HIT_PENDING while it brings the key
     up), else MISS.  An ns the store has not (>= namespaces) looks at
     shared only.  */
-pk_lookup_result_t pk_store_lookup_ns(pk_store_t *self, unsigned ns, const pk_key_t *key);
+pk_lookup_result_t pk_store_lookup(pk_store_t *self, unsigned ns, const pk_key_t *key);
 
 /*  The engine's write path, in namespace ns (-EINVAL for one the store
     has not).  reserve takes n blocks in WRITING state for n new keys,
@@ -128,8 +128,8 @@ pk_lookup_result_t pk_store_lookup_ns(pk_store_t *self, unsigned ns, const pk_ke
     in ns itself (or repeated), whatever other namespaces hold, -ENOSPC at
     once if fewer than n blocks are free or evictable, -EINVAL for a bad
     key or PK_STORE_OWNER_PUT.  */
-int pk_store_reserve_ns(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
-                        size_t n, uint32_t *blocks);
+int pk_store_reserve(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys,
+                     size_t n, uint32_t *blocks);
 /*  Makes them READY; all or nothing: -ENOENT if a key is not WRITING
     under owner (its lease may have expired).  Each block's checksum
     (base/checksum.h) is the writer's where given[i] (sums[i], taken while
@@ -141,32 +141,32 @@ int pk_store_commit_sums(pk_store_t *self, uint64_t owner, unsigned ns, const pk
 /*  Reserve, copy and commit one block by value in ns; len must be
     block_len (-EINVAL).  The copy runs outside the lock.  -ETIMEDOUT if
     the lease ran out during the copy.  */
-int pk_store_put_ns(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *data,
-                    size_t len);
+int pk_store_put(pk_store_t *self, unsigned ns, const pk_key_t *key, const void *data,
+                 size_t len);
 
 /*  Removes READY keys of ns (and tells the tier to forget them); absent
     keys are ignored.  All or nothing: -EBUSY if a key is pinned or
     WRITING (a reservation ends by commit, lease or release_owner, never
     by drop).  */
-int pk_store_drop_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n);
+int pk_store_drop(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n);
 
 /*  Pins, on behalf of namespace ns, the READY keys of keys[] (each
-    resolved as pk_store_lookup_ns does; the tier is not asked) as one new
+    resolved as pk_store_lookup does; the tier is not asked) as one new
     job: *job_id is the next id of the store's one counter, and for each
     key pinned[i] and blocks[i] (PK_STORE_NO_BLOCK when not pinned:
     absent or still WRITING, e.g. evicted since the caller's lookup).
     The job exists even if nothing was pinned.  Returns 0, or -EINVAL /
     -ENOMEM with nothing pinned.  */
-int pk_store_pin_ns(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n,
-                    uint64_t *job_id, uint32_t *blocks, bool *pinned);
+int pk_store_pin(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n,
+                 uint64_t *job_id, uint32_t *blocks, bool *pinned);
 
 /*  The same under an id from pk_store_new_job_id (the engine's
     prefill/decode stores): -EINVAL if the counter never gave it, -EEXIST
     if a job with that id is live.  */
-int pk_store_pin_job_ns(pk_store_t *self, unsigned ns, uint64_t job_id, const pk_key_t *keys,
-                        size_t n, uint32_t *blocks, bool *pinned);
+int pk_store_pin_job(pk_store_t *self, unsigned ns, uint64_t job_id, const pk_key_t *keys,
+                     size_t n, uint32_t *blocks, bool *pinned);
 
-/*  Takes the next id from the counter pk_store_pin_ns uses (the first is 1).  */
+/*  Takes the next id from the counter pk_store_pin uses (the first is 1).  */
 uint64_t pk_store_new_job_id(pk_store_t *self);
 
 /*  Unpins every block of the job and forgets it; -ENOENT for an unknown job.  */
@@ -190,7 +190,7 @@ size_t pk_store_release_owner(pk_store_t *self, uint64_t owner);
     metrics and `p2pkv stats` read the whole once and the shares per
     namespace.  */
 void pk_store_stats(pk_store_t *self, pk_store_stats_t *out);
-int pk_store_stats_ns(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out);
+int pk_store_ns_stats(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out);
 
 /*  The directory's feed (issue 14): fn hears every change of the set of
     keys the store holds READY, added (commit, put: WRITING -> READY) or
@@ -212,8 +212,8 @@ void pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watc
                        void *arg);
 
 /*  The server role's parent seam (base/parent.h), served by this store in
-    the shared namespace: lookup is pk_store_lookup_ns, create_store_job
-    pk_store_pin_ns, store_result pk_store_release_job, block_sums
+    the shared namespace: lookup is pk_store_lookup, create_store_job
+    pk_store_pin, store_result pk_store_release_job, block_sums
     pk_store_block_sums, and the request brackets keep open_lookups.  */
 pk_parent_t pk_store_parent(pk_store_t *self);
 

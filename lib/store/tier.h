@@ -23,7 +23,7 @@
 
     A promotion is asynchronous and the tier's own work: once it has the
     bytes it lands them through the store's ordinary write path, as an
-    engine does (pk_store_reserve_ns under PK_STORE_OWNER_TIER, a copy into
+    engine does (pk_store_reserve under PK_STORE_OWNER_TIER, a copy into
     the block, pk_store_commit_sums with the checksum it was handed at
     eviction, so a block damaged below the pool reaches consumers as
     corrupt, never as good).  That is also how everyone learns it arrived:

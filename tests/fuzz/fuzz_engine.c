@@ -183,8 +183,8 @@ s_world_init(s_world_t *w)
     //  named, as the daemon's always is (describe answers with the name)
     char name[64];
     snprintf(name, sizeof name, "/p2pkv-fuzz-engine-%d", (int) getpid());
-    w->store = pk_store_new_logged(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now },
-                                   NULL, NULL, NULL, NULL);
+    w->store = pk_store_new(name, S_BLOCKS, S_BLOCK_LEN, NULL, (pk_clock_t) { w, s_now },
+                            NULL, NULL, NULL, NULL);
     w->api = w->store ? pk_engine_api_new(&w->config, w->store, "tcp://127.0.0.1:5555",
                                           &s_ops_table, w) : NULL;
     return w->api ? 0 : -1;

@@ -170,8 +170,8 @@ static int
 s_world_init(s_world_t *w)
 {
     *w = (s_world_t) { .now = 100.0 };
-    w->store = pk_store_new_logged(NULL, S_POOL_BLOCKS, S_BLOCK_LEN, NULL,
-                                   (pk_clock_t) { w, s_now }, NULL, NULL, NULL, NULL);
+    w->store = pk_store_new(NULL, S_POOL_BLOCKS, S_BLOCK_LEN, NULL,
+                            (pk_clock_t) { w, s_now }, NULL, NULL, NULL, NULL);
     w->mem = pk_memtransport_new();
     if (!w->store || !w->mem)
         return -1;
@@ -180,14 +180,14 @@ s_world_init(s_world_t *w)
     for (int i = 0; i < 32; i++) {
         uint8_t kb[2] = { 0xaa, (uint8_t) i };
         pk_key_t k = pk_key_make(kb, 2);
-        if (pk_store_put_ns(w->store, PK_NS_SHARED, &k, block, sizeof block) != 0)
+        if (pk_store_put(w->store, PK_NS_SHARED, &k, block, sizeof block) != 0)
             return -1;
     }
     for (int i = 0; i < 8; i++) {
         uint8_t kb[2] = { 0xbb, (uint8_t) i };
         pk_key_t k = pk_key_make(kb, 2);
         uint32_t b;
-        if (pk_store_reserve_ns(w->store, 7, PK_NS_SHARED, &k, 1, &b) != 0)
+        if (pk_store_reserve(w->store, 7, PK_NS_SHARED, &k, 1, &b) != 0)
             return -1;
     }
     return 0;
@@ -230,7 +230,7 @@ s_store(s_world_t *w, uint64_t n, bool has_round)
     uint32_t blocks[2];
     bool pinned[2];
     uint64_t job = pk_store_new_job_id(w->store);
-    if (pk_store_pin_job_ns(w->store, PK_NS_SHARED, job, keys, 2, blocks, pinned) != 0)
+    if (pk_store_pin_job(w->store, PK_NS_SHARED, job, keys, 2, blocks, pinned) != 0)
         return;
     char kv[32];
     snprintf(kv, sizeof kv, "req-%u", (unsigned) (n % 8));
