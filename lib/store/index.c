@@ -5,7 +5,6 @@
     digest, once per block (its buffer is kept for the block's reuse).
 */
 #include "store/index.h"
-#include "store/namespace.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -30,6 +30,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*  The index is keyed by (namespace, key) (namespace.h): a key's index
+    hash is its SipHash mixed with its namespace's id, and the shared
+    namespace, 0, keeps the plain hash, so a store without tenants hashes
+    exactly as before.  pk_hash_id is keyed and its input is already a
+    keyed SipHash, so a peer can choose no collisions.  */
+#define PK_NS_SHARED 0
+
+static inline uint64_t
+pk_ns_hash(uint64_t hash, unsigned ns)
+{
+    return ns == PK_NS_SHARED ? hash : pk_hash_id(hash, ns);
+}
+
 #define PK_INDEX_NONE UINT32_MAX
 
 //  Keys up to a SHA-256 digest live inside the block record; longer ones

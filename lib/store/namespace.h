@@ -17,17 +17,7 @@
 
 #include "store/index.h"
 
-#define PK_NS_SHARED 0
-#define PK_NS_MAX 256               //  namespaces, shared included
-
-/*  The index hash of a key whose SipHash is hash, in namespace ns.
-    pk_hash_id is keyed and its input is already a keyed SipHash, so a
-    peer can choose no collisions.  */
-static inline uint64_t
-pk_ns_hash(uint64_t hash, unsigned ns)
-{
-    return ns == PK_NS_SHARED ? hash : pk_hash_id(hash, ns);
-}
+#define PK_NS_MAX 256               //  namespaces, shared included (PK_NS_SHARED: index.h)
 
 /*  What namespace ns sees of key: its own block if READY, else the
     shared one if READY, else either being written (own first), else
