@@ -169,7 +169,6 @@ END_TEST
 int
 main(void)
 {
-    zsys_init();
     Suite *s = suite_create("admission");
     TCase *tc = tcase_create("admission");
     tcase_add_test(tc, test_admits_and_refuses_a_key);

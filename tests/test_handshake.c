@@ -102,7 +102,9 @@ START_TEST(test_handshake_alone)
     pk_msg_t *reply;
     pk_peer_t *peer;
 
-    char *word = s_hello(hs, s_frame(pk_msg_new(PK_MSG_DESCRIBE)), &reply, &peer);
+    pk_msg_t *m = pk_msg_new(PK_MSG_DESCRIBE);
+    char *word = s_hello(hs, s_frame(m), &reply, &peer);
+    pk_msg_destroy(&m);
     ck_assert_str_eq(word, "REPLY");
     ck_assert_ptr_nonnull(reply);
     ck_assert_int_eq(reply->type, PK_MSG_DESCRIPTION);
@@ -115,7 +117,7 @@ START_TEST(test_handshake_alone)
     ck_assert_ptr_null(reply);                          //  dropped, answered with nothing
     zstr_free(&word);
 
-    pk_msg_t *m = pk_msg_new(PK_MSG_PING);
+    m = pk_msg_new(PK_MSG_PING);
     pk_msg_set_epochs(m, s_epoch, s_epoch);
     word = s_hello(hs, s_frame(m), &reply, &peer);
     pk_msg_destroy(&m);
@@ -161,7 +163,6 @@ END_TEST
 int
 main(void)
 {
-    zsys_init();
     Suite *s = suite_create("handshake");
     TCase *tc = tcase_create("handshake");
     tcase_add_test(tc, test_handshake_alone);
