@@ -413,6 +413,24 @@ s_marks_round(bool marks, uint64_t round)
     pk_ofi_channel_verdicts(C.ch, remote, verdict, N);
     for (uint32_t i = 0; i < N; i++)
         ck_assert_int_eq(verdict[i], PK_VERDICT_NONE);
+    if (!marks)
+        return;
+    //  A block that lands again after it was judged is left to the owner
+    //  (judged by its last landing, hashed once the round landed), and a
+    //  repeated mark costs no hash: block 0 is judged OK at its first
+    //  landing, then overwritten with other bytes under marks, thrice.
+    ck_assert_int_eq(pk_ofi_channel_expect(C.ch, remote, sums, 1), 0);
+    uint32_t again = local[0] + 1;
+    ck_assert_int_gt(T.write_blocks(T.self, round + 1, local, remote, 1), 0);
+    ck_assert(s_wait(round + 1, 1, true).ok);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_gt(T.write_blocks(T.self, round + 1, &again, remote, 1), 0);
+        ck_assert(s_wait(round + 1, 2 + (uint64_t) k, true).ok);
+    }
+    ck_assert(s_block_is(remote[0], again));
+    verdict[0] = PK_VERDICT_NONE;
+    pk_ofi_channel_verdicts(C.ch, remote, verdict, 1);
+    ck_assert_int_eq(verdict[0], PK_VERDICT_NONE);
 }
 
 START_TEST(test_marks_check_at_landing)

@@ -7,7 +7,9 @@
 #include <errno.h>
 #include <stdlib.h>
 
-enum { S_UNEXPECTED = 0, S_EXPECTED, S_OK, S_CORRUPT };
+//  RELANDED: landed again after it was judged; the owner hashes it once
+//  the round landed (its verdict is left as it was)
+enum { S_UNEXPECTED = 0, S_EXPECTED, S_OK, S_CORRUPT, S_RELANDED };
 
 int
 pk_block_check_expect(pk_block_check_t *self, uint64_t blocks, const uint32_t *dest,
@@ -33,12 +35,19 @@ pk_block_check_expect(pk_block_check_t *self, uint64_t blocks, const uint32_t *d
 }
 
 bool
-pk_block_check_wants(const pk_block_check_t *self, uint64_t dst)
+pk_block_check_wants(pk_block_check_t *self, uint64_t dst)
 {
-    //  a block written twice in its round is judged by its last landing,
-    //  never by bytes that were overwritten since
-    return self->state && dst < self->blocks
-           && atomic_load_explicit(&self->state[dst], memory_order_relaxed) != S_UNEXPECTED;
+    if (!self->state || dst >= self->blocks)
+        return false;
+    uint8_t st = atomic_load_explicit(&self->state[dst], memory_order_relaxed);
+    //  A block landed again after it was judged is left to the owner's
+    //  hash once the round landed, so it is judged by its last landing,
+    //  never by bytes overwritten since; and a peer that repeats marks
+    //  (4,095 blocks per immediate, a write of no bytes) costs a state
+    //  change each, never a hash of blocks it did not write.
+    if (st == S_OK || st == S_CORRUPT)
+        atomic_store_explicit(&self->state[dst], S_RELANDED, memory_order_relaxed);
+    return st == S_EXPECTED;
 }
 
 void

@@ -30,9 +30,12 @@ typedef struct {
 int pk_block_check_expect(pk_block_check_t *self, uint64_t blocks, const uint32_t *dest,
                           const uint64_t *sums, size_t n);
 
-/*  True when dst's bytes are expected (checked already or not: a block
-    landed twice is judged by its last landing).  */
-bool pk_block_check_wants(const pk_block_check_t *self, uint64_t dst);
+/*  dst landed: true when its bytes are expected and not judged yet (then
+    the caller hashes them now and hands the sum to found).  A block that
+    lands again after it was judged is left to the owner, who hashes it
+    once the round landed: a block is judged by its last landing, and at
+    most one hash per block is done at landing, whatever a peer repeats.  */
+bool pk_block_check_wants(pk_block_check_t *self, uint64_t dst);
 
 /*  What dst's bytes hashed to, once they landed.  */
 void pk_block_check_found(pk_block_check_t *self, uint64_t dst, uint64_t sum);
@@ -45,7 +48,7 @@ void pk_block_check_landed(pk_block_check_t *self, const uint8_t *pool, uint64_t
 
 /*  What was found for dest[i], as PK_VERDICT_OK or PK_VERDICT_CORRUPT in
     verdict[i] (base/transport.h); the states go.  A block not checked
-    since its expect leaves verdict[i] as it was.  */
+    since its expect, or landed again after, leaves verdict[i] as it was.  */
 void pk_block_check_verdicts(pk_block_check_t *self, const uint32_t *dest, uint8_t *verdict,
                              size_t n);
 
