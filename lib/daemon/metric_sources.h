@@ -58,6 +58,10 @@ void pk_metric_sources_publish(pk_metrics_t *metrics, pk_metric_source_t source,
 void pk_metric_sources_end(pk_metrics_t *metrics, pk_metric_source_t source,
                            const char *label, const void *last, uint64_t block_len);
 
+/*  A source's rows (ids of pk_metric_id_t, in table order): how many, and
+    where *ids_p points.  */
+size_t pk_metric_source_rows(pk_metric_source_t source, const uint8_t **ids_p);
+
 /*  A row's source, and its VALUE read from now (a struct of that source).  */
 pk_metric_source_t pk_metric_source_of(pk_metric_id_t id);
 uint64_t pk_metric_source_value(pk_metric_id_t id, const void *now, uint64_t block_len);

@@ -227,20 +227,25 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
     pk_channel_stats_t f;
     pk_server_session_counters(session, &c);
     pk_channel_stats(peer->channel, &f);
+    //  Most steps change nothing a metric reads: then nothing is done.
+    if (memcmp(&c, last, sizeof c) == 0 && memcmp(&f, flast, sizeof f) == 0)
+        return;
     pk_metrics_t *m = env->metrics;
     uint64_t block_len = env->config->block_len;
-    for (int r = 0; r < PK_VIOLATION_COUNT; r++)
-        pk_metric_sources_publish(m, PK_SOURCE_REASONS, pk_violation_name((pk_violation_t) r),
-                                  &c.by_reason[r], &last->by_reason[r], block_len);
-    for (int id = 0; id < PK_M_COUNT; id++) {
-        pk_metric_source_t source = pk_metric_source_of((pk_metric_id_t) id);
-        if (source == PK_SOURCE_SESSION || source == PK_SOURCE_CHANNEL)
-            atomic_store(&peer->counted[id],
-                         pk_metric_source_value((pk_metric_id_t) id,
-                                                source == PK_SOURCE_SESSION ? (void *) &c
-                                                                            : (void *) &f,
-                                                block_len));
-    }
+    if (memcmp(c.by_reason, last->by_reason, sizeof c.by_reason) != 0)
+        for (int r = 0; r < PK_VIOLATION_COUNT; r++)
+            pk_metric_sources_publish(m, PK_SOURCE_REASONS,
+                                      pk_violation_name((pk_violation_t) r), &c.by_reason[r],
+                                      &last->by_reason[r], block_len);
+    const uint8_t *ids;
+    size_t n = pk_metric_source_rows(PK_SOURCE_SESSION, &ids);
+    for (size_t i = 0; i < n; i++)
+        atomic_store(&peer->counted[ids[i]],
+                     pk_metric_source_value((pk_metric_id_t) ids[i], &c, block_len));
+    n = pk_metric_source_rows(PK_SOURCE_CHANNEL, &ids);
+    for (size_t i = 0; i < n; i++)
+        atomic_store(&peer->counted[ids[i]],
+                     pk_metric_source_value((pk_metric_id_t) ids[i], &f, block_len));
     pk_metric_sources_publish(m, PK_SOURCE_SESSION, NULL, &c, last, block_len);
     pk_metric_sources_publish(m, PK_SOURCE_CHANNEL, NULL, &f, flast, block_len);
 }
