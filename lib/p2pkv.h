@@ -140,7 +140,8 @@ typedef struct {
     const char *curve_server;       //  the server's public key (per server:
                                     //  p2pkv_client_connect_curve)
     //  the cluster directory (issue 14)
-    const char *directory;          //  redis://HOST:PORT[/DB]: p2pkv_client_locate and
+    const char *directory;          //  redis://HOST:PORT[,HOST:PORT...][/DB] (a Cluster's
+                                    //  seed nodes, tried in turn): p2pkv_client_locate and
                                     //  p2pkv_client_get of P2PKV_ANY_SERVER (NULL: none)
     /*  After a lookup, fetch or cancel, the thread driving the client
         (p2pkv_client_poll's caller, or the progress thread) looks for the

@@ -60,12 +60,13 @@ s_pings(int port)
 //  redis-server on self->port, with the cluster options when cluster_dir
 //  (its nodes-PORT.conf there).
 static void
-s_start(tr_redis_t *self, const char *cluster_dir)
+s_start(tr_redis_t *self, const char *cluster_dir, int node_timeout_ms)
 {
     snprintf(self->url, sizeof self->url, "redis://127.0.0.1:%d", self->port);
-    char portstr[16], conf[128];
+    char portstr[16], conf[128], timeout[16];
     snprintf(portstr, sizeof portstr, "%d", self->port);
     snprintf(conf, sizeof conf, "nodes-%d.conf", self->port);
+    snprintf(timeout, sizeof timeout, "%d", node_timeout_ms);
     self->pid = fork();
     ck_assert_int_ge(self->pid, 0);
     if (self->pid == 0) {
@@ -75,7 +76,8 @@ s_start(tr_redis_t *self, const char *cluster_dir)
             execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1",
                    "--save", "", "--appendonly", "no", "--daemonize", "no",
                    "--cluster-enabled", "yes", "--cluster-config-file", conf, "--dir",
-                   cluster_dir, (char *) NULL);
+                   cluster_dir, "--cluster-node-timeout", timeout,
+                   "--repl-diskless-sync-delay", "0", (char *) NULL);
         else
             execlp("redis-server", "redis-server", "--port", portstr, "--bind", "127.0.0.1",
                    "--save", "", "--appendonly", "no", "--daemonize", "no", (char *) NULL);
@@ -96,7 +98,7 @@ void
 tr_redis_start(tr_redis_t *self, int port)
 {
     self->port = port ? port : tr_free_port();
-    s_start(self, NULL);
+    s_start(self, NULL, 0);
 }
 
 const char *
@@ -113,6 +115,17 @@ s_cluster_ok(tr_redis_t *node)
 {
     redisReply *r = tr_redis(node, "CLUSTER INFO");
     bool ok = r->type == REDIS_REPLY_STRING && strstr(r->str, "cluster_state:ok") != NULL;
+    freeReplyObject(r);
+    return ok;
+}
+
+//  Whether node is a primary, or a replica whose link to its primary is up.
+static bool
+s_replica_synced(tr_redis_t *node)
+{
+    redisReply *r = tr_redis(node, "INFO replication");
+    bool ok = r->type == REDIS_REPLY_STRING
+              && (strstr(r->str, "role:master") || strstr(r->str, "master_link_status:up"));
     freeReplyObject(r);
     return ok;
 }
@@ -134,38 +147,80 @@ s_cluster_port(void)
 }
 
 void
-tr_redis_cluster_start(tr_cluster_t *self)
+tr_redis_cluster_start_with(tr_cluster_t *self, int primaries, int replicas,
+                            int node_timeout_ms)
 {
+    self->n = primaries * (1 + replicas);
+    ck_assert_int_le(self->n, TR_CLUSTER_MAX);
     snprintf(self->dir, sizeof self->dir, "/tmp/p2pkv-redis-cluster-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(self->dir));
-    char cmd[512];
+    char cmd[1024];
     int at = snprintf(cmd, sizeof cmd, "redis-cli --cluster create");
-    for (int i = 0; i < TR_CLUSTER_NODES; i++) {
+    //  redis-cli makes the first `primaries` nodes listed the primaries
+    for (int i = 0; i < self->n; i++) {
         self->node[i].port = s_cluster_port();
-        s_start(&self->node[i], self->dir);
+        s_start(&self->node[i], self->dir, node_timeout_ms);
         at += snprintf(cmd + at, sizeof cmd - (size_t) at, " 127.0.0.1:%d", self->node[i].port);
     }
     snprintf(cmd + at, sizeof cmd - (size_t) at,
-             " --cluster-replicas 0 --cluster-yes >/dev/null 2>&1");
+             " --cluster-replicas %d --cluster-yes >/dev/null 2>&1", replicas);
     ck_assert_msg(system(cmd) == 0, "%s failed", cmd);
     snprintf(self->url, sizeof self->url, "%s", self->node[0].url);
-    //  every node agrees within 15 s, or the test fails saying so
-    for (int i = 0; i < TR_CLUSTER_NODES; i++) {
-        for (int k = 0; k < 1500 && !s_cluster_ok(&self->node[i]); k++)
+    //  every node agrees within 30 s, or the test fails saying so
+    for (int i = 0; i < self->n; i++) {
+        for (int k = 0; k < 3000 && !s_cluster_ok(&self->node[i]); k++)
             zclock_sleep(10);
         ck_assert_msg(s_cluster_ok(&self->node[i]), "cluster node on port %d never ok",
                       self->node[i].port);
     }
+    //  and every replica has synced with its primary: one that never did
+    //  counts its data as too old to take over (cluster-replica-validity-
+    //  factor), so a failover test would wait for nothing
+    for (int i = 0; i < self->n; i++) {
+        for (int k = 0; k < 3000 && !s_replica_synced(&self->node[i]); k++)
+            zclock_sleep(10);
+        ck_assert_msg(s_replica_synced(&self->node[i]), "cluster node on port %d never synced "
+                      "with its primary", self->node[i].port);
+    }
+}
+
+void
+tr_redis_cluster_start(tr_cluster_t *self)
+{
+    tr_redis_cluster_start_with(self, TR_CLUSTER_NODES, 0, 15000);
+}
+
+bool
+tr_redis_cluster_primary(tr_redis_t *node)
+{
+    if (!s_cluster_ok(node))
+        return false;
+    redisReply *r = tr_redis(node, "ROLE");
+    bool primary = r->type == REDIS_REPLY_ARRAY && r->elements > 0
+                   && r->element[0]->type == REDIS_REPLY_STRING
+                   && strcmp(r->element[0]->str, "master") == 0;
+    freeReplyObject(r);
+    return primary;
 }
 
 void
 tr_redis_cluster_stop(tr_cluster_t *self)
 {
-    for (int i = 0; i < TR_CLUSTER_NODES; i++)
+    for (int i = 0; i < self->n; i++)
         tr_redis_stop(&self->node[i]);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", self->dir);
     ck_assert_int_eq(system(cmd), 0);
+}
+
+void
+tr_redis_kill(tr_redis_t *self)
+{
+    if (self->pid <= 0)
+        return;
+    kill(self->pid, SIGKILL);
+    waitpid(self->pid, NULL, 0);
+    self->pid = 0;
 }
 
 void

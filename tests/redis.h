@@ -12,6 +12,7 @@
 #define PK_TEST_REDIS_H_INCLUDED
 
 #include <hiredis/hiredis.h>
+#include <stdbool.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -27,21 +28,34 @@ int tr_redis_suite_start(void);
 void tr_redis_start(tr_redis_t *self, int port);
 void tr_redis_stop(tr_redis_t *self);
 
-/*  A Redis Cluster of TR_CLUSTER_NODES primaries on free loopback ports,
-    no replicas, made by `redis-cli --cluster create` and waited for until
-    every node says cluster_state:ok; url names the first node.  Their
+/*  A Redis Cluster on free loopback ports, made by `redis-cli --cluster
+    create` and waited for until every node says cluster_state:ok; url
+    names the first node.  tr_redis_cluster_start: three primaries, no
+    replicas.  tr_redis_cluster_start_with: `primaries` primaries (node[0]
+    .. node[primaries - 1]) and `replicas` replicas of each after them,
+    cluster-node-timeout node_timeout_ms (a failover's pace).  Their
     cluster config files live in a temporary directory, removed by stop.
     tr_redis_cluster_skip says why one cannot be made here (NULL: it can).  */
 #define TR_CLUSTER_NODES 3
+#define TR_CLUSTER_MAX 6
 typedef struct {
-    tr_redis_t node[TR_CLUSTER_NODES];
+    tr_redis_t node[TR_CLUSTER_MAX];
+    int n;
     char url[64];
     char dir[64];
 } tr_cluster_t;
 
 const char *tr_redis_cluster_skip(void);
 void tr_redis_cluster_start(tr_cluster_t *self);
+void tr_redis_cluster_start_with(tr_cluster_t *self, int primaries, int replicas,
+                                 int node_timeout_ms);
 void tr_redis_cluster_stop(tr_cluster_t *self);
+
+/*  Whether node is a primary with cluster_state:ok, by its own word.  */
+bool tr_redis_cluster_primary(tr_redis_t *node);
+
+/*  Kills a node at once (SIGKILL), as a crash does, and reaps it.  */
+void tr_redis_kill(tr_redis_t *self);
 
 /*  A free loopback TCP port now.  */
 int tr_free_port(void);

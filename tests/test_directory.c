@@ -102,17 +102,23 @@ s_redis_and_two(tr_redis_t *r, td_t *a, const char *peer_a, td_t *b, const char 
 //  server's ephemeral port may go to another suite's server at once, and
 //  a session there would disturb that suite's counts.
 static p2pkv_client_t *
-s_client(const char *name, const tr_redis_t *r, size_t n)
+s_client_at(const char *name, const char *url, size_t n)
 {
     char err[P2PKV_ERRLEN] = "";
     p2pkv_config_t cfg = { .peer_id = name, .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .silence_timeout = 1, .stall_timeout = 1,
                            .keepalive_interval = 0.3, .connect_retry = 0.1,
-                           .load_timeout = 5, .directory = r->url, .progress_thread = true,
+                           .load_timeout = 5, .directory = url, .progress_thread = true,
                            .no_reconnect = true };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, n, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     return c;
+}
+
+static p2pkv_client_t *
+s_client(const char *name, const tr_redis_t *r, size_t n)
+{
+    return s_client_at(name, r->url, n);
 }
 
 //  What a locate said: each key's holders, as "peer,peer," (in any order).
@@ -563,7 +569,8 @@ START_TEST(test_bad_directory)
         args[at] = bad[i];
         args[at + 1] = NULL;
         ck_assert_int_eq(s_run_server(args, out, sizeof out), 2);
-        ck_assert_msg(strstr(out, "--directory: expected redis://HOST:PORT[/DB]"), "%s", out);
+        ck_assert_msg(strstr(out, "--directory: expected redis://HOST:PORT[,HOST:PORT...][/DB]"),
+                      "%s", out);
     }
     int port = tr_free_port();
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
@@ -658,6 +665,89 @@ START_TEST(test_redis_cluster)
     s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     ck_assert_int_eq(td_stop(&b), 0);
+    tr_redis_cluster_stop(&rc);
+}
+END_TEST
+
+//  Issue 36: the directory survives the Redis node it used.  A Cluster of
+//  three primaries and a replica each (node timeout 2 s); a server given
+//  as its directory only one primary, and a consumer whose seed list
+//  starts with it.  It is killed: once its replica is promoted, the
+//  server has found the Cluster again through the nodes it named and
+//  republished what it holds (a second resync: what the replica had not
+//  received is back), and the consumer, past its dead first seed,
+//  locates and fetches every key intact.  How long after the promotion
+//  is printed, not asserted.
+START_TEST(test_cluster_master_killed)
+{
+    const char *why = tr_redis_cluster_skip();
+    if (why) {
+        fprintf(stderr, "SKIP: test_cluster_master_killed: %s\n", why);
+        return;
+    }
+    tr_cluster_t rc;
+    tr_redis_cluster_start_with(&rc, 3, 1, 2000);
+    //  a primary that does not hold the servers' records (their hash
+    //  tag's slot; another primary answers MOVED): the server's record
+    //  stays up, so only its heartbeat's PING of every primary finds the
+    //  dead one, and then only the nodes the Cluster named lead it back
+    int dead = -1;
+    for (int i = 0; i < 3 && dead < 0; i++) {
+        redisReply *r = tr_redis(&rc.node[i], "EXISTS %s", PK_DIR_SERVERS);
+        if (r->type == REDIS_REPLY_ERROR)
+            dead = i;
+        freeReplyObject(r);
+    }
+    ck_assert_int_ge(dead, 0);
+    int other = (dead + 1) % 3;
+    td_t a;
+    td_start(&a, (const char *[]) { "--peer-id", "dir-fo-a", "--directory", rc.node[dead].url,
+                                    "--directory-ttl", "3", "--directory-timeout", "0.5",
+                                    NULL });
+    s_set_t set;
+    s_set_make(&set, 24, 36);
+    s_put_all(&a, &set);
+    char seeds[160];
+    snprintf(seeds, sizeof seeds, "redis://127.0.0.1:%d,127.0.0.1:%d", rc.node[dead].port,
+             rc.node[other].port);
+    p2pkv_client_t *c = s_client_at("dir-fo-consumer", seeds, set.n);
+    s_found_t f = { 0 };
+    s_wait_all(c, &set, 1, &f);
+
+    tr_redis_kill(&rc.node[dead]);
+    //  its replica (one of node 3..5) takes over: the failover's own pace
+    double deadline = pk_clock_monotonic() + 60;
+    int promoted = -1;
+    while (promoted < 0) {
+        for (int i = 3; i < rc.n && promoted < 0; i++)
+            if (tr_redis_cluster_primary(&rc.node[i]))
+                promoted = i;
+        ck_assert_msg(pk_clock_monotonic() < deadline, "no replica was promoted within 60 s");
+        if (promoted < 0)
+            zclock_sleep(20);
+    }
+    double at = pk_clock_monotonic();
+    //  the server's keys found again (bounded, generously: a failure
+    //  here means it never came back, not that it was slow)
+    char err[P2PKV_ERRLEN] = "";
+    deadline = at + 30;
+    while (true) {
+        bool ok = s_locate(c, &set, &f, err) == 0;
+        for (size_t i = 0; ok && i < set.n; i++)
+            ok = f.count[i] == 1 && s_lists(f.holders[i], "dir-fo-a");
+        if (ok)
+            break;
+        ck_assert_msg(pk_clock_monotonic() < deadline,
+                      "the server's keys were not found again within 30 s of the promotion "
+                      "(last: %s)", err[0] ? err : "a key without its holder");
+        zclock_sleep(20);
+    }
+    fprintf(stderr, "test_cluster_master_killed: keys found again %.2f s after the promotion\n",
+            pk_clock_monotonic() - at);
+    s_wait_metric(&a, "p2pkv_directory_resyncs_total", 2);   //  it connected again
+    s_get_all(c, &set);
+    s_consumer_end(&c, &f, &set);
+    ck_assert_int_eq(td_stop(&a), 0);
     tr_redis_cluster_stop(&rc);
 }
 END_TEST
@@ -963,5 +1053,6 @@ main(void)
     tcase_add_test(tc, test_cli_and_pull_by_key);
     tcase_add_test(tc, test_cli_by_key_over_curve);
     tcase_add_test(tc, test_redis_cluster);
+    tcase_add_test(tc, test_cluster_master_killed);
     return pk_test_run("directory", suite);
 }

@@ -7,6 +7,7 @@
     keeps --help, the table of options and doc/p2pkv-server.8 in step.
 */
 #include "daemon/server_config.h"
+#include "cluster/dir_entry.h"
 #include "testutil.h"
 #include "base/version.h"
 
@@ -767,6 +768,49 @@ START_TEST(test_curve_takes_both_or_neither)
 }
 END_TEST
 
+//  Issue 36: a directory URL may name several seed nodes; a connection
+//  adds the nodes the Cluster names after them (bounded, no repeats).
+START_TEST(test_directory_seeds)
+{
+    pk_dir_url_t *u = malloc(sizeof *u);
+    ck_assert_ptr_nonnull(u);
+    ck_assert_int_eq(pk_dir_url_parse("redis://a:1,[::1]:2,b.example:3", u, NULL), 0);
+    ck_assert_uint_eq(u->nseeds, 3);
+    ck_assert_uint_eq(u->nnodes, 3);
+    ck_assert_str_eq(u->node[0].host, "a");
+    ck_assert_int_eq(u->node[0].port, 1);
+    ck_assert_str_eq(u->node[1].host, "::1");
+    ck_assert_int_eq(u->node[1].port, 2);
+    ck_assert_str_eq(u->node[2].host, "b.example");
+    ck_assert_int_eq(u->node[2].port, 3);
+    ck_assert_int_eq(u->db, 0);
+    ck_assert_int_eq(pk_dir_url_parse("redis://[::1]:7,h:8/5", u, NULL), 0);
+    ck_assert_uint_eq(u->nnodes, 2);
+    ck_assert_int_eq(u->db, 5);
+    ck_assert_int_eq(pk_dir_url_parse("redis://h:9", u, NULL), 0);
+    ck_assert_uint_eq(u->nseeds, 1);
+    ck_assert_int_eq(pk_dir_url_parse(NULL, NULL, NULL), -EINVAL);
+    ck_assert_int_eq(pk_dir_url_parse("redis://h:9,", NULL, NULL), -EINVAL);
+    //  learnt: no repeat of a seed or of another learnt node, no empty host
+    pk_dir_url_learn(u, "h", 9);
+    pk_dir_url_learn(u, "", 10);
+    ck_assert_uint_eq(u->nnodes, 1);
+    pk_dir_url_learn(u, "g", 9);
+    pk_dir_url_learn(u, "g", 9);
+    ck_assert_uint_eq(u->nnodes, 2);
+    ck_assert_str_eq(u->node[1].host, "g");
+    for (int port = 1; port <= 2 * PK_DIR_MAX_NODES; port++)
+        pk_dir_url_learn(u, "many", port);
+    ck_assert_uint_eq(u->nnodes, PK_DIR_MAX_NODES);
+    ck_assert_uint_eq(u->nseeds, 1);
+    free(u);
+    pk_server_config_t c;
+    ck_assert_int_eq(s_parse(&c, "--directory", "redis://10.0.0.1:7000,10.0.0.2:7000"), 0);
+    ck_assert_str_eq(c.directory, "redis://10.0.0.1:7000,10.0.0.2:7000");
+    pk_server_config_fini(&c);
+}
+END_TEST
+
 //  Issue 14: --directory and --directory-optional take a redis:// URL;
 //  the later one wins, an empty value turns the directory off, and a URL
 //  that does not parse is refused naming the option and the form.
@@ -796,14 +840,19 @@ START_TEST(test_directory_options)
     const char *bad[] = { "h:6379", "redis://h", "redis://h:", "redis://:6379", "redis://h:0",
                           "redis://h:65536", "redis://h:6379/16", "redis://h:6379/x",
                           "redis://h:63a9", "http://h:6379", "redis://[::1:6379",
-                          "redis://u@h:6379", "redis://h:6379/" };
+                          "redis://u@h:6379", "redis://h:6379/", "redis://h:1,",
+                          "redis://h:1,,g:2", "redis://,h:1", "redis://h:1,g",
+                          "redis://h:1,[::1]:2,g:0",
+                          "redis://a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,"
+                          "o:1,p:1,q:1" };
     char msg[256];
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        snprintf(msg, sizeof msg, "--directory: expected redis://HOST:PORT[/DB] (PORT 1..65535, "
-                 "DB 0..15), got \"%s\"", bad[i]);
+        snprintf(msg, sizeof msg, "--directory: expected redis://HOST:PORT[,HOST:PORT...][/DB] "
+                 "(PORT 1..65535, DB 0..15, at most 16 nodes), got \"%s\"", bad[i]);
         s_refuse(msg, "--directory", bad[i]);
-        snprintf(msg, sizeof msg, "--directory-optional: expected redis://HOST:PORT[/DB] "
-                 "(PORT 1..65535, DB 0..15), got \"%s\"", bad[i]);
+        snprintf(msg, sizeof msg, "--directory-optional: expected "
+                 "redis://HOST:PORT[,HOST:PORT...][/DB] (PORT 1..65535, DB 0..15, at most 16 "
+                 "nodes), got \"%s\"", bad[i]);
         s_refuse(msg, "--directory-optional", bad[i]);
     }
     //  its timeouts are seconds like every other
@@ -1141,6 +1190,7 @@ main(void)
     tcase_add_test(tc, test_usage_and_man_page_name_every_option);
     tcase_add_test(tc, test_curve_takes_both_or_neither);
     tcase_add_test(tc, test_directory_options);
+    tcase_add_test(tc, test_directory_seeds);
     suite_add_tcase(s, tc);
     return pk_test_run("server_config", s);
 }

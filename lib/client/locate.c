@@ -362,7 +362,19 @@ p2pkv_client_locate(p2pkv_client_t *client, const p2pkv_key_t *keys, size_t n,
     if (!kr)
         return pk_err(err, -ENOMEM, "out of memory");
     pthread_mutex_lock(&self->mutex);
+    //  A connection made by an earlier call may have died since (its node
+    //  failed over): that is found only now, so the call connects again
+    //  once, to any node the locator knows, before it reports the
+    //  directory down.  A connection made by this call is not retried.
+    bool had = self->c != NULL;
     int rc = s_query(self, keys, n, &live, kr, err);
+    if (rc == -ENOTCONN && had) {
+        s_live_fini(&live);
+        live = (s_live_t) { 0 };
+        if (err)
+            *err = '\0';
+        rc = s_query(self, keys, n, &live, kr, err);
+    }
     pthread_mutex_unlock(&self->mutex);
     p2pkv_directory_stats_t counts = { 0 };
     p2pkv_holder_t *holders = rc == 0 ? malloc((live.n ? live.n : 1) * sizeof *holders) : NULL;

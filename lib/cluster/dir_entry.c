@@ -17,8 +17,9 @@
 static int
 s_url_bad(char *err, const char *url)
 {
-    return pk_err(err, -EINVAL, "--directory: expected redis://HOST:PORT[/DB] (PORT 1..65535, "
-                  "DB 0..15), got \"%.150s\"", url);
+    _Static_assert(PK_DIR_MAX_SEEDS == 16, "PK_DIR_URL_FORM says 16 nodes");
+    return pk_err(err, -EINVAL, "--directory: expected " PK_DIR_URL_FORM ", got \"%.150s\"",
+                  url);
 }
 
 //  A decimal in lo..hi, the whole of [s, end): 0 or -1.
@@ -39,41 +40,83 @@ s_number(const char *s, const char *end, long lo, long hi, int *out)
     return 0;
 }
 
+//  One HOST:PORT of [s, end) into node: 0 or -1.
+static int
+s_node_parse(const char *s, const char *end, pk_dir_node_t *node)
+{
+    const char *host = s, *host_end, *colon;
+    if (*host == '[') {                     //  [IPv6]:PORT
+        host_end = memchr(host, ']', (size_t) (end - host));
+        if (!host_end || host_end + 1 >= end || host_end[1] != ':')
+            return -1;
+        host++;
+        colon = host_end + 1;
+    }
+    else {
+        colon = memchr(host, ':', (size_t) (end - host));
+        host_end = colon;
+    }
+    if (!colon || host_end == host || (size_t) (host_end - host) > PK_DIR_MAX_HOST)
+        return -1;
+    for (const char *c = host; c < host_end; c++)
+        if (*c <= ' ' || *c == '/' || *c == '@' || *c == ','
+            || (unsigned char) *c >= 0x7f)
+            return -1;
+    if (s_number(colon + 1, end, 1, 65535, &node->port) != 0)
+        return -1;
+    memcpy(node->host, host, (size_t) (host_end - host));
+    node->host[host_end - host] = '\0';
+    return 0;
+}
+
 int
 pk_dir_url_parse(const char *url, pk_dir_url_t *out, char *err)
 {
     static const char scheme[] = "redis://";
     if (!url || strncmp(url, scheme, sizeof scheme - 1) != 0)
         return s_url_bad(err, url ? url : "");
-    const char *host = url + sizeof scheme - 1, *host_end;
-    const char *colon;
-    if (*host == '[') {                     //  [IPv6]:PORT
-        host_end = strchr(host, ']');
-        if (!host_end || host_end[1] != ':')
-            return s_url_bad(err, url);
-        host++;
-        colon = host_end + 1;
+    const char *at = url + sizeof scheme - 1;
+    //  the DB is after the last node: the first '/' past any [IPv6]
+    const char *close = strrchr(at, ']');
+    const char *slash = strchr(close ? close : at, '/');
+    const char *nodes_end = slash ? slash : at + strlen(at);
+    pk_dir_url_t *u = calloc(1, sizeof *u);
+    if (!u)
+        return pk_err(err, -ENOMEM, "out of memory");
+    int rc = 0;
+    while (rc == 0) {
+        const char *comma = memchr(at, ',', (size_t) (nodes_end - at));
+        //  a comma inside [IPv6] is not a separator, but none is valid there
+        const char *end = comma ? comma : nodes_end;
+        if (u->nnodes == PK_DIR_MAX_SEEDS || s_node_parse(at, end, &u->node[u->nnodes]) != 0)
+            rc = s_url_bad(err, url);
+        else
+            u->nnodes++;
+        if (!comma)
+            break;
+        at = comma + 1;
     }
-    else {
-        colon = strchr(host, ':');
-        host_end = colon;
+    if (rc == 0 && slash && s_number(slash + 1, slash + 1 + strlen(slash + 1), 0, 15, &u->db) != 0)
+        rc = s_url_bad(err, url);
+    if (rc == 0 && out) {
+        u->nseeds = u->nnodes;
+        *out = *u;
     }
-    if (!colon || host_end == host || (size_t) (host_end - host) > PK_DIR_MAX_HOST)
-        return s_url_bad(err, url);
-    for (const char *c = host; c < host_end; c++)
-        if (*c <= ' ' || *c == '/' || *c == '@' || (unsigned char) *c >= 0x7f)
-            return s_url_bad(err, url);
-    const char *port = colon + 1;
-    const char *slash = strchr(port, '/');
-    const char *port_end = slash ? slash : port + strlen(port);
-    pk_dir_url_t u = { .db = 0 };
-    if (s_number(port, port_end, 1, 65535, &u.port) != 0
-        || (slash && s_number(slash + 1, slash + 1 + strlen(slash + 1), 0, 15, &u.db) != 0))
-        return s_url_bad(err, url);
-    memcpy(u.host, host, (size_t) (host_end - host));
-    u.host[host_end - host] = '\0';
-    *out = u;
-    return 0;
+    free(u);
+    return rc;
+}
+
+void
+pk_dir_url_learn(pk_dir_url_t *self, const char *host, int port)
+{
+    if (!host || !*host || strlen(host) > PK_DIR_MAX_HOST || self->nnodes == PK_DIR_MAX_NODES)
+        return;
+    for (size_t i = 0; i < self->nnodes; i++)
+        if (self->node[i].port == port && strcmp(self->node[i].host, host) == 0)
+            return;
+    pk_dir_node_t *n = &self->node[self->nnodes++];
+    n->port = port;
+    snprintf(n->host, sizeof n->host, "%s", host);
 }
 
 char *

@@ -32,17 +32,38 @@
 #define PK_DIR_MAX_PROVIDERS 8          //  as many as --provider may list
 #define PK_DIR_MAX_HOST_ID  127         //  base/host_id.h's identity
 
-/*  redis://HOST:PORT[/DB]: HOST a name, an IPv4 address or [IPv6],
-    PORT 1..65535, DB 0..15 (default 0).  */
+/*  redis://HOST:PORT[,HOST:PORT...][/DB]: HOST a name, an IPv4 address
+    or [IPv6], PORT 1..65535, DB 0..15 (default 0).  Several nodes are
+    seeds of one Redis Cluster (or one Redis and its stand-ins): a connect
+    tries them in turn, so the directory survives the one it used.  To
+    them the connection adds every node the Cluster itself named (its
+    primaries and replicas, up to PK_DIR_MAX_NODES in all), so a server
+    given one seed still finds the Cluster again when that one dies.  */
+#define PK_DIR_MAX_SEEDS 16
+#define PK_DIR_MAX_NODES 64
 typedef struct {
     char host[PK_DIR_MAX_HOST + 1];
     int port;
+} pk_dir_node_t;
+
+typedef struct {
+    pk_dir_node_t node[PK_DIR_MAX_NODES];   //  the seeds, then the learnt ones
+    size_t nseeds, nnodes;
+    size_t last_good;               //  the node a connect last reached first
     int db;
 } pk_dir_url_t;
 
+/*  What a URL looks like, for the messages that refuse one.  */
+#define PK_DIR_URL_FORM "redis://HOST:PORT[,HOST:PORT...][/DB] (PORT 1..65535, DB 0..15, " \
+                        "at most 16 nodes)"
+
 /*  0, or -EINVAL with err (PK_ERRLEN bytes, or NULL) saying what the URL
-    should look like.  */
+    should look like; out NULL only checks it.  */
 int pk_dir_url_parse(const char *url, pk_dir_url_t *out, char *err);
+
+/*  Learns a node the Cluster named: kept after the seeds if not already
+    there and there is room (the first ones named win).  */
+void pk_dir_url_learn(pk_dir_url_t *self, const char *host, int port);
 
 /*  What a server publishes about itself: enough to connect (endpoint),
     to choose (host_id: the same host is preferred, and shm used; host,

@@ -26,6 +26,8 @@ struct _pk_dir_conn_t {
     bool written;                   //  every node's commands written since the last append
     bool broken;
     char error[PK_ERRLEN];
+    pk_dir_node_t *learnt;          //  every node CLUSTER SLOTS named, for the URL
+    size_t nlearnt;
 };
 
 static struct timeval
@@ -124,7 +126,7 @@ s_node(const char *host, int port, double timeout, const char *text, char *err)
 //  The node index of a primary, connecting it when it is new: >= 0, or -1
 //  with err.
 static int
-s_primary(pk_dir_conn_t *self, const redisReply *who, const pk_dir_url_t *url, double timeout,
+s_primary(pk_dir_conn_t *self, const redisReply *who, const pk_dir_node_t *asked, double timeout,
           const char *text, char *err)
 {
     if (who->type != REDIS_REPLY_ARRAY || who->elements < 2
@@ -135,7 +137,7 @@ s_primary(pk_dir_conn_t *self, const redisReply *who, const pk_dir_url_t *url, d
         return -1;
     }
     //  an empty host is the node we asked (Redis does not know its own)
-    const char *host = who->element[0]->len ? who->element[0]->str : url->host;
+    const char *host = who->element[0]->len ? who->element[0]->str : asked->host;
     int port = (int) who->element[1]->integer;
     for (size_t i = 0; i < self->nnodes; i++)
         if (self->node[i]->tcp.port == port && strcmp(self->node[i]->tcp.host, host) == 0)
@@ -151,10 +153,26 @@ s_primary(pk_dir_conn_t *self, const redisReply *who, const pk_dir_url_t *url, d
     return (int) self->nnodes++;
 }
 
+//  Notes a node CLUSTER SLOTS named (HOST, PORT, ...), for the URL once
+//  this connect succeeds.
+static void
+s_learn(pk_dir_conn_t *self, const redisReply *who, const pk_dir_node_t *asked)
+{
+    if (who->type != REDIS_REPLY_ARRAY || who->elements < 2
+        || who->element[0]->type != REDIS_REPLY_STRING
+        || who->element[1]->type != REDIS_REPLY_INTEGER
+        || who->element[0]->len > PK_DIR_MAX_HOST || self->nlearnt == PK_DIR_MAX_NODES)
+        return;
+    pk_dir_node_t *n = &self->learnt[self->nlearnt++];
+    snprintf(n->host, sizeof n->host, "%s", who->element[0]->len ? who->element[0]->str
+                                                                  : asked->host);
+    n->port = (int) who->element[1]->integer;
+}
+
 //  A Cluster's slots from the CLUSTER SLOTS reply: 0, or a negative errno
 //  with err.
 static int
-s_learn_slots(pk_dir_conn_t *self, const redisReply *r, const pk_dir_url_t *url,
+s_learn_slots(pk_dir_conn_t *self, const redisReply *r, const pk_dir_node_t *asked,
               double timeout, const char *text, char *err)
 {
     self->cluster = true;
@@ -172,7 +190,10 @@ s_learn_slots(pk_dir_conn_t *self, const redisReply *r, const pk_dir_url_t *url,
             || e->element[0]->integer > e->element[1]->integer)
             return pk_err(err, -EPROTO, "directory %.100s: CLUSTER SLOTS: not a slot range",
                           text);
-        int n = s_primary(self, e->element[2], url, timeout, text, err);
+        //  every node of the range, its replicas too, is a seed for later
+        for (size_t k = 2; k < e->elements; k++)
+            s_learn(self, e->element[k], asked);
+        int n = s_primary(self, e->element[2], asked, timeout, text, err);
         if (n < 0)
             return -EIO;
         for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
@@ -185,11 +206,11 @@ s_learn_slots(pk_dir_conn_t *self, const redisReply *r, const pk_dir_url_t *url,
     return 0;
 }
 
-//  One Redis or a Cluster, as the URL's node says: 0, or a negative errno
-//  with err.
+//  One Redis or a Cluster, as the node first answers: 0, or a negative
+//  errno with err.
 static int
-s_discover(pk_dir_conn_t *self, redisContext *first, const pk_dir_url_t *url, double timeout,
-           const char *text, char *err)
+s_discover(pk_dir_conn_t *self, redisContext *first, const pk_dir_node_t *asked,
+           const pk_dir_url_t *url, double timeout, const char *text, char *err)
 {
     redisReply *r = redisCommand(first, "CLUSTER SLOTS");
     if (!r) {
@@ -207,27 +228,70 @@ s_discover(pk_dir_conn_t *self, redisContext *first, const pk_dir_url_t *url, do
     else if (url->db)
         rc = pk_err(err, -EINVAL, "directory %.100s: a Redis Cluster has only DB 0", text);
     else
-        rc = s_learn_slots(self, r, url, timeout, text, err);
+        rc = s_learn_slots(self, r, asked, timeout, text, err);
     freeReplyObject(r);
     if (first)
         redisFree(first);
     return rc;
 }
 
+//  Back to no connection, for the next node to try.
+static void
+s_reset(pk_dir_conn_t *self)
+{
+    for (size_t i = 0; i < self->nnodes; i++)
+        redisFree(self->node[i]);
+    self->nnodes = 0;
+    self->cluster = false;
+    free(self->slot_node);
+    self->slot_node = NULL;
+    self->nlearnt = 0;
+}
+
 pk_dir_conn_t *
-pk_dir_connect(const pk_dir_url_t *url, const char *text, double timeout, char *err)
+pk_dir_connect(pk_dir_url_t *url, const char *text, double timeout, char *err)
 {
     pk_dir_conn_t *self = calloc(1, sizeof *self);
-    if (self)
+    if (self) {
         self->node = calloc(S_MAX_NODES, sizeof *self->node);
-    if (!self || !self->node) {
-        free(self);
+        self->learnt = calloc(PK_DIR_MAX_NODES, sizeof *self->learnt);
+    }
+    if (!self || !self->node || !self->learnt) {
+        pk_dir_close(&self);
         pk_err(err, -ENOMEM, "out of memory");
         return NULL;
     }
-    redisContext *first = s_node(url->host, url->port, timeout, text, err);
-    if (first && s_discover(self, first, url, timeout, text, err) == 0)
-        return self;
+    //  Each node in turn, from the one that answered last: a dead seed
+    //  costs one refused connect (or the timeout, on a network where a
+    //  dead host does not answer) before the next is asked.
+    char why[PK_ERRLEN] = "";
+    size_t n = url->nnodes;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (url->last_good + k) % n;
+        const pk_dir_node_t *node = &url->node[i];
+        redisContext *first = s_node(node->host, node->port, timeout, text, why);
+        if (first && s_discover(self, first, node, url, timeout, text, why) == 0) {
+            url->last_good = i;
+            if (self->cluster) {        //  what it named replaces what was learnt
+                pk_dir_node_t was = url->node[i];
+                url->nnodes = url->nseeds;
+                for (size_t l = 0; l < self->nlearnt; l++)
+                    pk_dir_url_learn(url, self->learnt[l].host, self->learnt[l].port);
+                //  the node that answered stays first in line
+                for (size_t l = 0; l < url->nnodes; l++)
+                    if (url->node[l].port == was.port && strcmp(url->node[l].host, was.host) == 0)
+                        url->last_good = l;
+                if (url->last_good >= url->nnodes)
+                    url->last_good = 0;
+            }
+            return self;
+        }
+        s_reset(self);
+    }
+    if (n > 1)
+        pk_err(err, -ENOTCONN, "%s (and no other of its %zu nodes answered)", why, n);
+    else
+        pk_err(err, -ENOTCONN, "%s", why);
     pk_dir_close(&self);
     return NULL;
 }
@@ -238,10 +302,10 @@ pk_dir_close(pk_dir_conn_t **self_p)
     pk_dir_conn_t *self = *self_p;
     if (!self)
         return;
-    for (size_t i = 0; i < self->nnodes; i++)
-        redisFree(self->node[i]);
+    if (self->node)
+        s_reset(self);
     free(self->node);
-    free(self->slot_node);
+    free(self->learnt);
     free(self->queue);
     free(self);
     *self_p = NULL;
@@ -262,8 +326,10 @@ pk_dir_nodes(const pk_dir_conn_t *self)
 //  --------------------------------------------------------------------------
 //  Pipelines
 
-int
-pk_dir_append(pk_dir_conn_t *self, int argc, const char **argv, const size_t *argvlen)
+//  One command onto node n's pipeline, its reply owed in the queue.
+static int
+s_append_to(pk_dir_conn_t *self, uint16_t n, int argc, const char **argv,
+            const size_t *argvlen)
 {
     if (self->qhead + self->qlen == self->qcap) {
         size_t cap = self->qcap ? 2 * self->qcap : 1024;
@@ -279,13 +345,19 @@ pk_dir_append(pk_dir_conn_t *self, int argc, const char **argv, const size_t *ar
             self->qcap = cap;
         }
     }
-    uint16_t n = self->cluster && argc > 1 ? self->slot_node[pk_dir_slot(argv[1], argvlen[1])]
-                                           : 0;
     if (redisAppendCommandArgv(self->node[n], argc, argv, argvlen) != REDIS_OK)
         return -ENOMEM;
     self->queue[self->qhead + self->qlen++] = n;
     self->written = false;
     return 0;
+}
+
+int
+pk_dir_append(pk_dir_conn_t *self, int argc, const char **argv, const size_t *argvlen)
+{
+    uint16_t n = self->cluster && argc > 1 ? self->slot_node[pk_dir_slot(argv[1], argvlen[1])]
+                                           : 0;
+    return s_append_to(self, n, argc, argv, argvlen);
 }
 
 static int
@@ -335,9 +407,18 @@ pk_dir_next_reply(pk_dir_conn_t *self, redisReply **reply_p, char *err)
     if (--self->qlen == 0)
         self->qhead = 0;
     redisReply *reply = r;
+    //  The Cluster moved a slot, or is failing over (CLUSTERDOWN until a
+    //  replica is promoted, TRYAGAIN while a slot migrates): the slots we
+    //  know are wrong, so the connection is dropped like a lost one, and
+    //  the next connect learns them again from any node.  A user that
+    //  writes resyncs then, which also restores what a promoted replica
+    //  never received.
     if (reply->type == REDIS_REPLY_ERROR
-        && (strncmp(reply->str, "MOVED ", 6) == 0 || strncmp(reply->str, "ASK ", 4) == 0)) {
-        s_fail(self, err, "the Cluster moved a slot (%.60s): connect again", reply->str);
+        && (strncmp(reply->str, "MOVED ", 6) == 0 || strncmp(reply->str, "ASK ", 4) == 0
+            || strncmp(reply->str, "CLUSTERDOWN", 11) == 0
+            || strncmp(reply->str, "TRYAGAIN", 8) == 0)) {
+        s_fail(self, err, "the Cluster moved a slot or is down (%.60s): connect again",
+               reply->str);
         freeReplyObject(reply);
         return -EIO;
     }
@@ -365,6 +446,28 @@ pk_dir_replies(pk_dir_conn_t *self, redisReply **replies, size_t n, char *err)
             pk_dir_free_replies(replies, i);
             return -EIO;
         }
+    return 0;
+}
+
+int
+pk_dir_ping_all(pk_dir_conn_t *self, char *err)
+{
+    const char *argv[1] = { "PING" };
+    size_t lens[1] = { 4 };
+    for (size_t i = 0; i < self->nnodes; i++)
+        if (s_append_to(self, (uint16_t) i, 1, argv, lens) != 0)
+            return s_fail(self, err, "out of memory");
+    for (size_t i = 0; i < self->nnodes; i++) {
+        redisReply *r = NULL;
+        if (pk_dir_next_reply(self, &r, err) != 0)
+            return -EIO;
+        bool pong = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+        char said[64];
+        snprintf(said, sizeof said, "%s", r->type == REDIS_REPLY_ERROR ? r->str : "not PONG");
+        freeReplyObject(r);
+        if (!pong)
+            return s_fail(self, err, "a node answered PING with %s", said);
+    }
     return 0;
 }
 

@@ -9,15 +9,17 @@
     Every read and write is bounded by the connection's timeout: a Redis
     slower than that counts as down.
 
-    A Cluster is found at connect: the URL's node answers CLUSTER SLOTS
+    A Cluster is found at connect: a node of the URL answers CLUSTER SLOTS
     (a Redis without Cluster refuses it, and is used as one node).  Each
     command then goes to the primary of its first key's slot, one
     connection per primary; a pipeline becomes one sub-pipeline per node,
     all written before any reply is read, so it still takes one round trip
     of wall time.  Every command we send names one slot (doc/directory.md:
     the records and the servers' set share a hash tag).  A MOVED or ASK
-    answer (the Cluster is resharding) fails the connection like a lost
-    one: its user drops it, and the next connect learns the new slots.
+    answer (the Cluster is resharding), CLUSTERDOWN or TRYAGAIN (it is
+    failing over) fails the connection like a lost one: its user drops
+    it, and the next connect learns the slots again from any node it
+    knows, the URL's seeds or those the Cluster named.
     hiredis 0.14 has no Cluster client; this is the part of one we need.
 */
 #ifndef PK_DIR_REDIS_H_INCLUDED
@@ -33,9 +35,12 @@ typedef struct _pk_dir_conn_t pk_dir_conn_t;
 /*  Connects within timeout seconds (also the bound on every later read
     and write), checks the answer to PING, and selects url's DB (one
     Redis) or learns the slots (a Cluster, whose only DB is 0: another is
-    refused).  NULL with err (PK_ERRLEN bytes) naming the directory (text,
-    the URL as given) and what failed.  */
-pk_dir_conn_t *pk_dir_connect(const pk_dir_url_t *url, const char *text, double timeout,
+    refused).  url's nodes are tried in turn, from the one that answered
+    last; a Cluster's own list of nodes (primaries and replicas) is kept
+    in url after its seeds, for the next connect: the caller keeps url
+    for the life of its connections.  NULL with err (PK_ERRLEN bytes)
+    naming the directory (text, the URL as given) and what failed.  */
+pk_dir_conn_t *pk_dir_connect(pk_dir_url_t *url, const char *text, double timeout,
                               char *err);
 void pk_dir_close(pk_dir_conn_t **self_p);
 
@@ -61,6 +66,14 @@ int pk_dir_next_reply(pk_dir_conn_t *self, redisReply **reply_p, char *err);
     freed on failure.  */
 int pk_dir_replies(pk_dir_conn_t *self, redisReply **replies, size_t n, char *err);
 void pk_dir_free_replies(redisReply **replies, size_t n);
+
+/*  PING to every node of the connection, in one round trip, with no
+    pipeline owed: 0, or -EIO with err (the connection failed, as for
+    pk_dir_next_reply).  A writer's heartbeat, so that a dead primary it
+    has had nothing to write to is found within a heartbeat, not at its
+    next write (after a failover, what its replica lacks is republished
+    only once the connection was found lost).  */
+int pk_dir_ping_all(pk_dir_conn_t *self, char *err);
 
 /*  One command, one reply: NULL when the connection failed.  */
 redisReply *pk_dir_command(pk_dir_conn_t *self, int argc, const char **argv,

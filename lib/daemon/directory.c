@@ -322,6 +322,13 @@ s_beat(self_t *self)
                   strlen(peer)) != 0
         || s_sync(self, &owed) != 0)
         return -EIO;
+    //  every primary, not only the records': one whose death we would
+    //  otherwise meet only at our next write there (dir_redis.h)
+    char err[PK_ERRLEN];
+    if (pk_dir_is_cluster(self->c) && pk_dir_ping_all(self->c, err) != 0) {
+        s_down(self, err);
+        return -EIO;
+    }
     if (self->last_beat_ok && now - self->last_beat_ok >= dir->config.ttl)
         self->need_resync = true;
     self->last_beat_ok = now;

@@ -28,7 +28,7 @@ typedef struct _pk_directory_t pk_directory_t;
 typedef void (pk_directory_log_fn)(void *arg, int level, const char *line);
 
 typedef struct {
-    const char *url;                //  redis://HOST:PORT[/DB]
+    const char *url;                //  redis://HOST:PORT[,HOST:PORT...][/DB]
     bool optional;                  //  no Redis at start: a warning, retried
     pk_dir_record_t record;         //  what the server publishes about itself
     double ttl;                     //  the record's TTL (3 s); heartbeat at a third

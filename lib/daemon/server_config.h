@@ -92,7 +92,7 @@ typedef struct {
     double connect_retry;       //  0.5: resend connect
     double keepalive_interval;  //  2: ping a server we sent nothing to
     //  the cluster directory (issue 14)
-    char *directory;            //  redis://HOST:PORT[/DB]; NULL = none
+    char *directory;            //  redis://HOST:PORT[,...][/DB]; NULL = none
     bool directory_optional;    //  set by --directory-optional: no Redis at start warns
     double directory_ttl;       //  3: our record's TTL in Redis; heartbeat at a third
     double directory_timeout;   //  1: bound on the connect and each read or write

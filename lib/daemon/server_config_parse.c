@@ -170,8 +170,9 @@ static const char s_usage[] =
     "                               default none: one shared namespace\n"
     "      --directory URL          publish this server and the keys it holds in\n"
     "                               the cluster directory, a Redis at\n"
-    "                               redis://HOST:PORT[/DB]; no Redis there at\n"
-    "                               start is an error; default none\n"
+    "                               redis://HOST:PORT[/DB], or a Redis Cluster's\n"
+    "                               nodes, redis://HOST:PORT,HOST:PORT...; no\n"
+    "                               Redis there at start is an error; default none\n"
     "      --directory-optional URL the same, but no Redis at start is a warning\n"
     "                               and it is retried in the background\n"
     "      --directory-ttl S        our record's time to live in the directory: a\n"
@@ -426,8 +427,8 @@ s_apply_text(s_parser_t *p, const s_setting_t *s, const char *value, const char 
         return s_set_or_clear(p, field, value, !len);
     case S_DIRECTORY:
         //  Empty turns it off, so a command line can undo a file.
-        if (len && pk_dir_url_parse(value, &(pk_dir_url_t) { 0 }, NULL) != 0)
-            return s_bad(p, where, "redis://HOST:PORT[/DB] (PORT 1..65535, DB 0..15)", value);
+        if (len && pk_dir_url_parse(value, NULL, NULL) != 0)
+            return s_bad(p, where, PK_DIR_URL_FORM, value);
         c->directory_optional = len && strcmp(s->name, "directory-optional") == 0;
         return s_set_or_clear(p, field, value, !len);
     case S_METRICS:
