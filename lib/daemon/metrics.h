@@ -30,6 +30,14 @@
 #ifndef PK_METRICS_H_INCLUDED
 #define PK_METRICS_H_INCLUDED
 
+//  The sources' lists of counts, which metric_families.h maps to its rows
+//  (base/counts.h): included here, outside the braces that file is
+//  expanded in.
+#include "daemon/directory.h"
+#include "daemon/node_counts.h"
+#include "roles/server_session.h"
+#include "store/store.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -831,7 +831,10 @@ s_publish_metrics(pk_node_t *self)
         pk_directory_stats(self->directory, &d);
         pk_metric_sources_publish(m, PK_SOURCE_DIRECTORY, NULL, &d, NULL, block_len);
     }
-    pk_node_counts_t own = { pk_door_sessions(self->door), pk_unsent_bytes(self->unsent) };
+    pk_node_counts_t own = {
+        .sessions = pk_door_sessions(self->door),
+        .unread_bytes = pk_unsent_bytes(self->unsent),
+    };
     pk_metric_sources_publish(m, PK_SOURCE_NODE, NULL, &own, NULL, block_len);
 }
 
