@@ -46,13 +46,16 @@
     (CHANNEL, FABRIC), which stay in base/transport.h because they are the
     seam's, filled by each transport (doc/design.md).
 
-    To add a metric (the files touched, as measured):
+    To add a metric (the files touched, measured by adding one to each
+    source):
     - a count of one of those structs: its M row in the source's list, and
       the line that counts it (server_session.c, server_role.c, store.c,
-      directory.c, node.c): 2 files.
+      directory.c, node.c): 2 files (4 for a pool count the store's index
+      keeps: index.h and index.c too).
     - counted where it happens: a row here, and its pk_metrics_add: 2.
     - a channel's or a fabric's: a row here, its field in base/transport.h,
-      and its count in each transport that has it.
+      and its count in each transport that has it (7 files for one that
+      ofi, mmap and the test transport all count).
     Nothing else names it: the loop publishes every row of a source, and
     tests/test_metrics_e2e.c scrapes for every row.  No include guard: the
     file is meant to be included more than once.
