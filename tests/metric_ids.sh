@@ -1,7 +1,10 @@
 #!/bin/sh
 # metric_ids.sh: code names a metric by its identifier from
 # lib/daemon/metric_families.h, and the compiler checks it: the right
-# identifier compiles, a misspelt one or a string name does not.  Run by
+# identifier compiles, a misspelt one or a string name does not; so does
+# one of a row the table maps from a source's list of counts (the
+# session's, the role's, the store's: base/counts.h), and a count of a
+# list with no metric of its own (an F row) has no identifier.  Run by
 # make check (CC and JANSSON_CFLAGS from configure).
 set -eu
 top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -21,6 +24,15 @@ try() {
 fail=0
 if ! try 'pk_metrics_add(m, PK_M_LOOKUPS, NULL, 1)'; then
     echo "metric_ids: a table identifier does not compile:"; cat "$tmp/err"; fail=1
+fi
+for id in PK_M_LOOKUP_HITS PK_M_POOL_EVICTIONS PK_M_NS_HITS PK_M_SESSIONS PK_M_DIRECTORY_UP \
+          PK_M_FRAMES_DROPPED PK_M_BLOCKS_CORRUPT; do
+    if ! try "pk_metrics_add(m, $id, NULL, 1)"; then
+        echo "metric_ids: $id does not compile:"; cat "$tmp/err"; fail=1
+    fi
+done
+if try 'pk_metrics_add(m, PK_M_DROPPED_BAD, NULL, 1)'; then
+    echo "metric_ids: a count with no metric has an identifier"; fail=1
 fi
 if try 'pk_metrics_add(m, PK_M_LOOKUPSS, NULL, 1)'; then
     echo "metric_ids: a misspelt identifier compiled"; fail=1

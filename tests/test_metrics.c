@@ -487,6 +487,14 @@ START_TEST(test_table_registry)
                                       "reasons");
     ck_assert_int_eq(json_integer_value(json_object_get(reasons, "malformed")), 2);
     json_decref(json);
+    //  a counter read back: a label's sample, a labelled family's total;
+    //  0 for a sample not made yet, or a family that is no counter
+    ck_assert_uint_eq(pk_metrics_count(metrics, PK_M_VIOLATIONS_BY_REASON, "malformed"), 2);
+    ck_assert_uint_eq(pk_metrics_count(metrics, PK_M_VIOLATIONS_BY_REASON, NULL), 3);
+    ck_assert_uint_eq(pk_metrics_count(metrics, PK_M_VIOLATIONS_BY_REASON, "flood"), 0);
+    ck_assert_uint_eq(pk_metrics_count(metrics, PK_M_LOOKUPS, NULL), 2);
+    ck_assert_uint_eq(pk_metrics_count(metrics, PK_M_POOL_FREE, NULL), 0);
+    ck_assert_uint_eq(pk_metrics_count(metrics, PK_M_COUNT, NULL), 0);
     //  ad-hoc families go after the table's
     ck_assert_int_eq(pk_metrics_declare(metrics, "extra", PK_METRIC_GAUGE, "x", PK_METRIC_PEER), PK_M_COUNT);
     ck_assert_int_eq(pk_metrics_declare(metrics, "p2pkv_lookups_total", PK_METRIC_COUNTER, "x", PK_METRIC_PEER),

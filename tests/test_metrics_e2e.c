@@ -122,6 +122,53 @@ s_value(const char *text, const char *series)
     return line ? strtod(line + strlen(prefix), NULL) : -1;
 }
 
+//  One connect, sent once (a client would repeat it if the answer were
+//  slow), whose address blob names provider: an ofi blob's head (magic,
+//  version, the provider's length and name), all s_fabric_for reads
+//  before it refuses a provider the server does not offer.
+static void
+s_connect_naming(td_t *s, const char *provider)
+{
+    uint8_t blob[64] = "PKOF\x01\x00\x00\x00";
+    uint16_t len = (uint16_t) strlen(provider);
+    memcpy(blob + 8, &len, 2);
+    memcpy(blob + 10, provider, len);
+    uint8_t epoch[PK_EPOCH_LEN], zero[PK_EPOCH_LEN] = { 0 };
+    randombytes_buf(epoch, sizeof epoch);
+    epoch[0] |= 1;
+    pk_msg_t *c = pk_msg_new(PK_MSG_CONNECT);
+    pk_msg_set_uint(c, PK_F_WIRE_MAJOR, 1);
+    pk_msg_set_uint(c, PK_F_WIRE_MINOR, 0);
+    pk_msg_set_string(c, PK_F_PEER_ID, "c-unoffered");
+    pk_msg_set_epochs(c, epoch, zero);
+    pk_msg_set_metadata(c, (const char *) blob, 10u + len);
+    pk_msg_set_uint(c, PK_F_BASE_ADDR, 0);
+    pk_msg_set_uint(c, PK_F_NUM_BLOCKS, 64);
+    pk_msg_set_uint(c, PK_F_BLOCK_LEN, BLOCK);
+    pk_msg_set_string(c, PK_F_CONFIG_FINGERPRINT, "fp");
+    pk_msg_set_string(c, PK_F_HASH_SEED, "7");
+    char *frame;
+    size_t flen;
+    ck_assert_int_eq(pk_msg_encode(c, &frame, &flen, NULL), 0);
+    pk_msg_destroy(&c);
+    zsock_t *d = zsock_new_dealer(s->endpoint);
+    ck_assert_ptr_nonnull(d);
+    zsock_set_rcvtimeo(d, 10000);
+    zframe_t *f = zframe_new(frame, flen);
+    free(frame);
+    ck_assert_int_eq(zframe_send(&f, d, 0), 0);
+    f = zframe_recv(d);
+    ck_assert_ptr_nonnull(f);
+    pk_msg_t *m = NULL;
+    ck_assert_int_eq(pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
+    zframe_destroy(&f);
+    ck_assert_int_eq(m->type, PK_MSG_DISCONNECT);
+    ck_assert_int_eq(m->code, PK_DISC_INCOMPATIBLE);
+    ck_assert_msg(strstr(m->reason, "this server offers"), "reason: %s", m->reason);
+    pk_msg_destroy(&m);
+    zsock_destroy(&d);
+}
+
 START_TEST(test_scrape_live_server)
 {
     td_t s;
@@ -132,6 +179,10 @@ START_TEST(test_scrape_live_server)
     //  them); a silence timeout no loaded machine reaches while it scrapes
     td_start(&s, (const char *[]) { "--metrics-bind", bind, "--pool-blocks", "8",
                                     "--pin-quota", "8", "--silence-timeout", "60", NULL });
+    //  a connect naming a provider the server does not offer, refused
+    //  once: before the puts, so the scrape below that sees the evictions
+    //  comes from a publish of the fabrics' counts after it
+    s_connect_naming(&s, "nosuch");
 
     //  6 blocks nobody asks for, then 4 more: the 2 oldest are evicted
     pk_key_t keys[6];
@@ -228,6 +279,26 @@ START_TEST(test_scrape_live_server)
     ck_assert_double_eq(s_value(body, "p2pkv_lookup_seconds_count"), 1);
     ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_count"), 1);
     ck_assert_double_eq(s_value(body, "p2pkv_fetch_seconds_bucket{le=\"+Inf\"}"), 1);
+    //  the refused connect, counted once: under unoffered, not also under
+    //  the provider of a fabric this server opened (each has its sample,
+    //  none refused anything), and once in stats' sum of the fabrics
+    ck_assert_double_eq(s_value(body, "p2pkv_connect_blobs_refused_total{provider=\"unoffered\"}"),
+                        1);
+    const char *refused = "\np2pkv_connect_blobs_refused_total{provider=\"";
+    int providers = 0;
+    for (const char *p = body; (p = strstr(p, refused)); p++) {
+        const char *label = p + strlen(refused);
+        if (strncmp(label, "unoffered\"", 10) == 0)
+            continue;
+        providers++;
+        ck_assert_msg(strtod(strchr(p, ' ') + 1, NULL) == 0, "%.*s", (int) strcspn(p + 1, "\n"),
+                      p + 1);
+    }
+    ck_assert_int_ge(providers, 1);
+    json_t *st = td_stats_json(&s);
+    ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(st, "fabric"),
+                                                        "blobs_refused")), 1);
+    json_decref(st);
     //  label values only from bounded sets: never a consumer's id
     ck_assert_ptr_null(strstr(body, "peer="));
     ck_assert_ptr_null(strstr(body, "c-rude"));

@@ -17,6 +17,7 @@
 #ifndef PK_DIRECTORY_H_INCLUDED
 #define PK_DIRECTORY_H_INCLUDED
 
+#include "base/counts.h"
 #include "cluster/dir_entry.h"
 #include "store/store.h"
 
@@ -39,14 +40,28 @@ typedef struct {
     void *log_arg;
 } pk_directory_config_t;
 
+/*  The actor's counts, each with its metric (base/counts.h;
+    metric_families.h): up is 1 while connected and in sync (resync
+    done), else 0.  A new count is a row here and its lines in
+    directory.c (the count, and its line in pk_directory_stats).  */
+#define PK_DIRECTORY_COUNTS(M, F) \
+    M(up, DIRECTORY_UP, "p2pkv_directory_up", GAUGE, \
+      "1 while the directory (--directory) is connected and in sync, else 0", NONE) \
+    M(updates, DIRECTORY_UPDATES, "p2pkv_directory_updates_total", COUNTER, \
+      "Key additions and removals sent to the directory", NONE) \
+    M(batches, DIRECTORY_BATCHES, "p2pkv_directory_batches_total", COUNTER, \
+      "Pipelines (one round trip each) that carried them", NONE) \
+    M(dropped, DIRECTORY_DROPPED, "p2pkv_directory_dropped_total", COUNTER, \
+      "Changes lost to a full directory queue, then covered by a resync", NONE) \
+    M(errors, DIRECTORY_ERRORS, "p2pkv_directory_errors_total", COUNTER, \
+      "Directory connections refused or lost", NONE) \
+    M(junk, DIRECTORY_JUNK, "p2pkv_directory_junk_total", COUNTER, \
+      "Directory entries that did not parse, ignored", NONE) \
+    M(resyncs, DIRECTORY_RESYNCS, "p2pkv_directory_resyncs_total", COUNTER, \
+      "Whole pools republished to the directory", NONE)
+
 typedef struct {
-    bool up;                        //  connected and in sync (resync done)
-    uint64_t updates;               //  key additions and removals sent
-    uint64_t batches;               //  pipelines sent for them
-    uint64_t dropped;               //  changes lost to a full queue (then resynced)
-    uint64_t errors;                //  connections lost or refused
-    uint64_t junk;                  //  entries in Redis that did not parse, ignored
-    uint64_t resyncs;               //  full republications of the pool
+    PK_DIRECTORY_COUNTS(PK_COUNT_FIELD, PK_COUNT_FIELD_ONLY)
 } pk_directory_stats_t;
 
 /*  Parses the URL, connects (unless optional, a failure is the error),

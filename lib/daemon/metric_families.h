@@ -24,54 +24,63 @@
     HERE, by a pk_metrics_add or _observe where it happens (VALUE unused);
     or a struct of counts that one generic loop publishes
     (pk_metric_sources_publish), VALUE an expression of that struct s (and
-    of block_len): SESSION, a session's pk_server_session_counters_t;
-    REASONS, one reason's count of its by_reason; CHANNEL, a channel's
-    pk_channel_stats_t; FABRIC, a fabric's pk_fabric_stats_t; POOL, the
-    store's pk_store_stats_t; NAMESPACE, a namespace's pk_store_ns_stats_t;
+    of block_len): SESSION, a session's pk_server_session_counters_t (the
+    role's pk_server_role_counters_t among them); REASONS, one reason's
+    count of its by_reason; CHANNEL, a channel's pk_channel_stats_t;
+    FABRIC, a fabric's pk_fabric_stats_t; POOL, the store's
+    pk_store_stats_t; NAMESPACE, a namespace's pk_store_ns_stats_t;
     DIRECTORY, pk_directory_stats_t; NODE, the node's pk_node_counts_t.
 
-    To add a metric: one row here, and the line that counts it (in the
-    struct its SOURCE publishes, or a pk_metrics_add of its own).  Nothing
-    else names it: the loop publishes every row of a source, and
+    Most rows are not written here: each struct of counts but the
+    transport's is declared by a list in its own header (base/counts.h),
+    whose rows M(field, ID, "name", TYPE, "help", LABEL) are both a field
+    of the struct and a metric, and this file maps each list to PK_METRIC
+    rows with VALUE s->field: PK_SERVER_SESSION_COUNTS
+    (roles/server_session.h), PK_SERVER_ROLE_COUNTS (roles/server_role.h),
+    PK_STORE_COUNTS and PK_STORE_NS_COUNTS (store/store.h),
+    PK_DIRECTORY_COUNTS (directory.h) and PK_NODE_COUNTS (node_counts.h).
+    metrics.h includes those headers.  A list's F(field) rows are fields
+    with no metric of their own.  The rows written here are the rest: a
+    metric that combines fields (p2pkv_frames_dropped_total sums three F
+    fields), those counted HERE, and those over the transport's structs
+    (CHANNEL, FABRIC), which stay in base/transport.h because they are the
+    seam's, filled by each transport (doc/design.md).
+
+    To add a metric (the files touched, measured by adding one to each
+    source):
+    - a count of one of those structs: its M row in the source's list, and
+      the line that counts it (server_session.c, server_role.c, store.c,
+      directory.c, node.c): 2 files (4 for a pool count the store's index
+      keeps: index.h and index.c too).
+    - counted where it happens: a row here, and its pk_metrics_add: 2.
+    - a channel's or a fabric's: a row here, its field in base/transport.h,
+      and its count in each transport that has it (7 files for one that
+      ofi, mmap and the test transport all count).
+    Nothing else names it: the loop publishes every row of a source, and
     tests/test_metrics_e2e.c scrapes for every row.  No include guard: the
     file is meant to be included more than once.
 */
 
-//  Frames and messages from consumers (the session's counters)
-PK_METRIC(FRAMES, "p2pkv_frames_total", COUNTER,
-          "Frames received from peers with a session", NONE,
-          SESSION, s->frames)
+//  Frames and messages from consumers (the session's counts,
+//  roles/server_session.h), the frames it dropped (whatever the reason),
+//  and its violations by class
+#define PK_ROW_SESSION(field, id, name, type, help, label) \
+    PK_METRIC(id, name, type, help, label, SESSION, s->field)
+PK_SERVER_SESSION_COUNTS(PK_ROW_SESSION, PK_COUNT_NO_METRIC)
+#undef PK_ROW_SESSION
 PK_METRIC(FRAMES_DROPPED, "p2pkv_frames_dropped_total", COUNTER,
           "Frames dropped: not one JSON object, unknown type, or a stale epoch", NONE,
           SESSION, s->dropped_bad + s->dropped_unknown + s->dropped_stale)
-PK_METRIC(LOOKUPS, "p2pkv_lookups_total", COUNTER, "Lookup messages", NONE,
-          SESSION, s->lookups)
-PK_METRIC(LOOKUP_KEYS, "p2pkv_lookup_keys_total", COUNTER, "Keys in lookup messages", NONE,
-          SESSION, s->keys)
-PK_METRIC(FETCHES, "p2pkv_fetches_total", COUNTER, "Fetch messages (rounds)", NONE,
-          SESSION, s->fetches)
-PK_METRIC(ABORTS, "p2pkv_aborts_total", COUNTER, "Abort messages", NONE,
-          SESSION, s->aborts)
-PK_METRIC(VIOLATIONS, "p2pkv_violations_total", COUNTER,
-          "Sessions ended for a protocol violation", NONE,
-          SESSION, s->violations)
 PK_METRIC(VIOLATIONS_BY_REASON, "p2pkv_violations_by_reason_total", COUNTER,
           "Sessions ended for a protocol violation, by the rule broken", REASON,
           REASONS, *s)
 
-//  Lookup answers and store jobs (the role's counters)
-PK_METRIC(LOOKUP_HITS, "p2pkv_lookup_hits_total", COUNTER,
-          "Lookup keys answered as hits (in wire order, repeats included)", NONE,
-          SESSION, s->role.hits)
-PK_METRIC(LOOKUP_MISSES, "p2pkv_lookup_misses_total", COUNTER,
-          "Lookup keys answered as misses (in wire order, repeats included)", NONE,
-          SESSION, s->role.misses)
-PK_METRIC(LOOKUP_EXPIRED, "p2pkv_lookup_pending_expired_total", COUNTER,
-          "Lookup keys still being written at the lookup deadline, answered as misses", NONE,
-          SESSION, s->role.expired)
-PK_METRIC(STORE_TIMEOUTS, "p2pkv_store_timeouts_total", COUNTER,
-          "Store jobs that timed out, failing their round", NONE,
-          SESSION, s->role.store_timeouts)
+//  Lookup answers and store jobs (the role's counts, roles/server_role.h,
+//  kept in the session's)
+#define PK_ROW_ROLE(field, id, name, type, help, label) \
+    PK_METRIC(id, name, type, help, label, SESSION, s->role.field)
+PK_SERVER_ROLE_COUNTS(PK_ROW_ROLE, PK_COUNT_NO_METRIC)
+#undef PK_ROW_ROLE
 
 //  The data plane (the transport's stats)
 PK_METRIC(WRITES, "p2pkv_writes_total", COUNTER, "RMA writes posted", NONE,
@@ -120,47 +129,25 @@ PK_METRIC(SESSIONS_OPENED, "p2pkv_sessions_opened_total", COUNTER, "Sessions ope
           HERE, 0)
 PK_METRIC(SESSIONS_RETIRED, "p2pkv_sessions_retired_total", COUNTER, "Sessions retired", NONE,
           HERE, 0)
-PK_METRIC(SESSIONS, "p2pkv_sessions", GAUGE, "Live sessions", NONE,
-          NODE, s->sessions)
-PK_METRIC(UNREAD_BYTES, "p2pkv_unread_bytes", GAUGE,
-          "Bytes of answers handed to ZeroMQ and not yet written to their peers", NONE,
-          NODE, s->unread_bytes)
+//  the node's own counts (node_counts.h)
+#define PK_ROW_NODE(field, id, name, type, help, label) \
+    PK_METRIC(id, name, type, help, label, NODE, s->field)
+PK_NODE_COUNTS(PK_ROW_NODE, PK_COUNT_NO_METRIC)
+#undef PK_ROW_NODE
 
-//  The pool (the store's stats)
-PK_METRIC(POOL_FREE, "p2pkv_pool_free_blocks", GAUGE, "Pool blocks free", NONE,
-          POOL, s->free)
-PK_METRIC(POOL_WRITING, "p2pkv_pool_writing_blocks", GAUGE,
-          "Pool blocks reserved by the engine", NONE,
-          POOL, s->writing)
-PK_METRIC(POOL_READY, "p2pkv_pool_ready_blocks", GAUGE, "Pool blocks holding a key", NONE,
-          POOL, s->ready)
-PK_METRIC(POOL_PINNED, "p2pkv_pool_pinned_blocks", GAUGE,
-          "Pool blocks pinned by transfers", NONE,
-          POOL, s->pinned)
-PK_METRIC(POOL_EVICTIONS, "p2pkv_pool_evictions_total", COUNTER,
-          "Blocks evicted from the pool", NONE,
-          POOL, s->evictions)
+//  The pool (the store's counts, store/store.h)
+#define PK_ROW_POOL(field, id, name, type, help, label) \
+    PK_METRIC(id, name, type, help, label, POOL, s->field)
+PK_STORE_COUNTS(PK_ROW_POOL, PK_COUNT_NO_METRIC)
+#undef PK_ROW_POOL
 
-//  The pool by tenant namespace (the store's per-namespace stats, tenants.h):
-//  blocks by the block's namespace, lookups by the asking consumer's (the
-//  pool's own families above are the sums).
-PK_METRIC(NS_READY, "p2pkv_namespace_ready_blocks", GAUGE,
-          "Pool blocks holding a key, by namespace", NAMESPACE,
-          NAMESPACE, s->ready)
-PK_METRIC(NS_PINNED, "p2pkv_namespace_pinned_blocks", GAUGE,
-          "Pool blocks pinned by transfers, by namespace", NAMESPACE,
-          NAMESPACE, s->pinned)
-PK_METRIC(NS_LOOKUPS, "p2pkv_namespace_lookups_total", COUNTER,
-          "Keys looked up in the pool, by the consumer's namespace", NAMESPACE,
-          NAMESPACE, s->lookups)
-PK_METRIC(NS_HITS, "p2pkv_namespace_hits_total", COUNTER,
-          "Keys looked up and found ready (own or shared), by the consumer's namespace",
-          NAMESPACE,
-          NAMESPACE, s->hits)
-PK_METRIC(NS_MISSES, "p2pkv_namespace_misses_total", COUNTER,
-          "Keys looked up and not found (another namespace's count as absent), by the "
-          "consumer's namespace", NAMESPACE,
-          NAMESPACE, s->misses)
+//  The pool by tenant namespace (the store's per-namespace counts,
+//  store/store.h; tenants.h): blocks by the block's namespace, lookups by
+//  the asking consumer's (the pool's own families above are the sums).
+#define PK_ROW_NAMESPACE(field, id, name, type, help, label) \
+    PK_METRIC(id, name, type, help, label, NAMESPACE, s->field)
+PK_STORE_NS_COUNTS(PK_ROW_NAMESPACE, PK_COUNT_NO_METRIC)
+#undef PK_ROW_NAMESPACE
 
 //  Latencies (the session's timers)
 PK_METRIC(LOOKUP_SECONDS, "p2pkv_lookup_seconds", HISTOGRAM,
@@ -170,25 +157,9 @@ PK_METRIC(FETCH_SECONDS, "p2pkv_fetch_seconds", HISTOGRAM,
           "Fetch receipt to transfer_done or abort_ack", NONE,
           HERE, 0)
 
-//  The cluster directory (issue 14; the directory actor's counters)
-PK_METRIC(DIRECTORY_UP, "p2pkv_directory_up", GAUGE,
-          "1 while the directory (--directory) is connected and in sync, else 0", NONE,
-          DIRECTORY, s->up)
-PK_METRIC(DIRECTORY_UPDATES, "p2pkv_directory_updates_total", COUNTER,
-          "Key additions and removals sent to the directory", NONE,
-          DIRECTORY, s->updates)
-PK_METRIC(DIRECTORY_BATCHES, "p2pkv_directory_batches_total", COUNTER,
-          "Pipelines (one round trip each) that carried them", NONE,
-          DIRECTORY, s->batches)
-PK_METRIC(DIRECTORY_DROPPED, "p2pkv_directory_dropped_total", COUNTER,
-          "Changes lost to a full directory queue, then covered by a resync", NONE,
-          DIRECTORY, s->dropped)
-PK_METRIC(DIRECTORY_ERRORS, "p2pkv_directory_errors_total", COUNTER,
-          "Directory connections refused or lost", NONE,
-          DIRECTORY, s->errors)
-PK_METRIC(DIRECTORY_JUNK, "p2pkv_directory_junk_total", COUNTER,
-          "Directory entries that did not parse, ignored", NONE,
-          DIRECTORY, s->junk)
-PK_METRIC(DIRECTORY_RESYNCS, "p2pkv_directory_resyncs_total", COUNTER,
-          "Whole pools republished to the directory", NONE,
-          DIRECTORY, s->resyncs)
+//  The cluster directory (issue 14; the directory actor's counts,
+//  directory.h)
+#define PK_ROW_DIRECTORY(field, id, name, type, help, label) \
+    PK_METRIC(id, name, type, help, label, DIRECTORY, s->field)
+PK_DIRECTORY_COUNTS(PK_ROW_DIRECTORY, PK_COUNT_NO_METRIC)
+#undef PK_ROW_DIRECTORY

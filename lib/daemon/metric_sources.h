@@ -16,6 +16,7 @@
 #include "base/transport.h"
 #include "daemon/directory.h"
 #include "daemon/metrics.h"
+#include "daemon/node_counts.h"
 #include "store/store.h"
 #include "roles/server_session.h"
 
@@ -30,14 +31,8 @@ typedef enum {
     PK_SOURCE_POOL,                 //  pk_store_stats_t
     PK_SOURCE_NAMESPACE,            //  pk_store_ns_stats_t, labelled by namespace
     PK_SOURCE_DIRECTORY,            //  pk_directory_stats_t
-    PK_SOURCE_NODE                  //  pk_node_counts_t
+    PK_SOURCE_NODE                  //  pk_node_counts_t (node_counts.h)
 } pk_metric_source_t;
-
-//  The node's own counts (NODE).
-typedef struct {
-    uint64_t sessions;              //  live sessions
-    uint64_t unread_bytes;          //  answers handed to ZeroMQ, not yet written
-} pk_node_counts_t;
 
 /*  Publishes one instance of source: now is a struct of the source's type,
     label the value of the label its families carry (NULL for unlabelled

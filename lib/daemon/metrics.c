@@ -320,6 +320,28 @@ pk_metrics_find(pk_metrics_t *self, const char *name)
 //  ---------------------------------------------------------------------------
 //  Updates
 
+//  True if family has a sample labelled peer, at *at; else false, and *at
+//  is where it would go (mutex held).
+static bool
+s_find(const s_family_t *family, const char *peer, size_t *at)
+{
+    size_t lo = 0, hi = family->npeers;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int cmp = strcmp(peer, family->peers[mid].peer);
+        if (cmp == 0) {
+            *at = mid;
+            return true;
+        }
+        if (cmp < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    *at = lo;
+    return false;
+}
+
 //  The sample of peer in family, created if absent (mutex held).  A peer
 //  name is checked only when it is new, so updates of known peers cost
 //  nothing but the search.
@@ -330,18 +352,10 @@ s_sample(s_family_t *family, const char *peer, s_sample_t **sample_p)
         *sample_p = &family->total;
         return 0;
     }
-    size_t lo = 0, hi = family->npeers;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int cmp = strcmp(peer, family->peers[mid].peer);
-        if (cmp == 0) {
-            *sample_p = &family->peers[mid];
-            return 0;
-        }
-        if (cmp < 0)
-            hi = mid;
-        else
-            lo = mid + 1;
+    size_t lo;
+    if (s_find(family, peer, &lo)) {
+        *sample_p = &family->peers[lo];
+        return 0;
     }
     size_t len = strnlen(peer, PK_METRICS_MAX_PEER + 1);
     if (len == 0 || len > PK_METRICS_MAX_PEER || !pk_utf8_ok(peer, len))
@@ -466,6 +480,23 @@ int
 pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double seconds)
 {
     return s_update(self, id, peer, PK_METRIC_HISTOGRAM, 0, seconds, false);
+}
+
+uint64_t
+pk_metrics_count(pk_metrics_t *self, pk_metric_id_t id, const char *peer)
+{
+    if (!self)
+        return 0;
+    uint64_t count = 0;
+    pthread_mutex_lock(&self->mutex);
+    const s_family_t *family = (int) id >= 0 && (size_t) id < self->nfamilies
+                               ? self->families[id] : NULL;
+    size_t at;
+    if (family && family->type == PK_METRIC_COUNTER)
+        count = !peer ? family->total.count
+                : s_find(family, peer, &at) ? family->peers[at].count : 0;
+    pthread_mutex_unlock(&self->mutex);
+    return count;
 }
 
 //  ---------------------------------------------------------------------------

@@ -30,6 +30,14 @@
 #ifndef PK_METRICS_H_INCLUDED
 #define PK_METRICS_H_INCLUDED
 
+//  The sources' lists of counts, which metric_families.h maps to its rows
+//  (base/counts.h): included here, outside the braces that file is
+//  expanded in.
+#include "daemon/directory.h"
+#include "daemon/node_counts.h"
+#include "roles/server_session.h"
+#include "store/store.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -113,6 +121,13 @@ int pk_metrics_shift(pk_metrics_t *self, pk_metric_id_t id, const char *peer, do
     start: raised to value (never lowered: a counter only grows).  */
 int pk_metrics_raise(pk_metrics_t *self, pk_metric_id_t id, const char *peer, uint64_t value);
 int pk_metrics_observe(pk_metrics_t *self, pk_metric_id_t id, const char *peer, double seconds);
+
+/*  A counter's value: its sample labelled peer, or with peer NULL its one
+    sample (a labelled family's total).  0 when the sample does not exist
+    yet, or id is no counter.  For a count kept only by the registry (one
+    counted where it happens) that another view also shows, so that the
+    view reads it rather than a second count beside it.  */
+uint64_t pk_metrics_count(pk_metrics_t *self, pk_metric_id_t id, const char *peer);
 
 /*  The registry in the Prometheus text exposition format 0.0.4: families
     in declaration order, each with # HELP and # TYPE, then an unlabelled

@@ -58,6 +58,9 @@
 //  Fabrics at most, one per provider offered (--provider shm,tcp).
 #define PK_MAX_FABRICS 8
 
+//  The provider label of connects refused for naming no provider offered.
+#define S_UNOFFERED "unoffered"
+
 //  One provider's fabric over the pool (s_open_fabrics opens them, best first).
 typedef struct {
     pk_fabric_t *fabric;            //  carries its transport's ops (base/transport.h)
@@ -73,7 +76,6 @@ struct _pk_node_t {
     size_t nfabrics;                //  at least one once the node is built
     const char *providers[PK_MAX_FABRICS];  //  their names, for the description
     char host_id[128];              //  this server's same-host identity (base/host_id.h)
-    atomic_uint_fast64_t blobs_unmatched;   //  connects naming a provider not offered
     zsock_t *router;                //  the peers' (the door's)
     zsock_t *local;                 //  the engine's (the engine API's)
     //  the --local socket's file as bound (dev 0: none), removed at
@@ -488,10 +490,10 @@ s_fabric_for(pk_node_t *self, const uint8_t *blob, size_t len, char *reason, siz
     for (size_t i = 0; rc == 0 && i < self->nfabrics; i++)
         if (strcmp(self->fabrics[i].provider, provider) == 0)
             return (int) i;
-    //  no fabric to count it: the label says none of ours (a bounded
-    //  value, not the provider the consumer named)
-    atomic_fetch_add(&self->blobs_unmatched, 1);
-    pk_metrics_add(self->metrics, PK_M_BLOBS_REFUSED, "unoffered", 1);
+    //  no fabric to count it: counted here, once, in the registry (stats
+    //  reads it back, s_engine_stats), under a label that says none of
+    //  ours (a bounded value, not the provider the consumer named)
+    pk_metrics_add(self->metrics, PK_M_BLOBS_REFUSED, S_UNOFFERED, 1);
     if (rc) {
         snprintf(reason, cap, "%s", err);
         return rc;
@@ -602,7 +604,8 @@ s_engine_stats(void *arg, json_t *answer)
                                       "channels_open", (json_int_t) one.channels_open,
                                       "blobs_refused", (json_int_t) one.blobs_refused));
     }
-    f.blobs_refused += atomic_load(&self->blobs_unmatched);
+    //  and the connects refused for naming no fabric's provider
+    f.blobs_refused += pk_metrics_count(self->metrics, PK_M_BLOBS_REFUSED, S_UNOFFERED);
     json_t *peers = json_array();
     json_t *caps = json_object();
     json_t *counts = json_object();
@@ -831,7 +834,10 @@ s_publish_metrics(pk_node_t *self)
         pk_directory_stats(self->directory, &d);
         pk_metric_sources_publish(m, PK_SOURCE_DIRECTORY, NULL, &d, NULL, block_len);
     }
-    pk_node_counts_t own = { pk_door_sessions(self->door), pk_unsent_bytes(self->unsent) };
+    pk_node_counts_t own = {
+        .sessions = pk_door_sessions(self->door),
+        .unread_bytes = pk_unsent_bytes(self->unsent),
+    };
     pk_metric_sources_publish(m, PK_SOURCE_NODE, NULL, &own, NULL, block_len);
 }
 

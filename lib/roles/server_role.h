@@ -14,6 +14,7 @@
 #define PK_SERVER_ROLE_H_INCLUDED
 
 #include "base/clock.h"
+#include "base/counts.h"
 #include "wire/protocol.h"
 #include "base/transport.h"
 #include "base/parent.h"
@@ -42,16 +43,26 @@ typedef struct {
     size_t lookup_keys;         //  keys of lookups not yet answered (a session limit)
 } pk_server_role_state_t;
 
-/*  What the role has counted since it was made, for the daemon's metrics
-    (metric_families.h): the lookup keys it answered as hits and as misses
-    (every key in wire order, repeats included), the keys still being
-    written when their lookup's deadline passed (distinct within a lookup;
-    answered as misses, so counted there too), and the store jobs whose
-    timeout passed before their result.  */
+/*  What the role has counted since it was made, each count with the
+    metric the daemon exports for it (base/counts.h; metric_families.h
+    publishes them with the session's): the lookup keys it answered as
+    hits and as misses (every key in wire order, repeats included), the
+    keys still being written when their lookup's deadline passed
+    (distinct within a lookup; answered as misses, so counted there too),
+    and the store jobs whose timeout passed before their result.  A new
+    count is a row here and the line in server_role.c that counts it.  */
+#define PK_SERVER_ROLE_COUNTS(M, F) \
+    M(hits, LOOKUP_HITS, "p2pkv_lookup_hits_total", COUNTER, \
+      "Lookup keys answered as hits (in wire order, repeats included)", NONE) \
+    M(misses, LOOKUP_MISSES, "p2pkv_lookup_misses_total", COUNTER, \
+      "Lookup keys answered as misses (in wire order, repeats included)", NONE) \
+    M(expired, LOOKUP_EXPIRED, "p2pkv_lookup_pending_expired_total", COUNTER, \
+      "Lookup keys still being written at the lookup deadline, answered as misses", NONE) \
+    M(store_timeouts, STORE_TIMEOUTS, "p2pkv_store_timeouts_total", COUNTER, \
+      "Store jobs that timed out, failing their round", NONE)
+
 typedef struct {
-    uint64_t hits, misses;
-    uint64_t expired;
-    uint64_t store_timeouts;
+    PK_SERVER_ROLE_COUNTS(PK_COUNT_FIELD, PK_COUNT_FIELD_ONLY)
 } pk_server_role_counters_t;
 
 typedef struct _pk_server_role_t pk_server_role_t;

@@ -63,14 +63,31 @@ typedef enum {
 /*  The class's label value ("malformed", "limit_rounds", ...).  */
 const char *pk_violation_name(pk_violation_t reason);
 
-/*  What a session counted since it was made: frames, messages and
-    violations (violations the sum of by_reason), and its role's counters
-    (lookup keys answered as hits and misses, pending keys expired,
-    store-job timeouts), which the role counts straight into role
-    (pk_server_role_count_into), so they outlive it with no copy.  */
+/*  What a session counted since it was made, each count with the metric
+    the daemon exports for it (base/counts.h; metric_families.h): frames,
+    messages and violations.  A dropped frame is counted by why it was,
+    with no metric each (F rows): metric_families.h sums the three into
+    p2pkv_frames_dropped_total.  A new count is a row here and the line in
+    server_session.c that counts it.  */
+#define PK_SERVER_SESSION_COUNTS(M, F) \
+    M(frames, FRAMES, "p2pkv_frames_total", COUNTER, \
+      "Frames received from peers with a session", NONE) \
+    F(dropped_bad)                  /* did not decode */ \
+    F(dropped_unknown)              /* of a type this server does not know */ \
+    F(dropped_stale)                /* not this session's epochs */ \
+    M(lookups, LOOKUPS, "p2pkv_lookups_total", COUNTER, "Lookup messages", NONE) \
+    M(keys, LOOKUP_KEYS, "p2pkv_lookup_keys_total", COUNTER, "Keys in lookup messages", NONE) \
+    M(fetches, FETCHES, "p2pkv_fetches_total", COUNTER, "Fetch messages (rounds)", NONE) \
+    M(aborts, ABORTS, "p2pkv_aborts_total", COUNTER, "Abort messages", NONE) \
+    M(violations, VIOLATIONS, "p2pkv_violations_total", COUNTER, \
+      "Sessions ended for a protocol violation", NONE)
+
+/*  The session's counts, violations also by class (the sum of by_reason
+    is violations), and its role's counts, which the role counts straight
+    into role (pk_server_role_count_into), so they outlive it with no
+    copy.  */
 typedef struct {
-    uint64_t frames, dropped_bad, dropped_unknown, dropped_stale;
-    uint64_t lookups, keys, fetches, aborts, violations;
+    PK_SERVER_SESSION_COUNTS(PK_COUNT_FIELD, PK_COUNT_FIELD_ONLY)
     uint64_t by_reason[PK_VIOLATION_COUNT];
     pk_server_role_counters_t role;
 } pk_server_session_counters_t;

@@ -517,8 +517,14 @@ pk_store_ns_stats(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out)
         return -EINVAL;
     pthread_mutex_lock(&self->mutex);
     const s_ns_lookups_t *c = &self->ns[ns];
-    *out = (pk_store_ns_stats_t) { self->index.ns_ready[ns], self->index.ns_pinned[ns],
-                                   c->lookups, c->hits, c->pending, c->misses };
+    *out = (pk_store_ns_stats_t) {
+        .ready = self->index.ns_ready[ns],
+        .pinned = self->index.ns_pinned[ns],
+        .lookups = c->lookups,
+        .hits = c->hits,
+        .pending = c->pending,
+        .misses = c->misses,
+    };
     pthread_mutex_unlock(&self->mutex);
     return 0;
 }

@@ -26,6 +26,7 @@
 #define PK_STORE_H_INCLUDED
 
 #include "base/clock.h"
+#include "base/counts.h"
 #include "base/key.h"
 #include "base/parent.h"
 #include "store/namespace.h"
@@ -55,29 +56,56 @@ typedef struct {
 /*  Where pk_store_new says that it reclaimed a dead owner's pool.  */
 typedef pk_pool_log_fn pk_store_log_fn;
 
+/*  The store's counts, each with the metric the daemon exports for it, if
+    any (base/counts.h; metric_families.h): blocks by state (free +
+    writing + ready = num_blocks; gauges, read from the index by
+    pk_store_stats), the pins and lookups open, and counters.  A new count
+    is a row here and its line in store.c (the count, and its line in
+    pk_store_stats; one the index counts is also a field of index.h).  */
+#define PK_STORE_COUNTS(M, F) \
+    M(free, POOL_FREE, "p2pkv_pool_free_blocks", GAUGE, "Pool blocks free", NONE) \
+    M(writing, POOL_WRITING, "p2pkv_pool_writing_blocks", GAUGE, \
+      "Pool blocks reserved by the engine", NONE) \
+    M(ready, POOL_READY, "p2pkv_pool_ready_blocks", GAUGE, "Pool blocks holding a key", NONE) \
+    M(pinned, POOL_PINNED, "p2pkv_pool_pinned_blocks", GAUGE, \
+      "Pool blocks pinned by transfers", NONE)  /* READY ones with at least one pin */ \
+    F(jobs)                         /* pin jobs not yet released */ \
+    F(open_lookups)                 /* the parent's on_new_request minus on_request_finished */ \
+    M(evictions, POOL_EVICTIONS, "p2pkv_pool_evictions_total", COUNTER, \
+      "Blocks evicted from the pool", NONE) \
+    F(lookups)                      /* = hits + pending + misses */ \
+    F(hits) \
+    F(pending)                      /* answered HIT_PENDING (being written, or the tier's) */ \
+    F(misses) \
+    F(expired)                      /* leases that ran out */ \
+    F(probes)                       /* index probes of lookups and pins: 2 a key, 1 in shared */
+
 typedef struct {
-    size_t free;                //  blocks by state: free + writing + ready = num_blocks
-    size_t writing;
-    size_t ready;
-    size_t pinned;              //  READY blocks with at least one pin
-    size_t jobs;                //  pin jobs not yet released
-    size_t open_lookups;        //  the parent's on_new_request minus on_request_finished
-    uint64_t evictions;
-    uint64_t lookups;           //  = hits + pending + misses
-    uint64_t hits;
-    uint64_t pending;           //  answered HIT_PENDING (being written, or the tier's)
-    uint64_t misses;
-    uint64_t expired;           //  leases that ran out
-    uint64_t probes;            //  index probes made by lookups and pins (2 per key
-                                //  for a namespace other than shared, else 1)
+    PK_STORE_COUNTS(PK_COUNT_FIELD, PK_COUNT_FIELD_ONLY)
 } pk_store_stats_t;
 
-/*  One namespace's share: its blocks READY and pinned (by the block's
+/*  One namespace's share, each count with its metric (labelled by the
+    namespace's name): its blocks READY and pinned (by the block's
     namespace), and the lookups made on its behalf (by the asker's
-    namespace; a hit may be on a shared block).  */
+    namespace; a hit may be on a shared block).  A new count is a row
+    here and its lines in store.c (the count, and pk_store_ns_stats).  */
+#define PK_STORE_NS_COUNTS(M, F) \
+    M(ready, NS_READY, "p2pkv_namespace_ready_blocks", GAUGE, \
+      "Pool blocks holding a key, by namespace", NAMESPACE) \
+    M(pinned, NS_PINNED, "p2pkv_namespace_pinned_blocks", GAUGE, \
+      "Pool blocks pinned by transfers, by namespace", NAMESPACE) \
+    M(lookups, NS_LOOKUPS, "p2pkv_namespace_lookups_total", COUNTER, \
+      "Keys looked up in the pool, by the consumer's namespace", NAMESPACE) \
+    M(hits, NS_HITS, "p2pkv_namespace_hits_total", COUNTER, \
+      "Keys looked up and found ready (own or shared), by the consumer's namespace", \
+      NAMESPACE) \
+    F(pending)                      /* answered HIT_PENDING */ \
+    M(misses, NS_MISSES, "p2pkv_namespace_misses_total", COUNTER, \
+      "Keys looked up and not found (another namespace's count as absent), by the " \
+      "consumer's namespace", NAMESPACE)
+
 typedef struct {
-    size_t ready, pinned;
-    uint64_t lookups, hits, pending, misses;
+    PK_STORE_NS_COUNTS(PK_COUNT_FIELD, PK_COUNT_FIELD_ONLY)
 } pk_store_ns_stats_t;
 
 typedef struct _pk_store_t pk_store_t;
