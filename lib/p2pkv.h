@@ -227,6 +227,13 @@ int p2pkv_client_server_state(p2pkv_client_t *self, int server, char *reason);
     -EINVAL for an index that names no server.  */
 int p2pkv_client_server_provider(p2pkv_client_t *self, int server, char *out, size_t cap);
 
+/*  The endpoint the server was connected at (tcp://HOST:PORT), into out
+    (cap bytes): 0, or -EINVAL for an index that names no server.  With a
+    result's holder, where a key came from; for a get of P2PKV_ANY_SERVER
+    the holders the call connected are servers of the client like any
+    other.  (Symbol version P2PKV_0.2.)  */
+int p2pkv_client_server_endpoint(p2pkv_client_t *self, int server, char *out, size_t cap);
+
 /*  Asks the server about keys; the answer comes to on_lookup.  The keys
     go out at the next poll (or progress-thread step): a request's
     lookups made before it travel as one lookup, keys already asked for

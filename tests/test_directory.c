@@ -994,6 +994,117 @@ START_TEST(test_cli_and_pull_by_key)
 }
 END_TEST
 
+//  Issue 36: every path that fetches by key moves past a dead holder.
+//  Server a holds every key, b all but key 0; a hangs (SIGSTOP: its port
+//  stays bound, so no other server of the machine can take it, and it
+//  answers nothing) while its record reads live.  `p2pkv get --directory`
+//  no longer gives up when the holder it describes first (a, the only one
+//  of key 0, asked first) does not answer: keys 1.. come from b, said
+//  with --verbose and in the JSON, and key 0 is reported failed (exit 1,
+//  not 2); the engine's pull without a server lands keys 1.. from b.
+START_TEST(test_dead_holder_every_path)
+{
+    tr_redis_t r;
+    tr_redis_start(&r, 0);
+    td_t a, b, c;
+    td_start(&a, (const char *[]) { "--peer-id", "dir-dead-a", "--directory", r.url,
+                                    "--directory-ttl", "120", NULL });
+    s_server(&b, "dir-dead-b", &r);
+    td_start(&c, (const char *[]) { "--peer-id", "dir-dead-puller", "--directory", r.url,
+                                    "--load-timeout", "4", "--silence-timeout", "4", NULL });
+    s_set_t set;
+    s_set_make(&set, 5, 17);
+    s_put_all(&a, &set);
+    for (size_t i = 1; i < set.n; i++)
+        s_put(&b, &set, i);
+    s_found_t f = { 0 };
+    p2pkv_client_t *watch = s_client("dir-dead-watch", &r, set.n);
+    s_wait_counts(watch, &set, (size_t[]) { 1, 2, 2, 2, 2 }, &f);
+    ck_assert_int_eq(kill(a.pid, SIGSTOP), 0);
+
+    char hex[5][65], cmd[2048], dir[] = "/tmp/p2pkv-dir-dead-XXXXXX";
+    for (size_t i = 0; i < set.n; i++)
+        pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    int at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s --verbose --timeout 4 -o %s",
+                      r.url, dir);
+    for (size_t k = 0; k < set.n; k++)
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", hex[k]);
+    snprintf(cmd + at, sizeof cmd - (size_t) at, " 2>&1");  //  its log too, for a failure
+    FILE *p = popen(cmd, "r");
+    char out[8192] = "";
+    size_t len = fread(out, 1, sizeof out - 1, p);
+    out[len] = '\0';
+    ck_assert_msg(WEXITSTATUS(pclose(p)) == 1, "%s", out);     //  key 0 only: not an error
+    for (size_t i = 1; i < set.n; i++) {
+        char want[512];
+        snprintf(want, sizeof want, "%s fetched from %s\n", hex[i], b.endpoint);
+        ck_assert_msg(strstr(out, want), "no \"%s\" in:\n%s", want, out);
+    }
+    char failed[128];
+    snprintf(failed, sizeof failed, "%s failed", hex[0]);
+    ck_assert_msg(strstr(out, failed), "%s", out);
+    ck_assert_msg(strstr(out, "trying the next holder"), "%s", out);
+    s_set_t rest = set;
+    rest.n = set.n - 1;
+    rest.data = set.data + BLOCK;
+    s_check_files(dir, &rest, hex + 1);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, hex[0]);
+    ck_assert_msg(access(path, F_OK) != 0, "key 0 was written");
+    //  the JSON says where each came from (the same keys, so that the
+    //  holder asked first is again the hung one)
+    char log[] = "/tmp/p2pkv-dir-dead-log-XXXXXX";
+    int logfd = mkstemp(log);
+    ck_assert_int_ge(logfd, 0);
+    at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s --json --verbose --timeout 4 "
+                  "-o %s", r.url, dir);
+    for (size_t k = 0; k < set.n; k++)
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", hex[k]);
+    snprintf(cmd + at, sizeof cmd - (size_t) at, " 2>%s", log);
+    p = popen(cmd, "r");
+    len = fread(out, 1, sizeof out - 1, p);
+    out[len] = '\0';
+    int status = WEXITSTATUS(pclose(p));
+    char said[4096] = "";
+    ssize_t got = read(logfd, said, sizeof said - 1);
+    said[got > 0 ? got : 0] = '\0';
+    close(logfd);
+    unlink(log);
+    ck_assert_msg(status == 1, "exit %d: %s\n%s", status, out, said);
+    json_t *arr = json_loads(out, 0, NULL);
+    ck_assert_msg(json_is_array(arr) && json_array_size(arr) == set.n, "%s", out);
+    ck_assert_ptr_null(json_object_get(json_array_get(arr, 0), "from"));
+    for (size_t i = 1; i < set.n; i++)
+        ck_assert_msg(json_string_value(json_object_get(json_array_get(arr, i), "from"))
+                      && strcmp(json_string_value(json_object_get(json_array_get(arr, i),
+                                                                  "from")), b.endpoint) == 0,
+                      "key %zu: %s\n%s", i, out, said);
+    json_decref(arr);
+    s_check_files(dir, &rest, hex + 1);
+    rmdir(dir);
+
+    //  the engine's pull without a server
+    uint64_t id;
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_engine_t *engine = td_api(&c);
+    ck_assert_int_eq(p2pkv_engine_pull(engine, NULL, set.keys, set.n, &id, NULL, NULL, err), 0);
+    p2pkv_engine_event_t ev = { 0 };
+    double deadline = pk_clock_monotonic() + 4 * BOUND;
+    while (ev.kind != P2PKV_EVENT_PULL || ev.id != id) {
+        ck_assert(pk_clock_monotonic() < deadline);
+        ck_assert_int_eq(p2pkv_engine_next_event(engine, 4 * BOUND, &ev), 0);
+    }
+    ck_assert_msg(ev.landed == set.n - 1, "landed %zu: %s", (size_t) ev.landed, ev.reason);
+    s_consumer_end(&watch, &f, &set);
+    kill(a.pid, SIGCONT);
+    td_kill(&a);
+    ck_assert_int_eq(td_stop(&b), 0);
+    ck_assert_int_eq(td_stop(&c), 0);
+    tr_redis_stop(&r);
+}
+END_TEST
+
 //  A record carries the providers and the host identity; one an older
 //  server wrote (neither) parses as its provider alone; bad ones are
 //  refused.
@@ -1051,6 +1162,7 @@ main(void)
     tcase_add_test(tc, test_junk_entries_ignored_and_counted);
     tcase_add_test(tc, test_clean_exit_removes_the_server);
     tcase_add_test(tc, test_cli_and_pull_by_key);
+    tcase_add_test(tc, test_dead_holder_every_path);
     tcase_add_test(tc, test_cli_by_key_over_curve);
     tcase_add_test(tc, test_redis_cluster);
     tcase_add_test(tc, test_cluster_master_killed);

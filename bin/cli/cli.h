@@ -78,6 +78,7 @@ typedef struct {
     int first;
     int repeat;                     //  get, lookup: passes over one session (1..1000)
     bool no_verify;                 //  get: do not check blocks against their checksums
+    bool verbose;                   //  get: where each key came from, holders tried
 } cli_remote_opts_t;
 
 //  --curve-secret and --server-key into the client's config (keygen.c)
@@ -85,10 +86,12 @@ int cli_curve_certs(const char *cmd, const char *secret, const char *server, zce
                     zcert_t **theirs, p2pkv_config_t *cfg);
 
 //  Reports each key (and writes DIR/KEY for each fetched block): the exit
-//  code for what landed (remote.c).
+//  code for what landed (report.c).  from: each key's source (its
+//  holder's endpoint, or NULL), or NULL: said in the JSON, and with
+//  --verbose in the text.
 int cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_result_t *res,
                const uint8_t *pool, uint64_t block_len, bool get, double seconds,
-               const char *provider);
+               const char *provider, const char *const *from);
 
 //  By key (--directory): the exit status (holders.c)
 int cli_by_key(const cli_remote_opts_t *o, char *argv[], const cli_keys_t *g, bool get,

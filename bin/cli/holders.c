@@ -11,10 +11,15 @@
 #include <string.h>
 #include <unistd.h>
 
+//  Holders to learn the block length (and fingerprint and seed) from:
+//  as many as a dead one or two cannot exhaust.
+#define S_ENDPOINTS 8
+
 typedef struct {
     bool *held;
     char **holders;                 //  each key's holders' peer ids, comma-separated
-    char endpoint[256];             //  a holder, to learn the block length from
+    char endpoint[S_ENDPOINTS][256];    //  distinct holders, in the order found
+    size_t nendpoints;
 } s_found_t;
 
 static void
@@ -22,8 +27,13 @@ s_on_found(void *arg, size_t i, const p2pkv_holder_t *h, size_t n)
 {
     s_found_t *f = arg;
     f->held[i] = n > 0;
-    if (n && !f->endpoint[0])
-        snprintf(f->endpoint, sizeof f->endpoint, "%s", h[0].endpoint);
+    for (size_t k = 0; k < n && f->nendpoints < S_ENDPOINTS; k++) {
+        bool seen = false;
+        for (size_t e = 0; e < f->nendpoints && !seen; e++)
+            seen = strcmp(f->endpoint[e], h[k].endpoint) == 0;
+        if (!seen)
+            snprintf(f->endpoint[f->nendpoints++], sizeof f->endpoint[0], "%s", h[k].endpoint);
+    }
     size_t len = 1;
     for (size_t k = 0; k < n; k++)
         len += strlen(h[k].peer_id) + 1;
@@ -77,17 +87,27 @@ s_report_holders(const cli_remote_opts_t *o, char *argv[], const cli_keys_t *g,
 }
 
 //  The get by key: the block length (and, unless given, the fingerprint
-//  and seed) learnt from one holder, then p2pkv_client_get of any server.
-//  With --curve-secret, the one --server-key is every holder's: a fleet
-//  whose servers share a keypair.
+//  and seed) learnt from the first holder that answers a describe (a dead
+//  one costs its refusal, or the describe's timeout), then
+//  p2pkv_client_get of any server, which fails over key by key.  With
+//  --curve-secret, the one --server-key is every holder's: a fleet whose
+//  servers share a keypair.
 static int
 s_get_by_key(const cli_remote_opts_t *o, char *argv[], const cli_keys_t *g,
-             const char *endpoint, const p2pkv_config_t *keys)
+             const s_found_t *f, const p2pkv_config_t *keys)
 {
     char err[P2PKV_ERRLEN] = "", name[64];
     p2pkv_description_t d;
-    if (p2pkv_describe_curve(endpoint, o->timeout < 10 ? o->timeout : 10, keys, &d, err)) {
-        fprintf(stderr, "p2pkv get: %s\n", err);
+    int described = -1;
+    for (size_t e = 0; e < f->nendpoints && described != 0; e++) {
+        described = p2pkv_describe_curve(f->endpoint[e], o->timeout < 10 ? o->timeout : 10, keys,
+                                         &d, err);
+        if (described != 0 && o->verbose)
+            fprintf(stderr, "p2pkv get: %s: %s; trying the next holder\n", f->endpoint[e], err);
+    }
+    if (described != 0) {
+        fprintf(stderr, "p2pkv get: no holder answered (%zu tried; the last: %s)\n",
+                f->nendpoints, err);
         return EXIT_ERROR;
     }
     snprintf(name, sizeof name, "p2pkv-cli-%d", (int) getpid());
@@ -114,9 +134,18 @@ s_get_by_key(const cli_remote_opts_t *o, char *argv[], const cli_keys_t *g,
                                            g->n, true, o->timeout, res, NULL, NULL, err);
         if (got < 0 || (size_t) got < g->n)
             fprintf(stderr, "p2pkv get: %s\n", err[0] ? err : "some keys have no live holder");
+        //  where each key came from: its holder's endpoint
+        char (*from)[256] = calloc(g->n, sizeof *from);
+        const char **fromp = calloc(g->n, sizeof *fromp);
+        for (size_t i = 0; from && fromp && i < g->n; i++)
+            if (res[i].holder >= 0 && p2pkv_client_server_endpoint(client, res[i].holder,
+                                                                   from[i], sizeof from[i]) == 0)
+                fromp[i] = from[i];
         rc = got < 0 && got != -ENOTCONN ? EXIT_ERROR
              : cli_report(o, argv, g->n, res, p2pkv_client_pool(client), d.block_len, true,
-                          pk_clock_monotonic() - t0, NULL);
+                          pk_clock_monotonic() - t0, NULL, fromp);
+        free(from);
+        free(fromp);
     }
     else
         fprintf(stderr, "p2pkv: %s\n", err[0] ? err : "out of memory");
@@ -130,23 +159,24 @@ int
 cli_by_key(const cli_remote_opts_t *o, char *argv[], const cli_keys_t *g, bool get,
            const p2pkv_config_t *keys)
 {
-    s_found_t f = { calloc(g->n, sizeof *f.held), calloc(g->n, sizeof *f.holders), "" };
+    s_found_t f = { calloc(g->n, sizeof *f.held), calloc(g->n, sizeof *f.holders), { "" }, 0 };
     int rc = EXIT_ERROR;
     if (f.held && f.holders && s_locate(o, g, &f) == 0) {
         if (!get)
             rc = s_report_holders(o, argv, g, &f);
-        else if (!f.endpoint[0]) {
+        else if (!f.nendpoints) {
             //  no live holder of any key: all missing (a zeroed result is
             //  LANDED, so each is said)
             p2pkv_key_result_t *none = calloc(g->n, sizeof *none);
             for (size_t i = 0; none && i < g->n; i++)
                 none[i] = (p2pkv_key_result_t) { .status = P2PKV_KEY_MISSING, .holder = -1,
                                                  .reason = P2PKV_MISS_NO_HOLDER };
-            rc = none ? cli_report(o, argv, g->n, none, NULL, 0, true, 0, NULL) : EXIT_ERROR;
+            rc = none ? cli_report(o, argv, g->n, none, NULL, 0, true, 0, NULL, NULL)
+                      : EXIT_ERROR;
             free(none);
         }
         else
-            rc = s_get_by_key(o, argv, g, f.endpoint, keys);
+            rc = s_get_by_key(o, argv, g, &f, keys);
     }
     for (size_t i = 0; f.holders && i < g->n; i++)
         free(f.holders[i]);

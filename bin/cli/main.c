@@ -50,7 +50,7 @@ static const struct {
       "trip of passes 2..N)",
       cli_cmd_lookup, true },
     { "get", "get --server tcp://HOST:PORT | --directory redis://HOST:PORT[/DB]\n"
-      "       [-o DIR] [--repeat N] [--no-verify] [--json] KEY...",
+      "       [-o DIR] [--repeat N] [--no-verify] [--verbose] [--json] KEY...",
       "fetches the blocks into this process's memory over the\n"
       "data plane and writes DIR/KEY for each (DIR: .); on a\n"
       "terminal, a progress line on standard error; by\n"
@@ -59,6 +59,8 @@ static const struct {
       "(corrupt: it landed but differs from the checksum its\n"
       "server announced; not written; exit 1)\n"
       "--no-verify: do not check blocks against their checksums\n"
+      "--verbose (--directory): KEY fetched from ENDPOINT, and\n"
+      "each holder that did not answer\n"
       "--repeat N (1..1000, --server only): the same get N times\n"
       "on the one session, and the rate of passes 2..N beside the\n"
       "first's (which makes the data connection)\n"

@@ -32,6 +32,7 @@ s_remote_opts(int argc, char *argv[], cli_remote_opts_t *o)
         { "directory", required_argument, NULL, 'd' },
         { "repeat", required_argument, NULL, 'r' },
         { "no-verify", no_argument, NULL, 'V' },
+        { "verbose", no_argument, NULL, 'v' },
         { NULL, 0, NULL, 0 }
     };
     optind = 0;
@@ -54,6 +55,7 @@ s_remote_opts(int argc, char *argv[], cli_remote_opts_t *o)
             case 'K': o->server_key = optarg; break;
             case 'd': o->directory = optarg; break;
             case 'V': o->no_verify = true; break;
+            case 'v': o->verbose = true; break;
             case 'r': {
                 char *end;
                 long n = strtol(optarg, &end, 10);
@@ -115,7 +117,7 @@ s_remote_usage(bool get)
 {
     fprintf(stderr, "usage: p2pkv %s --server tcp://HOST:PORT | --directory "
             "redis://HOST:PORT[/DB]%s [--repeat N] [--json] [--curve-secret FILE --server-key "
-            "FILE] KEY...\n", get ? "get" : "lookup", get ? " [-o DIR] [--no-verify]" : "");
+            "FILE] KEY...\n", get ? "get" : "lookup", get ? " [-o DIR] [--no-verify] [--verbose]" : "");
     return EXIT_ERROR;
 }
 
@@ -190,7 +192,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
          : cli_report(&o, argv, g.n, res, p2pkv_client_pool(client), d.block_len, get,
                       seconds,
                       p2pkv_client_server_provider(client, server, provider, sizeof provider) == 0
-                      ? provider : NULL);
+                      ? provider : NULL, NULL);
     if (!signo && passes)
         cli_report_again(&o, g.n, landed, d.block_len, get, again, passes);
     if (failed && !signo)

@@ -29,7 +29,7 @@ s_key_word(const p2pkv_key_result_t *r, bool get)
 int
 cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_result_t *res,
            const uint8_t *pool, uint64_t block_len, bool get, double seconds,
-           const char *provider)
+           const char *provider, const char *const *from)
 {
     size_t nhit = 0;
     for (size_t i = 0; i < n; i++)
@@ -49,8 +49,15 @@ cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_r
                 rc = EXIT_ERROR;
             }
         }
-        if (o->json)
-            json_array_append_new(out, json_pack("{s:s, s:s}", "key", hex, "status", what));
+        const char *source = from ? from[i] : NULL;
+        if (o->json) {
+            json_t *one = json_pack("{s:s, s:s}", "key", hex, "status", what);
+            if (one && source)
+                json_object_set_new(one, "from", json_string(source));
+            json_array_append_new(out, one);
+        }
+        else if (o->verbose && source)
+            printf("%s %s from %s\n", hex, what, source);
         else
             printf("%s %s\n", hex, what);
     }

@@ -924,6 +924,19 @@ p2pkv_client_server_provider(p2pkv_client_t *self, int server, char *out, size_t
     return rc;
 }
 
+int
+p2pkv_client_server_endpoint(p2pkv_client_t *self, int server, char *out, size_t cap)
+{
+    pthread_mutex_lock(&self->lock);
+    int rc = -EINVAL;
+    if (server >= 0 && server < self->nservers && self->servers[server] && cap) {
+        snprintf(out, cap, "%s", self->servers[server]->endpoint);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&self->lock);
+    return rc;
+}
+
 static s_server_t *
 s_server(p2pkv_client_t *self, int server)
 {

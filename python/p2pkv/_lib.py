@@ -131,6 +131,7 @@ _PROTOTYPES = {
     "p2pkv_client_connect": (c_int, [_P, c_char_p, c_double, _ERR]),
     "p2pkv_client_disconnect": (c_int, [_P, c_int]),
     "p2pkv_client_server_state": (c_int, [_P, c_int, _ERR]),
+    "p2pkv_client_server_endpoint": (c_int, [_P, c_int, c_char_p, c_size_t]),
     "p2pkv_client_lookup": (c_int, [_P, c_int, c_char_p, _KEYS, c_size_t]),
     "p2pkv_client_fetch": (c_int, [_P, c_int, c_char_p, _KEYS, POINTER(c_uint32), c_size_t,
                                    c_uint64, c_double, POINTER(c_uint64)]),

@@ -296,12 +296,21 @@ class Client:
         status ("landed", "missing", "corrupt": it landed but differs from
         the checksum its server announced, so its block holds wrong bytes;
         or "failed"), verified (compared with its checksum), checksum,
-        holder (server index, or None) and reason (why missing, where
-        known).  A corrupt block is a result, not an exception."""
+        holder (server index, or None), source (the endpoint of that
+        server: where the key came from, or None) and reason (why missing,
+        where known).  A corrupt block is a result, not an exception."""
+        results = self._results(server, keys, blocks, kv, fetch, timeout)
+        endpoints: dict[int, Optional[str]] = {}
+        for r in results:
+            if r.holder >= 0 and r.holder not in endpoints:
+                out = ctypes.create_string_buffer(256)
+                rc = L.lib().p2pkv_client_server_endpoint(self._h(), r.holder, out, len(out))
+                endpoints[r.holder] = out.value.decode() if rc == 0 else None
         return [{"status": L.KEY_STATUS.get(r.status, "failed"), "verified": bool(r.verified),
                  "checksum": int(r.checksum), "holder": None if r.holder < 0 else int(r.holder),
+                 "source": endpoints.get(r.holder) if r.holder >= 0 else None,
                  "reason": L.MISS_REASON.get(r.reason) if r.status == L.KEY_MISSING else None}
-                for r in self._results(server, keys, blocks, kv, fetch, timeout)]
+                for r in results]
 
     def checks(self) -> dict:
         """The end-to-end check's counters (p2pkv_client_checks): checked,
