@@ -33,7 +33,7 @@
     To add a metric: one row here, and the line that counts it (in the
     struct its SOURCE publishes, or a pk_metrics_add of its own).  Nothing
     else names it: the loop publishes every row of a source, and
-    tests/test_metrics_e2e.c scrapes for every row.  No include guard: the
+    tests/e2e/test_metrics_e2e.c scrapes for every row.  No include guard: the
     file is meant to be included more than once.
 */
 

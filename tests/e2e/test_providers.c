@@ -1,6 +1,6 @@
 /*  test_providers.c: one server offering several data-plane providers
     (--provider shm,tcp), and consumers choosing among them, against real
-    p2pkv-server processes (tests/daemon.c) on 127.0.0.1.
+    p2pkv-server processes (tests/fixtures/daemon.c) on 127.0.0.1.
 
     What is held: the description lists the providers best first with the
     server's host identity; a same-host consumer under auto connects over
@@ -13,7 +13,7 @@
     server's channels per fabric (stats "fabrics").
 
     The shm provider needs nothing but this host, so nothing here skips;
-    a consumer in another network namespace is tests/netns.sh's.  mmap
+    a consumer in another network namespace is tests/e2e/netns.sh's.  mmap
     (transports/mmap) is offered beside them: an auto consumer on this
     host takes it first.
 */

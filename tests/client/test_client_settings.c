@@ -27,7 +27,7 @@
 
 #define BLOCK 4096
 
-typedef cb_seen_t s_seen_t;     //  tests/callbacks.h
+typedef cb_seen_t s_seen_t;     //  tests/fixtures/callbacks.h
 
 //  A client with a progress thread, over cfg (peer_id, fingerprint,
 //  hash seed, provider and node filled in when unset).

@@ -1,4 +1,4 @@
-/*  hardening.h: what tests/test_hardening.c's attacks share.
+/*  hardening.h: what tests/e2e/test_hardening.c's attacks share.
 
     hp_*: a hostile peer, one DEALER with routing id "P" + a fresh random
     epoch per hp_new, that sends whatever bytes it is given and decodes
@@ -9,7 +9,7 @@
     client library, fetching and checking blocks the whole time), and the
     report: one tab-separated line per attack on stdout and appended to
     $P2PKV_HARDENING_OUT (scripts/reliability turns those lines into
-    doc/reliability.md).  The blocks and keys are tests/blocks.h's.
+    doc/reliability.md).  The blocks and keys are tests/fixtures/blocks.h's.
 */
 #ifndef PK_TEST_HARDENING_H_INCLUDED
 #define PK_TEST_HARDENING_H_INCLUDED

@@ -11,7 +11,7 @@
     a live one is still refused, naming it.  An engine handle that outlived
     a restart (-9 or SIGTERM) can no longer publish (issue 34).  Real
     p2pkv-server processes
-    (tests/daemon.c) over the tcp provider on 127.0.0.1.
+    (tests/fixtures/daemon.c) over the tcp provider on 127.0.0.1.
 */
 #include "p2pkv.h"
 #include "base/clock.h"

@@ -1,5 +1,5 @@
 /*  test_curve.c: CURVE on the control plane (issue 13), against real
-    servers (tests/daemon.c) over the tcp provider on 127.0.0.1.
+    servers (tests/fixtures/daemon.c) over the tcp provider on 127.0.0.1.
 
     Each test makes its keys with `p2pkv keygen` in a fresh directory (the
     server's keypair, consumers' keypairs, and an allow directory holding

@@ -33,7 +33,7 @@
 #define BLOCK 4096
 #define NKEYS 16
 
-typedef cb_seen_t s_seen_t;     //  tests/callbacks.h
+typedef cb_seen_t s_seen_t;     //  tests/fixtures/callbacks.h
 
 static uint8_t s_data[NKEYS][BLOCK];
 static uint8_t s_key[NKEYS][32];

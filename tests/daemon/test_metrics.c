@@ -3,7 +3,7 @@
 
     The text is checked two ways: byte for byte for a small registry, and,
     for a bigger one with hostile peer names and extreme values, line by
-    line by pt_validate (tests/promtext.c), which knows the exposition
+    line by pt_validate (tests/fixtures/promtext.c), which knows the exposition
     format's grammar (version 0.0.4) and what a histogram's series must
     satisfy.  A family is labelled or not, never both: the text of a
     labelled one has no unlabelled sample.  Four threads update one

@@ -5,7 +5,7 @@
 # against the layers it may use, and the base layer's system headers
 # against libc and libsodium.  Run by make check.
 set -eu
-top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
+top=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$top"
 
 # layer: the folders (layers) its files may include from

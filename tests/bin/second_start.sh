@@ -13,7 +13,7 @@ cli=bin/p2pkv
 { [ -x "$server" ] && [ -x "$cli" ]; } || { echo "SKIP: $server and $cli not built here"; exit 77; }
 pool=/pk-second-start-$$
 work=$(mktemp -d)
-. "$(dirname "$0")/servers.sh"
+. "$(dirname "$0")/../fixtures/servers.sh"
 pools=$pool
 
 command -v unshare > /dev/null 2>&1 || { echo "SKIP: unshare (util-linux) is not installed"; exit 77; }

@@ -4,7 +4,7 @@
 # identifier compiles, a misspelt one or a string name does not.  Run by
 # make check (CC and JANSSON_CFLAGS from configure).
 set -eu
-top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
+top=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 cc=${CC:-cc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

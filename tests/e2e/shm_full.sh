@@ -21,7 +21,7 @@ cli=bin/p2pkv
 row_name="a /dev/shm smaller than the pool (a tmpfs of 8 MiB, a pool of 16 MiB); then one filled to its last byte under two pools that fit"
 t0=$(date +%s.%N)
 
-# row OUTCOME LOST: the hardening suite's line (tests/hardening.c, hh_report)
+# row OUTCOME LOST: the hardening suite's line (tests/e2e/hardening.c, hh_report)
 row() {
     [ -n "${P2PKV_HARDENING_OUT:-}" ] || return 0
     printf 'HARDENING\t%s\t%s\t1\t%s\t%s\t%s\n' "${P2PKV_HARDENING:-short}" "$row_name" "$1" "$2" \
@@ -41,7 +41,7 @@ fi
 
 mount -t tmpfs -o size=8m tmpfs /dev/shm || { echo "FAIL: cannot mount the tmpfs"; exit 1; }
 work=$(mktemp -d)
-. "$(dirname "$0")/servers.sh"
+. "$(dirname "$0")/../fixtures/servers.sh"
 
 # start NAME BLOCKS: a server of BLOCKS x 64 KiB in the background; its pid
 # in $pid

@@ -1,5 +1,5 @@
 /*  test_cancel.c: p2pkv_client_cancel, and p2pkv_client_finish with
-    fetches open, against real p2pkv-server processes (tests/daemon.c) over
+    fetches open, against real p2pkv-server processes (tests/fixtures/daemon.c) over
     the tcp provider on 127.0.0.1.
 
     What a cancel promises (p2pkv.h): one abort, one end, P2PKV_ABORTED,
@@ -49,7 +49,7 @@
 #define SENTINEL 0x5e
 
 //  ---------------------------------------------------------------------------
-//  Blocks and keys: tests/blocks.h's
+//  Blocks and keys: tests/fixtures/blocks.h's
 
 static bool
 s_block_is(const uint8_t *at, uint8_t byte, size_t block_len)

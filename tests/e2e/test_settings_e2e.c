@@ -1,5 +1,5 @@
 /*  test_settings_e2e.c: settings of p2pkv-server that only a running
-    server shows taking effect, each on the real server (tests/daemon.c)
+    server shows taking effect, each on the real server (tests/fixtures/daemon.c)
     over the tcp provider on 127.0.0.1.
 
     Each test sets one setting far from both its default and the

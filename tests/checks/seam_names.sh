@@ -10,7 +10,7 @@
 # argument of a comparison or finder or an element of a list.  Run by
 # make check.
 set -eu
-top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
+top=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$top"
 cc=${CC:-cc}
 

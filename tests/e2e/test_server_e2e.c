@@ -1,8 +1,8 @@
 /*  test_server_e2e.c: the real p2pkv-server, started as a process, with
-    test consumers (tests/consumer.c) over the tcp provider on 127.0.0.1
+    test consumers (tests/fixtures/consumer.c) over the tcp provider on 127.0.0.1
     and the engine's JSON API on the local socket.
 
-    Each test starts its own server (tests/daemon.c) with short timeouts
+    Each test starts its own server (tests/fixtures/daemon.c) with short timeouts
     and its own pool and sockets, and stops it with SIGTERM.
 */
 #include "consumer.h"

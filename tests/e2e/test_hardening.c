@@ -1,6 +1,6 @@
 /*  test_hardening.c: hostile peers and faults against a real p2pkv-server
-    (tests/daemon.c) over the tcp provider on 127.0.0.1, while a good
-    consumer (the client library, in a thread: tests/hardening.c) fetches
+    (tests/fixtures/daemon.c) over the tcp provider on 127.0.0.1, while a good
+    consumer (the client library, in a thread: tests/e2e/hardening.c) fetches
     and checks blocks the whole time.
 
     s_attacks is the list: each attack a function that sends its hostile
@@ -1280,7 +1280,7 @@ s_attack_store_pending(ctx_t *c)
 //  Strangers on the data plane (issue 34): a libfabric peer with no
 //  session, knowing a consumer's endpoint address but not its key, writes
 //  one block at a time under keys it guesses, each on a new connection
-//  (tests/stranger.c), counting up from 1 (what keys were) and random.
+//  (tests/fixtures/stranger.c), counting up from 1 (what keys were) and random.
 //  The consumer holds two sessions' registrations of one pool, as a
 //  consumer of two servers does.  Nothing lands: every byte as it was, no
 //  immediate counted.  The control, the announced key through the same

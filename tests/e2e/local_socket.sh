@@ -22,7 +22,7 @@ py=${PYTHON:-python3}
 work=$(mktemp -d)
 chmod 0755 "$work"          # nobody must reach $work/squat/ below
 pool=/pk-local-socket-$$
-. "$(dirname "$0")/servers.sh"
+. "$(dirname "$0")/../fixtures/servers.sh"
 pools="$pool $pool-b"
 
 # start NAME ARGS...: a server in the background, its pid in $pid, its

@@ -9,7 +9,7 @@
 # higher one acts on (doc/architecture.md, The daemon's classes).
 # tsort(1) finds an order, or names a loop.  Run by make check.
 set -eu
-top=${top_srcdir:-$(cd "$(dirname "$0")/.." && pwd)}
+top=${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$top"
 
 edges=$(mktemp)

@@ -16,7 +16,7 @@ nobody=$(id -u nobody 2>/dev/null) || { echo "SKIP: no user nobody"; exit 77; }
 work=$(mktemp -d)
 chmod 0755 "$work"
 pool=/pk-fallback-$$
-. "$(dirname "$0")/servers.sh"
+. "$(dirname "$0")/../fixtures/servers.sh"
 pools=$pool
 
 # nobody must run the build tree's binary: every directory above it searchable

@@ -1,9 +1,9 @@
 /*  test_client_e2e.c: the client library (p2pkv.h) against real
-    p2pkv-server processes (tests/daemon.c) over the tcp provider on
+    p2pkv-server processes (tests/fixtures/daemon.c) over the tcp provider on
     127.0.0.1.
 
     Servers are filled through the engine API the way a local engine does
-    it, with tests/blocks.h's blocks and keys: every byte that lands is
+    it, with tests/fixtures/blocks.h's blocks and keys: every byte that lands is
     checked against where it belongs.
 
     The restarted-consumer test runs a consumer in a process of its own:

@@ -6,7 +6,7 @@
 
     Every family of lib/daemon/metric_families.h must be there with its
     # HELP and # TYPE (the type the table gives it), the whole body must
-    pass the strict exposition-format checker (tests/promtext.c), and the
+    pass the strict exposition-format checker (tests/fixtures/promtext.c), and the
     counters the traffic moved must say so; no sample is labelled by peer.
 */
 #include "consumer.h"
