@@ -1,13 +1,14 @@
 /*  test_store.c: the block store against doc/architecture.md's "The block
     store" and the parent seam of server_role.h.
 
-    Each test builds a small store on a virtual clock, so leases expire by
-    moving the clock, never by sleeping; named pools use a shared-memory
-    name unique to the test's process.  The last test hammers one store
-    from four threads and then checks that the books balance and that no
-    pinned block was ever rewritten under its reader.
+    Each test builds a small store on the virtual clock of
+    tests/fixtures/store.h, so leases expire by moving the clock, never by
+    sleeping; named pools use a shared-memory name unique to the test's
+    process.  The last test hammers one store from four threads and then
+    checks that the books balance and that no pinned block was ever
+    rewritten under its reader.
 */
-#include "store/store.h"
+#include "store.h"
 #include "base/checksum.h"
 #include "testutil.h"
 
@@ -19,147 +20,27 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct {
-    double t;
-} s_clock_t;
-
-static double
-s_clock_now(void *self)
-{
-    return ((s_clock_t *) self)->t;
-}
-
-//  One key per small integer; the bytes live in a static table so views
-//  stay valid for the whole test.
-#define S_KEYS 256
-static uint8_t s_key_bytes[S_KEYS][8];
-
-static pk_key_t
-s_key(unsigned i)
-{
-    ck_assert_uint_lt(i, S_KEYS);
-    memcpy(s_key_bytes[i], "key-", 4);
-    s_key_bytes[i][4] = (uint8_t) i;
-    s_key_bytes[i][5] = (uint8_t) (i >> 8);
-    s_key_bytes[i][6] = s_key_bytes[i][7] = 0xa5;
-    return pk_key_make(s_key_bytes[i], sizeof s_key_bytes[i]);
-}
-
-static void
-s_name(char *buf, size_t len)
-{
-    static unsigned n;
-    snprintf(buf, len, "/p2pkv-test-%d-%u", (int) getpid(), n++);
-}
-
-static pk_store_t *
-s_store(s_clock_t *clock, uint64_t num_blocks, uint64_t block_len, double lease)
-{
-    pk_store_config_t config = { lease, 1, false };
-    int rc = 1;
-    pk_store_t *store = pk_store_new(NULL, num_blocks, block_len, &config,
-                                     (pk_clock_t) { clock, s_clock_now }, NULL, NULL,
-                                     &rc, NULL);
-    ck_assert_int_eq(rc, 0);
-    ck_assert_ptr_nonnull(store);
-    return store;
-}
-
-//  put of key i with every byte = i
-static int
-s_put(pk_store_t *store, unsigned i)
-{
-    size_t len = (size_t) pk_store_block_len(store);
-    uint8_t *data = malloc(len);
-    memset(data, (int) (i & 0xff), len);
-    pk_key_t key = s_key(i);
-    int rc = pk_store_put(store, PK_NS_SHARED, &key, data, len);
-    free(data);
-    return rc;
-}
-
-static pk_lookup_result_t
-s_lookup(pk_store_t *store, unsigned i)
-{
-    pk_key_t key = s_key(i);
-    return pk_store_lookup(store, PK_NS_SHARED, &key);
-}
-
-static int
-s_reserve(pk_store_t *store, uint64_t owner, unsigned i, uint32_t *block)
-{
-    pk_key_t key = s_key(i);
-    return pk_store_reserve(store, owner, PK_NS_SHARED, &key, 1, block);
-}
-
-static int
-s_commit(pk_store_t *store, uint64_t owner, unsigned i)
-{
-    pk_key_t key = s_key(i);
-    return pk_store_commit_sums(store, owner, PK_NS_SHARED, &key, 1, NULL, NULL);
-}
-
-//  Pins key i in a job of its own: the job, its block in *block_p (may be
-//  NULL).  The test fails unless the key was pinned.
-static uint64_t
-s_pin(pk_store_t *store, unsigned i, uint32_t *block_p)
-{
-    pk_key_t key = s_key(i);
-    uint32_t block;
-    bool pinned = false;
-    uint64_t job = 0;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &key, 1, &job, &block, &pinned), 0);
-    ck_assert_msg(pinned, "key %u: not pinned", i);
-    if (block_p)
-        *block_p = block;
-    return job;
-}
-
-static pk_store_stats_t
-s_stats(pk_store_t *store)
-{
-    pk_store_stats_t st;
-    pk_store_stats(store, &st);
-    return st;
-}
-
-static void
-s_check_counts(pk_store_t *store)
-{
-    pk_store_stats_t st = s_stats(store);
-    ck_assert_uint_eq(st.free + st.writing + st.ready, pk_store_num_blocks(store));
-    ck_assert_uint_le(st.pinned, st.ready);
-    ck_assert_uint_eq(st.lookups, st.hits + st.pending + st.misses);
-}
-
 //  ---------------------------------------------------------------------------
 
 START_TEST(test_state_transitions)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 4, 16, 30);
-    pk_store_stats_t st;
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    pk_store_t *store = sf_store(4, 16, 30);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_MISS);
     uint32_t block = PK_STORE_NO_BLOCK;
-    ck_assert_int_eq(s_reserve(store, 7, 1, &block), 0);
+    ck_assert_int_eq(sf_reserve(store, 7, 1, &block), 0);
     ck_assert_uint_lt(block, 4);
-    st = s_stats(store);
-    ck_assert_uint_eq(st.free, 3);
-    ck_assert_uint_eq(st.writing, 1);
-    ck_assert_uint_eq(st.ready, 0);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
-    ck_assert_int_eq(s_commit(store, 7, 1), 0);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
-    st = s_stats(store);
-    ck_assert_uint_eq(st.free, 3);
-    ck_assert_uint_eq(st.writing, 0);
-    ck_assert_uint_eq(st.ready, 1);
+    sf_expect_blocks(store, 3, 1, 0);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(sf_commit(store, 7, 1), 0);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT);
+    sf_expect_blocks(store, 3, 0, 1);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.lookups, 3);
     ck_assert_uint_eq(st.misses, 1);
     ck_assert_uint_eq(st.pending, 1);
     ck_assert_uint_eq(st.hits, 1);
     //  committing again: the key is no longer WRITING
-    ck_assert_int_eq(s_commit(store, 7, 1), -ENOENT);
+    ck_assert_int_eq(sf_commit(store, 7, 1), -ENOENT);
     pk_store_destroy(&store);
     ck_assert_ptr_null(store);
 }
@@ -167,72 +48,62 @@ END_TEST
 
 START_TEST(test_writing_key_lookup_and_commit_rules)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 4, 16, 30);
-    pk_key_t keys[2] = { s_key(1), s_key(2) };
+    pk_store_t *store = sf_store(4, 16, 30);
+    pk_key_t keys[2] = { sf_key(1), sf_key(2) };
     uint32_t blocks[2];
     ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, keys, 2, blocks), 0);
     ck_assert_uint_ne(blocks[0], blocks[1]);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_HIT_PENDING);
     //  a WRITING key cannot be pinned, dropped or reserved again
-    uint64_t job = 0;
-    uint32_t pb = 0;
-    bool pinned = true;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &keys[1], 1, &job, &pb, &pinned), 0);
-    ck_assert(!pinned);
-    ck_assert_uint_eq(pb, PK_STORE_NO_BLOCK);
-    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    sf_pins_t p = sf_pin_keys(store, PK_NS_SHARED, (unsigned[]) { 2 }, 1);
+    ck_assert(!p.pinned[0]);
+    ck_assert_uint_eq(p.blocks[0], PK_STORE_NO_BLOCK);
+    ck_assert_int_eq(pk_store_release_job(store, p.job), 0);
     ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &keys[1], 1), -EBUSY);
-    ck_assert_int_eq(s_reserve(store, 8, 2, &pb), -EEXIST);
+    uint32_t b;
+    ck_assert_int_eq(sf_reserve(store, 8, 2, &b), -EEXIST);
     //  commit is the owner's, and all or nothing
     ck_assert_int_eq(pk_store_commit_sums(store, 8, PK_NS_SHARED, keys, 2, NULL, NULL), -ENOENT);
-    pk_key_t mixed[2] = { s_key(1), s_key(3) };
+    pk_key_t mixed[2] = { sf_key(1), sf_key(3) };
     ck_assert_int_eq(pk_store_commit_sums(store, 7, PK_NS_SHARED, mixed, 2, NULL, NULL), -ENOENT);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
     ck_assert_int_eq(pk_store_commit_sums(store, 7, PK_NS_SHARED, keys, 2, NULL, NULL), 0);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
-    s_check_counts(store);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_HIT);
+    sf_check_counts(store);
     pk_store_destroy(&store);
 }
 END_TEST
 
 START_TEST(test_pin_and_release)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 4, 16, 30);
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    pk_key_t keys[3] = { s_key(1), s_key(9), s_key(2) };
-    uint32_t blocks[3];
-    bool pinned[3];
-    uint64_t job1 = 0, job2 = 0;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 3, &job1, blocks, pinned), 0);
-    ck_assert(pinned[0] && !pinned[1] && pinned[2]);
-    ck_assert_uint_lt(blocks[0], 4);
-    ck_assert_uint_eq(blocks[1], PK_STORE_NO_BLOCK);
-    ck_assert_uint_lt(blocks[2], 4);
+    pk_store_t *store = sf_store(4, 16, 30);
+    sf_put_range(store, 1, 2);
+    sf_pins_t first = sf_pin_keys(store, PK_NS_SHARED, (unsigned[]) { 1, 9, 2 }, 3);
+    ck_assert(first.pinned[0] && !first.pinned[1] && first.pinned[2]);
+    ck_assert_uint_lt(first.blocks[0], 4);
+    ck_assert_uint_eq(first.blocks[1], PK_STORE_NO_BLOCK);
+    ck_assert_uint_lt(first.blocks[2], 4);
     //  a second job on the same block: the block stays pinned until both end
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 1, &job2, blocks, pinned), 0);
-    ck_assert_uint_ne(job1, job2);
-    pk_store_stats_t st = s_stats(store);
+    sf_pins_t second = sf_pin_keys(store, PK_NS_SHARED, (unsigned[]) { 1 }, 1);
+    ck_assert_uint_ne(first.job, second.job);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.pinned, 2);
     ck_assert_uint_eq(st.jobs, 2);
-    ck_assert_int_eq(pk_store_release_job(store, job1), 0);
+    ck_assert_int_eq(pk_store_release_job(store, first.job), 0);
+    pk_key_t keys[3] = { sf_key(1), sf_key(9), sf_key(2) };
     ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &keys[0], 1), -EBUSY);
-    st = s_stats(store);
-    ck_assert_uint_eq(st.pinned, 1);
-    ck_assert_int_eq(pk_store_release_job(store, job2), 0);
-    ck_assert_int_eq(pk_store_release_job(store, job2), -ENOENT);
+    ck_assert_uint_eq(sf_stats(store).pinned, 1);
+    ck_assert_int_eq(pk_store_release_job(store, second.job), 0);
+    ck_assert_int_eq(pk_store_release_job(store, second.job), -ENOENT);
     ck_assert_int_eq(pk_store_release_job(store, 12345), -ENOENT);
-    st = s_stats(store);
+    st = sf_stats(store);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(st.jobs, 0);
     ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, keys, 3), 0);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
-    st = s_stats(store);
-    ck_assert_uint_eq(st.free, 4);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_MISS);
+    ck_assert_uint_eq(sf_stats(store).free, 4);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -242,17 +113,16 @@ END_TEST
 //  configured without checksums gives none.
 START_TEST(test_checksums_taken_at_commit)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 4, 16, 30);
+    pk_store_t *store = sf_store(4, 16, 30);
     uint32_t b;
-    ck_assert_int_eq(s_reserve(store, 7, 1, &b), 0);
+    ck_assert_int_eq(sf_reserve(store, 7, 1, &b), 0);
     uint8_t *at = (uint8_t *) pk_store_base(store) + (size_t) b * 16;
     memcpy(at, "sixteen bytes..!", 16);
-    ck_assert_int_eq(s_commit(store, 7, 1), 0);
+    ck_assert_int_eq(sf_commit(store, 7, 1), 0);
     uint64_t want = pk_checksum("sixteen bytes..!", 16), sum = 0;
     ck_assert_int_eq(pk_store_block_sums(store, &b, 1, &sum), -EINVAL);     //  not pinned
     uint32_t pb;
-    uint64_t job = s_pin(store, 1, &pb);
+    uint64_t job = sf_pin(store, 1, &pb);
     ck_assert_uint_eq(pb, b);
     ck_assert_int_eq(pk_store_block_sums(store, &b, 1, &sum), 0);
     ck_assert_uint_eq(sum, want);
@@ -271,13 +141,9 @@ START_TEST(test_checksums_taken_at_commit)
     free(from);
     free(to);
 
-    pk_store_config_t off = { 30, 1, true };
-    int rc = 1;
-    store = pk_store_new(NULL, 4, 16, &off, (pk_clock_t) { &clock, s_clock_now }, NULL,
-                         NULL, &rc, NULL);
-    ck_assert_ptr_nonnull(store);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    job = s_pin(store, 2, &pb);
+    store = sf_store_with(4, 16, &(pk_store_config_t) { 30, 1, true });
+    ck_assert_int_eq(sf_put(store, 2), 0);
+    job = sf_pin(store, 2, &pb);
     ck_assert_int_eq(pk_store_block_sums(store, &pb, 1, &sum), -ENOTSUP);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     pk_store_destroy(&store);
@@ -286,46 +152,37 @@ END_TEST
 
 START_TEST(test_pin_reports_key_evicted_since_lookup)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 2, 16, 30);
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
+    pk_store_t *store = sf_store(2, 16, 30);
+    sf_put_range(store, 1, 2);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_HIT);
     //  another actor's put evicts key 1, the older of the two
-    ck_assert_int_eq(s_put(store, 3), 0);
-    pk_key_t keys[2] = { s_key(1), s_key(2) };
-    uint32_t blocks[2];
-    bool pinned[2];
-    uint64_t job = 0;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 2, &job, blocks, pinned), 0);
-    ck_assert(!pinned[0]);
-    ck_assert_uint_eq(blocks[0], PK_STORE_NO_BLOCK);
-    ck_assert(pinned[1]);
-    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    ck_assert_int_eq(sf_put(store, 3), 0);
+    sf_pins_t p = sf_pin_keys(store, PK_NS_SHARED, (unsigned[]) { 1, 2 }, 2);
+    ck_assert(!p.pinned[0]);
+    ck_assert_uint_eq(p.blocks[0], PK_STORE_NO_BLOCK);
+    ck_assert(p.pinned[1]);
+    ck_assert_int_eq(pk_store_release_job(store, p.job), 0);
     pk_store_destroy(&store);
 }
 END_TEST
 
 START_TEST(test_eviction_is_lru)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 3, 16, 30);
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    ck_assert_int_eq(s_put(store, 3), 0);
+    pk_store_t *store = sf_store(3, 16, 30);
+    sf_put_range(store, 1, 3);
     //  1 is the oldest, but a lookup makes it the most recently used
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
-    ck_assert_int_eq(s_put(store, 4), 0);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_put(store, 4), 0);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_MISS);
     //  a pin is a use too: pin and release 3, so 1 is now the oldest
-    ck_assert_int_eq(pk_store_release_job(store, s_pin(store, 3, NULL)), 0);
-    ck_assert_int_eq(s_put(store, 5), 0);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_HIT);
-    ck_assert_int_eq(s_lookup(store, 4), PK_LOOKUP_HIT);
-    ck_assert_int_eq(s_lookup(store, 5), PK_LOOKUP_HIT);
-    pk_store_stats_t st = s_stats(store);
+    ck_assert_int_eq(pk_store_release_job(store, sf_pin(store, 3, NULL)), 0);
+    ck_assert_int_eq(sf_put(store, 5), 0);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 3), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 4), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 5), PK_LOOKUP_HIT);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.evictions, 2);
     ck_assert_uint_eq(st.ready, 3);
     pk_store_destroy(&store);
@@ -334,27 +191,25 @@ END_TEST
 
 START_TEST(test_pinned_block_never_evicted)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 2, 32, 30);
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_put(store, 2), 0);
+    pk_store_t *store = sf_store(2, 32, 30);
+    sf_put_range(store, 1, 2);
     uint32_t block;
-    uint64_t job = s_pin(store, 1, &block);
+    uint64_t job = sf_pin(store, 1, &block);
     //  1 is the least recently used, but pinned: 2 goes instead
     uint32_t got;
-    ck_assert_int_eq(s_reserve(store, 7, 3, &got), 0);
+    ck_assert_int_eq(sf_reserve(store, 7, 3, &got), 0);
     ck_assert_uint_ne(got, block);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_MISS);
     //  nothing left to evict: the pinned block is not taken either
-    ck_assert_int_eq(s_reserve(store, 7, 4, &got), -ENOSPC);
-    ck_assert_int_eq(s_put(store, 4), -ENOSPC);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_reserve(store, 7, 4, &got), -ENOSPC);
+    ck_assert_int_eq(sf_put(store, 4), -ENOSPC);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT);
     const uint8_t *bytes = (const uint8_t *) pk_store_base(store) + (size_t) block * 32;
     for (size_t i = 0; i < 32; i++)
         ck_assert_uint_eq(bytes[i], 1);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     //  once released it is evictable again
-    ck_assert_int_eq(s_reserve(store, 7, 4, &got), 0);
+    ck_assert_int_eq(sf_reserve(store, 7, 4, &got), 0);
     ck_assert_uint_eq(got, block);
     pk_store_destroy(&store);
 }
@@ -362,77 +217,64 @@ END_TEST
 
 START_TEST(test_reserve_all_pinned_enospc)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 4, 8, 30);
-    pk_key_t keys[4] = { s_key(1), s_key(2), s_key(3), s_key(4) };
-    for (unsigned i = 1; i <= 4; i++)
-        ck_assert_int_eq(s_put(store, i), 0);
-    uint32_t blocks[4];
-    bool pinned[4];
-    uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 4, &job, blocks, pinned), 0);
+    pk_store_t *store = sf_store(4, 8, 30);
+    sf_put_range(store, 1, 4);
+    sf_pins_t p = sf_pin_keys(store, PK_NS_SHARED, (unsigned[]) { 1, 2, 3, 4 }, 4);
     uint32_t got;
-    ck_assert_int_eq(s_reserve(store, 7, 5, &got), -ENOSPC);
-    pk_store_stats_t st = s_stats(store);
+    ck_assert_int_eq(sf_reserve(store, 7, 5, &got), -ENOSPC);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.pinned, 4);
     ck_assert_uint_eq(st.evictions, 0);
     ck_assert_uint_eq(st.writing, 0);
-    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    ck_assert_int_eq(pk_store_release_job(store, p.job), 0);
     //  the same with every block WRITING
     pk_store_destroy(&store);
-    store = s_store(&clock, 4, 8, 30);
+    store = sf_store(4, 8, 30);
+    pk_key_t keys[4] = { sf_key(1), sf_key(2), sf_key(3), sf_key(4) };
+    uint32_t blocks[4];
     ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, keys, 4, blocks), 0);
-    ck_assert_int_eq(s_reserve(store, 8, 5, &got), -ENOSPC);
+    ck_assert_int_eq(sf_reserve(store, 8, 5, &got), -ENOSPC);
     pk_store_destroy(&store);
 }
 END_TEST
 
 START_TEST(test_reserve_all_or_nothing)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 4, 8, 30);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    pk_key_t keys[3] = { s_key(1), s_key(2), s_key(3) };
+    pk_store_t *store = sf_store(4, 8, 30);
+    ck_assert_int_eq(sf_put(store, 2), 0);
+    pk_key_t keys[3] = { sf_key(1), sf_key(2), sf_key(3) };
     uint32_t blocks[3];
     ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, keys, 3, blocks), -EEXIST);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 3), PK_LOOKUP_MISS);
     //  a key repeated in one batch is present by its second time
-    pk_key_t twice[3] = { s_key(5), s_key(6), s_key(5) };
+    pk_key_t twice[3] = { sf_key(5), sf_key(6), sf_key(5) };
     ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, twice, 3, blocks), -EEXIST);
-    ck_assert_int_eq(s_lookup(store, 5), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 6), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 5), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 6), PK_LOOKUP_MISS);
     //  four new keys do not fit beside a pinned one
-    pk_key_t key2 = s_key(2);
-    uint32_t b2;
-    bool p2;
-    uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &key2, 1, &job, &b2, &p2), 0);
-    pk_key_t four[4] = { s_key(10), s_key(11), s_key(12), s_key(13) };
+    uint64_t job = sf_pin(store, 2, NULL);
+    pk_key_t four[4] = { sf_key(10), sf_key(11), sf_key(12), sf_key(13) };
     uint32_t blocks4[4];
     ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, four, 4, blocks4), -ENOSPC);
-    pk_store_stats_t st = s_stats(store);
-    ck_assert_uint_eq(st.free, 3);
-    ck_assert_uint_eq(st.writing, 0);
-    ck_assert_uint_eq(st.ready, 1);
+    sf_expect_blocks(store, 3, 0, 1);
     ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, four, 3, blocks4), 0);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    s_check_counts(store);
+    sf_check_counts(store);
     pk_store_destroy(&store);
 }
 END_TEST
 
 START_TEST(test_put_rejects_wrong_length)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 2, 64, 30);
+    pk_store_t *store = sf_store(2, 64, 30);
     uint8_t data[65] = { 0 };
-    pk_key_t key = s_key(1);
+    pk_key_t key = sf_key(1);
     ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 63), -EINVAL);
     ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 65), -EINVAL);
     ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 0), -EINVAL);
     ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, NULL, 64), -EINVAL);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_MISS);
     ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 64), 0);
     ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &key, data, 64), -EEXIST);
     pk_store_destroy(&store);
@@ -441,21 +283,19 @@ END_TEST
 
 START_TEST(test_drop_pinned_ebusy)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 4, 8, 30);
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    pk_key_t keys[3] = { s_key(1), s_key(2), s_key(99) };
-    uint64_t job = s_pin(store, 2, NULL);
+    pk_store_t *store = sf_store(4, 8, 30);
+    sf_put_range(store, 1, 2);
+    pk_key_t keys[3] = { sf_key(1), sf_key(2), sf_key(99) };
+    uint64_t job = sf_pin(store, 2, NULL);
     ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, keys, 3), -EBUSY);
     //  nothing dropped, not even the unpinned key
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_HIT);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, keys, 3), 0);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_MISS);
-    pk_store_stats_t st = s_stats(store);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_MISS);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.free, 4);
     ck_assert_uint_eq(st.evictions, 0);
     pk_store_destroy(&store);
@@ -464,72 +304,67 @@ END_TEST
 
 START_TEST(test_lease_expiry_and_release_owner)
 {
-    s_clock_t clock = { 100 };
-    pk_store_t *store = s_store(&clock, 8, 8, 10);
+    pk_store_t *store = sf_store(8, 8, 10);
+    sf_now = 100;
     uint32_t b;
-    ck_assert_int_eq(s_reserve(store, 1, 1, &b), 0);
-    clock.t = 105;
-    ck_assert_int_eq(s_reserve(store, 1, 2, &b), 0);
-    clock.t = 109.5;
+    ck_assert_int_eq(sf_reserve(store, 1, 1, &b), 0);
+    sf_now = 105;
+    ck_assert_int_eq(sf_reserve(store, 1, 2, &b), 0);
+    sf_now = 109.5;
     ck_assert_uint_eq(pk_store_expire_leases(store), 0);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
-    clock.t = 110;
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    sf_now = 110;
     ck_assert_uint_eq(pk_store_expire_leases(store), 1);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 2), PK_LOOKUP_HIT_PENDING);
-    ck_assert_int_eq(s_commit(store, 1, 1), -ENOENT);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 2), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(sf_commit(store, 1, 1), -ENOENT);
     //  a late commit after the deadline fails even without a sweep between
-    clock.t = 115;
-    ck_assert_int_eq(s_commit(store, 1, 2), -ENOENT);
-    pk_store_stats_t st = s_stats(store);
+    sf_now = 115;
+    ck_assert_int_eq(sf_commit(store, 1, 2), -ENOENT);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.expired, 2);
     ck_assert_uint_eq(st.free, 8);
 
     //  release_owner frees that owner's reservations and no one else's
-    pk_key_t keys[3] = { s_key(10), s_key(11), s_key(12) };
+    pk_key_t keys[3] = { sf_key(10), sf_key(11), sf_key(12) };
     uint32_t blocks[3];
     ck_assert_int_eq(pk_store_reserve(store, 2, PK_NS_SHARED, keys, 2, blocks), 0);
     ck_assert_int_eq(pk_store_reserve(store, 3, PK_NS_SHARED, &keys[2], 1, blocks), 0);
-    ck_assert_int_eq(s_reserve(store, 2, 13, &b), 0);
-    ck_assert_int_eq(s_commit(store, 2, 13), 0);
+    ck_assert_int_eq(sf_reserve(store, 2, 13, &b), 0);
+    ck_assert_int_eq(sf_commit(store, 2, 13), 0);
     ck_assert_uint_eq(pk_store_release_owner(store, 2), 2);
     ck_assert_uint_eq(pk_store_release_owner(store, 2), 0);
-    ck_assert_int_eq(s_lookup(store, 10), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 11), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 12), PK_LOOKUP_HIT_PENDING);
-    ck_assert_int_eq(s_lookup(store, 13), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 10), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 11), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 12), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(sf_lookup(store, 13), PK_LOOKUP_HIT);
     ck_assert_int_eq(pk_store_commit_sums(store, 2, PK_NS_SHARED, &keys[2], 1, NULL, NULL),
                      -ENOENT);
-    ck_assert_int_eq(pk_store_commit_sums(store, 3, PK_NS_SHARED, &keys[2], 1, NULL, NULL), 0);
-    st = s_stats(store);
-    ck_assert_uint_eq(st.writing, 0);
-    ck_assert_uint_eq(st.ready, 2);
-    ck_assert_uint_eq(st.free, 6);
-    ck_assert_uint_eq(st.expired, 2);
+    ck_assert_int_eq(sf_commit(store, 3, 12), 0);
+    sf_expect_blocks(store, 6, 0, 2);
+    ck_assert_uint_eq(sf_stats(store).expired, 2);
     //  committed blocks do not expire
-    clock.t = 1000;
+    sf_now = 1000;
     ck_assert_uint_eq(pk_store_expire_leases(store), 0);
-    ck_assert_int_eq(s_lookup(store, 12), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 12), PK_LOOKUP_HIT);
     pk_store_destroy(&store);
 }
 END_TEST
 
 START_TEST(test_job_ids_one_counter)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 2, 8, 30);
-    ck_assert_int_eq(s_put(store, 1), 0);
-    pk_key_t key = s_key(1);
-    uint32_t block;
-    bool pinned;
-    uint64_t j1 = 0, j3 = 0;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &key, 1, &j1, &block, &pinned), 0);
+    pk_store_t *store = sf_store(2, 8, 30);
+    ck_assert_int_eq(sf_put(store, 1), 0);
+    uint64_t j1 = sf_pin(store, 1, NULL);
     ck_assert_uint_eq(j1, 1);
     uint64_t j2 = pk_store_new_job_id(store);
     ck_assert_uint_eq(j2, 2);
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &key, 1, &j3, &block, &pinned), 0);
+    uint64_t j3 = sf_pin(store, 1, NULL);
     ck_assert_uint_eq(j3, 3);
     //  the engine's store path pins under the id it was given
+    pk_key_t key = sf_key(1);
+    uint32_t block;
+    bool pinned;
     ck_assert_int_eq(pk_store_pin_job(store, PK_NS_SHARED, j2, &key, 1, &block, &pinned), 0);
     ck_assert(pinned);
     ck_assert_int_eq(pk_store_pin_job(store, PK_NS_SHARED, j2, &key, 1, &block, &pinned),
@@ -538,14 +373,13 @@ START_TEST(test_job_ids_one_counter)
                      -EINVAL);
     ck_assert_int_eq(pk_store_pin_job(store, PK_NS_SHARED, 0, &key, 1, &block, &pinned),
                      -EINVAL);
-    pk_store_stats_t st = s_stats(store);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.jobs, 3);
     ck_assert_uint_eq(st.pinned, 1);
     ck_assert_int_eq(pk_store_release_job(store, j1), 0);
     ck_assert_int_eq(pk_store_release_job(store, j2), 0);
     ck_assert_int_eq(pk_store_release_job(store, j3), 0);
-    st = s_stats(store);
-    ck_assert_uint_eq(st.pinned, 0);
+    ck_assert_uint_eq(sf_stats(store).pinned, 0);
     ck_assert_uint_eq(pk_store_new_job_id(store), 4);
     pk_store_destroy(&store);
 }
@@ -554,11 +388,9 @@ END_TEST
 START_TEST(test_shm_lifetime_and_layout)
 {
     char name[64];
-    s_name(name, sizeof name);
-    s_clock_t clock = { 0 };
+    sf_name(name, sizeof name);
     int rc = 1;
-    pk_store_t *store = pk_store_new(name, 4, 4096, NULL,
-                                     (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
+    pk_store_t *store = pk_store_new(name, 4, 4096, NULL, (pk_clock_t) { 0 }, NULL, NULL,
                                      &rc, NULL);
     ck_assert_int_eq(rc, 0);
     ck_assert_ptr_nonnull(store);
@@ -577,34 +409,27 @@ START_TEST(test_shm_lifetime_and_layout)
     ck_assert_ptr_ne(engine, MAP_FAILED);
     close(fd);
 
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    pk_key_t keys[2] = { s_key(1), s_key(2) };
-    uint32_t blocks[2];
-    bool pinned[2];
-    uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, keys, 2, &job, blocks, pinned), 0);
+    sf_put_range(store, 1, 2);
+    sf_pins_t p = sf_pin_keys(store, PK_NS_SHARED, (unsigned[]) { 1, 2 }, 2);
     const uint8_t *base = pk_store_base(store);
     for (unsigned k = 0; k < 2; k++) {
-        ck_assert(pinned[k]);
+        ck_assert(p.pinned[k]);
         for (size_t i = 0; i < 4096; i++) {
-            ck_assert_uint_eq(base[(size_t) blocks[k] * 4096 + i], k + 1);
-            ck_assert_uint_eq(engine[(size_t) blocks[k] * 4096 + i], k + 1);
+            ck_assert_uint_eq(base[(size_t) p.blocks[k] * 4096 + i], k + 1);
+            ck_assert_uint_eq(engine[(size_t) p.blocks[k] * 4096 + i], k + 1);
         }
     }
     //  what the engine writes after a reserve is what the pool holds
     uint32_t b;
-    ck_assert_int_eq(s_reserve(store, 9, 3, &b), 0);
+    ck_assert_int_eq(sf_reserve(store, 9, 3, &b), 0);
     memset(engine + (size_t) b * 4096, 0x33, 4096);
-    ck_assert_int_eq(s_commit(store, 9, 3), 0);
+    ck_assert_int_eq(sf_commit(store, 9, 3), 0);
     ck_assert_uint_eq(base[(size_t) b * 4096 + 4095], 0x33);
-    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    ck_assert_int_eq(pk_store_release_job(store, p.job), 0);
     munmap(engine, 4 * 4096);
 
     pk_store_destroy(&store);
-    errno = 0;
-    ck_assert_int_eq(shm_open(name, O_RDWR, 0), -1);
-    ck_assert_int_eq(errno, ENOENT);
+    sf_expect_unlinked(name);
 }
 END_TEST
 
@@ -620,7 +445,7 @@ s_log_line(void *arg, const char *line)
 START_TEST(test_dead_owners_pool_is_reclaimed)
 {
     char name[64];
-    s_name(name, sizeof name);
+    sf_name(name, sizeof name);
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
@@ -660,11 +485,9 @@ START_TEST(test_dead_owners_pool_is_reclaimed)
     const uint8_t *base = pk_store_base(store);
     for (size_t i = 0; i < 8 * 4096; i++)
         ck_assert_uint_eq(base[i], 0);
-    ck_assert_int_eq(s_put(store, 1), 0);
+    ck_assert_int_eq(sf_put(store, 1), 0);
     pk_store_destroy(&store);
-    errno = 0;
-    ck_assert_int_eq(shm_open(name, O_RDWR, 0), -1);
-    ck_assert_int_eq(errno, ENOENT);
+    sf_expect_unlinked(name);
 }
 END_TEST
 
@@ -673,7 +496,7 @@ END_TEST
 START_TEST(test_live_owners_pool_is_refused)
 {
     char name[64];
-    s_name(name, sizeof name);
+    sf_name(name, sizeof name);
     int ready[2], done[2];
     ck_assert_int_eq(pipe(ready), 0);
     ck_assert_int_eq(pipe(done), 0);
@@ -725,40 +548,32 @@ START_TEST(test_live_owners_pool_is_refused)
 }
 END_TEST
 
+//  pk_store_new refuses its arguments: no store; what it set *rc_p to.
+static int
+s_refused(const char *name, uint64_t num_blocks, uint64_t block_len,
+          const pk_store_config_t *config)
+{
+    int rc = 0;
+    ck_assert_ptr_null(pk_store_new(name, num_blocks, block_len, config, (pk_clock_t) { 0 },
+                                    NULL, NULL, &rc, NULL));
+    return rc;
+}
+
 START_TEST(test_invalid_arguments)
 {
-    pk_clock_t clock = { 0 };
-    int rc = 0;
-    ck_assert_ptr_null(pk_store_new(NULL, 0, 8, NULL, clock, NULL, NULL, &rc, NULL));
-    ck_assert_int_eq(rc, -EINVAL);
-    rc = 0;
-    ck_assert_ptr_null(pk_store_new(NULL, (UINT64_C(1) << 31) + 1, 8, NULL, clock, NULL,
-                                    NULL, &rc, NULL));
-    ck_assert_int_eq(rc, -EINVAL);
-    rc = 0;
-    ck_assert_ptr_null(pk_store_new(NULL, 4, 0, NULL, clock, NULL, NULL, &rc, NULL));
-    ck_assert_int_eq(rc, -EINVAL);
-    rc = 0;
+    ck_assert_int_eq(s_refused(NULL, 0, 8, NULL), -EINVAL);
+    ck_assert_int_eq(s_refused(NULL, (UINT64_C(1) << 31) + 1, 8, NULL), -EINVAL);
+    ck_assert_int_eq(s_refused(NULL, 4, 0, NULL), -EINVAL);
     //  2^31 * 2^33 wraps 64 bits; 2^31 * 2^32 does not fit an off_t
-    ck_assert_ptr_null(pk_store_new(NULL, UINT64_C(1) << 31, UINT64_C(1) << 33, NULL,
-                                    clock, NULL, NULL, &rc, NULL));
-    ck_assert_int_eq(rc, -EINVAL);
-    rc = 0;
-    ck_assert_ptr_null(pk_store_new(NULL, UINT64_C(1) << 31, UINT64_C(1) << 32, NULL,
-                                    clock, NULL, NULL, &rc, NULL));
-    ck_assert_int_eq(rc, -EINVAL);
-    rc = 0;
-    pk_store_config_t bad = { 0 };
-    ck_assert_ptr_null(pk_store_new(NULL, 4, 8, &bad, clock, NULL, NULL, &rc, NULL));
-    ck_assert_int_eq(rc, -EINVAL);
-    rc = 0;
-    ck_assert_ptr_null(pk_store_new("no-slash/inside/", 4, 8, NULL, clock, NULL, NULL,
-                                    &rc, NULL));
-    ck_assert_int_lt(rc, 0);
+    ck_assert_int_eq(s_refused(NULL, UINT64_C(1) << 31, UINT64_C(1) << 33, NULL), -EINVAL);
+    ck_assert_int_eq(s_refused(NULL, UINT64_C(1) << 31, UINT64_C(1) << 32, NULL), -EINVAL);
+    ck_assert_int_eq(s_refused(NULL, 4, 8, &(pk_store_config_t) { 0 }), -EINVAL);
+    ck_assert_int_lt(s_refused("no-slash/inside/", 4, 8, NULL), 0);
     pk_store_destroy(NULL);
 
     //  the default clock and config
-    pk_store_t *store = pk_store_new(NULL, 4, 8, NULL, clock, NULL, NULL, NULL, NULL);
+    pk_store_t *store = pk_store_new(NULL, 4, 8, NULL, (pk_clock_t) { 0 }, NULL, NULL, NULL,
+                                     NULL);
     ck_assert_ptr_nonnull(store);
     ck_assert_ptr_null(pk_store_name(store));
     pk_key_t empty = { (const uint8_t *) "", 0, 0 };
@@ -793,17 +608,16 @@ END_TEST
 
 START_TEST(test_parent_seam)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 4, 8, 30);
-    ck_assert_int_eq(s_put(store, 1), 0);
+    pk_store_t *store = sf_store(4, 8, 30);
+    ck_assert_int_eq(sf_put(store, 1), 0);
     pk_parent_t parent = pk_store_parent(store);
     pk_lookup_ctx_t ctx = { "req", 0, 1 };
     pk_store_stats_t st;
     parent.on_new_request(parent.self, &ctx);
     parent.on_new_request(parent.self, &ctx);
-    st = s_stats(store);
+    st = sf_stats(store);
     ck_assert_uint_eq(st.open_lookups, 2);
-    pk_key_t keys[2] = { s_key(1), s_key(2) };
+    pk_key_t keys[2] = { sf_key(1), sf_key(2) };
     ck_assert_int_eq(parent.lookup(parent.self, &keys[0], &ctx), PK_LOOKUP_HIT);
     ck_assert_int_eq(parent.lookup(parent.self, &keys[1], &ctx), PK_LOOKUP_MISS);
     uint64_t job = 0;
@@ -812,12 +626,12 @@ START_TEST(test_parent_seam)
     ck_assert_int_eq(parent.create_store_job(parent.self, &ctx, keys, 2, &job, blocks, pinned),
                      0);
     ck_assert(pinned[0] && !pinned[1]);
-    st = s_stats(store);
+    st = sf_stats(store);
     ck_assert_uint_eq(st.pinned, 1);
     parent.store_result(parent.self, job, false);
     parent.on_request_finished(parent.self, &ctx);
     parent.on_request_finished(parent.self, &ctx);
-    st = s_stats(store);
+    st = sf_stats(store);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(st.jobs, 0);
     ck_assert_uint_eq(st.open_lookups, 0);
@@ -961,31 +775,30 @@ s_watch_begin(void *arg)
 
 START_TEST(test_watch_tells_every_change)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 2, 16, 1);
+    pk_store_t *store = sf_store(2, 16, 1);
     s_watch_t w = { "", 0 };
     pk_store_watch(store, s_watch, &w);
     uint32_t block;
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_reserve(store, 7, 2, &block), 0);
-    ck_assert_int_eq(s_commit(store, 7, 2), 0);
-    ck_assert_int_eq(s_put(store, 3), 0);               //  evicts 1, the oldest
-    ck_assert_int_eq(s_reserve(store, 7, 4, &block), 0);   //  evicts 2
-    clock.t = 2;                                        //  its lease runs out: no change
+    ck_assert_int_eq(sf_put(store, 1), 0);
+    ck_assert_int_eq(sf_reserve(store, 7, 2, &block), 0);
+    ck_assert_int_eq(sf_commit(store, 7, 2), 0);
+    ck_assert_int_eq(sf_put(store, 3), 0);              //  evicts 1, the oldest
+    ck_assert_int_eq(sf_reserve(store, 7, 4, &block), 0);  //  evicts 2
+    sf_now = 2;                                         //  its lease runs out: no change
     ck_assert_uint_eq(pk_store_expire_leases(store), 1);
-    pk_key_t three = s_key(3);
-    uint64_t job = s_pin(store, 3, NULL);
+    pk_key_t three = sf_key(3);
+    uint64_t job = sf_pin(store, 3, NULL);
     //  refused: no change
     ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &three, 1), -EBUSY);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
     ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &three, 1), 0);
     ck_assert_str_eq(w.log, "+1 +2 -1 +3 -2 -3 ");
-    ck_assert_int_eq(s_put(store, 5), 0);
+    ck_assert_int_eq(sf_put(store, 5), 0);
     pk_store_snapshot(store, s_watch_begin, s_watch, &w);
     ck_assert_int_eq(w.begins, 1);
     ck_assert_str_eq(w.log, "+5 ");
     pk_store_watch(store, NULL, NULL);
-    ck_assert_int_eq(s_put(store, 6), 0);
+    ck_assert_int_eq(sf_put(store, 6), 0);
     ck_assert_str_eq(w.log, "+5 ");
     pk_store_destroy(&store);
 }
@@ -997,7 +810,7 @@ START_TEST(test_concurrent_actors)
                                      NULL, NULL, NULL);
     ck_assert_ptr_nonnull(store);
     for (unsigned i = 0; i < S_HOT + S_POOL; i++)
-        s_shared[i] = s_key(i);
+        s_shared[i] = sf_key(i);
     s_worker_t workers[S_THREADS];
     pthread_t threads[S_THREADS];
     for (unsigned i = 0; i < S_THREADS; i++) {
@@ -1014,7 +827,7 @@ START_TEST(test_concurrent_actors)
     //  the run exercised what it claims to
     ck_assert_uint_gt(pins, 100);
     ck_assert_uint_gt(hits, 100);
-    pk_store_stats_t st = s_stats(store);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.free + st.writing + st.ready, S_POOL);
     ck_assert_uint_eq(st.pinned, 0);
     ck_assert_uint_eq(st.jobs, 0);
@@ -1141,92 +954,90 @@ s_tier_land(s_tier_t *t, s_spilled_t *s)
     return rc;
 }
 
+//  store under the test's tier t, which it returns.
+static pk_store_t *
+s_tiered(s_tier_t *t, pk_store_t *store)
+{
+    *t = (s_tier_t) { .store = store };
+    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, t), 0);
+    return store;
+}
+
 START_TEST(test_tier_takes_what_the_pool_evicts)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 2, 16, 30);
-    s_tier_t t = { .store = store };
-    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    uint64_t job = s_pin(store, 2, NULL);
+    s_tier_t t;
+    pk_store_t *store = s_tiered(&t, sf_store(2, 16, 30));
+    sf_put_range(store, 1, 2);
+    uint64_t job = sf_pin(store, 2, NULL);
     ck_assert_uint_eq(t.evictions, 0);                  //  room: nothing evicted
-    ck_assert_int_eq(s_put(store, 3), 0);               //  evicts 1, the only unpinned
+    ck_assert_int_eq(sf_put(store, 3), 0);              //  evicts 1, the only unpinned
     ck_assert_uint_eq(t.evictions, 1);
     ck_assert_uint_eq(t.held[0].ns, PK_NS_SHARED);
     ck_assert_int_eq(t.held[0].key[4], 1);
     uint8_t ones[16];
-    memset(ones, 1, sizeof ones);
+    sf_block(1, ones, sizeof ones);
     ck_assert_mem_eq(t.held[0].bytes, ones, sizeof ones);
     ck_assert_uint_eq(t.held[0].sum, pk_checksum(ones, sizeof ones));
     //  a drop is no eviction: the tier forgets the key, it takes no bytes
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    pk_key_t two = s_key(2);
+    pk_key_t two = sf_key(2);
     ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &two, 1), 0);
     ck_assert_uint_eq(t.evictions, 1);
     ck_assert_uint_eq(t.forgets, 1);
-    ck_assert_uint_eq(s_stats(store).evictions, 1);
+    ck_assert_uint_eq(sf_stats(store).evictions, 1);
     //  a table shorter than the ops the store calls is refused
     pk_tier_ops_t old = s_tier_ops;
     old.size = offsetof(pk_tier_ops_t, forget);
     ck_assert_int_eq(pk_store_set_tier(store, &old, &t), -EINVAL);
     //  back to the null tier: evictions go nowhere
     ck_assert_int_eq(pk_store_set_tier(store, NULL, NULL), 0);
-    ck_assert_int_eq(s_put(store, 4), 0);
-    ck_assert_int_eq(s_put(store, 5), 0);
+    sf_put_range(store, 4, 5);
     ck_assert_uint_eq(t.evictions, 1);
-    ck_assert_uint_eq(s_stats(store).evictions, 2);
+    ck_assert_uint_eq(sf_stats(store).evictions, 2);
     pk_store_destroy(&store);
 }
 END_TEST
 
 START_TEST(test_tier_answers_an_absent_key)
 {
-    s_clock_t clock = { 0 };
-    pk_store_t *store = s_store(&clock, 2, 16, 30);
-    s_tier_t t = { .store = store };
-    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
-    ck_assert_int_eq(s_put(store, 1), 0);
-    ck_assert_int_eq(s_put(store, 2), 0);
-    ck_assert_int_eq(s_put(store, 3), 0);               //  1 goes to the tier
+    s_tier_t t;
+    pk_store_t *store = s_tiered(&t, sf_store(2, 16, 30));
+    sf_put_range(store, 1, 3);                          //  1 goes to the tier
     ck_assert_uint_eq(t.nheld, 1);
     //  present in the tier: the store promotes it and answers pending
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
     ck_assert_uint_eq(t.promotes, 1);
     ck_assert(t.held[0].moving);
     //  pending in the tier: pending, and no second promotion
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
     ck_assert_uint_eq(t.promotes, 1);
     //  a key in neither: a miss; a key in the pool: the tier is not asked
-    ck_assert_int_eq(s_lookup(store, 9), PK_LOOKUP_MISS);
-    ck_assert_int_eq(s_lookup(store, 3), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 9), PK_LOOKUP_MISS);
+    ck_assert_int_eq(sf_lookup(store, 3), PK_LOOKUP_HIT);
     ck_assert_str_eq(t.queries, "0:1 0:1 0:9 ");
     //  not pinnable while it is below the pool
-    pk_key_t one = s_key(1);
-    uint32_t block;
-    bool pinned = true;
-    uint64_t job;
-    ck_assert_int_eq(pk_store_pin(store, PK_NS_SHARED, &one, 1, &job, &block, &pinned), 0);
-    ck_assert(!pinned);
-    ck_assert_int_eq(pk_store_release_job(store, job), 0);
+    sf_pins_t p = sf_pin_keys(store, PK_NS_SHARED, (unsigned[]) { 1 }, 1);
+    ck_assert(!p.pinned[0]);
+    ck_assert_int_eq(pk_store_release_job(store, p.job), 0);
     //  it arrives (evicting 2, the oldest, into the tier): a hit, with
     //  the bytes and the checksum it left with
     ck_assert_int_eq(s_tier_land(&t, &t.held[0]), 0);
     ck_assert_uint_eq(t.evictions, 2);
-    ck_assert_int_eq(s_lookup(store, 1), PK_LOOKUP_HIT);
+    ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT);
     ck_assert_str_eq(t.queries, "0:1 0:1 0:9 ");
     uint64_t sum;
-    job = s_pin(store, 1, &block);
+    uint32_t block;
+    uint64_t job = sf_pin(store, 1, &block);
     ck_assert_int_eq(pk_store_block_sums(store, &block, 1, &sum), 0);
     uint8_t ones[16];
-    memset(ones, 1, sizeof ones);
+    sf_block(1, ones, sizeof ones);
     ck_assert_uint_eq(sum, pk_checksum(ones, sizeof ones));
     ck_assert_mem_eq((uint8_t *) pk_store_base(store) + (size_t) block * 16, ones, 16);
     ck_assert_int_eq(pk_store_release_job(store, job), 0);
-    pk_store_stats_t st = s_stats(store);
+    pk_store_stats_t st = sf_stats(store);
     ck_assert_uint_eq(st.pending, 2);
     ck_assert_uint_eq(st.misses, 1);
-    s_check_counts(store);
+    sf_check_counts(store);
     pk_store_destroy(&store);
 }
 END_TEST
@@ -1236,17 +1047,10 @@ END_TEST
 //  is as absent as any.
 START_TEST(test_tier_sees_namespaces_as_the_index_does)
 {
-    s_clock_t clock = { 0 };
-    pk_store_config_t config = { 30, 3, false };
-    int rc;
-    pk_store_t *store = pk_store_new(NULL, 1, 16, &config,
-                                     (pk_clock_t) { &clock, s_clock_now }, NULL, NULL,
-                                     &rc, NULL);
-    ck_assert_ptr_nonnull(store);
-    s_tier_t t = { .store = store };
-    ck_assert_int_eq(pk_store_set_tier(store, &s_tier_ops, &t), 0);
+    s_tier_t t;
+    pk_store_t *store = s_tiered(&t, sf_store_with(1, 16, &(pk_store_config_t) { 30, 3, false }));
     uint8_t data[16] = { 0 };
-    pk_key_t k1 = s_key(1), k2 = s_key(2), k3 = s_key(3);
+    pk_key_t k1 = sf_key(1), k2 = sf_key(2), k3 = sf_key(3);
     ck_assert_int_eq(pk_store_put(store, 2, &k1, data, sizeof data), 0);
     ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &k2, data, sizeof data), 0);
     ck_assert_int_eq(pk_store_put(store, 1, &k3, data, sizeof data), 0);
