@@ -2,89 +2,28 @@
     test consumers (tests/fixtures/consumer.c) over the tcp provider on 127.0.0.1
     and the engine's JSON API on the local socket.
 
-    Each test starts its own server (tests/fixtures/daemon.c) with short timeouts
-    and its own pool and sockets, and stops it with SIGTERM.
+    Each test starts its own server (tests/fixtures/daemon.c) with short
+    timeouts and its own pool and sockets, and stops it with SIGTERM; most
+    start from tests/fixtures/e2e.h: a server holding hashed blocks
+    (tests/fixtures/blocks.h, whose keys are their SHA-256) and a consumer.
 */
-#include "consumer.h"
-#include "daemon.h"
+#include "e2e.h"
+#include "shell.h"
 #include "base/clock.h"
 #include "testutil.h"
 
 #include <czmq.h>
 #include <errno.h>
 #include <jansson.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sodium.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define BLOCK 4096
-
-//  Puts n blocks of known content; keys[i] are their SHA-256.
-static uint8_t s_data[32][BLOCK];
-static uint8_t s_hash[32][32];
-
-static void
-s_put_blocks(td_t *s, int n, pk_key_t *keys)
-{
-    for (int i = 0; i < n; i++) {
-        for (int k = 0; k < BLOCK; k++)
-            s_data[i][k] = (uint8_t) (i * 31 + k * 7 + 1);
-        crypto_hash_sha256(s_hash[i], s_data[i], BLOCK);
-        keys[i] = pk_key_make(s_hash[i], 32);
-        p2pkv_key_t key = td_key(&keys[i]);
-        td_put(td_api(s), &key, s_data[i], 1, BLOCK);
-    }
-}
-
-static tc_t *
-s_consumer(td_t *s, const char *id, uint64_t block_len, const char *fp, const char *seed,
-           pk_msg_t **answer_p)
-{
-    tc_config_t c = { s->endpoint, id, 64, block_len, fp, seed, 0 };
-    if (!answer_p)
-        return tc_connected(&c);
-    tc_t *tc = tc_new(&c);
-    ck_assert_ptr_nonnull(tc);
-    *answer_p = tc_connect(tc, 10);
-    ck_assert_msg(*answer_p != NULL, "no answer to connect");
-    return tc;
-}
-
-//  Lookup then fetch n blocks into indexes 10.., verify every byte landed.
-static void
-s_symmetric(tc_t *tc, const char *kv, uint64_t round, const pk_key_t *keys, int n)
-{
-    ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round, keys, (size_t) n)), 0);
-    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
-    ck_assert_uint_eq(resp->round_seq, round);
-    for (int i = 0; i < n; i++)
-        ck_assert(resp->hits[i]);
-    pk_msg_destroy(&resp);
-    uint32_t idx[32];
-    for (int i = 0; i < n; i++)
-        idx[i] = 10 + (uint32_t) i;
-    ck_assert_int_eq(tc_send(tc, tc_fetch(kv, round, keys, idx, (size_t) n)), 0);
-    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
-    ck_assert(done->success);
-    ck_assert_uint_eq(done->landing, (uint64_t) n);
-    pk_msg_destroy(&done);
-    double deadline = pk_clock_monotonic() + 5;
-    while (tc_landed(tc, round) < (uint64_t) n && pk_clock_monotonic() < deadline)
-        tc_progress(tc, 0.01);
-    ck_assert_uint_eq(tc_landed(tc, round), (uint64_t) n);
-    for (int i = 0; i < n; i++)
-        ck_assert_mem_eq(tc_pool(tc) + (size_t) idx[i] * BLOCK, s_data[i], BLOCK);
-}
+#define BLOCK TD_BLOCK_LEN
 
 //  ---------------------------------------------------------------------------
 
@@ -98,8 +37,12 @@ START_TEST(test_handshake_and_mismatches)
         { BLOCK, "fp", "8", "hash_seed: server \"7\", consumer \"8\"" },
     };
     for (int i = 0; i < 3; i++) {
-        pk_msg_t *answer;
-        tc_t *tc = s_consumer(&s, "c-bad", cases[i].len, cases[i].fp, cases[i].seed, &answer);
+        tc_config_t c = tc_defaults(s.endpoint, "c-bad");
+        c.block_len = cases[i].len;
+        c.fingerprint = cases[i].fp;
+        c.hash_seed = cases[i].seed;
+        tc_t *tc;
+        pk_msg_t *answer = tc_answer(c, &tc);
         ck_assert_int_eq(answer->type, PK_MSG_DISCONNECT);
         ck_assert_int_eq(answer->code, PK_DISC_INCOMPATIBLE);
         ck_assert_str_eq(answer->reason, cases[i].reason);
@@ -107,8 +50,8 @@ START_TEST(test_handshake_and_mismatches)
         pk_msg_destroy(&answer);
         tc_destroy(&tc);
     }
-    pk_msg_t *answer;
-    tc_t *tc = s_consumer(&s, "c-good", BLOCK, "fp", "7", &answer);
+    tc_t *tc;
+    pk_msg_t *answer = tc_answer(tc_defaults(s.endpoint, "c-good"), &tc);
     ck_assert_int_eq(answer->type, PK_MSG_CONNECT_ACK);
     ck_assert_uint_eq(answer->block_len, BLOCK);
     ck_assert_uint_eq(answer->num_blocks, 256);
@@ -119,9 +62,7 @@ START_TEST(test_handshake_and_mismatches)
     pk_msg_set_epochs(stale, old, other);
     tc_send(tc, stale);
     ck_assert_ptr_null(tc_recv(tc, 0.3));
-    tc_send(tc, pk_msg_new(PK_MSG_PING));
-    pk_msg_t *pong = tc_expect(tc, PK_MSG_PONG, 5);
-    pk_msg_destroy(&pong);
+    tc_ping(tc);
     tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&s), 0);
 }
@@ -129,14 +70,10 @@ END_TEST
 
 START_TEST(test_symmetric_transfer)
 {
-    td_t s;
-    td_start(&s, NULL);
-    pk_key_t keys[8];
-    s_put_blocks(&s, 8, keys);
-    tc_t *tc = s_consumer(&s, "c-sym", BLOCK, "fp", "7", NULL);
-    s_symmetric(tc, "r1", 1, keys, 8);
-    tc_destroy(&tc);
-    ck_assert_int_eq(td_stop(&s), 0);
+    te_t e;
+    te_start(&e, NULL, 8, "c-sym");
+    tc_get(e.consumer, "r1", 1, e.keys, 8, 10, bk_hashed(0));
+    te_stop(&e);
 }
 END_TEST
 
@@ -148,11 +85,9 @@ END_TEST
 //  misses: hits would pin blocks up to the session's quota.)
 START_TEST(test_frames_answered_in_order_by_either_thread)
 {
-    td_t s;
-    td_start(&s, NULL);
-    pk_key_t present[8];
-    s_put_blocks(&s, 8, present);
-    tc_t *tc = s_consumer(&s, "c-order", BLOCK, "fp", "7", NULL);
+    te_t e;
+    te_start(&e, NULL, 8, "c-order");
+    tc_t *tc = e.consumer;
     enum { BIG_KEYS = 3000, SMALL = 40 };
     static uint8_t bytes[BIG_KEYS][32];
     static pk_key_t big[BIG_KEYS];
@@ -203,38 +138,32 @@ START_TEST(test_frames_answered_in_order_by_either_thread)
         }
     }
     //  the session is whole: a lookup and fetch land every byte
-    s_symmetric(tc, "after", round, present, 8);
-    tc_destroy(&tc);
-    ck_assert_int_eq(td_stop(&s), 0);
+    tc_get(tc, "after", round, e.keys, 8, 10, bk_hashed(0));
+    te_stop(&e);
 }
 END_TEST
 
 START_TEST(test_bad_peer_does_not_disturb_another)
 {
-    td_t s;
-    td_start(&s, NULL);
-    pk_key_t keys[8];
-    s_put_blocks(&s, 8, keys);
-    tc_t *good = s_consumer(&s, "c-good", BLOCK, "fp", "7", NULL);
-    tc_t *bad = s_consumer(&s, "c-bad", BLOCK, "fp", "7", NULL);
+    te_t e;
+    te_start(&e, NULL, 8, "c-good");
+    tc_t *good = e.consumer, *bad = tc_to(e.server.endpoint, "c-bad");
     //  garbage, a non-object, an unknown type: dropped and counted
     const char *junk[] = { "\xff\xfe garbage", "[1,2,3]", "{\"type\":\"teleport\"}" };
     for (int i = 0; i < 3; i++)
         tc_send_raw(bad, junk[i], strlen(junk[i]));
     //  and the good consumer's transfer runs meanwhile
-    s_symmetric(good, "r1", 1, keys, 8);
+    tc_get(good, "r1", 1, e.keys, 8, 10, bk_hashed(0));
     //  a wrong type is a violation: only the bad session ends
     const char *wrong = "{\"type\":\"lookup\",\"kv_request_id\":7,\"keys\":[\"aa\"],\"round_seq\":1,"
                         "\"source_epoch\":\"0123456789abcdef0123456789abcdef\","
                         "\"target_epoch\":\"0123456789abcdef0123456789abcdef\"}";
     tc_send_raw(bad, wrong, strlen(wrong));
-    pk_msg_t *d = tc_expect(bad, PK_MSG_DISCONNECT, 5);
-    ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
-    ck_assert_str_eq(d->reason, "lookup.kv_request_id: expected string, got 7");
-    pk_msg_destroy(&d);
-    s_symmetric(good, "r2", 2, keys, 8);
+    tc_expect_disconnect(bad, PK_DISC_VIOLATION, "lookup.kv_request_id: expected string, got 7",
+                         5);
+    tc_get(good, "r2", 2, e.keys, 8, 10, bk_hashed(0));
     //  an oversize list from a third peer: a violation, and the good one goes on
-    tc_t *big = s_consumer(&s, "c-big", BLOCK, "fp", "7", NULL);
+    tc_t *big = tc_to(e.server.endpoint, "c-big");
     size_t n = PK_MAX_LIST + 1, cap = 256 + n * 8, at = 0;
     char *frame = malloc(cap);
     at += (size_t) snprintf(frame, cap, "{\"type\":\"lookup\",\"kv_request_id\":\"r\","
@@ -246,112 +175,75 @@ START_TEST(test_bad_peer_does_not_disturb_another)
     snprintf(frame + at, cap - at, "]}");
     tc_send_raw(big, frame, strlen(frame));
     free(frame);
-    d = tc_expect(big, PK_MSG_DISCONNECT, 10);
-    ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
-    ck_assert_str_eq(d->reason, "lookup.keys: expected at most 65536 items, got 65537");
-    pk_msg_destroy(&d);
-    s_symmetric(good, "r3", 3, keys, 8);
+    tc_expect_disconnect(big, PK_DISC_VIOLATION,
+                         "lookup.keys: expected at most 65536 items, got 65537", 10);
+    tc_get(good, "r3", 3, e.keys, 8, 10, bk_hashed(0));
     tc_destroy(&big);
     tc_destroy(&bad);
-    tc_destroy(&good);
-    ck_assert_int_eq(td_stop(&s), 0);
+    te_stop(&e);
 }
 END_TEST
 
 START_TEST(test_duplicate_fetch_ends_only_that_session)
 {
-    td_t s;
-    td_start(&s, NULL);
-    pk_key_t keys[2];
-    s_put_blocks(&s, 2, keys);
-    tc_t *a = s_consumer(&s, "c-a", BLOCK, "fp", "7", NULL);
-    tc_t *b = s_consumer(&s, "c-b", BLOCK, "fp", "7", NULL);
+    te_t e;
+    te_start(&e, NULL, 2, "c-a");
+    tc_t *a = e.consumer, *b = tc_to(e.server.endpoint, "c-b");
     uint32_t idx[1] = { 0 };
-    tc_send(a, tc_fetch("r1", 1, keys, idx, 1));
-    tc_send(a, tc_fetch("r1", 1, keys, idx, 1));
-    pk_msg_t *d = tc_expect(a, PK_MSG_DISCONNECT, 5);
-    ck_assert_int_eq(d->code, PK_DISC_VIOLATION);
-    ck_assert_str_eq(d->reason, "duplicate fetch for r1 round 1");
-    pk_msg_destroy(&d);
-    s_symmetric(b, "r1", 1, keys, 2);
-    tc_destroy(&a);
+    tc_send(a, tc_fetch("r1", 1, e.keys, idx, 1));
+    tc_send(a, tc_fetch("r1", 1, e.keys, idx, 1));
+    tc_expect_disconnect(a, PK_DISC_VIOLATION, "duplicate fetch for r1 round 1", 5);
+    tc_get(b, "r1", 1, e.keys, 2, 10, bk_hashed(0));
     tc_destroy(&b);
-    ck_assert_int_eq(td_stop(&s), 0);
+    te_stop(&e);
 }
 END_TEST
 
 START_TEST(test_silent_consumer_retired_pins_released)
 {
-    td_t s;
-    td_start(&s, NULL);
-    pk_key_t keys[4];
-    s_put_blocks(&s, 4, keys);
-    tc_t *tc = s_consumer(&s, "c-silent", BLOCK, "fp", "7", NULL);
-    tc_send(tc, tc_lookup("r1", 1, keys, 4));
-    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
-    pk_msg_destroy(&resp);
-    ck_assert_uint_eq(td_stats(td_api(&s)).pinned, 4);
+    te_t e;
+    te_start(&e, NULL, 4, "c-silent");
+    tc_lookup_hits(e.consumer, "r1", 1, e.keys, 4);
+    ck_assert_uint_eq(td_stats(td_api(&e.server)).pinned, 4);
     //  silent for the silence timeout (1.5 s here)
-    pk_msg_t *d = tc_expect(tc, PK_MSG_DISCONNECT, 5);
-    ck_assert_int_eq(d->code, PK_DISC_SILENT);
-    pk_msg_destroy(&d);
+    tc_expect_disconnect(e.consumer, PK_DISC_SILENT, NULL, 5);
     double deadline = pk_clock_monotonic() + 5;
     uint64_t pinned = 1, sessions = 1;
     while (pk_clock_monotonic() < deadline && (pinned || sessions)) {
-        p2pkv_engine_stats_t st = td_stats(td_api(&s));
+        p2pkv_engine_stats_t st = td_stats(td_api(&e.server));
         pinned = st.pinned;
         sessions = st.sessions;
     }
     ck_assert_int_eq(pinned, 0);
     ck_assert_int_eq(sessions, 0);
-    tc_destroy(&tc);
-    ck_assert_int_eq(td_stop(&s), 0);
+    te_stop(&e);
 }
 END_TEST
 
 START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
 {
-    td_t s;
-    td_start(&s, NULL);
-    pk_key_t keys[4];
-    s_put_blocks(&s, 4, keys);
+    te_t e;
+    te_start(&e, NULL, 4, NULL);
     p2pkv_key_t ekeys[4];
     for (int i = 0; i < 4; i++)
-        ekeys[i] = td_key(&keys[i]);
+        ekeys[i] = td_key(&e.keys[i]);
     //  stored before the consumer even connected: held, then bound
     char err[P2PKV_ERRLEN] = "";
     uint64_t job;
-    ck_assert_int_eq(p2pkv_engine_store(td_api(&s), "c-pd", "req-1", ekeys, 2, -1, &job, err), 0);
-    tc_t *tc = s_consumer(&s, "c-pd", BLOCK, "fp", "7", NULL);
-    uint32_t idx[2] = { 3, 4 };
-    tc_send(tc, tc_fetch("req-1", 5, keys, idx, 2));
-    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
-    ck_assert(done->success);
-    ck_assert_uint_eq(done->round_seq, 5);
-    pk_msg_destroy(&done);
-    p2pkv_engine_event_t ev;
-    ck_assert_int_eq(p2pkv_engine_next_event(td_api(&s), 10, &ev), 0);
-    ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
-    ck_assert_uint_eq(ev.id, job);
-    ck_assert(ev.success);
-    tc_progress(tc, 0.1);
-    ck_assert_mem_eq(tc_pool(tc) + 3 * BLOCK, s_data[0], BLOCK);
-    ck_assert_mem_eq(tc_pool(tc) + 4 * BLOCK, s_data[1], BLOCK);
+    ck_assert_int_eq(p2pkv_engine_store(td_api(&e.server), "c-pd", "req-1", ekeys, 2, -1, &job,
+                                        err), 0);
+    tc_t *tc = e.consumer = tc_to(e.server.endpoint, "c-pd");
+    tc_fetch_into(tc, "req-1", 5, e.keys, 2, 3, bk_hashed(0));
+    ck_assert(td_event(td_api(&e.server), P2PKV_EVENT_STORE, job, 10).success);
     //  fetch first, then the engine stores
     uint32_t idx2[2] = { 20, 21 };
-    tc_send(tc, tc_fetch("req-2", 6, keys + 2, idx2, 2));
+    tc_send(tc, tc_fetch("req-2", 6, e.keys + 2, idx2, 2));
     ck_assert_ptr_null(tc_recv(tc, 0.2));
-    ck_assert_int_eq(p2pkv_engine_store(td_api(&s), "c-pd", "req-2", ekeys + 2, 2, -1, &job,
-                                        err), 0);
-    done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
-    ck_assert(done->success);
-    ck_assert_uint_eq(done->round_seq, 6);
-    pk_msg_destroy(&done);
-    tc_progress(tc, 0.1);
-    ck_assert_mem_eq(tc_pool(tc) + 20 * BLOCK, s_data[2], BLOCK);
-    ck_assert_mem_eq(tc_pool(tc) + 21 * BLOCK, s_data[3], BLOCK);
-    tc_destroy(&tc);
-    ck_assert_int_eq(td_stop(&s), 0);
+    ck_assert_int_eq(p2pkv_engine_store(td_api(&e.server), "c-pd", "req-2", ekeys + 2, 2, -1,
+                                        &job, err), 0);
+    tc_expect_done(tc, 6, 2);
+    ck_assert_mem_eq(tc_block(tc, 20), bk_hashed(2), 2 * BLOCK);
+    te_stop(&e);
 }
 END_TEST
 
@@ -402,19 +294,13 @@ START_TEST(test_junk_blobs_refused_before_any_channel)
         pk_msg_destroy(&m);
     }
     zsock_destroy(&d);
-    json_t *st = td_stats_json(&s);
-    json_t *fab = json_object_get(st, "fabric");
-    ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_opened")), 0);
-    ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_open")), 0);
-    ck_assert_int_eq(json_integer_value(json_object_get(fab, "blobs_refused")), n);
-    ck_assert_int_eq(json_integer_value(json_object_get(st, "sessions")), 0);
-    json_decref(st);
+    ck_assert_int_eq(td_stat(&s, "fabric.channels_opened"), 0);
+    ck_assert_int_eq(td_stat(&s, "fabric.channels_open"), 0);
+    ck_assert_int_eq(td_stat(&s, "fabric.blobs_refused"), n);
+    ck_assert_int_eq(td_stat(&s, "sessions"), 0);
     //  a good consumer still gets its channel, and only it
-    tc_t *tc = s_consumer(&s, "c-good", BLOCK, "fp", "7", NULL);
-    st = td_stats_json(&s);
-    fab = json_object_get(st, "fabric");
-    ck_assert_int_eq(json_integer_value(json_object_get(fab, "channels_opened")), 1);
-    json_decref(st);
+    tc_t *tc = tc_to(s.endpoint, "c-good");
+    ck_assert_int_eq(td_stat(&s, "fabric.channels_opened"), 1);
     tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&s), 0);
 }
@@ -425,14 +311,14 @@ START_TEST(test_allow_list)
     //  a CIDR range that does not hold 127.0.0.1: never answered
     td_t s;
     td_start(&s, (const char *[]) { "--allow", "10.0.0.0/8", NULL });
-    tc_config_t c = { s.endpoint, "c-out", 64, BLOCK, "fp", "7", 0 };
+    tc_config_t c = tc_defaults(s.endpoint, "c-out");
     tc_t *tc = tc_new(&c);
     ck_assert_ptr_null(tc_connect(tc, 1.5));
     tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&s), 0);
     //  one that does: served
     td_start(&s, (const char *[]) { "--allow", "192.168.0.0/16,127.0.0.0/8", NULL });
-    tc = s_consumer(&s, "c-in", BLOCK, "fp", "7", NULL);
+    tc = tc_to(s.endpoint, "c-in");
     tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&s), 0);
 }
@@ -501,8 +387,8 @@ START_TEST(test_started_without_thread_caches)
                       cases[i].want);
         free(have);
         //  and it serves: a consumer's handshake is answered
-        pk_msg_t *answer;
-        tc_t *tc = s_consumer(&s, "c-tcache", BLOCK, "fp", "7", &answer);
+        tc_t *tc;
+        pk_msg_t *answer = tc_answer(tc_defaults(s.endpoint, "c-tcache"), &tc);
         ck_assert_int_eq(answer->type, PK_MSG_CONNECT_ACK);
         pk_msg_destroy(&answer);
         tc_destroy(&tc);
@@ -511,48 +397,22 @@ START_TEST(test_started_without_thread_caches)
 }
 END_TEST
 
-static char *
-s_http_get(int port, const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *) &sa, sizeof sa) != 0) {
-        close(fd);
-        return NULL;
-    }
-    char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
-    ck_assert_int_eq(write(fd, req, (size_t) n), n);
-    size_t cap = 1 << 20, got = 0;
-    char *buf = malloc(cap);
-    ssize_t r;
-    while ((r = read(fd, buf + got, cap - 1 - got)) > 0)
-        got += (size_t) r;
-    buf[got] = '\0';
-    close(fd);
-    return buf;
-}
-
 START_TEST(test_metrics_endpoint)
 {
-    td_t s;
     char bind[64];
     //  drawn below the ephemeral range: 20000 + pid % 20000 once collided
     //  with a client's source port in CI ("Address already in use")
     int port = td_free_port();
     snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
-    td_start(&s, (const char *[]) { "--metrics-bind", bind, NULL });
-    pk_key_t keys[4];
-    s_put_blocks(&s, 4, keys);
-    tc_t *tc = s_consumer(&s, "c-metrics", BLOCK, "fp", "7", NULL);
-    s_symmetric(tc, "r1", 1, keys, 4);
+    te_t e;
+    te_start(&e, (const char *[]) { "--metrics-bind", bind, NULL }, 4, "c-metrics");
+    tc_get(e.consumer, "r1", 1, e.keys, 4, 10, bk_hashed(0));
     //  counters reach the registry at the actor's next tick
     char *text = NULL;
     double deadline = pk_clock_monotonic() + 5;
     while (pk_clock_monotonic() < deadline) {
         free(text);
-        text = s_http_get(port, "/metrics");
+        text = td_http_get(port, "/metrics");
         if (text && strstr(text, "\np2pkv_blocks_written_total 4\n"))
             break;
         zclock_sleep(20);
@@ -567,12 +427,8 @@ START_TEST(test_metrics_endpoint)
     ck_assert(strstr(text, "p2pkv_sessions_opened_total 1"));
     free(text);
     //  the same counters through the engine API's stats
-    json_t *st = td_stats_json(&s);
-    json_t *m = json_object_get(json_object_get(st, "metrics"), "p2pkv_lookup_keys_total");
-    ck_assert_int_eq(json_integer_value(json_object_get(m, "total")), 4);
-    json_decref(st);
-    tc_destroy(&tc);
-    ck_assert_int_eq(td_stop(&s), 0);
+    ck_assert_int_eq(td_stat(&e.server, "metrics.p2pkv_lookup_keys_total.total"), 4);
+    te_stop(&e);
 }
 END_TEST
 
@@ -581,67 +437,38 @@ START_TEST(test_cli_put_and_stats)
 {
     td_t s;
     td_start(&s, NULL);
-    char dir[] = "/tmp/p2pkv-e2e-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char block[BLOCK], path[128], cmd[512];
+    char dir[64];
+    sh_tmpdir(dir, "e2e");
+    char block[BLOCK];
     for (int i = 0; i < BLOCK; i++)
         block[i] = (char) (i * 13);
-    snprintf(path, sizeof path, "%s/block", dir);
-    FILE *f = fopen(path, "wb");
-    ck_assert_uint_eq(fwrite(block, 1, BLOCK, f), BLOCK);
-    fclose(f);
+    sh_write(block, BLOCK, "%s/block", dir);
     uint8_t hash[32];
     crypto_hash_sha256(hash, (const uint8_t *) block, BLOCK);
     char hex[65], want[256];
     pk_hex_encode(hash, 32, hex);
-    snprintf(want, sizeof want, "%s %s\n", hex, path);
-    snprintf(cmd, sizeof cmd, "bin/p2pkv put --local %s %s", s.local, path);
-    FILE *p = popen(cmd, "r");
-    char line[256] = "";
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
-    ck_assert_int_eq(pclose(p), 0);
-    ck_assert_str_eq(line, want);
+    snprintf(want, sizeof want, "%s %s/block\n", hex, dir);
+    int status;
+    char *said = sh_output(&status, "bin/p2pkv put --local %s %s/block", s.local, dir);
+    ck_assert_int_eq(status, 0);
+    ck_assert_str_eq(said, want);
+    free(said);
     //  a file that is not one block long: a clear error, exit 2
-    snprintf(path, sizeof path, "%s/short", dir);
-    f = fopen(path, "wb");
-    fputs("short", f);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "bin/p2pkv put --local %s %s 2>&1", s.local, path);
-    p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, p));
-    ck_assert_int_eq(WEXITSTATUS(pclose(p)), 2);
-    ck_assert_msg(strstr(line, "5 bytes, blocks are 4096 bytes"), "%s", line);
-    snprintf(cmd, sizeof cmd, "bin/p2pkv stats --json --local %s", s.local);
-    p = popen(cmd, "r");
-    char stats[65536];
-    size_t got = fread(stats, 1, sizeof stats - 1, p);
-    stats[got] = '\0';
-    ck_assert_int_eq(pclose(p), 0);
-    json_t *j = json_loads(stats, 0, NULL);
+    sh_write("short", 5, "%s/short", dir);
+    said = sh_output(&status, "bin/p2pkv put --local %s %s/short 2>&1", s.local, dir);
+    ck_assert_int_eq(status, 2);
+    ck_assert_msg(strstr(said, "5 bytes, blocks are 4096 bytes"), "%s", said);
+    free(said);
+    said = sh_output(&status, "bin/p2pkv stats --json --local %s", s.local);
+    ck_assert_int_eq(status, 0);
+    json_t *j = json_loads(said, 0, NULL);
+    free(said);
     ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "pool"), "ready")), 1);
     json_decref(j);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/block", dir);
-    unlink(path);
-    rmdir(dir);
+    sh_rmrf(dir);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
-
-//  DIR/KEY, as p2pkv get writes it, holds want; then it is removed.
-static void
-s_expect_file(const char *dir, const char *hex, const uint8_t *want)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%.64s", dir, hex);
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "%s not written", path);
-    static uint8_t got[BLOCK];
-    ck_assert_uint_eq(fread(got, 1, BLOCK, f), BLOCK);
-    fclose(f);
-    ck_assert_mem_eq(got, want, BLOCK);
-    unlink(path);
-}
 
 //  p2pkv put on the server, p2pkv get from it: every byte comes back, more
 //  blocks than the server's pin quota (a quarter of 256), one key missing.
@@ -649,42 +476,41 @@ START_TEST(test_cli_get_verifies_bytes)
 {
     td_t s;
     td_start(&s, NULL);
-    char dir[] = "/tmp/p2pkv-get-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char dir[64];
+    sh_tmpdir(dir, "get");
     enum { N = 150 };
     static uint8_t blocks[N][BLOCK];
     char cmd[N * 140 + 512];
     int at = snprintf(cmd, sizeof cmd, "bin/p2pkv put --local %s", s.local);
     for (int i = 0; i < N; i++) {
         randombytes_buf(blocks[i], BLOCK);
-        char path[128];
-        snprintf(path, sizeof path, "%s/in-%03d", dir, i);
-        FILE *f = fopen(path, "wb");
-        ck_assert_uint_eq(fwrite(blocks[i], 1, BLOCK, f), BLOCK);
-        fclose(f);
-        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", path);
+        sh_write(blocks[i], BLOCK, "%s/in-%03d", dir, i);
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s/in-%03d", dir, i);
     }
-    FILE *p = popen(cmd, "r");
+    int status;
+    char *said = sh_output(&status, "%s", cmd);
+    ck_assert_int_eq(status, 0);
     char keys[N][65];
-    for (int i = 0; i < N; i++)
-        ck_assert_int_eq(fscanf(p, "%64s %*s", keys[i]), 1);
-    ck_assert_int_eq(pclose(p), 0);
+    const char *line = said;
+    for (int i = 0; i < N; i++) {
+        ck_assert_msg(line && sscanf(line, "%64s", keys[i]) == 1, "put said: %s", said);
+        line = strchr(line, '\n');
+        line = line ? line + 1 : NULL;
+    }
+    free(said);
     char out[128];
     snprintf(out, sizeof out, "%s/out", dir);
     ck_assert_int_eq(mkdir(out, 0700), 0);
     at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --server %s -o %s 00aa", s.endpoint, out);
     for (int i = 0; i < N; i++)
         at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", keys[i]);
-    at += snprintf(cmd + at, sizeof cmd - (size_t) at, " > %s/report 2>&1", dir);
-    int status = system(cmd);
-    ck_assert_int_eq(WEXITSTATUS(status), 1);       //  one key missing
+    snprintf(cmd + at, sizeof cmd - (size_t) at, " > %s/report 2>&1", dir);
+    ck_assert_int_eq(sh_run("%s", cmd), 1);         //  one key missing
     for (int i = 0; i < N; i++)
-        s_expect_file(out, keys[i], blocks[i]);
-    snprintf(cmd, sizeof cmd, "grep -c ' fetched$' %s/report | grep -qx %d && "
-             "grep -q '^00aa missing$' %s/report", dir, N, dir);
-    ck_assert_int_eq(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+        sh_expect_file(blocks[i], BLOCK, "%s/%s", out, keys[i]);
+    ck_assert_int_eq(sh_run("grep -c ' fetched$' %s/report | grep -qx %d && "
+                            "grep -q '^00aa missing$' %s/report", dir, N, dir), 0);
+    sh_rmrf(dir);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -717,22 +543,18 @@ START_TEST(test_cli_get_says_corrupt)
         }
     ck_assert(flipped);
     munmap(pool, len);
-    char dir[] = "/tmp/p2pkv-corrupt-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "bin/p2pkv get --server %s -o %s %s %s > %s/report 2>&1",
-             s.endpoint, dir, hex[0], hex[1], dir);
-    ck_assert_int_eq(WEXITSTATUS(system(cmd)), 1);
-    s_expect_file(dir, hex[0], blocks[0]);
-    snprintf(cmd, sizeof cmd, "grep -qx '%s fetched' %s/report && grep -qx '%s corrupt' "
-             "%s/report && test ! -e %s/%s", hex[0], dir, hex[1], dir, dir, hex[1]);
-    ck_assert_int_eq(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "bin/p2pkv get --no-verify --server %s -o %s %s > %s/report2 "
-             "2>&1 && grep -qx '%s fetched' %s/report2", s.endpoint, dir, hex[1], dir, hex[1],
-             dir);
-    ck_assert_int_eq(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
+    char dir[64];
+    sh_tmpdir(dir, "corrupt");
+    ck_assert_int_eq(sh_run("bin/p2pkv get --server %s -o %s %s %s > %s/report 2>&1",
+                            s.endpoint, dir, hex[0], hex[1], dir), 1);
+    sh_expect_file(blocks[0], BLOCK, "%s/%s", dir, hex[0]);
+    ck_assert_int_eq(sh_run("grep -qx '%s fetched' %s/report && grep -qx '%s corrupt' "
+                            "%s/report && test ! -e %s/%s", hex[0], dir, hex[1], dir, dir,
+                            hex[1]), 0);
+    ck_assert_int_eq(sh_run("bin/p2pkv get --no-verify --server %s -o %s %s > %s/report2 "
+                            "2>&1 && grep -qx '%s fetched' %s/report2", s.endpoint, dir, hex[1],
+                            dir, hex[1], dir), 0);
+    sh_rmrf(dir);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -743,50 +565,46 @@ END_TEST
 //  --repeat by --directory, is refused naming --repeat, before any work.
 START_TEST(test_cli_get_repeat)
 {
-    td_t s;
-    td_start(&s, NULL);
     enum { N = 8 };
-    pk_key_t keys[N];
-    s_put_blocks(&s, N, keys);
-    char dir[] = "/tmp/p2pkv-repeat-XXXXXX";
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    te_t e;
+    te_start(&e, NULL, N, NULL);
+    char dir[64];
+    sh_tmpdir(dir, "repeat");
     char cmd[N * 80 + 512];
-    int at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --repeat 3 --server %s -o %s", s.endpoint,
-                      dir);
+    int at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --repeat 3 --server %s -o %s",
+                      e.server.endpoint, dir);
     char hex[N][65];
     for (int i = 0; i < N; i++) {
-        pk_hex_encode(keys[i].bytes, keys[i].len, hex[i]);
+        pk_hex_encode(e.keys[i].bytes, e.keys[i].len, hex[i]);
         at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", hex[i]);
     }
     snprintf(cmd + at, sizeof cmd - (size_t) at, " > %s/report 2>&1", dir);
-    ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
-    snprintf(cmd, sizeof cmd, "grep -c ' fetched$' %s/report | grep -qx %d && "
-             "grep -q 'again on the open session, 2 passes: .* GB/s median' %s/report",
-             dir, N, dir);
-    ck_assert_msg(system(cmd) == 0, "no report of the two passes after the first");
+    ck_assert_int_eq(sh_run("%s", cmd), 0);
+    ck_assert_msg(sh_run("grep -c ' fetched$' %s/report | grep -qx %d && grep -q 'again on "
+                         "the open session, 2 passes: .* GB/s median' %s/report", dir, N,
+                         dir) == 0, "no report of the two passes after the first");
     for (int i = 0; i < N; i++)
-        s_expect_file(dir, hex[i], s_data[i]);
-    p2pkv_engine_stats_t st = td_stats(td_api(&s));
+        sh_expect_file(bk_hashed((unsigned) i), BLOCK, "%s/%s", dir, hex[i]);
+    p2pkv_engine_stats_t st = td_stats(td_api(&e.server));
     ck_assert_uint_eq(st.hits, 3 * N);                  //  three passes ...
-    snprintf(cmd, sizeof cmd, "bin/p2pkv stats --local %s --json | grep -q "
-             "'\"p2pkv_sessions_opened_total\":{\"total\":1[,}]'", s.local);
-    ck_assert_msg(system(cmd) == 0, "the passes did not share one session");   //  ... one session
-    snprintf(cmd, sizeof cmd, "bin/p2pkv lookup --repeat 2 --server %s %s 2>&1 | grep -q "
-             "'^p2pkv lookup: again on the open session, 1 pass: .* ms median'", s.endpoint,
-             hex[0]);
-    ck_assert_msg(system(cmd) == 0, "lookup --repeat 2: no report of its second pass");
+    ck_assert_msg(sh_run("bin/p2pkv stats --local %s --json | grep -q "
+                         "'\"p2pkv_sessions_opened_total\":{\"total\":1[,}]'",
+                         e.server.local) == 0,
+                  "the passes did not share one session");      //  ... one session
+    ck_assert_msg(sh_run("bin/p2pkv lookup --repeat 2 --server %s %s 2>&1 | grep -q '^p2pkv "
+                         "lookup: again on the open session, 1 pass: .* ms median'",
+                         e.server.endpoint, hex[0]) == 0,
+                  "lookup --repeat 2: no report of its second pass");
     static const char *bad[] = { "--repeat 0 --server tcp://127.0.0.1:1",
                                  "--repeat 2x --server tcp://127.0.0.1:1",
                                  "--repeat 1001 --server tcp://127.0.0.1:1",
                                  "--repeat 2 --directory redis://127.0.0.1:1" };
-    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++) {
-        snprintf(cmd, sizeof cmd, "bin/p2pkv get %s %s > %s/bad 2>&1; [ $? -eq 2 ] && "
-                 "grep -q -- '^p2pkv: --repeat: ' %s/bad", bad[b], hex[0], dir, dir);
-        ck_assert_msg(system(cmd) == 0, "%s: not refused (exit 2) naming --repeat", bad[b]);
-    }
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
-    ck_assert_int_eq(td_stop(&s), 0);
+    for (size_t b = 0; b < sizeof bad / sizeof *bad; b++)
+        ck_assert_msg(sh_run("bin/p2pkv get %s %s > %s/bad 2>&1; [ $? -eq 2 ] && "
+                             "grep -q -- '^p2pkv: --repeat: ' %s/bad", bad[b], hex[0], dir,
+                             dir) == 0, "%s: not refused (exit 2) naming --repeat", bad[b]);
+    sh_rmrf(dir);
+    te_stop(&e);
 }
 END_TEST
 
@@ -794,26 +612,22 @@ END_TEST
 //  READY there and a consumer of b gets the same bytes.
 START_TEST(test_pull_between_servers)
 {
-    td_t a, b;
-    td_start(&a, NULL);
+    te_t a;
+    te_start(&a, NULL, 8, NULL);
+    td_t b;
     td_start(&b, NULL);
-    pk_key_t keys[8];
-    s_put_blocks(&a, 8, keys);
     static const uint8_t absent[2] = { 0x00, 0xff };          //  a has no such key
     p2pkv_key_t pulled[9];
     for (int i = 0; i < 8; i++)
-        pulled[i] = td_key(&keys[i]);
+        pulled[i] = td_key(&a.keys[i]);
     pulled[8] = (p2pkv_key_t) { absent, 2 };
     char err[P2PKV_ERRLEN] = "";
     uint64_t id;
     size_t fetching;
-    ck_assert_msg(p2pkv_engine_pull(td_api(&b), a.endpoint, pulled, 9, &id, &fetching, NULL,
-                                    err) == 0, "%s", err);
+    ck_assert_msg(p2pkv_engine_pull(td_api(&b), a.server.endpoint, pulled, 9, &id, &fetching,
+                                    NULL, err) == 0, "%s", err);
     ck_assert_uint_eq(fetching, 9);
-    p2pkv_engine_event_t ev;
-    ck_assert_int_eq(p2pkv_engine_next_event(td_api(&b), 30, &ev), 0);
-    ck_assert_int_eq(ev.kind, P2PKV_EVENT_PULL);
-    ck_assert_uint_eq(ev.id, id);
+    p2pkv_engine_event_t ev = td_event(td_api(&b), P2PKV_EVENT_PULL, id, 30);
     ck_assert_uint_eq(ev.landed, 8);
     ck_assert_uint_eq(ev.missing, 1);
     ck_assert_uint_eq(ev.missing_keys[0].len, 2);
@@ -821,67 +635,35 @@ START_TEST(test_pull_between_servers)
     p2pkv_engine_stats_t st = td_stats(td_api(&b));
     ck_assert_uint_eq(st.ready, 8);
     ck_assert_uint_eq(st.writing, 0);
-    tc_t *tc = s_consumer(&b, "c-of-b", BLOCK, "fp", "7", NULL);
-    s_symmetric(tc, "r1", 1, keys, 8);
+    tc_t *tc = tc_to(b.endpoint, "c-of-b");
+    tc_get(tc, "r1", 1, a.keys, 8, 10, bk_hashed(0));
     tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&b), 0);
-    ck_assert_int_eq(td_stop(&a), 0);
+    te_stop(&a);
 }
 END_TEST
 
 START_TEST(test_sigterm_during_transfers_leaves_no_pool)
 {
-    td_t s;
-    td_start(&s, NULL);
-    pk_key_t keys[32];
-    s_put_blocks(&s, 32, keys);
-    tc_t *tc = s_consumer(&s, "c-term", BLOCK, "fp", "7", NULL);
-    tc_send(tc, tc_lookup("r1", 1, keys, 32));
-    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
-    pk_msg_destroy(&resp);
+    te_t e;
+    te_start(&e, NULL, 32, "c-term");
+    tc_t *tc = e.consumer;
+    tc_lookup_hits(tc, "r1", 1, e.keys, 32);
     uint32_t idx[32];
     for (int i = 0; i < 32; i++)
         idx[i] = (uint32_t) (i * 2);
-    tc_send(tc, tc_fetch("r1", 1, keys, idx, 32));
+    tc_send(tc, tc_fetch("r1", 1, e.keys, idx, 32));
     char path[128];
-    snprintf(path, sizeof path, "/dev/shm%s", s.pool);
+    snprintf(path, sizeof path, "/dev/shm%s", e.server.pool);
     struct stat sb;
     ck_assert_int_eq(stat(path, &sb), 0);
-    int status = td_stop(&s);
+    int status = td_stop(&e.server);
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     ck_assert_int_eq(stat(path, &sb), -1);
     ck_assert_int_eq(errno, ENOENT);
-    tc_destroy(&tc);
+    tc_destroy(&e.consumer);
 }
 END_TEST
-
-//  Live sessions and the peers the server still lists, from stats.
-static json_int_t
-s_sessions(td_t *s, size_t *npeers_p)
-{
-    json_t *st = td_stats_json(s);
-    json_int_t n = json_integer_value(json_object_get(st, "sessions"));
-    if (npeers_p)
-        *npeers_p = json_array_size(json_object_get(st, "peers"));
-    json_decref(st);
-    return n;
-}
-
-//  Waits (bounded) until the server holds no session and lists no peer.
-static void
-s_expect_no_sessions(td_t *s, double timeout)
-{
-    double deadline = pk_clock_monotonic() + timeout;
-    json_int_t n = -1;
-    size_t npeers = 1;
-    while (pk_clock_monotonic() < deadline && (n || npeers)) {
-        n = s_sessions(s, &npeers);
-        if (n || npeers)
-            zclock_sleep(100);
-    }
-    ck_assert_int_eq(n, 0);
-    ck_assert_uint_eq(npeers, 0);
-}
 
 //  Defect 1: a peer actor whose session cannot be created reports it
 //  ("GONE"), so the door frees its slot at once.  The failure is injected
@@ -895,7 +677,7 @@ START_TEST(test_failed_session_frees_its_slot)
     td_start(&s, (const char *const[]) { "--max-sessions", "2", NULL });
     unsetenv("P2PKV_TEST_FAIL_SESSION");
     for (int i = 0; i < 2; i++) {
-        tc_config_t c = { s.endpoint, "c-doomed", 64, BLOCK, "fp", "7", 0 };
+        tc_config_t c = tc_defaults(s.endpoint, "c-doomed");
         tc_t *tc = tc_new(&c);
         ck_assert_ptr_nonnull(tc);
         pk_msg_t *answer = tc_connect(tc, 1.5);
@@ -904,13 +686,11 @@ START_TEST(test_failed_session_frees_its_slot)
         pk_msg_destroy(&answer);
         tc_destroy(&tc);
     }
-    s_expect_no_sessions(&s, 5);
-    tc_t *a = s_consumer(&s, "c-one", BLOCK, "fp", "7", NULL);
-    tc_t *b = s_consumer(&s, "c-two", BLOCK, "fp", "7", NULL);
-    ck_assert_int_eq(s_sessions(&s, NULL), 2);
-    tc_send(b, pk_msg_new(PK_MSG_PING));
-    pk_msg_t *pong = tc_expect(b, PK_MSG_PONG, 5);
-    pk_msg_destroy(&pong);
+    td_expect_no_sessions(&s, 5);
+    tc_t *a = tc_to(s.endpoint, "c-one");
+    tc_t *b = tc_to(s.endpoint, "c-two");
+    ck_assert_int_eq(td_stat(&s, "sessions"), 2);
+    tc_ping(b);
     tc_destroy(&a);
     tc_destroy(&b);
     ck_assert_int_eq(td_stop(&s), 0);
@@ -937,7 +717,7 @@ s_crowd_member(void *arg)
     s_crowd_t *m = arg;
     char id[32];
     snprintf(id, sizeof id, "c-crowd-%d", m->i);
-    tc_config_t c = { m->s->endpoint, id, 64, BLOCK, "fp", "7", 0 };
+    tc_config_t c = tc_defaults(m->s->endpoint, id);
     tc_t *tc = tc_new(&c);
     m->type = -1;
     char *go = zstr_recv(m->go);
@@ -971,7 +751,7 @@ START_TEST(test_crowd_connects_within_a_bound)
     zclock_sleep(3000);             //  every member built its channel
     zstr_send(start, "GO");
     double deadline = pk_clock_monotonic() + S_CROWD_BOUND + 10;
-    while (pk_clock_monotonic() < deadline && s_sessions(&s, NULL) < S_CROWD)
+    while (pk_clock_monotonic() < deadline && td_stat(&s, "sessions") < S_CROWD)
         zclock_sleep(100);
     zstr_send(start, "DONE");
     double worst = 0;
@@ -1006,19 +786,19 @@ START_TEST(test_retired_sessions_leave_no_peers)
         for (int i = 0; i < 8; i++) {
             char id[32];
             snprintf(id, sizeof id, "c-churn-%d-%d", round, i);
-            tc[i] = s_consumer(&s, id, BLOCK, "fp", "7", NULL);
+            tc[i] = tc_to(s.endpoint, id);
         }
-        ck_assert_int_eq(s_sessions(&s, NULL), 8);
+        ck_assert_int_eq(td_stat(&s, "sessions"), 8);
         //  every slot is taken: one more is refused, not queued
-        pk_msg_t *answer;
-        tc_t *extra = s_consumer(&s, "c-churn-extra", BLOCK, "fp", "7", &answer);
+        tc_t *extra;
+        pk_msg_t *answer = tc_answer(tc_defaults(s.endpoint, "c-churn-extra"), &extra);
         ck_assert_int_eq(answer->type, PK_MSG_DISCONNECT);
         pk_msg_destroy(&answer);
         tc_destroy(&extra);
         for (int i = 0; i < 8; i++)
             tc_destroy(&tc[i]);
         //  silent consumers retire at the silence timeout
-        s_expect_no_sessions(&s, 15);
+        td_expect_no_sessions(&s, 15);
     }
     ck_assert_int_eq(td_stop(&s), 0);
 }
@@ -1089,20 +869,8 @@ START_TEST(test_engine_json_protocol)
     json_decref(a);
     //  the block is there for a consumer
     pk_key_t key = pk_key_make((const uint8_t *) "\x00\xaa", 2);
-    tc_t *tc = s_consumer(&s, "c-json", BLOCK, "fp", "7", NULL);
-    uint32_t idx = 7;
-    tc_send(tc, tc_lookup("r1", 1, &key, 1));
-    pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
-    ck_assert(resp->hits[0]);
-    pk_msg_destroy(&resp);
-    tc_send(tc, tc_fetch("r1", 1, &key, &idx, 1));
-    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
-    ck_assert(done->success);
-    pk_msg_destroy(&done);
-    double deadline = pk_clock_monotonic() + 5;
-    while (tc_landed(tc, 1) < 1 && pk_clock_monotonic() < deadline)
-        tc_progress(tc, 0.01);
-    ck_assert_mem_eq(tc_pool(tc) + 7 * BLOCK, block, BLOCK);
+    tc_t *tc = tc_to(s.endpoint, "c-json");
+    tc_get(tc, "r1", 1, &key, 1, 7, block);
     tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&s), 0);
 }
