@@ -27,7 +27,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define BLOCK 4096
+#define BLOCK TD_BLOCK_LEN
 #define NKEYS 6
 
 static void s_tenants_file(void);
@@ -363,13 +363,6 @@ s_tenants_file(void)
     fclose(f);
 }
 
-static tc_t *
-s_consumer(td_t *s, const char *id)
-{
-    tc_config_t c = { s->endpoint, id, 64, BLOCK, "fp", "7", 0 };
-    return tc_connected(&c);
-}
-
 static p2pkv_engine_t *
 s_engine_in(td_t *s, const char *ns)
 {
@@ -383,12 +376,9 @@ s_engine_in(td_t *s, const char *ns)
 static json_int_t
 s_ns_stat(td_t *s, const char *ns, const char *field)
 {
-    json_t *st = td_stats_json(s);
-    json_t *v = json_object_get(json_object_get(json_object_get(st, "namespaces"), ns), field);
-    ck_assert_msg(json_is_integer(v), "namespaces.%s.%s", ns, field);
-    json_int_t n = json_integer_value(v);
-    json_decref(st);
-    return n;
+    char path[128];
+    snprintf(path, sizeof path, "namespaces.%s.%s", ns, field);
+    return td_stat(s, path);
 }
 
 //  The metric family's sample for namespace ns, once it reads want: the
@@ -428,7 +418,7 @@ START_TEST(test_consumer_sees_its_namespace_and_shared)
     ck_assert_int_eq(s_ns_stat(&s, "beta", "ready"), 2);
     ck_assert_int_eq(s_ns_stat(&s, "shared", "ready"), 1);
 
-    tc_t *tc = s_consumer(&s, "c-alpha");
+    tc_t *tc = tc_to(s.endpoint, "c-alpha");
     pk_key_t ask[5] = { s_pkeys[0], s_pkeys[1], s_pkeys[2], s_pkeys[3], s_pkeys[4] };
     ck_assert_int_eq(tc_send(tc, tc_lookup("kv", 1, ask, 5)), 0);
     pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
@@ -449,18 +439,12 @@ START_TEST(test_consumer_sees_its_namespace_and_shared)
     pk_key_t got[3] = { s_pkeys[0], s_pkeys[1], s_pkeys[4] };
     uint32_t idx[3] = { 10, 11, 12 };
     ck_assert_int_eq(tc_send(tc, tc_fetch("kv", 1, got, idx, 3)), 0);
-    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
-    ck_assert(done->success);
-    pk_msg_destroy(&done);
-    double deadline = pk_clock_monotonic() + 5;
-    while (tc_landed(tc, 1) < 3 && pk_clock_monotonic() < deadline)
-        tc_progress(tc, 0.01);
-    ck_assert_uint_eq(tc_landed(tc, 1), 3);
-    ck_assert_mem_eq(tc_pool(tc) + 10 * BLOCK, s_data[0], BLOCK);
-    ck_assert_mem_eq(tc_pool(tc) + 11 * BLOCK, s_data[1], BLOCK);
-    ck_assert_mem_eq(tc_pool(tc) + 12 * BLOCK, s_data[4], BLOCK);
+    tc_expect_done(tc, 1, 3);
+    ck_assert_mem_eq(tc_block(tc, 10), s_data[0], BLOCK);
+    ck_assert_mem_eq(tc_block(tc, 11), s_data[1], BLOCK);
+    ck_assert_mem_eq(tc_block(tc, 12), s_data[4], BLOCK);
     //  pins released once the round is done
-    deadline = pk_clock_monotonic() + 5;
+    double deadline = pk_clock_monotonic() + 5;
     while (td_stats(es).pinned != 0 && pk_clock_monotonic() < deadline)
         tc_progress(tc, 0.01);
     ck_assert_uint_eq(td_stats(es).pinned, 0);
@@ -515,7 +499,7 @@ START_TEST(test_stats_namespace_struct)
     td_put(eb, &s_keys[3], s_data[3], 2, BLOCK);
     //  an alpha consumer: two of alpha's keys (hits), one of beta's and
     //  one nobody has (misses); its hits stay pinned for the fetch
-    tc_t *tc = s_consumer(&s, "c-alpha-stats");
+    tc_t *tc = tc_to(s.endpoint, "c-alpha-stats");
     pk_key_t ask[4] = { s_pkeys[0], s_pkeys[1], s_pkeys[3], s_pkeys[5] };
     ck_assert_int_eq(tc_send(tc, tc_lookup("kv", 1, ask, 4)), 0);
     pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
@@ -554,14 +538,14 @@ START_TEST(test_store_across_namespaces_refused)
     ck_assert_int_eq(p2pkv_engine_store(eb, "c-late", "req-0", &s_keys[2], 1, -1, &job, err),
                      0);
     ck_assert_int_eq(s_ns_stat(&s, "beta", "pinned"), 1);
-    tc_t *tc = s_consumer(&s, "c-alpha");
+    tc_t *tc = tc_to(s.endpoint, "c-alpha");
     int rc = p2pkv_engine_store(eb, "c-alpha", "req-1", &s_keys[2], 1, -1, &job, err);
     ck_assert_int_lt(rc, 0);
     ck_assert_msg(strstr(err, "consumer c-alpha is in namespace alpha, the blocks in beta"),
                   "%s", err);
     ck_assert_int_eq(s_ns_stat(&s, "beta", "pinned"), 1);
     //  the held one fails when its consumer turns out to be in alpha
-    tc_t *late = s_consumer(&s, "c-late");
+    tc_t *late = tc_to(s.endpoint, "c-late");
     p2pkv_engine_event_t ev;
     ck_assert_int_eq(p2pkv_engine_next_event(eb, 10, &ev), 0);
     ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);

@@ -171,20 +171,6 @@ s_metric_reaches(td_t *s, const char *family, const char *label_set, const char 
     return v;
 }
 
-//  Everything the server wrote to fd until it exited.
-static char *
-s_read_all(int fd)
-{
-    size_t cap = 1 << 16, got = 0;
-    char *text = malloc(cap);
-    ssize_t r;
-    while (got < cap - 1 && (r = read(fd, text + got, cap - 1 - got)) > 0)
-        got += (size_t) r;
-    text[got] = '\0';
-    close(fd);
-    return text;
-}
-
 //  A block published on the server; its key is the SHA-256 of data.
 static void
 s_publish(td_t *s, uint8_t raw[32], uint8_t data[BLOCK])
@@ -351,7 +337,7 @@ START_TEST(test_unknown_key_refused)
                                       "unknown_key", 4), 4);
     ck_assert_int_eq(s_metric(&s, "p2pkv_sessions_opened_total", NULL, NULL), 0);
     ck_assert_int_eq(td_stop(&s), 0);
-    char *log = s_read_all(p[0]);
+    char *log = td_read_log(p[0]);
     char line[128];
     snprintf(line, sizeof line, "CURVE key %s at 127.0.0.1 refused (unknown_key)",
              zcert_public_txt(k.bob));

@@ -507,44 +507,6 @@ START_TEST(test_evicted_but_listed)
 }
 END_TEST
 
-//  Runs p2pkv-server with args, expecting it to exit on its own within
-//  BOUND: its status, and its standard error in out.
-static int
-s_run_server(const char *const *args, char *out, size_t cap)
-{
-    int pipefd[2];
-    ck_assert_int_eq(pipe(pipefd), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(pipefd[1], 2);
-        int null = open("/dev/null", O_WRONLY);
-        dup2(null, 1);
-        close(pipefd[0]);
-        const char *argv[32] = { "bin/p2pkv-server" };
-        size_t n = 1;
-        for (size_t i = 0; args[i] && n < 31; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(argv[0], (char *const *) argv);
-        _exit(127);
-    }
-    close(pipefd[1]);
-    size_t got = 0;
-    struct pollfd pfd = { pipefd[0], POLLIN, 0 };
-    while (got < cap - 1 && poll(&pfd, 1, (int) (BOUND * 1000)) > 0) {
-        ssize_t r = read(pipefd[0], out + got, cap - 1 - got);
-        if (r <= 0)
-            break;
-        got += (size_t) r;
-    }
-    out[got] = '\0';
-    close(pipefd[0]);
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 //  A --directory that does not parse is a usage error (2) naming it; one
 //  with no Redis there is an error at start (1) naming it; with
 //  --directory-optional the server starts with a warning and publishes
@@ -562,14 +524,14 @@ START_TEST(test_bad_directory)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         args[at] = bad[i];
         args[at + 1] = NULL;
-        ck_assert_int_eq(s_run_server(args, out, sizeof out), 2);
+        ck_assert_int_eq(td_run(args, out, sizeof out), 2);
         ck_assert_msg(strstr(out, "--directory: expected redis://HOST:PORT[/DB]"), "%s", out);
     }
     int port = tr_free_port();
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
     args[at] = url;
     args[at + 1] = NULL;
-    ck_assert_int_eq(s_run_server(args, out, sizeof out), 1);
+    ck_assert_int_eq(td_run(args, out, sizeof out), 1);
     char said[128];
     snprintf(said, sizeof said, "directory %s: cannot connect", url);
     ck_assert_msg(strstr(out, said), "%s", out);
@@ -653,7 +615,7 @@ START_TEST(test_redis_cluster)
     const char *args[] = { "--bind", "tcp://127.0.0.1:*", "--pool-blocks", "4", "--peer-id",
                            "dir-cl-db", "--local", "ipc:///tmp/p2pkv-dir-cl-db.sock",
                            "--pool-name", "/p2pkv-dir-cl-db", "--directory", url, NULL };
-    ck_assert_int_eq(s_run_server(args, out, sizeof out), 1);
+    ck_assert_int_eq(td_run(args, out, sizeof out), 1);
     ck_assert_msg(strstr(out, "a Redis Cluster has only DB 0"), "%s", out);
     s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);

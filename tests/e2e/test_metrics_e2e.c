@@ -6,9 +6,11 @@
 
     Every family of lib/daemon/metric_families.h must be there with its
     # HELP and # TYPE (the type the table gives it), the whole body must
-    pass the strict exposition-format checker (tests/fixtures/promtext.c), and the
-    counters the traffic moved must say so; no sample is labelled by peer.
+    pass the strict exposition-format checker (tests/fixtures/promtext.c),
+    and the counters the traffic moved must say so; no sample is labelled
+    by peer.  The servers hold the hashed blocks of tests/fixtures/blocks.h.
 */
+#include "blocks.h"
 #include "consumer.h"
 #include "daemon.h"
 #include "promtext.h"
@@ -16,15 +18,10 @@
 #include "daemon/metrics.h"
 #include "testutil.h"
 
-#include <arpa/inet.h>
 #include <czmq.h>
-#include <netinet/in.h>
-#include <sodium.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#define BLOCK 4096
+#define BLOCK TD_BLOCK_LEN
 
 static const struct {
     const char *name, *type;
@@ -36,70 +33,6 @@ static const struct {
 #include "daemon/metric_families.h"
 #undef PK_METRIC
 };
-
-//  A port nobody listens on now, below the kernel's ephemeral range (the
-//  kernel's own pick was taken by another suite's outgoing connection
-//  before the server bound it): td_fixed_endpoint's.
-static int
-s_free_port(void)
-{
-    char endpoint[64];
-    td_fixed_endpoint(endpoint, sizeof endpoint);
-    return atoi(strrchr(endpoint, ':') + 1);
-}
-
-//  The whole answer to GET path (malloc'd), or NULL if nobody listens.
-static char *
-s_http_get(int port, const char *path)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct timeval tv = { 10, 0 };
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *) &sa, sizeof sa) != 0) {
-        close(fd);
-        return NULL;
-    }
-    char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
-    ck_assert_int_eq(send(fd, req, (size_t) n, MSG_NOSIGNAL), n);
-    size_t cap = 1 << 16, got = 0;
-    char *buf = malloc(cap + 1);
-    ssize_t r;
-    while ((r = recv(fd, buf + got, cap - got, 0)) > 0) {
-        got += (size_t) r;
-        if (got == cap)
-            buf = realloc(buf, (cap *= 2) + 1);
-    }
-    buf[got] = '\0';
-    close(fd);
-    return buf;
-}
-
-//  Puts blocks first..first+n-1 of known content by value; keys[i] are the
-//  SHA-256 of block first+i.
-static uint8_t s_hash[16][32];
-
-static void
-s_put_blocks(td_t *s, int first, int n, pk_key_t *keys)
-{
-    static uint8_t data[BLOCK];
-    for (int i = first; i < first + n; i++) {
-        for (int k = 0; k < BLOCK; k++)
-            data[k] = (uint8_t) (i * 31 + k * 7 + 1);
-        crypto_hash_sha256(s_hash[i], data, BLOCK);
-        keys[i - first] = pk_key_make(s_hash[i], 32);
-        p2pkv_key_t key = td_key(&keys[i - first]);
-        td_put(td_api(s), &key, data, 1, BLOCK);
-    }
-}
-
-static tc_t *
-s_consumer(td_t *s, const char *id)
-{
-    return tc_connected(&(tc_config_t) { s->endpoint, id, 64, BLOCK, "fp", "7", 0 });
-}
 
 //  The text's line that starts with prefix, or NULL.
 static const char *
@@ -126,7 +59,7 @@ START_TEST(test_scrape_live_server)
 {
     td_t s;
     char bind[64];
-    int port = s_free_port();
+    int port = td_free_port();
     snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
     //  a pool of 8 blocks, so that puts evict (and a pin quota of all of
     //  them); a silence timeout no loaded machine reaches while it scrapes
@@ -135,42 +68,32 @@ START_TEST(test_scrape_live_server)
 
     //  6 blocks nobody asks for, then 4 more: the 2 oldest are evicted
     pk_key_t keys[6];
-    s_put_blocks(&s, 10, 6, keys);
-    s_put_blocks(&s, 0, 4, keys);
+    bk_put_hashed(&s, 10, 6, keys);
+    bk_put_hashed(&s, 0, 4, keys);
     //  a lookup of the 4 and of a key the pool lacks, then a fetch of the 4
     uint8_t absent[32] = { 0xab };
     keys[4] = pk_key_make(absent, 32);
-    tc_t *tc = s_consumer(&s, "c-scrape");
+    tc_t *tc = tc_to(s.endpoint, "c-scrape");
     ck_assert_int_eq(tc_send(tc, tc_lookup("r1", 1, keys, 5)), 0);
     pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
     for (int i = 0; i < 5; i++)
         ck_assert_msg(resp->hits[i] == (i < 4), "key %d: hit %d", i, resp->hits[i]);
     pk_msg_destroy(&resp);
-    uint32_t idx[4] = { 10, 11, 12, 13 };
-    ck_assert_int_eq(tc_send(tc, tc_fetch("r1", 1, keys, idx, 4)), 0);
-    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
-    ck_assert(done->success);
-    pk_msg_destroy(&done);
-    double deadline = pk_clock_monotonic() + 5;
-    while (tc_landed(tc, 1) < 4 && pk_clock_monotonic() < deadline)
-        tc_progress(tc, 0.01);
-    ck_assert_uint_eq(tc_landed(tc, 1), 4);
+    tc_fetch_into(tc, "r1", 1, keys, 4, 10, bk_hashed(0));
 
     //  a second consumer breaks a rule: a server-to-consumer message
-    tc_t *bad = s_consumer(&s, "c-rude");
+    tc_t *bad = tc_to(s.endpoint, "c-rude");
     ck_assert_int_eq(tc_send(bad, pk_msg_new(PK_MSG_PONG)), 0);
-    pk_msg_t *disc = tc_expect(bad, PK_MSG_DISCONNECT, 5);
-    ck_assert_int_eq(disc->code, PK_DISC_VIOLATION);
-    pk_msg_destroy(&disc);
+    tc_expect_disconnect(bad, PK_DISC_VIOLATION, NULL, 5);
 
     //  the actors push their counters at their next tick, the main loop
     //  the pool's twice a second: scrape until both are in
     char *answer = NULL;
     const char *body = NULL;
-    deadline = pk_clock_monotonic() + 10;
+    double deadline = pk_clock_monotonic() + 10;
     while (pk_clock_monotonic() < deadline) {
         free(answer);
-        answer = s_http_get(port, "/metrics");
+        answer = td_http_get(port, "/metrics");
         body = answer ? strstr(answer, "\r\n\r\n") : NULL;
         if (body && strstr(body, "\np2pkv_blocks_written_total 4\n")
             && strstr(body, "p2pkv_violations_by_reason_total{reason=\"direction\"} 1\n")
@@ -280,7 +203,7 @@ s_family_of(const char *name, size_t len)
 static void
 s_scrape_check(int port, s_scrape_t *out)
 {
-    char *answer = s_http_get(port, "/metrics");
+    char *answer = td_http_get(port, "/metrics");
     ck_assert_ptr_nonnull(answer);
     const char *body = strstr(answer, "\r\n\r\n");
     ck_assert_ptr_nonnull(body);
@@ -361,7 +284,7 @@ s_counters_kept(const s_scrape_t *before, const s_scrape_t *now)
 static void
 s_session_round(td_t *s, const char *id, pk_key_t *keys)
 {
-    tc_t *tc = s_consumer(s, id);
+    tc_t *tc = tc_to(s->endpoint, id);
     ck_assert_int_eq(tc_send(tc, tc_lookup("r", 1, keys, 4)), 0);
     pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 10);
     pk_msg_destroy(&resp);
@@ -370,8 +293,7 @@ s_session_round(td_t *s, const char *id, pk_key_t *keys)
     pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
     pk_msg_destroy(&done);
     ck_assert_int_eq(tc_send(tc, pk_msg_new(PK_MSG_PONG)), 0);
-    pk_msg_t *disc = tc_expect(tc, PK_MSG_DISCONNECT, 10);
-    pk_msg_destroy(&disc);
+    tc_expect_disconnect(tc, PK_DISC_VIOLATION, NULL, 10);
     tc_destroy(&tc);
 }
 
@@ -379,16 +301,16 @@ START_TEST(test_scrapes_while_sessions_come_and_go)
 {
     td_t s;
     char bind[64];
-    int port = s_free_port();
+    int port = td_free_port();
     snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
     td_start(&s, (const char *[]) { "--metrics-bind", bind, "--silence-timeout", "60", NULL });
     pk_key_t keys[4];
-    s_put_blocks(&s, 0, 4, keys);
+    bk_put_hashed(&s, 0, 4, keys);
     static s_scrape_t scrapes[2];
     s_scrape_check(port, &scrapes[0]);
     //  sessions open and end between scrapes, a consumer restarts under
     //  its old id, and one stays open across them all
-    tc_t *stays = s_consumer(&s, "c-stays");
+    tc_t *stays = tc_to(s.endpoint, "c-stays");
     for (int round = 0; round < 6; round++) {
         char id[32];
         snprintf(id, sizeof id, "c-round-%d", round % 3);
@@ -403,7 +325,7 @@ START_TEST(test_scrapes_while_sessions_come_and_go)
     double deadline = pk_clock_monotonic() + 10;
     double violations = -1;
     while (pk_clock_monotonic() < deadline) {
-        char *answer = s_http_get(port, "/metrics");
+        char *answer = td_http_get(port, "/metrics");
         violations = s_value(answer, "p2pkv_violations_by_reason_total{reason=\"direction\"}");
         double fetches = s_value(answer, "p2pkv_fetches_total");
         free(answer);

@@ -109,42 +109,6 @@ s_start_fetch(s_seen_t *c, const p2pkv_key_t *keys, const char *kv, uint32_t *de
                                         c->round, 0, &id), 0);
 }
 
-//  p2pkv-server on the pool name of a live one: its exit status, and
-//  what it said on standard error (in err).
-static int
-s_second_server(const char *pool_name, char *err, size_t len)
-{
-    char local[128];
-    snprintf(local, sizeof local, "ipc:///tmp/p2pkv-e2e-%d-9001.sock", (int) getpid());
-    const char *bin = getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER") : "bin/p2pkv-server";
-    int errp[2];
-    ck_assert_int_eq(pipe(errp), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(errp[1], 2);
-        close(errp[0]);
-        close(errp[1]);
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 1);
-        execl(bin, bin, "--peer-id", "second", "--bind", "tcp://127.0.0.1:*", "--local", local,
-              "--pool-name", pool_name, "--pool-blocks", "4096", "--block-len", "65536",
-              "--fingerprint", "fp", "--hash-seed", "7", "--provider", "tcp", (char *) NULL);
-        _exit(127);
-    }
-    close(errp[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got < len - 1 && (r = read(errp[0], err + got, len - 1 - got)) > 0)
-        got += (size_t) r;
-    err[got] = '\0';
-    close(errp[0]);
-    int status;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-
 START_TEST(test_killed_server_restarts_on_its_pool)
 {
     char endpoint[64], pool_name[96], local[128];
@@ -217,8 +181,13 @@ START_TEST(test_killed_server_restarts_on_its_pool)
 
     //  while it lives, its pool is refused to another server, by name,
     //  and left alone: the second consumer below still gets every byte
-    char said[2048];
-    ck_assert_int_eq(s_second_server(pool_name, said, sizeof said), 1);
+    char said[2048], local2[128];
+    snprintf(local2, sizeof local2, "ipc:///tmp/p2pkv-e2e-%d-9001.sock", (int) getpid());
+    const char *second[] = { "--peer-id", "second", "--bind", "tcp://127.0.0.1:*", "--local",
+                             local2, "--pool-name", pool_name, "--pool-blocks", "4096",
+                             "--block-len", "65536", "--fingerprint", "fp", "--hash-seed", "7",
+                             "--provider", "tcp", NULL };
+    ck_assert_int_eq(td_run(second, said, sizeof said), 1);
     ck_assert_msg(strstr(said, pool_name), "the refusal does not name the pool: \"%s\"", said);
 
     //  a second consumer, new to the restarted server, gets the same

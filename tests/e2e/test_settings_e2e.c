@@ -28,13 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define BLOCK 4096
-
-static tc_t *
-s_consumer(td_t *s, const char *id)
-{
-    return tc_connected(&(tc_config_t) { s->endpoint, id, 64, BLOCK, "fp", "7", 0 });
-}
+#define BLOCK TD_BLOCK_LEN
 
 //  A random key, as bytes (raw) and for the engine API.
 static pk_key_t
@@ -68,7 +62,7 @@ START_TEST(test_lookup_timeout_expires_pending_to_miss)
     uint32_t block;
     pk_key_t key = s_random_key(raw, &ekey);
     td_reserve(&s, &ekey, 1, &block);
-    tc_t *tc = s_consumer(&s, "c-pending");
+    tc_t *tc = tc_to(s.endpoint, "c-pending");
     double t0 = pk_clock_monotonic();
     ck_assert_int_eq(tc_send(tc, tc_lookup("r1", 1, &key, 1)), 0);
     pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 10);
@@ -99,11 +93,8 @@ START_TEST(test_store_timeout_fails_an_unfetched_store)
     ck_assert_int_eq(p2pkv_engine_store(td_api(&s), "c-never", "req-1", &key, 1, -1, &job,
                                         err), 0);
     ck_assert_int_eq(td_stats(td_api(&s)).pinned, 1);
-    p2pkv_engine_event_t ev;
-    ck_assert_int_eq(p2pkv_engine_next_event(td_api(&s), 10, &ev), 0);
+    p2pkv_engine_event_t ev = td_event(td_api(&s), P2PKV_EVENT_STORE, job, 10);
     double took = pk_clock_monotonic() - t0;
-    ck_assert_int_eq(ev.kind, P2PKV_EVENT_STORE);
-    ck_assert_uint_eq(ev.id, job);
     ck_assert(!ev.success);
     ck_assert_msg(took >= 0.45, "failed after %.3f s, before the store timeout", took);
     ck_assert_msg(took < 2.5, "failed after %.3f s: the fixture's 3 s, not 0.5", took);
@@ -164,20 +155,6 @@ s_junk_then_describe(td_t *s)
     zsock_destroy(&d);
 }
 
-//  Everything the server wrote to fd until it exited.
-static char *
-s_read_all(int fd)
-{
-    size_t cap = 1 << 16, got = 0;
-    char *text = malloc(cap);
-    ssize_t r;
-    while (got < cap - 1 && (r = read(fd, text + got, cap - 1 - got)) > 0)
-        got += (size_t) r;
-    text[got] = '\0';
-    close(fd);
-    return text;
-}
-
 //  --log-level: session events are said at info, frames from unknown
 //  peers at debug, neither at error.  The server's stderr is read to its
 //  end once it exited, so what is absent was never written.
@@ -193,10 +170,10 @@ START_TEST(test_log_level_filters_lines)
         td_start_logged(&s, (const char *const[]) { "--log-level", cases[i].level, NULL }, p[1]);
         close(p[1]);
         s_junk_then_describe(&s);
-        tc_t *tc = s_consumer(&s, "c-log");
+        tc_t *tc = tc_to(s.endpoint, "c-log");
         tc_destroy(&tc);
         ck_assert_int_eq(td_stop(&s), 0);
-        char *text = s_read_all(p[0]);
+        char *text = td_read_log(p[0]);
         bool info = strstr(text, "info: session c-log opened")
                     && strstr(text, "info: shutting down");
         bool debug = strstr(text, "debug: frame from an unknown peer dropped") != NULL;
@@ -256,25 +233,6 @@ START_TEST(test_max_frame_drops_a_larger_frame)
 }
 END_TEST
 
-//  p2pkv-server with argv (NULL-terminated after the program), its exit
-//  status and what it said on stderr.
-static int
-s_run_server(const char *const *args, char *said, size_t len)
-{
-    char cmd[1024];
-    int at = snprintf(cmd, sizeof cmd, "%s", getenv("P2PKV_SERVER") ? getenv("P2PKV_SERVER")
-                                                                      : "bin/p2pkv-server");
-    for (size_t i = 0; args[i]; i++)
-        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " '%s'", args[i]);
-    snprintf(cmd + at, sizeof cmd - (size_t) at, " 2>&1 >/dev/null");
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t got = fread(said, 1, len - 1, p);
-    said[got] = '\0';
-    int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 //  Once the door counted a frame dropped (the flood seen), releases the
 //  actor and counts its answers of type want until the session's end:
 //  disconnect violation naming says.  The count.
@@ -322,7 +280,7 @@ START_TEST(test_max_queued_frames_ends_a_flood)
     td_t s;
     td_start_held(&s, "c-held", release, (const char *const[]) { "--max-queued-frames", "4",
                                                                NULL });
-    tc_t *tc = s_consumer(&s, "c-held");
+    tc_t *tc = tc_to(s.endpoint, "c-held");
     for (int i = 0; i < 10; i++)
         ck_assert_int_eq(tc_send(tc, pk_msg_new(PK_MSG_PING)), 0);
     ck_assert_int_eq(s_release_and_count(&s, tc, release, PK_MSG_PONG,
@@ -344,7 +302,7 @@ START_TEST(test_max_queued_bytes_ends_a_flood)
     td_start_held(&s, "c-heavy", release, (const char *const[]) { "--max-queued-frames", "100",
                                                                 "--max-queued-bytes", "8192",
                                                                 NULL });
-    tc_t *tc = s_consumer(&s, "c-heavy");
+    tc_t *tc = tc_to(s.endpoint, "c-heavy");
     char kv[2900];
     memset(kv, 'k', sizeof kv - 1);
     kv[sizeof kv - 1] = '\0';
@@ -381,11 +339,11 @@ START_TEST(test_provider_and_peer_id_are_the_ones_asked_for)
     const char *args[] = { "--peer-id", "srv-prov", "--bind", "tcp://127.0.0.1:*", "--local",
                            local, "--pool-name", pool, "--pool-blocks", "4", "--block-len",
                            "4096", "--provider", "nosuchprovider", NULL };
-    ck_assert_int_eq(s_run_server(args, said, sizeof said), 1);
+    ck_assert_int_eq(td_run(args, said, sizeof said), 1);
     ck_assert_msg(strstr(said, "nosuchprovider"), "said: %s", said);
     //  in a list too, beside one that opens: named, never skipped
     args[13] = "shm,nosuchprovider";
-    ck_assert_int_eq(s_run_server(args, said, sizeof said), 1);
+    ck_assert_int_eq(td_run(args, said, sizeof said), 1);
     ck_assert_msg(strstr(said, "nosuchprovider"), "said: %s", said);
 }
 END_TEST
@@ -571,12 +529,12 @@ START_TEST(test_fabric_addr_is_the_endpoints_address)
     td_t s;
     td_start(&s, (const char *const[]) { "--fabric-addr", "127.0.0.2", NULL });
     ck_assert_int_eq(s_sockets_on(s.pid, "127.0.0.2"), 0);
-    tc_t *tc = s_consumer(&s, "c-fabric");
+    tc_t *tc = tc_to(s.endpoint, "c-fabric");
     ck_assert_int_ge(s_sockets_on(s.pid, "127.0.0.2"), 1);
     tc_destroy(&tc);
     ck_assert_int_eq(td_stop(&s), 0);
     td_start(&s, (const char *const[]) { "--fabric-addr", "192.0.2.1", NULL });
-    tc_config_t c = { s.endpoint, "c-nowhere", 64, BLOCK, "fp", "7", 0 };
+    tc_config_t c = tc_defaults(s.endpoint, "c-nowhere");
     tc = tc_new(&c);
     ck_assert_ptr_nonnull(tc);
     pk_msg_t *answer = tc_connect(tc, 10);

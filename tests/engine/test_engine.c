@@ -19,7 +19,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
-#define BLOCK 4096
+#define BLOCK TD_BLOCK_LEN
 #define NKEYS 8
 
 static uint8_t s_data[NKEYS][BLOCK];
@@ -44,41 +44,6 @@ s_readable(int fd, int ms)
 {
     struct pollfd pfd = { fd, POLLIN, 0 };
     return poll(&pfd, 1, ms) == 1 && (pfd.revents & POLLIN);
-}
-
-//  A consumer of s fetches keys[0..n) into its blocks 10.. (a lookup first
-//  unless stored for it: pd) and finds exactly data there.
-static void
-s_fetch_and_verify(tc_t *tc, const char *kv, uint64_t round, const pk_key_t *keys,
-                   uint8_t (*data)[BLOCK], size_t n, bool pd)
-{
-    if (!pd) {
-        ck_assert_int_eq(tc_send(tc, tc_lookup(kv, round, keys, n)), 0);
-        pk_msg_t *resp = tc_expect(tc, PK_MSG_LOOKUP_RESP, 5);
-        for (size_t i = 0; i < n; i++)
-            ck_assert_msg(resp->hits[i], "key %zu is not in the pool", i);
-        pk_msg_destroy(&resp);
-    }
-    uint32_t idx[NKEYS];
-    for (size_t i = 0; i < n; i++)
-        idx[i] = 10 + (uint32_t) i;
-    ck_assert_int_eq(tc_send(tc, tc_fetch(kv, round, keys, idx, n)), 0);
-    pk_msg_t *done = tc_expect(tc, PK_MSG_TRANSFER_DONE, 10);
-    ck_assert(done->success);
-    pk_msg_destroy(&done);
-    double deadline = pk_clock_monotonic() + 5;
-    while (tc_landed(tc, round) < n && pk_clock_monotonic() < deadline)
-        tc_progress(tc, 0.01);
-    ck_assert_uint_eq(tc_landed(tc, round), n);
-    for (size_t i = 0; i < n; i++)
-        ck_assert_mem_eq(tc_pool(tc) + (size_t) idx[i] * BLOCK, data[i], BLOCK);
-}
-
-static tc_t *
-s_consumer(td_t *s, const char *id)
-{
-    tc_config_t c = { s->endpoint, id, 64, BLOCK, "fp", "7", 0 };
-    return tc_connected(&c);
 }
 
 //  A server started with flags (NULL: the defaults) and its engine.
@@ -115,15 +80,6 @@ s_close_pair(td_t *a, td_t *b, p2pkv_engine_t **ea, p2pkv_engine_t **eb)
     p2pkv_engine_close(ea);
     s_close(b, eb);
     ck_assert_int_eq(td_stop(a), 0);
-}
-
-//  The store job ended, and the consumer got its blocks.
-static void
-s_assert_stored(const p2pkv_engine_event_t *ev, uint64_t job)
-{
-    ck_assert_int_eq(ev->kind, P2PKV_EVENT_STORE);
-    ck_assert_uint_eq(ev->id, job);
-    ck_assert(ev->success);
 }
 
 //  err names the argument: it starts with name and a colon.
@@ -216,8 +172,8 @@ START_TEST(test_info_pool_reserve_write_commit_put)
     ck_assert_uint_eq(st.ready, 3);
     ck_assert_uint_eq(st.writing, 0);
     ck_assert_uint_eq(st.free, 253);
-    tc_t *tc = s_consumer(&s, "c-map");
-    s_fetch_and_verify(tc, "r1", 1, s_pkeys, s_data, 3, false);
+    tc_t *tc = tc_to(s.endpoint, "c-map");
+    tc_get(tc, "r1", 1, s_pkeys, 3, 10, s_data[0]);
     ck_assert_uint_eq(td_stats(e).sessions, 1);
     ck_assert_uint_eq(td_stats(e).hits, 3);
     tc_destroy(&tc);
@@ -393,13 +349,16 @@ START_TEST(test_store_event_by_callback)
     ck_assert_int_eq(p2pkv_engine_store(e, "c-pd", "req-1", s_keys, 2, -1, &job, err), 0);
     ck_assert_uint_gt(job, 0);
     ck_assert_int_eq(p2pkv_engine_poll(e, 0), 0);
-    tc_t *tc = s_consumer(&s, "c-pd");
-    s_fetch_and_verify(tc, "req-1", 5, s_pkeys, s_data, 2, true);
+    tc_t *tc = tc_to(s.endpoint, "c-pd");
+    tc_fetch_into(tc, "req-1", 5, s_pkeys, 2, 10, s_data[0]);
     double deadline = pk_clock_monotonic() + 10;
     while (seen.n == 0 && pk_clock_monotonic() < deadline)
         ck_assert_int_ge(p2pkv_engine_poll(e, 0.1), 0);
     ck_assert_int_eq(seen.n, 1);
-    s_assert_stored(&seen.last, job);
+    //  the store job ended, and the consumer got its blocks
+    ck_assert_int_eq(seen.last.kind, P2PKV_EVENT_STORE);
+    ck_assert_uint_eq(seen.last.id, job);
+    ck_assert(seen.last.success);
     ck_assert_int_eq(p2pkv_engine_finish(e, "c-pd", "req-1", err), 0);
     ck_assert_uint_eq(td_stats(e).pinned, 0);
     tc_destroy(&tc);
@@ -423,14 +382,13 @@ START_TEST(test_store_event_by_fd)
     ck_assert(!s_readable(fd, 0));
     p2pkv_engine_event_t ev;
     ck_assert_int_eq(p2pkv_engine_next_event(e, 0, &ev), -ETIMEDOUT);
-    tc_t *tc = s_consumer(&s, "c-fd");
-    s_fetch_and_verify(tc, "req-1", 3, s_pkeys, s_data, 2, true);
+    tc_t *tc = tc_to(s.endpoint, "c-fd");
+    tc_fetch_into(tc, "req-1", 3, s_pkeys, 2, 10, s_data[0]);
     ck_assert_msg(s_readable(fd, 10000), "no event on the fd within 10 s");
     //  a request reads the event into the queue on its way to the answer
     td_stats(e);
     ck_assert(s_readable(fd, 0));
-    ck_assert_int_eq(p2pkv_engine_next_event(e, 0, &ev), 0);
-    s_assert_stored(&ev, job);
+    ck_assert(td_event(e, P2PKV_EVENT_STORE, job, 0).success);
     ck_assert(!s_readable(fd, 0));
     ck_assert_int_eq(p2pkv_engine_next_event(e, 0, &ev), -ETIMEDOUT);
     tc_destroy(&tc);
@@ -456,10 +414,7 @@ START_TEST(test_pull_event)
     ck_assert_uint_eq(fetching, 4);
     for (int i = 0; i < 5; i++)
         ck_assert_int_eq(present[i], i == 1);
-    p2pkv_engine_event_t ev;
-    ck_assert_int_eq(p2pkv_engine_next_event(eb, 30, &ev), 0);
-    ck_assert_int_eq(ev.kind, P2PKV_EVENT_PULL);
-    ck_assert_uint_eq(ev.id, id);
+    p2pkv_engine_event_t ev = td_event(eb, P2PKV_EVENT_PULL, id, 30);
     ck_assert(!ev.success);
     ck_assert_uint_eq(ev.landed, 3);
     ck_assert_uint_eq(ev.missing, 1);
@@ -472,13 +427,10 @@ START_TEST(test_pull_event)
                                        err), 0);
     ck_assert_uint_eq(fetching, 0);
     ck_assert(present[0]);
-    ck_assert_int_eq(p2pkv_engine_next_event(eb, 30, &ev), 0);
-    ck_assert_int_eq(ev.kind, P2PKV_EVENT_PULL);
-    ck_assert_uint_eq(ev.id, id2);
-    ck_assert_uint_eq(ev.missing, 0);
+    ck_assert_uint_eq(td_event(eb, P2PKV_EVENT_PULL, id2, 30).missing, 0);
     //  the pulled bytes are in b's pool
-    tc_t *tc = s_consumer(&b, "c-of-b");
-    s_fetch_and_verify(tc, "r1", 1, s_pkeys, s_data, 4, false);
+    tc_t *tc = tc_to(b.endpoint, "c-of-b");
+    tc_get(tc, "r1", 1, s_pkeys, 4, 10, s_data[0]);
     tc_destroy(&tc);
     s_close_pair(&a, &b, &ea, &eb);
 }
