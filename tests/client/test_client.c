@@ -9,6 +9,7 @@
 #include "blocks.h"
 #include "callbacks.h"
 #include "daemon.h"
+#include "fake.h"
 #include "wire/protocol.h"
 #include "testutil.h"
 
@@ -835,193 +836,73 @@ START_TEST(test_stall_timeout_takes_effect)
 }
 END_TEST
 
-typedef struct {
-    p2pkv_client_t *c;
-    const char *ep;
-    int index;
-    char err[256];
-} s_connect_arg_t;
-
-static void *
-s_connect_thread(void *arg)
-{
-    s_connect_arg_t *a = arg;
-    a->index = p2pkv_client_connect(a->c, a->ep, 10, a->err);
-    return NULL;
-}
-
-//  A fake server on a ROUTER: answers the next connect with a
-//  connect_ack; returns the routing id (caller destroys) and the
-//  consumer's epoch.
-static zframe_t *
-s_fake_accept(zsock_t *router, uint8_t *consumer_epoch, const uint8_t *server_epoch,
-              const char *caps)
-{
-    zsock_set_rcvtimeo(router, 10000);
-    for (;;) {
-        zframe_t *rid = zframe_recv(router);
-        ck_assert_msg(rid != NULL, "no connect reached the fake server");
-        zframe_t *f = zframe_recv(router);
-        ck_assert_ptr_nonnull(f);
-        pk_msg_t *m = NULL;
-        ck_assert_int_eq(pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
-        zframe_destroy(&f);
-        if (m->type != PK_MSG_CONNECT) {
-            pk_msg_destroy(&m);
-            zframe_destroy(&rid);
-            continue;
-        }
-        memcpy(consumer_epoch, m->source_epoch, PK_EPOCH_LEN);
-        pk_msg_t *ack = pk_msg_new(PK_MSG_CONNECT_ACK);
-        pk_msg_set_uint(ack, PK_F_WIRE_MAJOR, PK_WIRE_MAJOR);
-        pk_msg_set_uint(ack, PK_F_WIRE_MINOR, PK_WIRE_MINOR);
-        pk_msg_set_string(ack, PK_F_PEER_ID, "fake");
-        pk_msg_set_uint(ack, PK_F_BLOCK_LEN, BLOCK);
-        pk_msg_set_uint(ack, PK_F_NUM_BLOCKS, 64);
-        pk_msg_set_epochs(ack, server_epoch, consumer_epoch);
-        if (caps)
-            pk_msg_set_string(ack, PK_F_CAPS, caps);
-        char *text;
-        size_t len;
-        ck_assert_int_eq(pk_msg_encode(ack, &text, &len, NULL), 0);
-        zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
-        zmq_send(zsock_resolve(router), text, len, 0);
-        free(text);
-        pk_msg_destroy(&ack);
-        pk_msg_destroy(&m);
-        return rid;
-    }
-}
-
-//  The fake server's next disconnect from the client, its reason.
-static void
-s_fake_expect_disconnect(zsock_t *router, const char *code, const char *reason_part)
-{
-    for (;;) {
-        zmsg_t *msg = zmsg_recv(router);
-        ck_assert_msg(msg != NULL, "no disconnect reached the fake server");
-        zframe_t *rid = zmsg_pop(msg), *f = zmsg_pop(msg);
-        pk_msg_t *m = NULL;
-        bool ok = f && pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL) == 0;
-        zframe_destroy(&rid);
-        zframe_destroy(&f);
-        zmsg_destroy(&msg);
-        if (ok && m->type == PK_MSG_DISCONNECT) {
-            ck_assert_str_eq(pk_disconnect_code_name(m->code), code);
-            ck_assert_msg(strstr(m->reason, reason_part), "reason: %s", m->reason);
-            pk_msg_destroy(&m);
-            return;
-        }
-        pk_msg_destroy(&m);
-    }
-}
-
 //  A server that breaks the protocol ends its session (a violation,
 //  said to it, and DOWN here), not the client: a frame that does not
 //  decode, and a message that only flows the other way.
 START_TEST(test_server_violations_end_the_session)
 {
-    zsock_t *router = zsock_new(ZMQ_ROUTER);
-    int port = zsock_bind(router, "tcp://127.0.0.1:*");
-    ck_assert_int_gt(port, 0);
-    char endpoint[64];
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    fk_t f;
+    fk_start(&f);
     s_seen_t seen;
     p2pkv_client_t *c = s_client(&seen, true);
-    uint8_t consumer[PK_EPOCH_LEN], server[PK_EPOCH_LEN] = { 0x5e, 1 };
     char err[256] = "";
-    //  the client waits in connect; the fake answers from this thread
-    //  once the connect arrives, so connect runs on a helper thread
-    zframe_t *rid = NULL;
-    int index = -1;
-    {
-        s_connect_arg_t arg = { c, endpoint, -1, "" };
-        pthread_t t;
-        ck_assert_int_eq(pthread_create(&t, NULL, s_connect_thread, &arg), 0);
-        rid = s_fake_accept(router, consumer, server, NULL);
-        pthread_join(t, NULL);
-        index = arg.index;
-        ck_assert_msg(index >= 0, "connect: %s", arg.err);
-    }
+    int index = fk_connected(&f, c);
     //  not JSON
-    zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
-    zstr_send(router, "this is not json");
+    fk_send_raw(&f, "this is not json");
     s_until(c, &seen.downs, 1, false, 5);
     ck_assert_int_eq(p2pkv_client_server_state(c, index, err), P2PKV_SERVER_DOWN);
     ck_assert_msg(strstr(err, "protocol violation by the server"), "reason: %s", err);
-    s_fake_expect_disconnect(router, "violation", "JSON");
-    zframe_destroy(&rid);
+    fk_expect_disconnect(&f, "violation", "JSON", 10);
     //  the client connects again, as a new session; now a lookup arrives
-    server[1] = 2;
-    rid = s_fake_accept(router, consumer, server, NULL);
+    f.server[1] = 2;
+    fk_accept(&f);
     s_until(c, &seen.ups, 1, false, 5);
     pk_msg_t *bad = pk_msg_new(PK_MSG_LOOKUP);
     pk_key_t k = pk_key_make(s_key[0], 32);
     pk_msg_set_string(bad, PK_F_KV_REQUEST_ID, "x");
     pk_msg_set_keys(bad, &k, 1);
     pk_msg_set_uint(bad, PK_F_ROUND_SEQ, 1);
-    pk_msg_set_epochs(bad, server, consumer);
-    char *text;
-    size_t len;
-    ck_assert_int_eq(pk_msg_encode(bad, &text, &len, NULL), 0);
-    zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
-    zmq_send(zsock_resolve(router), text, len, 0);
-    free(text);
-    pk_msg_destroy(&bad);
+    fk_send(&f, bad);
     s_until(c, &seen.downs, 2, false, 5);
     ck_assert_int_eq(p2pkv_client_server_state(c, index, err), P2PKV_SERVER_DOWN);
     ck_assert_msg(strstr(err, "a lookup from a server"), "reason: %s", err);
-    s_fake_expect_disconnect(router, "violation", "a lookup from a server");
-    zframe_destroy(&rid);
+    fk_expect_disconnect(&f, "violation", "a lookup from a server", 10);
     //  a server that agreed to the checksum capability answers hits
     //  without their checksums: a violation, never blocks landing
     //  unchecked; one that did not agree is answered as before
     for (int agreed = 1; agreed >= 0; agreed--) {
-        server[1] = (uint8_t) (3 + agreed);
-        rid = s_fake_accept(router, consumer, server, agreed ? "checksum" : NULL);
+        f.server[1] = (uint8_t) (3 + agreed);
+        f.caps = agreed ? "checksum" : NULL;
+        fk_accept(&f);
         s_until(c, &seen.ups, 3 - agreed, false, 5);
         int answers = atomic_load(&seen.lookups);
         p2pkv_key_t one = { s_key[0], 32 };
         ck_assert_int_eq(p2pkv_client_lookup(c, index, agreed ? "sums-1" : "sums-0", &one, 1),
                          0);
-        pk_msg_t *m = NULL;
-        zsock_set_rcvtimeo(router, 10000);
-        while (!m || m->type != PK_MSG_LOOKUP) {
-            pk_msg_destroy(&m);
-            zframe_t *from = zframe_recv(router), *f = zframe_recv(router);
-            ck_assert_msg(from && f, "no lookup reached the fake server");
-            ck_assert_int_eq(pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL), 0);
-            zframe_destroy(&from);
-            zframe_destroy(&f);
-        }
+        pk_msg_t *m = fk_next(&f, PK_MSG_LOOKUP, 10);
+        ck_assert_msg(m != NULL, "no lookup reached the fake server");
         pk_msg_t *resp = pk_msg_new(PK_MSG_LOOKUP_RESP);
         bool hit = true;
         pk_msg_set_string(resp, PK_F_KV_REQUEST_ID, m->kv_request_id);
         pk_msg_set_hits(resp, &hit, 1);
         resp->keys.count = 1;           //  a wire 1.1 answer: the hits count the keys
         pk_msg_set_uint(resp, PK_F_ROUND_SEQ, m->round_seq);
-        pk_msg_set_epochs(resp, server, consumer);
         pk_msg_destroy(&m);
-        ck_assert_int_eq(pk_msg_encode(resp, &text, &len, NULL), 0);
-        zframe_send(&rid, router, ZFRAME_MORE | ZFRAME_REUSE);
-        zmq_send(zsock_resolve(router), text, len, 0);
-        free(text);
-        pk_msg_destroy(&resp);
+        fk_send(&f, resp);
         if (agreed) {
             s_until(c, &seen.downs, 3, false, 5);
             ck_assert_int_eq(p2pkv_client_server_state(c, index, err), P2PKV_SERVER_DOWN);
             ck_assert_msg(strstr(err, "no checksums"), "reason: %s", err);
-            s_fake_expect_disconnect(router, "violation", "no checksums");
+            fk_expect_disconnect(&f, "violation", "no checksums", 10);
         }
         else {
             s_until(c, &seen.lookups, answers + 1, false, 5);
             ck_assert_int_eq(atomic_load(&seen.hits), 1);
             ck_assert_int_eq(p2pkv_client_server_state(c, index, NULL), P2PKV_SERVER_UP);
         }
-        zframe_destroy(&rid);
     }
     p2pkv_client_destroy(&c);
-    zsock_destroy(&router);
+    fk_stop(&f);
 }
 END_TEST
 
@@ -1030,36 +911,22 @@ END_TEST
 //  the default, 0.5 s, would send two or three).
 START_TEST(test_connect_retry_takes_effect)
 {
-    zsock_t *router = zsock_new(ZMQ_ROUTER);
-    int port = zsock_bind(router, "tcp://127.0.0.1:*");
-    ck_assert_int_gt(port, 0);
-    char endpoint[64];
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    fk_t f;
+    fk_start(&f);
     char err[256] = "";
     p2pkv_config_t cfg = { .peer_id = "c-retry", .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .connect_retry = 0.1 };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     //  unanswered for 1 s: the connect times out, having asked again and again
-    ck_assert_int_eq(p2pkv_client_connect(c, endpoint, 1.0, err), -ETIMEDOUT);
+    ck_assert_int_eq(p2pkv_client_connect(c, f.endpoint, 1.0, err), -ETIMEDOUT);
     int connects = 0;
-    zsock_set_rcvtimeo(router, 0);
-    zmsg_t *msg;
-    while ((msg = zmsg_recv(router))) {
-        zframe_t *rid = zmsg_pop(msg), *f = zmsg_pop(msg);
-        pk_msg_t *m = NULL;
-        if (f && pk_msg_decode(zframe_data(f), zframe_size(f), &m, NULL) == 0
-            && m->type == PK_MSG_CONNECT)
-            connects++;
-        pk_msg_destroy(&m);
-        zframe_destroy(&rid);
-        zframe_destroy(&f);
-        zmsg_destroy(&msg);
-    }
+    for (pk_msg_t *m; (m = fk_next(&f, PK_MSG_CONNECT, 0)); pk_msg_destroy(&m))
+        connects++;
     ck_assert_msg(connects >= 7 && connects <= 13, "%d connects in 1 s at connect_retry 0.1",
                   connects);
     p2pkv_client_destroy(&c);
-    zsock_destroy(&router);
+    fk_stop(&f);
 }
 END_TEST
 

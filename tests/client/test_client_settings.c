@@ -2,18 +2,20 @@
     (p2pkv_config_t) take effect through the library: load_timeout,
     abort_ack_timeout, silence_timeout and no_reconnect against a fake
     server on a ZeroMQ ROUTER that answers only what each test lets it
-    (the library talks to it over tcp on 127.0.0.1, its fabric on the
-    tcp provider), node in the address blob each connect carries,
-    fingerprint and hash_seed against a real p2pkv-server, provider
-    at p2pkv_client_new, and answer_spin (the polling thread's sleeps).  Each timeout is
-    short and far from its default, so that the default would fail the
-    test: the bound each asserts is the setting plus room for a loaded
-    2-core machine under ASan.
+    (tests/fixtures/fake.c; the library talks to it over tcp on
+    127.0.0.1, its fabric on the tcp provider), node in the address blob
+    each connect carries, fingerprint and hash_seed against a real
+    p2pkv-server, provider at p2pkv_client_new, and answer_spin (the
+    polling thread's sleeps).  Each timeout is short and far from its
+    default, so that the default would fail the test: the bound each
+    asserts is the setting plus room for a loaded 2-core machine under
+    ASan.
 */
 #include "p2pkv.h"
 #include "base/clock.h"
 #include "callbacks.h"
 #include "daemon.h"
+#include "fake.h"
 #include "wire/protocol.h"
 #include "testutil.h"
 
@@ -63,124 +65,6 @@ s_until(atomic_int *counter, int want, double limit)
     return pk_clock_monotonic() - start;
 }
 
-//  ---------------------------------------------------------------------------
-//  The fake server: a ROUTER on a kernel-chosen port.
-
-typedef struct {
-    zsock_t *router;
-    char endpoint[64];
-    zframe_t *rid;                  //  the client's routing id, once it connected
-    uint8_t consumer[PK_EPOCH_LEN], server[PK_EPOCH_LEN];
-} s_fake_t;
-
-static void
-s_fake_start(s_fake_t *f)
-{
-    memset(f, 0, sizeof *f);
-    f->router = zsock_new(ZMQ_ROUTER);
-    int port = zsock_bind(f->router, "tcp://127.0.0.1:*");
-    ck_assert_int_gt(port, 0);
-    snprintf(f->endpoint, sizeof f->endpoint, "tcp://127.0.0.1:%d", port);
-    f->server[0] = 0x5e;
-    f->server[1] = 1;
-}
-
-static void
-s_fake_stop(s_fake_t *f)
-{
-    zframe_destroy(&f->rid);
-    zsock_destroy(&f->router);
-}
-
-//  The next message from the client of the given type within timeout
-//  seconds (others, pings among them, are read and left unanswered), or
-//  NULL.  Keeps the sender's routing id.
-static pk_msg_t *
-s_fake_next(s_fake_t *f, pk_msg_type_t type, double timeout)
-{
-    double deadline = pk_clock_monotonic() + timeout;
-    for (;;) {
-        int left = (int) ((deadline - pk_clock_monotonic()) * 1000);
-        if (left <= 0)
-            return NULL;
-        zsock_set_rcvtimeo(f->router, left);
-        zmsg_t *msg = zmsg_recv(f->router);
-        if (!msg)
-            return NULL;
-        zframe_t *rid = zmsg_pop(msg), *body = zmsg_pop(msg);
-        pk_msg_t *m = NULL;
-        bool ok = body && pk_msg_decode(zframe_data(body), zframe_size(body), &m, NULL) == 0;
-        zframe_destroy(&body);
-        zmsg_destroy(&msg);
-        if (ok && m->type == type) {
-            zframe_destroy(&f->rid);
-            f->rid = rid;
-            return m;
-        }
-        zframe_destroy(&rid);
-        pk_msg_destroy(&m);
-    }
-}
-
-static void
-s_fake_send(s_fake_t *f, pk_msg_t *m)
-{
-    pk_msg_set_epochs(m, f->server, f->consumer);
-    char *text;
-    size_t len;
-    ck_assert_int_eq(pk_msg_encode(m, &text, &len, NULL), 0);
-    zframe_send(&f->rid, f->router, ZFRAME_MORE | ZFRAME_REUSE);
-    ck_assert_int_eq(zmq_send(zsock_resolve(f->router), text, len, 0), (int) len);
-    free(text);
-    pk_msg_destroy(&m);
-}
-
-//  Answers the next connect with a connect_ack.
-static void
-s_fake_accept(s_fake_t *f)
-{
-    pk_msg_t *m = s_fake_next(f, PK_MSG_CONNECT, 10);
-    ck_assert_msg(m != NULL, "no connect reached the fake server");
-    memcpy(f->consumer, m->source_epoch, PK_EPOCH_LEN);
-    pk_msg_destroy(&m);
-    pk_msg_t *ack = pk_msg_new(PK_MSG_CONNECT_ACK);
-    pk_msg_set_uint(ack, PK_F_WIRE_MAJOR, PK_WIRE_MAJOR);
-    pk_msg_set_uint(ack, PK_F_WIRE_MINOR, PK_WIRE_MINOR);
-    pk_msg_set_string(ack, PK_F_PEER_ID, "fake");
-    pk_msg_set_uint(ack, PK_F_BLOCK_LEN, BLOCK);
-    pk_msg_set_uint(ack, PK_F_NUM_BLOCKS, 64);
-    s_fake_send(f, ack);
-}
-
-typedef struct {
-    p2pkv_client_t *c;
-    const char *ep;
-    int index;
-    char err[256];
-} s_connect_arg_t;
-
-static void *
-s_connect_thread(void *arg)
-{
-    s_connect_arg_t *a = arg;
-    a->index = p2pkv_client_connect(a->c, a->ep, 10, a->err);
-    return NULL;
-}
-
-//  The client connected to the fake (connect waits for the ack, so it
-//  runs on a helper thread while this one answers); the server's index.
-static int
-s_fake_connected(s_fake_t *f, p2pkv_client_t *c)
-{
-    s_connect_arg_t arg = { c, f->endpoint, -1, "" };
-    pthread_t t;
-    ck_assert_int_eq(pthread_create(&t, NULL, s_connect_thread, &arg), 0);
-    s_fake_accept(f);
-    pthread_join(t, NULL);
-    ck_assert_msg(arg.index >= 0, "connect: %s", arg.err);
-    return arg.index;
-}
-
 //  A fetch of one key into block 0 (deadline 0: the config's load_timeout).
 static void
 s_fetch_one(p2pkv_client_t *c, int server, const char *kv)
@@ -200,19 +84,19 @@ s_fetch_one(p2pkv_client_t *c, int server, const char *kv)
 START_TEST(test_load_timeout_aborts_an_unanswered_fetch)
 {
     const double load = 0.5;
-    s_fake_t f;
-    s_fake_start(&f);
+    fk_t f;
+    fk_start(&f);
     s_seen_t seen;
     p2pkv_client_t *c = s_client((p2pkv_config_t) { .load_timeout = load,
                                                     .abort_ack_timeout = 10,
                                                     .silence_timeout = 30 }, &seen);
-    int server = s_fake_connected(&f, c);
+    int server = fk_connected(&f, c);
     s_fetch_one(c, server, "lt");
-    pk_msg_t *fetch = s_fake_next(&f, PK_MSG_FETCH, 5);
+    pk_msg_t *fetch = fk_next(&f, PK_MSG_FETCH, 5);
     ck_assert_msg(fetch != NULL, "no fetch reached the fake server");
     double sent = pk_clock_monotonic();
     pk_msg_destroy(&fetch);
-    pk_msg_t *abort = s_fake_next(&f, PK_MSG_ABORT_FETCH, 10);
+    pk_msg_t *abort = fk_next(&f, PK_MSG_ABORT_FETCH, 10);
     double asked = pk_clock_monotonic() - sent;
     ck_assert_msg(abort != NULL, "no abort_fetch within 10 s");
     ck_assert_str_eq(abort->kv_request_id, "lt");
@@ -224,13 +108,13 @@ START_TEST(test_load_timeout_aborts_an_unanswered_fetch)
     pk_msg_set_uint(ack, PK_F_ROUND_SEQ, abort->round_seq);
     pk_msg_set_uint(ack, PK_F_LANDING, 0);
     pk_msg_destroy(&abort);
-    s_fake_send(&f, ack);
+    fk_send(&f, ack);
     s_until(&seen.fetches, 1, 5);
     ck_assert_msg(atomic_load(&seen.status) == P2PKV_ABORTED, "status %d: %s",
                   atomic_load(&seen.status), seen.fetch_reason);
     ck_assert_int_eq(atomic_load(&seen.downs), 0);        //  the session lives on
     p2pkv_client_destroy(&c);
-    s_fake_stop(&f);
+    fk_stop(&f);
 }
 END_TEST
 
@@ -240,15 +124,15 @@ END_TEST
 START_TEST(test_abort_ack_timeout_cuts_off_the_server)
 {
     const double ack_timeout = 0.5;
-    s_fake_t f;
-    s_fake_start(&f);
+    fk_t f;
+    fk_start(&f);
     s_seen_t seen;
     p2pkv_client_t *c = s_client((p2pkv_config_t) { .load_timeout = 0.3,
                                                     .abort_ack_timeout = ack_timeout,
                                                     .silence_timeout = 30 }, &seen);
-    int server = s_fake_connected(&f, c);
+    int server = fk_connected(&f, c);
     s_fetch_one(c, server, "aat");
-    pk_msg_t *abort = s_fake_next(&f, PK_MSG_ABORT_FETCH, 10);
+    pk_msg_t *abort = fk_next(&f, PK_MSG_ABORT_FETCH, 10);
     double asked = pk_clock_monotonic();
     ck_assert_msg(abort != NULL, "no abort_fetch within 10 s");
     pk_msg_destroy(&abort);
@@ -270,11 +154,11 @@ START_TEST(test_abort_ack_timeout_cuts_off_the_server)
     uint32_t dest = 1;
     uint64_t id;
     ck_assert_int_eq(p2pkv_client_fetch(c, server, "aat2", &k, &dest, 1, 0, 0, &id), -ENOTCONN);
-    pk_msg_t *again = s_fake_next(&f, PK_MSG_CONNECT, 5);
+    pk_msg_t *again = fk_next(&f, PK_MSG_CONNECT, 5);
     ck_assert_msg(again != NULL, "no new connect within 5 s");
     pk_msg_destroy(&again);
     p2pkv_client_destroy(&c);
-    s_fake_stop(&f);
+    fk_stop(&f);
 }
 END_TEST
 
@@ -284,16 +168,16 @@ END_TEST
 START_TEST(test_silence_timeout_takes_the_server_down)
 {
     const double silence = 0.6;
-    s_fake_t f;
-    s_fake_start(&f);
+    fk_t f;
+    fk_start(&f);
     s_seen_t seen;
     p2pkv_client_t *c = s_client((p2pkv_config_t) { .keepalive_interval = 0.1,
                                                     .silence_timeout = silence,
                                                     .connect_retry = 0.1 }, &seen);
     double acked = pk_clock_monotonic();
-    int server = s_fake_connected(&f, c);
+    int server = fk_connected(&f, c);
     //  it keeps asking (pings) while it waits
-    pk_msg_t *ping = s_fake_next(&f, PK_MSG_PING, 5);
+    pk_msg_t *ping = fk_next(&f, PK_MSG_PING, 5);
     ck_assert_msg(ping != NULL, "no ping within 5 s");
     pk_msg_destroy(&ping);
     s_until(&seen.downs, 1, 8);
@@ -305,11 +189,11 @@ START_TEST(test_silence_timeout_takes_the_server_down)
     ck_assert_msg(st == P2PKV_SERVER_DOWN || st == P2PKV_SERVER_CONNECTING, "state %d", st);
     ck_assert_msg(strstr(seen.reason, "silent"), "reason: %s", seen.reason);
     //  not no_reconnect: a new session's connect follows
-    pk_msg_t *again = s_fake_next(&f, PK_MSG_CONNECT, 5);
+    pk_msg_t *again = fk_next(&f, PK_MSG_CONNECT, 5);
     ck_assert_msg(again != NULL, "no new connect within 5 s");
     pk_msg_destroy(&again);
     p2pkv_client_destroy(&c);
-    s_fake_stop(&f);
+    fk_stop(&f);
 }
 END_TEST
 
@@ -318,18 +202,18 @@ END_TEST
 //  takes_the_server_down sees one within it), and its state stays DOWN.
 START_TEST(test_no_reconnect_keeps_a_lost_server_down)
 {
-    s_fake_t f;
-    s_fake_start(&f);
+    fk_t f;
+    fk_start(&f);
     s_seen_t seen;
     p2pkv_client_t *c = s_client((p2pkv_config_t) { .keepalive_interval = 0.1,
                                                     .silence_timeout = 0.5,
                                                     .connect_retry = 0.1,
                                                     .no_reconnect = true }, &seen);
-    int server = s_fake_connected(&f, c);
+    int server = fk_connected(&f, c);
     s_until(&seen.downs, 1, 8);
     //  a bounded window, fifteen retries long, in which a reconnecting
     //  client would have sent connect again
-    pk_msg_t *again = s_fake_next(&f, PK_MSG_CONNECT, 1.5);
+    pk_msg_t *again = fk_next(&f, PK_MSG_CONNECT, 1.5);
     ck_assert_msg(again == NULL, "connect again despite no_reconnect");
     char reason[P2PKV_ERRLEN];
     ck_assert_int_eq(p2pkv_client_server_state(c, server, reason), P2PKV_SERVER_DOWN);
@@ -337,7 +221,7 @@ START_TEST(test_no_reconnect_keeps_a_lost_server_down)
     ck_assert_int_eq(atomic_load(&seen.ups), 0);
     ck_assert_int_eq(atomic_load(&seen.downs), 1);
     p2pkv_client_destroy(&c);
-    s_fake_stop(&f);
+    fk_stop(&f);
 }
 END_TEST
 
@@ -412,9 +296,9 @@ START_TEST(test_answer_spin_takes_effect)
         p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK,
                                              (p2pkv_callbacks_t) { 0 }, err);
         ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
-        s_fake_t f;
-        s_fake_start(&f);
-        int server = s_fake_connected(&f, c);
+        fk_t f;
+        fk_start(&f);
+        int server = fk_connected(&f, c);
         static const uint8_t key[32] = { 0x17 };
         p2pkv_key_t k = { key, sizeof key };
         double asked = pk_clock_monotonic();
@@ -423,7 +307,7 @@ START_TEST(test_answer_spin_takes_effect)
         //  at (almost) every poll
         long slept;
         int polls = s_poll_for(c, 0, asked + (spins[i] < 0 ? 0.2 : spins[i] / 2), &slept);
-        pk_msg_t *m = s_fake_next(&f, PK_MSG_LOOKUP, 5);
+        pk_msg_t *m = fk_next(&f, PK_MSG_LOOKUP, 5);
         ck_assert_msg(m != NULL, "the lookup did not leave");
         pk_msg_destroy(&m);
         if (spins[i] < 0)
@@ -440,7 +324,7 @@ START_TEST(test_answer_spin_takes_effect)
                           spins[i], slept, polls);
         }
         p2pkv_client_destroy(&c);
-        s_fake_stop(&f);
+        fk_stop(&f);
     }
     //  more than a second, or not a number, is refused by name
     const double bad[2] = { 1.5, NAN };
@@ -492,8 +376,8 @@ START_TEST(test_node_is_the_endpoints_address)
     const char *nodes[2] = { "127.0.0.2", "127.0.0.3" };
     const uint8_t addr[2][4] = { { 127, 0, 0, 2 }, { 127, 0, 0, 3 } };
     for (int i = 0; i < 2; i++) {
-        s_fake_t f;
-        s_fake_start(&f);
+        fk_t f;
+        fk_start(&f);
         char err[256] = "";
         p2pkv_config_t cfg = { .peer_id = "c-node", .fingerprint = "fp", .hash_seed = "7",
                                .provider = "tcp", .node = nodes[i], .connect_retry = 0.1 };
@@ -502,7 +386,7 @@ START_TEST(test_node_is_the_endpoints_address)
         ck_assert_msg(c != NULL, "p2pkv_client_new on %s: %s", nodes[i], err);
         //  unanswered: connect gives up, the connect it sent is what we read
         ck_assert_int_eq(p2pkv_client_connect(c, f.endpoint, 0.3, err), -ETIMEDOUT);
-        pk_msg_t *m = s_fake_next(&f, PK_MSG_CONNECT, 5);
+        pk_msg_t *m = fk_next(&f, PK_MSG_CONNECT, 5);
         ck_assert_msg(m != NULL, "no connect reached the fake server");
         ck_assert_msg(m->agent_metadata_len > 0, "a connect without an address blob");
         ck_assert_msg(s_blob_has_addr(m, addr[i]), "%s not in the connect's blob", nodes[i]);
@@ -510,7 +394,7 @@ START_TEST(test_node_is_the_endpoints_address)
                       nodes[1 - i], nodes[i]);
         pk_msg_destroy(&m);
         p2pkv_client_destroy(&c);
-        s_fake_stop(&f);
+        fk_stop(&f);
     }
 }
 END_TEST
