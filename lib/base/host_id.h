@@ -4,7 +4,7 @@
     can reach each other's memory and names: the same boot (boot_id), the
     same network namespace (a consumer in another one sees other
     interfaces, so it is treated as remote and goes over the network, as
-    tests/netns.sh puts it) and the same IPC namespace.  The identity is
+    tests/e2e/netns.sh puts it) and the same IPC namespace.  The identity is
     "BOOT_ID/net:INODE/ipc:INODE"; both sides compute it and compare the
     strings (doc/design.md, "Same host").
 */

@@ -57,7 +57,7 @@
       and its count in each transport that has it (7 files for one that
       ofi, mmap and the test transport all count).
     Nothing else names it: the loop publishes every row of a source, and
-    tests/test_metrics_e2e.c scrapes for every row.  No include guard: the
+    tests/e2e/test_metrics_e2e.c scrapes for every row.  No include guard: the
     file is meant to be included more than once.
 */
 

@@ -383,7 +383,7 @@ s_test_hooks(pk_node_t *self, char *err)
 //  to 32 MiB), so after one large frame or decode, every later allocation
 //  of that size comes from the arenas instead, where a few small blocks
 //  that stay pin the pages around them: malloc_trim cannot give those
-//  back.  Measured (tests/test_hardening.c): 100 connects of one
+//  back.  Measured (tests/e2e/test_hardening.c): 100 connects of one
 //  restarting peer, or 246 malformed sessions, left the server at 65 MiB
 //  resident from 28 MiB, three arenas of 25 MiB holding 250 KB in use.
 //  Setting the threshold keeps it where glibc starts (128 KiB): large

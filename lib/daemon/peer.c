@@ -32,10 +32,10 @@
 
     Test only: when $P2PKV_TEST_FAIL_SESSION names a consumer's peer_id at
     the server's start, that consumer's session fails to be created, as
-    on a failed allocation (tests/test_server_e2e.c, defect 1 of issue 10).
+    on a failed allocation (tests/e2e/test_server_e2e.c, defect 1 of issue 10).
     When $P2PKV_TEST_HOLD_SESSION is "peer_id:path", that consumer's actor
     stands still after its connect_ack until path exists (at most 30 s),
-    so a test can fill its backlog (tests/test_settings_e2e.c,
+    so a test can fill its backlog (tests/e2e/test_settings_e2e.c,
     --max-queued-frames).
 */
 #include "daemon/peer.h"

@@ -1,7 +1,7 @@
 /*  protocol_internal.h: what the codec's files share (protocol.c: tables,
     message, checks, the jansson walk and encode; protocol_scan.c: the
     one-pass decoder).  Only lib/wire/ includes it, and the hardening
-    suite (tests/test_hardening.c), which generates its malformed
+    suite (tests/e2e/test_hardening.c), which generates its malformed
     messages from the tables.
 */
 #ifndef PK_PROTOCOL_INTERNAL_H_INCLUDED

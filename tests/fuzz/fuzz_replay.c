@@ -1,6 +1,6 @@
 /*  fuzz_replay.c: p2pkv-replay's input (doc/replay.md, one JSON event per
     line) through the binary's own engine, bin/replay.c, the way
-    tests/replay.sh runs it (--mark).  Built as a libFuzzer target (make
+    tests/roles/replay.sh runs it (--mark).  Built as a libFuzzer target (make
     fuzz) and, with driver.c, as the plain driver make check runs on
     tests/fuzz/replay (the golden scenarios of tests/replay among them).
 

@@ -1,4 +1,4 @@
-/*  consumer.c: a program of someone else's, built by tests/install.sh
+/*  consumer.c: a program of someone else's, built by tests/install/install.sh
     against the installed library with nothing but
     `pkg-config --cflags --libs p2pkv`: the public headers and
     libp2pkv.so only, no internal header and no build-tree path.

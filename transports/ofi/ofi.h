@@ -2,8 +2,8 @@
 
     Users outside transports/ofi reach it through the seam of
     base/transport.h (pk_transport_find("ofi"), or pk_ofi_transport_ops);
-    the pk_ofi_* functions below remain for tests/test_ofi.c and its
-    stranger (tests/stranger.c).  A pk_ofi_t and a pk_ofi_channel_t begin
+    the pk_ofi_* functions below remain for tests/transports/test_ofi.c and its
+    stranger (tests/fixtures/stranger.c).  A pk_ofi_t and a pk_ofi_channel_t begin
     with the seam's head, so each is also a pk_fabric_t / pk_channel_t.
 
     A pk_ofi_t is one side's fabric, domain and block pool, registered once
