@@ -54,6 +54,8 @@ main(int argc, char *argv[])
         }
     }
     if (optind < argc) {
+        fprintf(stderr, "p2pkv-replay: unexpected argument \"%s\" (the script is read from "
+                "standard input)\n", argv[optind]);
         s_usage(stderr);
         return 2;
     }

@@ -171,7 +171,15 @@ typedef struct {
 
 /*  Learns a server's block length, fingerprint and hash seed (so a tool
     can size its pool before connecting).  0 or a negative errno with err
-    (P2PKV_ERRLEN bytes).  */
+    (P2PKV_ERRLEN bytes) naming the endpoint; as p2pkv_client_connect,
+    each said as soon as it is seen, not at the end of timeout:
+    -EINVAL an endpoint without its transport (tcp://HOST:PORT, ipc://PATH,
+    inproc://NAME), -ENOENT a host name that does not resolve (the
+    resolver's own error), -ECONNREFUSED nothing listens there (or the
+    kernel's errno of another failed connection: -EHOSTUNREACH ...),
+    -EPROTO not a p2pkv/ZeroMQ port (it sent something else, or closed
+    the connection without a ZeroMQ greeting), -EACCES CURVE (below),
+    -ETIMEDOUT no answer (err says how far the connection got).  */
 int p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, char *err);
 
 /*  p2pkv_describe of a server that runs CURVE (p2pkv-server
@@ -197,10 +205,14 @@ uint8_t *p2pkv_client_pool(p2pkv_client_t *self);
 /*  Connects to a server, waiting up to timeout for its connect_ack.
     Returns the server's index (>= 0; the same index again for an
     endpoint already connected) or a negative errno with err: -EPROTO when
-    refused as incompatible (err names the field that differs),
-    -ETIMEDOUT, -ENOSPC beyond 64 servers at once, -EACCES when the
-    server refused our CURVE key (or one side has CURVE, the other not).  While it waits, only this server is serviced (unless the
-    progress thread runs).  */
+    refused as incompatible (err names the field that differs) or not a
+    p2pkv/ZeroMQ port, -ETIMEDOUT, -ENOSPC beyond 64 servers at once,
+    -EACCES when the server refused our CURVE key (or one side has CURVE,
+    the other not), and as p2pkv_describe: -EINVAL, -ENOENT,
+    -ECONNREFUSED, each said at once.  A session that was UP and lost its
+    server connects again while refused (the server restarting).  While
+    it waits, only this server is serviced (unless the progress thread
+    runs).  */
 int p2pkv_client_connect(p2pkv_client_t *self, const char *endpoint, double timeout, char *err);
 
 /*  p2pkv_client_connect to a CURVE server whose public key (Z85) is

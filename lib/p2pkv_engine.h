@@ -82,7 +82,10 @@ typedef struct {
     bool success;               //  store: the consumer got the blocks; pull: every key landed
     size_t landed;              //  pull: keys now in the pool
     size_t missing;             //  pull: keys the remote server did not have or send
-    char reason[P2PKV_ERRLEN];  //  pull: why some are missing ("" when none)
+    char reason[P2PKV_ERRLEN];  //  pull: why it failed (its server could not be
+                                //  reached or refused us, a fetch failed); ""
+                                //  when the keys missing are only those no
+                                //  server had
     //  pull: the missing keys (missing of them); valid during the callback,
     //  or until the next poll, next_event or close of this handle
     const p2pkv_key_t *missing_keys;

@@ -343,6 +343,24 @@ s_parse(int argc, char **argv, pkb_opts_t *o, int *bit)
     return 0;
 }
 
+//  A file --json or --plot will write, checked before the run rather
+//  than after it: its directory must let us write.
+static int
+s_writable(const pkb_opts_t *o, const char *opt, const char *path)
+{
+    if (!path)
+        return 0;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir ? 1 : 0] = '\0';
+    if (access(slash ? dir : ".", W_OK) != 0)
+        return s_bad(o->suite, "%s: cannot write %s (no such directory, or not ours to "
+                     "write)", opt, path);
+    return 0;
+}
+
 //  The p2pkv-server beside this program, unless told otherwise.
 static int
 s_server_path(pkb_opts_t *o, char *buf, size_t size)
@@ -379,7 +397,8 @@ main(int argc, char *argv[])
     pkb_opts_t o = { .port_lo = 28000, .port_hi = 28999 };
     int bit = 0;
     char path[PATH_MAX];
-    if (s_parse(argc, argv, &o, &bit))
+    if (s_parse(argc, argv, &o, &bit) || s_writable(&o, "--json", o.json)
+        || s_writable(&o, "--plot", o.plot))
         return 2;
     if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE))
         && s_server_path(&o, path, sizeof path))

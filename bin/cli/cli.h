@@ -46,9 +46,12 @@ typedef struct {
     int first;                  //  argv index of the first operand
 } cli_local_opts_t;
 
-//  --local, --json, --namespace into o; a default --local is strdup'ed
-//  into *dflt, freed by the caller.  0, -EINVAL or -ENOMEM.
-int cli_local_opts(int argc, char *argv[], cli_local_opts_t *o, char **dflt);
+//  --local, --json, --namespace (put's only) into o, and operand (a word
+//  for the usage: "FILE", "KEY") one or more times after them, or none
+//  when NULL; a default --local is strdup'ed into *dflt, freed by the
+//  caller.  0, -ENOMEM, or -EINVAL said, naming the option.
+int cli_local_opts(const char *cmd, const char *operand, int argc, char *argv[],
+                   cli_local_opts_t *o, char **dflt);
 
 //  The local server through the engine API; NULL with a message on error.
 p2pkv_engine_t *cli_engine_open(const char *cmd, const char *endpoint);
@@ -65,6 +68,18 @@ typedef struct {
 //  argv[first..argc-1] into g (keys and bytes freed by the caller): 0,
 //  -ENOMEM, or -EINVAL with the key that is not one said.
 int cli_parse_keys(char *argv[], int first, int argc, cli_keys_t *g);
+
+//  "p2pkv CMD: " and the sentence on standard error: -EINVAL (keys.c)
+int cli_bad(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+//  A number of seconds, 0.001..1000000, into *out: 0, or -EINVAL said
+//  naming opt and the value.
+int cli_seconds(const char *cmd, const char *opt, const char *value, double *out);
+//  An endpoint that names its transport (tcp://...): 0, or -EINVAL said
+//  naming opt.
+int cli_endpoint(const char *cmd, const char *opt, const char *value);
+//  The command line's options beside the library's "requires CURVE",
+//  when none of ours were given.
+void cli_curve_hint(char *err, size_t size, bool have_keys);
 
 //  --------------------------------------------------------------------------
 //  lookup and get (remote.c, holders.c, repeat.c, interrupt.c)

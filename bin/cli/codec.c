@@ -48,11 +48,22 @@ s_codec_stream(FILE *in, const char *name, int *invalid)
 int
 cli_cmd_codec(int argc, char *argv[])
 {
-    int invalid = 0;
-    if (argc < 2)
+    int invalid = 0, first = 1;
+    //  codec takes no options: one is refused, not read as a file name
+    //  ("--" ends them, for a file whose name starts with -)
+    if (first < argc && strcmp(argv[first], "--") == 0)
+        first++;
+    else
+        for (int i = 1; i < argc; i++)
+            if (argv[i][0] == '-' && argv[i][1]) {
+                fprintf(stderr, "p2pkv codec: unknown option \"%s\" (usage: p2pkv codec [--] "
+                        "[FILE...]; - is standard input)\n", argv[i]);
+                return EXIT_ERROR;
+            }
+    if (first >= argc)
         return s_codec_stream(stdin, "-", &invalid) ? EXIT_ERROR
                : invalid ? EXIT_SOME_INVALID : EXIT_SUCCESS;
-    for (int i = 1; i < argc; i++) {
+    for (int i = first; i < argc; i++) {
         FILE *in = strcmp(argv[i], "-") == 0 ? stdin : fopen(argv[i], "r");
         if (!in) {
             fprintf(stderr, "p2pkv codec: %s: %s\n", argv[i], strerror(errno));

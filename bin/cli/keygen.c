@@ -24,13 +24,17 @@ cli_cmd_keygen(int argc, char *argv[])
     optind = 0;
     int c;
     while ((c = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
-        if (c != 'e') {
+        if (c != 'e' || cli_endpoint("keygen", "--endpoint", optarg)) {
             fprintf(stderr, "usage: p2pkv keygen [--endpoint EP] NAME\n");
             return EXIT_ERROR;
         }
         endpoint = optarg;
     }
     if (optind != argc - 1) {
+        if (optind < argc - 1)
+            cli_bad("keygen", "one NAME, got \"%s\" too", argv[optind + 1]);
+        else
+            cli_bad("keygen", "no NAME");
         fprintf(stderr, "usage: p2pkv keygen [--endpoint EP] NAME\n");
         return EXIT_ERROR;
     }

@@ -13,7 +13,8 @@
 #include <string.h>
 
 int
-cli_local_opts(int argc, char *argv[], cli_local_opts_t *o, char **dflt)
+cli_local_opts(const char *cmd, const char *operand, int argc, char *argv[],
+               cli_local_opts_t *o, char **dflt)
 {
     static const struct option opts[] = {
         { "local", required_argument, NULL, 'l' },
@@ -31,8 +32,14 @@ cli_local_opts(int argc, char *argv[], cli_local_opts_t *o, char **dflt)
         else if (c == 'j')
             o->json = true;
         else
-            return -EINVAL;
+            return -EINVAL;         //  getopt named the option
     }
+    if (o->ns && !streq(cmd, "put"))
+        return cli_bad(cmd, "--namespace: only put publishes into a namespace");
+    if (operand && optind >= argc)
+        return cli_bad(cmd, "no %s", operand);
+    if (!operand && optind < argc)
+        return cli_bad(cmd, "unexpected argument \"%s\"", argv[optind]);
     o->first = optind;
     if (!o->local) {
         //  the server's own default for this host
@@ -51,7 +58,11 @@ cli_engine_open(const char *cmd, const char *endpoint)
 {
     char err[P2PKV_ERRLEN] = "";
     p2pkv_engine_t *engine = p2pkv_engine_open(endpoint, 5, NULL, NULL, err);
-    if (!engine)
+    //  the library names its argument, local_endpoint: ours is --local
+    static const char arg[] = "local_endpoint: ";
+    if (!engine && strncmp(err, arg, sizeof arg - 1) == 0)
+        fprintf(stderr, "p2pkv %s: --local: %s\n", cmd, err + sizeof arg - 1);
+    else if (!engine)
         fprintf(stderr, "p2pkv %s: %s\n", cmd, err);
     else
         p2pkv_engine_set_timeout(engine, 5);

@@ -39,7 +39,9 @@ static const struct {
     { "pull", "pull [--local EP] [--server tcp://HOST:PORT] KEY...",
       "the local server fetches the keys from that server into\n"
       "its own pool (without --server: from any holder its\n"
-      "--directory names); prints KEY landed|present|missing",
+      "--directory names); prints KEY landed|present|missing\n"
+      "(exit 2 when the pull itself failed: the server could not\n"
+      "be reached or refused us, as across a block-length mismatch)",
       cli_cmd_pull, true },
     { "lookup", "lookup --server tcp://HOST:PORT | --directory redis://HOST:PORT[/DB]\n"
       "       [--json] KEY...",
@@ -68,7 +70,7 @@ static const struct {
       "default), --provider P (default auto: the best one the\n"
       "server announces, shm on its host, else its first\n"
       "network one), --fabric-addr ADDR (the data plane's\n"
-      "local address), --timeout SECONDS (30),\n"
+      "local address), --timeout SECONDS (0.001..1000000; 30),\n"
       "--curve-secret FILE --server-key FILE (a CURVE server:\n"
       "our certificate as keygen wrote it, NAME_secret, and\n"
       "the server's public certificate; both or neither; by\n"
@@ -80,10 +82,11 @@ static const struct {
       "--curve-servers DIR with --endpoint) and NAME_secret\n"
       "(mode 0600); refuses to overwrite either",
       cli_cmd_keygen, false },
-    { "codec", "codec [FILE...]",
+    { "codec", "codec [--] [FILE...]",
       "decode control-plane frames, one JSON object per line\n"
-      "(from the files, or standard input), and print each\n"
-      "one's canonical encoding, or why it is refused",
+      "(from the files, or standard input; - is standard input),\n"
+      "and print each one's canonical encoding, or why it is\n"
+      "refused; an option it does not know is refused",
       cli_cmd_codec, false },
 };
 #define S_NCOMMANDS (sizeof s_commands / sizeof s_commands[0])
@@ -109,6 +112,9 @@ s_usage(FILE *out)
     }
     fprintf(out, "\n"
             "EP defaults to p2pkv-server's default --local endpoint on this host.\n"
+            "A server that cannot be reached is said at once, naming the endpoint:\n"
+            "nothing listening, not a p2pkv/ZeroMQ port, a host name that does not\n"
+            "resolve, CURVE required, an endpoint without tcp://.\n"
             "exit status: 0 all done (all found, all fetched, all frames valid),\n"
             "             1 some missing or refused, 2 error\n");
 }
@@ -163,6 +169,11 @@ main(int argc, char *argv[])
         if (streq(s_commands[i].name, cmd)) {
             if (s_commands[i].sodium && sodium_init() < 0)
                 return EXIT_ERROR;
+            //  getopt's own words (an option unknown, or without its
+            //  value) name the command as "p2pkv CMD"
+            char name[64];
+            snprintf(name, sizeof name, "p2pkv %s", cmd);
+            argv[optind] = name;
             return s_commands[i].run(argc - optind, argv + optind);
         }
     fprintf(stderr, "p2pkv: unknown command '%s' (see p2pkv --help)\n", cmd);

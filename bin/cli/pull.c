@@ -51,7 +51,10 @@ s_pull(const cli_local_opts_t *o, const char *server, char *argv[], const cli_ke
     }
     else if (engine)
         fprintf(stderr, "p2pkv pull: %s\n", err[0] ? err : strerror(-rc));
-    int exit = rc ? EXIT_ERROR : ev.missing ? EXIT_SOME_INVALID : EXIT_SUCCESS;
+    //  A reason is an error of the pull itself (the server could not be
+    //  reached, refused us as incompatible, a fetch failed): 2, as any
+    //  error; keys the servers did not have are 1.
+    int exit = rc || ev.reason[0] ? EXIT_ERROR : ev.missing ? EXIT_SOME_INVALID : EXIT_SUCCESS;
     free(present);
     p2pkv_engine_close(&engine);
     return exit;
@@ -63,16 +66,23 @@ cli_cmd_pull(int argc, char *argv[])
     //  --server is ours; --local and --json go to cli_local_opts
     const char *server = NULL;
     char **rest = calloc((size_t) argc + 1, sizeof *rest);
-    int nrest = 0;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--server") == 0 && i + 1 < argc)
-            server = argv[++i];
+    int nrest = 0, bad = rest ? 0 : -ENOMEM;
+    for (int i = 0; i < argc && !bad; i++) {
+        const char *value = strncmp(argv[i], "--server=", 9) == 0 ? argv[i] + 9 : NULL;
+        if (value || strcmp(argv[i], "--server") == 0) {
+            if (!value && i + 1 == argc)
+                bad = cli_bad("pull", "--server: needs a value (tcp://HOST:PORT)");
+            else
+                server = value ? value : argv[++i];
+            if (!bad)
+                bad = cli_endpoint("pull", "--server", server);
+        }
         else
             rest[nrest++] = argv[i];
     }
     cli_local_opts_t o = { 0 };
     char *dflt = NULL;
-    if (cli_local_opts(nrest, rest, &o, &dflt) || o.first >= nrest || o.ns) {
+    if (bad || cli_local_opts("pull", "KEY", nrest, rest, &o, &dflt)) {
         free(rest);
         free(dflt);
         fprintf(stderr, "usage: p2pkv pull [--local ENDPOINT] [--server tcp://HOST:PORT] KEY...\n");

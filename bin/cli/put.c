@@ -49,7 +49,7 @@ cli_cmd_put(int argc, char *argv[])
 {
     cli_local_opts_t o = { 0 };
     char *dflt = NULL;
-    if (cli_local_opts(argc, argv, &o, &dflt) || o.first >= argc) {
+    if (cli_local_opts("put", "FILE", argc, argv, &o, &dflt)) {
         free(dflt);
         fprintf(stderr, "usage: p2pkv put [--local ENDPOINT] [--namespace NS] [--json] "
                 "FILE...\n");

@@ -13,10 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int
-s_remote_opts(int argc, char *argv[], cli_remote_opts_t *o)
+s_remote_opts(int argc, char *argv[], cli_remote_opts_t *o, const char *cmd)
 {
     static const struct option opts[] = {
         { "server", required_argument, NULL, 's' },
@@ -43,13 +44,20 @@ s_remote_opts(int argc, char *argv[], cli_remote_opts_t *o)
     int c;
     while ((c = getopt_long(argc, argv, "+s:o:j", opts, NULL)) != -1) {
         switch (c) {
-            case 's': o->server = optarg; break;
+            case 's':
+                if (cli_endpoint(cmd, "--server", optarg))
+                    return -EINVAL;
+                o->server = optarg;
+                break;
             case 'o': o->outdir = optarg; break;
             case 'f': o->fingerprint = optarg; break;
             case 'H': o->hash_seed = optarg; break;
             case 'p': o->provider = streq(optarg, "auto") ? NULL : optarg; break;
             case 'a': o->fabric_addr = optarg; break;
-            case 't': o->timeout = atof(optarg); break;
+            case 't':
+                if (cli_seconds(cmd, "--timeout", optarg, &o->timeout))
+                    return -EINVAL;
+                break;
             case 'j': o->json = true; break;
             case 'C': o->curve_secret = optarg; break;
             case 'K': o->server_key = optarg; break;
@@ -59,25 +67,59 @@ s_remote_opts(int argc, char *argv[], cli_remote_opts_t *o)
             case 'r': {
                 char *end;
                 long n = strtol(optarg, &end, 10);
-                if (*optarg == '\0' || *end != '\0' || n < 1 || n > 1000) {
-                    fprintf(stderr, "p2pkv: --repeat: \"%s\" is not a count of passes "
-                            "(1..1000)\n", optarg);
-                    return -EINVAL;
-                }
+                if (*optarg == '\0' || *end != '\0' || n < 1 || n > 1000)
+                    return cli_bad(cmd, "--repeat: \"%s\" is not a count of passes (1..1000)",
+                                   optarg);
                 o->repeat = (int) n;
                 break;
             }
-            default: return -EINVAL;
+            default: return -EINVAL;   //  getopt named the option
         }
     }
     o->first = optind;
     //  one of --server and --directory; CURVE's two files together
-    if (o->repeat > 1 && o->directory) {
-        fprintf(stderr, "p2pkv: --repeat: only with --server (one session to repeat on)\n");
-        return -EINVAL;
-    }
-    return !o->server != !o->directory && o->first < argc && o->timeout > 0
-           && !o->curve_secret == !o->server_key ? 0 : -EINVAL;
+    if (o->repeat > 1 && o->directory)
+        return cli_bad(cmd, "--repeat: only with --server (one session to repeat on)");
+    if (!o->server && !o->directory)
+        return cli_bad(cmd, "--server or --directory: one of them is needed");
+    if (o->server && o->directory)
+        return cli_bad(cmd, "--server and --directory: one of them, not both");
+    if (!o->curve_secret != !o->server_key)
+        return cli_bad(cmd, "%s without %s: CURVE takes both or neither",
+                       o->curve_secret ? "--curve-secret" : "--server-key",
+                       o->curve_secret ? "--server-key" : "--curve-secret");
+    if (o->first >= argc)
+        return cli_bad(cmd, "no KEY");
+    //  where get writes its blocks, looked at before anything is fetched
+    struct stat st;
+    if (!streq(cmd, "get"))
+        return 0;
+    if (stat(o->outdir, &st) != 0 || (S_ISDIR(st.st_mode) && access(o->outdir, W_OK) != 0))
+        return cli_bad(cmd, "-o: %s: %s", o->outdir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return cli_bad(cmd, "-o: %s: not a directory", o->outdir);
+    return 0;
+}
+
+//  A provider or address of ours that the library could not use, named
+//  as the options that gave it.
+static void
+s_name_fabric_options(const cli_remote_opts_t *o, char *err, size_t size)
+{
+    if (!o->provider && !o->fabric_addr)
+        return;
+    char prefix[160];
+    snprintf(prefix, sizeof prefix, "%s%.60s%s%s%.60s: ", o->provider ? "--provider " : "",
+             o->provider ? o->provider : "", o->provider && o->fabric_addr ? " " : "",
+             o->fabric_addr ? "--fabric-addr " : "", o->fabric_addr ? o->fabric_addr : "");
+    size_t plen = strlen(prefix), len = strlen(err);
+    if (plen + 1 >= size)
+        return;
+    if (plen + len + 1 > size)
+        len = size - plen - 1;
+    memmove(err + plen, err, len);
+    memcpy(err, prefix, plen);
+    err[plen + len] = '\0';
 }
 
 //  The progress line of a long get, on a terminal.
@@ -93,8 +135,10 @@ static p2pkv_client_t *
 s_remote_client(const cli_remote_opts_t *o, const p2pkv_config_t *keys, size_t n,
                 p2pkv_description_t *d, char *err)
 {
-    if (p2pkv_describe_curve(o->server, o->timeout < 10 ? o->timeout : 10, keys, d, err))
+    if (p2pkv_describe_curve(o->server, o->timeout < 10 ? o->timeout : 10, keys, d, err)) {
+        cli_curve_hint(err, P2PKV_ERRLEN, o->curve_secret != NULL);
         return NULL;
+    }
     char name[64];
     snprintf(name, sizeof name, "p2pkv-cli-%d", (int) getpid());
     //  a one-shot tool: a server that goes away fails the get
@@ -109,7 +153,11 @@ s_remote_client(const cli_remote_opts_t *o, const p2pkv_config_t *keys, size_t n
                            .curve_public = keys->curve_public,
                            .curve_secret = keys->curve_secret,
                            .curve_server = keys->curve_server };
-    return p2pkv_client_new(&cfg, NULL, n, d->block_len, (p2pkv_callbacks_t) { 0 }, err);
+    p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, n, d->block_len,
+                                              (p2pkv_callbacks_t) { 0 }, err);
+    if (!client)
+        s_name_fabric_options(o, err, P2PKV_ERRLEN);
+    return client;
 }
 
 static int
@@ -127,7 +175,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
     cli_interrupt_t intr;
     cli_interrupt_init(&intr);
     cli_remote_opts_t o = { 0 };
-    if (s_remote_opts(argc, argv, &o))
+    if (s_remote_opts(argc, argv, &o, get ? "get" : "lookup"))
         return s_remote_usage(get);
     cli_keys_t g = { 0 };
     int rc = EXIT_ERROR;
@@ -139,7 +187,7 @@ s_cmd_remote(int argc, char *argv[], bool get)
                            &theirs, &keys)
         || (o.directory && (rc = cli_by_key(&o, argv, &g, get, &keys)) >= 0))
         goto done;
-    char err[256] = "";
+    char err[P2PKV_ERRLEN] = "";
     p2pkv_description_t d;
     if (!(client = s_remote_client(&o, &keys, g.n, &d, err))) {
         fprintf(stderr, "p2pkv %s: %s\n", get ? "get" : "lookup", err);
@@ -147,7 +195,10 @@ s_cmd_remote(int argc, char *argv[], bool get)
     }
     int server = p2pkv_client_connect(client, o.server, o.timeout, err);
     if (server < 0) {
-        fprintf(stderr, "p2pkv: %s\n", err);
+        cli_curve_hint(err, sizeof err, o.curve_secret != NULL);
+        if (server == -EPROTONOSUPPORT)
+            s_name_fabric_options(&o, err, sizeof err);
+        fprintf(stderr, "p2pkv %s: %s\n", get ? "get" : "lookup", err);
         goto done;
     }
     //  up after a fallback (a same-host provider refused us): said once

@@ -13,7 +13,7 @@ cli_cmd_stats(int argc, char *argv[])
 {
     cli_local_opts_t o = { 0 };
     char *dflt = NULL;
-    if (cli_local_opts(argc, argv, &o, &dflt) || o.first != argc || o.ns) {
+    if (cli_local_opts("stats", NULL, argc, argv, &o, &dflt)) {
         free(dflt);
         fprintf(stderr, "usage: p2pkv stats [--local ENDPOINT] [--json]\n");
         return EXIT_ERROR;

@@ -441,13 +441,16 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     memcpy(rid + 1, epoch, PK_EPOCH_LEN);
     zmq_setsockopt(zsock_resolve(s->dealer), ZMQ_ROUTING_ID, rid, sizeof rid);
     pk_client_curve_apply(s->dealer, &self->curve, s->curve_server);
-    //  a refused handshake is retried by ZeroMQ in silence: the monitor
-    //  tells a refusal from a server that does not answer
-    s->monitor = pk_client_curve_monitor(s->dealer);
-    if (!s->monitor)
+    //  a refused handshake is retried by ZeroMQ in silence: the watch
+    //  tells a refusal from a server that does not answer, and until the
+    //  connect returned (a session not yet announced), what else keeps
+    //  the server from answering (watch.c)
+    if (pk_client_watch_open(&s->watch, s->dealer, &s->addr, self->curve.on,
+                             !s->announced) != 0)
         return pk_err(err, -ENOMEM, "cannot monitor the socket to %s", s->endpoint);
     if (zsock_connect(s->dealer, "%s", s->endpoint) < 0)
-        return pk_err(err, -EINVAL, "cannot connect to %s", s->endpoint);
+        return pk_err(err, -EINVAL, "cannot connect to %.128s: %s", s->endpoint,
+                      zmq_strerror(zmq_errno()));
     pk_client_watch(self, zsock_fd(s->dealer), true);
     return 0;
 }
@@ -460,7 +463,7 @@ s_session_close(void *arg)
     s_cut_off(s);
     if (s->dealer) {
         pk_client_watch(s->client, zsock_fd(s->dealer), false);
-        pk_client_curve_monitor_close(s->dealer, &s->monitor);
+        pk_client_watch_close(&s->watch, s->dealer);
     }
     pk_client_dealer_destroy(&s->dealer);
 }
@@ -496,7 +499,7 @@ s_session_up(void *arg)
     //  three (czmq allows 1,024 per process unless ZSYS_MAX_SOCKETS says
     //  more: 341 sessions with the monitor kept).
     if (s->role && s->dealer)
-        pk_client_curve_monitor_close(s->dealer, &s->monitor);
+        pk_client_watch_close(&s->watch, s->dealer);
     return s->role ? 0 : -ENOMEM;
 }
 
@@ -667,11 +670,14 @@ s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char 
             //  to the session, which kept asking: its reason, if any.
             const char *refused = *s->reason || !s->session
                                   ? "" : pk_client_session_reason(s->session);
+            char note[PK_ERRLEN] = "";
+            if (!*s->reason)
+                pk_client_watch_note(&s->watch, note, sizeof note);
             if (rc == -ETIMEDOUT && *refused)
                 (void) pk_err(err, 0, "%s, for %.1f s", refused, timeout);
             else if (rc == -ETIMEDOUT)
-                (void) pk_err(err, 0, "no answer from %s within %.1f s%s%s", s->endpoint,
-                              timeout, *s->reason ? ": " : "", s->reason);
+                (void) pk_err(err, 0, "no answer from %.100s within %.1f s%s%s%s", s->endpoint,
+                              timeout, *s->reason ? ": " : "", s->reason, note);
             self->servers[slot] = NULL;
             while (self->nservers && !self->servers[self->nservers - 1])
                 self->nservers--;
@@ -727,8 +733,8 @@ s_find_server(p2pkv_client_t *self, const char *endpoint, int *free_p)
 //  without the lock and with this client's CURVE keys: 0, or a negative
 //  errno with err.  Named, no question: the provider is the config's.
 static int
-s_describe(p2pkv_client_t *self, const char *endpoint, const char *server_key,
-           double timeout, p2pkv_description_t *d, char *err)
+s_describe(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_t *addr,
+           const char *server_key, double timeout, p2pkv_description_t *d, char *err)
 {
     memset(d, 0, sizeof *d);
     if (!self->auto_provider)
@@ -744,7 +750,7 @@ s_describe(p2pkv_client_t *self, const char *endpoint, const char *server_key,
         keys.curve_secret = self->curve.secret_key;
         keys.curve_server = *server_key ? server_key : self->curve.server_key;
     }
-    return p2pkv_describe_curve(endpoint, timeout, self->curve.on ? &keys : NULL, d, err);
+    return pk_client_describe(endpoint, addr, timeout, self->curve.on ? &keys : NULL, d, err);
 }
 
 //  A new server slot and its session; server_key: its CURVE key ("": the
@@ -753,8 +759,9 @@ s_describe(p2pkv_client_t *self, const char *endpoint, const char *server_key,
 //  tried (64 bytes; "" when none was).  The index, or a negative errno
 //  with err.
 static int
-s_connect_once(p2pkv_client_t *self, const char *endpoint, const char *server_key,
-               double timeout, unsigned *skip_p, char *tried, char *err)
+s_connect_once(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_t *addr,
+               const char *server_key, double timeout, unsigned *skip_p, char *tried,
+               char *err)
 {
     p2pkv_description_t d;
     double deadline = pk_clock_monotonic() + timeout;
@@ -763,7 +770,8 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const char *server_ke
     //  a session found while describing is returned; one gone since (it
     //  was there, so no description was asked) means describing after all
     for (int tries = 0;; tries++) {
-        rc = s_describe(self, endpoint, server_key, deadline - pk_clock_monotonic(), &d, err);
+        rc = s_describe(self, endpoint, addr, server_key, deadline - pk_clock_monotonic(), &d,
+                        err);
         if (rc)
             return rc;
         pthread_mutex_lock(&self->lock);
@@ -794,6 +802,8 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const char *server_ke
     s->client = self;
     s->index = slot;
     s->wait_fd = -1;
+    s->watch.fd = -1;
+    s->addr = *addr;
     //  a description arrived (auto) or the provider is the config's
     int index;
     const pk_client_fabric_t *fab = pk_client_fabric_for(self, &d, *skip_p, &index, err);
@@ -851,10 +861,21 @@ s_connect(p2pkv_client_t *self, const char *endpoint, const char *server_key, do
     double deadline = pk_clock_monotonic() + timeout;
     unsigned skip = 0;
     char why[PK_ERRLEN] = "", note[sizeof ((s_server_t *) 0)->reason] = "";
+    //  the endpoint checked and its host resolved (without the lock: a
+    //  resolver may take seconds), unless a session to it is there
+    pk_client_addr_t addr = { 0 };
+    pthread_mutex_lock(&self->lock);
+    int slot, known = s_find_server(self, endpoint, &slot);
+    pthread_mutex_unlock(&self->lock);
+    if (known < 0) {
+        int rc = pk_client_endpoint_resolve(endpoint, &addr, err);
+        if (rc)
+            return rc;
+    }
     for (;;) {
         char tried[64];
-        int rc = s_connect_once(self, endpoint, server_key, deadline - pk_clock_monotonic(),
-                                &skip, tried, why);
+        int rc = s_connect_once(self, endpoint, &addr, server_key,
+                                deadline - pk_clock_monotonic(), &skip, tried, why);
         if (rc >= 0 && *note) {
             pthread_mutex_lock(&self->lock);
             s_server_t *s = self->servers[rc];

@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/socket.h>
 
 #define S_MAX_SERVERS 64
 #define S_MAX_FABRICS 8             //  providers one client uses at once
@@ -56,13 +57,65 @@ int pk_client_fds_check(int want, char *err);
 void pk_client_dealer_destroy(zsock_t **dealer_p);
 void pk_client_sockets_count(long n);
 
-//  A monitor of the DEALER's failed handshakes (a PAIR), or NULL.
-zsock_t *pk_client_curve_monitor(zsock_t *dealer);
-void pk_client_curve_monitor_close(zsock_t *dealer, zsock_t **monitor_p);
+/*  watch.c: why a connection fails, said at once.  A connect's address
+    (tcp or ipc), for the watch's probe; family 0: none (inproc).  */
+typedef struct {
+    int family;
+    socklen_t len;
+    struct sockaddr_storage sa;
+} pk_client_addr_t;
 
-//  What the monitor saw: 0, or -EACCES with reason (the server refused
-//  our key, or one side has CURVE and the other not).  curve: ours is on.
-int pk_client_curve_refused(zsock_t *monitor, bool curve, char *reason, size_t len);
+/*  The endpoint checked before ZeroMQ has it: a transport named, and a
+    tcp host resolved as libzmq will (which reports a name that does not
+    resolve only as retries).  0 with *addr, or with err: -EINVAL (no
+    transport, not tcp://HOST:PORT), -ENOENT (the host name does not
+    resolve: the resolver's own error).  */
+int pk_client_endpoint_resolve(const char *endpoint, pk_client_addr_t *addr, char *err);
+
+/*  A DEALER's connection watched: its socket monitor, and while a connect
+    or describe waits (probe), a connection of our own that asks the
+    kernel or the peer what ZeroMQ does not say.  */
+typedef struct {
+    zsock_t *monitor;               //  a PAIR of the DEALER's events, or NULL
+    pk_client_addr_t addr;
+    bool curve;                     //  ours is on
+    bool probe;                     //  find out why a connection fails (else only
+                                    //  a refused handshake is said)
+    bool connected, handshaken;     //  the connection now
+    bool attempt_connected;         //  since the last connect retried
+    bool ever_connected, ever_handshaken;
+    bool want, silent_probed;       //  a probe is due; the silent peer's was made
+    double connected_at;
+    int fd;                         //  the probe's connection, or -1
+    bool fd_connected, greeted;     //  greeted: our signature sent
+    int fd_error;                   //  its connect failed at once
+    double probe_until, next_probe;
+    int probes;
+    uint8_t got[10];                //  what the peer said first
+    size_t ngot;
+} pk_client_watch_t;
+
+/*  The monitor on dealer, before it connects: 0 or -ENOMEM.  addr may be
+    NULL (no probe).  */
+int pk_client_watch_open(pk_client_watch_t *w, zsock_t *dealer, const pk_client_addr_t *addr,
+                         bool curve, bool probe);
+void pk_client_watch_close(pk_client_watch_t *w, zsock_t *dealer);
+
+/*  What the watch saw, one look (never waits): 0, or a negative errno
+    with reason: -EACCES (the server refused our key, or one side has
+    CURVE and the other not), and with probe: -ECONNREFUSED (nothing
+    listens there) or the kernel's errno of a failed connection, -EPROTO
+    (not a p2pkv/ZeroMQ port: it sent something else, or closed the
+    connection without a greeting, or the handshake failed).  */
+int pk_client_watch_step(pk_client_watch_t *w, char *reason, size_t len);
+
+/*  For a timeout's message: ": what the connection did", or "" (the
+    handshake completed, or nothing was watched).  */
+void pk_client_watch_note(const pk_client_watch_t *w, char *note, size_t len);
+
+/*  describe.c: p2pkv_describe_curve of an endpoint resolved already.  */
+int pk_client_describe(const char *endpoint, const pk_client_addr_t *addr, double timeout,
+                       const p2pkv_config_t *config, p2pkv_description_t *out, char *err);
 #define S_MAX_UNREAD 65536          //  ended fetches kept for p2pkv_client_fetch_status
 
 //  A fetch, from p2pkv_client_fetch until its status is delivered: by
@@ -113,9 +166,12 @@ typedef struct {
     zsock_t *dealer;
     bool dealer_read;               //  the last look at dealer found nothing, and
                                     //  nothing was done with it since (client.c, s_arm)
-    zsock_t *monitor;               //  the dealer's failed handshakes (curve.c)
+    pk_client_watch_t watch;        //  the dealer's connection, until UP (watch.c)
+    pk_client_addr_t addr;          //  the endpoint's, resolved at connect
     char curve_server[41];          //  this server's CURVE key; "": the config's
-    int refused;                    //  -EACCES once the monitor saw a refusal
+    int refused;                    //  the watch's verdict (a negative errno): a
+                                    //  refused handshake, or before the connect
+                                    //  returned, any (nothing listens, not ZeroMQ)
     pk_fabric_t *fabric;            //  the provider chosen at connect (fabrics.c)
     pk_channel_t *channel;
     int wait_fd;                    //  the channel's, registered with epoll while

@@ -1,7 +1,9 @@
 /*  describe.c: p2pkv_describe, a server's description without a session:
     one DEALER, describe repeated until answered, nothing kept.  With CURVE
-    keys (p2pkv_describe_curve) the DEALER authenticates, and a monitor
-    turns a refused key into -EACCES rather than a timeout.  */
+    keys (p2pkv_describe_curve) the DEALER authenticates.  Its watch
+    (watch.c) says at once what keeps an answer from coming: nothing
+    listening, a port of another protocol, a refused key, CURVE on one
+    side only; the endpoint is checked (and its host resolved) first.  */
 #include "client/client_internal.h"
 #include "wire/czmq_setup.h"
 #include "base/clock.h"
@@ -70,25 +72,25 @@ p2pkv_describe(const char *endpoint, double timeout, p2pkv_description_t *out, c
     return p2pkv_describe_curve(endpoint, timeout, NULL, out, err);
 }
 
-//  The DEALER with the keys applied and its monitor, connected: 0, or a
+//  The DEALER with the keys applied and its watch, connected: 0, or a
 //  negative errno with err (the caller destroys what was made).
 static int
-s_open(const char *endpoint, const p2pkv_config_t *config, pk_client_curve_t *keys,
-       zsock_t **dealer, zsock_t **monitor, char *err)
+s_open(const char *endpoint, const pk_client_addr_t *addr, const p2pkv_config_t *config,
+       pk_client_curve_t *keys, zsock_t **dealer, pk_client_watch_t *watch, char *err)
 {
     int rc = pk_client_curve_keys(config, keys, err);
     if (rc)
         return rc;
-    //  the DEALER's mailbox and connection, the monitor's pair (curve.c)
+    //  the DEALER's mailbox and connection, the monitor's pair (watch.c)
     rc = pk_client_dealer_new(dealer, 4, err);
     if (rc)
         return rc;
     pk_client_curve_apply(*dealer, keys, NULL);
-    *monitor = pk_client_curve_monitor(*dealer);
-    if (!*monitor)
+    if (pk_client_watch_open(watch, *dealer, addr, keys->on, true) != 0)
         return pk_err(err, -ENOMEM, "cannot monitor the socket to %s", endpoint);
     if (zsock_connect(*dealer, "%s", endpoint) < 0)
-        return pk_err(err, -EINVAL, "cannot connect to %s", endpoint);
+        return pk_err(err, -EINVAL, "cannot connect to %.128s: %s", endpoint,
+                      zmq_strerror(zmq_errno()));
     return 0;
 }
 
@@ -96,17 +98,27 @@ int
 p2pkv_describe_curve(const char *endpoint, double timeout, const p2pkv_config_t *config,
                      p2pkv_description_t *out, char *err)
 {
+    pk_client_addr_t addr;
+    int rc = pk_client_endpoint_resolve(endpoint, &addr, err);
+    return rc ? rc : pk_client_describe(endpoint, &addr, timeout, config, out, err);
+}
+
+int
+pk_client_describe(const char *endpoint, const pk_client_addr_t *addr, double timeout,
+                   const p2pkv_config_t *config, p2pkv_description_t *out, char *err)
+{
     pk_czmq_setup();
     pk_client_curve_t keys;
-    zsock_t *dealer = NULL, *monitor = NULL;
+    zsock_t *dealer = NULL;
+    pk_client_watch_t watch = { .fd = -1 };
     char why[PK_ERRLEN] = "";
-    int rc = s_open(endpoint, config, &keys, &dealer, &monitor, err);
+    int rc = s_open(endpoint, addr, config, &keys, &dealer, &watch, err);
     if (rc)
         goto done;
     double deadline = pk_clock_monotonic() + timeout, next = 0;
     rc = -ETIMEDOUT;
     while (rc == -ETIMEDOUT && pk_clock_monotonic() < deadline) {
-        int refused = pk_client_curve_refused(monitor, keys.on, why, sizeof why);
+        int refused = pk_client_watch_step(&watch, why, sizeof why);
         if (refused) {
             rc = pk_err(err, refused, "%s: %s", endpoint, why);
             break;
@@ -125,13 +137,16 @@ p2pkv_describe_curve(const char *endpoint, double timeout, const p2pkv_config_t 
             zclock_sleep(2);
         pk_msg_destroy(&m);
     }
-    if (rc == -ETIMEDOUT)
-        (void) pk_err(err, 0, "no description from %s within %.1f s", endpoint, timeout);
+    if (rc == -ETIMEDOUT) {
+        char note[PK_ERRLEN];
+        pk_client_watch_note(&watch, note, sizeof note);
+        (void) pk_err(err, 0, "no description from %.100s within %.1f s%s", endpoint, timeout,
+                      note);
+    }
 done:
     if (dealer)
-        pk_client_curve_monitor_close(dealer, &monitor);
+        pk_client_watch_close(&watch, dealer);
     pk_client_dealer_destroy(&dealer);
     sodium_memzero(&keys, sizeof keys);
     return rc;
 }
-

@@ -137,12 +137,14 @@ pk_client_server_step(p2pkv_client_t *self, s_server_t *s)
     if (s_landing(self, s) && pk_channel_progress(s->channel) > 0)
         s->last_landed = now;
     //  refused (the key, or CURVE on one side only): retrying cannot help.
-    //  Only a handshake is refused, never an UP session's traffic, so the
-    //  monitor costs an UP server's step nothing (ZMQ_EVENTS may poll the
-    //  socket's mailbox)
+    //  Before the connect returned, whatever else the watch found (nothing
+    //  listens there, not a ZeroMQ port) ends it too; a session that was
+    //  up retries those (the server restarts).  Only a handshake is
+    //  watched, never an UP session's traffic, so the watch costs an UP
+    //  server's step nothing (ZMQ_EVENTS may poll the socket's mailbox)
     char why[PK_ERRLEN];
-    if (s->monitor && !s->refused && s->state != P2PKV_SERVER_UP
-        && (s->refused = pk_client_curve_refused(s->monitor, self->curve.on, why, sizeof why))) {
+    if (s->watch.monitor && !s->refused && s->state != P2PKV_SERVER_UP
+        && (s->refused = pk_client_watch_step(&s->watch, why, sizeof why))) {
         pk_client_session_disconnect(s->session, PK_DISC_RETIRED, why);
         snprintf(s->reason, sizeof s->reason, "%s", why);
         return;

@@ -5,7 +5,7 @@
     zsock_new), and libzmq allows ZMQ_MAX_SOCKETS per context: 1,024 in
     czmq's unless ZSYS_MAX_SOCKETS (read at the process's first socket)
     says more.  A session holds one DEALER, and two sockets more while it
-    connects (the handshake's monitor, curve.c).  So the library counts the
+    connects (the handshake's monitor, watch.c).  So the library counts the
     sockets it holds, process-wide, and refuses a new DEALER that would
     bring them within PK_CLIENT_SOCKETS_SPARE of the limit, with an error
     naming the setting: a connect fails, the process lives.  The spare is

@@ -461,10 +461,17 @@ s_open_fabrics(pk_node_t *self, char *err)
             size_t len = strcspn(at, ",");
             snprintf(name, sizeof name, "%.*s", (int) len, at);
             at += len;
+            char why[PK_ERRLEN] = "";
             if (self->nfabrics == PK_MAX_FABRICS)
                 rc = pk_err(err, -E2BIG, "--provider: at most %d providers", PK_MAX_FABRICS);
-            else
-                rc = s_open_one_fabric(self, name, err);
+            else if ((rc = s_open_one_fabric(self, name, why)) == -EEXIST)
+                (void) pk_err(err, rc, "%s", why);
+            else if (rc)
+                //  the option that named it (and the address it was given)
+                (void) pk_err(err, rc, "--provider %s%s%s%s: %s", name,
+                              config->fabric_addr ? " (--fabric-addr " : "",
+                              config->fabric_addr ? config->fabric_addr : "",
+                              config->fabric_addr ? ")" : "", why);
             if (rc) {
                 s_close_fabrics(self);
                 return rc;

@@ -10,8 +10,8 @@ never cross Python.  See p2pkv(3) for the C API underneath.
 """
 from .client import Client, Fetch, Lookup, describe
 from .engine import Engine, Event
-from .errors import Error, FetchError, Refused, Stale, Timeout
+from .errors import ConnectionRefused, Error, FetchError, Refused, Stale, Timeout
 
 __all__ = ["Client", "Fetch", "Lookup", "describe", "Engine", "Event", "Error", "FetchError",
-           "Refused", "Stale", "Timeout"]
+           "Refused", "ConnectionRefused", "Stale", "Timeout"]
 __version__ = "0.1.0"

@@ -23,7 +23,17 @@ class Timeout(Error, TimeoutError):
 
 class Refused(Error):
     """The server refused us as incompatible (block length, fingerprint,
-    hash seed, wire version, provider): reason names the field."""
+    hash seed, wire version, provider): reason names the field.  Also
+    (errno EPROTO as well) an endpoint that is not a p2pkv/ZeroMQ port:
+    reason says what it sent instead of a ZeroMQ greeting."""
+
+
+class ConnectionRefused(Error, ConnectionRefusedError):
+    """Nothing listens at the endpoint (errno ECONNREFUSED): said at the
+    first connection that fails, not at the end of the timeout.  Other
+    failures of a connect are Errors of their own errno: EINVAL (the
+    endpoint names no transport), ENOENT (its host name does not
+    resolve), EACCES (CURVE)."""
 
 
 class Stale(Error):
@@ -52,6 +62,6 @@ def check(rc: int, err=None, what: str = "") -> int:
         reason = os.strerror(-rc)
     if what:
         reason = f"{what}: {reason}"
-    cls = {_errno.ETIMEDOUT: Timeout, _errno.EPROTO: Refused, _errno.ESTALE: Stale}.get(-rc,
-                                                                                    Error)
+    cls = {_errno.ETIMEDOUT: Timeout, _errno.EPROTO: Refused, _errno.ESTALE: Stale,
+           _errno.ECONNREFUSED: ConnectionRefused}.get(-rc, Error)
     raise cls(-rc, reason)

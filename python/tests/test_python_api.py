@@ -135,6 +135,22 @@ def test_errors_carry_the_reason(server):
         with pytest.raises(p2pkv.Refused) as e:
             c.connect(server.endpoint, timeout=5)
         assert "block" in e.value.reason
+    # each failure to reach a server is its own errno, said at once (a
+    # 60 s timeout: a refusal not seen would fail the suite's bound)
+    import socket
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        free = f"tcp://127.0.0.1:{sk.getsockname()[1]}"
+    with p2pkv.Client("py-c8", 4, 4096) as c:
+        with pytest.raises(p2pkv.ConnectionRefused) as e:
+            c.connect(free, timeout=60)
+        assert e.value.errno == errno.ECONNREFUSED and free in e.value.reason
+        with pytest.raises(p2pkv.Error) as e:
+            c.connect("127.0.0.1:5710", timeout=60)
+        assert e.value.errno == errno.EINVAL and "no transport" in e.value.reason
+        with pytest.raises(p2pkv.Error) as e:
+            c.connect("tcp://name.invalid:5710", timeout=60)
+        assert e.value.errno == errno.ENOENT and "does not resolve" in e.value.reason
     with pytest.raises(ValueError):
         p2pkv.Client("py-c5", 4, 4096, pool=bytearray(100))
     # answer_spin reaches the library through the struct, in its place:

@@ -320,7 +320,8 @@ END_TEST
 
 //  A server killed and started again on the same address: DOWN (its
 //  fetch failed first), then CONNECTING and UP on its own, same index,
-//  and blocks move again.
+//  and blocks move again (a refused connection ends a connect that
+//  waits, never the reconnecting of a session that was up).
 START_TEST(test_reconnects_to_a_restarted_server)
 {
     td_t s;
@@ -1276,6 +1277,153 @@ START_TEST(test_threads_run_short_refuses_a_session)
 }
 END_TEST
 
+//  ---- errors that say what happened, at once (issue 36, point 5) ----------
+//  Each failure of a connect or describe is its own errno and sentence,
+//  said when it is seen, not at the end of the timeout: the timeouts here
+//  are 60 s, and the case's Check timeout (30 s) fails any that waits for
+//  it.  (How soon is measured, not asserted: a test may not time.)
+
+#define S_LONG 60.0
+
+//  A client of the tcp provider (a session with no describe first), or of
+//  auto (describe first).
+static p2pkv_client_t *
+s_plain_client(const char *provider)
+{
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_config_t cfg = { .peer_id = "c-errors", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = provider, .node = "127.0.0.1" };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 4, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
+    return c;
+}
+
+//  describe, connect over tcp and connect under auto of endpoint each fail
+//  with rc, err holding every one of said (NULL-terminated).
+static void
+s_each_fails(const char *endpoint, int rc, const char *const *said)
+{
+    const char *provider[] = { "tcp", NULL };
+    for (int way = 0; way < 3; way++) {
+        char err[P2PKV_ERRLEN] = "";
+        p2pkv_description_t d;
+        int got;
+        if (way == 0)
+            got = p2pkv_describe(endpoint, S_LONG, &d, err);
+        else {
+            p2pkv_client_t *c = s_plain_client(provider[way - 1]);
+            got = p2pkv_client_connect(c, endpoint, S_LONG, err);
+            p2pkv_client_destroy(&c);
+        }
+        const char *what = way == 0 ? "describe" : way == 1 ? "connect (tcp)" : "connect (auto)";
+        ck_assert_msg(got == rc, "%s of %s: %d (%s), not %d: %s", what, endpoint, got,
+                      strerror(-got), rc, err);
+        for (int i = 0; said[i]; i++)
+            ck_assert_msg(strstr(err, said[i]), "%s of %s: \"%s\" does not say \"%s\"", what,
+                          endpoint, err, said[i]);
+    }
+}
+
+//  A port nothing listens on (found by binding and closing): refused,
+//  naming the endpoint.
+START_TEST(test_refused_connection_said)
+{
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", td_free_port());
+    s_each_fails(endpoint, -ECONNREFUSED,
+                 (const char *const[]) { endpoint, "connection refused", NULL });
+}
+END_TEST
+
+//  A plain TCP listener, not ZeroMQ: what it sends first (a banner, and
+//  the connection held open) or that it closes at once.
+typedef struct {
+    int fd;
+    bool close_at_once;
+    atomic_bool stop;
+} s_stranger_t;
+
+static void *
+s_stranger_run(void *arg)
+{
+    s_stranger_t *t = arg;
+    int held[16], nheld = 0;
+    while (!atomic_load(&t->stop)) {
+        struct pollfd p = { t->fd, POLLIN, 0 };
+        if (poll(&p, 1, 20) != 1)
+            continue;
+        int c = accept(t->fd, NULL, NULL);
+        if (c < 0)
+            continue;
+        static const char banner[] = "SSH-2.0-OpenSSH_9.2p1 not-zeromq\r\n";
+        if (!t->close_at_once && write(c, banner, sizeof banner - 1) < 0) {
+            //  it went: the next connection gets the banner
+        }
+        if (t->close_at_once || nheld == 16)
+            close(c);
+        else
+            held[nheld++] = c;
+    }
+    for (int i = 0; i < nheld; i++)
+        close(held[i]);
+    return NULL;
+}
+
+static void
+s_not_zmtp(bool close_at_once)
+{
+    s_stranger_t t = { .close_at_once = close_at_once };
+    t.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(t.fd, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(t.fd, (struct sockaddr *) &a, sizeof a), 0);
+    ck_assert_int_eq(listen(t.fd, 16), 0);
+    ck_assert_int_eq(getsockname(t.fd, (struct sockaddr *) &a, &len), 0);
+    pthread_t thread;
+    ck_assert_int_eq(pthread_create(&thread, NULL, s_stranger_run, &t), 0);
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+    s_each_fails(endpoint, -EPROTO, (const char *const[]) {
+        endpoint, "not a p2pkv/ZeroMQ port",
+        close_at_once ? "closed the connection without a ZeroMQ greeting" : "SSH-2.0-Op", NULL });
+    atomic_store(&t.stop, true);
+    pthread_join(thread, NULL);
+    close(t.fd);
+}
+
+START_TEST(test_port_of_another_protocol_said)
+{
+    s_not_zmtp(false);
+}
+END_TEST
+
+START_TEST(test_port_closing_at_once_said)
+{
+    s_not_zmtp(true);
+}
+END_TEST
+
+//  A host name the resolver fails (.invalid, RFC 6761: without a network
+//  too): the resolver's error, not a timeout.
+START_TEST(test_unresolvable_host_said)
+{
+    s_each_fails("tcp://name.invalid:5710", -ENOENT,
+                 (const char *const[]) { "name.invalid", "does not resolve", NULL });
+}
+END_TEST
+
+//  An endpoint without its transport: the form it needs, named.
+START_TEST(test_endpoint_without_transport_said)
+{
+    s_each_fails("127.0.0.1:5710", -EINVAL,
+                 (const char *const[]) { "127.0.0.1:5710", "no transport", "tcp://", NULL });
+    s_each_fails("tcp://127.0.0.1", -EINVAL,
+                 (const char *const[]) { "expected tcp://HOST:PORT", NULL });
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1302,5 +1450,12 @@ main(void)
     tcase_add_test(tc, test_descriptors_run_short_refuses_a_session);
     tcase_add_test(tc, test_client_out_of_descriptors_fails_a_connect);
     tcase_add_test(tc, test_threads_run_short_refuses_a_session);
+    //  a refusal not seen would wait for the 60 s timeout: 30 s fails it
+    tc = td_case(suite, "errors", 30);
+    tcase_add_test(tc, test_refused_connection_said);
+    tcase_add_test(tc, test_port_of_another_protocol_said);
+    tcase_add_test(tc, test_port_closing_at_once_said);
+    tcase_add_test(tc, test_unresolvable_host_said);
+    tcase_add_test(tc, test_endpoint_without_transport_said);
     return pk_test_run("client", suite);
 }

@@ -3,9 +3,11 @@
 # program.  Installs this build tree into a staging DESTDIR, checks each
 # installed header compiles on its own with only pkg-config's flags,
 # builds tests/install/consumer.c with only `pkg-config --cflags --libs
-# p2pkv`, publishes random blocks on a live p2pkv-server (tcp provider,
-# loopback) with `p2pkv put --local`, and runs the consumer against the
-# installed libp2pkv.so.0: it gets every key and verifies every byte.
+# p2pkv`, p2pkv.pc being the only .pc file pkg-config may find (and those
+# flags being our own directories and -lp2pkv), publishes random blocks on
+# a live p2pkv-server (tcp provider, loopback) with `p2pkv put --local`,
+# and runs the consumer against the installed libp2pkv.so.0: it gets every
+# key and verifies every byte.
 # Run by make check from the build tree (MAKE, CC, libdir and PK_LDFLAGS
 # come from AM_TESTS_ENVIRONMENT).
 set -eu
@@ -69,17 +71,32 @@ pcfile=$dest$libdir/pkgconfig/p2pkv.pc
 [ -e "$dest$libdir/libp2pkv.so.0" ] || fail "no libp2pkv.so.0 in $dest$libdir"
 
 # A copy of the installed .pc with each absolute directory moved into the
-# staging tree (what DESTDIR moved), the rest of it as installed.  Not
-# PKG_CONFIG_SYSROOT_DIR: pkg-config would prefix the staging tree to the
-# flags of the system modules p2pkv requires too (libczmq's
-# -I/usr/include/pgm-5.3 ...), which are not in it.
+# staging tree (what DESTDIR moved), the rest of it as installed.
 mkdir -p "$work/pc"
 sed "s|^\([a-z_]*\)=/|\1=$dest/|" "$pcfile" > "$work/pc/p2pkv.pc"
-PKG_CONFIG_PATH=$work/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-export PKG_CONFIG_PATH
+# pkg-config finds that file and no other: PKG_CONFIG_LIBDIR names its
+# directory alone (the system's .pc files, czmq's and the rest, are not
+# searched) and PKG_CONFIG_PATH is unset.  What someone with libp2pkv's
+# own files installed, and none of its dependencies' development files,
+# has: the public headers include only libc's, so nothing else may be
+# needed (p2pkv.pc.in says why it requires nothing).
+PKG_CONFIG_LIBDIR=$work/pc
+export PKG_CONFIG_LIBDIR
+unset PKG_CONFIG_PATH PKG_CONFIG_SYSROOT_DIR
 pkg-config --validate p2pkv || fail "pkg-config --validate p2pkv fails"
-flags=$(pkg-config --cflags --libs p2pkv) || fail "pkg-config --cflags --libs p2pkv fails"
-say "pkg-config --cflags --libs p2pkv: $flags"
+flags=$(pkg-config --cflags --libs p2pkv) \
+    || fail "pkg-config --cflags --libs p2pkv fails with only p2pkv.pc to be found"
+say "pkg-config --cflags --libs p2pkv (PKG_CONFIG_LIBDIR=$work/pc alone): $flags"
+# and they are our include directory, our library directory and -lp2pkv,
+# nothing of the dependencies' (czmq's -I/usr/include/pgm-5.3 ... was)
+inc=$(pkg-config --variable=includedir p2pkv)
+lib=$(pkg-config --variable=libdir p2pkv)
+for f in $flags; do
+    case "$f" in
+        "-I$inc"|"-L$lib"|-lp2pkv) ;;
+        *) fail "pkg-config --cflags --libs p2pkv gives $f beyond -I$inc -L$lib -lp2pkv: $flags" ;;
+    esac
+done
 src=$(cd "$top" && pwd)
 # Beyond the staged prefix (which make distcheck puts inside the build
 # tree), nothing may point into the source or build tree.
@@ -93,7 +110,6 @@ case "$rest" in *"$src"*|*"$PWD"*) fail "the flags name the source or build tree
 # LD_PRELOADing libasan under a program that is not itself checked.
 san=${PK_LDFLAGS:-}
 cc=${CC:-cc}
-inc=$(pkg-config --variable=includedir p2pkv)
 for h in p2pkv.h p2pkv_engine.h; do
     [ -f "$inc/$h" ] || fail "$h not installed in $inc"
     # shellcheck disable=SC2086
@@ -104,7 +120,7 @@ done
 # shellcheck disable=SC2086
 $cc -std=c11 -Wall -Wextra -Werror $san -o "$work/consumer" "$top/tests/install/consumer.c" \
     $flags || fail "the consumer does not build with pkg-config --cflags --libs p2pkv"
-say "the consumer built with $cc -std=c11 -Wall -Wextra -Werror${san:+ $san} and those flags"
+say "the consumer built and linked with $cc -std=c11 -Wall -Wextra -Werror${san:+ $san} and exactly those flags"
 
 LD_LIBRARY_PATH=$dest$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
