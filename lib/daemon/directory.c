@@ -688,13 +688,14 @@ static void
 s_leave(self_t *self)
 {
     pk_directory_t *dir = self->dir;
+    char err[PK_ERRLEN] = "no connection";
     if (!self->c)
-        s_connect(self);
+        self->c = pk_dir_connect(&dir->where, dir->url, dir->config.timeout, err);
     if (self->c)
         s_goodbye(self);
     else
-        s_log(dir, 1, "directory %s: cannot leave (no connection): this server's record "
-              "ends with its TTL", dir->url);
+        s_log(dir, 1, "directory %s: cannot leave (%.200s): this server's record ends with "
+              "its TTL", dir->url, err);
     self->left = true;
     atomic_store(&dir->up, false);
     atomic_store(&dir->left, true);
