@@ -2,10 +2,12 @@
 
     Parses the settings (flags, --config file), creates the block pool and
     the node (lib/node), prints one line when it serves so scripts can wait
-    for it, and runs until SIGINT or SIGTERM.  The first signal shuts down
-    cleanly within --shutdown-timeout (sessions get `disconnect shutdown`,
-    writes drain, the shared-memory pool is unlinked); a second exits at
-    once, still unlinking the pool and the engine's socket.  SIGHUP reloads --curve-allow (and
+    for it, and runs until SIGINT or SIGTERM.  The first signal drains
+    within --shutdown-timeout (node.c: the server leaves the directory,
+    answers lookups as misses, lets the fetches asked for finish, then
+    sessions get `disconnect shutdown`, and the engine's socket and the
+    shared-memory pool go); a second exits at once, still unlinking the
+    pool and the engine's socket.  SIGHUP reloads --curve-allow (and
     --curve-servers) in the node's loop.
 */
 #include "base/local_path.h"

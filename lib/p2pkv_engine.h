@@ -21,7 +21,9 @@
     reserve, NULL pointers, empty strings: -EINVAL or -ENOENT with err
     naming the argument.  The server's refusals map to the errno their
     sentence stands for (-ENOSPC, -EEXIST, -EBUSY, -ENOENT, -EAGAIN,
-    -ESTALE), or -EINVAL; -ETIMEDOUT when no answer came in time.  The
+    -ESTALE, and -ESHUTDOWN for a reserve, put or pull while the server
+    drains at SIGTERM), or -EINVAL; -ETIMEDOUT when no answer came in
+    time.  The
     protocol has no request ids: the server answers in order, so the
     answer of a request that timed out is recognised when it comes late
     and dropped, never taken for the next request's.

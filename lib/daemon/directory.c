@@ -11,9 +11,11 @@
     pipeline: per key one SADD or SREM of its holder set, plus one
     variadic SADD and one SREM of the server's own index.  Heartbeats
     (the record's TTL), resyncs (after start, a lost Redis or an
-    overflow) and the goodbye at destroy run on the same thread.
+    overflow) and the goodbye (LEAVE, or at destroy) run on the same
+    thread.
 
-    Words, caller -> actor: $TERM (zactor) only.
+    Words, caller -> actor: LEAVE (the goodbye now, then nothing more is
+    published), $TERM (zactor).
 */
 #include "daemon/directory.h"
 #include "base/clock.h"
@@ -55,6 +57,7 @@ struct _pk_directory_t {
     pk_dir_conn_t *first;           //  the connection new made, handed over
     atomic_uint_fast64_t applied;   //  changes up to this sequence are in Redis
     atomic_bool up;
+    atomic_bool left;               //  LEAVE's goodbye done (or given up)
     atomic_uint_fast64_t updates, batches, dropped, errors, junk, resyncs;
 };
 
@@ -147,6 +150,7 @@ typedef struct {
     zsock_t *pipe;
     pk_dir_conn_t *c;
     bool need_resync;
+    bool left;                      //  after LEAVE: nothing more is published
     double retry_at, next_beat, last_beat_ok;
     //  a batch: records copied out of the ring, then coalesced
     uint8_t *raw;                   //  the records, contiguous
@@ -676,11 +680,34 @@ s_goodbye(self_t *self)
 //  ---------------------------------------------------------------------------
 //  The actor
 
+//  LEAVE (a drain's start): the goodbye now, one connect tried first if
+//  Redis was lost (else the record ends with its TTL), and from then on
+//  no heartbeat and no batch: what the store changes after it, nobody
+//  will find here.  The store no longer tells the queue (pk_directory_leave).
+static void
+s_leave(self_t *self)
+{
+    pk_directory_t *dir = self->dir;
+    char err[PK_ERRLEN] = "no connection";
+    if (!self->c)
+        self->c = pk_dir_connect(&dir->where, dir->url, dir->config.timeout, err);
+    if (self->c)
+        s_goodbye(self);
+    else
+        s_log(dir, 1, "directory %s: cannot leave (%.200s): this server's record ends with "
+              "its TTL", dir->url, err);
+    self->left = true;
+    atomic_store(&dir->up, false);
+    atomic_store(&dir->left, true);
+}
+
 static void
 s_step(self_t *self)
 {
     pk_directory_t *dir = self->dir;
     double now = pk_clock_monotonic();
+    if (self->left)
+        return;
     if (!self->c && now >= self->retry_at)
         s_connect(self);
     pthread_mutex_lock(&dir->mutex);
@@ -723,6 +750,8 @@ s_actor(zsock_t *pipe, void *args)
         if (zpoller_wait(poller, ms > 0 ? ms : 1)) {
             char *cmd = zstr_recv(pipe);
             bool term = !cmd || streq(cmd, "$TERM");
+            if (cmd && streq(cmd, "LEAVE") && !self->left)
+                s_leave(self);
             zstr_free(&cmd);
             if (term)
                 break;
@@ -731,7 +760,7 @@ s_actor(zsock_t *pipe, void *args)
             break;
     }
     zpoller_destroy(&poller);
-    if (self && self->c)
+    if (self && self->c && !self->left)
         s_goodbye(self);
     s_self_destroy(&self);
 }
@@ -835,6 +864,19 @@ pk_directory_destroy(pk_directory_t **self_p)
     zactor_destroy(&self->actor);           //  its goodbye runs first
     s_free(self);
     *self_p = NULL;
+}
+
+void
+pk_directory_leave(pk_directory_t *self)
+{
+    pk_store_watch(self->store, NULL, NULL);
+    zstr_send(self->actor, "LEAVE");
+}
+
+bool
+pk_directory_left(pk_directory_t *self)
+{
+    return atomic_load(&self->left);
 }
 
 void

@@ -12,7 +12,8 @@
     A full queue, a slow Redis (every read and write is bounded by the
     timeout) or a lost one degrades to "no directory": counted, said once
     per change of state, and when Redis answers again the actor resyncs
-    from a snapshot of the store.  Destroy removes the server from Redis.
+    from a snapshot of the store.  Leave, or destroy, removes the server
+    from Redis.
 */
 #ifndef PK_DIRECTORY_H_INCLUDED
 #define PK_DIRECTORY_H_INCLUDED
@@ -73,6 +74,15 @@ pk_directory_t *pk_directory_new(const pk_directory_config_t *config, pk_store_t
 /*  Stops watching the store, stops the actor, and (connected) removes
     the server's record and its keys' entries.  */
 void pk_directory_destroy(pk_directory_t **self_p);
+
+/*  Leaves the directory without waiting (a drain's start, SIGTERM): the
+    store is no longer watched, and the actor removes the server's record
+    and its keys' entries, then publishes nothing more.  The caller's
+    thread only.  */
+void pk_directory_leave(pk_directory_t *self);
+
+/*  Whether the leave is done: the goodbye sent, or given up (no Redis).  */
+bool pk_directory_left(pk_directory_t *self);
 
 /*  Counters so far; any thread.  */
 void pk_directory_stats(pk_directory_t *self, pk_directory_stats_t *out);

@@ -517,6 +517,32 @@ pk_door_revoke(pk_door_t *self)
 }
 
 void
+pk_door_drain(pk_door_t *self, double deadline)
+{
+    self->quitting = true;
+    //  Only while draining, so a walk of every peer is fine here.
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_rid, &at)); ) {
+        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) e->a;
+        if (!peer->drain_sent && !peer->retired
+            && pk_peer_tell(peer, "s8", "DRAIN", (uint64_t) (deadline * 1e3)) == 0)
+            peer->drain_sent = true;
+    }
+}
+
+bool
+pk_door_settled(const pk_door_t *self)
+{
+    size_t at = 0;
+    for (pk_keymap_entry_t *e; (e = pk_keymap_next(&self->by_rid, &at)); ) {
+        pk_peer_t *peer = (pk_peer_t *) (uintptr_t) e->a;
+        if (!peer->retired && !atomic_load(&peer->settled))
+            return false;
+    }
+    return true;
+}
+
+void
 pk_door_quit(pk_door_t *self)
 {
     self->quitting = true;

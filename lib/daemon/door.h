@@ -57,6 +57,16 @@ size_t pk_door_revoke(pk_door_t *self);
 /*  Tears down the peers whose actor said GONE (and only those): how many.  */
 size_t pk_door_reap(pk_door_t *self);
 
+/*  At the drain's start (SIGTERM): from now on accepted connects are
+    refused (disconnect shutdown), and each peer's actor is told DRAIN
+    with deadline (monotonic seconds); called on every wake while
+    draining, it retries those whose pipe was full.  */
+void pk_door_drain(pk_door_t *self, double deadline);
+
+/*  Whether every peer's session owes its consumer nothing (its actor said
+    so after DRAIN) or has ended.  */
+bool pk_door_settled(const pk_door_t *self);
+
 /*  At shutdown: from now on accepted connects are refused, and each
     peer's actor is told QUIT; called on every wake while quitting, it
     retries those whose pipe was full.  */

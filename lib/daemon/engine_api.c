@@ -51,6 +51,7 @@ struct _pk_engine_api_t {
     pk_keymap_t jobs;               //  prefill job id -> the engine that stored it
     pk_held_list_t *held;
     uint64_t next_pull;
+    bool draining;                  //  pk_engine_api_drain: what adds blocks is refused
 };
 
 typedef struct {
@@ -574,19 +575,25 @@ s_cmd_stats(pk_engine_api_t *self, const char *cmd, const json_t *req, const voi
 typedef json_t *(s_cmd_fn)(pk_engine_api_t *self, const char *cmd, const json_t *req,
                            const void *rid, size_t rlen);
 
+//  adds: refused while the server drains (pk_engine_api_drain).  reserve,
+//  put and pull bring new blocks into a pool that is about to go away and
+//  that no lookup would find (they all miss then).  commit and drop end
+//  what a reserve began before; store and finish supply, or end, a
+//  consumer's request (work the drain waits for): they run.
 static const struct {
     const char *name;
     s_cmd_fn *fn;
+    bool adds;
 } s_commands[] = {
-    { "describe", s_cmd_describe },
-    { "reserve", s_cmd_keys },
-    { "commit", s_cmd_keys },
-    { "drop", s_cmd_keys },
-    { "put", s_cmd_put },
-    { "pull", s_cmd_pull },
-    { "store", s_cmd_store },
-    { "finish", s_cmd_store },
-    { "stats", s_cmd_stats },
+    { "describe", s_cmd_describe, false },
+    { "reserve", s_cmd_keys, true },
+    { "commit", s_cmd_keys, false },
+    { "drop", s_cmd_keys, false },
+    { "put", s_cmd_put, true },
+    { "pull", s_cmd_pull, true },
+    { "store", s_cmd_store, false },
+    { "finish", s_cmd_store, false },
+    { "stats", s_cmd_stats, false },
 };
 
 //  A request naming another instance than this start's (issue 34): the
@@ -626,9 +633,14 @@ s_cmd(pk_engine_api_t *self, const json_t *req, const void *rid, size_t rlen)
     json_t *stale = s_stale(self, cmd, req);
     if (stale)
         return stale;
-    for (size_t i = 0; i < sizeof s_commands / sizeof s_commands[0]; i++)
-        if (streq(cmd, s_commands[i].name))
-            return s_commands[i].fn(self, cmd, req, rid, rlen);
+    for (size_t i = 0; i < sizeof s_commands / sizeof s_commands[0]; i++) {
+        if (!streq(cmd, s_commands[i].name))
+            continue;
+        //  the engine maps the sentence to -ESHUTDOWN (link.c)
+        if (self->draining && s_commands[i].adds)
+            return s_error("%s: the server is draining (stopping): nothing new is taken", cmd);
+        return s_commands[i].fn(self, cmd, req, rid, rlen);
+    }
     return s_error("unknown cmd \"%.64s\"", cmd);
 }
 
@@ -722,6 +734,12 @@ pk_engine_api_destroy(pk_engine_api_t **self_p)
     pk_keymap_fini(&self->jobs);
     free(self);
     *self_p = NULL;
+}
+
+void
+pk_engine_api_drain(pk_engine_api_t *self)
+{
+    self->draining = true;
 }
 
 const pk_held_list_t *

@@ -79,6 +79,10 @@ void pk_engine_api_expire(pk_engine_api_t *self);
     released, the engine told (pull_result).  */
 void pk_engine_api_pulled(pk_engine_api_t *self, pk_pull_t *p);
 
+/*  The server drains (SIGTERM): from now on reserve, put and pull are
+    refused ("the server is draining"); every other command runs.  */
+void pk_engine_api_drain(pk_engine_api_t *self);
+
 /*  For checks: the held stores, and the prefill store jobs whose result
     the engine waits for.  */
 const pk_held_list_t *pk_engine_api_held(const pk_engine_api_t *self);

@@ -12,7 +12,9 @@
     commit; a reload: the door ends the revoked keys' sessions), so no
     object calls another that calls it back.  After each wake the door
     reaps the peers whose actor said GONE, and twice a second held stores
-    expire, leases expire and the pool's gauges refresh.
+    expire, leases expire and the pool's gauges refresh.  The first
+    SIGTERM or SIGINT starts the drain (s_drain_begin, s_stop_step): one
+    order of steps under one deadline, --shutdown-timeout.
 */
 #include "daemon/node.h"
 #include "base/clock.h"
@@ -55,6 +57,19 @@
     (s_trim_heap says why).  */
 #define PK_TRIM_SETTLE 10.0
 
+/*  After the drain's deadline, how long the actors told QUIT have to say
+    GONE: one wake each (they cut off what is left at once), so the whole
+    stop stays within --shutdown-timeout and a second, as before the
+    drain.  */
+#define PK_STOP_GRACE 1.0
+
+//  Where the stop is (s_stop_step).
+typedef enum {
+    PK_SERVING = 0,
+    PK_DRAINING,                    //  steps (a)-(c): left, lookups miss, sessions settle
+    PK_CLOSING                      //  step (e): peers told shutdown, waiting for GONE
+} pk_stop_phase_t;
+
 //  Fabrics at most, one per provider offered (--provider shm,tcp).
 #define PK_MAX_FABRICS 8
 
@@ -89,7 +104,9 @@ struct _pk_node_t {
     pk_poller_t *poller;            //  the loop's wait (poller.h)
     char endpoint[256];
     char ready[2048];
-    bool quitting;
+    pk_stop_phase_t phase;
+    double stop_deadline;           //  the drain's (monotonic s): --shutdown-timeout
+    atomic_bool draining;           //  lookups miss from now (env.draining, peer.c)
     double trim_until;              //  sweeps trim the heap until then (monotonic s):
                                     //  PK_TRIM_SETTLE after the last peer reaped
     pk_metrics_t *metrics;
@@ -656,7 +673,8 @@ s_open_classes(pk_node_t *self, char *err)
         .config = self->config, .id = &self->id, .session_config = &self->session_config,
         .store = self->store, .metrics = self->metrics, .unsent = self->unsent,
         .router = self->router, .job = s_job, .job_arg = self,
-        .fail_session = self->fail_session, .hold_session = self->hold_session };
+        .fail_session = self->fail_session, .hold_session = self->hold_session,
+        .draining = &self->draining };
     self->poller = pk_poller_new();
     self->env.poller = self->poller;
     self->handshake = self->poller ? pk_handshake_new(&self->env, s_pick, self) : NULL;
@@ -958,22 +976,70 @@ s_trim_heap(pk_node_t *self, double now)
         malloc_trim(0);
 }
 
+/*  The first SIGTERM or SIGINT: the drain, so that a rolling restart
+    loses no fetch (p2pkv-server(8), SIGNALS).  One order under one
+    deadline, --shutdown-timeout from now:
+      (a) leave the directory: the server's record and its keys' entries
+          go, so consumers locating by key go to the other holders at once
+          (asked here, done on the directory's thread);
+      (b) answer every lookup from now on as a miss (peer.c,
+          s_actor_lookup), so nothing more is pinned here, and refuse
+          what would add blocks to the pool (the engine API);
+      (c) let what consumers asked for already finish and be answered as
+          ever: writes in flight, pinned hits not fetched yet, aborts
+          (each session says when it owes nothing, pk_door_settled);
+      (d) the disk tier's write-out (s_stop_step);
+      (e) then every peer told `disconnect shutdown`, and the node
+          destroyed: the engine's socket removed, the pool unlinked.
+    New connects are refused from (a) on, as they were at shutdown
+    (disconnect shutdown).  */
+static void
+s_drain_begin(pk_node_t *self)
+{
+    self->phase = PK_DRAINING;
+    self->stop_deadline = zclock_mono() / 1e3 + self->config->shutdown_timeout;
+    pk_log(self->config, PK_LOG_INFO, "shutting down: draining %zu sessions, at most %g s",
+           pk_door_sessions(self->door), self->config->shutdown_timeout);
+    if (self->directory)
+        pk_directory_leave(self->directory);                        //  (a)
+    atomic_store(&self->draining, true);                            //  (b)
+    pk_engine_api_drain(self->engine);
+    pk_door_drain(self->door, self->stop_deadline);                 //  (c)
+}
+
+/*  One wake of the stop: true once the node may be destroyed.  The drain
+    ends when every step of it is done or at its deadline; what is left
+    then is cut off as at any shutdown: a session retired with writes out
+    cancels them at once, and answers nothing a write may still land for
+    (protocol.md section 7).  */
+static bool
+s_stop_step(pk_node_t *self)
+{
+    double now = zclock_mono() / 1e3;
+    if (self->phase == PK_DRAINING) {
+        pk_door_drain(self->door, self->stop_deadline);   //  again for pipes that were full
+        bool left = !self->directory || pk_directory_left(self->directory);
+        if (now < self->stop_deadline && !(left && pk_door_settled(self->door)))
+            return false;
+        //  (d) Here the disk tier's write-out will run, within the same
+        //  deadline, once there is a disk tier: nothing to do yet.
+        self->phase = PK_CLOSING;                                   //  (e)
+        pk_log(self->config, PK_LOG_INFO, "%s: %zu sessions told shutdown",
+               now < self->stop_deadline ? "drained" : "drain cut off at --shutdown-timeout",
+               pk_door_sessions(self->door));
+    }
+    pk_door_quit(self->door);               //  again for pipes that were full
+    return pk_door_sessions(self->door) == 0 || now >= self->stop_deadline + PK_STOP_GRACE;
+}
+
 int
 pk_node_run(pk_node_t *self, volatile sig_atomic_t *stop)
 {
     double next_sweep = 0;
-    double quit_deadline = 0;
     while (true) {
-        if (*stop && quit_deadline == 0) {
-            self->quitting = true;
-            quit_deadline = zclock_mono() / 1e3 + self->config->shutdown_timeout + 1;
-            pk_log(self->config, PK_LOG_INFO, "shutting down: %zu sessions",
-                   pk_door_sessions(self->door));
-        }
-        if (self->quitting)
-            pk_door_quit(self->door);       //  again for pipes that were full
-        if (quit_deadline && (pk_door_sessions(self->door) == 0
-                              || zclock_mono() / 1e3 >= quit_deadline))
+        if (*stop && self->phase == PK_SERVING)
+            s_drain_begin(self);
+        if (self->phase != PK_SERVING && s_stop_step(self))
             break;
         void *which = pk_poller_wait(self->poller, 100);
         bool reload = self->reload && *self->reload;

@@ -20,7 +20,13 @@
                             routing id came under another CURVE key
         RETIRE reason       retire the session (disconnect retired): its
                             CURVE key was revoked
-        QUIT                shut down: drain writes (bounded), say shutdown
+        DRAIN deadline      the server drains (SIGTERM): serve what the
+                            consumer asked for already, say settled once
+                            the session owes nothing; deadline (monotonic
+                            ms) bounds a QUIT that follows
+        QUIT                shut down: drain writes (bounded: DRAIN's
+                            deadline, or --shutdown-timeout from now), say
+                            shutdown
         WAKE                the door ran a frame that left work (writes,
                             parked lookups, the session's end)
         $TERM               (zactor) end
@@ -63,7 +69,7 @@ typedef struct {
     bool on_door;                   //  the door runs a frame (pk_peer_try_frame)
     pk_server_session_counters_t last;
     pk_channel_stats_t flast;
-    bool quitting, terminated;
+    bool draining, quitting, terminated;
     double quit_deadline;
     int idle_look;                  //  ms between looks while nothing runs
 } self_t;
@@ -151,10 +157,17 @@ s_actor_room(void *arg, size_t len, char *why, size_t cap)
 
 //  Lookups and their pins see the consumer's namespace and the shared one
 //  (store.h); without --tenants that is the shared one, as before.
+//  While the server drains (SIGTERM, node.c) every key is a miss, so that
+//  consumers take their keys from other holders and pin nothing more
+//  here: the role's rules stay the seed's, only the store's answer
+//  changes.  This is the one place the drain's miss is decided: when a
+//  miss carries its reason (issue 36, point 4), "draining" is given here.
 static pk_lookup_result_t
 s_actor_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 {
     self_t *a = arg;
+    if (a->env->draining && atomic_load(a->env->draining))
+        return PK_LOOKUP_MISS;
     return pk_store_lookup(a->env->store, a->peer->ns, key);
 }
 
@@ -386,11 +399,28 @@ s_on_retire(self_t *self, zmsg_t *msg)
     zstr_free(&reason);
 }
 
+//  The drain's start: the session goes on serving (its lookups miss,
+//  s_actor_lookup), and each step says whether it owes anything still
+//  (s_self_step).  The deadline is the whole drain's, so that a QUIT at
+//  its end cuts off what is left at once.
+static void
+s_on_drain(self_t *self, zmsg_t *msg)
+{
+    char *ms = zmsg_popstr(msg);
+    self->draining = true;
+    self->quit_deadline = ms ? (double) strtoll(ms, NULL, 10) / 1e3
+                             : zclock_mono() / 1e3 + self->env->config->shutdown_timeout;
+    zstr_free(&ms);
+}
+
+//  After a drain, its deadline bounds the writes left; alone (a QUIT with
+//  no DRAIN before it), --shutdown-timeout from now.
 static void
 s_on_quit(self_t *self, zmsg_t *msg)
 {
     self->quitting = true;
-    self->quit_deadline = zclock_mono() / 1e3 + self->env->config->shutdown_timeout;
+    if (!self->draining)
+        self->quit_deadline = zclock_mono() / 1e3 + self->env->config->shutdown_timeout;
 }
 
 //  The door ran a frame that left work for this thread: the wake alone
@@ -408,6 +438,7 @@ static const struct {
     { "STORE", s_on_store },
     { "VIOLATION", s_on_violation },
     { "RETIRE", s_on_retire },
+    { "DRAIN", s_on_drain },
     { "QUIT", s_on_quit },
     { "WAKE", s_on_wake },
 };
@@ -491,8 +522,9 @@ s_wait(self_t *self, bool *pipe)
 
 //  What follows every wake, on the actor's thread or the door's: the
 //  channel progresses, the session's clocks run, its counters go to the
-//  metrics, and at shutdown, once writes in flight drained (bounded), the
-//  session says `shutdown`.
+//  metrics, while the server drains the door learns whether the session
+//  still owes anything, and at shutdown, once writes in flight drained
+//  (bounded), the session says `shutdown`.
 static void
 s_self_step(self_t *self)
 {
@@ -500,6 +532,8 @@ s_self_step(self_t *self)
     pk_channel_progress(self->peer->channel);
     pk_server_session_tick(session);
     s_push_metrics(self->env, self->peer, session, &self->last, &self->flast);
+    if (self->draining)
+        atomic_store(&self->peer->settled, pk_server_session_settled(session));
     if (self->quitting && (!pk_server_session_has_inflight(session)
                            || zclock_mono() / 1e3 >= self->quit_deadline))
         pk_server_session_retire(session, PK_DISC_SHUTDOWN, "server shutting down");

@@ -46,6 +46,10 @@ typedef struct {
     void *job_arg;
     const char *fail_session;       //  test only: $P2PKV_TEST_FAIL_SESSION
     const char *hold_session;       //  test only: $P2PKV_TEST_HOLD_SESSION
+    /*  The node's drain (SIGTERM) has begun: every lookup from then on is
+        a miss (peer.c, s_actor_lookup).  Set once by the node, read by
+        every actor; NULL: never.  */
+    const atomic_bool *draining;
 } pk_peer_env_t;
 
 /*  The fabric a peer's connect is for (the node's, by its blob's provider).  */
@@ -80,6 +84,11 @@ struct pk_peer {
     bool flooding;                  //  VIOLATION sent: its frames are dropped
     bool retired;                   //  GONE received: on the door's gone list
     bool quit_sent;                 //  QUIT delivered at shutdown
+    bool drain_sent;                //  DRAIN delivered at the drain's start
+    //  The actor's: after DRAIN, whether its session owes its consumer
+    //  nothing (pk_server_session_settled) as of its last step; the door
+    //  reads it to know when the drain is done (pk_door_settled).
+    atomic_bool settled;
     pk_peer_t *next_gone;
     //  The door's fast path (pk_peer_try_frame).  The actor holds lock
     //  whenever it is not waiting, and running is its state while the

@@ -230,6 +230,7 @@ pk_elink_refusal(const char *text)
         { "a key is not reserved by this connection", -ENOENT },
         { "is not ready in the pool", -ENOENT },
         { "the server restarted; reopen the engine", -ESTALE },
+        { "the server is draining", -ESHUTDOWN },
         { "too many", -EAGAIN },
         { "out of memory", -ENOMEM },
     };

@@ -674,6 +674,17 @@ pk_server_session_has_parked(const pk_server_session_t *self)
     return self->role && pk_server_role_has_parked(self->role);
 }
 
+bool
+pk_server_session_settled(const pk_server_session_t *self)
+{
+    if (!self->role)
+        return true;
+    pk_server_role_state_t st;
+    pk_server_role_state(self->role, &st);
+    return st.inflight == 0 && st.store_jobs == 0 && st.aborts == 0 && st.lookup_keys == 0
+           && st.serve_pending == 0;
+}
+
 const uint8_t *
 pk_server_session_consumer_epoch(const pk_server_session_t *self)
 {

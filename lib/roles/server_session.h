@@ -162,6 +162,13 @@ void pk_server_session_retire(pk_server_session_t *self, pk_disconnect_code_t co
 
 bool pk_server_session_has_inflight(const pk_server_session_t *self);
 bool pk_server_session_has_parked(const pk_server_session_t *self);
+/*  Whether the session owes its consumer nothing it already asked for: no
+    write in flight, no lookup unanswered, no supply (a lookup's pinned
+    hits, an engine's store) waiting for its fetch, no abort unacknowledged.
+    What the daemon's drain waits for before it says shutdown
+    (p2pkv-server(8), SIGNALS).  A read of the role's state: nothing
+    changes.  */
+bool pk_server_session_settled(const pk_server_session_t *self);
 const uint8_t *pk_server_session_consumer_epoch(const pk_server_session_t *self);
 const char *pk_server_session_consumer_id(const pk_server_session_t *self);
 /*  True when a connect frame repeats this session's (same epoch and
