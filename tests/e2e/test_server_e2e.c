@@ -601,7 +601,7 @@ START_TEST(test_cli_get_repeat)
                                  "--repeat 2 --directory redis://127.0.0.1:1" };
     for (size_t b = 0; b < sizeof bad / sizeof *bad; b++)
         ck_assert_msg(sh_run("bin/p2pkv get %s %s > %s/bad 2>&1; [ $? -eq 2 ] && "
-                             "grep -q -- '^p2pkv: --repeat: ' %s/bad", bad[b], hex[0], dir,
+                             "grep -q -- '^p2pkv get: --repeat: ' %s/bad", bad[b], hex[0], dir,
                              dir) == 0, "%s: not refused (exit 2) naming --repeat", bad[b]);
     sh_rmrf(dir);
     te_stop(&e);

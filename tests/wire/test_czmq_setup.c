@@ -174,13 +174,15 @@ START_TEST(test_no_socket_inside_czmq_setup)
     //  (without the once, its connect's socket aborts the process)
     p2pkv_client_t *second = s_client_new("c-second");
     char err[256] = "";
+    //  (nothing listens there: refused, or timed out before the refusal was seen)
     int rc = p2pkv_client_connect(second, endpoint, 0.1, err);
-    ck_assert_msg(rc == -ETIMEDOUT, "connect to nothing: %d (%s), want -ETIMEDOUT", rc, err);
+    ck_assert_msg(rc == -ECONNREFUSED || rc == -ETIMEDOUT,
+                  "connect to nothing: %d (%s), want -ECONNREFUSED or -ETIMEDOUT", rc, err);
 
     ck_assert_int_eq(pthread_join(thread, NULL), 0);
     ck_assert_ptr_nonnull(first.client);
-    ck_assert_msg(first.rc == -ETIMEDOUT, "first connect to nothing: %d, want -ETIMEDOUT",
-                  first.rc);
+    ck_assert_msg(first.rc == -ECONNREFUSED || first.rc == -ETIMEDOUT,
+                  "first connect to nothing: %d, want -ECONNREFUSED or -ETIMEDOUT", first.rc);
     ck_assert_int_eq(s_race.held, 1);
     ck_assert_msg(s_race.gap_over && !s_race.socket_in_gap,
                   "a socket was made while czmq's set-up was under way in another thread");
