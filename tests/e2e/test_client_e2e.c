@@ -33,6 +33,13 @@
 
 static char s_self[4096];           //  this binary, for the consumer process
 
+//  Bounds for what must happen, not what is measured: generous, since the
+//  suite must pass on a loaded 2-core machine under ASan, where filling
+//  256 MiB took 10 s.  S_STORE_TIMEOUT is the servers' --store-timeout for
+//  rounds of thousands of blocks.
+#define S_BOUND 60
+#define S_STORE_TIMEOUT "60"
+
 static json_int_t
 s_stat(json_t *st, const char *group, const char *name)
 {
@@ -97,13 +104,15 @@ static void
 s_on_fetch(void *arg, int server, uint64_t fetch_id, p2pkv_status_t status, const char *reason)
 {
     s_client_t *c = arg;
+    //  when the library reported, not after the copy below (256 MiB, which
+    //  took seconds on a loaded machine and counted as the library's)
+    c->ended_at = pk_clock_monotonic();
     //  first of all, before anything else can land
     if (c->want_snapshot) {
         c->snapshot = malloc(c->pool_len);
         ck_assert_ptr_nonnull(c->snapshot);
         memcpy(c->snapshot, p2pkv_client_pool(c->client), c->pool_len);
     }
-    c->ended_at = pk_clock_monotonic();
     c->fetches++;
     c->fetch_id = fetch_id;
     c->status = status;
@@ -175,8 +184,8 @@ s_lookup(s_client_t *c, const char *kv, const p2pkv_key_t *keys, size_t n)
     int before = c->lookups;
     c->asked = keys;
     ck_assert_int_eq(p2pkv_client_lookup(c->client, c->server, kv, keys, n), 0);
-    ck_assert_msg(S_POLL_UNTIL(c, c->lookups > before, 10), "no answer to the lookup of %zu keys",
-                  n);
+    ck_assert_msg(S_POLL_UNTIL(c, c->lookups > before, S_BOUND),
+                  "no answer to the lookup of %zu keys", n);
     ck_assert_int_eq(c->lookups, before + 1);
     ck_assert_str_eq(c->kv, kv);
     ck_assert_uint_eq(c->nhits, n);
@@ -238,7 +247,8 @@ START_TEST(test_symmetric_lookup_fetch)
     enum { FILLED = 10101, POOL = 10240 };
     td_t d;
     td_start(&d, (const char *[]) { "--pool-blocks", "16384", "--pin-quota", "16384",
-                                    "--silence-timeout", "10", NULL });
+                                    "--silence-timeout", "10",
+                                    "--store-timeout", S_STORE_TIMEOUT, NULL });
     bk_fill(&d, 1, FILLED, SMALL);
     s_client_t c;
     s_client_open(&c, &d, "c-sym", POOL, SMALL, (s_timeouts_t) { 0 });
@@ -280,7 +290,7 @@ START_TEST(test_symmetric_lookup_fetch)
         }
         ck_assert_uint_eq(nhit, n);
         memset(pool, 0, c.pool_len);
-        p2pkv_status_t st = s_fetch_wait(&c, kv, hit, dest, nhit, round, 20);
+        p2pkv_status_t st = s_fetch_wait(&c, kv, hit, dest, nhit, round, S_BOUND);
         ck_assert_msg(st == P2PKV_LANDED, "%zu blocks: %s (%s)", n, s_status_name(st), c.reason);
         ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, kv), 0);
         //  every byte where it belongs, and nothing elsewhere
@@ -302,7 +312,7 @@ START_TEST(test_symmetric_lookup_fetch)
         bk_keys_free(missing);
     }
     //  the fetches' pins are gone once they ended
-    json_t *st = s_stats_until(&d, s_unpinned, 5);
+    json_t *st = s_stats_until(&d, s_unpinned, S_BOUND);
     ck_assert_int_eq(s_stat(st, "pool", "pinned"), 0);
     json_decref(st);
     s_client_close(&c);
@@ -349,7 +359,7 @@ START_TEST(test_pd_store_then_fetch_and_fetch_then_store)
     ck_assert(bk_block_zero(pool + 20 * SMALL, 2 * SMALL));
     ck_assert_msg(p2pkv_engine_store(td_api(&d), "c-pd", "req-2", k + 2, 2, -1, &job,
                                      err) == 0, "store: %s", err);
-    ck_assert_msg(S_POLL_UNTIL(&c, c.fetches == 2, 10), "fetch then store: no end");
+    ck_assert_msg(S_POLL_UNTIL(&c, c.fetches == 2, S_BOUND), "fetch then store: no end");
     ck_assert_uint_eq(c.fetch_id, id);
     ck_assert_msg(c.status == P2PKV_LANDED, "fetch then store: %s (%s)", s_status_name(c.status),
                   c.reason);
@@ -397,9 +407,14 @@ s_changes(const s_client_t *c, uint64_t tag, size_t block_len, char *out, size_t
 static void
 s_big_server(td_t *d, const char *const *more)
 {
+    //  --store-timeout: a round of 256 MiB that the loaded server cannot
+    //  write within daemon.c's 3 s must not fail by it (seen under a CPU
+    //  hog: "the server could not serve the round", and with
+    //  --drain-timeout 1 a session retired for its forced cancel)
     const char *flags[16] = { "--pool-blocks", "4096", "--block-len", "65536",
-                              "--pin-quota", "4096", "--silence-timeout", "10" };
-    size_t n = 8;
+                              "--pin-quota", "4096", "--silence-timeout", "10",
+                              "--store-timeout", S_STORE_TIMEOUT };
+    size_t n = 10;
     for (size_t i = 0; more && more[i]; i++)
         flags[n++] = more[i];
     flags[n] = NULL;
@@ -449,13 +464,13 @@ START_TEST(test_server_killed_mid_transfer)
     uint64_t id;
     s_big_fetch(&c, k, "kill", 0, &id);
     //  poll until the first bytes land, then kill
-    double deadline = pk_clock_monotonic() + 10;
+    double deadline = pk_clock_monotonic() + S_BOUND;
     bool touched = false;
     while (!touched && c.fetches == 0 && pk_clock_monotonic() < deadline) {
         ck_assert_int_ge(p2pkv_client_poll(c.client, 0), 0);
         touched = s_touched(pool, NBIG, BIG);
     }
-    ck_assert_msg(touched, "nothing landed within 10 s (fetch ended: %d, %s)", c.fetches,
+    ck_assert_msg(touched, "nothing landed within %d s (fetch ended: %d, %s)", S_BOUND, c.fetches,
                   c.reason);
     ck_assert_msg(c.fetches == 0, "the load ended (%s) before the kill: make it larger",
                   s_status_name(c.status));
@@ -503,7 +518,7 @@ START_TEST(test_abort_with_writes_in_flight)
     for (uint32_t i = 0; i < 16; i++)
         warm_dest[i] = i;
     uint64_t warm_round = s_lookup(&c, "warm", k, 16);
-    ck_assert_int_eq(s_fetch_wait(&c, "warm", k, warm_dest, 16, warm_round, 10),
+    ck_assert_int_eq(s_fetch_wait(&c, "warm", k, warm_dest, 16, warm_round, S_BOUND),
                      P2PKV_LANDED);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "warm"), 0);
     memset(pool, 0, c.pool_len);
@@ -544,7 +559,7 @@ START_TEST(test_abort_with_writes_in_flight)
         dest[i] = (uint32_t) (1000 + 2 * i);
     }
     c.want_snapshot = false;
-    p2pkv_status_t st = s_fetch_wait(&c, "after", k2, dest, 256, round, 20);
+    p2pkv_status_t st = s_fetch_wait(&c, "after", k2, dest, 256, round, S_BOUND);
     ck_assert_msg(st == P2PKV_LANDED, "after the abort: %s (%s)", s_status_name(st), c.reason);
     for (size_t i = 0; i < 256; i++)
         ck_assert_msg(bk_block_ok(pool + (size_t) dest[i] * BIG, 3, 100 + i, BIG),
@@ -563,7 +578,7 @@ END_TEST
 //  The consumer process: connect as PEER, look up and fetch blocks 0..N-1
 //  of fill tag 3, and tell the parent on fd 3: "C" connected, "W" the
 //  first bytes landed, "E status" the load ended, "X why" trouble.  Runs
-//  until killed (or 30 s).  No Check assertions here: this process runs
+//  until killed (or 3 * S_BOUND).  No Check assertions here: this process runs
 //  no test.
 static int
 s_consumer_main(int argc, char *argv[])
@@ -587,7 +602,7 @@ s_consumer_main(int argc, char *argv[])
     dprintf(3, "C\n");
     p2pkv_key_t *k = bk_keys(3, 0, n);
     p2pkv_client_lookup(c.client, c.server, "restart", k, n);
-    double deadline = pk_clock_monotonic() + 30;
+    double deadline = pk_clock_monotonic() + 3 * S_BOUND;
     while (c.lookups == 0 && pk_clock_monotonic() < deadline)
         p2pkv_client_poll(c.client, 0.005);
     uint32_t *dest = malloc(n * sizeof *dest);
@@ -668,8 +683,8 @@ START_TEST(test_consumer_restarted_mid_transfer)
     close(out[1]);
     char buf[1024], line[512] = "";
     size_t got = 0;
-    bool connected = s_child_line(out[0], 'C', buf, &got, 15, line, sizeof line);
-    bool landing = connected && s_child_line(out[0], 'W', buf, &got, 15, line, sizeof line);
+    bool connected = s_child_line(out[0], 'C', buf, &got, S_BOUND, line, sizeof line);
+    bool landing = connected && s_child_line(out[0], 'W', buf, &got, S_BOUND, line, sizeof line);
     kill(child, SIGKILL);
     int status;
     ck_assert_int_eq(waitpid(child, &status, 0), child);
@@ -694,14 +709,14 @@ START_TEST(test_consumer_restarted_mid_transfer)
         ck_assert_msg(c.hits[i], "after the restart: a miss for key %zu", i);
         dest[i] = (uint32_t) i;
     }
-    p2pkv_status_t s = s_fetch_wait(&c, "restart", k, dest, NBIG, round, 30);
+    p2pkv_status_t s = s_fetch_wait(&c, "restart", k, dest, NBIG, round, S_BOUND);
     ck_assert_msg(s == P2PKV_LANDED, "after the restart: %s (%s)", s_status_name(s), c.reason);
     for (size_t i = 0; i < NBIG; i++)
         ck_assert_msg(bk_block_ok(pool + i * BIG, 3, i, BIG), "after the restart: block %zu", i);
     ck_assert_int_eq(p2pkv_client_finish(c.client, c.server, "restart"), 0);
     //  the server serves on: one session, the new one; the old one retired
     //  (by the new connect, or silent); no pin left behind
-    st = s_stats_until(&d, s_restart_settled, 10);
+    st = s_stats_until(&d, s_restart_settled, S_BOUND);
     ck_assert_int_eq(s_stat(st, NULL, "sessions"), 1);
     json_t *peers = json_object_get(st, "peers");
     ck_assert_uint_eq(json_array_size(peers), 1);
@@ -731,7 +746,8 @@ main(int argc, char *argv[])
         return 1;
     s_self[len] = '\0';
     Suite *s = suite_create("client_e2e");
-    TCase *tc = td_case(s, "e2e", 60);
+    //  the sum of a test's generous bounds, not what it takes
+    TCase *tc = td_case(s, "e2e", 300);
     tcase_add_test(tc, test_symmetric_lookup_fetch);
     tcase_add_test(tc, test_pd_store_then_fetch_and_fetch_then_store);
     tcase_add_test(tc, test_server_killed_mid_transfer);
