@@ -291,7 +291,10 @@ typedef void (p2pkv_progress_fn)(void *arg, size_t landed, size_t n);
     call, and one that answered a key as a miss (it evicted it since) has
     its directory entry for that key removed.  Keys no live holder
     delivered are left false in landed[]; -ENOTCONN with err when the
-    directory is down.  */
+    directory is down.  timeout bounds each step (a holder's connect,
+    each of its answers), not the call: a dead holder costs at most one
+    timeout before the next is asked, rather than a share of one call
+    deadline that the first dead holder would use up.  */
 int p2pkv_client_get(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
                      const uint32_t *dest, size_t n, bool fetch, double timeout, bool *landed,
                      p2pkv_progress_fn *progress, void *progress_arg, char *err);

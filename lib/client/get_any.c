@@ -13,6 +13,11 @@
     other: simple, and the bytes of a holder's get already move in
     parallel on the fabric; a concurrent fan-out would add threads for
     little on the few holders a key has.
+
+    The timeout bounds each step (a connect, an answer), not the call:
+    with one deadline for the call, a hung holder asked first would use
+    it up and the live holder after it would get nothing, which is the
+    failover this file exists for.  A dead holder costs one timeout.
 */
 #include "client/client_internal.h"
 #include "cluster/dir_entry.h"
@@ -164,7 +169,16 @@ s_run_holder(s_any_t *a, int s, int attempt, char *err)
         }
     if (m == 0)
         return 0;
-    int rc = h->server >= 0 ? 0 : s_connect(a, h, err);
+    //  A session made earlier in this call may have been lost since (a
+    //  server restarted, or one that cut us off as silent while we
+    //  waited on a hung holder: without a progress thread nothing
+    //  answers its keepalives then): learn its state, and connect again
+    //  (s_connect) rather than judge the holder by a session it did not end.
+    if (h->server >= 0 && !a->client->config.progress_thread)
+        (void) p2pkv_client_poll(a->client, 0);
+    int rc = h->server >= 0
+             && p2pkv_client_server_state(a->client, h->server, NULL) == P2PKV_SERVER_UP
+             ? 0 : s_connect(a, h, err);
     char kv[PK_ERRLEN];
     snprintf(kv, sizeof kv, "%s-a%d-s%d", a->kv, attempt, s);
     for (size_t j = 0; j < m; j++)
@@ -250,22 +264,28 @@ pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
     if (gethostname(a.host, sizeof a.host - 1) != 0)
         a.host[0] = '\0';
     int rc = s_any_alloc(&a);
-    char why[PK_ERRLEN] = "";
+    //  why: a step's own error; first: the first holder that failed, said
+    //  at the end (a later locate would clear err)
+    char why[PK_ERRLEN] = "", first[PK_ERRLEN] = "";
     //  Each attempt marks tried what it did not get, so a key is asked of
     //  each of its (at most 64) holders once: attempts are bounded.
     for (int attempt = 0; rc == 0 && attempt <= S_MAX_HOLDERS; attempt++) {
-        int planned = s_plan(&a, err);
+        int planned = s_plan(&a, why);
         if (planned <= 0) {
             rc = planned;
+            if (rc < 0 && err)
+                snprintf(err, PK_ERRLEN, "%s", why);
             break;
         }
         for (int s = 0; s < (int) a.nholders; s++) {
-            if (s_run_holder(&a, s, attempt, why) < 0 && err && !*err)
-                snprintf(err, PK_ERRLEN, "holder %.60s: %.180s", a.holders[s].peer_id, why);
+            if (s_run_holder(&a, s, attempt, why) < 0 && !*first)
+                snprintf(first, sizeof first, "holder %.60s: %.180s", a.holders[s].peer_id, why);
             if (progress)
                 progress(progress_arg, a.total, n);
         }
     }
+    if (err && !*err && *first)
+        snprintf(err, PK_ERRLEN, "%s", first);
     //  what no holder delivered: missing (no live holder listed it, or
     //  every one asked answered miss), or failed when the call did
     for (size_t k = 0; a.tried && k < n; k++)

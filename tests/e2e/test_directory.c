@@ -13,6 +13,7 @@
 #include "cluster/dir_entry.h"
 #include "daemon.h"
 #include "redis.h"
+#include "shell.h"
 #include "testutil.h"
 
 #include <czmq.h>
@@ -640,15 +641,25 @@ END_TEST
 //  received is back), and the consumer, past its dead first seed,
 //  locates and fetches every key intact.  How long after the promotion
 //  is printed, not asserted.
-START_TEST(test_cluster_master_killed)
+//  full_coverage false: every node set to cluster-require-full-coverage
+//  no, so the live primaries keep answering for their own slots while the
+//  dead one's are uncovered: no CLUSTERDOWN reaches the server, and only
+//  its heartbeat's PING of every primary can find the dead one.
+static void
+s_cluster_master_killed(const char *name, bool full_coverage)
 {
     const char *why = tr_redis_cluster_skip();
     if (why) {
-        fprintf(stderr, "SKIP: test_cluster_master_killed: %s\n", why);
+        fprintf(stderr, "SKIP: %s: %s\n", name, why);
         return;
     }
     tr_cluster_t rc;
     tr_redis_cluster_start_with(&rc, 3, 1, 2000);
+    for (int i = 0; !full_coverage && i < rc.n; i++) {
+        redisReply *r = tr_redis(&rc.node[i], "CONFIG SET cluster-require-full-coverage no");
+        ck_assert_msg(r->type == REDIS_REPLY_STATUS, "node %d: CONFIG SET: %s", i, r->str);
+        freeReplyObject(r);
+    }
     //  a primary that does not hold the servers' records (their hash
     //  tag's slot; another primary answers MOVED): the server's record
     //  stays up, so only its heartbeat's PING of every primary finds the
@@ -704,13 +715,24 @@ START_TEST(test_cluster_master_killed)
                       "(last: %s)", err[0] ? err : "a key without its holder");
         zclock_sleep(20);
     }
-    fprintf(stderr, "test_cluster_master_killed: keys found again %.2f s after the promotion\n",
+    fprintf(stderr, "%s: keys found again %.2f s after the promotion\n", name,
             pk_clock_monotonic() - at);
     s_wait_metric(&a, "p2pkv_directory_resyncs_total", 2);   //  it connected again
     s_get_all(c, &set);
     s_consumer_end(&c, &f, &set);
     ck_assert_int_eq(td_stop(&a), 0);
     tr_redis_cluster_stop(&rc);
+}
+
+START_TEST(test_cluster_master_killed)
+{
+    s_cluster_master_killed("test_cluster_master_killed", true);
+}
+END_TEST
+
+START_TEST(test_cluster_master_killed_partial_coverage)
+{
+    s_cluster_master_killed("test_cluster_master_killed_partial_coverage", false);
 }
 END_TEST
 
@@ -916,26 +938,23 @@ START_TEST(test_cli_and_pull_by_key)
     s_put_all(&a, &set);
     s_found_t f;
     p2pkv_client_t *c = s_client_seeing("dir-cli-consumer", &r, &set, 1, &f);
-    char hex[4][65], cmd[1024], dir[] = "/tmp/p2pkv-dir-cli-XXXXXX";
+    char hex[4][65], dir[64];
     for (size_t i = 0; i < set.n; i++)
         pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    snprintf(cmd, sizeof cmd, "bin/p2pkv lookup --directory %s %s %s 0abc", r.url, hex[0],
+    int status;
+    char *out = sh_output(&status, "bin/p2pkv lookup --directory %s %s %s 0abc", r.url, hex[0],
+                          hex[1]);
+    ck_assert_msg(status == 1, "exit %d: %s", status, out);     //  one key missing
+    char want[512];
+    snprintf(want, sizeof want, "%s hit dir-source\n%s hit dir-source\n0abc miss\n", hex[0],
              hex[1]);
-    FILE *p = popen(cmd, "r");
-    char line[3][256] = { "", "", "" };
-    for (int i = 0; i < 3 && fgets(line[i], sizeof line[i], p); i++)
-        ;
-    ck_assert_int_eq(WEXITSTATUS(pclose(p)), 1);        //  one key missing
-    char want[256];
-    snprintf(want, sizeof want, "%s hit dir-source\n", hex[0]);
-    ck_assert_str_eq(line[0], want);
-    ck_assert_str_eq(line[2], "0abc miss\n");
-    snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s -o %s %s %s %s %s >/dev/null "
-             "2>&1", r.url, dir, hex[0], hex[1], hex[2], hex[3]);
-    ck_assert_int_eq(WEXITSTATUS(system(cmd)), 0);
+    ck_assert_str_eq(out, want);
+    free(out);
+    sh_tmpdir(dir, "dir-cli");
+    ck_assert_int_eq(sh_run("bin/p2pkv get --directory %s -o %s %s %s %s %s >/dev/null 2>&1",
+                            r.url, dir, hex[0], hex[1], hex[2], hex[3]), 0);
     s_check_files(dir, &set, hex);
-    rmdir(dir);
+    sh_rmrf(dir);
     //  the engine's pull without a server: b gets them from a, then holds them too
     uint64_t id;
     char err[P2PKV_ERRLEN] = "";
@@ -984,20 +1003,16 @@ START_TEST(test_dead_holder_every_path)
     s_wait_counts(watch, &set, (size_t[]) { 1, 2, 2, 2, 2 }, &f);
     ck_assert_int_eq(kill(a.pid, SIGSTOP), 0);
 
-    char hex[5][65], cmd[2048], dir[] = "/tmp/p2pkv-dir-dead-XXXXXX";
-    for (size_t i = 0; i < set.n; i++)
+    char hex[5][65], keys[5 * 66] = "", dir[64];
+    for (size_t i = 0; i < set.n; i++) {
         pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    int at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s --verbose --timeout 4 -o %s",
-                      r.url, dir);
-    for (size_t k = 0; k < set.n; k++)
-        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", hex[k]);
-    snprintf(cmd + at, sizeof cmd - (size_t) at, " 2>&1");  //  its log too, for a failure
-    FILE *p = popen(cmd, "r");
-    char out[8192] = "";
-    size_t len = fread(out, 1, sizeof out - 1, p);
-    out[len] = '\0';
-    ck_assert_msg(WEXITSTATUS(pclose(p)) == 1, "%s", out);     //  key 0 only: not an error
+        strcat(strcat(keys, " "), hex[i]);
+    }
+    sh_tmpdir(dir, "dir-dead");
+    int status;         //  its log too, for a failure
+    char *out = sh_output(&status, "bin/p2pkv get --directory %s --verbose --timeout 4 -o %s%s "
+                          "2>&1", r.url, dir, keys);
+    ck_assert_msg(status == 1, "%s", out);      //  key 0 only: not an error
     for (size_t i = 1; i < set.n; i++) {
         char want[512];
         snprintf(want, sizeof want, "%s fetched from %s\n", hex[i], b.endpoint);
@@ -1007,44 +1022,31 @@ START_TEST(test_dead_holder_every_path)
     snprintf(failed, sizeof failed, "%s failed", hex[0]);
     ck_assert_msg(strstr(out, failed), "%s", out);
     ck_assert_msg(strstr(out, "trying the next holder"), "%s", out);
+    free(out);
     s_set_t rest = set;
     rest.n = set.n - 1;
     rest.data = set.data + BLOCK;
     s_check_files(dir, &rest, hex + 1);
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir, hex[0]);
-    ck_assert_msg(access(path, F_OK) != 0, "key 0 was written");
+    ck_assert_msg(sh_run("test -e %s/%s", dir, hex[0]) != 0, "key 0 was written");
     //  the JSON says where each came from (the same keys, so that the
-    //  holder asked first is again the hung one)
-    char log[] = "/tmp/p2pkv-dir-dead-log-XXXXXX";
-    int logfd = mkstemp(log);
-    ck_assert_int_ge(logfd, 0);
-    at = snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s --json --verbose --timeout 4 "
-                  "-o %s", r.url, dir);
-    for (size_t k = 0; k < set.n; k++)
-        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", hex[k]);
-    snprintf(cmd + at, sizeof cmd - (size_t) at, " 2>%s", log);
-    p = popen(cmd, "r");
-    len = fread(out, 1, sizeof out - 1, p);
-    out[len] = '\0';
-    int status = WEXITSTATUS(pclose(p));
-    char said[4096] = "";
-    ssize_t got = read(logfd, said, sizeof said - 1);
-    said[got > 0 ? got : 0] = '\0';
-    close(logfd);
-    unlink(log);
+    //  holder asked first is again the hung one); its log after it
+    out = sh_output(&status, "bin/p2pkv get --directory %s --json --verbose --timeout 4 -o %s%s "
+                    "2>%s/log", r.url, dir, keys, dir);
+    int cat;
+    char *said = sh_output(&cat, "cat %s/log && rm %s/log", dir, dir);
     ck_assert_msg(status == 1, "exit %d: %s\n%s", status, out, said);
     json_t *arr = json_loads(out, 0, NULL);
-    ck_assert_msg(json_is_array(arr) && json_array_size(arr) == set.n, "%s", out);
+    ck_assert_msg(json_is_array(arr) && json_array_size(arr) == set.n, "%s\n%s", out, said);
     ck_assert_ptr_null(json_object_get(json_array_get(arr, 0), "from"));
-    for (size_t i = 1; i < set.n; i++)
-        ck_assert_msg(json_string_value(json_object_get(json_array_get(arr, i), "from"))
-                      && strcmp(json_string_value(json_object_get(json_array_get(arr, i),
-                                                                  "from")), b.endpoint) == 0,
-                      "key %zu: %s\n%s", i, out, said);
+    for (size_t i = 1; i < set.n; i++) {
+        const char *from = json_string_value(json_object_get(json_array_get(arr, i), "from"));
+        ck_assert_msg(from && strcmp(from, b.endpoint) == 0, "key %zu: %s\n%s", i, out, said);
+    }
     json_decref(arr);
+    free(out);
+    free(said);
     s_check_files(dir, &rest, hex + 1);
-    rmdir(dir);
+    sh_rmrf(dir);
 
     //  the engine's pull without a server
     uint64_t id;
@@ -1063,6 +1065,67 @@ START_TEST(test_dead_holder_every_path)
     td_kill(&a);
     ck_assert_int_eq(td_stop(&b), 0);
     ck_assert_int_eq(td_stop(&c), 0);
+    tr_redis_stop(&r);
+}
+END_TEST
+
+
+//  Issue 36: a hung holder in any place of the order.  a holds keys 0-2
+//  and hangs (SIGSTOP, its record live), b holds 1 and 2.  Each pair of
+//  keys, in both orders, is asked with `p2pkv get --directory`: whichever
+//  holder the command describes first and whichever the get asks first,
+//  every key b holds is fetched from b, and key 0 (only a's) is reported
+//  failed (exit 1), never the others.
+START_TEST(test_dead_holder_any_order)
+{
+    tr_redis_t r;
+    tr_redis_start(&r, 0);
+    td_t a, b;
+    td_start(&a, (const char *[]) { "--peer-id", "dir-order-a", "--directory", r.url,
+                                    "--directory-ttl", "120", NULL });
+    s_server(&b, "dir-order-b", &r);
+    s_set_t set;
+    s_set_make(&set, 3, 19);
+    s_put_all(&a, &set);
+    s_put(&b, &set, 1);
+    s_put(&b, &set, 2);
+    s_found_t f = { 0 };
+    p2pkv_client_t *watch = s_client("dir-order-watch", &r, set.n);
+    s_wait_counts(watch, &set, (size_t[]) { 1, 2, 2 }, &f);
+    ck_assert_int_eq(kill(a.pid, SIGSTOP), 0);
+    char hex[3][65];
+    for (size_t i = 0; i < set.n; i++)
+        pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
+    const int orders[][2] = { { 1, 2 }, { 2, 1 }, { 0, 1 }, { 1, 0 }, { 2, 0 }, { 0, 2 } };
+    for (size_t o = 0; o < sizeof orders / sizeof *orders; o++) {
+        char dir[64];
+        sh_tmpdir(dir, "dir-order");
+        int status;
+        char *out = sh_output(&status, "bin/p2pkv get --directory %s --verbose --timeout 3 "
+                              "-o %s %s %s 2>&1", r.url, dir, hex[orders[o][0]],
+                              hex[orders[o][1]]);
+        bool zero = orders[o][0] == 0 || orders[o][1] == 0;
+        ck_assert_msg(status == (zero ? 1 : 0), "keys %d,%d: exit %d\n%s", orders[o][0],
+                      orders[o][1], status, out);
+        for (int k = 0; k < 2; k++) {
+            int key = orders[o][k];
+            char want[512];
+            if (key == 0)
+                snprintf(want, sizeof want, "%s failed\n", hex[0]);
+            else
+                snprintf(want, sizeof want, "%s fetched from %s\n", hex[key], b.endpoint);
+            ck_assert_msg(strstr(out, want), "keys %d,%d: no \"%s\" in:\n%s", orders[o][0],
+                          orders[o][1], want, out);
+            if (key != 0)
+                sh_expect_file(set.data + (size_t) key * BLOCK, BLOCK, "%s/%s", dir, hex[key]);
+        }
+        free(out);
+        sh_rmrf(dir);
+    }
+    s_consumer_end(&watch, &f, &set);
+    kill(a.pid, SIGCONT);
+    td_kill(&a);
+    ck_assert_int_eq(td_stop(&b), 0);
     tr_redis_stop(&r);
 }
 END_TEST
@@ -1125,8 +1188,10 @@ main(void)
     tcase_add_test(tc, test_clean_exit_removes_the_server);
     tcase_add_test(tc, test_cli_and_pull_by_key);
     tcase_add_test(tc, test_dead_holder_every_path);
+    tcase_add_test(tc, test_dead_holder_any_order);
     tcase_add_test(tc, test_cli_by_key_over_curve);
     tcase_add_test(tc, test_redis_cluster);
     tcase_add_test(tc, test_cluster_master_killed);
+    tcase_add_test(tc, test_cluster_master_killed_partial_coverage);
     return pk_test_run("directory", suite);
 }
