@@ -89,7 +89,7 @@ s_forget(void *a, uint64_t round)
 
 static void
 s_lookup_done(void *a, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
-              const uint64_t *sums, size_t n)
+              const uint64_t *sums, const uint8_t *reasons, size_t n)
 {
     ck_assert_int_lt(H->lookups_done, 8);
     ck_assert_uint_le(n, 8);

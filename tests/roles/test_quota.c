@@ -25,7 +25,7 @@ s_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n, uint64_t *job,
-      uint32_t *blocks, bool *pinned)
+      uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     s_store_t *st = arg;
     st->asked = n;
@@ -72,7 +72,7 @@ static void
 s_setup(void)
 {
     memset(&S, 0, sizeof S);
-    Q = pk_quota_new(6, (pk_parent_t) { &S, s_lookup, s_pin, s_open, s_finished, s_result, NULL });
+    Q = pk_quota_new(6, (pk_parent_t) { &S, s_lookup, s_pin, s_open, s_finished, s_result, NULL, NULL });
     ck_assert_ptr_nonnull(Q);
     P = pk_quota_parent(Q);
     for (int i = 0; i < 16; i++) {
@@ -88,12 +88,16 @@ s_teardown(void)
     ck_assert_ptr_null(Q);
 }
 
+//  why each key of the last s_pin_n was not pinned, where the quota knows
+static uint8_t W[16];
+
 static int
 s_pin_n(size_t n, uint64_t *job, bool *pinned)
 {
     uint32_t blocks[16];
     pk_lookup_ctx_t ctx = { "r", 1, 1 };
-    return P.create_store_job(P.self, &ctx, K, n, job, blocks, pinned);
+    memset(W, PK_MISS_UNKNOWN, sizeof W);
+    return P.create_store_job(P.self, &ctx, K, n, job, blocks, pinned, W);
 }
 
 START_TEST(test_keys_past_the_quota_are_not_offered)

@@ -32,6 +32,7 @@ typedef struct {
     uint8_t arena[4096];        //  bytes of every key made by K()
     size_t used;
     char sums[256];                 //  the last lookup_resp's checksums ("": none)
+    char reasons[128];              //  and its miss reasons ("-": none)
 } s_harness_t;
 
 static s_harness_t *H;
@@ -71,6 +72,8 @@ s_send(void *arg, const pk_msg_t *m)
     if (m->type == PK_MSG_LOOKUP_RESP) {
         snprintf(H->sums, sizeof H->sums, "%s",
                  (m->present & PK_BIT(PK_F_CHECKSUMS)) ? m->checksums : "");
+        snprintf(H->reasons, sizeof H->reasons, "%s",
+                 (m->present & PK_BIT(PK_F_REASONS)) ? m->reasons : "-");
         for (size_t i = 0; i < m->keys.count && i < 64; i++)
             buf[i] = m->hits[i] ? '1' : '0';
         s_log("lookup_resp %s round=%llu hits=%s", m->kv_request_id,
@@ -130,7 +133,7 @@ s_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n, uint64_t *job,
-      uint32_t *blocks, bool *pinned)
+      uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     *job = H->next_job++;
     int npinned = 0;
@@ -138,6 +141,12 @@ s_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n, uin
         pk_keymap_entry_t *e = pk_keymap_find(&H->table, &keys[i]);
         blocks[i] = e ? (uint32_t) e->b : 0;
         pinned[i] = !pk_keymap_find(&H->unpinnable, &keys[i]);
+        //  keys beginning 99 are beyond the consumer's pin quota
+        if (keys[i].len && keys[i].bytes[0] == 0x99) {
+            pinned[i] = false;
+            if (why)
+                why[i] = PK_MISS_QUOTA;
+        }
         npinned += pinned[i];
     }
     s_log("pin %s round=%llu job=%llu n=%zu pinned=%d", ctx->kv_request_id,
@@ -174,6 +183,15 @@ s_sums(void *arg, const uint32_t *blocks, size_t n, uint64_t *sums)
     return 0;
 }
 
+//  Why a miss is one, as the store would say: keys beginning ee were
+//  evicted, 77 are being written, the rest absent.
+static pk_miss_reason_t
+s_why(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    uint8_t b = key->len ? key->bytes[0] : 0;
+    return b == 0xee ? PK_MISS_EVICTED : b == 0x77 ? PK_MISS_WRITING : PK_MISS_ABSENT;
+}
+
 static void
 s_setup(void)
 {
@@ -186,7 +204,7 @@ s_setup(void)
                                  (pk_sender_t) { NULL, s_send },
                                  (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums });
+                                                 s_result, s_sums, s_why });
     ck_assert_ptr_nonnull(H->role);
 }
 

@@ -623,7 +623,7 @@ START_TEST(test_parent_seam)
     uint64_t job = 0;
     uint32_t blocks[2];
     bool pinned[2];
-    ck_assert_int_eq(parent.create_store_job(parent.self, &ctx, keys, 2, &job, blocks, pinned),
+    ck_assert_int_eq(parent.create_store_job(parent.self, &ctx, keys, 2, &job, blocks, pinned, NULL),
                      0);
     ck_assert(pinned[0] && !pinned[1]);
     st = sf_stats(store);
