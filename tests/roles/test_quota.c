@@ -106,14 +106,18 @@ START_TEST(test_keys_past_the_quota_are_not_offered)
     bool pinned[16];
     ck_assert_int_eq(s_pin_n(8, &job, pinned), 0);
     ck_assert_uint_eq(S.asked, 6);
-    for (int i = 0; i < 8; i++)
+    //  and the keys it did not offer miss for the quota (miss_reason.h)
+    for (int i = 0; i < 8; i++) {
         ck_assert(pinned[i] == (i < 6));
+        ck_assert_uint_eq(W[i], i < 6 ? PK_MISS_UNKNOWN : PK_MISS_QUOTA);
+    }
     ck_assert_uint_eq(pk_quota_pinned(Q), 6);
     //  full: the next lookup's keys are all misses, none offered
     uint64_t job2;
     ck_assert_int_eq(s_pin_n(2, &job2, pinned), 0);
     ck_assert_uint_eq(S.asked, 0);
     ck_assert(!pinned[0] && !pinned[1]);
+    ck_assert(W[0] == PK_MISS_QUOTA && W[1] == PK_MISS_QUOTA);
     //  the first job's result gives its 6 back, and reaches the store
     P.store_result(P.self, job, true);
     ck_assert_uint_eq(pk_quota_pinned(Q), 0);
@@ -130,6 +134,8 @@ START_TEST(test_only_what_the_store_pinned_is_charged)
     bool pinned[16];
     ck_assert_int_eq(s_pin_n(4, &job, pinned), 0);
     ck_assert(!pinned[0] && pinned[1] && pinned[3]);
+    //  its reason is the store's to give (miss_reason), not the quota's
+    ck_assert_uint_eq(W[0], PK_MISS_UNKNOWN);
     ck_assert_uint_eq(pk_quota_pinned(Q), 3);
     //  a failing store charges nothing
     S.fail_next = -ENOMEM;

@@ -1020,6 +1020,84 @@ START_TEST(test_close_with_writes_in_flight)
 }
 END_TEST
 
+//  Miss reasons (issue 36, point 4).  With config.reasons each answer
+//  says why each miss is one, one letter a miss in key order, repeats
+//  included: the role's own (p: pending past the deadline, q: the quota
+//  refused its pin) and, for the rest, the parent's when the answer is
+//  made (here: ee.. evicted, 77.. writing, others absent).  Without it no
+//  reasons go out, and the counts by reason are kept either way.
+static void
+s_role_with_reasons(bool reasons)
+{
+    pk_server_role_destroy(&H->role);
+    pk_server_role_config_t config = PK_SERVER_ROLE_CONFIG_DEFAULT;
+    config.reasons = reasons;
+    H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
+                                 (pk_sender_t) { NULL, s_send },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
+                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
+                                                 s_result, s_sums, s_why });
+    ck_assert_ptr_nonnull(H->role);
+}
+
+static void
+s_miss_counts(uint64_t unknown, uint64_t absent, uint64_t evicted, uint64_t pending,
+              uint64_t quota, uint64_t writing)
+{
+    pk_server_role_counters_t c;
+    pk_server_role_counters(H->role, &c);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_UNKNOWN], unknown);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_ABSENT], absent);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_EVICTED], evicted);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_PENDING], pending);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_QUOTA], quota);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_WRITING], writing);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_DRAINING], 0);
+}
+
+START_TEST(test_miss_reasons)
+{
+    s_role_with_reasons(true);
+    s_set("aa", PK_LOOKUP_HIT, 1);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 2);
+    s_set("99", PK_LOOKUP_HIT, 3);              //  beyond the quota
+    //  aa hit, dd absent, ee evicted, bb pending, 99 quota, 77 writing (it
+    //  missed when polled, and is being written by the answer), dd again
+    s_lookup_ev("r1", 1, 7, "aa", "dd", "ee", "bb", "99", "77", "dd");
+    pk_server_role_serve(H->role);
+    EXPECT("open r1 round=1", "pin r1 round=1 job=1000 n=2 pinned=1");
+    H->now += 5;
+    pk_server_role_serve(H->role);
+    EXPECT("lookup_resp r1 round=1 hits=1000000", "finished r1 round=1");
+    ck_assert_str_eq(H->reasons, "aepqwa");
+    s_counters(1, 6, 1, 0);
+    s_miss_counts(0, 2, 1, 1, 1, 1);
+    //  all hits: no reasons member at all
+    s_lookup_ev("r2", 2, 1, "aa");
+    pk_server_role_serve(H->role);
+    EXPECT("open r2 round=2", "pin r2 round=2 job=1001 n=1 pinned=1",
+           "lookup_resp r2 round=2 hits=1", "finished r2 round=2");
+    ck_assert_str_eq(H->reasons, "-");
+    pk_server_role_finish(H->role, "r1");
+    pk_server_role_finish(H->role, "r2");
+    s_settle();
+}
+END_TEST
+
+//  A consumer without the capability gets the seed's answer, no reasons;
+//  the misses are counted by reason all the same (the metrics).
+START_TEST(test_miss_reasons_off)
+{
+    s_role_with_reasons(false);
+    s_lookup_ev("r1", 1, 2, "dd", "ee");
+    pk_server_role_serve(H->role);
+    EXPECT("open r1 round=1", "lookup_resp r1 round=1 hits=00", "finished r1 round=1");
+    ck_assert_str_eq(H->reasons, "-");
+    s_miss_counts(0, 1, 1, 0, 0, 0);
+    s_settle();
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1058,6 +1136,8 @@ main(void)
     tcase_add_test(tc, test_abort_unknown);
     tcase_add_test(tc, test_duplicate_fetch);
     tcase_add_test(tc, test_close_with_writes_in_flight);
+    tcase_add_test(tc, test_miss_reasons);
+    tcase_add_test(tc, test_miss_reasons_off);
     suite_add_tcase(s, tc);
     return pk_test_run("server_role", s);
 }
