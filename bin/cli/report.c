@@ -50,16 +50,22 @@ cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_r
             }
         }
         const char *source = from ? from[i] : NULL;
+        //  why it missed, where its server said (the reasons capability)
+        const char *why = res[i].status == P2PKV_KEY_MISSING
+                          && res[i].reason != P2PKV_MISS_UNKNOWN
+                          ? p2pkv_miss_reason_name(res[i].reason) : NULL;
         if (o->json) {
             json_t *one = json_pack("{s:s, s:s}", "key", hex, "status", what);
+            if (one && why)
+                json_object_set_new(one, "reason", json_string(why));
             if (one && source)
                 json_object_set_new(one, "from", json_string(source));
             json_array_append_new(out, one);
         }
         else if (o->verbose && source)
-            printf("%s %s from %s\n", hex, what, source);
+            printf("%s %s%s%s from %s\n", hex, what, why ? " " : "", why ? why : "", source);
         else
-            printf("%s %s\n", hex, what);
+            printf("%s %s%s%s\n", hex, what, why ? " " : "", why ? why : "");
     }
     if (o->json) {
         char *text = json_dumps(out, JSON_COMPACT);

@@ -56,7 +56,10 @@ class Config(Structure):
 KEY_LANDED, KEY_MISSING, KEY_CORRUPT, KEY_FAILED = 0, 1, 2, 3
 KEY_STATUS = {KEY_LANDED: "landed", KEY_MISSING: "missing", KEY_CORRUPT: "corrupt",
               KEY_FAILED: "failed"}
-MISS_REASON = {0: None, 1: "no_holder"}
+# p2pkv_miss_reason_t (p2pkv.h): why a key is missing; 0, a server
+# without the reasons capability, is None
+MISS_REASON = {0: None, 1: "no_holder", 2: "absent", 3: "evicted", 4: "pending", 5: "quota",
+               6: "writing", 7: "draining"}
 
 
 class KeyResult(Structure):

@@ -298,7 +298,11 @@ class Client:
         or "failed"), verified (compared with its checksum), checksum,
         holder (server index, or None), source (the endpoint of that
         server: where the key came from, or None) and reason (why missing,
-        where known).  A corrupt block is a result, not an exception."""
+        where the server says: "absent", "evicted", "pending" (being
+        written, not landed by the lookup's deadline), "quota", "writing",
+        "draining", or "no_holder" (the directory named none); None for
+        one that did not say).  A corrupt block is a result, not an
+        exception."""
         results = self._results(server, keys, blocks, kv, fetch, timeout)
         endpoints: dict[int, Optional[str]] = {}
         for r in results:
