@@ -313,7 +313,7 @@ class Client:
         return [{"status": L.KEY_STATUS.get(r.status, "failed"), "verified": bool(r.verified),
                  "checksum": int(r.checksum), "holder": None if r.holder < 0 else int(r.holder),
                  "source": endpoints.get(r.holder) if r.holder >= 0 else None,
-                 "reason": L.MISS_REASON.get(r.reason) if r.status == L.KEY_MISSING else None}
+                 "reason": L.miss_reason(r.reason) if r.status == L.KEY_MISSING else None}
                 for r in results]
 
     def checks(self) -> dict:
