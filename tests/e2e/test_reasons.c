@@ -32,8 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #define BOUND 60.0                  //  seconds any one wait may take
 #define LONG "120"                  //  the server's timeouts the tests never reach
@@ -149,14 +147,13 @@ s_expect_misses(td_t *s, const char *reason, json_int_t want)
 
 START_TEST(test_each_reason)
 {
-    char tenants[] = "/tmp/p2pkv-reasons-XXXXXX";
-    int fd = mkstemp(tenants);
-    ck_assert_int_ge(fd, 0);
+    char dir[64], tenants[128];
+    sh_tmpdir(dir, "reasons");
+    snprintf(tenants, sizeof tenants, "%s/tenants", dir);
     //  a real CURVE public key that nobody here holds: it only brings
     //  namespace beta into being; every keyless consumer is in alpha
     static const char map[] = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID beta\n* alpha\n";
-    ck_assert_int_eq(write(fd, map, sizeof map - 1), (ssize_t) sizeof map - 1);
-    close(fd);
+    sh_write(map, sizeof map - 1, "%s", tenants);
     td_t s;
     td_start(&s, (const char *[]) {
         "--pool-blocks", "8", "--pin-quota", "2", "--lookup-timeout", "2", "--tenants", tenants,
@@ -283,7 +280,7 @@ START_TEST(test_each_reason)
     tc_destroy(&old);
     p2pkv_engine_close(&beta);
     td_kill(&s);
-    unlink(tenants);
+    sh_rmrf(dir);
     bk_keys_free(s_keys);
 }
 END_TEST
