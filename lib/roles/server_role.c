@@ -1424,15 +1424,15 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
     size_t nmiss = 0;
     for (size_t i = 0; i < l->n; i++) {
         uint8_t *st = &l->st[l->first[i]];
-        if (*st == S_MISS && self->parent.miss_reason)
-            *st = (uint8_t) (S_MISS + self->parent.miss_reason(self->parent.self,
-                                                                &l->keys[i], &ctx));
+        if (*st == S_MISS && self->parent.miss_reason) {
+            unsigned r = self->parent.miss_reason(self->parent.self, &l->keys[i], &ctx);
+            *st = (uint8_t) (S_MISS + (r < PK_MISS_COUNT ? r : PK_MISS_UNKNOWN));
+        }
         bool hit = *st == S_HIT;
         self->counters->hits += hit;
         self->counters->misses += !hit;
         if (!hit) {
-            unsigned why = *st - S_MISS;
-            self->counters->miss_reasons[why < PK_MISS_COUNT ? why : PK_MISS_UNKNOWN]++;
+            self->counters->miss_reasons[*st >= S_MISS ? *st - S_MISS : PK_MISS_UNKNOWN]++;
             nmiss++;
         }
     }
@@ -1463,8 +1463,10 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
             char *at = reasons;
             for (size_t i = 0; i < l->n; i++)
                 if (!hits[i])
-                    *at++ = pk_miss_reason_letter((pk_miss_reason_t) (l->st[l->first[i]]
-                                                                      - S_MISS));
+                    *at++ = pk_miss_reason_letter(l->st[l->first[i]] >= S_MISS
+                                                  ? (pk_miss_reason_t) (l->st[l->first[i]]
+                                                                        - S_MISS)
+                                                  : PK_MISS_UNKNOWN);
             *at = '\0';
             m.reasons = reasons;
             m.present |= PK_BIT(PK_F_REASONS);
