@@ -72,11 +72,15 @@ cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_r
         puts(text);
         free(text);
     }
-    else if (get && nhit)
+    else if (get && nhit) {
+        //  the report first, whole: standard output is buffered, and a
+        //  summary written to the same file (2>&1) would cut a line
+        fflush(stdout);
         fprintf(stderr, "p2pkv get: %zu of %zu blocks (%.1f MiB) in %.3f s, %.2f GB/s%s%s\n",
                 nhit, n, nhit * (double) block_len / 1048576.0, seconds,
                 seconds > 0 ? nhit * (double) block_len / seconds / 1e9 : 0.0,
                 provider ? " over " : "", provider ? provider : "");
+    }
     json_decref(out);
     return rc;
 }
