@@ -196,7 +196,7 @@ s_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_create_store_job(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
-                   uint64_t *job_id, uint32_t *blocks, bool *pinned)
+                   uint64_t *job_id, uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     s_world_t *w = arg;
     *job_id = w->next_job++;
@@ -638,7 +638,7 @@ pk_replay_run(FILE *in, FILE *out, FILE *err, const char *peer, bool mark)
         peer, NULL, (pk_clock_t) { &w, s_clock_now }, (pk_sender_t) { &w, s_send },
         (pk_transport_t) { &w, s_write_blocks, s_poll, s_cancel },
         (pk_parent_t) { &w, s_lookup, s_create_store_job, s_on_new_request,
-                        s_on_request_finished, s_store_result, NULL });
+                        s_on_request_finished, s_store_result, NULL, NULL });
     int rc = 2;
     if (!w.mem || !w.used_jobs || !w.role)
         fprintf(err, "p2pkv-replay: out of memory\n");

@@ -319,11 +319,27 @@ typedef enum {
                                     //  ended first (server gone, timeout, cancel)
 } p2pkv_key_status_t;
 
-/*  Why a key is MISSING (room for the reasons later servers give).  */
+/*  Why a key is MISSING.  A server with the `reasons` capability says why
+    each miss is one (protocol.md); an older server's misses are UNKNOWN.
+    A reason never says more than the client's namespace may know: a key
+    only another tenant holds is ABSENT.  Appended only.  */
 typedef enum {
     P2PKV_MISS_UNKNOWN = 0,         //  the server answered miss, without a reason
-    P2PKV_MISS_NO_HOLDER            //  (P2PKV_ANY_SERVER) the directory named no live holder
+    P2PKV_MISS_NO_HOLDER,           //  (P2PKV_ANY_SERVER) the directory named no live holder
+    P2PKV_MISS_ABSENT,              //  the server does not hold it
+    P2PKV_MISS_EVICTED,             //  it held it until its pool evicted it (recently)
+    P2PKV_MISS_PENDING,             //  being written there when asked, and not landed
+                                    //  by the lookup's deadline (--lookup-timeout)
+    P2PKV_MISS_QUOTA,               //  held, but this client's pin quota was full: ask
+                                    //  again once its fetches end
+    P2PKV_MISS_WRITING,             //  being written there now (ask again soon)
+    P2PKV_MISS_DRAINING             //  the server is draining (stopping): ask another
 } p2pkv_miss_reason_t;
+
+/*  A reason's name: "unknown", "no_holder", "absent", "evicted",
+    "pending", "quota", "writing", "draining" ("unknown" for any other
+    value).  (Symbol version P2PKV_0.3.)  */
+const char *p2pkv_miss_reason_name(int reason);
 
 typedef struct {
     uint8_t status;                 //  a p2pkv_key_status_t

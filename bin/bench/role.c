@@ -50,7 +50,7 @@ s_role_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_role_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
-           uint64_t *job, uint32_t *blocks, bool *pinned)
+           uint64_t *job, uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     s_role_world_t *w = arg;
     *job = w->next_job++;
@@ -121,7 +121,7 @@ s_role_run(long requests, double *kps, size_t *held_p, size_t *live_p)
         "bench", NULL, (pk_clock_t) { &w, s_role_now }, (pk_sender_t) { &w, s_role_send },
         pk_memtransport_iface(mem),
         (pk_parent_t) { &w, s_role_lookup, s_role_pin, s_role_bracket, s_role_bracket,
-                        s_role_result, NULL });
+                        s_role_result, NULL, NULL });
     char kv[ROLE_BATCH][32];
     long done = 0;
     double t0 = pk_clock_monotonic();

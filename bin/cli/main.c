@@ -45,8 +45,9 @@ static const struct {
       cli_cmd_pull, true },
     { "lookup", "lookup --server tcp://HOST:PORT | --directory redis://HOST:PORT[/DB]\n"
       "       [--json] KEY...",
-      "prints KEY hit|miss; by --directory, KEY hit PEER,... (the\n"
-      "live holders) or KEY miss\n"
+      "prints KEY hit|miss, a miss with why where the server says\n"
+      "(absent, evicted, pending, quota, writing, draining); by\n"
+      "--directory, KEY hit PEER,... (the live holders) or KEY miss\n"
       "(with --fingerprint, --hash-seed, --provider, --fabric-addr,\n"
       "--timeout, --repeat as for get; --repeat prints the round\n"
       "trip of passes 2..N)",
@@ -58,6 +59,7 @@ static const struct {
       "terminal, a progress line on standard error; by\n"
       "--directory, each key from any live holder, another one\n"
       "if a holder fails; prints KEY fetched|corrupt|failed|missing\n"
+      "(missing with its reason, as for lookup)\n"
       "(corrupt: it landed but differs from the checksum its\n"
       "server announced; not written; exit 1)\n"
       "--no-verify: do not check blocks against their checksums\n"

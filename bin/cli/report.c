@@ -50,27 +50,37 @@ cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_r
             }
         }
         const char *source = from ? from[i] : NULL;
+        //  why it missed, where its server said (the reasons capability)
+        const char *why = res[i].status == P2PKV_KEY_MISSING
+                          && res[i].reason != P2PKV_MISS_UNKNOWN
+                          ? p2pkv_miss_reason_name(res[i].reason) : NULL;
         if (o->json) {
             json_t *one = json_pack("{s:s, s:s}", "key", hex, "status", what);
+            if (one && why)
+                json_object_set_new(one, "reason", json_string(why));
             if (one && source)
                 json_object_set_new(one, "from", json_string(source));
             json_array_append_new(out, one);
         }
         else if (o->verbose && source)
-            printf("%s %s from %s\n", hex, what, source);
+            printf("%s %s%s%s from %s\n", hex, what, why ? " " : "", why ? why : "", source);
         else
-            printf("%s %s\n", hex, what);
+            printf("%s %s%s%s\n", hex, what, why ? " " : "", why ? why : "");
     }
     if (o->json) {
         char *text = json_dumps(out, JSON_COMPACT);
         puts(text);
         free(text);
     }
-    else if (get && nhit)
+    else if (get && nhit) {
+        //  the report first, whole: standard output is buffered, and a
+        //  summary written to the same file (2>&1) would cut a line
+        fflush(stdout);
         fprintf(stderr, "p2pkv get: %zu of %zu blocks (%.1f MiB) in %.3f s, %.2f GB/s%s%s\n",
                 nhit, n, nhit * (double) block_len / 1048576.0, seconds,
                 seconds > 0 ? nhit * (double) block_len / seconds / 1e9 : 0.0,
                 provider ? " over " : "", provider ? provider : "");
+    }
     json_decref(out);
     return rc;
 }

@@ -1,6 +1,6 @@
 /*  parent.h: the seam between a server role and the store it serves
     from, its parent: look keys up, pin them as a job, hear the job's
-    result, read pinned blocks' checksums.
+    result, read pinned blocks' checksums, say why a key is a miss.
 
     Declared by its user, the role (roles/server_role.h), and implemented
     by the store (store/store.h, pk_store_parent), by the pin quota that
@@ -13,6 +13,7 @@
 #define PK_PARENT_H_INCLUDED
 
 #include "base/key.h"
+#include "base/miss_reason.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -38,9 +39,14 @@ typedef struct {
     /*  Pins the blocks of n keys as one job.  Fills *job_id, blocks[i] (the
         local block of key i) and pinned[i]: false for a key that could not
         be pinned (evicted since its lookup), which the role answers as a
-        miss.  Returns 0 or a negative error (then nothing is pinned).  */
+        miss.  why (NULL: not asked) holds n PK_MISS_UNKNOWN from the
+        caller; an implementer that knows why a key was not pinned says
+        so there (the pin quota: PK_MISS_QUOTA), and the role asks
+        miss_reason for the rest.  Returns 0 or a negative error (then
+        nothing is pinned).  */
     int (*create_store_job)(void *self, const pk_lookup_ctx_t *ctx, const pk_key_t *keys,
-                            size_t n, uint64_t *job_id, uint32_t *blocks, bool *pinned);
+                            size_t n, uint64_t *job_id, uint32_t *blocks, bool *pinned,
+                            uint8_t *why);
     /*  Bracket every lookup: each on_new_request gets one
         on_request_finished.  */
     void (*on_new_request)(void *self, const pk_lookup_ctx_t *ctx);
@@ -52,6 +58,11 @@ typedef struct {
         cannot change), taken when they were committed.  0 or a negative
         error (then the answer carries none).  */
     int (*block_sums)(void *self, const uint32_t *blocks, size_t n, uint64_t *sums);
+    /*  Optional (NULL: misses carry PK_MISS_UNKNOWN): why key, answered
+        as a miss, is one for this lookup's consumer, asked when the answer
+        is made (base/miss_reason.h): ABSENT, EVICTED, WRITING, DRAINING.
+        It must say no more than the consumer's namespace may know.  */
+    pk_miss_reason_t (*miss_reason)(void *self, const pk_key_t *key, const pk_lookup_ctx_t *ctx);
 } pk_parent_t;
 
 #endif

@@ -90,7 +90,7 @@ s_cut_off(void *arg)
 
 static void
 s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
-              const uint64_t *sums, size_t n)
+              const uint64_t *sums, const uint8_t *reasons, size_t n)
 {
     s_server_t *s = arg;
     p2pkv_client_t *c = s->client;
@@ -103,6 +103,11 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
     if (sync) {
         if (hits)
             memcpy(sync->hits, hits, n * sizeof *hits);
+        //  each miss's reason, where the server gave them (get.c)
+        if (hits && reasons)
+            memcpy(sync->reasons, reasons, n);
+        else if (hits)
+            memset(sync->reasons, PK_MISS_UNKNOWN, n);
         sync->round = round;
         sync->answered = hits ? 1 : -1;
         pthread_cond_broadcast(&c->synced);
@@ -823,10 +828,11 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_
                                         self->config.keepalive_interval,
                                         self->config.silence_timeout, self->config.no_reconnect };
     //  the checksum capability only when we check: a server then leaves
-    //  the checksums out of its answers (16 bytes a hit)
+    //  the checksums out of its answers (16 bytes a hit); marks serve only
+    //  the check; miss reasons always
     pk_client_identity_t id = { s->endpoint, self->peer_id, self->num_blocks, self->block_len,
                                 self->fingerprint, self->hash_seed, 0,
-                                self->config.no_verify ? NULL : PK_CAPS };
+                                self->config.no_verify ? PK_CAP_REASONS : PK_CAPS };
     pk_client_session_ops_t ops = s_session_ops;
     ops.self = s;
     s->session = pk_client_session_new(&scfg, &id, (pk_clock_t) { s, s_clock_now }, &ops);

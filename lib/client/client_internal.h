@@ -143,6 +143,7 @@ typedef struct s_sync {
     char kv[PK_ERRLEN];
     int answered;                   //  1, or -1 when the server went away
     bool *hits;                     //  the batch's, parallel to its keys
+    uint8_t *reasons;               //  and each miss's pk_miss_reason_t
     uint8_t *verdict;               //  its fetch's blocks' PK_VERDICT_*, in fetch order
     uint64_t *sums;                 //  and their announced checksums
     uint64_t round, fetch_id;

@@ -3,6 +3,7 @@
     list of running gets, which the role's events answer (client.c).  */
 #include "client/client_internal.h"
 #include "base/clock.h"
+#include "base/miss_reason.h"
 #include "wire/protocol.h"
 
 #include <czmq.h>
@@ -55,6 +56,27 @@ s_sync_wait(p2pkv_client_t *self, s_sync_t *sync, bool (*pending)(const s_sync_t
     if (pending(sync))
         pthread_cond_timedwait(&self->synced, &self->lock, &ts);
     pthread_mutex_unlock(&self->lock);
+}
+
+//  A miss's reason as the public API names it (p2pkv.h): the same order,
+//  after P2PKV_MISS_NO_HOLDER, which is the client's own.
+_Static_assert(P2PKV_MISS_ABSENT == PK_MISS_ABSENT + 1
+               && P2PKV_MISS_DRAINING == PK_MISS_DRAINING + 1
+               && PK_MISS_DRAINING + 1 == PK_MISS_COUNT, "p2pkv_miss_reason_t follows pk's");
+static uint8_t
+s_public_reason(uint8_t reason)
+{
+    return reason == PK_MISS_UNKNOWN || reason >= PK_MISS_COUNT ? P2PKV_MISS_UNKNOWN
+                                                                : (uint8_t) (reason + 1);
+}
+
+const char *
+p2pkv_miss_reason_name(int reason)
+{
+    if (reason == P2PKV_MISS_NO_HOLDER)
+        return "no_holder";
+    return pk_miss_reason_name(reason > P2PKV_MISS_NO_HOLDER ? (pk_miss_reason_t) (reason - 1)
+                                                             : PK_MISS_UNKNOWN);
 }
 
 //  What a get carries from batch to batch.
@@ -117,7 +139,9 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     }
     size_t nhit = 0;
     for (size_t a = 0; a < nask; a++)
-        if (sync->hits[a]) {
+        if (!sync->hits[a])
+            g->res[g->pos[a]].reason = s_public_reason(sync->reasons[a]);
+        else {
             g->res[g->pos[a]].holder = g->server;
             g->ask[nhit] = g->ask[a];
             g->pos[nhit] = g->pos[a];
@@ -210,9 +234,10 @@ p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
                   malloc(n * sizeof *g.ask), malloc(n * sizeof *g.pos),
                   malloc(n * sizeof *g.to) };
     s_sync_t sync = { .server = server, .request = kv, .hits = malloc(n * sizeof *sync.hits),
-                      .verdict = malloc(n), .sums = malloc(n * sizeof *sync.sums) };
-    int rc = g.settled && g.ask && g.pos && g.to && sync.hits && sync.verdict && sync.sums
-             ? 0 : -ENOMEM;
+                      .reasons = malloc(n), .verdict = malloc(n),
+                      .sums = malloc(n * sizeof *sync.sums) };
+    int rc = g.settled && g.ask && g.pos && g.to && sync.hits && sync.reasons && sync.verdict
+             && sync.sums ? 0 : -ENOMEM;
     bool linked = rc == 0 && (rc = s_sync_link(self, &sync, err)) == 0;
     //  A server pins at most its quota of blocks per session; keys beyond
     //  it answer as misses.  So: look up what is left, fetch the hits
@@ -242,6 +267,7 @@ p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
     free(g.pos);
     free(g.to);
     free(sync.hits);
+    free(sync.reasons);
     free(sync.verdict);
     free(sync.sums);
     if (rc && err && !*err)

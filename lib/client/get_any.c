@@ -205,9 +205,12 @@ s_run_holder(s_any_t *a, int s, int attempt, char *err)
         if (g->status == P2PKV_KEY_CORRUPT
             || (g->status == P2PKV_KEY_FAILED && a->res[k].status != P2PKV_KEY_CORRUPT))
             a->res[k] = *g;
-        //  it answered, and had no such key: the entry is stale
+        //  it answered, and had no such key: the entry is stale.  Its
+        //  reason (the last holder's that gave one) goes with the key.
         if (rc >= 0 && g->status == P2PKV_KEY_MISSING)
             pk_locator_forget(a->client->locator, &a->keys[k], h->peer_id);
+        if (g->status == P2PKV_KEY_MISSING && g->reason != P2PKV_MISS_UNKNOWN)
+            a->res[k].reason = g->reason;
     }
     if (rc < 0) {
         h->failed = true;
@@ -291,7 +294,7 @@ pk_client_get_any(p2pkv_client_t *self, const char *kv, const p2pkv_key_t *keys,
     for (size_t k = 0; a.tried && k < n; k++)
         if (res[k].status == P2PKV_KEY_MISSING) {
             res[k].status = rc < 0 ? P2PKV_KEY_FAILED : P2PKV_KEY_MISSING;
-            res[k].reason = a.tried[k] ? P2PKV_MISS_UNKNOWN : P2PKV_MISS_NO_HOLDER;
+            res[k].reason = a.tried[k] ? res[k].reason : P2PKV_MISS_NO_HOLDER;
         }
     s_any_free(&a);
     if (rc == -ENOMEM && err && !*err)

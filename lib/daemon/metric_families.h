@@ -26,7 +26,8 @@
     (pk_metric_sources_publish), VALUE an expression of that struct s (and
     of block_len): SESSION, a session's pk_server_session_counters_t (the
     role's pk_server_role_counters_t among them); REASONS, one reason's
-    count of its by_reason; CHANNEL, a channel's pk_channel_stats_t;
+    count of its by_reason; MISSES, one miss reason's count of the role's
+    miss_reasons; CHANNEL, a channel's pk_channel_stats_t;
     FABRIC, a fabric's pk_fabric_stats_t; POOL, the store's
     pk_store_stats_t; NAMESPACE, a namespace's pk_store_ns_stats_t;
     DIRECTORY, pk_directory_stats_t; NODE, the node's pk_node_counts_t.
@@ -81,6 +82,12 @@ PK_METRIC(VIOLATIONS_BY_REASON, "p2pkv_violations_by_reason_total", COUNTER,
     PK_METRIC(id, name, type, help, label, SESSION, s->role.field)
 PK_SERVER_ROLE_COUNTS(PK_ROW_ROLE, PK_COUNT_NO_METRIC)
 #undef PK_ROW_ROLE
+//  the misses again, by why (base/miss_reason.h: the label's values are
+//  its names), whether or not the consumer asked for the reasons
+PK_METRIC(LOOKUP_MISSES_BY_REASON, "p2pkv_lookup_misses_by_reason_total", COUNTER,
+          "Lookup keys answered as misses, by reason: absent, evicted, pending (the lookup "
+          "deadline passed while it was written), quota, writing, draining, unknown", REASON,
+          MISSES, *s)
 
 //  The data plane (the transport's stats)
 PK_METRIC(WRITES, "p2pkv_writes_total", COUNTER, "RMA writes posted", NONE,

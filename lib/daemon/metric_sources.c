@@ -20,6 +20,7 @@
 #define S_TYPE_HERE uint64_t
 #define S_TYPE_SESSION pk_server_session_counters_t
 #define S_TYPE_REASONS uint64_t
+#define S_TYPE_MISSES uint64_t
 #define S_TYPE_CHANNEL pk_channel_stats_t
 #define S_TYPE_FABRIC pk_fabric_stats_t
 #define S_TYPE_POOL pk_store_stats_t
@@ -77,6 +78,7 @@ static const size_t s_sizes[] = {
     [PK_SOURCE_HERE] = sizeof (S_TYPE_HERE),
     [PK_SOURCE_SESSION] = sizeof (S_TYPE_SESSION),
     [PK_SOURCE_REASONS] = sizeof (S_TYPE_REASONS),
+    [PK_SOURCE_MISSES] = sizeof (S_TYPE_MISSES),
     [PK_SOURCE_CHANNEL] = sizeof (S_TYPE_CHANNEL),
     [PK_SOURCE_FABRIC] = sizeof (S_TYPE_FABRIC),
     [PK_SOURCE_POOL] = sizeof (S_TYPE_POOL),

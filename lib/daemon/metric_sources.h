@@ -26,6 +26,8 @@ typedef enum {
     PK_SOURCE_HERE = 0,             //  counted in place, published by no loop
     PK_SOURCE_SESSION,              //  pk_server_session_counters_t
     PK_SOURCE_REASONS,              //  uint64_t: one reason's count of by_reason
+    PK_SOURCE_MISSES,               //  uint64_t: one miss reason's count (the role's
+                                    //  miss_reasons)
     PK_SOURCE_CHANNEL,              //  pk_channel_stats_t
     PK_SOURCE_FABRIC,               //  pk_fabric_stats_t, labelled by provider
     PK_SOURCE_POOL,                 //  pk_store_stats_t

@@ -160,8 +160,8 @@ s_actor_room(void *arg, size_t len, char *why, size_t cap)
 //  While the server drains (SIGTERM, node.c) every key is a miss, so that
 //  consumers take their keys from other holders and pin nothing more
 //  here: the role's rules stay the seed's, only the store's answer
-//  changes.  This is the one place the drain's miss is decided: when a
-//  miss carries its reason (issue 36, point 4), "draining" is given here.
+//  changes.  This is the one place the drain's miss is decided, and
+//  s_actor_miss_reason gives it its reason, "draining".
 static pk_lookup_result_t
 s_actor_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 {
@@ -173,10 +173,22 @@ s_actor_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_actor_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
-            uint64_t *job, uint32_t *blocks, bool *pinned)
+            uint64_t *job, uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     self_t *a = arg;
+    (void) why;                 //  the store's reasons are miss_reason's
     return pk_store_pin(a->env->store, a->peer->ns, keys, n, job, blocks, pinned);
+}
+
+//  Why a key missed, for the consumer's namespace only (store.h: another
+//  tenant's key is absent): draining first, as s_actor_lookup decides.
+static pk_miss_reason_t
+s_actor_miss_reason(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    self_t *a = arg;
+    if (a->env->draining && atomic_load(a->env->draining))
+        return PK_MISS_DRAINING;
+    return pk_store_miss_reason(a->env->store, a->peer->ns, key);
 }
 
 static int
@@ -250,6 +262,12 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
             pk_metric_sources_publish(m, PK_SOURCE_REASONS,
                                       pk_violation_name((pk_violation_t) r), &c.by_reason[r],
                                       &last->by_reason[r], block_len);
+    if (memcmp(c.role.miss_reasons, last->role.miss_reasons, sizeof c.role.miss_reasons) != 0)
+        for (int r = 0; r < PK_MISS_COUNT; r++)
+            pk_metric_sources_publish(m, PK_SOURCE_MISSES,
+                                      pk_miss_reason_name((pk_miss_reason_t) r),
+                                      &c.role.miss_reasons[r], &last->role.miss_reasons[r],
+                                      block_len);
     const uint8_t *ids;
     size_t n = pk_metric_source_rows(PK_SOURCE_SESSION, &ids);
     for (size_t i = 0; i < n; i++)
@@ -324,7 +342,7 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
         env->id, env->session_config, peer->connect, pk_clock_system(),
         pk_channel_transport(peer->channel),
         (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
-                        s_actor_result, s_actor_sums },
+                        s_actor_result, s_actor_sums, s_actor_miss_reason },
         s_actor_out, self);
     if (!self->session) {
         snprintf(reason, PK_ERRLEN, "the session could not be created%s",
@@ -761,7 +779,7 @@ pk_peer_tell(pk_peer_t *self, const char *picture, ...)
 const char *
 pk_peer_caps(const pk_peer_t *self)
 {
-    static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS };
+    static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)

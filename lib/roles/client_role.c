@@ -14,6 +14,7 @@
 #include "base/checksum.h"
 #include "base/err.h"
 #include "base/keymap.h"
+#include "base/miss_reason.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -105,6 +106,21 @@ s_parse_sums(const char *hex, const bool *hits, size_t n)
             hex += PK_CHECKSUM_HEX;
         }
     return sums;
+}
+
+//  A lookup answer's reasons (one letter per miss, in key order; the codec
+//  checked their count and alphabet) as one pk_miss_reason_t per key, 0
+//  at hits.  NULL without memory: the misses then carry none.
+static uint8_t *
+s_parse_reasons(const char *letters, const bool *hits, size_t n)
+{
+    uint8_t *reasons = calloc(n ? n : 1, 1);
+    for (size_t i = 0; reasons && i < n; i++)
+        if (!hits[i]) {
+            int r = pk_miss_reason_of_letter(*letters++);
+            reasons[i] = (uint8_t) (r > 0 ? r : PK_MISS_UNKNOWN);
+        }
+    return reasons;
 }
 
 static double
@@ -443,9 +459,12 @@ s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
     l->keys = NULL;
     uint64_t *sums = m->present & PK_BIT(PK_F_CHECKSUMS)
                      ? s_parse_sums(m->checksums, m->hits, m->keys.count) : NULL;
-    self->events.lookup_done(self->events.self, l->kv, round, asked, m->hits, sums,
+    uint8_t *reasons = m->present & PK_BIT(PK_F_REASONS)
+                       ? s_parse_reasons(m->reasons, m->hits, m->keys.count) : NULL;
+    self->events.lookup_done(self->events.self, l->kv, round, asked, m->hits, sums, reasons,
                              m->keys.count);
     free(sums);
+    free(reasons);
     free(asked);
     return 0;
 }
@@ -795,7 +814,7 @@ pk_client_role_server_gone(pk_client_role_t *self, const char *reason)
     s_lookup_t **open = s_take_lookups(self, NULL, true, &n);
     for (size_t i = 0; i < n; i++) {
         self->events.lookup_done(self->events.self, open[i]->kv, open[i]->round, open[i]->keys,
-                                 NULL, NULL, open[i]->n);
+                                 NULL, NULL, NULL, open[i]->n);
         s_lookup_free(open[i]);
     }
     free(open);

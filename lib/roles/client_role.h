@@ -42,9 +42,12 @@ typedef struct {
     /*  A lookup's answer: keys in the order probed, hits parallel; hits
         NULL when the server went away first.  sums: each hit's block
         checksum (base/checksum.h), parallel, where the answer carried
-        them (the checksum capability), else NULL.  */
+        them (the checksum capability), else NULL.  reasons: each miss's
+        pk_miss_reason_t (base/miss_reason.h), parallel (0 at hits), where
+        the answer carried them (the reasons capability), else NULL.  */
     void (*lookup_done)(void *self, const char *kv, uint64_t round_seq, const pk_key_t *keys,
-                        const bool *hits, const uint64_t *sums, size_t n);
+                        const bool *hits, const uint64_t *sums, const uint8_t *reasons,
+                        size_t n);
     /*  A load ended; its destination blocks may be reused from now on.  */
     void (*load_done)(void *self, uint64_t load_id, pk_load_status_t status, const char *reason);
 } pk_client_events_t;

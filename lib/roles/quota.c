@@ -110,7 +110,7 @@ s_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_create_store_job(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n,
-                   uint64_t *job_id, uint32_t *blocks, bool *pinned)
+                   uint64_t *job_id, uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     pk_quota_t *self = arg;
     //  Keys beyond the room left are not offered to the store: they answer
@@ -119,13 +119,16 @@ s_create_store_job(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, 
     uint64_t room = self->pinned < self->limit ? self->limit - self->pinned : 0;
     size_t ask = n < room ? n : (size_t) room;
     int rc = self->inner.create_store_job(self->inner.self, ctx, keys, ask, job_id, blocks,
-                                          pinned);
+                                          pinned, why);
     if (rc)
         return rc;
     uint64_t got = 0;
     for (size_t i = 0; i < n; i++) {
-        if (i >= ask)
+        if (i >= ask) {
             pinned[i] = false;
+            if (why)
+                why[i] = PK_MISS_QUOTA;     //  its miss says so (miss_reason.h)
+        }
         got += pinned[i];
     }
     rc = s_file(self, *job_id, got);
@@ -160,6 +163,13 @@ s_store_result(void *arg, uint64_t job_id, bool success)
     self->inner.store_result(self->inner.self, job_id, success);
 }
 
+static pk_miss_reason_t
+s_miss_reason(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    pk_quota_t *self = arg;
+    return self->inner.miss_reason(self->inner.self, key, ctx);
+}
+
 static int
 s_block_sums(void *arg, const uint32_t *blocks, size_t n, uint64_t *sums)
 {
@@ -172,5 +182,6 @@ pk_quota_parent(pk_quota_t *self)
 {
     return (pk_parent_t) { self, s_lookup, s_create_store_job, s_on_new_request,
                            s_on_request_finished, s_store_result,
-                           self->inner.block_sums ? s_block_sums : NULL };
+                           self->inner.block_sums ? s_block_sums : NULL,
+                           self->inner.miss_reason ? s_miss_reason : NULL };
 }

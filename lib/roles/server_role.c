@@ -110,7 +110,9 @@ struct s_lookup {
     pk_key_t *keys;                 //  buf->keys: wire order, duplicates included
     size_t n;
     uint32_t *first;                //  position of each key's first occurrence
-    uint8_t *st;                    //  at first positions: S_PENDING/S_HIT/S_MISS
+    uint8_t *st;                    //  at first positions: S_PENDING, S_HIT, or
+                                    //  S_MISS + its pk_miss_reason_t (UNKNOWN:
+                                    //  the parent is asked when the answer is made)
     uint64_t *sums;                 //  at first positions of hits: the block's
                                     //  checksum (NULL: the parent keeps none)
     size_t *pending;                //  positions of unique pending keys, parked order
@@ -119,6 +121,7 @@ struct s_lookup {
 };
 
 enum { S_PENDING = 0, S_HIT = 1, S_MISS = 2 };
+_Static_assert(S_MISS + PK_MISS_COUNT <= UINT8_MAX, "a miss's reason fits st");
 
 typedef struct s_raw_lookup {
     s_keybuf_t *buf;
@@ -1309,20 +1312,26 @@ s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hi
     uint32_t stackblocks[64];
     bool stackpinned[64];
     size_t stackpos[64];
+    uint8_t stackwhy[64];
     bool small = n <= 64;
     uint32_t *blocks = small ? stackblocks : malloc(n * sizeof *blocks);
     bool *pinned = small ? stackpinned : malloc(n * sizeof *pinned);
     size_t *pos = small ? stackpos : malloc(n * sizeof *pos);
+    //  why a key was not pinned, where the parent knows (the quota)
+    uint8_t *why = small ? stackwhy : calloc(n, 1);
+    if (small)
+        memset(why, PK_MISS_UNKNOWN, n);
     uint64_t job_id = 0;
     int rc = blocks && pinned && pos
              ? self->parent.create_store_job(self->parent.self, &ctx, hits, n, &job_id, blocks,
-                                             pinned)
+                                             pinned, why)
              : -ENOMEM;
     size_t npinned = 0;
     for (size_t i = 0; i < n; i++) {
         bool ok = rc == 0 && pinned[i];
         if (!ok)
-            l->st[hitpos[i]] = S_MISS;
+            l->st[hitpos[i]] = S_MISS + (rc == 0 && why && why[i] < PK_MISS_COUNT
+                                         ? why[i] : PK_MISS_UNKNOWN);
         else {
             //  compact the pinned keys and their blocks to the front
             hits[npinned] = hits[i];
@@ -1363,6 +1372,7 @@ s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hi
         free(blocks);
         free(pinned);
         free(pos);
+        free(why);
     }
 }
 
@@ -1402,19 +1412,31 @@ s_poll_keys(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, const size_
 }
 
 //  Sends the lookup's answer (every key in wire order) and closes its
-//  bracket with the store.
+//  bracket with the store.  Each miss's reason is decided first: the
+//  role's own (pending, quota) or, for the rest, the parent's now.
 static void
 s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
 {
+    pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
     bool stackhits[64];
     bool *hits = l->n <= 64 ? stackhits : malloc(l->n * sizeof *hits);
     //  without memory for the answer the consumer's load timeout covers it
+    size_t nmiss = 0;
     for (size_t i = 0; i < l->n; i++) {
-        bool hit = l->st[l->first[i]] == S_HIT;
+        uint8_t *st = &l->st[l->first[i]];
+        if (*st == S_MISS && self->parent.miss_reason) {
+            unsigned r = self->parent.miss_reason(self->parent.self, &l->keys[i], &ctx);
+            *st = (uint8_t) (S_MISS + (r < PK_MISS_COUNT ? r : PK_MISS_UNKNOWN));
+        }
+        bool hit = *st == S_HIT;
         self->counters->hits += hit;
         self->counters->misses += !hit;
+        if (!hit) {
+            self->counters->miss_reasons[*st >= S_MISS ? *st - S_MISS : PK_MISS_UNKNOWN]++;
+            nmiss++;
+        }
     }
-    char *sums = NULL;
+    char *sums = NULL, *reasons = NULL;
     if (l->n && hits) {
         size_t nhits = 0;
         for (size_t i = 0; i < l->n; i++)
@@ -1435,12 +1457,26 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
             m.checksums = sums;
             m.present |= PK_BIT(PK_F_CHECKSUMS);
         }
+        //  every miss's reason, one letter each in key order, to a
+        //  consumer that asked for them (config.reasons)
+        if (self->config.reasons && nmiss && (reasons = malloc(nmiss + 1))) {
+            char *at = reasons;
+            for (size_t i = 0; i < l->n; i++)
+                if (!hits[i])
+                    *at++ = pk_miss_reason_letter(l->st[l->first[i]] >= S_MISS
+                                                  ? (pk_miss_reason_t) (l->st[l->first[i]]
+                                                                        - S_MISS)
+                                                  : PK_MISS_UNKNOWN);
+            *at = '\0';
+            m.reasons = reasons;
+            m.present |= PK_BIT(PK_F_REASONS);
+        }
         self->sender.send(self->sender.self, &m);
     }
     free(sums);
+    free(reasons);
     if (hits != stackhits)
         free(hits);
-    pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
     self->parent.on_request_finished(self->parent.self, &ctx);
 }
 
@@ -1519,7 +1555,7 @@ s_resolve_parked(pk_server_role_t *self, s_request_t *req)
         if (l->npending && now >= l->deadline) {
             self->counters->expired += l->npending;
             for (size_t i = 0; i < l->npending; i++)
-                l->st[l->pending[i]] = S_MISS;
+                l->st[l->pending[i]] = S_MISS + PK_MISS_PENDING;
             l->npending = 0;
         }
     }

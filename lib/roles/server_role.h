@@ -29,9 +29,12 @@ typedef struct {
     double lookup_timeout;      //  parked lookup keys answer miss after this (5 s)
     double store_timeout;       //  a store job fails its round after this (30 s)
     double drain_timeout;       //  then cancel in immediate mode (10 s)
+    bool reasons;               //  lookup answers say why each miss is one (the
+                                //  consumer's capability `reasons`); misses are
+                                //  counted by reason either way
 } pk_server_role_config_t;
 
-#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0 }
+#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false }
 
 typedef struct {
     size_t requests;            //  live requests (kept ones not counted)
@@ -61,8 +64,12 @@ typedef struct {
     M(store_timeouts, STORE_TIMEOUTS, "p2pkv_store_timeouts_total", COUNTER, \
       "Store jobs that timed out, failing their round", NONE)
 
+/*  And the misses again by reason (base/miss_reason.h), each key in wire
+    order as misses counts them (the sum is misses): the daemon exports
+    them as p2pkv_lookup_misses_by_reason_total{reason}.  */
 typedef struct {
     PK_SERVER_ROLE_COUNTS(PK_COUNT_FIELD, PK_COUNT_FIELD_ONLY)
+    uint64_t miss_reasons[PK_MISS_COUNT];
 } pk_server_role_counters_t;
 
 typedef struct _pk_server_role_t pk_server_role_t;

@@ -301,7 +301,11 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     self->quota = pk_quota_new(config->pin_quota, parent);
     if (!self->quota)
         goto fail_strings;
-    self->role = pk_server_role_new(self->consumer_id, &config->role, clock,
+    //  misses say why only to a consumer that lists reasons: an older one
+    //  (the seed's) sees the plain misses it knows
+    pk_server_role_config_t role_config = config->role;
+    role_config.reasons = pk_caps_has(connect->caps, PK_CAP_REASONS);
+    self->role = pk_server_role_new(self->consumer_id, &role_config, clock,
                                     (pk_sender_t) { self, s_role_send }, transport,
                                     pk_quota_parent(self->quota));
     if (!self->role)

@@ -45,6 +45,7 @@ struct _pk_store_t {
     uint64_t lookups, hits, pending, misses, probes;
     s_ns_lookups_t *ns;         //  nns of them
     size_t nns;
+    pk_evicted_t evicted;       //  recently evicted keys, for miss reasons
 };
 
 static double
@@ -72,6 +73,7 @@ s_evict(void *arg, uint32_t b, const pk_block_t *blk)
                                              : pk_key_hash(blk->key, blk->key_len) };
     self->tier->evicted(self->tier_self, blk->ns, &key,
                         self->base + (size_t) b * self->block_len, self->block_len, blk->sum);
+    pk_evicted_add(&self->evicted, blk->ns, &key);
 }
 
 //  ---------------------------------------------------------------------------
@@ -111,8 +113,10 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
     rc = -ENOMEM;
     if (!(self->ns = calloc(self->nns, sizeof *self->ns)))
         goto fail_mutex;
-    if ((rc = pk_index_init(&self->index, num_blocks, self->nns)))
+    if ((rc = pk_evicted_init(&self->evicted, num_blocks)))
         goto fail_ns;
+    if ((rc = pk_index_init(&self->index, num_blocks, self->nns)))
+        goto fail_evicted;
     self->index.evict = s_evict;
     self->index.evict_arg = self;
     self->pool = pk_pool_new(name, (size_t) (num_blocks * block_len), log, log_arg, &rc, err);
@@ -125,6 +129,8 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
 
 fail_index:
     pk_index_fini(&self->index);
+fail_evicted:
+    pk_evicted_fini(&self->evicted);
 fail_ns:
     free(self->ns);
 fail_mutex:
@@ -144,6 +150,7 @@ pk_store_destroy(pk_store_t **self_p)
     pk_pins_fini(&self->pins);
     pk_pool_destroy(&self->pool);
     pk_index_fini(&self->index);
+    pk_evicted_fini(&self->evicted);
     free(self->ns);
     pthread_mutex_destroy(&self->mutex);
     free(self);
@@ -246,6 +253,29 @@ pk_store_lookup(pk_store_t *self, unsigned ns, const pk_key_t *key)
     return result;
 }
 
+pk_miss_reason_t
+pk_store_miss_reason(pk_store_t *self, unsigned ns, const pk_key_t *key)
+{
+    if (ns >= self->nns)
+        ns = PK_NS_SHARED;
+    if (!s_key_ok(key))
+        return PK_MISS_ABSENT;
+    pthread_mutex_lock(&self->mutex);
+    pk_index_expire(&self->index, s_now(self));
+    uint64_t probes = 0;        //  not a lookup's: not counted
+    pk_block_t *blk = pk_ns_resolve(&self->index, ns, key, NULL, &probes);
+    //  READY now: it was not when the role polled it, and a lookup
+    //  asked again finds it; the answer made was still a fair "absent"
+    pk_miss_reason_t why = blk && blk->state == PK_BLOCK_WRITING ? PK_MISS_WRITING
+                           : blk ? PK_MISS_ABSENT
+                           : pk_evicted_has(&self->evicted, ns, key)
+                             || (ns != PK_NS_SHARED
+                                 && pk_evicted_has(&self->evicted, PK_NS_SHARED, key))
+                           ? PK_MISS_EVICTED : PK_MISS_ABSENT;
+    pthread_mutex_unlock(&self->mutex);
+    return why;
+}
+
 //  ---------------------------------------------------------------------------
 //  The engine's write path
 
@@ -308,6 +338,7 @@ s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, si
         else
             sum = pk_checksum(self->base + (size_t) b * self->block_len, self->block_len);
         pk_index_commit(&self->index, b, sum);
+        pk_evicted_forget(&self->evicted, ns, &keys[i]);
     }
     return 0;
 }
@@ -563,8 +594,10 @@ s_parent_lookup(void *self, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_parent_create_store_job(void *self, const pk_lookup_ctx_t *ctx, const pk_key_t *keys,
-                          size_t n, uint64_t *job_id, uint32_t *blocks, bool *pinned)
+                          size_t n, uint64_t *job_id, uint32_t *blocks, bool *pinned,
+                          uint8_t *why)
 {
+    (void) why;                 //  its keys' reasons are miss_reason's
     return pk_store_pin(self, PK_NS_SHARED, keys, n, job_id, blocks, pinned);
 }
 
@@ -600,6 +633,12 @@ s_parent_block_sums(void *self, const uint32_t *blocks, size_t n, uint64_t *sums
     return pk_store_block_sums(self, blocks, n, sums);
 }
 
+static pk_miss_reason_t
+s_parent_miss_reason(void *self, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    return pk_store_miss_reason(self, PK_NS_SHARED, key);
+}
+
 pk_parent_t
 pk_store_parent(pk_store_t *self)
 {
@@ -611,5 +650,6 @@ pk_store_parent(pk_store_t *self)
         .on_request_finished = s_parent_on_request_finished,
         .store_result = s_parent_store_result,
         .block_sums = s_parent_block_sums,
+        .miss_reason = s_parent_miss_reason,
     };
 }

@@ -29,6 +29,7 @@
 #include "base/counts.h"
 #include "base/key.h"
 #include "base/parent.h"
+#include "store/evicted.h"
 #include "store/namespace.h"
 #include "store/pool.h"
 #include "store/tier.h"
@@ -149,6 +150,14 @@ int pk_store_set_tier(pk_store_t *self, const pk_tier_ops_t *ops, void *tier);
     shared only.  */
 pk_lookup_result_t pk_store_lookup(pk_store_t *self, unsigned ns, const pk_key_t *key);
 
+/*  Why key, answered as a miss to a reader in namespace ns, is one
+    (base/miss_reason.h), seen as pk_store_lookup sees it: WRITING when
+    ns's or shared's block is reserved and not committed, EVICTED when
+    neither holds it and one of them evicted it recently (evicted.h),
+    else ABSENT (a key only other namespaces hold, write or evicted is
+    absent to ns).  No lookup is counted.  */
+pk_miss_reason_t pk_store_miss_reason(pk_store_t *self, unsigned ns, const pk_key_t *key);
+
 /*  The engine's write path, in namespace ns (-EINVAL for one the store
     has not).  reserve takes n blocks in WRITING state for n new keys,
     under owner's lease, evicting LRU blocks if nothing is free, and
@@ -242,7 +251,8 @@ void pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watc
 /*  The server role's parent seam (base/parent.h), served by this store in
     the shared namespace: lookup is pk_store_lookup, create_store_job
     pk_store_pin, store_result pk_store_release_job, block_sums
-    pk_store_block_sums, and the request brackets keep open_lookups.  */
+    pk_store_block_sums, miss_reason pk_store_miss_reason, and the
+    request brackets keep open_lookups.  */
 pk_parent_t pk_store_parent(pk_store_t *self);
 
 #endif

@@ -12,6 +12,7 @@
 */
 #include "wire/protocol.h"
 #include "wire/protocol_internal.h"
+#include "base/miss_reason.h"
 #include "wire/json_out.h"
 
 #include <assert.h>
@@ -54,6 +55,7 @@ const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_HOST]               = { "host", K_STRING, 1, PK_MAX_HOST },
     [PK_F_CAPS]               = { "caps", K_STRING, 0, PK_MAX_CAPS },
     [PK_F_CHECKSUMS]          = { "checksums", K_STRING, 0, PK_CHECKSUM_HEX * PK_MAX_LIST },
+    [PK_F_REASONS]            = { "reasons", K_STRING, 0, PK_MAX_LIST },
 };
 
 #define B(f) PK_BIT(PK_F_##f)
@@ -85,7 +87,7 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
     [PK_MSG_LOOKUP]        = { "lookup",
         B(KV_REQUEST_ID) | B(KEYS) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_LOOKUP_RESP]   = { "lookup_resp",
-        B(KV_REQUEST_ID) | B(HITS) | B(ROUND_SEQ) | EPOCHS, B(KEYS) | B(CHECKSUMS),
+        B(KV_REQUEST_ID) | B(HITS) | B(ROUND_SEQ) | EPOCHS, B(KEYS) | B(CHECKSUMS) | B(REASONS),
         TO_CONSUMER },
     [PK_MSG_FETCH]         = { "fetch",
         B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
@@ -269,6 +271,7 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->host);
     free(self->caps);
     free(self->checksums);
+    free(self->reasons);
     pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
     free(self->block_indexes);
@@ -291,6 +294,7 @@ pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
         case PK_F_HOST:               return &self->host;
         case PK_F_CAPS:               return &self->caps;
         case PK_F_CHECKSUMS:          return &self->checksums;
+        case PK_F_REASONS:            return &self->reasons;
         default:                      return NULL;
     }
 }
@@ -520,6 +524,22 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
                           || (m->checksums[i] >= 'a' && m->checksums[i] <= 'f')))
                         return pk_err(err, -EPROTO, "%s.checksums[%zu]: expected lowercase hex",
                                       tn, i);
+            }
+            if (m->present & B(REASONS)) {
+                //  one letter of base/miss_reason.h per miss, in key order:
+                //  a new reason is a new capability word, never a new letter
+                size_t misses = 0, len = strlen(m->reasons);
+                for (size_t i = 0; i < n; i++)
+                    misses += !m->hits[i];
+                if (len != misses)
+                    return pk_err(err, -EPROTO, "%s.reasons: expected one letter for each of "
+                                  "%zu misses, got %zu", tn, misses, len);
+                for (size_t i = 0; i < len; i++)
+                    if (pk_miss_reason_of_letter(m->reasons[i]) < 0)
+                        return pk_err(err, -EPROTO, "%s.reasons[%zu]: expected one of %s, "
+                                      "got '%c'", tn, i, "uaepqwd",
+                                      m->reasons[i] >= 0x20 && m->reasons[i] < 0x7f
+                                      ? m->reasons[i] : '?');
             }
             break;
         case PK_MSG_FETCH: {
@@ -964,6 +984,8 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
         size += m->nproviders * (6 * PK_MAX_PROVIDER + 3);
     if (emit & B(CHECKSUMS))
         size += strlen(m->checksums);
+    if (emit & B(REASONS))
+        size += strlen(m->reasons);
     if (emit & B(CAPS))
         size += 6 * strlen(m->caps);
     return size;

@@ -102,6 +102,7 @@ typedef enum {
     PK_F_HOST,
     PK_F_CAPS,
     PK_F_CHECKSUMS,
+    PK_F_REASONS,
     PK_F_COUNT
 } pk_field_t;
 
@@ -120,6 +121,8 @@ typedef struct {
     char *host;
     char *caps;                     /* capability words, one space apart */
     char *checksums;                /* 16 hex chars per hit, in key order */
+    char *reasons;                  /* one letter per miss, in key order
+                                       (base/miss_reason.h) */
     char **providers;               /* nproviders strings, best first */
     size_t nproviders;
 
@@ -151,11 +154,14 @@ typedef struct {
     session uses what both list, so a peer with some of them and not
     others still works.  checksum: lookup answers carry each hit's block
     checksum (section 7).  marks: the consumer reads 64-bit immediates
-    whose high half names the write's first block (section 7).  Words a
-    side does not know are ignored.  */
+    whose high half names the write's first block (section 7).  reasons:
+    lookup answers say why each miss is one (section 3, lookup_resp).
+    Words a side does not know are ignored.  */
 #define PK_CAP_CHECKSUM "checksum"
 #define PK_CAP_MARKS "marks"
-#define PK_CAPS PK_CAP_CHECKSUM " " PK_CAP_MARKS   /* every word this build has */
+#define PK_CAP_REASONS "reasons"
+/* every word this build has */
+#define PK_CAPS PK_CAP_CHECKSUM " " PK_CAP_MARKS " " PK_CAP_REASONS
 /*  True when caps (NULL: none) lists word.  */
 bool pk_caps_has(const char *caps, const char *word);
 

@@ -56,7 +56,16 @@ class Config(Structure):
 KEY_LANDED, KEY_MISSING, KEY_CORRUPT, KEY_FAILED = 0, 1, 2, 3
 KEY_STATUS = {KEY_LANDED: "landed", KEY_MISSING: "missing", KEY_CORRUPT: "corrupt",
               KEY_FAILED: "failed"}
-MISS_REASON = {0: None, 1: "no_holder"}
+# p2pkv_miss_reason_t (p2pkv.h): why a key is missing, by the library's
+# names (p2pkv_miss_reason_name); 0, a server without the reasons
+# capability, is None
+MISS_UNKNOWN = 0
+
+
+def miss_reason(reason: int) -> "str | None":
+    if reason == MISS_UNKNOWN:
+        return None
+    return ctypes.string_at(lib().p2pkv_miss_reason_name(reason)).decode()
 
 
 class KeyResult(Structure):
@@ -132,6 +141,8 @@ _PROTOTYPES = {
     "p2pkv_client_disconnect": (c_int, [_P, c_int]),
     "p2pkv_client_server_state": (c_int, [_P, c_int, _ERR]),
     "p2pkv_client_server_endpoint": (c_int, [_P, c_int, c_char_p, c_size_t]),
+    # a static string: read in place (a char * return is a c_void_p here)
+    "p2pkv_miss_reason_name": (c_void_p, [c_int]),
     "p2pkv_client_lookup": (c_int, [_P, c_int, c_char_p, _KEYS, c_size_t]),
     "p2pkv_client_fetch": (c_int, [_P, c_int, c_char_p, _KEYS, POINTER(c_uint32), c_size_t,
                                    c_uint64, c_double, POINTER(c_uint64)]),

@@ -298,7 +298,11 @@ class Client:
         or "failed"), verified (compared with its checksum), checksum,
         holder (server index, or None), source (the endpoint of that
         server: where the key came from, or None) and reason (why missing,
-        where known).  A corrupt block is a result, not an exception."""
+        where the server says: "absent", "evicted", "pending" (being
+        written, not landed by the lookup's deadline), "quota", "writing",
+        "draining", or "no_holder" (the directory named none); None for
+        one that did not say).  A corrupt block is a result, not an
+        exception."""
         results = self._results(server, keys, blocks, kv, fetch, timeout)
         endpoints: dict[int, Optional[str]] = {}
         for r in results:
@@ -309,7 +313,7 @@ class Client:
         return [{"status": L.KEY_STATUS.get(r.status, "failed"), "verified": bool(r.verified),
                  "checksum": int(r.checksum), "holder": None if r.holder < 0 else int(r.holder),
                  "source": endpoints.get(r.holder) if r.holder >= 0 else None,
-                 "reason": L.MISS_REASON.get(r.reason) if r.status == L.KEY_MISSING else None}
+                 "reason": L.miss_reason(r.reason) if r.status == L.KEY_MISSING else None}
                 for r in results]
 
     def checks(self) -> dict:

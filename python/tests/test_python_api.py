@@ -72,6 +72,22 @@ def test_get_results_say_corrupt_for_a_block_changed_at_rest(server):
             assert c.checks()["unchecked"] == 4
 
 
+def test_get_results_say_why_a_key_missed(server):
+    """Miss reasons through the package (issue 36, point 4): a key never
+    published is "absent", one still being written when the lookup's
+    deadline (5 s) passed "pending"; a hit has no reason."""
+    with p2pkv.Engine(server.local) as engine:
+        keys, _ = publish(engine, 1, seed=7)
+        writing = key_of(b"still being written")
+        engine.reserve([writing])
+        with p2pkv.Client("py-why", 4, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            res = c.get_results(s, [keys[0], key_of(b"never"), writing], [0, 1, 2],
+                                fetch=False, timeout=60)
+            assert [r["status"] for r in res] == ["landed", "missing", "missing"]
+            assert [r["reason"] for r in res] == [None, "absent", "pending"]
+
+
 def test_lookup_then_fetch_under_its_round(server):
     with p2pkv.Engine(server.local) as engine:
         keys, datas = publish(engine, 4)

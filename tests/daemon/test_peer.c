@@ -398,11 +398,11 @@ START_TEST(test_peer_record)
     ck_assert_ptr_null(pk_peer_new(&w.env, rid, sizeof rid, "", (pk_peer_fabric_t) { 0 },
                                    &connect));
     ck_assert_ptr_nonnull(connect);
-    pk_msg_set_string(connect, PK_F_CAPS, "checksum marks other");
+    pk_msg_set_string(connect, PK_F_CAPS, "reasons checksum marks other");
     pk_peer_t *peer = pk_peer_new(&w.env, rid, 256, "K", (pk_peer_fabric_t) { 0 }, &connect);
     ck_assert_ptr_nonnull(peer);
     ck_assert_str_eq(peer->curve_key, "K");
-    ck_assert_str_eq(pk_peer_caps(peer), "checksum marks");
+    ck_assert_str_eq(pk_peer_caps(peer), "checksum marks reasons");
     pk_peer_destroy(&peer);
     ck_assert_ptr_null(peer);
     ta_consumer_destroy(&c);

@@ -136,7 +136,7 @@ crossed() {
     say "$1: $delta bytes $4 on $3 ($2)"
     [ "$delta" -ge "$bytes" ] || fail "$1: only $delta bytes $4 on $3, want at least $bytes"
 }
-count() { grep -c " $2\$" "$1" || true; }
+count() { grep -cE " $2( [a-z_]+)?\$" "$1" || true; }
 
 start a "$ns_a" va "$ip_a" "$pool_a" shm,tcp; ep_a=$endpoint; pid_a=${pids##* }
 start b "$ns_b" vb "$ip_b" "$pool_b"; ep_b=$endpoint; pid_b=${pids##* }

@@ -508,8 +508,9 @@ START_TEST(test_cli_get_verifies_bytes)
     ck_assert_int_eq(sh_run("%s", cmd), 1);         //  one key missing
     for (int i = 0; i < N; i++)
         sh_expect_file(blocks[i], BLOCK, "%s/%s", out, keys[i]);
+    //  the missing key says why (the server's miss reason)
     ck_assert_int_eq(sh_run("grep -c ' fetched$' %s/report | grep -qx %d && "
-                            "grep -q '^00aa missing$' %s/report", dir, N, dir), 0);
+                            "grep -q '^00aa missing absent$' %s/report", dir, N, dir), 0);
     sh_rmrf(dir);
     ck_assert_int_eq(td_stop(&s), 0);
 }

@@ -3,6 +3,7 @@
     recorded "round over" calls (forget).
 */
 #include "roles/client_role.h"
+#include "base/miss_reason.h"
 #include "testutil.h"
 
 #include <errno.h>
@@ -33,6 +34,8 @@ typedef struct {
         bool hits[8];
         uint64_t sums[8];           //  0 each without checksums
         bool has_sums;
+        uint8_t reasons[8];         //  0 each without reasons
+        bool has_reasons;
         bool unanswered;            //  hits NULL: the server went away
     } answers[8];
     uint8_t bytes[16];
@@ -89,7 +92,7 @@ s_forget(void *a, uint64_t round)
 
 static void
 s_lookup_done(void *a, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
-              const uint64_t *sums, size_t n)
+              const uint64_t *sums, const uint8_t *reasons, size_t n)
 {
     ck_assert_int_lt(H->lookups_done, 8);
     ck_assert_uint_le(n, 8);
@@ -101,8 +104,10 @@ s_lookup_done(void *a, const char *kv, uint64_t round, const pk_key_t *keys, con
         H->answers[H->lookups_done].keys[i] = keys[i].bytes[0];
         H->answers[H->lookups_done].hits[i] = hits && hits[i];
         H->answers[H->lookups_done].sums[i] = sums ? sums[i] : 0;
+        H->answers[H->lookups_done].reasons[i] = reasons ? reasons[i] : 0;
     }
     H->answers[H->lookups_done].has_sums = sums != NULL;
+    H->answers[H->lookups_done].has_reasons = reasons != NULL;
     H->lookups_done++;
     H->last_lookup_round = round;
 }
@@ -648,6 +653,29 @@ START_TEST(test_answer_checksums)
 }
 END_TEST
 
+//  An answer with reasons (the capability) hands each miss's to the
+//  owner, parallel to the keys, 0 at hits; one without hands none.
+START_TEST(test_answer_reasons)
+{
+    s_probe("r1", 2, 4);
+    pk_client_role_flush(H->role);
+    pk_msg_t *m = s_keyless("r1", H->sent[0].round, 4, 0x4);      //  hits 0, 0, 1, 0
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_REASONS, "eqd"), 0);
+    ck_assert_int_eq(s_deliver(m), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    ck_assert(H->answers[0].has_reasons);
+    ck_assert_uint_eq(H->answers[0].reasons[0], PK_MISS_EVICTED);
+    ck_assert_uint_eq(H->answers[0].reasons[1], PK_MISS_QUOTA);
+    ck_assert_uint_eq(H->answers[0].reasons[2], 0);
+    ck_assert_uint_eq(H->answers[0].reasons[3], PK_MISS_DRAINING);
+    s_probe("r2", 2, 1);
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(s_deliver(s_keyless("r2", H->sent[1].round, 1, 0x0)), 0);
+    ck_assert_int_eq(H->lookups_done, 2);
+    ck_assert(!H->answers[1].has_reasons);
+}
+END_TEST
+
 START_TEST(test_conflicting_duplicate_answer)
 {
     s_probe("r1", 0, 3);
@@ -1181,6 +1209,7 @@ main(void)
     tcase_add_test(tc, test_conflicting_duplicate_answer);
     tcase_add_test(tc, test_keyless_answer);
     tcase_add_test(tc, test_answer_checksums);
+    tcase_add_test(tc, test_answer_reasons);
     tcase_add_test(tc, test_remembered_rounds_expire);
     tcase_add_test(tc, test_overlapping_rounds_any_order);
     tcase_add_test(tc, test_rounds_from_one_counter);

@@ -410,6 +410,27 @@ START_TEST(test_violations_end_the_session)
 }
 END_TEST
 
+//  A lookup answer whose miss reasons break the rule (protocol.md, the
+//  reasons capability) ends the session as the server's violation, naming
+//  the field: a consumer never takes a malformed new field quietly.
+START_TEST(test_bad_reasons_end_the_session)
+{
+    s_bring_up();
+    char se[2 * PK_EPOCH_LEN + 1], te[2 * PK_EPOCH_LEN + 1], frame[512];
+    pk_hex_encode(H->server_epoch, PK_EPOCH_LEN, se);
+    pk_hex_encode(pk_client_session_epoch(H->cs), PK_EPOCH_LEN, te);
+    int len = snprintf(frame, sizeof frame,
+                       "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\","
+                       "\"hits\":[true,false],\"round_seq\":1,\"source_epoch\":\"%s\","
+                       "\"target_epoch\":\"%s\",\"reasons\":\"z\"}", se, te);
+    pk_client_session_on_frame(H->cs, frame, (size_t) len);
+    ck_assert_int_eq(pk_client_session_state(H->cs), PK_CLIENT_SESSION_DOWN);
+    ck_assert_int_eq(H->sent[0]->type, PK_MSG_DISCONNECT);
+    ck_assert_int_eq(H->sent[0]->code, PK_DISC_VIOLATION);
+    ck_assert_msg(strstr(H->gone_reason, "lookup_resp.reasons[0]"), "%s", H->gone_reason);
+}
+END_TEST
+
 START_TEST(test_no_reconnect_stays_down)
 {
     pk_client_session_destroy(&H->cs);
@@ -495,6 +516,7 @@ main(void)
     tcase_add_test(tc, test_silence_ends_it_and_a_new_session_follows);
     tcase_add_test(tc, test_stale_epochs_are_dropped);
     tcase_add_test(tc, test_violations_end_the_session);
+    tcase_add_test(tc, test_bad_reasons_end_the_session);
     tcase_add_test(tc, test_no_reconnect_stays_down);
     tcase_add_test(tc, test_owner_disconnect_says_goodbye_and_stays_down);
     tcase_add_test(tc, test_failures_to_open_or_come_up);

@@ -25,7 +25,7 @@ s_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n, uint64_t *job,
-      uint32_t *blocks, bool *pinned)
+      uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     s_store_t *st = arg;
     st->asked = n;
@@ -72,7 +72,7 @@ static void
 s_setup(void)
 {
     memset(&S, 0, sizeof S);
-    Q = pk_quota_new(6, (pk_parent_t) { &S, s_lookup, s_pin, s_open, s_finished, s_result, NULL });
+    Q = pk_quota_new(6, (pk_parent_t) { &S, s_lookup, s_pin, s_open, s_finished, s_result, NULL, NULL });
     ck_assert_ptr_nonnull(Q);
     P = pk_quota_parent(Q);
     for (int i = 0; i < 16; i++) {
@@ -88,12 +88,16 @@ s_teardown(void)
     ck_assert_ptr_null(Q);
 }
 
+//  why each key of the last s_pin_n was not pinned, where the quota knows
+static uint8_t W[16];
+
 static int
 s_pin_n(size_t n, uint64_t *job, bool *pinned)
 {
     uint32_t blocks[16];
     pk_lookup_ctx_t ctx = { "r", 1, 1 };
-    return P.create_store_job(P.self, &ctx, K, n, job, blocks, pinned);
+    memset(W, PK_MISS_UNKNOWN, sizeof W);
+    return P.create_store_job(P.self, &ctx, K, n, job, blocks, pinned, W);
 }
 
 START_TEST(test_keys_past_the_quota_are_not_offered)
@@ -102,14 +106,18 @@ START_TEST(test_keys_past_the_quota_are_not_offered)
     bool pinned[16];
     ck_assert_int_eq(s_pin_n(8, &job, pinned), 0);
     ck_assert_uint_eq(S.asked, 6);
-    for (int i = 0; i < 8; i++)
+    //  and the keys it did not offer miss for the quota (miss_reason.h)
+    for (int i = 0; i < 8; i++) {
         ck_assert(pinned[i] == (i < 6));
+        ck_assert_uint_eq(W[i], i < 6 ? PK_MISS_UNKNOWN : PK_MISS_QUOTA);
+    }
     ck_assert_uint_eq(pk_quota_pinned(Q), 6);
     //  full: the next lookup's keys are all misses, none offered
     uint64_t job2;
     ck_assert_int_eq(s_pin_n(2, &job2, pinned), 0);
     ck_assert_uint_eq(S.asked, 0);
     ck_assert(!pinned[0] && !pinned[1]);
+    ck_assert(W[0] == PK_MISS_QUOTA && W[1] == PK_MISS_QUOTA);
     //  the first job's result gives its 6 back, and reaches the store
     P.store_result(P.self, job, true);
     ck_assert_uint_eq(pk_quota_pinned(Q), 0);
@@ -126,6 +134,8 @@ START_TEST(test_only_what_the_store_pinned_is_charged)
     bool pinned[16];
     ck_assert_int_eq(s_pin_n(4, &job, pinned), 0);
     ck_assert(!pinned[0] && pinned[1] && pinned[3]);
+    //  its reason is the store's to give (miss_reason), not the quota's
+    ck_assert_uint_eq(W[0], PK_MISS_UNKNOWN);
     ck_assert_uint_eq(pk_quota_pinned(Q), 3);
     //  a failing store charges nothing
     S.fail_next = -ENOMEM;

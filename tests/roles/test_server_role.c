@@ -32,6 +32,7 @@ typedef struct {
     uint8_t arena[4096];        //  bytes of every key made by K()
     size_t used;
     char sums[256];                 //  the last lookup_resp's checksums ("": none)
+    char reasons[128];              //  and its miss reasons ("-": none)
 } s_harness_t;
 
 static s_harness_t *H;
@@ -71,6 +72,8 @@ s_send(void *arg, const pk_msg_t *m)
     if (m->type == PK_MSG_LOOKUP_RESP) {
         snprintf(H->sums, sizeof H->sums, "%s",
                  (m->present & PK_BIT(PK_F_CHECKSUMS)) ? m->checksums : "");
+        snprintf(H->reasons, sizeof H->reasons, "%s",
+                 (m->present & PK_BIT(PK_F_REASONS)) ? m->reasons : "-");
         for (size_t i = 0; i < m->keys.count && i < 64; i++)
             buf[i] = m->hits[i] ? '1' : '0';
         s_log("lookup_resp %s round=%llu hits=%s", m->kv_request_id,
@@ -130,7 +133,7 @@ s_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n, uint64_t *job,
-      uint32_t *blocks, bool *pinned)
+      uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     *job = H->next_job++;
     int npinned = 0;
@@ -138,6 +141,12 @@ s_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n, uin
         pk_keymap_entry_t *e = pk_keymap_find(&H->table, &keys[i]);
         blocks[i] = e ? (uint32_t) e->b : 0;
         pinned[i] = !pk_keymap_find(&H->unpinnable, &keys[i]);
+        //  keys beginning 99 are beyond the consumer's pin quota
+        if (keys[i].len && keys[i].bytes[0] == 0x99) {
+            pinned[i] = false;
+            if (why)
+                why[i] = PK_MISS_QUOTA;
+        }
         npinned += pinned[i];
     }
     s_log("pin %s round=%llu job=%llu n=%zu pinned=%d", ctx->kv_request_id,
@@ -174,6 +183,15 @@ s_sums(void *arg, const uint32_t *blocks, size_t n, uint64_t *sums)
     return 0;
 }
 
+//  Why a miss is one, as the store would say: keys beginning ee were
+//  evicted, 77 are being written, the rest absent.
+static pk_miss_reason_t
+s_why(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
+{
+    uint8_t b = key->len ? key->bytes[0] : 0;
+    return b == 0xee ? PK_MISS_EVICTED : b == 0x77 ? PK_MISS_WRITING : PK_MISS_ABSENT;
+}
+
 static void
 s_setup(void)
 {
@@ -186,7 +204,7 @@ s_setup(void)
                                  (pk_sender_t) { NULL, s_send },
                                  (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums });
+                                                 s_result, s_sums, s_why });
     ck_assert_ptr_nonnull(H->role);
 }
 
@@ -1002,6 +1020,84 @@ START_TEST(test_close_with_writes_in_flight)
 }
 END_TEST
 
+//  Miss reasons (issue 36, point 4).  With config.reasons each answer
+//  says why each miss is one, one letter a miss in key order, repeats
+//  included: the role's own (p: pending past the deadline, q: the quota
+//  refused its pin) and, for the rest, the parent's when the answer is
+//  made (here: ee.. evicted, 77.. writing, others absent).  Without it no
+//  reasons go out, and the counts by reason are kept either way.
+static void
+s_role_with_reasons(bool reasons)
+{
+    pk_server_role_destroy(&H->role);
+    pk_server_role_config_t config = PK_SERVER_ROLE_CONFIG_DEFAULT;
+    config.reasons = reasons;
+    H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
+                                 (pk_sender_t) { NULL, s_send },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
+                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
+                                                 s_result, s_sums, s_why });
+    ck_assert_ptr_nonnull(H->role);
+}
+
+static void
+s_miss_counts(uint64_t unknown, uint64_t absent, uint64_t evicted, uint64_t pending,
+              uint64_t quota, uint64_t writing)
+{
+    pk_server_role_counters_t c;
+    pk_server_role_counters(H->role, &c);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_UNKNOWN], unknown);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_ABSENT], absent);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_EVICTED], evicted);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_PENDING], pending);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_QUOTA], quota);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_WRITING], writing);
+    ck_assert_uint_eq(c.miss_reasons[PK_MISS_DRAINING], 0);
+}
+
+START_TEST(test_miss_reasons)
+{
+    s_role_with_reasons(true);
+    s_set("aa", PK_LOOKUP_HIT, 1);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 2);
+    s_set("99", PK_LOOKUP_HIT, 3);              //  beyond the quota
+    //  aa hit, dd absent, ee evicted, bb pending, 99 quota, 77 writing (it
+    //  missed when polled, and is being written by the answer), dd again
+    s_lookup_ev("r1", 1, 7, "aa", "dd", "ee", "bb", "99", "77", "dd");
+    pk_server_role_serve(H->role);
+    EXPECT("open r1 round=1", "pin r1 round=1 job=1000 n=2 pinned=1");
+    H->now += 5;
+    pk_server_role_serve(H->role);
+    EXPECT("lookup_resp r1 round=1 hits=1000000", "finished r1 round=1");
+    ck_assert_str_eq(H->reasons, "aepqwa");
+    s_counters(1, 6, 1, 0);
+    s_miss_counts(0, 2, 1, 1, 1, 1);
+    //  all hits: no reasons member at all
+    s_lookup_ev("r2", 2, 1, "aa");
+    pk_server_role_serve(H->role);
+    EXPECT("open r2 round=2", "pin r2 round=2 job=1001 n=1 pinned=1",
+           "lookup_resp r2 round=2 hits=1", "finished r2 round=2");
+    ck_assert_str_eq(H->reasons, "-");
+    pk_server_role_finish(H->role, "r1");
+    pk_server_role_finish(H->role, "r2");
+    s_settle();
+}
+END_TEST
+
+//  A consumer without the capability gets the seed's answer, no reasons;
+//  the misses are counted by reason all the same (the metrics).
+START_TEST(test_miss_reasons_off)
+{
+    s_role_with_reasons(false);
+    s_lookup_ev("r1", 1, 2, "dd", "ee");
+    pk_server_role_serve(H->role);
+    EXPECT("open r1 round=1", "lookup_resp r1 round=1 hits=00", "finished r1 round=1");
+    ck_assert_str_eq(H->reasons, "-");
+    s_miss_counts(0, 1, 1, 0, 0, 0);
+    s_settle();
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1040,6 +1136,8 @@ main(void)
     tcase_add_test(tc, test_abort_unknown);
     tcase_add_test(tc, test_duplicate_fetch);
     tcase_add_test(tc, test_close_with_writes_in_flight);
+    tcase_add_test(tc, test_miss_reasons);
+    tcase_add_test(tc, test_miss_reasons_off);
     suite_add_tcase(s, tc);
     return pk_test_run("server_role", s);
 }

@@ -58,7 +58,7 @@ s_lookup(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 
 static int
 s_pin(void *arg, const pk_lookup_ctx_t *ctx, const pk_key_t *keys, size_t n, uint64_t *job,
-      uint32_t *blocks, bool *pinned)
+      uint32_t *blocks, bool *pinned, uint8_t *why)
 {
     static uint64_t next = 100;
     *job = next++;
@@ -132,7 +132,7 @@ s_open(uint64_t minor)
     H->session = pk_server_session_new(&H->id, &H->config, connect, (pk_clock_t) { NULL, s_now },
                                 pk_memtransport_iface(H->mem),
                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_opened, s_finished,
-                                                s_result, NULL },
+                                                s_result, NULL, NULL },
                                 s_out, NULL);
     pk_msg_destroy(&connect);
     ck_assert_ptr_nonnull(H->session);

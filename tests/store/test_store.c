@@ -623,7 +623,7 @@ START_TEST(test_parent_seam)
     uint64_t job = 0;
     uint32_t blocks[2];
     bool pinned[2];
-    ck_assert_int_eq(parent.create_store_job(parent.self, &ctx, keys, 2, &job, blocks, pinned),
+    ck_assert_int_eq(parent.create_store_job(parent.self, &ctx, keys, 2, &job, blocks, pinned, NULL),
                      0);
     ck_assert(pinned[0] && !pinned[1]);
     st = sf_stats(store);
@@ -1066,6 +1066,82 @@ START_TEST(test_tier_sees_namespaces_as_the_index_does)
 }
 END_TEST
 
+//  Why a miss is one (issue 36, point 4), as a reader in a namespace may
+//  know it: a key reserved and not committed is being written; one the
+//  pool evicted is "evicted" while remembered, "absent" once committed
+//  again and dropped, or once other evictions took its slot; another
+//  namespace's key is absent whatever its state.
+START_TEST(test_miss_reasons)
+{
+    pk_store_t *store = sf_store_with(2, 16, &(pk_store_config_t) { 30, 3, false });
+    pk_key_t k1 = sf_key(1), k2 = sf_key(2), k3 = sf_key(3), k4 = sf_key(4);
+    uint8_t data[16] = { 0 };
+    ck_assert_int_eq(pk_store_miss_reason(store, 0, &k1), PK_MISS_ABSENT);
+    //  being written, in shared: every namespace's reader sees it
+    uint32_t b;
+    ck_assert_int_eq(pk_store_reserve(store, 7, PK_NS_SHARED, &k1, 1, &b), 0);
+    ck_assert_int_eq(pk_store_miss_reason(store, 0, &k1), PK_MISS_WRITING);
+    ck_assert_int_eq(pk_store_miss_reason(store, 2, &k1), PK_MISS_WRITING);
+    ck_assert_int_eq(pk_store_commit_sums(store, 7, PK_NS_SHARED, &k1, 1, NULL, NULL), 0);
+    //  being written in namespace 1: absent to namespace 2
+    ck_assert_int_eq(pk_store_reserve(store, 8, 1, &k2, 1, &b), 0);
+    ck_assert_int_eq(pk_store_miss_reason(store, 1, &k2), PK_MISS_WRITING);
+    ck_assert_int_eq(pk_store_miss_reason(store, 2, &k2), PK_MISS_ABSENT);
+    ck_assert_int_eq(pk_store_miss_reason(store, 0, &k2), PK_MISS_ABSENT);
+    ck_assert_int_eq(pk_store_commit_sums(store, 8, 1, &k2, 1, NULL, NULL), 0);
+    //  a put evicts 1 (shared), the oldest: evicted to every reader
+    ck_assert_int_eq(pk_store_put(store, 2, &k3, data, sizeof data), 0);
+    ck_assert_int_eq(sf_stats(store).evictions, 1);
+    ck_assert_int_eq(pk_store_lookup(store, 1, &k1), PK_LOOKUP_MISS);
+    ck_assert_int_eq(pk_store_miss_reason(store, 1, &k1), PK_MISS_EVICTED);
+    ck_assert_int_eq(pk_store_miss_reason(store, 0, &k1), PK_MISS_EVICTED);
+    //  another put evicts 2 of namespace 1: evicted to 1, absent to 2 and shared
+    ck_assert_int_eq(pk_store_put(store, 2, &k4, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_miss_reason(store, 1, &k2), PK_MISS_EVICTED);
+    ck_assert_int_eq(pk_store_miss_reason(store, 2, &k2), PK_MISS_ABSENT);
+    ck_assert_int_eq(pk_store_miss_reason(store, 0, &k2), PK_MISS_ABSENT);
+    //  held again, then dropped: absent, not evicted
+    ck_assert_int_eq(pk_store_put(store, PK_NS_SHARED, &k1, data, sizeof data), 0);
+    ck_assert_int_eq(pk_store_drop(store, PK_NS_SHARED, &k1, 1), 0);
+    ck_assert_int_eq(pk_store_miss_reason(store, 0, &k1), PK_MISS_ABSENT);
+    //  no reason is a lookup
+    ck_assert_uint_eq(sf_stats(store).lookups, 1);
+    //  the parent seam says the same, in the shared namespace
+    pk_parent_t parent = pk_store_parent(store);
+    pk_lookup_ctx_t ctx = { "r", 1, 1 };
+    ck_assert_int_eq(parent.miss_reason(parent.self, &k2, &ctx), PK_MISS_ABSENT);
+    //  the put of 1 evicted 3 of namespace 2: evicted to 2 alone
+    ck_assert_int_eq(pk_store_miss_reason(store, 2, &k3), PK_MISS_EVICTED);
+    ck_assert_int_eq(parent.miss_reason(parent.self, &k3, &ctx), PK_MISS_ABSENT);
+    //  5 and 6 in shared (evicting 4), then 7 evicts 5
+    sf_put_range(store, 5, 7);
+    pk_key_t k5 = sf_key(5);
+    ck_assert_int_eq(parent.miss_reason(parent.self, &k5, &ctx), PK_MISS_EVICTED);
+    pk_store_destroy(&store);
+}
+END_TEST
+
+//  The memory is bounded: a pool of 2 blocks remembers 64 evictions at
+//  most (evicted.h), so of 248 evicted keys at most 64 read "evicted",
+//  the latest among them, and the rest absent.
+START_TEST(test_evictions_are_forgotten)
+{
+    pk_store_t *store = sf_store(2, 16, 30);
+    sf_put_range(store, 1, 250);                            //  evicts 1..248
+    ck_assert_uint_eq(sf_stats(store).evictions, 248);
+    size_t remembered = 0;
+    for (unsigned i = 1; i <= 248; i++) {
+        pk_key_t k = sf_key(i);
+        remembered += pk_store_miss_reason(store, 0, &k) == PK_MISS_EVICTED;
+    }
+    ck_assert_uint_le(remembered, 64);
+    ck_assert_uint_ge(remembered, 1);
+    pk_key_t k248 = sf_key(248);
+    ck_assert_int_eq(pk_store_miss_reason(store, 0, &k248), PK_MISS_EVICTED);
+    pk_store_destroy(&store);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1094,6 +1170,8 @@ main(void)
     tcase_add_test(tc, test_tier_takes_what_the_pool_evicts);
     tcase_add_test(tc, test_tier_answers_an_absent_key);
     tcase_add_test(tc, test_tier_sees_namespaces_as_the_index_does);
+    tcase_add_test(tc, test_miss_reasons);
+    tcase_add_test(tc, test_evictions_are_forgotten);
     suite_add_tcase(s, tc);
     return pk_test_run("store", s);
 }

@@ -68,6 +68,14 @@ static const char *s_valid[] = {
         "\"round_seq\":5" EP ",\"checksums\":\"0123456789abcdefffffffffffffffff\"}",
     "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[false],"
         "\"round_seq\":5" EP ",\"checksums\":\"\"}",
+    //  capability reasons: one letter per miss, after the checksums
+    "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true,false,false],"
+        "\"round_seq\":5" EP ",\"checksums\":\"0123456789abcdef\",\"reasons\":\"ae\"}",
+    "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"keys\":[\"ab\",\"cd\",\"ef\",\"01\","
+        "\"02\",\"03\",\"04\",\"05\"],\"hits\":[false,false,false,false,false,false,false,true],"
+        "\"round_seq\":5" EP ",\"reasons\":\"uaepqwd\"}",
+    "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true],"
+        "\"round_seq\":5" EP ",\"reasons\":\"\"}",
     //  capability words, one a word of tomorrow
     "{\"type\":\"connect_ack\",\"wire_major\":1,\"wire_minor\":1,\"peer_id\":\"a\","
         "\"source_epoch\":\"" TE "\",\"target_epoch\":\"" SE "\",\"num_blocks\":2,"
@@ -257,6 +265,18 @@ static const s_reject_t s_rejects[] = {
     { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true],"
       "\"round_seq\":0" EP ",\"checksums\":7}", -EPROTO,
       "lookup_resp.checksums: expected string, got 7" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true,false,false],"
+      "\"round_seq\":0" EP ",\"reasons\":\"a\"}", -EPROTO,
+      "lookup_resp.reasons: expected one letter for each of 2 misses, got 1" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[true],"
+      "\"round_seq\":0" EP ",\"reasons\":\"a\"}", -EPROTO,
+      "lookup_resp.reasons: expected one letter for each of 0 misses, got 1" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[false,false],"
+      "\"round_seq\":0" EP ",\"reasons\":\"ax\"}", -EPROTO,
+      "lookup_resp.reasons[1]: expected one of uaepqwd, got 'x'" },
+    { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"hits\":[false],"
+      "\"round_seq\":0" EP ",\"reasons\":[\"absent\"]}", -EPROTO,
+      "lookup_resp.reasons: expected string, got array" },
     { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\",\"keys\":[\"ab\",\"cd\"],"
       "\"hits\":[true],\"round_seq\":0" EP "}", -EPROTO,
       "lookup_resp.hits: expected 2 items (one per key), got 1" },
