@@ -111,20 +111,22 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
     rc = -ENOMEM;
     if (!(self->ns = calloc(self->nns, sizeof *self->ns)))
         goto fail_mutex;
-    if ((rc = pk_index_init(&self->index, num_blocks, self->nns)))
-        goto fail_ns;
-    self->index.evict = s_evict;
-    self->index.evict_arg = self;
+    //  The pool before the index: a pool the host cannot hold is refused
+    //  before the index of its blocks is built (8 Mi blocks: some 10 s).
     self->pool = pk_pool_new(name, (size_t) (num_blocks * block_len), log, log_arg, &rc, err);
     if (!self->pool)
-        goto fail_index;
+        goto fail_ns;
     self->base = pk_pool_base(self->pool);
+    if ((rc = pk_index_init(&self->index, num_blocks, self->nns)))
+        goto fail_pool;
+    self->index.evict = s_evict;
+    self->index.evict_arg = self;
     if (rc_p)
         *rc_p = 0;
     return self;
 
-fail_index:
-    pk_index_fini(&self->index);
+fail_pool:
+    pk_pool_destroy(&self->pool);
 fail_ns:
     free(self->ns);
 fail_mutex:
