@@ -301,7 +301,7 @@ s_open_store(pk_node_t *self, char *err)
         return 0;
     //  no room for the pool: the options that sized it
     if (*store_err && (rc == -ENOSPC || rc == -ENOMEM))
-        snprintf(err, PK_ERRLEN, "--pool-blocks %llu x --block-len %llu: %s",
+        snprintf(err, PK_ERRLEN, "--pool-blocks %llu x --block-len %llu: %.200s",
                  (unsigned long long) config->pool_blocks,
                  (unsigned long long) config->block_len, store_err);
     else if (*store_err)
