@@ -43,6 +43,7 @@ struct _pk_store_t {
     void *tier_self;
     size_t open_lookups;
     uint64_t lookups, hits, pending, misses, probes;
+    uint64_t sums_taken;            //  checksums taken here at commit (s_commit)
     s_ns_lookups_t *ns;         //  nns of them
     size_t nns;
 };
@@ -307,8 +308,10 @@ s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, si
             ;
         else if (sums && given && given[i])
             sum = sums[i];      //  the writer's, taken while the bytes were in its cache
-        else
+        else {
             sum = pk_checksum(self->base + (size_t) b * self->block_len, self->block_len);
+            self->sums_taken++;
+        }
         pk_index_commit(&self->index, b, sum);
     }
     return 0;
@@ -508,6 +511,7 @@ pk_store_stats(pk_store_t *self, pk_store_stats_t *out)
         .misses = self->misses,
         .expired = self->index.expired,
         .probes = self->probes,
+        .sums_taken = self->sums_taken,
     };
     pthread_mutex_unlock(&self->mutex);
 }
