@@ -176,8 +176,10 @@ int p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, cons
                        size_t len, char *err);
 
 /*  Publishes reserved blocks under their keys: consumers may look them
-    up now.  -ENOENT (err naming the key) for a key this handle did not
-    reserve.  */
+    up now.  Each block's checksum goes with it: the one a whole write
+    took, or else one taken here from the mapping, on this thread (the
+    server reads none of the blocks).  -ENOENT (err naming the key) for a
+    key this handle did not reserve.  */
 int p2pkv_engine_commit(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n, char *err);
 
 /*  reserve, copy block_len bytes into the mapping, commit: one block

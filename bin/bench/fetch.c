@@ -19,12 +19,16 @@
     GB/s over the last provider's) compares two runs of one repetition.
 */
 #include "bench.h"
+#include "base/err.h"
+#include "base/transport.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 typedef struct {
     uint64_t block, n, c;
@@ -76,6 +80,79 @@ s_pool_blocks(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t block
 
 //  Refusals before anything starts: consumers beyond --max-sessions, pools
 //  beyond memory.
+//  Opens a fabric of provider (NULL: the default's own order) over a
+//  one-page pool, as the server would, and closes it: true with the
+//  provider it got in got (as --provider names it: "tcp" of
+//  "tcp;ofi_rxm"), or false with err.
+static bool
+s_provider_opens(const char *provider, char *got, size_t len, char *err)
+{
+    static uint8_t page[4096] __attribute__((aligned(4096)));
+    pk_fabric_config_t config = { provider, "127.0.0.1", 5.0 };
+    int rc = 0;
+    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(provider), &config, page, 1,
+                                         sizeof page, &rc, err);
+    if (!fabric)
+        return false;
+    //  the name is the fabric's: copied before it goes
+    snprintf(got, len, "%.*s", (int) strcspn(pk_fabric_provider(fabric), ";"),
+             pk_fabric_provider(fabric));
+    pk_fabric_close(&fabric);
+    return true;
+}
+
+//  The child of s_providers_check: each --providers name opened here, and
+//  when one does not, the names that do (each transport's named rows,
+//  and what the default's own order picks), said on stderr: its exit
+//  status, 0 or 2.
+static int
+s_providers_try(const pkb_names_t *names)
+{
+    char err[PK_ERRLEN] = "", got[64];
+    size_t bad = 0;
+    for (; bad < names->n; bad++)
+        if (!s_provider_opens(names->v[bad], got, sizeof got, err))
+            break;
+    if (bad == names->n)
+        return 0;
+    char known[256] = "", why[PK_ERRLEN];
+    const pk_provider_t *row;
+    for (size_t i = 0; (row = pk_transport_auto(i)) != NULL; i++) {
+        if (!s_provider_opens(row->name, got, sizeof got, why))
+            continue;
+        size_t at = strlen(known);
+        snprintf(known + at, sizeof known - at, "%s%s", at ? ", " : "", got);
+    }
+    fprintf(stderr, "p2pkv-bench fetch: --providers: \"%s\" is not available here (%s); "
+            "known here: %s\n", names->v[bad], err, *known ? known : "none");
+    return 2;
+}
+
+//  Every --providers name is one this host can open, checked before
+//  anything runs (a name the server refuses would otherwise end the run
+//  midway, exit 1): 0, or 2 said.  In a child, since the orchestrator
+//  holds no libfabric state (consumer.c).
+static int
+s_providers_check(const pkb_opts_t *o)
+{
+    if (!o->providers.n)
+        return 0;
+    pid_t pid = pkb_fork();
+    if (pid < 0) {
+        fprintf(stderr, "p2pkv-bench fetch: cannot fork: %s\n", strerror(errno));
+        return 2;
+    }
+    if (pid == 0)
+        _exit(s_providers_try(&o->providers));
+    int status = pkb_reap(pid, 60);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return 0;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 2)
+        fprintf(stderr, "p2pkv-bench fetch: the check of --providers %s failed (status "
+                "0x%x)\n", o->providers.joined, (unsigned) status);
+    return 2;
+}
+
 static int
 s_check(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t max_sessions)
 {
@@ -100,7 +177,7 @@ s_check(const pkb_opts_t *o, const s_point_t *p, size_t np, uint64_t max_session
         if (pkb_check_memory("fetch", what, need))
             return 2;
     }
-    return 0;
+    return s_providers_check(o);
 }
 
 static const char *const s_names[] = { "block", "blocks", "cons", "GB/s", "raw GB/s",

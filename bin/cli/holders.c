@@ -102,8 +102,13 @@ s_get_by_key(const cli_remote_opts_t *o, char *argv[], const cli_keys_t *g,
     for (size_t e = 0; e < f->nendpoints && described != 0; e++) {
         described = p2pkv_describe_curve(f->endpoint[e], o->timeout < 10 ? o->timeout : 10, keys,
                                          &d, err);
+        //  a holder that requires CURVE of us without keys: the options
+        //  to give, as for --server (remote.c)
+        if (described != 0)
+            cli_curve_hint(err, sizeof err, o->curve_secret != NULL);
+        //  err names the endpoint already
         if (described != 0 && o->verbose)
-            fprintf(stderr, "p2pkv get: %s: %s; trying the next holder\n", f->endpoint[e], err);
+            fprintf(stderr, "p2pkv get: %s; trying the next holder\n", err);
     }
     if (described != 0) {
         fprintf(stderr, "p2pkv get: no holder answered (%zu tried; the last: %s)\n",

@@ -666,7 +666,7 @@ s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char 
             (void) pk_err(err, 0, "%s", s->reason);
             rc = -EPROTO;
         }
-        bool done = rc != -ETIMEDOUT || pk_clock_monotonic() >= deadline;
+        bool done = rc != -ETIMEDOUT || s->refused || pk_clock_monotonic() >= deadline;
         if (done && rc == 0)
             s->announced = true;
         else if (done) {
@@ -678,7 +678,9 @@ s_handshake(p2pkv_client_t *self, s_server_t *s, int slot, double timeout, char 
             char note[PK_ERRLEN] = "";
             if (!*s->reason)
                 pk_client_watch_note(&s->watch, note, sizeof note);
-            if (rc == -ETIMEDOUT && *refused)
+            if (s->refused)
+                ;                   //  said above (a silent port's verdict is -ETIMEDOUT)
+            else if (rc == -ETIMEDOUT && *refused)
                 (void) pk_err(err, 0, "%s, for %.1f s", refused, timeout);
             else if (rc == -ETIMEDOUT)
                 (void) pk_err(err, 0, "no answer from %.100s within %.1f s%s%s%s", s->endpoint,

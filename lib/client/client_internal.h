@@ -85,6 +85,7 @@ typedef struct {
     bool attempt_connected;         //  since the last connect retried
     bool ever_connected, ever_handshaken;
     bool want, silent_probed;       //  a probe is due; the silent peer's was made
+    bool heard_zmtp;                //  a probe read a ZeroMQ greeting
     double connected_at;
     int fd;                         //  the probe's connection, or -1
     bool fd_connected, greeted;     //  greeted: our signature sent
@@ -106,11 +107,13 @@ void pk_client_watch_close(pk_client_watch_t *w, zsock_t *dealer);
     CURVE and the other not), and with probe: -ECONNREFUSED (nothing
     listens there) or the kernel's errno of a failed connection, -EPROTO
     (not a p2pkv/ZeroMQ port: it sent something else, or closed the
-    connection without a greeting, or the handshake failed).  */
+    connection without a greeting, or the handshake failed), -ETIMEDOUT
+    (it accepted two connections and greeted on neither: a hung process,
+    or not a ZeroMQ port; doc/design.md, "A silent port is given up").  */
 int pk_client_watch_step(pk_client_watch_t *w, char *reason, size_t len);
 
-/*  For a timeout's message: ": what the connection did", or "" (the
-    handshake completed, or nothing was watched).  */
+/*  For a timeout's message: ": what the connection did", or "" (nothing
+    was watched).  */
 void pk_client_watch_note(const pk_client_watch_t *w, char *note, size_t len);
 
 /*  describe.c: p2pkv_describe_curve of an endpoint resolved already.  */

@@ -116,9 +116,10 @@ pk_client_describe(const char *endpoint, const pk_client_addr_t *addr, double ti
     if (rc)
         goto done;
     double deadline = pk_clock_monotonic() + timeout, next = 0;
+    int refused = 0;                //  the watch's verdict (a silent port's is -ETIMEDOUT)
     rc = -ETIMEDOUT;
     while (rc == -ETIMEDOUT && pk_clock_monotonic() < deadline) {
-        int refused = pk_client_watch_step(&watch, why, sizeof why);
+        refused = pk_client_watch_step(&watch, why, sizeof why);
         if (refused) {
             rc = pk_err(err, refused, "%s: %s", endpoint, why);
             break;
@@ -137,7 +138,7 @@ pk_client_describe(const char *endpoint, const pk_client_addr_t *addr, double ti
             zclock_sleep(2);
         pk_msg_destroy(&m);
     }
-    if (rc == -ETIMEDOUT) {
+    if (rc == -ETIMEDOUT && !refused) {
         char note[PK_ERRLEN];
         pk_client_watch_note(&watch, note, sizeof note);
         (void) pk_err(err, 0, "no description from %.100s within %.1f s%s", endpoint, timeout,

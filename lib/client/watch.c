@@ -22,7 +22,12 @@
       peer whose first byte is another is not a ZeroMQ port (an SSH or
       SMTP banner, a Redis error, an HTTP reply), nor one that closes the
       connection before sending anything.  A peer that says nothing (an
-      HTTP server waiting for a line) leaves the question open.
+      HTTP server waiting for a line, a p2pkv server stopped or frozen
+      whose kernel still accepts) while the DEALER's own connection also
+      waits for its greeting is given up: libzmq's I/O thread greets on
+      accept, whatever the application does, so two connections silent
+      for seconds are a hung process or another protocol, never a busy
+      server (doc/design.md, "A silent port is given up").
 
     Probes are made only while a connect or describe waits (the watch's
     probe flag), at most S_MAX_PROBES a watch, never while one runs, and
@@ -49,7 +54,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define S_PROBE_WAIT 1.0            //  a probe's connect and first bytes (s)
+//  A probe's connect and first bytes (s).  A ZeroMQ peer greets as soon
+//  as its I/O thread takes the connection: under a millisecond on a
+//  loopback, one round trip across a network; 2 s covers a loaded host's
+//  scheduling many times over, and with S_SILENT_AFTER makes a silent
+//  peer's verdict come some 3 s after the connection.
+#define S_PROBE_WAIT 2.0
 #define S_SILENT_AFTER 1.0          //  connected, no handshake this long: probe
 #define S_PROBE_GAP 0.2             //  between two probes
 #define S_MAX_PROBES 3
@@ -242,8 +252,10 @@ s_probe_step(pk_client_watch_t *w, double now, char *reason, size_t len)
         w->ngot += (size_t) n;
         if (w->got[0] != 0xff)
             return s_not_zmtp(w, reason, len);
-        if (w->ngot == sizeof w->got)
+        if (w->ngot == sizeof w->got) {
+            w->heard_zmtp = true;
             s_probe_end(w);         //  a ZeroMQ greeting: the events tell the rest
+        }
         return 0;
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -256,9 +268,20 @@ s_probe_step(pk_client_watch_t *w, double now, char *reason, size_t len)
                  "a ZeroMQ greeting");
         return -EPROTO;
     }
-    if (now > w->probe_until)
-        s_probe_end(w);             //  it says nothing: an open question
-    return 0;
+    if (now <= w->probe_until)
+        return 0;
+    s_probe_end(w);
+    //  It took our connection and said nothing.  Only with the DEALER's
+    //  own connection still up and ungreeted is that a verdict: a peer
+    //  that greeted one of them is a ZeroMQ peer (its handshake may wait
+    //  on its ZAP handler, an application thread), and one that closed
+    //  the DEALER's was asked again by the events.
+    if (w->ngot || !w->connected || w->handshaken)
+        return 0;
+    snprintf(reason, len, "it accepted the connection but sent no ZeroMQ greeting within "
+             "%.1f s (a hung server, stopped or frozen, or not a p2pkv/ZeroMQ port)",
+             now - w->connected_at);
+    return -ETIMEDOUT;
 }
 
 //  One monitor event: 0, or a negative errno with reason.
@@ -349,11 +372,21 @@ pk_client_watch_step(pk_client_watch_t *w, char *reason, size_t len)
 void
 pk_client_watch_note(const pk_client_watch_t *w, char *note, size_t len)
 {
-    if (!w->probe || w->ever_handshaken)
+    if (!w->probe)
         snprintf(note, len, "%s", "");
+    else if (w->ever_handshaken)
+        snprintf(note, len, ": the ZeroMQ handshake completed, but no answer came (a "
+                 "server too busy to answer, or stalled)");
     else if (!w->ever_connected)
         snprintf(note, len, ": no connection was made (the host down, or a firewall "
                  "dropping packets?)");
+    else if (w->heard_zmtp)
+        snprintf(note, len, ": it greets as ZeroMQ but completed no handshake (its "
+                 "authentication handler did not answer: a stalled server?)");
+    else if (w->connected)
+        snprintf(note, len, ": it accepted the connection but completed no ZeroMQ "
+                 "handshake in %.1f s (a hung server, or not a p2pkv/ZeroMQ port)",
+                 pk_clock_monotonic() - w->connected_at);
     else
         snprintf(note, len, ": it took the connection but completed no ZeroMQ handshake "
                  "(not a p2pkv/ZeroMQ port, or a server that does not answer)");

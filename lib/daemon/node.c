@@ -299,7 +299,12 @@ s_open_store(pk_node_t *self, char *err)
                                store_err);
     if (self->store)
         return 0;
-    if (*store_err)
+    //  no room for the pool: the options that sized it
+    if (*store_err && (rc == -ENOSPC || rc == -ENOMEM))
+        snprintf(err, PK_ERRLEN, "--pool-blocks %llu x --block-len %llu: %.200s",
+                 (unsigned long long) config->pool_blocks,
+                 (unsigned long long) config->block_len, store_err);
+    else if (*store_err)
         snprintf(err, PK_ERRLEN, "%s", store_err);
     else
         snprintf(err, PK_ERRLEN, "pool %s (%llu x %llu bytes): %s", config->pool_name,

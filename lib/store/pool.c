@@ -105,6 +105,39 @@ s_shm_claim(const char *name, char *err, bool *reclaimed, int *rc_p)
 //  a named pool takes.
 #define S_SHM_DIR "/dev/shm"
 
+//  -ENOSPC with err: /dev/shm has room bytes, the pool name needs len.
+static int
+s_no_room(const char *name, size_t len, unsigned long long room, char *err)
+{
+    return pk_err(err, -ENOSPC, "pool %s: " S_SHM_DIR " cannot hold it: it needs %zu bytes "
+                  "(%.1f MiB), " S_SHM_DIR " has %llu (%.1f MiB) available; make " S_SHM_DIR
+                  " larger or the pool smaller", name, len, (double) len / (1 << 20), room,
+                  (double) room / (1 << 20));
+}
+
+//  Bytes the host can still give (MemAvailable and SwapFree of
+//  /proc/meminfo), or 0 when unknown.
+static unsigned long long
+s_host_room(void)
+{
+    FILE *f = fopen("/proc/meminfo", "re");
+    if (!f)
+        return 0;
+    char line[128];
+    unsigned long long kb, avail = 0, swap = 0;
+    bool seen = false;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            avail = kb;
+            seen = true;
+        }
+        else if (sscanf(line, "SwapFree: %llu kB", &kb) == 1)
+            swap = kb;
+    }
+    fclose(f);
+    return seen ? (avail + swap) * 1024 : 0;
+}
+
 //  The pool's memory reserved now, every page of it, rather than at each
 //  page's first write: a tmpfs (/dev/shm) or memory limit that cannot hold
 //  the pool fails here, naming the sizes, instead of killing with SIGBUS
@@ -113,26 +146,44 @@ s_shm_claim(const char *name, char *err, bool *reclaimed, int *rc_p)
 //  silently where there is no room.  What it costs: nothing more; the
 //  pages MAP_POPULATE would have faulted in are allocated and zeroed here
 //  instead (1 GiB: about 0.6 s, fallocate then populate or populate
-//  alone); the engine then maps memory that exists.  0, or a negative
-//  errno with err.
+//  alone); the engine then maps memory that exists.
+//
+//  Whether it fits is asked first, of the filesystem's free room and of
+//  the host's memory: tmpfs refuses a fallocate larger than its whole
+//  size at once, but one within its size and beyond its free room (other
+//  objects there) or beyond the memory the host has left allocates and
+//  zeroes page after page until it fails, some 0.5 s a GiB, and a
+//  /dev/shm as large as the host's memory (its default is half; many set
+//  it to all) drives the host into reclaim, swap and the OOM killer
+//  first: minutes, and other processes killed.  The looks cost a statvfs
+//  and a read of /proc/meminfo at start; what the host has free may
+//  still change before the fallocate, which stays the final word.  0, or
+//  a negative errno with err.
 static int
 s_reserve(int fd, size_t len, const char *name, char *err)
 {
+    struct statvfs vfs;
+    if (name && statvfs(S_SHM_DIR, &vfs) == 0) {
+        unsigned long long room = (unsigned long long) vfs.f_bavail * vfs.f_frsize;
+        if (len > room)
+            return s_no_room(name, len, room, err);
+    }
+    unsigned long long host = s_host_room();
+    if (host && len > host)
+        return pk_err(err, -ENOMEM, "pool %s: the host's memory cannot hold it: it needs "
+                      "%zu bytes (%.1f MiB), the host has %llu (%.1f MiB) available "
+                      "(MemAvailable + SwapFree)", name ? name : "(anonymous)", len,
+                      (double) len / (1 << 20), host, (double) host / (1 << 20));
     int e;
     do
         e = posix_fallocate(fd, 0, (off_t) len);
     while (e == EINTR);         //  a signal at start: the allocation is idempotent
     if (e == 0)
         return 0;
-    struct statvfs vfs;
     //  a failed fallocate of tmpfs gives back what it took, so the room
     //  said is the room there was
     if (e == ENOSPC && name && statvfs(S_SHM_DIR, &vfs) == 0) {
-        unsigned long long room = (unsigned long long) vfs.f_bavail * vfs.f_frsize;
-        return pk_err(err, -ENOSPC, "pool %s: " S_SHM_DIR " cannot hold it: it needs %zu "
-                      "bytes (%.1f MiB), " S_SHM_DIR " has %llu (%.1f MiB) available; make "
-                      S_SHM_DIR " larger or the pool smaller", name, len,
-                      (double) len / (1 << 20), room, (double) room / (1 << 20));
+        return s_no_room(name, len, (unsigned long long) vfs.f_bavail * vfs.f_frsize, err);
     }
     return pk_err(err, -e, "pool %s: cannot reserve its %zu bytes: %s",
                   name ? name : "(anonymous)", len, strerror(e));

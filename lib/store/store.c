@@ -43,6 +43,7 @@ struct _pk_store_t {
     void *tier_self;
     size_t open_lookups;
     uint64_t lookups, hits, pending, misses, probes;
+    uint64_t sums_taken;            //  checksums taken here at commit (s_commit)
     s_ns_lookups_t *ns;         //  nns of them
     size_t nns;
     pk_evicted_t evicted;       //  recently evicted keys, for miss reasons
@@ -115,20 +116,22 @@ pk_store_new(const char *name, uint64_t num_blocks, uint64_t block_len,
         goto fail_mutex;
     if ((rc = pk_evicted_init(&self->evicted, num_blocks)))
         goto fail_ns;
-    if ((rc = pk_index_init(&self->index, num_blocks, self->nns)))
-        goto fail_evicted;
-    self->index.evict = s_evict;
-    self->index.evict_arg = self;
+    //  The pool before the index: a pool the host cannot hold is refused
+    //  before the index of its blocks is built (8 Mi blocks: some 10 s).
     self->pool = pk_pool_new(name, (size_t) (num_blocks * block_len), log, log_arg, &rc, err);
     if (!self->pool)
-        goto fail_index;
+        goto fail_evicted;
     self->base = pk_pool_base(self->pool);
+    if ((rc = pk_index_init(&self->index, num_blocks, self->nns)))
+        goto fail_pool;
+    self->index.evict = s_evict;
+    self->index.evict_arg = self;
     if (rc_p)
         *rc_p = 0;
     return self;
 
-fail_index:
-    pk_index_fini(&self->index);
+fail_pool:
+    pk_pool_destroy(&self->pool);
 fail_evicted:
     pk_evicted_fini(&self->evicted);
 fail_ns:
@@ -335,8 +338,10 @@ s_commit(pk_store_t *self, uint64_t owner, unsigned ns, const pk_key_t *keys, si
             ;
         else if (sums && given && given[i])
             sum = sums[i];      //  the writer's, taken while the bytes were in its cache
-        else
+        else {
             sum = pk_checksum(self->base + (size_t) b * self->block_len, self->block_len);
+            self->sums_taken++;
+        }
         pk_index_commit(&self->index, b, sum);
         pk_evicted_forget(&self->evicted, ns, &keys[i]);
     }
@@ -537,6 +542,7 @@ pk_store_stats(pk_store_t *self, pk_store_stats_t *out)
         .misses = self->misses,
         .expired = self->index.expired,
         .probes = self->probes,
+        .sums_taken = self->sums_taken,
     };
     pthread_mutex_unlock(&self->mutex);
 }

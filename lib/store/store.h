@@ -79,7 +79,10 @@ typedef pk_pool_log_fn pk_store_log_fn;
     F(pending)                      /* answered HIT_PENDING (being written, or the tier's) */ \
     F(misses) \
     F(expired)                      /* leases that ran out */ \
-    F(probes)                       /* index probes of lookups and pins: 2 a key, 1 in shared */
+    F(probes)                       /* index probes of lookups and pins: 2 a key, 1 in shared */ \
+    M(sums_taken, POOL_SUMS_TAKEN, "p2pkv_pool_checksums_taken_total", COUNTER, \
+      "Blocks the server read to take their checksum at commit (none came from the writer)", \
+      NONE)
 
 typedef struct {
     PK_STORE_COUNTS(PK_COUNT_FIELD, PK_COUNT_FIELD_ONLY)

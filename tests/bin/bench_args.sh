@@ -53,5 +53,10 @@ refuse "codec 1 2" 'unexpected argument "2"'
 refuse "fetch --providers shm,shm" '--providers: shm twice'
 refuse "fetch --providers shm,a/b" '--providers: "a/b" is not a libfabric provider name'
 refuse "control --providers shm" '--providers does not apply to suite control'
+# a name no transport opens here: refused before any load runs (the run
+# used to time tcp, then exit 1 at the unknown one), naming the ones that do
+refuse "fetch --providers tcp,nosuch" '--providers: "nosuch" is not available here'
+refuse "fetch --providers tcp,nosuch" 'known here: '
+refuse "fetch --providers nosuch --block-sizes 4K --blocks 1" '"nosuch" is not available here'
 refuse "fetch --providers shm,tcp --consumers 200" '--consumers 200 per provider is more than the server'"'"'s --max-sessions 256'
 exit $fail

@@ -4,7 +4,8 @@
 # 5).  A server that cannot be reached: nothing listening (said at once,
 # naming the endpoint: a --timeout of 60 s, which a timeout would not
 # meet, the describe's own wait being 10 s), an endpoint without its
-# transport, a host name that does not resolve, a CURVE server asked
+# transport, a host name that does not resolve, a server stopped with
+# SIGSTOP (no ZeroMQ greeting: said in seconds), a CURVE server asked
 # without keys; a pull across a block-length mismatch (2, not 1); a bad
 # option value or an unknown option, named, in p2pkv, p2pkv-server,
 # p2pkv-bench and p2pkv-replay.  Run by make check from the build tree.
@@ -16,7 +17,7 @@ for b in "$cli" "$server" bin/p2pkv-bench bin/p2pkv-replay; do
 done
 work=$(mktemp -d)
 . "$(dirname "$0")/../fixtures/servers.sh"
-pools="/pk-errors-a-$$ /pk-errors-b-$$ /pk-errors-c-$$ /pk-errors-gone-$$ /pk-errors-x-$$"
+pools="/pk-errors-a-$$ /pk-errors-stopped-$$ /pk-errors-b-$$ /pk-errors-c-$$ /pk-errors-gone-$$ /pk-errors-x-$$"
 
 # expect STATUS WORDS... -- COMMAND...: COMMAND exits STATUS and its
 # standard error holds each of WORDS
@@ -85,6 +86,14 @@ expect 2 "--server" "$noscheme" "names no transport" "tcp://" -- \
     "$cli" lookup --server "$noscheme" 00
 expect 2 "name.invalid" "does not resolve" -- \
     "$cli" lookup --timeout 60 --server tcp://name.invalid:5710 00
+# a server stopped (SIGSTOP): its kernel takes the connection, nothing
+# greets; said in some 3 s, not at the timeout (the describe's 10 s)
+start stopped 4096
+stopped=$endpoint
+kill -STOP "${pids##* }"
+expect 2 "$stopped" "accepted the connection but sent no ZeroMQ greeting" "a hung server" -- \
+    "$cli" lookup --timeout 60 --server "$stopped" 00
+kill -CONT "${pids##* }"
 # the pull's server is reached by the local one, which says why it could not
 expect 2 "$free" "connection refused" -- \
     "$cli" pull --local "ipc://$work/a.sock" --server "$free" 00

@@ -1337,10 +1337,11 @@ START_TEST(test_refused_connection_said)
 END_TEST
 
 //  A plain TCP listener, not ZeroMQ: what it sends first (a banner, and
-//  the connection held open) or that it closes at once.
+//  the connection held open), that it closes at once, or (silent) that it
+//  holds the connection and says nothing, as a stopped server's kernel.
 typedef struct {
     int fd;
-    bool close_at_once;
+    bool close_at_once, silent;
     atomic_bool stop;
 } s_stranger_t;
 
@@ -1357,7 +1358,7 @@ s_stranger_run(void *arg)
         if (c < 0)
             continue;
         static const char banner[] = "SSH-2.0-OpenSSH_9.2p1 not-zeromq\r\n";
-        if (!t->close_at_once && write(c, banner, sizeof banner - 1) < 0) {
+        if (!t->close_at_once && !t->silent && write(c, banner, sizeof banner - 1) < 0) {
             //  it went: the next connection gets the banner
         }
         if (t->close_at_once || nheld == 16)
@@ -1370,28 +1371,42 @@ s_stranger_run(void *arg)
     return NULL;
 }
 
+//  A stranger listening on loopback, its thread started; endpoint
+//  tcp://127.0.0.1:PORT (64 bytes).
+static void
+s_stranger_start(s_stranger_t *t, pthread_t *thread, char *endpoint)
+{
+    t->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(t->fd, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(t->fd, (struct sockaddr *) &a, sizeof a), 0);
+    ck_assert_int_eq(listen(t->fd, 16), 0);
+    ck_assert_int_eq(getsockname(t->fd, (struct sockaddr *) &a, &len), 0);
+    ck_assert_int_eq(pthread_create(thread, NULL, s_stranger_run, t), 0);
+    snprintf(endpoint, 64, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+}
+
+static void
+s_stranger_stop(s_stranger_t *t, pthread_t thread)
+{
+    atomic_store(&t->stop, true);
+    pthread_join(thread, NULL);
+    close(t->fd);
+}
+
 static void
 s_not_zmtp(bool close_at_once)
 {
     s_stranger_t t = { .close_at_once = close_at_once };
-    t.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ck_assert_int_ge(t.fd, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET };
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(bind(t.fd, (struct sockaddr *) &a, sizeof a), 0);
-    ck_assert_int_eq(listen(t.fd, 16), 0);
-    ck_assert_int_eq(getsockname(t.fd, (struct sockaddr *) &a, &len), 0);
     pthread_t thread;
-    ck_assert_int_eq(pthread_create(&thread, NULL, s_stranger_run, &t), 0);
     char endpoint[64];
-    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", ntohs(a.sin_port));
+    s_stranger_start(&t, &thread, endpoint);
     s_each_fails(endpoint, -EPROTO, (const char *const[]) {
         endpoint, "not a p2pkv/ZeroMQ port",
         close_at_once ? "closed the connection without a ZeroMQ greeting" : "SSH-2.0-Op", NULL });
-    atomic_store(&t.stop, true);
-    pthread_join(thread, NULL);
-    close(t.fd);
+    s_stranger_stop(&t, thread);
 }
 
 START_TEST(test_port_of_another_protocol_said)
@@ -1403,6 +1418,45 @@ END_TEST
 START_TEST(test_port_closing_at_once_said)
 {
     s_not_zmtp(true);
+}
+END_TEST
+
+//  A port that takes the connection and never speaks (a p2pkv-server
+//  stopped with SIGSTOP looks the same: its kernel accepts): given up
+//  once two connections went without a ZeroMQ greeting, some 3 s, not at
+//  the 60 s timeout, saying what was seen (doc/design.md, "A silent port
+//  is given up").
+START_TEST(test_silent_port_given_up)
+{
+    s_stranger_t t = { .silent = true };
+    pthread_t thread;
+    char endpoint[64];
+    s_stranger_start(&t, &thread, endpoint);
+    s_each_fails(endpoint, -ETIMEDOUT, (const char *const[]) {
+        endpoint, "accepted the connection but sent no ZeroMQ greeting", "a hung server",
+        NULL });
+    s_stranger_stop(&t, thread);
+}
+END_TEST
+
+//  A ZeroMQ peer that greets and never answers (a live server too busy to
+//  answer looks the same from here) is not given up early: a describe
+//  waits its whole timeout, past the silent port's verdict, and says the
+//  handshake completed.
+START_TEST(test_greeting_peer_waited_for)
+{
+    zsock_t *router = zsock_new(ZMQ_ROUTER);
+    ck_assert_ptr_nonnull(router);
+    int port = zsock_bind(router, "tcp://127.0.0.1:*");
+    ck_assert_int_gt(port, 0);
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_description_t d;
+    ck_assert_int_eq(p2pkv_describe(endpoint, 5, &d, err), -ETIMEDOUT);
+    ck_assert_msg(strstr(err, "within 5.0 s") && strstr(err, "handshake completed"),
+                  "describe of a ZeroMQ peer that does not answer: %s", err);
+    zsock_destroy(&router);
 }
 END_TEST
 
@@ -1456,6 +1510,8 @@ main(void)
     tcase_add_test(tc, test_refused_connection_said);
     tcase_add_test(tc, test_port_of_another_protocol_said);
     tcase_add_test(tc, test_port_closing_at_once_said);
+    tcase_add_test(tc, test_silent_port_given_up);
+    tcase_add_test(tc, test_greeting_peer_waited_for);
     tcase_add_test(tc, test_unresolvable_host_said);
     tcase_add_test(tc, test_endpoint_without_transport_said);
     return pk_test_run("client", suite);

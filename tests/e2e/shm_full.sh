@@ -3,8 +3,9 @@
 # (issue 34, point 4). In a mount namespace of its own with a small tmpfs on
 # /dev/shm:
 #  - a server whose pool /dev/shm cannot hold exits 1 at start, naming the
-#    size the pool needs and the size /dev/shm has, prints no ready line and
-#    leaves no pool behind;
+#    options that sized it, the size the pool needs and the size /dev/shm
+#    has, prints no ready line and leaves no pool behind; so does one
+#    whose pool fits /dev/shm's size but not its free room;
 #  - two servers whose pools fit start; /dev/shm is then filled to its last
 #    byte, and blocks are still published on one (the engine writing into
 #    its mapping, p2pkv put), pulled by the other (its puller writing into
@@ -62,6 +63,26 @@ grep -q "it needs 16777216 bytes" "$work/big.err" || fail "the error does not na
 grep -q "/dev/shm has 8388608 " "$work/big.err" || fail "the error does not name the size available"
 [ -e /dev/shm/pk-shm-full-big ] && fail "the refused server left its pool"
 echo "ok: refused at start: $(cat "$work/big.err")"
+grep -q -- "--pool-blocks 256 x --block-len 65536" "$work/big.err" \
+    || fail "the error does not name the options that sized the pool"
+
+# 1b. a pool within /dev/shm's size but beyond its free room (6 MiB taken
+# by another object): refused before a page is allocated, naming the
+# options, the size and the room (it used to allocate and zero page after
+# page until the room ran out: minutes on a /dev/shm as large as memory)
+fallocate -l 6m /dev/shm/other 2> /dev/null || dd if=/dev/zero of=/dev/shm/other bs=65536 \
+    count=96 > /dev/null 2>&1
+start room 64
+wait "$pid"
+rc=$?
+[ "$rc" -eq 1 ] || fail "a pool beyond /dev/shm's free room: exit $rc, expected 1"
+[ -s "$work/room.out" ] && fail "a pool beyond the free room: it printed $(cat "$work/room.out")"
+for w in "--pool-blocks 64 x --block-len 65536" "it needs 4194304 bytes" "/dev/shm has 2097152 "; do
+    grep -qF -- "$w" "$work/room.err" || fail "the error does not say \"$w\": $(cat "$work/room.err")"
+done
+[ -e /dev/shm/pk-shm-full-room ] && fail "the refused server left its pool"
+rm -f /dev/shm/other
+echo "ok: refused beyond the free room: $(cat "$work/room.err")"
 
 # 2. two pools of 2 MiB fit: both start
 start a 32

@@ -880,7 +880,9 @@ s_check_files(const char *dir, const s_set_t *set, char (*hex)[65])
 
 //  `p2pkv get --directory` of a CURVE server: with --curve-secret and
 //  --server-key the holders the directory names are reached over CURVE;
-//  without them the server refuses, and nothing is written.
+//  without them the server refuses, and nothing is written; the command
+//  says the holder requires CURVE and the options to give, as for
+//  --server (tests/bin/cli_errors.sh), --verbose naming the holder once.
 START_TEST(test_cli_by_key_over_curve)
 {
     tr_redis_t r;
@@ -907,9 +909,16 @@ START_TEST(test_cli_by_key_over_curve)
     char hex[3][65];
     for (size_t i = 0; i < set.n; i++)
         pk_hex_encode(set.keys[i].bytes, set.keys[i].len, hex[i]);
-    snprintf(cmd, sizeof cmd, "bin/p2pkv get --directory %s --timeout 5 -o %s %s %s %s "
-             ">/dev/null 2>&1", r.url, dir, hex[0], hex[1], hex[2]);
-    ck_assert_int_ne(WEXITSTATUS(system(cmd)), 0);      //  plain: refused
+    int status;
+    char *said = sh_output(&status, "bin/p2pkv get --directory %s --verbose --timeout 5 -o %s "
+                           "%s %s %s 2>&1", r.url, dir, hex[0], hex[1], hex[2]);
+    ck_assert_msg(status == 2, "plain: exit %d, not 2: %s", status, said);   //  refused
+    ck_assert_msg(strstr(said, "requires CURVE") && strstr(said, "--curve-secret FILE")
+                  && strstr(said, "--server-key FILE"), "plain get by key: %s", said);
+    char twice[2 * sizeof a.endpoint + 8];
+    snprintf(twice, sizeof twice, "%s: %s", a.endpoint, a.endpoint);
+    ck_assert_msg(!strstr(said, twice), "the holder named twice: %s", said);
+    free(said);
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, hex[0]);
     ck_assert_int_eq(access(path, F_OK), -1);
