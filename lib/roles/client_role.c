@@ -806,6 +806,11 @@ pk_client_role_tick(pk_client_role_t *self)
 void
 pk_client_role_server_gone(pk_client_role_t *self, const char *reason)
 {
+    //  answered, and every block counted before the cut: it landed
+    for (s_load_t *l = self->loads_head, *next; l; l = next) {
+        next = l->next;
+        s_check_landing(self, l);
+    }
     s_cut_off(self);
     while (self->loads_head)
         s_load_end(self, self->loads_head, PK_LOAD_FAILED, reason);

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -13,6 +14,7 @@ import time
 import pytest
 
 import p2pkv
+from p2pkv.testing import publish_in_place
 from test_python_api import publish
 
 REDIS = shutil.which("redis-server")
@@ -103,3 +105,35 @@ def test_get_by_key_without_a_directory_names_it(server):
             c.get(None, [b"\x02" * 32], [0])
         assert e.value.errno == errno.EINVAL
         assert "no server and no directory: set config.directory" in str(e.value)
+
+
+def test_get_by_key_past_a_hung_holder(server_factory, redis_url):
+    """Issue 36, point 2: one holder hung (SIGSTOP: its port stays bound,
+    it answers nothing) while its record reads live.  Fetched by key, the
+    keys the live holder has come whole within the one call, each result
+    saying where it came from (source); the key only the hung one holds
+    is reported failed, not an exception."""
+    a = server_factory("--peer-id", "py-hung-a", "--directory", redis_url,
+                       "--directory-ttl", "120")
+    b = server_factory("--peer-id", "py-hung-b", "--directory", redis_url)
+    with p2pkv.Engine(a.local) as ea, p2pkv.Engine(b.local) as eb:
+        keys, datas = publish(ea, 5, seed=9)
+        assert publish_in_place(eb, datas[1:]) == keys[1:]     # b: all but key 0
+    with p2pkv.Client("py-hung-consumer", 5, 4096, directory=redis_url,
+                      keepalive_interval=0.3, silence_timeout=4) as c:
+        deadline = time.monotonic() + 60
+        while [len(h) for h in c.locate(keys)] != [1, 2, 2, 2, 2]:
+            assert time.monotonic() < deadline, f"holders: {c.locate(keys)}"
+            time.sleep(0.02)
+        a.proc.send_signal(signal.SIGSTOP)
+        try:
+            res = c.get_results(None, keys, list(range(5)), kv="hung", timeout=4)
+        finally:
+            a.proc.send_signal(signal.SIGCONT)
+        assert res[0]["status"] == "failed", res[0]
+        for i in range(1, 5):
+            assert res[i]["status"] == "landed", (i, res[i])
+            assert res[i]["verified"], (i, res[i])
+            assert res[i]["source"] == b.endpoint, (i, res[i])
+            assert bytes(c.pool[i * 4096:(i + 1) * 4096]) == datas[i], f"block {i}"
+        assert c.directory_stats()["failovers"] >= 1

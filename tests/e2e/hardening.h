@@ -100,6 +100,17 @@ bool hh_good_advance(hh_good_t *g, uint64_t n, double timeout);
 void hh_good_stop(hh_good_t *g);
 
 //  ---------------------------------------------------------------------------
+//  The rolling restart (rolling.c)
+
+/*  nservers (2..3) servers on a redis-server of their own as the
+    directory, every key held by two; each restarted in turn (SIGTERM, a
+    drain; again on the same --peer-id, its keys put again; the next once
+    it is back in the directory), restarts restarts in all, while nconsumers
+    (1..8) threads fetch by key (P2PKV_ANY_SERVER) and check every byte.
+    The test fails on any failed get or corrupt block; reports its row.  */
+void hh_rolling(size_t nservers, size_t nconsumers, size_t restarts);
+
+//  ---------------------------------------------------------------------------
 //  The report
 
 bool hh_long(void);

@@ -991,7 +991,8 @@ END_TEST
 //  no longer gives up when the holder it describes first (a, the only one
 //  of key 0, asked first) does not answer: keys 1.. come from b, said
 //  with --verbose and in the JSON, and key 0 is reported failed (exit 1,
-//  not 2); the engine's pull without a server lands keys 1.. from b.
+//  not 2); the engine's pull without a server lands keys 1.. from b, and
+//  so does `p2pkv pull` by key (key 0 missing: exit 1).
 START_TEST(test_dead_holder_every_path)
 {
     tr_redis_t r;
@@ -1001,6 +1002,9 @@ START_TEST(test_dead_holder_every_path)
                                     "--directory-ttl", "120", NULL });
     s_server(&b, "dir-dead-b", &r);
     td_start(&c, (const char *[]) { "--peer-id", "dir-dead-puller", "--directory", r.url,
+                                    "--load-timeout", "4", "--silence-timeout", "4", NULL });
+    td_t d;                             //  the CLI's puller (c's pull lands the keys in c)
+    td_start(&d, (const char *[]) { "--peer-id", "dir-dead-cli", "--directory", r.url,
                                     "--load-timeout", "4", "--silence-timeout", "4", NULL });
     s_set_t set;
     s_set_make(&set, 5, 17);
@@ -1068,12 +1072,34 @@ START_TEST(test_dead_holder_every_path)
         ck_assert(pk_clock_monotonic() < deadline);
         ck_assert_int_eq(p2pkv_engine_next_event(engine, 4 * BOUND, &ev), 0);
     }
-    ck_assert_msg(ev.landed == set.n - 1, "landed %zu: %s", (size_t) ev.landed, ev.reason);
+    ck_assert_msg(ev.landed == set.n - 1, "landed %zu, missing %zu: %s", (size_t) ev.landed,
+                  (size_t) ev.missing, ev.reason);
+
+    //  `p2pkv pull` by key (no --server): the CLI's own path over the
+    //  same pull, into d, which holds none of them: keys 1.. land from b,
+    //  key 0 (its one holder hung) is missing; the pull itself worked
+    at = snprintf(cmd, sizeof cmd, "bin/p2pkv pull --local %s", d.local);
+    for (size_t k = 0; k < set.n; k++)
+        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", hex[k]);
+    snprintf(cmd + at, sizeof cmd - (size_t) at, " 2>&1");
+    p = popen(cmd, "r");
+    len = fread(out, 1, sizeof out - 1, p);
+    out[len] = '\0';
+    status = WEXITSTATUS(pclose(p));
+    for (size_t i = 0; i < set.n; i++) {
+        char want[512];
+        snprintf(want, sizeof want, "%s %s\n", hex[i], i == 0 ? "missing" : "landed");
+        ck_assert_msg(strstr(out, want), "no \"%s\" in:\n%s", want, out);
+    }
+    ck_assert_msg(status == 1, "p2pkv pull exit %d (want 1: a key missing):\n%s", status, out);
+    p2pkv_engine_stats_t dst = td_stats(td_api(&d));
+    ck_assert_uint_eq(dst.ready, set.n - 1);
     s_consumer_end(&watch, &f, &set);
     kill(a.pid, SIGCONT);
     td_kill(&a);
     ck_assert_int_eq(td_stop(&b), 0);
     ck_assert_int_eq(td_stop(&c), 0);
+    ck_assert_int_eq(td_stop(&d), 0);
     tr_redis_stop(&r);
 }
 END_TEST

@@ -422,6 +422,33 @@ START_TEST(test_server_gone_cuts_off_first)
 }
 END_TEST
 
+//  A draining server says goodbye right after the transfer_done of a fetch
+//  it finished; the last immediates, read just before (client.c,
+//  s_session_gone), count every block: that load ends landed, before the
+//  cut.  One still short of its blocks fails, cut off first.
+START_TEST(test_server_gone_after_done_keeps_what_landed)
+{
+    uint64_t a = s_fetch("r1", 0, 3, 0, 0);
+    uint64_t ra = H->sent[0].round;
+    uint64_t b = s_fetch("r2", 0, 2, 0, 0);
+    uint64_t rb = H->sent[1].round;
+    s_deliver(s_done("r1", ra, true, 3));
+    s_deliver(s_done("r2", rb, true, 2));
+    ck_assert_int_eq(H->ndone, 0);                  //  immediates not counted yet
+    H->landed[ra] = 3;                              //  read at the goodbye
+    H->landed[rb] = 1;
+    pk_client_role_server_gone(H->role, "server disconnected (shutdown)");
+    ck_assert_int_eq(H->ndone, 2);
+    ck_assert_uint_eq(H->done[0].id, a);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);
+    ck_assert(!H->done[0].cut_before);
+    ck_assert_uint_eq(H->done[1].id, b);
+    ck_assert_int_eq(H->done[1].status, PK_LOAD_FAILED);
+    ck_assert(H->done[1].cut_before);
+    ck_assert_uint_eq(pk_client_role_open_loads(H->role), 0);
+}
+END_TEST
+
 START_TEST(test_loads_matched_by_round)
 {
     uint64_t a = s_fetch("r1", 0, 1, 0, 0), b = s_fetch("r1", 1, 1, 0, 0);
@@ -1200,6 +1227,7 @@ main(void)
     tcase_add_test(tc, test_timeout_abort_and_either_order);
     tcase_add_test(tc, test_abort_ack_timeout_cuts_off);
     tcase_add_test(tc, test_server_gone_cuts_off_first);
+    tcase_add_test(tc, test_server_gone_after_done_keeps_what_landed);
     tcase_add_test(tc, test_loads_matched_by_round);
     tcase_add_test(tc, test_terminal_fetch_on_finish);
     tcase_add_test(tc, test_probe_sets_are_per_request);
