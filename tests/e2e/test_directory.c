@@ -1078,20 +1078,14 @@ START_TEST(test_dead_holder_every_path)
     //  `p2pkv pull` by key (no --server): the CLI's own path over the
     //  same pull, into d, which holds none of them: keys 1.. land from b,
     //  key 0 (its one holder hung) is missing; the pull itself worked
-    at = snprintf(cmd, sizeof cmd, "bin/p2pkv pull --local %s", d.local);
-    for (size_t k = 0; k < set.n; k++)
-        at += snprintf(cmd + at, sizeof cmd - (size_t) at, " %s", hex[k]);
-    snprintf(cmd + at, sizeof cmd - (size_t) at, " 2>&1");
-    p = popen(cmd, "r");
-    len = fread(out, 1, sizeof out - 1, p);
-    out[len] = '\0';
-    status = WEXITSTATUS(pclose(p));
+    out = sh_output(&status, "bin/p2pkv pull --local %s%s 2>&1", d.local, keys);
     for (size_t i = 0; i < set.n; i++) {
         char want[512];
         snprintf(want, sizeof want, "%s %s\n", hex[i], i == 0 ? "missing" : "landed");
         ck_assert_msg(strstr(out, want), "no \"%s\" in:\n%s", want, out);
     }
     ck_assert_msg(status == 1, "p2pkv pull exit %d (want 1: a key missing):\n%s", status, out);
+    free(out);
     p2pkv_engine_stats_t dst = td_stats(td_api(&d));
     ck_assert_uint_eq(dst.ready, set.n - 1);
     s_consumer_end(&watch, &f, &set);
