@@ -92,7 +92,7 @@ typedef struct {
     int fd_error;                   //  its connect failed at once
     double probe_until, next_probe;
     int probes;
-    uint8_t got[10];                //  what the peer said first
+    uint8_t got[64];                //  what the peer said first: a ZMTP 3 greeting
     size_t ngot;
 } pk_client_watch_t;
 
