@@ -217,6 +217,31 @@ int p2pkv_engine_pull(p2pkv_engine_t *self, const char *endpoint, const p2pkv_ke
                       size_t n, uint64_t *pull_id_p, size_t *fetching_p, bool *present,
                       char *err);
 
+/*  One key's fate in a pull (p2pkv_engine_pull_keys).  */
+typedef struct {
+    uint8_t status;             //  a p2pkv_key_status_t: LANDED (in the pool now),
+                                //  MISSING, CORRUPT (not committed: its bytes
+                                //  differed from the checksum), FAILED (the pull
+                                //  or its fetch failed)
+    uint8_t reason;             //  a p2pkv_miss_reason_t, when MISSING
+    uint16_t reserved;          //  0
+    const char *source;         //  LANDED by this pull: the endpoint of the server
+                                //  it came from (NULL when the server did not say);
+                                //  NULL for a key in the pool before the pull
+} p2pkv_engine_pull_key_t;
+
+/*  Where each of keys (n of them, any of the pull's keys, in any order)
+    came from, or why it did not, by the pull's P2PKV_EVENT_PULL event:
+    the one last delivered (by the callback, or next_event), whose id
+    pull must be; the sources are valid as long as its missing_keys.  A
+    key the event does not name was in the pool before the pull
+    (p2pkv_engine_pull's present): LANDED, source NULL.  A function
+    rather than fields of the event, whose size engines built against it
+    keep.  0; -ENOENT (err saying so) when the last event delivered is
+    not that pull's.  (Symbol version P2PKV_0.4.)  */
+int p2pkv_engine_pull_keys(p2pkv_engine_t *self, uint64_t pull, const p2pkv_key_t *keys,
+                           size_t n, p2pkv_engine_pull_key_t *out, char *err);
+
 /*  The server's counters.  */
 int p2pkv_engine_stats(p2pkv_engine_t *self, p2pkv_engine_stats_t *out, char *err);
 

@@ -36,10 +36,12 @@ static const struct {
       "the local server's pool, sessions and counters, per\n"
       "namespace too",
       cli_cmd_stats, true },
-    { "pull", "pull [--local EP] [--server tcp://HOST:PORT] KEY...",
+    { "pull", "pull [--local EP] [--server tcp://HOST:PORT] [--verbose] [--json] KEY...",
       "the local server fetches the keys from that server into\n"
       "its own pool (without --server: from any holder its\n"
       "--directory names); prints KEY landed|present|missing\n"
+      "(--verbose: KEY landed from ENDPOINT, KEY missing REASON;\n"
+      "--json: [{key, status, from, reason}])\n"
       "(exit 2 when the pull itself failed: the server could not\n"
       "be reached or refused us, as across a block-length mismatch)",
       cli_cmd_pull, true },

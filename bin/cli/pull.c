@@ -1,38 +1,68 @@
 /*  pull.c: p2pkv pull, the local server told to fetch keys into its own
     pool (from one server, or from any holder its --directory names),
-    and each key's fate printed: landed, present or missing.
+    and each key's fate printed: landed (with --verbose, from where),
+    present or missing (with --verbose, why).
 */
 #include "cli.h"
 #include "base/clock.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-//  What became of key: present (in the pool before), missing (the event
-//  names it) or landed.
-static const char *
-s_pull_status(const p2pkv_key_t *key, bool present, const p2pkv_engine_event_t *ev)
+//  What became of each key, one line each: KEY landed|present|missing;
+//  verbose, where a landed key came from and why a missing one missed
+//  (KEY landed from EP, KEY missing REASON); --json, an array of
+//  {key, status[, from][, reason]}.
+static void
+s_report(const cli_local_opts_t *o, bool verbose, char *argv[], const bool *present,
+         const p2pkv_engine_pull_key_t *res, size_t n)
 {
-    if (present)
-        return "present";
-    for (size_t k = 0; k < ev->missing; k++)
-        if (ev->missing_keys[k].len == key->len
-            && memcmp(ev->missing_keys[k].bytes, key->bytes, key->len) == 0)
-            return "missing";
-    return "landed";
+    json_t *out = o->json ? json_array() : NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *key = argv[o->first + (int) i], *why = NULL;
+        const char *what = present[i] ? "present"
+                           : res[i].status == P2PKV_KEY_LANDED ? "landed" : "missing";
+        if (res[i].status == P2PKV_KEY_CORRUPT || res[i].status == P2PKV_KEY_FAILED)
+            why = res[i].status == P2PKV_KEY_CORRUPT ? "corrupt" : "failed";
+        else if (res[i].status == P2PKV_KEY_MISSING)
+            why = p2pkv_miss_reason_name(res[i].reason);
+        const char *from = present[i] ? NULL : res[i].source;
+        if (out) {
+            json_t *one = json_pack("{s:s, s:s}", "key", key, "status", what);
+            if (one && from)
+                json_object_set_new(one, "from", json_string(from));
+            if (one && why)
+                json_object_set_new(one, "reason", json_string(why));
+            json_array_append_new(out, one);
+        }
+        else if (verbose && (from || why))
+            printf("%s %s %s%s\n", key, what, from ? "from " : "", from ? from : why);
+        else
+            printf("%s %s\n", key, what);
+    }
+    if (out) {
+        char *text = json_dumps(out, JSON_COMPACT);
+        if (text)
+            puts(text);
+        free(text);
+        json_decref(out);
+    }
 }
 
-//  The pull, then its event (after the fetches): KEY landed|present|missing.
+//  The pull, then its event (after the fetches), then each key's fate.
 static int
-s_pull(const cli_local_opts_t *o, const char *server, char *argv[], const cli_keys_t *g)
+s_pull(const cli_local_opts_t *o, bool verbose, const char *server, char *argv[],
+       const cli_keys_t *g)
 {
     p2pkv_engine_t *engine = cli_engine_open("pull", o->local);
     bool *present = calloc(g->n, sizeof *present);
+    p2pkv_engine_pull_key_t *res = calloc(g->n, sizeof *res);
     char err[P2PKV_ERRLEN] = "";
     uint64_t id;
-    int rc = !engine || !present ? -ENOMEM
+    int rc = !engine || !present || !res ? -ENOMEM
              : p2pkv_engine_pull(engine, server, g->keys, g->n, &id, NULL, present, err);
     p2pkv_engine_event_t ev = { 0 };
     double deadline = pk_clock_monotonic() + 120;
@@ -42,10 +72,10 @@ s_pull(const cli_local_opts_t *o, const char *server, char *argv[], const cli_ke
         if (rc == -ETIMEDOUT)
             snprintf(err, sizeof err, "no result within 120 s");
     }
+    if (rc == 0)
+        rc = p2pkv_engine_pull_keys(engine, id, g->keys, g->n, res, err);
     if (rc == 0) {
-        for (size_t i = 0; i < g->n; i++)
-            printf("%s %s\n", argv[o->first + (int) i],
-                   s_pull_status(&g->keys[i], present[i], &ev));
+        s_report(o, verbose, argv, present, res, g->n);
         if (ev.reason[0])
             fprintf(stderr, "p2pkv pull: %s\n", ev.reason);
     }
@@ -55,6 +85,7 @@ s_pull(const cli_local_opts_t *o, const char *server, char *argv[], const cli_ke
     //  reached, refused us as incompatible, a fetch failed): 2, as any
     //  error; keys the servers did not have are 1.
     int exit = rc || ev.reason[0] ? EXIT_ERROR : ev.missing ? EXIT_SOME_INVALID : EXIT_SUCCESS;
+    free(res);
     free(present);
     p2pkv_engine_close(&engine);
     return exit;
@@ -65,11 +96,14 @@ cli_cmd_pull(int argc, char *argv[])
 {
     //  --server is ours; --local and --json go to cli_local_opts
     const char *server = NULL;
+    bool verbose = false;
     char **rest = calloc((size_t) argc + 1, sizeof *rest);
     int nrest = 0, bad = rest ? 0 : -ENOMEM;
     for (int i = 0; i < argc && !bad; i++) {
         const char *value = strncmp(argv[i], "--server=", 9) == 0 ? argv[i] + 9 : NULL;
-        if (value || strcmp(argv[i], "--server") == 0) {
+        if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0)
+            verbose = true;
+        else if (value || strcmp(argv[i], "--server") == 0) {
             if (!value && i + 1 == argc)
                 bad = cli_bad("pull", "--server: needs a value (tcp://HOST:PORT)");
             else
@@ -85,11 +119,12 @@ cli_cmd_pull(int argc, char *argv[])
     if (bad || cli_local_opts("pull", "KEY", nrest, rest, &o, &dflt)) {
         free(rest);
         free(dflt);
-        fprintf(stderr, "usage: p2pkv pull [--local ENDPOINT] [--server tcp://HOST:PORT] KEY...\n");
+        fprintf(stderr, "usage: p2pkv pull [--local ENDPOINT] [--server tcp://HOST:PORT] "
+                        "[--verbose] [--json] KEY...\n");
         return EXIT_ERROR;
     }
     cli_keys_t g = { 0 };
-    int rc = cli_parse_keys(rest, o.first, nrest, &g) ? EXIT_ERROR : s_pull(&o, server, rest, &g);
+    int rc = cli_parse_keys(rest, o.first, nrest, &g) ? EXIT_ERROR : s_pull(&o, verbose, server, rest, &g);
     free(g.keys);
     free(g.bytes);
     free(dflt);

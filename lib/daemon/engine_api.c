@@ -371,7 +371,8 @@ s_cmd_pull(pk_engine_api_t *self, const char *cmd, const json_t *req, const void
     json_t *present = json_array();
     if (!p || (server && !(p->server = strdup(server))) || rlen > sizeof p->rid
         || !(p->keys = malloc(n * (sizeof *p->keys + PK_MAX_KEY_BYTES)))
-        || !(p->blocks = calloc(n, sizeof *p->blocks)) || !(p->landed = calloc(n, sizeof *p->landed))) {
+        || !(p->blocks = calloc(n, sizeof *p->blocks)) || !(p->landed = calloc(n, sizeof *p->landed))
+        || !(p->from = calloc(n, sizeof *p->from)) || !(p->why = calloc(n, sizeof *p->why))) {
         pk_pull_destroy(&p);
         free(keys);
         json_decref(present);
@@ -668,27 +669,39 @@ pk_engine_api_request(pk_engine_api_t *self, zmsg_t *msg)
     zmsg_destroy(&msg);
 }
 
-//  A pull ended: commit what landed, release the rest, tell the engine.
+//  A pull ended: commit what landed, release the rest, tell the engine:
+//  how many landed, and from where ("from": endpoint -> its keys), which
+//  are missing and why ("reasons", one name per "missing" key, for an
+//  engine library that reports per key; an older one reads neither).
 void
 pk_engine_api_pulled(pk_engine_api_t *self, pk_pull_t *p)
 {
-    json_t *missing = json_array();
+    json_t *missing = json_array(), *reasons = json_array(), *from = json_object();
     size_t nlanded = 0;
     for (size_t i = 0; i < p->n; i++) {
-        if (p->landed[i]) {
-            if (pk_store_commit_sums(self->store, p->owner, p->ns, &p->keys[i], 1, NULL,
-                                     NULL) == 0)
-                nlanded++;
-            continue;
-        }
         char hex[2 * PK_MAX_KEY_BYTES + 1];
         pk_hex_encode(p->keys[i].bytes, p->keys[i].len, hex);
+        const char *why = p->why[i] ? p->why[i] : "unknown";
+        if (p->landed[i]) {
+            if (pk_store_commit_sums(self->store, p->owner, p->ns, &p->keys[i], 1, NULL,
+                                     NULL) == 0) {
+                nlanded++;
+                const char *src = p->from[i] ? p->from[i] : "";
+                json_t *list = json_object_get(from, src);
+                if (!list && json_object_set_new(from, src, list = json_array()) != 0)
+                    list = NULL;
+                json_array_append_new(list, json_string(hex));
+                continue;
+            }
+            why = "failed";        //  its reservation is gone: never reported landed
+        }
         json_array_append_new(missing, json_string(hex));
+        json_array_append_new(reasons, json_string(why));
     }
     pk_store_release_owner(self->store, p->owner);
-    json_t *ev = json_pack("{s:s, s:I, s:I, s:o}", "event", "pull_result", "pull",
+    json_t *ev = json_pack("{s:s, s:I, s:I, s:o, s:o, s:o}", "event", "pull_result", "pull",
                            (json_int_t) p->id, "landed", (json_int_t) nlanded, "missing",
-                           missing);
+                           missing, "reasons", reasons, "from", from);
     if (p->reason[0])
         json_object_set_new(ev, "reason", json_string(p->reason));
     s_send(self, p->rid, p->rlen, ev);

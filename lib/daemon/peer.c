@@ -262,8 +262,11 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
             pk_metric_sources_publish(m, PK_SOURCE_REASONS,
                                       pk_violation_name((pk_violation_t) r), &c.by_reason[r],
                                       &last->by_reason[r], block_len);
-    if (memcmp(c.role.miss_reasons, last->role.miss_reasons, sizeof c.role.miss_reasons) != 0)
-        for (int r = 0; r < PK_MISS_COUNT; r++)
+    //  only the reasons that moved: a lookup's misses are mostly of one
+    //  reason, and each publish of a labelled family finds its label
+    //  (about 90 instructions; all 7 were 770 per one-key miss, callgrind)
+    for (int r = 0; r < PK_MISS_COUNT; r++)
+        if (c.role.miss_reasons[r] != last->role.miss_reasons[r])
             pk_metric_sources_publish(m, PK_SOURCE_MISSES,
                                       pk_miss_reason_name((pk_miss_reason_t) r),
                                       &c.role.miss_reasons[r], &last->role.miss_reasons[r],

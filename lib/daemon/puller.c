@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct _pk_puller_t {
     const pk_server_config_t *config;
@@ -71,6 +72,39 @@ s_connect(pk_puller_t *puller, p2pkv_client_t *client, pk_pull_t *p, char *err)
     return p2pkv_client_connect_curve(client, p->server, p->server_key, timeout, err);
 }
 
+//  Each key's result into p: landed[], and where it came from (its
+//  holder's endpoint, asked once per holder) or why it did not.
+static void
+s_pull_results(p2pkv_client_t *client, pk_pull_t *p, const p2pkv_key_result_t *res)
+{
+    //  holder index -> sources[] index + 1 (the client's servers are few)
+    size_t slot[64] = { 0 };
+    for (size_t i = 0; i < p->n; i++) {
+        p->landed[i] = res[i].status == P2PKV_KEY_LANDED;
+        if (!p->landed[i]) {
+            p->why[i] = res[i].status == P2PKV_KEY_CORRUPT ? "corrupt"
+                        : res[i].status == P2PKV_KEY_FAILED ? "failed"
+                        : p2pkv_miss_reason_name(res[i].reason);
+            continue;
+        }
+        int h = res[i].holder;
+        if (h < 0 || h >= 64)
+            continue;
+        if (!slot[h]) {
+            char ep[256];
+            char **grown = realloc(p->sources, (p->nsources + 1) * sizeof *grown);
+            if (!grown)
+                continue;
+            p->sources = grown;
+            if (p2pkv_client_server_endpoint(client, h, ep, sizeof ep) != 0
+                || !(p->sources[p->nsources] = strdup(ep)))
+                continue;
+            slot[h] = ++p->nsources;
+        }
+        p->from[i] = p->sources[slot[h] - 1];
+    }
+}
+
 static void
 s_pull_run(pk_puller_t *puller, p2pkv_client_t *client, pk_pull_t *p)
 {
@@ -78,7 +112,8 @@ s_pull_run(pk_puller_t *puller, p2pkv_client_t *client, pk_pull_t *p)
     //  no server: any holder the directory names (p2pkv_client_get's failover)
     int server = p->server ? s_connect(puller, client, p, err) : P2PKV_ANY_SERVER;
     p2pkv_key_t *keys = server >= 0 || !p->server ? calloc(p->n, sizeof *keys) : NULL;
-    if (keys) {
+    p2pkv_key_result_t *res = keys ? calloc(p->n, sizeof *res) : NULL;
+    if (res) {
         for (size_t i = 0; i < p->n; i++)
             keys[i] = (p2pkv_key_t) { p->keys[i].bytes, p->keys[i].len };
         char kv[64];
@@ -87,16 +122,24 @@ s_pull_run(pk_puller_t *puller, p2pkv_client_t *client, pk_pull_t *p)
         //  commits only what landed whole (the end-to-end check, issue 34)
         p2pkv_check_stats_t before, after;
         p2pkv_client_checks(client, &before);
-        int got = p2pkv_client_get(client, server, kv, keys, p->blocks, p->n, true,
-                                   puller->config->load_timeout, p->landed, NULL, NULL, err);
+        int got = p2pkv_client_get_results(client, server, kv, keys, p->blocks, p->n, true,
+                                           puller->config->load_timeout, res, NULL, NULL, err);
         p2pkv_client_checks(client, &after);
         if (after.corrupt > before.corrupt)
             pk_metrics_add(puller->metrics, PK_M_BLOCKS_CORRUPT, NULL,
                            after.corrupt - before.corrupt);
         if (got >= 0 && !p->server)
             err[0] = '\0';         //  a holder lost on the way, its keys got elsewhere
-        free(keys);
+        s_pull_results(client, p, res);
     }
+    else {
+        if (!err[0])
+            snprintf(err, sizeof err, "out of memory");
+        for (size_t i = 0; i < p->n; i++)
+            p->why[i] = "failed";  //  the pull itself: its server unreachable, refusing
+    }
+    free(res);
+    free(keys);
     snprintf(p->reason, sizeof p->reason, "%s", err);
     //  a session per pull: between pulls nobody would keep it alive (by
     //  the directory, every holder it connected; an index without a server
@@ -182,6 +225,11 @@ pk_pull_destroy(pk_pull_t **p_p)
     free(p->keys);
     free(p->blocks);
     free(p->landed);
+    free(p->from);
+    free(p->why);
+    for (size_t i = 0; i < p->nsources; i++)
+        free(p->sources[i]);
+    free(p->sources);
     free(p);
     *p_p = NULL;
 }

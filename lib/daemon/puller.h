@@ -30,6 +30,13 @@ typedef struct {
     pk_key_t *keys;                 //  bytes follow the array
     uint32_t *blocks;
     bool *landed;
+    //  per key, filled by the puller (issue 36: a pull reports where each
+    //  key came from): a landed key's source, one of sources[] (its
+    //  holder's endpoint; NULL when unknown); a key not landed, why (a
+    //  static name: a miss reason's, "corrupt" or "failed")
+    const char **from, **why;
+    char **sources;                 //  the holders the pull got keys from, owned
+    size_t nsources;
     size_t n;
     uint8_t rid[256];               //  the engine that asked
     size_t rlen;

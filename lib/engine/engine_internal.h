@@ -19,11 +19,18 @@
 //  32 hex digits).
 #define PK_ENGINE_INSTANCE_MAX 64
 
-//  One queued event, with the missing keys of a pull (keys then bytes).
+//  One queued event.  A pull's keys: the missing ones first (the event's
+//  missing_keys), then those that landed; results[] says each one's
+//  fate, aligned with keys[]; bytes (keys', then sources') follow the
+//  arrays in one allocation.  index maps a key to its place, made at the
+//  first p2pkv_engine_pull_keys.
 typedef struct _pk_elink_event_t {
     struct _pk_elink_event_t *next;
     p2pkv_engine_event_t event;
     p2pkv_key_t *keys;
+    p2pkv_engine_pull_key_t *results;
+    size_t nkeys;
+    pk_keymap_t index;
 } pk_elink_event_t;
 
 struct _p2pkv_engine_t {

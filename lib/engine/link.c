@@ -84,6 +84,7 @@ static void
 s_event_free(pk_elink_event_t *e)
 {
     if (e) {
+        pk_keymap_fini(&e->index);
         free(e->keys);
         free(e);
     }
@@ -106,25 +107,108 @@ pk_elink_close(p2pkv_engine_t *self)
     zsock_destroy(&self->sock);
 }
 
-//  The missing keys of a pull_result, hex decoded into one allocation.
-static int
-s_event_keys(pk_elink_event_t *e, const json_t *missing)
+//  A reason's name ("absent", ..., "corrupt", "failed", as the server's
+//  pull_result says it) as a status and a p2pkv_miss_reason_t.
+static void
+s_fate(const char *name, p2pkv_engine_pull_key_t *r)
 {
-    size_t n = json_array_size(missing), total = 0;
-    for (size_t i = 0; i < n; i++)
+    r->status = P2PKV_KEY_MISSING;
+    r->reason = P2PKV_MISS_UNKNOWN;
+    if (!name)
+        return;
+    if (streq(name, "corrupt"))
+        r->status = P2PKV_KEY_CORRUPT;
+    else if (streq(name, "failed"))
+        r->status = P2PKV_KEY_FAILED;
+    for (int i = 1; r->status == P2PKV_KEY_MISSING && i < 256; i++) {
+        const char *known = p2pkv_miss_reason_name(i);
+        if (streq(known, "unknown"))
+            break;
+        if (streq(known, name))
+            r->reason = (uint8_t) i;
+    }
+}
+
+//  One hex key of the event into keys[i], its bytes at *at.
+static void
+s_event_key(pk_elink_event_t *e, size_t i, const json_t *hex, uint8_t **at)
+{
+    int got = json_is_string(hex)
+              ? pk_hex_decode(json_string_value(hex), json_string_length(hex), *at) : -1;
+    e->keys[i] = (p2pkv_key_t) { *at, got > 0 ? (size_t) got : 0 };
+    *at += got > 0 ? got : 0;
+}
+
+//  A pull_result's keys, hex decoded into one allocation: "missing" (and
+//  their "reasons", aligned), then those "from" names (endpoint -> keys).
+//  A server older than "reasons" and "from" gives missing keys only.
+static int
+s_event_keys(pk_elink_event_t *e, const json_t *j)
+{
+    const json_t *missing = json_object_get(j, "missing"), *reasons = json_object_get(j, "reasons"),
+                 *from = json_object_get(j, "from");
+    size_t nmiss = json_array_size(missing), n = nmiss, total = 0;
+    for (size_t i = 0; i < nmiss; i++)
         total += json_string_length(json_array_get(missing, i)) / 2;
-    e->keys = malloc(n * sizeof *e->keys + total + 1);
+    const char *ep;
+    const json_t *list;
+    json_object_foreach((json_t *) from, ep, list) {
+        total += strlen(ep) + 1;
+        n += json_array_size(list);
+        for (size_t i = 0; i < json_array_size(list); i++)
+            total += json_string_length(json_array_get(list, i)) / 2;
+    }
+    e->keys = malloc(n * (sizeof *e->keys + sizeof *e->results) + total + 1);
     if (!e->keys)
         return -ENOMEM;
-    uint8_t *at = (uint8_t *) (e->keys + n);
-    for (size_t i = 0; i < n; i++) {
-        const json_t *k = json_array_get(missing, i);
-        int got = pk_hex_decode(json_string_value(k), json_string_length(k), at);
-        e->keys[i] = (p2pkv_key_t) { at, got > 0 ? (size_t) got : 0 };
-        at += got > 0 ? got : 0;
+    e->results = (p2pkv_engine_pull_key_t *) (e->keys + n);
+    uint8_t *at = (uint8_t *) (e->results + n);
+    for (size_t i = 0; i < nmiss; i++) {
+        s_event_key(e, i, json_array_get(missing, i), &at);
+        e->results[i] = (p2pkv_engine_pull_key_t) { 0 };
+        s_fate(json_string_value(json_array_get(reasons, i)), &e->results[i]);
     }
-    e->event.missing = n;
+    size_t k = nmiss;
+    json_object_foreach((json_t *) from, ep, list) {
+        char *source = *ep ? strcpy((char *) at, ep) : NULL;
+        at += *ep ? strlen(ep) + 1 : 0;
+        for (size_t i = 0; i < json_array_size(list); i++, k++) {
+            s_event_key(e, k, json_array_get(list, i), &at);
+            e->results[k] = (p2pkv_engine_pull_key_t) { .status = P2PKV_KEY_LANDED,
+                                                         .source = source };
+        }
+    }
+    e->nkeys = n;
+    e->event.missing = nmiss;
     e->event.missing_keys = e->keys;
+    return 0;
+}
+
+int
+p2pkv_engine_pull_keys(p2pkv_engine_t *self, uint64_t pull, const p2pkv_key_t *keys, size_t n,
+                       p2pkv_engine_pull_key_t *out, char *err)
+{
+    if (!self || (n && (!keys || !out)))
+        return pk_err(err, -EINVAL, "pull_keys: no handle, keys or out");
+    pk_elink_event_t *e = self->delivered;
+    if (!e || e->event.kind != P2PKV_EVENT_PULL || e->event.id != pull)
+        return pk_err(err, -ENOENT, "pull_keys: the last event delivered is not pull %llu's",
+                      (unsigned long long) pull);
+    //  the index once per event: n lookups of a 65,536-key pull stay linear
+    if (!pk_keymap_size(&e->index) && e->nkeys) {
+        if (pk_keymap_reserve(&e->index, e->nkeys) != 0)
+            return pk_err(err, -ENOMEM, "pull_keys: out of memory");
+        for (size_t i = 0; i < e->nkeys; i++) {
+            pk_key_t k = pk_key_make(e->keys[i].bytes, e->keys[i].len);
+            (void) pk_keymap_put(&e->index, &k, i, 0);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        pk_key_t k = pk_key_make(keys[i].bytes, keys[i].len);
+        const pk_keymap_entry_t *hit = pk_keymap_find(&e->index, &k);
+        out[i] = hit ? e->results[hit->a]
+                     : (p2pkv_engine_pull_key_t) { .status = P2PKV_KEY_LANDED };
+    }
     return 0;
 }
 
@@ -144,7 +228,7 @@ s_queue(p2pkv_engine_t *self, const json_t *j)
         e->event.success = json_is_true(json_object_get(j, "success"));
     else {
         e->event.landed = (size_t) json_integer_value(json_object_get(j, "landed"));
-        if (s_event_keys(e, json_object_get(j, "missing")) < 0) {
+        if (s_event_keys(e, j) < 0) {
             free(e);
             return;
         }

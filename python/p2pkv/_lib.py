@@ -12,7 +12,8 @@ from __future__ import annotations
 import ctypes
 import os
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
-                    c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint32, c_uint64, c_void_p)
+                    c_int32, c_int64, c_size_t, c_uint, c_uint8, c_uint16, c_uint32, c_uint64,
+                    c_void_p)
 
 ERRLEN = 256
 
@@ -113,6 +114,11 @@ class EngineEvent(Structure):
                 ("missing_keys", POINTER(Key))]
 
 
+class EnginePullKey(Structure):
+    _fields_ = [("status", c_uint8), ("reason", c_uint8), ("reserved", c_uint16),
+                ("source", c_char_p)]
+
+
 class EngineNamespaceStats(Structure):
     _fields_ = [("ready", c_uint64), ("pinned", c_uint64), ("lookups", c_uint64),
                 ("hits", c_uint64), ("pending", c_uint64), ("misses", c_uint64)]
@@ -178,6 +184,8 @@ _PROTOTYPES = {
                                              _ERR]),
     "p2pkv_engine_fd": (c_int, [_P]),
     "p2pkv_engine_next_event": (c_int, [_P, c_double, POINTER(EngineEvent)]),
+    "p2pkv_engine_pull_keys": (c_int, [_P, c_uint64, _KEYS, c_size_t, POINTER(EnginePullKey),
+                                       _ERR]),
 }
 
 _lib = None

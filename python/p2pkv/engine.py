@@ -19,7 +19,7 @@ import mmap
 import os
 import select
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from . import _lib as L
@@ -32,13 +32,19 @@ _KINDS = {1: "store", 2: "pull"}
 @dataclass
 class Event:
     """A store's or a pull's end: kind 'store' (id: the job) or 'pull'
-    (id: the pull); success; for a pull, keys landed and missing, and why."""
+    (id: the pull); success; for a pull, keys landed and missing, and why;
+    and results, one dict per key of the pull in its order: key, status
+    ("landed", "present": in the pool before, "missing", "corrupt" or
+    "failed"), source (where a landed key came from: its holder's
+    endpoint, or None) and reason (why a missing one missed, as
+    Client.get_results says it, or None)."""
     kind: str
     id: int
     success: bool
     landed: int = 0
     missing: int = 0
     reason: str = ""
+    results: list = field(default_factory=list)
 
 
 def _map_pool(name: str, nbytes: int) -> mmap.mmap:
@@ -94,6 +100,8 @@ class Engine:
         """The server's pool, mapped read-write: block b at b * block_len.
         Released at close: using it after raises ValueError."""
         self.namespace: Optional[str] = None
+        # pull id -> (its keys, which were present): for its event's results
+        self._pulls: dict[int, tuple] = {}
         if namespace is not None:
             try:
                 self.set_namespace(namespace)
@@ -163,15 +171,31 @@ class Engine:
         """The request kv of consumer is finished on this side."""
         self._call("p2pkv_engine_finish", "finish", consumer.encode(), kv.encode())
 
-    def pull(self, endpoint: str, keys: Sequence[KeyLike]) -> tuple[int, int]:
-        """Has the server fetch keys from another server: (pull id, keys
-        being fetched); a 'pull' event follows when that is not 0."""
+    def pull(self, endpoint: Optional[str], keys: Sequence[KeyLike]) -> tuple[int, int]:
+        """Has the server fetch keys from another server (None: from any
+        holder its --directory names, failing over between them): (pull
+        id, keys being fetched); its 'pull' event follows, with each key's
+        result.  The keys are kept until that event is read."""
         ks = Keys(keys)
         pid, fetching = ctypes.c_uint64(), ctypes.c_size_t()
-        # present: which keys the pool holds already; not asked for (NULL)
-        self._call("p2pkv_engine_pull", "pull", endpoint.encode(), ks.array, ks.n,
-                   ctypes.byref(pid), ctypes.byref(fetching), None)
+        present = (ctypes.c_bool * max(ks.n, 1))()
+        self._call("p2pkv_engine_pull", "pull", endpoint.encode() if endpoint else None,
+                   ks.array, ks.n, ctypes.byref(pid), ctypes.byref(fetching), present)
+        self._pulls[pid.value] = (ks, present)
         return pid.value, fetching.value
+
+    def _pull_results(self, pull: int) -> list:
+        """The per-key results of the pull event just read."""
+        ks, present = self._pulls.pop(pull, (None, None))
+        if ks is None or not ks.n:
+            return []
+        out = (L.EnginePullKey * ks.n)()
+        self._call("p2pkv_engine_pull_keys", "pull_keys", pull, ks.array, ks.n, out)
+        return [{"key": ks.items[i],
+                 "status": "present" if present[i] else L.KEY_STATUS.get(r.status, "failed"),
+                 "source": r.source.decode(errors="replace") if r.source else None,
+                 "reason": L.miss_reason(r.reason) if r.status == L.KEY_MISSING else None}
+                for i, r in enumerate(out)]
 
     def stats(self) -> dict:
         """The server's stats answer (pool, fabric, sessions, metrics)."""
@@ -200,8 +224,10 @@ class Engine:
         if rc == -110:                       # ETIMEDOUT
             return None
         check(rc, None, "next_event")
-        return Event(_KINDS.get(ev.kind, str(ev.kind)), ev.id, bool(ev.success), ev.landed,
-                     ev.missing, ev.reason.decode(errors="replace"))
+        kind = _KINDS.get(ev.kind, str(ev.kind))
+        return Event(kind, ev.id, bool(ev.success), ev.landed, ev.missing,
+                     ev.reason.decode(errors="replace"),
+                     self._pull_results(ev.id) if kind == "pull" else [])
 
     def fileno(self) -> int:
         """Readable while an event is waiting (for select/selectors)."""

@@ -204,6 +204,16 @@ def test_pull_between_two_servers(server_factory):
         assert fetching == 3
         ev = eb.next_event(15)
         assert ev.kind == "pull" and ev.id == pull and ev.success and ev.landed == 3
+        # each key's result, in the pull's order: landed from a
+        assert [(r["key"], r["status"], r["source"]) for r in ev.results] == \
+            [(k, "landed", a.endpoint) for k in keys]
+        # again, with one key absent from a: present, present, ..., missing
+        pull, fetching = eb.pull(a.endpoint, keys[:2] + [b"py-pull-absent"])
+        assert fetching == 1
+        ev = eb.next_event(15)
+        assert ev.id == pull and not ev.success and ev.missing == 1
+        assert [(r["status"], r["source"], r["reason"]) for r in ev.results] == \
+            [("present", None, None)] * 2 + [("missing", None, "absent")]
         with p2pkv.Client("py-c6", 3, eb.block_len) as c:
             s = c.connect(b.endpoint)
             assert c.get(s, keys, [0, 1, 2]) == [True] * 3

@@ -484,6 +484,18 @@ START_TEST(test_pull_event)
     ck_assert_uint_eq(ev.missing, 1);
     ck_assert_uint_eq(ev.missing_keys[0].len, 2);
     ck_assert_mem_eq(ev.missing_keys[0].bytes, absent_bytes, 2);
+    //  per key (issue 36): the landed ones from a, the present one from
+    //  nowhere, the absent one missing as absent (a has the reasons)
+    p2pkv_engine_pull_key_t res[5];
+    ck_assert_int_eq(p2pkv_engine_pull_keys(eb, id, keys, 5, res, err), 0);
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(res[i].status, P2PKV_KEY_LANDED);
+        ck_assert_msg(i == 1 ? !res[i].source
+                             : res[i].source && strcmp(res[i].source, a.endpoint) == 0,
+                      "key %d from %s", i, res[i].source ? res[i].source : "(none)");
+    }
+    ck_assert_int_eq(res[4].status, P2PKV_KEY_MISSING);
+    ck_assert_int_eq(res[4].reason, P2PKV_MISS_ABSENT);
     ck_assert_uint_eq(td_stats(eb).ready, 4);
     //  nothing to fetch: the answer says present, and an event still follows
     uint64_t id2 = 0;
@@ -492,6 +504,9 @@ START_TEST(test_pull_event)
     ck_assert_uint_eq(fetching, 0);
     ck_assert(present[0]);
     ck_assert_uint_eq(td_event(eb, P2PKV_EVENT_PULL, id2, 30).missing, 0);
+    //  another event delivered since: the first pull's are no longer kept
+    ck_assert_int_eq(p2pkv_engine_pull_keys(eb, id, keys, 5, res, err), -ENOENT);
+    ck_assert_ptr_nonnull(strstr(err, "not pull"));
     //  the pulled bytes are in b's pool
     tc_t *tc = tc_to(b.endpoint, "c-of-b");
     tc_get(tc, "r1", 1, s_pkeys, 4, 10, s_data[0]);
@@ -525,7 +540,18 @@ START_TEST(test_late_answer_is_not_the_next_ones)
 END_TEST
 
 //  p2pkv pull (bin/p2pkv.c, through this API): each key's fate, and the
-//  exit status 1 for a missing one.
+//  exit status 1 for a missing one; with --verbose, where each landed key
+//  came from and why a missing one missed; --json, the same as objects.
+static int
+s_cli(const char *cmd, char *got, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t n = fread(got, 1, cap - 1, p);
+    got[n] = '\0';
+    return WEXITSTATUS(pclose(p));
+}
+
 START_TEST(test_cli_pull)
 {
     td_t a, b;
@@ -534,14 +560,23 @@ START_TEST(test_cli_pull)
     char hex[3][65], cmd[1024], want[1024], got[1024] = "";
     for (int i = 0; i < 3; i++)
         pk_hex_encode(s_bytes[i], 32, hex[i]);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv pull --local %s --server %s --verbose %s %s 00ff",
+             b.local, a.endpoint, hex[0], hex[2]);
+    snprintf(want, sizeof want, "%s landed from %s\n%s present\n00ff missing absent\n",
+             hex[0], a.endpoint, hex[2]);
+    ck_assert_int_eq(s_cli(cmd, got, sizeof got), 1);
+    ck_assert_str_eq(got, want);
     snprintf(cmd, sizeof cmd, "bin/p2pkv pull --local %s --server %s %s %s %s 00ff", b.local,
              a.endpoint, hex[0], hex[2], hex[1]);
-    snprintf(want, sizeof want, "%s landed\n%s present\n%s landed\n00ff missing\n", hex[0],
+    snprintf(want, sizeof want, "%s present\n%s present\n%s landed\n00ff missing\n", hex[0],
              hex[2], hex[1]);
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(got, 1, sizeof got - 1, p);
-    got[n] = '\0';
-    ck_assert_int_eq(WEXITSTATUS(pclose(p)), 1);
+    ck_assert_int_eq(s_cli(cmd, got, sizeof got), 1);
+    ck_assert_str_eq(got, want);
+    snprintf(cmd, sizeof cmd, "bin/p2pkv pull --local %s --server %s --json %s 00fe", b.local,
+             a.endpoint, hex[1]);
+    snprintf(want, sizeof want, "[{\"key\":\"%s\",\"status\":\"present\"},"
+             "{\"key\":\"00fe\",\"status\":\"missing\",\"reason\":\"absent\"}]\n", hex[1]);
+    ck_assert_int_eq(s_cli(cmd, got, sizeof got), 1);
     ck_assert_str_eq(got, want);
     ck_assert_uint_eq(td_stats(eb).ready, 3);
     s_close_pair(&a, &b, &ea, &eb);
