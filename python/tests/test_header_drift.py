@@ -70,6 +70,7 @@ C_TYPES = {
     "p2pkv_engine_info_t *": (POINTER(L.EngineInfo),),
     "p2pkv_engine_event_t *": (POINTER(L.EngineEvent),),
     "p2pkv_engine_namespace_stats_t *": (POINTER(L.EngineNamespaceStats),),
+    "p2pkv_engine_pull_key_t *": (POINTER(L.EnginePullKey),),
     "p2pkv_engine_event_fn *": (L.ON_EVENT,),
     "p2pkv_progress_fn *": (L.PROGRESS,),
     "p2pkv_locate_fn *": (L.ON_LOCATE,),
@@ -170,3 +171,12 @@ def test_the_event_struct_has_every_field_of_the_header():
                      _strip(HEADERS[1].read_text()), flags=re.S).group(1)
     members = re.findall(r"(\w+)\s*(?:\[[^]]*\])?\s*;", body)
     assert [f for f, _ in L.EngineEvent._fields_] == members
+
+
+def test_the_pull_key_struct_has_every_field_of_the_header():
+    # p2pkv_engine_pull_keys writes n whole p2pkv_engine_pull_key_t
+    body = re.search(r"typedef struct \{([^{}]*)\} p2pkv_engine_pull_key_t;",
+                     _strip(HEADERS[1].read_text()), flags=re.S).group(1)
+    members = re.findall(r"(\w+)\s*(?:\[[^]]*\])?\s*;", body)
+    assert [f for f, _ in L.EnginePullKey._fields_] == members
+    assert ctypes.sizeof(L.EnginePullKey) == 16
