@@ -1,6 +1,7 @@
 /*  actor_world.c: the door's and the peer's world without a node
     (actor_world.h).  */
 #include "actor_world.h"
+#include "connect_msg.h"
 #include "base/err.h"
 #include "daemon/metrics.h"
 #include "daemon/poller.h"
@@ -144,19 +145,7 @@ ta_consumer_destroy(ta_consumer_t *c)
 pk_msg_t *
 ta_connect(const ta_consumer_t *c)
 {
-    static const uint8_t zero[PK_EPOCH_LEN] = { 0 };
-    pk_msg_t *m = pk_msg_new(PK_MSG_CONNECT);
-    pk_msg_set_uint(m, PK_F_WIRE_MAJOR, PK_WIRE_MAJOR);
-    pk_msg_set_uint(m, PK_F_WIRE_MINOR, PK_WIRE_MINOR);
-    pk_msg_set_string(m, PK_F_PEER_ID, c->peer_id);
-    pk_msg_set_epochs(m, c->epoch, zero);
-    pk_msg_set_metadata(m, c->blob, c->blob_len);
-    pk_msg_set_uint(m, PK_F_BASE_ADDR, 0);
-    pk_msg_set_uint(m, PK_F_NUM_BLOCKS, TA_BLOCKS);
-    pk_msg_set_uint(m, PK_F_BLOCK_LEN, TA_BLOCK);
-    pk_msg_set_string(m, PK_F_CONFIG_FINGERPRINT, "fp");
-    pk_msg_set_string(m, PK_F_HASH_SEED, "7");
-    return m;
+    return tf_connect_msg(c->peer_id, c->epoch, c->blob, c->blob_len, TA_BLOCKS, TA_BLOCK);
 }
 
 void

@@ -1,5 +1,6 @@
 /*  hardening.c: the hardening suite's helpers (see hardening.h).  */
 #include "hardening.h"
+#include "connect_msg.h"
 #include "base/clock.h"
 #include "base/transport.h"
 #include "testutil.h"
@@ -210,19 +211,7 @@ hp_until(hp_t *self, pk_msg_type_t type, double timeout)
 pk_msg_t *
 hp_connect_msg(hp_t *self, const uint8_t *blob, size_t len, uint64_t num_blocks)
 {
-    static const uint8_t zero[PK_EPOCH_LEN];
-    pk_msg_t *m = pk_msg_new(PK_MSG_CONNECT);
-    pk_msg_set_uint(m, PK_F_WIRE_MAJOR, PK_WIRE_MAJOR);
-    pk_msg_set_uint(m, PK_F_WIRE_MINOR, PK_WIRE_MINOR);
-    pk_msg_set_string(m, PK_F_PEER_ID, self->peer_id);
-    pk_msg_set_epochs(m, self->epoch, zero);
-    pk_msg_set_metadata(m, blob, len);
-    pk_msg_set_uint(m, PK_F_BASE_ADDR, 0);
-    pk_msg_set_uint(m, PK_F_NUM_BLOCKS, num_blocks);
-    pk_msg_set_uint(m, PK_F_BLOCK_LEN, 4096);
-    pk_msg_set_string(m, PK_F_CONFIG_FINGERPRINT, "fp");
-    pk_msg_set_string(m, PK_F_HASH_SEED, "7");
-    return m;
+    return tf_connect_msg(self->peer_id, self->epoch, blob, len, num_blocks, 4096);
 }
 
 pk_msg_t *

@@ -11,6 +11,7 @@
     by peer.  The servers hold the hashed blocks of tests/fixtures/blocks.h.
 */
 #include "blocks.h"
+#include "connect_msg.h"
 #include "consumer.h"
 #include "daemon.h"
 #include "promtext.h"
@@ -71,24 +72,9 @@ s_connect_naming(td_t *s, const char *provider)
     uint16_t len = (uint16_t) strlen(provider);
     memcpy(blob + 8, &len, 2);
     memcpy(blob + 10, provider, len);
-    uint8_t epoch[PK_EPOCH_LEN], zero[PK_EPOCH_LEN] = { 0 };
-    randombytes_buf(epoch, sizeof epoch);
-    epoch[0] |= 1;
-    pk_msg_t *c = pk_msg_new(PK_MSG_CONNECT);
-    pk_msg_set_uint(c, PK_F_WIRE_MAJOR, 1);
-    pk_msg_set_uint(c, PK_F_WIRE_MINOR, 0);
-    pk_msg_set_string(c, PK_F_PEER_ID, "c-unoffered");
-    pk_msg_set_epochs(c, epoch, zero);
-    pk_msg_set_metadata(c, (const char *) blob, 10u + len);
-    pk_msg_set_uint(c, PK_F_BASE_ADDR, 0);
-    pk_msg_set_uint(c, PK_F_NUM_BLOCKS, 64);
-    pk_msg_set_uint(c, PK_F_BLOCK_LEN, BLOCK);
-    pk_msg_set_string(c, PK_F_CONFIG_FINGERPRINT, "fp");
-    pk_msg_set_string(c, PK_F_HASH_SEED, "7");
     char *frame;
     size_t flen;
-    ck_assert_int_eq(pk_msg_encode(c, &frame, &flen, NULL), 0);
-    pk_msg_destroy(&c);
+    tf_connect_frame("c-unoffered", NULL, blob, 10u + len, 64, BLOCK, &frame, &flen);
     zsock_t *d = zsock_new_dealer(s->endpoint);
     ck_assert_ptr_nonnull(d);
     zsock_set_rcvtimeo(d, 10000);

@@ -7,6 +7,7 @@
     start from tests/fixtures/e2e.h: a server holding hashed blocks
     (tests/fixtures/blocks.h, whose keys are their SHA-256) and a consumer.
 */
+#include "connect_msg.h"
 #include "e2e.h"
 #include "shell.h"
 #include "base/clock.h"
@@ -261,24 +262,10 @@ START_TEST(test_junk_blobs_refused_before_any_channel)
     const char *why[] = { "not a p2pkv libfabric address", "agent_metadata: ", "agent_metadata: " };
     int n = 30;
     for (int i = 0; i < n; i++) {
-        uint8_t epoch[PK_EPOCH_LEN], zero[PK_EPOCH_LEN] = { 0 };
-        randombytes_buf(epoch, sizeof epoch);
-        epoch[0] |= 1;
-        pk_msg_t *c = pk_msg_new(PK_MSG_CONNECT);
-        pk_msg_set_uint(c, PK_F_WIRE_MAJOR, 1);
-        pk_msg_set_uint(c, PK_F_WIRE_MINOR, 0);
-        pk_msg_set_string(c, PK_F_PEER_ID, "c-junk");
-        pk_msg_set_epochs(c, epoch, zero);
-        pk_msg_set_metadata(c, junk[i % 3], strlen(junk[i % 3]));
-        pk_msg_set_uint(c, PK_F_BASE_ADDR, 0);
-        pk_msg_set_uint(c, PK_F_NUM_BLOCKS, 64);
-        pk_msg_set_uint(c, PK_F_BLOCK_LEN, BLOCK);
-        pk_msg_set_string(c, PK_F_CONFIG_FINGERPRINT, "fp");
-        pk_msg_set_string(c, PK_F_HASH_SEED, "7");
         char *frame;
         size_t len;
-        ck_assert_int_eq(pk_msg_encode(c, &frame, &len, NULL), 0);
-        pk_msg_destroy(&c);
+        tf_connect_frame("c-junk", NULL, junk[i % 3], strlen(junk[i % 3]), 64, BLOCK, &frame,
+                         &len);
         zframe_t *f = zframe_new(frame, len);
         free(frame);
         ck_assert_int_eq(zframe_send(&f, d, 0), 0);
