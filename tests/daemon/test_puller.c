@@ -113,7 +113,9 @@ s_pull(s_world_t *w, const char *key)
     p->keys = malloc(sizeof *p->keys + klen);        //  bytes follow the array
     p->blocks = malloc(sizeof *p->blocks);
     p->landed = calloc(1, sizeof *p->landed);
-    ck_assert(p->server && p->keys && p->blocks && p->landed);
+    p->from = calloc(1, sizeof *p->from);
+    p->why = calloc(1, sizeof *p->why);
+    ck_assert(p->server && p->keys && p->blocks && p->landed && p->from && p->why);
     memcpy(p->keys + 1, key, klen);
     p->keys[0] = pk_key_make((const uint8_t *) (p->keys + 1), klen);
     p->n = 1;
@@ -255,6 +257,8 @@ START_TEST(test_puller_fetch_never_completes)
     s_world_new(&w, S_NO_FETCH);
     pk_pull_t *p = s_run(&w, s_pull(&w, "never-lands"));
     ck_assert(!p->landed[0]);
+    ck_assert_str_eq(p->why[0], "failed");          //  a hit whose fetch failed
+    ck_assert_ptr_null(p->from[0]);
     //  the fetch was aborted at --load-timeout, and the abort's ack never came
     ck_assert_msg(strstr(p->reason, "fetch failed") && strstr(p->reason, "in time"),
                   "the reason names neither the fetch nor its timeout: %s", p->reason);
@@ -274,6 +278,8 @@ START_TEST(test_puller_miss)
     s_world_new(&w, S_MISS);
     pk_pull_t *p = s_run(&w, s_pull(&w, "not-there"));
     ck_assert(!p->landed[0]);
+    ck_assert_str_eq(p->why[0], "unknown");         //  the source said no reason
+    ck_assert_ptr_null(p->from[0]);
     ck_assert_msg(p->reason[0] == '\0', "a miss is no error: %s", p->reason);
     ck_assert_int_eq(w.seen[PK_MSG_LOOKUP], 1);
     ck_assert_uint_eq(w.fetched, 0);            //  no key fetched
@@ -311,6 +317,7 @@ START_TEST(test_puller_source_silent)
     s_world_new(&w, S_SILENT);
     pk_pull_t *p = s_run(&w, s_pull(&w, "k"));
     ck_assert(!p->landed[0]);
+    ck_assert_str_eq(p->why[0], "failed");          //  the pull itself failed
     ck_assert_msg(strstr(p->reason, w.endpoint) != NULL, "the reason does not name %s: %s",
                   w.endpoint, p->reason);
     ck_assert_int_eq(w.seen[PK_MSG_LOOKUP], 0);
