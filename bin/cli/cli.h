@@ -108,6 +108,12 @@ int cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_k
                const uint8_t *pool, uint64_t block_len, bool get, double seconds,
                const char *provider, const char *const *from);
 
+//  One key's line: KEY STATUS, with REASON, and with "from SOURCE" when
+//  verbose; or appended to json (not NULL) as {key, status[, reason]
+//  [, from]} (report.c).  why and from may be NULL.
+void cli_key_line(const char *key, const char *what, const char *why, const char *from,
+                  bool verbose, void *json);
+
 //  By key (--directory): the exit status (holders.c)
 int cli_by_key(const cli_remote_opts_t *o, char *argv[], const cli_keys_t *g, bool get,
                const p2pkv_config_t *keys);

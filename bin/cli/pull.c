@@ -30,18 +30,8 @@ s_report(const cli_local_opts_t *o, bool verbose, char *argv[], const bool *pres
         else if (res[i].status == P2PKV_KEY_MISSING)
             why = p2pkv_miss_reason_name(res[i].reason);
         const char *from = present[i] ? NULL : res[i].source;
-        if (out) {
-            json_t *one = json_pack("{s:s, s:s}", "key", key, "status", what);
-            if (one && from)
-                json_object_set_new(one, "from", json_string(from));
-            if (one && why)
-                json_object_set_new(one, "reason", json_string(why));
-            json_array_append_new(out, one);
-        }
-        else if (verbose && (from || why))
-            printf("%s %s %s%s\n", key, what, from ? "from " : "", from ? from : why);
-        else
-            printf("%s %s\n", key, what);
+        //  plain lines name no reason (their form predates reasons)
+        cli_key_line(key, what, verbose || out ? why : NULL, from, verbose, out);
     }
     if (out) {
         char *text = json_dumps(out, JSON_COMPACT);

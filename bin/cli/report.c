@@ -26,6 +26,24 @@ s_key_word(const p2pkv_key_result_t *r, bool get)
     }
 }
 
+void
+cli_key_line(const char *key, const char *what, const char *why, const char *from,
+             bool verbose, void *json)
+{
+    if (json) {
+        json_t *one = json_pack("{s:s, s:s}", "key", key, "status", what);
+        if (one && why)
+            json_object_set_new(one, "reason", json_string(why));
+        if (one && from)
+            json_object_set_new(one, "from", json_string(from));
+        json_array_append_new(json, one);
+    }
+    else if (verbose && from)
+        printf("%s %s%s%s from %s\n", key, what, why ? " " : "", why ? why : "", from);
+    else
+        printf("%s %s%s%s\n", key, what, why ? " " : "", why ? why : "");
+}
+
 int
 cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_result_t *res,
            const uint8_t *pool, uint64_t block_len, bool get, double seconds,
@@ -54,18 +72,7 @@ cli_report(const cli_remote_opts_t *o, char *argv[], size_t n, const p2pkv_key_r
         const char *why = res[i].status == P2PKV_KEY_MISSING
                           && res[i].reason != P2PKV_MISS_UNKNOWN
                           ? p2pkv_miss_reason_name(res[i].reason) : NULL;
-        if (o->json) {
-            json_t *one = json_pack("{s:s, s:s}", "key", hex, "status", what);
-            if (one && why)
-                json_object_set_new(one, "reason", json_string(why));
-            if (one && source)
-                json_object_set_new(one, "from", json_string(source));
-            json_array_append_new(out, one);
-        }
-        else if (o->verbose && source)
-            printf("%s %s%s%s from %s\n", hex, what, why ? " " : "", why ? why : "", source);
-        else
-            printf("%s %s%s%s\n", hex, what, why ? " " : "", why ? why : "");
+        cli_key_line(hex, what, why, source, o->verbose, o->json ? out : NULL);
     }
     if (o->json) {
         char *text = json_dumps(out, JSON_COMPACT);
