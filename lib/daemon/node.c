@@ -665,6 +665,19 @@ s_engine_stats(void *arg, json_t *answer)
                                   "channels_open", (json_int_t) f.channels_open,
                                   "blobs_refused", (json_int_t) f.blobs_refused));
     json_object_set_new(answer, "fabrics", fabrics);
+    if (self->sched) {
+        //  the writes' fair share (scheduler.h), in blocks
+        pk_sched_stats_t st;
+        pk_sched_stats(self->sched, &st);
+        json_object_set_new(answer, "fair",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
+                                      "free", (json_int_t) st.free,
+                                      "granted", (json_int_t) st.granted,
+                                      "inflight", (json_int_t) st.inflight,
+                                      "wanted", (json_int_t) st.wanted,
+                                      "flows", (json_int_t) st.flows,
+                                      "turns", (json_int_t) st.turns));
+    }
     json_object_set_new(answer, "sessions", json_integer((json_int_t) pk_door_sessions(self->door)));
     json_object_set_new(answer, "peers", peers);
     json_object_set_new(answer, "capabilities", caps);
@@ -675,6 +688,13 @@ s_engine_stats(void *arg, json_t *answer)
 static const pk_engine_api_ops_t s_engine_ops = {
     s_engine_send, s_engine_session, s_engine_deliver, s_engine_pull, s_engine_stats
 };
+
+//  Turns' worth one session may hold granted and in flight (scheduler.h):
+//  a consumer that stopped reading holds at most 4 quanta (4 MiB by
+//  default) until its stall timeout, not the whole credit.  One session
+//  alone still keeps 4 MiB in flight, more than a loopback or a NIC's
+//  bandwidth-delay product needs (100 Gb/s x 10 us is 125 KB).
+#define PK_FAIR_DEPTH 4
 
 //  The objects over the sockets: the handshake actor, the door, the
 //  engine API, the puller, and the poller over every socket.  0, or a
@@ -692,7 +712,8 @@ s_open_classes(pk_node_t *self, char *err)
     //  at least one block of credit and of quantum, so any setting moves.
     if (self->config->fair_inflight > 0) {
         uint64_t len = self->config->block_len;
-        pk_sched_config_t sc = { self->config->fair_inflight / len, self->config->fair_quantum / len };
+        pk_sched_config_t sc = { self->config->fair_inflight / len,
+                                 self->config->fair_quantum / len, PK_FAIR_DEPTH };
         sc.credit += sc.credit == 0;
         sc.quantum += sc.quantum == 0;
         if (!(self->sched = pk_sched_new(&sc)))

@@ -25,6 +25,7 @@ struct _pk_sched_flow_t {
     pk_sched_flow_t *prev, *next;   //  on the list named by list
     s_list_t list;
     uint64_t quantum;               //  the scheduler's times the weight
+    uint64_t cap;                   //  granted + inflight at most (depth turns)
     uint64_t deficit;               //  what is left of this turn
     uint64_t wanted;                //  asked for, not granted
     _Atomic uint64_t granted;       //  granted, not taken
@@ -117,9 +118,18 @@ s_grant(pk_sched_t *self)
         pk_sched_flow_t *f = self->head[S_NEW] ? self->head[S_NEW] : self->head[S_OLD];
         if (!f)
             return;
+        uint64_t held = atomic_load(&f->granted) + f->inflight;
+        if (held >= f->cap) {
+            //  at its depth: off the lists until a write of it ends
+            s_unlink(self, f);
+            f->deficit = 0;
+            continue;
+        }
         uint64_t g = f->deficit < f->wanted ? f->deficit : f->wanted;
         if (g > self->free)
             g = self->free;
+        if (g > f->cap - held)
+            g = f->cap - held;
         f->deficit -= g;
         f->wanted -= g;
         atomic_fetch_add(&f->granted, g);
@@ -150,6 +160,9 @@ pk_sched_flow_new(pk_sched_t *self, unsigned weight)
         return NULL;
     f->sched = self;
     f->quantum = self->config.quantum * weight;
+    uint64_t depth = self->config.depth;
+    f->cap = depth && f->quantum <= self->config.credit / depth ? f->quantum * depth
+                                                                : self->config.credit;
     pthread_mutex_lock(&self->lock);
     self->stats.flows++;
     pthread_mutex_unlock(&self->lock);
@@ -216,6 +229,11 @@ pk_sched_drop(pk_sched_flow_t *f, uint64_t n)
         s_unlink(self, f);
         f->deficit = 0;
     }
+    else if (f->list == S_NONE) {
+        //  it was at its depth and holds less now
+        f->deficit = f->quantum;
+        s_append(self, f, S_OLD);
+    }
     s_grant(self);
     pthread_mutex_unlock(&self->lock);
 }
@@ -255,6 +273,11 @@ pk_sched_done(pk_sched_flow_t *f, uint64_t n)
     f->inflight -= n;
     self->stats.inflight -= n;
     self->free += n;
+    if (f->list == S_NONE && f->wanted > 0) {
+        //  it was at its depth: back in line, behind the others
+        f->deficit = f->quantum;
+        s_append(self, f, S_OLD);
+    }
     s_grant(self);
     pthread_mutex_unlock(&self->lock);
 }

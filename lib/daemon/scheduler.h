@@ -14,6 +14,13 @@
     free, not for every greedy flow's turn.  Once its first turn is spent,
     it goes to the back of the common list like any other.
 
+    A flow holds at most depth turns' worth (its quantum times depth)
+    granted and in flight: a consumer that stopped reading keeps what its
+    writes hold until the channel's stall timeout ends them, and without
+    the bound each of its turns would add to that until it held the whole
+    credit, starving every other session.  With it, a stalled session
+    holds one depth; the others share the rest.
+
     Counted in blocks, not bytes: every block of a server is block_len
     bytes, so a round robin by blocks is one by bytes.
 
@@ -44,6 +51,8 @@ typedef struct _pk_sched_flow_t pk_sched_flow_t;
 typedef struct {
     uint64_t credit;            //  blocks granted and not done, at most (>= 1)
     uint64_t quantum;           //  blocks a flow of weight 1 is granted per turn (>= 1)
+    uint64_t depth;             //  turns' worth a flow may hold (granted and in
+                                //  flight) at once; 0 = up to the whole credit
 } pk_sched_config_t;
 
 typedef struct {

@@ -97,7 +97,7 @@ s_stats(pk_sched_t *sched, pk_sched_stats_t *st)
 //  and the greedy transfer is reported once, when its last write ended.
 START_TEST(test_small_beside_greedy)
 {
-    pk_sched_config_t c = { 4, 2 };
+    pk_sched_config_t c = { 4, 2, 0 };
     pk_sched_t *sched = pk_sched_new(&c);
     s_session_t g = { 0 }, small = { 0 };
     s_session(&g, sched);
@@ -154,7 +154,7 @@ END_TEST
 //  only once they ended.  One never handed over is released at once.
 START_TEST(test_cancel_keeps_the_fence)
 {
-    pk_sched_config_t c = { 2, 2 };
+    pk_sched_config_t c = { 2, 2, 0 };
     pk_sched_t *sched = pk_sched_new(&c);
     s_session_t a = { 0 };
     s_session(&a, sched);
@@ -189,7 +189,7 @@ END_TEST
 //  Poll's order: successes in ascending id, then failures.
 START_TEST(test_poll_order)
 {
-    pk_sched_config_t c = { 16, 16 };
+    pk_sched_config_t c = { 16, 16, 0 };
     pk_sched_t *sched = pk_sched_new(&c);
     s_session_t a = { 0 };
     s_session(&a, sched);
@@ -215,7 +215,7 @@ END_TEST
 //  later, it fails its transfer.
 START_TEST(test_refused_write)
 {
-    pk_sched_config_t c = { 2, 2 };
+    pk_sched_config_t c = { 2, 2, 0 };
     pk_sched_t *sched = pk_sched_new(&c);
     s_session_t a = { 0 };
     s_session(&a, sched);
@@ -236,7 +236,7 @@ END_TEST
 //  the greedy one beside it takes all of it.
 START_TEST(test_cut_off_leaves_nothing)
 {
-    pk_sched_config_t c = { 8, 2 };
+    pk_sched_config_t c = { 8, 2, 0 };
     pk_sched_t *sched = pk_sched_new(&c);
     s_session_t a = { 0 }, b = { 0 };
     s_session(&a, sched);

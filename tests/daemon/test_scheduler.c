@@ -9,7 +9,7 @@
 static pk_sched_t *
 s_sched(uint64_t credit, uint64_t quantum)
 {
-    pk_sched_config_t c = { credit, quantum };
+    pk_sched_config_t c = { credit, quantum, 0 };
     pk_sched_t *s = pk_sched_new(&c);
     ck_assert_ptr_nonnull(s);
     return s;
@@ -227,11 +227,42 @@ START_TEST(test_gone_flow_leaves_nothing)
 }
 END_TEST
 
+//  A flow that stopped (its consumer reads nothing: its writes never
+//  complete) holds at most depth turns' worth; the others share the
+//  rest, and it is served again once a write of it ends.
+START_TEST(test_stalled_flow_held_to_its_depth)
+{
+    pk_sched_config_t c = { 16, 2, 2 };
+    pk_sched_t *s = pk_sched_new(&c);
+    ck_assert_ptr_nonnull(s);
+    pk_sched_flow_t *stalled = pk_sched_flow_new(s, 1), *other = pk_sched_flow_new(s, 1);
+    pk_sched_want(stalled, 1000);
+    ck_assert_uint_eq(pk_sched_take(stalled, 1000), 4);    //  2 turns of 2
+    pk_sched_want(other, 1000);
+    ck_assert_uint_eq(pk_sched_take(other, 1000), 4);
+    //  the other one's writes complete, over and over: the stalled one
+    //  gets nothing more, the other one all it may hold
+    for (int i = 0; i < 100; i++) {
+        pk_sched_done(other, 4);
+        ck_assert_uint_eq(pk_sched_take(other, 1000), 4);
+        ck_assert_uint_eq(pk_sched_granted(stalled), 0);
+    }
+    pk_sched_stats_t st;
+    pk_sched_stats(s, &st);
+    ck_assert_uint_eq(st.free, 8);
+    pk_sched_done(stalled, 1);
+    ck_assert_uint_eq(pk_sched_take(stalled, 1000), 1);    //  back in line
+    pk_sched_flow_destroy(&stalled);
+    pk_sched_flow_destroy(&other);
+    pk_sched_destroy(&s);
+}
+END_TEST
+
 START_TEST(test_bad_settings)
 {
-    pk_sched_config_t c = { 0, 1 };
+    pk_sched_config_t c = { 0, 1, 0 };
     ck_assert_ptr_null(pk_sched_new(&c));
-    c = (pk_sched_config_t) { 1, 0 };
+    c = (pk_sched_config_t) { 1, 0, 0 };
     ck_assert_ptr_null(pk_sched_new(&c));
     pk_sched_t *s = s_sched(1, 1);
     ck_assert_ptr_null(pk_sched_flow_new(s, 0));
@@ -252,6 +283,7 @@ main(void)
     tcase_add_test(tc, test_busy_flow_is_not_new);
     tcase_add_test(tc, test_drop_returns_grant);
     tcase_add_test(tc, test_gone_flow_leaves_nothing);
+    tcase_add_test(tc, test_stalled_flow_held_to_its_depth);
     tcase_add_test(tc, test_bad_settings);
     suite_add_tcase(s, tc);
     return pk_test_run("scheduler", s);
