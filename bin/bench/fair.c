@@ -118,7 +118,10 @@ s_mode(const pkb_opts_t *o, uint64_t block, uint64_t nblocks, size_t ngreedy, bo
 {
     pkb_server_t srv;
     const char *const off[] = { "--fair-inflight", "0", NULL };
-    int rc = pkb_server_start(&srv, o, block, nblocks + 64, 64, on ? NULL : off);
+    //  a pin holds pool room: room for every greedy request's pins, and
+    //  the blocks themselves (issue 37: "a pool large enough for their pins")
+    uint64_t pool = (uint64_t) ngreedy * 2 * nblocks + nblocks + 64;
+    int rc = pkb_server_start(&srv, o, block, pool, 64, on ? NULL : off);
     if (rc == 0)
         rc = pkb_server_populate(&srv, nblocks);
     if (rc) {
@@ -207,7 +210,7 @@ pkb_fair(const pkb_opts_t *o)
     snprintf(what, sizeof what, "%zu greedy consumers' pools of 2 x %llu x %llu bytes", ngreedy,
              (unsigned long long) nblocks, (unsigned long long) block);
     if (pkb_check_memory("fair", what, (double) ngreedy * 2 * nblocks * block
-                                       + (double) (nblocks + 64) * block))
+                                       + (double) ((ngreedy * 2 + 1) * nblocks + 64) * block))
         return 2;
     printf("fair: one consumer fetching 1 block (one request at a time) alone, then beside "
            "%zu greedy consumers fetching %llu x %llu KiB rounds back to back (two requests "

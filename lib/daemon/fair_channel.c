@@ -150,6 +150,9 @@ static uint64_t
 s_hand(pk_fair_channel_t *self, s_xfer_t *x, uint64_t g)
 {
     uint64_t k = x->n - x->handed < g ? x->n - x->handed : g;
+    uint64_t q = pk_sched_quantum(self->flow);
+    if (k > q)
+        k = q;          //  a turn per write: credit comes back as finely
     int64_t ctid = self->inner.write_blocks(self->inner.self, x->round_seq,
                                             x->local + x->handed, x->remote + x->handed, k);
     if (ctid > 0 && s_chunk_add(self, (uint64_t) ctid, x, k) != 0) {

@@ -713,9 +713,12 @@ s_open_classes(pk_node_t *self, char *err)
     if (self->config->fair_inflight > 0) {
         uint64_t len = self->config->block_len;
         pk_sched_config_t sc = { self->config->fair_inflight / len,
-                                 self->config->fair_quantum / len, PK_FAIR_DEPTH };
+                                 self->config->fair_quantum / len, PK_FAIR_DEPTH, 0 };
         sc.credit += sc.credit == 0;
         sc.quantum += sc.quantum == 0;
+        //  a quantum of the credit for new flows, when it leaves the old
+        //  ones at least as much
+        sc.reserve = sc.credit >= 2 * sc.quantum ? sc.quantum : 0;
         if (!(self->sched = pk_sched_new(&sc)))
             return pk_err(err, -ENOMEM, "cannot start the writes' scheduler (out of memory)");
         self->env.sched = self->sched;

@@ -43,7 +43,8 @@ struct _pk_sched_t {
 pk_sched_t *
 pk_sched_new(const pk_sched_config_t *config)
 {
-    if (!config || config->credit < 1 || config->quantum < 1)
+    if (!config || config->credit < 1 || config->quantum < 1
+        || config->reserve >= config->credit)
         goto fail;
     pk_sched_t *self = calloc(1, sizeof *self);
     if (!self)
@@ -125,9 +126,15 @@ s_grant(pk_sched_t *self)
             f->deficit = 0;
             continue;
         }
+        //  the reserve is the new flows'
+        uint64_t room = self->free;
+        if (f->list == S_OLD)
+            room = room > self->config.reserve ? room - self->config.reserve : 0;
+        if (room == 0)
+            return;             //  the head of old waits; no new flow wants
         uint64_t g = f->deficit < f->wanted ? f->deficit : f->wanted;
-        if (g > self->free)
-            g = self->free;
+        if (g > room)
+            g = room;
         if (g > f->cap - held)
             g = f->cap - held;
         f->deficit -= g;
@@ -236,6 +243,12 @@ pk_sched_drop(pk_sched_flow_t *f, uint64_t n)
     }
     s_grant(self);
     pthread_mutex_unlock(&self->lock);
+}
+
+uint64_t
+pk_sched_quantum(const pk_sched_flow_t *f)
+{
+    return f->quantum;
 }
 
 uint64_t

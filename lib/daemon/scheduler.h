@@ -14,6 +14,12 @@
     free, not for every greedy flow's turn.  Once its first turn is spent,
     it goes to the back of the common list like any other.
 
+    The last `reserve` blocks of the credit go to new flows only: the old
+    ones (greedy, their turns going round) leave that much free, so that a
+    flow that asks after being idle is granted at once, not at the next
+    completion of someone else's write.  It costs the greedy ones that
+    much less in flight.
+
     A flow holds at most depth turns' worth (its quantum times depth)
     granted and in flight: a consumer that stopped reading keeps what its
     writes hold until the channel's stall timeout ends them, and without
@@ -53,6 +59,7 @@ typedef struct {
     uint64_t quantum;           //  blocks a flow of weight 1 is granted per turn (>= 1)
     uint64_t depth;             //  turns' worth a flow may hold (granted and in
                                 //  flight) at once; 0 = up to the whole credit
+    uint64_t reserve;           //  credit only new flows may be granted (< credit)
 } pk_sched_config_t;
 
 typedef struct {
@@ -87,6 +94,11 @@ void pk_sched_want(pk_sched_flow_t *flow, uint64_t n);
 /*  The flow no longer wants n blocks it asked for and has not taken:
     first what was not yet granted, then what was (back to the credit).  */
 void pk_sched_drop(pk_sched_flow_t *flow, uint64_t n);
+
+/*  The flow's quantum (the scheduler's times its weight): the largest
+    write its owner hands over at once, so that credit comes back a turn
+    at a time, not a whole transfer at a time.  */
+uint64_t pk_sched_quantum(const pk_sched_flow_t *flow);
 
 /*  Blocks granted to the flow (a hint, read without the lock).  */
 uint64_t pk_sched_granted(const pk_sched_flow_t *flow);

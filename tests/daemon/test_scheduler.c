@@ -9,7 +9,7 @@
 static pk_sched_t *
 s_sched(uint64_t credit, uint64_t quantum)
 {
-    pk_sched_config_t c = { credit, quantum, 0 };
+    pk_sched_config_t c = { credit, quantum, 0, 0 };
     pk_sched_t *s = pk_sched_new(&c);
     ck_assert_ptr_nonnull(s);
     return s;
@@ -232,7 +232,7 @@ END_TEST
 //  rest, and it is served again once a write of it ends.
 START_TEST(test_stalled_flow_held_to_its_depth)
 {
-    pk_sched_config_t c = { 16, 2, 2 };
+    pk_sched_config_t c = { 16, 2, 2, 0 };
     pk_sched_t *s = pk_sched_new(&c);
     ck_assert_ptr_nonnull(s);
     pk_sched_flow_t *stalled = pk_sched_flow_new(s, 1), *other = pk_sched_flow_new(s, 1);
@@ -258,11 +258,36 @@ START_TEST(test_stalled_flow_held_to_its_depth)
 }
 END_TEST
 
+//  The reserve: greedy flows leave it free, and a flow that was idle is
+//  granted from it at once, before any write completes.
+START_TEST(test_reserve_is_for_new_flows)
+{
+    pk_sched_config_t c = { 8, 2, 0, 2 };
+    pk_sched_t *s = pk_sched_new(&c);
+    ck_assert_ptr_nonnull(s);
+    pk_sched_flow_t *g = pk_sched_flow_new(s, 1), *small = pk_sched_flow_new(s, 1);
+    pk_sched_want(g, 1000);
+    //  its first turn (2, as a new flow), then old: up to the reserve
+    ck_assert_uint_eq(pk_sched_take(g, 1000), 6);
+    pk_sched_want(small, 1);
+    ck_assert_uint_eq(pk_sched_take(small, 1), 1);
+    pk_sched_stats_t st;
+    pk_sched_stats(s, &st);
+    ck_assert_uint_eq(st.free, 1);
+    ck_assert_uint_eq(pk_sched_granted(g), 0);
+    pk_sched_flow_destroy(&small);
+    pk_sched_flow_destroy(&g);
+    c.reserve = 8;
+    ck_assert_ptr_null(pk_sched_new(&c));      //  the reserve is less than the credit
+    pk_sched_destroy(&s);
+}
+END_TEST
+
 START_TEST(test_bad_settings)
 {
-    pk_sched_config_t c = { 0, 1, 0 };
+    pk_sched_config_t c = { 0, 1, 0, 0 };
     ck_assert_ptr_null(pk_sched_new(&c));
-    c = (pk_sched_config_t) { 1, 0, 0 };
+    c = (pk_sched_config_t) { 1, 0, 0, 0 };
     ck_assert_ptr_null(pk_sched_new(&c));
     pk_sched_t *s = s_sched(1, 1);
     ck_assert_ptr_null(pk_sched_flow_new(s, 0));
@@ -284,6 +309,7 @@ main(void)
     tcase_add_test(tc, test_drop_returns_grant);
     tcase_add_test(tc, test_gone_flow_leaves_nothing);
     tcase_add_test(tc, test_stalled_flow_held_to_its_depth);
+    tcase_add_test(tc, test_reserve_is_for_new_flows);
     tcase_add_test(tc, test_bad_settings);
     suite_add_tcase(s, tc);
     return pk_test_run("scheduler", s);
