@@ -690,9 +690,9 @@ static const pk_engine_api_ops_t s_engine_ops = {
 };
 
 //  Turns' worth one session may hold granted and in flight (scheduler.h):
-//  a consumer that stopped reading holds at most 4 quanta (4 MiB by
+//  a consumer that stopped reading holds at most 4 quanta (1 MiB by
 //  default) until its stall timeout, not the whole credit.  One session
-//  alone still keeps 4 MiB in flight, more than a loopback or a NIC's
+//  alone still keeps 1 MiB in flight, more than a loopback or a NIC's
 //  bandwidth-delay product needs (100 Gb/s x 10 us is 125 KB).
 #define PK_FAIR_DEPTH 4
 

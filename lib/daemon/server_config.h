@@ -70,8 +70,8 @@ typedef struct {
     bool no_block_checksums;    //  --block-checksums off (default on)
     char *tenants;              //  --tenants FILE; NULL = one shared namespace
     //  The writes' fair share across sessions (scheduler.h, design.md)
-    uint64_t fair_inflight;     //  16 MiB of writes in flight, whole server; 0 = off
-    uint64_t fair_quantum;      //  1 MiB a session of weight 1 is granted per turn
+    uint64_t fair_inflight;     //  4 MiB of writes in flight, whole server; 0 = off
+    uint64_t fair_quantum;      //  256 KiB a session of weight 1 is granted per turn
     char *fair_weights;         //  --fair-weights NS=W,...; NULL = every weight 1
     unsigned short fair_weight[PK_NS_MAX];  //  by namespace, from fair_weights (1..1000)
     pk_tenants_t *tenant_map;   //  FILE as read by parse (tenants.h); NULL without
