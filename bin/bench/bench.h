@@ -286,6 +286,7 @@ int pkb_engine(const pkb_opts_t *o);
 int pkb_control(const pkb_opts_t *o);
 int pkb_sessions(const pkb_opts_t *o);
 int pkb_directory(const pkb_opts_t *o);     //  issue 14: against a redis-server
+int pkb_fair(const pkb_opts_t *o);          //  issue 37, point 5: the writes' fair share
 
 /*  N worker processes moving bytes at once (crowd.c): each opens (in
     the worker; NULL: failed) and steps (bytes moved, or < 0: failed) for

@@ -52,9 +52,11 @@ static const char s_usage[] =
     "  --reps N             repetitions of each figure (1..64)\n"
     "  --block-sizes LIST   fabric, fetch: bytes, K/M suffixes (16K,64K,2M)\n"
     "  --batches LIST       fabric: blocks per batch (1..256)\n"
-    "  --blocks LIST        fetch: blocks per fetch (1..65536)\n"
+    "  --blocks LIST        fetch: blocks per fetch (1..65536); fair: the greedy\n"
+    "                       consumers' (first value; default 1024, quick 256)\n"
     "  --consumers LIST     fetch, control: consumer processes (1..1024, and at\n"
-    "                       most --max-sessions)\n"
+    "                       most --max-sessions); fair: greedy consumers (first\n"
+    "                       value, 1..16; default 4)\n"
     "  --threads            fetch, control: the consumers are threads of one\n"
     "                       process, each with a client of its own\n"
     "  --keys LIST          control: keys per lookup (1..65536)\n"
@@ -94,7 +96,8 @@ static const char s_usage[] =
     "object behind.  Exit status: 0 done, 1 a run failed, 2 bad parameters.\n";
 
 typedef enum { S_CODEC = 1, S_ROLE = 2, S_FABRIC = 4, S_FETCH = 8, S_CONTROL = 16,
-               S_SESSIONS = 32, S_DIRECTORY = 64, S_ENGINE = 128, S_ALL = 255 } s_suite_bit_t;
+               S_SESSIONS = 32, S_DIRECTORY = 64, S_ENGINE = 128, S_FAIR = 256,
+               S_ALL = 511 } s_suite_bit_t;
 
 static const struct {
     const char *name;
@@ -105,6 +108,7 @@ static const struct {
     { "fabric", S_FABRIC, pkb_fabric },    { "fetch", S_FETCH, pkb_fetch },
     { "control", S_CONTROL, pkb_control }, { "sessions", S_SESSIONS, pkb_sessions },
     { "directory", S_DIRECTORY, pkb_directory }, { "engine", S_ENGINE, pkb_engine },
+    { "fair", S_FAIR, pkb_fair },
 };
 
 static int
@@ -213,10 +217,10 @@ static const s_opt_t s_opts[] = {
     { "--json", O_STR, S_ALL, F(json), 0 },
     { "--plot", O_STR, S_FABRIC | S_FETCH, F(plot), 0 },
     { "--reps", O_UINT, S_ALL, F(reps), PKB_MAX_REPS },
-    { "--block-sizes", O_SIZES, S_FABRIC | S_FETCH, F(block_sizes), 1u << 30 },
+    { "--block-sizes", O_SIZES, S_FABRIC | S_FETCH | S_FAIR, F(block_sizes), 1u << 30 },
     { "--batches", O_LIST, S_FABRIC, F(batches), 256 },
-    { "--blocks", O_LIST, S_FETCH, F(blocks), 65536 },
-    { "--consumers", O_LIST, S_FETCH | S_CONTROL, F(consumers), 1024 },
+    { "--blocks", O_LIST, S_FETCH | S_FAIR, F(blocks), 65536 },
+    { "--consumers", O_LIST, S_FETCH | S_CONTROL | S_FAIR, F(consumers), 1024 },
     { "--threads", O_FLAG, S_FETCH | S_CONTROL, F(threads), 0 },
     { "--keys", O_LIST, S_CONTROL, F(keys), 65536 },
     { "--in-flight", O_UINT, S_FETCH | S_CONTROL, F(in_flight), PKB_MAX_IN_FLIGHT },
@@ -225,11 +229,11 @@ static const s_opt_t s_opts[] = {
     { "--servers", O_LIST, S_SESSIONS, F(servers), 64 },
     { "--max-sessions", O_UINT, S_FETCH | S_CONTROL | S_SESSIONS, F(max_sessions),
       UINT64_C(1) << 31 },
-    { "--seconds", O_SECONDS, S_FETCH | S_CONTROL, F(seconds), 0 },
+    { "--seconds", O_SECONDS, S_FETCH | S_CONTROL | S_FAIR, F(seconds), 0 },
     { "--idle", O_SECONDS, S_SESSIONS, F(idle), 0 },
     { "--requests", O_UINT, S_ROLE, F(requests), UINT64_C(1) << 31 },
-    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS, F(server), 0 },
-    { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS, 0, 0 },
+    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR, F(server), 0 },
+    { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR, 0, 0 },
     { "--providers", O_NAMES, S_FETCH, F(providers), PKB_MAX_PROVIDERS },
     { "--verify-cost", O_FLAG, S_FETCH, F(verify_cost), 0 },
 };
@@ -319,7 +323,7 @@ s_parse(int argc, char **argv, pkb_opts_t *o, int *bit)
             *bit = s_suites[i].bit;
     if (!*bit)
         return s_bad(NULL, "unknown suite \"%s\": one of codec, role, fabric, fetch, "
-                     "control, sessions, directory%s", argv[1], "");
+                     "control, sessions, directory, engine, fair%s", argv[1], "");
     o->suite = argv[1];
     int npos = 0;
     for (int a = 2; a < argc; a++) {
@@ -401,7 +405,7 @@ main(int argc, char *argv[])
     if (s_parse(argc, argv, &o, &bit) || s_writable(&o, "--json", o.json)
         || s_writable(&o, "--plot", o.plot))
         return 2;
-    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE))
+    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE | S_FAIR))
         && s_server_path(&o, path, sizeof path))
         return 2;
     pkb_procs_init();

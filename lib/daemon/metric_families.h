@@ -163,6 +163,10 @@ PK_METRIC(LOOKUP_SECONDS, "p2pkv_lookup_seconds", HISTOGRAM,
 PK_METRIC(FETCH_SECONDS, "p2pkv_fetch_seconds", HISTOGRAM,
           "Fetch receipt to transfer_done or abort_ack", NONE,
           HERE, 0)
+PK_METRIC(WRITE_QUEUE_SECONDS, "p2pkv_write_queue_seconds", HISTOGRAM,
+          "A transfer's wait for the fair share's grant: the role's write to its first "
+          "write handed to the data plane (--fair-inflight)", NONE,
+          HERE, 0)
 
 //  The cluster directory (issue 14; the directory actor's counts,
 //  directory.h)

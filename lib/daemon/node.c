@@ -117,6 +117,7 @@ struct _pk_node_t {
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
     char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
     pk_peer_env_t env;              //  what every peer shares (peer.h)
+    pk_sched_t *sched;              //  the writes' fair share; NULL: --fair-inflight 0
     pk_admission_t *admission;
     pk_handshake_t *handshake;
     pk_door_t *door;
@@ -649,6 +650,13 @@ s_engine_stats(void *arg, json_t *answer)
                 json_object_set_new(mine, pk_metrics_name((pk_metric_id_t) id),
                                     json_integer((json_int_t) atomic_load(&peer->counted[id])));
         }
+        //  the scheduler's queueing delay for this session (fair_channel.h)
+        json_object_set_new(mine, "write_queue_waits",
+                            json_integer((json_int_t) atomic_load(&peer->queue_waits)));
+        json_object_set_new(mine, "write_queue_wait_us",
+                            json_integer((json_int_t) atomic_load(&peer->queue_wait_us)));
+        json_object_set_new(mine, "write_queue_wait_max_us",
+                            json_integer((json_int_t) atomic_load(&peer->queue_wait_max_us)));
         json_object_set_new(counts, peer->consumer, mine);
     }
     json_object_set_new(answer, "fabric",
@@ -657,6 +665,19 @@ s_engine_stats(void *arg, json_t *answer)
                                   "channels_open", (json_int_t) f.channels_open,
                                   "blobs_refused", (json_int_t) f.blobs_refused));
     json_object_set_new(answer, "fabrics", fabrics);
+    if (self->sched) {
+        //  the writes' fair share (scheduler.h), in blocks
+        pk_sched_stats_t st;
+        pk_sched_stats(self->sched, &st);
+        json_object_set_new(answer, "fair",
+                            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
+                                      "free", (json_int_t) st.free,
+                                      "granted", (json_int_t) st.granted,
+                                      "inflight", (json_int_t) st.inflight,
+                                      "wanted", (json_int_t) st.wanted,
+                                      "flows", (json_int_t) st.flows,
+                                      "turns", (json_int_t) st.turns));
+    }
     json_object_set_new(answer, "sessions", json_integer((json_int_t) pk_door_sessions(self->door)));
     json_object_set_new(answer, "peers", peers);
     json_object_set_new(answer, "capabilities", caps);
@@ -667,6 +688,13 @@ s_engine_stats(void *arg, json_t *answer)
 static const pk_engine_api_ops_t s_engine_ops = {
     s_engine_send, s_engine_session, s_engine_deliver, s_engine_pull, s_engine_stats
 };
+
+//  Turns' worth one session may hold granted and in flight (scheduler.h):
+//  a consumer that stopped reading holds at most 4 quanta (1 MiB by
+//  default) until its stall timeout, not the whole credit.  One session
+//  alone still keeps 1 MiB in flight, more than a loopback or a NIC's
+//  bandwidth-delay product needs (100 Gb/s x 10 us is 125 KB).
+#define PK_FAIR_DEPTH 4
 
 //  The objects over the sockets: the handshake actor, the door, the
 //  engine API, the puller, and the poller over every socket.  0, or a
@@ -680,6 +708,21 @@ s_open_classes(pk_node_t *self, char *err)
         .router = self->router, .job = s_job, .job_arg = self,
         .fail_session = self->fail_session, .hold_session = self->hold_session,
         .draining = &self->draining };
+    //  The writes' fair share, in blocks (every block is block_len bytes):
+    //  at least one block of credit and of quantum, so any setting moves.
+    if (self->config->fair_inflight > 0) {
+        uint64_t len = self->config->block_len;
+        pk_sched_config_t sc = { self->config->fair_inflight / len,
+                                 self->config->fair_quantum / len, PK_FAIR_DEPTH, 0 };
+        sc.credit += sc.credit == 0;
+        sc.quantum += sc.quantum == 0;
+        //  a quantum of the credit for new flows, when it leaves the old
+        //  ones at least as much
+        sc.reserve = sc.credit >= 2 * sc.quantum ? sc.quantum : 0;
+        if (!(self->sched = pk_sched_new(&sc)))
+            return pk_err(err, -ENOMEM, "cannot start the writes' scheduler (out of memory)");
+        self->env.sched = self->sched;
+    }
     self->poller = pk_poller_new();
     self->env.poller = self->poller;
     self->handshake = self->poller ? pk_handshake_new(&self->env, s_pick, self) : NULL;
@@ -714,6 +757,7 @@ s_close_classes(pk_node_t *self)
     pk_handshake_destroy(&self->handshake);
     pk_puller_destroy(&self->puller);
     pk_poller_destroy(&self->poller);
+    pk_sched_destroy(&self->sched);     //  every session's flow ended with its actor
 }
 
 pk_node_t *

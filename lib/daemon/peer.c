@@ -45,7 +45,9 @@
     --max-queued-frames).
 */
 #include "daemon/peer.h"
+#include "base/clock.h"
 #include "base/thread.h"
+#include "daemon/fair_channel.h"
 #include "daemon/held.h"
 #include "daemon/log.h"
 #include "daemon/metric_sources.h"
@@ -66,6 +68,7 @@ typedef struct {
     zsock_t *pipe;
     pk_parent_t store_parent;
     pk_server_session_t *session;
+    pk_fair_channel_t *fair;        //  the channel's writes through env->sched, or NULL
     bool on_door;                   //  the door runs a frame (pk_peer_try_frame)
     pk_server_session_counters_t last;
     pk_channel_stats_t flast;
@@ -284,6 +287,42 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
     pk_metric_sources_publish(m, PK_SOURCE_CHANNEL, NULL, &f, flast, block_len);
 }
 
+//  A transfer's wait for its first write (fair_channel.h): the server's
+//  histogram, and the session's sums for the engine API's stats.
+static void
+s_queue_wait(void *arg, double seconds)
+{
+    self_t *a = arg;
+    pk_peer_t *peer = a->peer;
+    uint64_t us = seconds > 0 ? (uint64_t) (seconds * 1e6) : 0;
+    pk_metrics_observe(a->env->metrics, PK_M_WRITE_QUEUE_SECONDS, NULL, seconds);
+    atomic_fetch_add(&peer->queue_waits, 1);
+    atomic_fetch_add(&peer->queue_wait_us, us);
+    if (us > atomic_load(&peer->queue_wait_max_us))
+        atomic_store(&peer->queue_wait_max_us, us);    //  the actor is its one writer
+}
+
+//  The write path the session's role uses: the channel's, through the
+//  server's scheduler when there is one (its weight is the consumer's
+//  namespace's, --fair-weights).
+static int
+s_write_path(self_t *self, pk_transport_t *out)
+{
+    pk_transport_t inner = pk_channel_transport(self->peer->channel);
+    if (!self->env->sched) {
+        *out = inner;
+        return 0;
+    }
+    unsigned weight = self->env->config->fair_weight[self->peer->ns < PK_NS_MAX
+                                                     ? self->peer->ns : 0];
+    self->fair = pk_fair_channel_new(self->env->sched, weight ? weight : 1, inner,
+                                     pk_clock_monotonic, s_queue_wait, self);
+    if (!self->fair)
+        return -ENOMEM;
+    *out = pk_fair_channel_transport(self->fair);
+    return 0;
+}
+
 //  Refuses the consumer's connect from the actor (no session, no epochs).
 static void
 s_refuse(self_t *self, pk_disconnect_code_t code, const char *reason)
@@ -341,9 +380,11 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     if (s_open_channel(self, reason) != 0)
         goto fail_self;
     bool fail = env->fail_session && streq(env->fail_session, peer->consumer);
+    pk_transport_t path;
+    if (!fail && s_write_path(self, &path) != 0)
+        fail = true;
     self->session = fail ? NULL : pk_server_session_new(
-        env->id, env->session_config, peer->connect, pk_clock_system(),
-        pk_channel_transport(peer->channel),
+        env->id, env->session_config, peer->connect, pk_clock_system(), path,
         (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
                         s_actor_result, s_actor_sums, s_actor_miss_reason },
         s_actor_out, self);
@@ -351,13 +392,15 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
         snprintf(reason, PK_ERRLEN, "the session could not be created%s",
                  fail ? " (P2PKV_TEST_FAIL_SESSION)" : "");
         s_refuse(self, PK_DISC_NO_SESSION, reason);
-        goto fail_self;
+        goto fail_fair;
     }
     pk_server_session_set_latency(self->session, s_latency, env->metrics);
     pk_server_session_set_room(self->session, s_actor_room, self);
     self->idle_look = s_idle_look_ms(env->config);
     return self;
 
+fail_fair:
+    pk_fair_channel_destroy(&self->fair);
 fail_self:
     free(self);
 fail:
@@ -374,7 +417,10 @@ s_self_destroy(self_t **self_p)
     //  the server's gauges lose this session's part (transfers in flight)
     pk_metric_sources_end(self->env->metrics, PK_SOURCE_CHANNEL, NULL, &self->flast,
                           self->env->config->block_len);
+    //  the role's end cancels every transfer (immediate) through the
+    //  scheduler's path; what it held then goes back to the credit
     pk_server_session_destroy(&self->session);
+    pk_fair_channel_destroy(&self->fair);
     free(self);
     *self_p = NULL;
 }
@@ -520,7 +566,10 @@ s_wait(self_t *self, bool *pipe)
 {
     pk_server_session_t *session = self->session;
     bool inflight = pk_server_session_has_inflight(session);
-    bool on_channel = inflight && s_sleep_on_channel(self);
+    //  blocks waiting for the scheduler's grant: it comes from another
+    //  session's thread, unannounced, so look again soon (a spin)
+    bool queued = self->fair && pk_fair_channel_queued(self->fair) > 0;
+    bool on_channel = inflight && !queued && s_sleep_on_channel(self);
     zmq_pollitem_t items[2] = {
         { zsock_resolve(self->pipe), 0, ZMQ_POLLIN, 0 },
         { NULL, on_channel ? pk_channel_wait_fd(self->peer->channel) : -1,
@@ -550,6 +599,8 @@ static void
 s_self_step(self_t *self)
 {
     pk_server_session_t *session = self->session;
+    if (self->fair)
+        pk_fair_channel_pump(self->fair);
     pk_channel_progress(self->peer->channel);
     pk_server_session_tick(session);
     s_push_metrics(self->env, self->peer, session, &self->last, &self->flast);

@@ -20,6 +20,7 @@
 #include "base/transport.h"
 #include "daemon/metrics.h"
 #include "daemon/poller.h"
+#include "daemon/scheduler.h"
 #include "daemon/server_config.h"
 #include "store/store.h"
 #include "daemon/unsent.h"
@@ -50,6 +51,10 @@ typedef struct {
         a miss (peer.c, s_actor_lookup).  Set once by the node, read by
         every actor; NULL: never.  */
     const atomic_bool *draining;
+    /*  The server's writes' fair share (scheduler.h): every session's
+        writes go through it (fair_channel.h); NULL: --fair-inflight 0,
+        each session writes in arrival order.  */
+    pk_sched_t *sched;
 } pk_peer_env_t;
 
 /*  The fabric a peer's connect is for (the node's, by its blob's provider).  */
@@ -107,6 +112,12 @@ struct pk_peer {
     //  them (metric_sources.h), by metric: the engine API's stats shows
     //  them per session, where the metrics carry no consumer's id.
     atomic_uint_fast64_t counted[PK_M_COUNT];
+    //  The session's transfers' waits for their first write (the
+    //  scheduler's queueing delay): how many, their sum and the longest,
+    //  in microseconds; the engine API's stats shows them per session.
+    atomic_uint_fast64_t queue_waits;
+    atomic_uint_fast64_t queue_wait_us;
+    atomic_uint_fast64_t queue_wait_max_us;
 };
 
 /*  A peer for an accepted connect (taken from *connect_p): NULL when out

@@ -99,6 +99,10 @@ pk_server_config_defaults(pk_server_config_t *self)
     self->max_unread_bytes = UINT64_C(64) << 20;
     self->max_frame = UINT64_C(64) << 20;
     self->max_sessions = 256;
+    self->fair_inflight = UINT64_C(4) << 20;
+    self->fair_quantum = UINT64_C(256) << 10;
+    for (size_t i = 0; i < PK_NS_MAX; i++)
+        self->fair_weight[i] = 1;
     self->load_timeout = 30;
     self->abort_ack_timeout = 10;
     self->connect_retry = 0.5;
@@ -129,6 +133,7 @@ pk_server_config_fini(pk_server_config_t *self)
     free(self->hash_seed);
     free(self->metrics_bind);
     free(self->tenants);
+    free(self->fair_weights);
     pk_tenants_destroy(&self->tenant_map);
     free(self->curve_secret);
     free(self->curve_allow);

@@ -43,6 +43,9 @@
     milliseconds in an int (zmq_poll, zloop) with room to spare.  */
 #define PK_CONFIG_MAX_SECONDS 1000000.0
 
+/*  --fair-weights' largest weight (scheduler.h's PK_SCHED_MAX_WEIGHT).  */
+#define PK_FAIR_MAX_WEIGHT 1000
+
 typedef struct {
     char *bind;                 //  ROUTER endpoint for peers: "tcp://*:5710"
     char *local;                //  endpoint for the engine: "ipc://DIR/p2pkv-ID.sock" (local_path.h)
@@ -66,6 +69,11 @@ typedef struct {
     int log_level;              //  PK_LOG_*: PK_LOG_INFO
     bool no_block_checksums;    //  --block-checksums off (default on)
     char *tenants;              //  --tenants FILE; NULL = one shared namespace
+    //  The writes' fair share across sessions (scheduler.h, design.md)
+    uint64_t fair_inflight;     //  4 MiB of writes in flight, whole server; 0 = off
+    uint64_t fair_quantum;      //  256 KiB a session of weight 1 is granted per turn
+    char *fair_weights;         //  --fair-weights NS=W,...; NULL = every weight 1
+    unsigned short fair_weight[PK_NS_MAX];  //  by namespace, from fair_weights (1..1000)
     pk_tenants_t *tenant_map;   //  FILE as read by parse (tenants.h); NULL without
     //  Timeouts in seconds (0 < t <= PK_CONFIG_MAX_SECONDS), server side.
     double lookup_timeout;      //  5: parked lookup keys answer as misses

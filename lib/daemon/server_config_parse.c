@@ -52,7 +52,8 @@ typedef enum {
     S_DIRECTORY,
     S_LOCAL_MODE,
     S_LOCAL_GROUP,
-    S_CHECKSUMS
+    S_CHECKSUMS,
+    S_FAIR_WEIGHTS
 } s_kind_t;
 
 typedef struct {
@@ -104,6 +105,10 @@ static const s_setting_t s_settings[] = {
     //  ZMQ_MAXMSGSIZE is an int64; below 4 KiB not even a describe fits.
     { "max-frame",          S_UINT,        S_FIELD(max_frame), 4096, INT64_MAX },
     { "max-sessions",       S_UINT,        S_FIELD(max_sessions), 1, PK_CONFIG_MAX_LIMIT },
+    //  the writes' fair share (scheduler.h): 0 turns the scheduler off
+    { "fair-inflight",      S_UINT,        S_FIELD(fair_inflight), 0, INT64_MAX },
+    { "fair-quantum",       S_UINT,        S_FIELD(fair_quantum), 1, INT64_MAX },
+    { "fair-weights",       S_FAIR_WEIGHTS, S_FIELD(fair_weights), 0, 0 },
     { "load-timeout",       S_SECONDS,     S_FIELD(load_timeout), 0, 0 },
     { "abort-ack-timeout",  S_SECONDS,     S_FIELD(abort_ack_timeout), 0, 0 },
     { "connect-retry",      S_SECONDS,     S_FIELD(connect_retry), 0, 0 },
@@ -243,6 +248,17 @@ static const char s_usage[] =
     "      --max-sessions N         sessions at once (whole server; file and socket\n"
     "                               limits are raised to fit, or the start is\n"
     "                               refused); default 256\n"
+    "\n"
+    "Fair share of the data plane (whole server):\n"
+    "      --fair-inflight BYTES    bytes of writes in flight for every session\n"
+    "                               together, granted in turns; 0 = off (each\n"
+    "                               session writes in arrival order); default\n"
+    "                               4194304\n"
+    "      --fair-quantum BYTES     bytes a session of weight 1 is granted per\n"
+    "                               turn; default 262144\n"
+    "      --fair-weights NS=W,...  the weight of a tenant namespace's sessions,\n"
+    "                               1..1000 (NS of --tenants, or shared);\n"
+    "                               default 1 each\n"
     "\n"
     "Exit status: 0 clean shutdown, 1 runtime error, 2 usage or configuration\n"
     "error.  See p2pkv-server(8).\n";
@@ -418,7 +434,9 @@ s_apply_text(s_parser_t *p, const s_setting_t *s, const char *value, const char 
             return s_bad(p, where, "a group name or number", value);
         return s_set_or_clear(p, field, value, !len);
     case S_TENANTS:
-        //  Read (and checked line by line) once every setting is in: s_finish.
+    case S_FAIR_WEIGHTS:
+        //  Read (and checked line by line, or name by name against the
+        //  tenants' namespaces) once every setting is in: s_finish.
         return s_set_or_clear(p, field, value, !len);
     case S_PATH:
         //  Empty turns it off, so a command line can undo a file; what
@@ -575,6 +593,40 @@ s_read_file(s_parser_t *p, const char *path)
 //  --------------------------------------------------------------------------
 //  What depends on several settings
 
+//  --fair-weights NS=W,...: each NS a namespace --tenants names (or
+//  "shared"), each W 1..PK_SCHED_MAX_WEIGHT; the others weigh 1.
+static int
+s_fair_weights(s_parser_t *p)
+{
+    pk_server_config_t *c = p->config;
+    for (size_t i = 0; i < PK_NS_MAX; i++)
+        c->fair_weight[i] = 1;
+    for (const char *at = c->fair_weights; at && *at; ) {
+        size_t len = strcspn(at, ",");
+        char item[PK_NS_MAX_NAME + 16];
+        if (len >= sizeof item)
+            return s_fail(p, -EINVAL, "--fair-weights: \"%.*s\" is too long for NAMESPACE=WEIGHT",
+                          (int) (len > 60 ? 60 : len), at);
+        memcpy(item, at, len);
+        item[len] = '\0';
+        char *eq = strchr(item, '=');
+        uint64_t w = 0;
+        if (!eq || eq == item || pk_config_parse_u64(eq + 1, &w) != 0 || w < 1
+            || w > PK_FAIR_MAX_WEIGHT)
+            return s_fail(p, -EINVAL, "--fair-weights: expected NAMESPACE=WEIGHT, WEIGHT "
+                          "1..%d, got \"%s\"", PK_FAIR_MAX_WEIGHT, item);
+        *eq = '\0';
+        int ns = pk_tenants_find(c->tenant_map, item);
+        if (ns < 0)
+            return s_fail(p, -EINVAL, "--fair-weights: \"%s\" is not a namespace of "
+                          "--tenants (nor \"shared\")", item);
+        c->fair_weight[ns] = (unsigned short) w;
+        at += len;
+        at += *at == ',';
+    }
+    return 0;
+}
+
 static int
 s_finish(s_parser_t *p)
 {
@@ -618,7 +670,7 @@ s_finish(s_parser_t *p)
     char terr[PK_ERRLEN] = "";
     if (c->tenants && !(c->tenant_map = pk_tenants_load(c->tenants, &rc, terr)))
         return s_fail(p, rc, "--tenants: %s", terr);
-    return 0;
+    return s_fair_weights(p);
 }
 
 //  --------------------------------------------------------------------------
