@@ -696,6 +696,20 @@ static const pk_engine_api_ops_t s_engine_ops = {
 //  bandwidth-delay product needs (100 Gb/s x 10 us is 125 KB).
 #define PK_FAIR_DEPTH 4
 
+//  A --fair-* setting in blocks: what was set, at least one block, so any
+//  setting moves; by default (PK_FAIR_AUTO) dflt bytes or least blocks,
+//  whichever is more.  A session holds PK_FAIR_DEPTH quanta, so 16 and 4
+//  let one alone fill the credit: 4 MiB and 256 KiB in bytes are 4 and 1
+//  blocks of 1 MiB, which made 1 MiB x 32 fetches lose a quarter
+//  (p2pkv-bench fetch).
+static uint64_t
+s_fair_blocks(uint64_t set, uint64_t dflt, uint64_t least, uint64_t len)
+{
+    uint64_t n = (set == PK_FAIR_AUTO ? dflt : set) / len,
+             min = set == PK_FAIR_AUTO ? least : 1;
+    return n > min ? n : min;
+}
+
 //  The objects over the sockets: the handshake actor, the door, the
 //  engine API, the puller, and the poller over every socket.  0, or a
 //  negative errno with err; the caller destroys what was made.
@@ -708,14 +722,13 @@ s_open_classes(pk_node_t *self, char *err)
         .router = self->router, .job = s_job, .job_arg = self,
         .fail_session = self->fail_session, .hold_session = self->hold_session,
         .draining = &self->draining };
-    //  The writes' fair share, in blocks (every block is block_len bytes):
-    //  at least one block of credit and of quantum, so any setting moves.
+    //  The writes' fair share, in blocks (every block is block_len bytes)
     if (self->config->fair_inflight > 0) {
         uint64_t len = self->config->block_len;
-        pk_sched_config_t sc = { self->config->fair_inflight / len,
-                                 self->config->fair_quantum / len, PK_FAIR_DEPTH, 0 };
-        sc.credit += sc.credit == 0;
-        sc.quantum += sc.quantum == 0;
+        pk_sched_config_t sc = {
+            s_fair_blocks(self->config->fair_inflight, UINT64_C(4) << 20, 16, len),
+            s_fair_blocks(self->config->fair_quantum, UINT64_C(256) << 10, 4, len),
+            PK_FAIR_DEPTH, 0 };
         //  a quantum of the credit for new flows, when it leaves the old
         //  ones at least as much
         sc.reserve = sc.credit >= 2 * sc.quantum ? sc.quantum : 0;

@@ -99,8 +99,8 @@ pk_server_config_defaults(pk_server_config_t *self)
     self->max_unread_bytes = UINT64_C(64) << 20;
     self->max_frame = UINT64_C(64) << 20;
     self->max_sessions = 256;
-    self->fair_inflight = UINT64_C(4) << 20;
-    self->fair_quantum = UINT64_C(256) << 10;
+    self->fair_inflight = PK_FAIR_AUTO;
+    self->fair_quantum = PK_FAIR_AUTO;
     for (size_t i = 0; i < PK_NS_MAX; i++)
         self->fair_weight[i] = 1;
     self->load_timeout = 30;
