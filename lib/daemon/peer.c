@@ -779,7 +779,8 @@ pk_peer_tell(pk_peer_t *self, const char *picture, ...)
 const char *
 pk_peer_caps(const pk_peer_t *self)
 {
-    static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS };
+    static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
+                                         PK_CAP_GET };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)

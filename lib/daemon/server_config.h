@@ -65,6 +65,7 @@ typedef struct {
     char *curve_servers;        //  directory of the servers' public certificates (for pull)
     int log_level;              //  PK_LOG_*: PK_LOG_INFO
     bool no_block_checksums;    //  --block-checksums off (default on)
+    bool no_gets;               //  --gets off: connect_ack leaves out get (default on)
     char *tenants;              //  --tenants FILE; NULL = one shared namespace
     pk_tenants_t *tenant_map;   //  FILE as read by parse (tenants.h); NULL without
     //  Timeouts in seconds (0 < t <= PK_CONFIG_MAX_SECONDS), server side.

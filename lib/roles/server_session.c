@@ -315,7 +315,7 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
                      .block_len = id->block_len, .num_blocks = id->num_blocks,
-                     .caps = (char *) PK_CAPS,
+                     .caps = (char *) (self->config.no_get ? PK_CAPS_WITHOUT_GET : PK_CAPS),
                      .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                                 | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
                                 | PK_BIT(PK_F_NUM_BLOCKS) | PK_BIT(PK_F_CAPS) };
@@ -480,7 +480,7 @@ s_on_handshake(pk_server_session_t *self, const pk_msg_t *m)
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) self->id.peer_id,
                      .block_len = self->id.block_len, .num_blocks = self->id.num_blocks,
-                     .caps = (char *) PK_CAPS,
+                     .caps = (char *) (self->config.no_get ? PK_CAPS_WITHOUT_GET : PK_CAPS),
                      .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                                 | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
                                 | PK_BIT(PK_F_NUM_BLOCKS) | PK_BIT(PK_F_CAPS) };
@@ -627,7 +627,11 @@ s_on_state(pk_server_session_t *self, const pk_msg_t *m)
             s_on_fetch(self, m);
             break;
         case PK_MSG_GET:
-            s_on_get(self, m);
+            //  not offered (--gets off): unknown, as to an older server
+            if (self->config.no_get)
+                self->counters.dropped_unknown++;
+            else
+                s_on_get(self, m);
             break;
         case PK_MSG_ABORT_FETCH:
             self->counters.aborts++;

@@ -166,8 +166,10 @@ typedef struct {
 #define PK_CAP_MARKS "marks"
 #define PK_CAP_REASONS "reasons"
 #define PK_CAP_GET "get"
-/* every word this build has */
-#define PK_CAPS PK_CAP_CHECKSUM " " PK_CAP_MARKS " " PK_CAP_REASONS " " PK_CAP_GET
+/* every word this build has (a server run with --gets off offers the
+   first three alone) */
+#define PK_CAPS_WITHOUT_GET PK_CAP_CHECKSUM " " PK_CAP_MARKS " " PK_CAP_REASONS
+#define PK_CAPS PK_CAPS_WITHOUT_GET " " PK_CAP_GET
 /*  True when caps (NULL: none) lists word.  */
 bool pk_caps_has(const char *caps, const char *word);
 
