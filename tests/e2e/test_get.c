@@ -147,6 +147,13 @@ s_get_and_check(td_t *s)
     munmap(map, maplen);
     ck_assert_msg(s_unpinned(s, BOUND), "the server still pins blocks");
     ck_assert_int_eq(p2pkv_client_server_state(c, server, NULL), P2PKV_SERVER_UP);
+    //  p2pkv stats says whether the session uses get
+    json_t *stats = td_stats_json(s);
+    const char *caps = json_string_value(json_object_get(json_object_get(stats, "capabilities"),
+                                                         "c-get"));
+    ck_assert_ptr_nonnull(caps);
+    ck_assert_msg((strstr(caps, "get") != NULL) == (fetches == 2), "capabilities: %s", caps);
+    json_decref(stats);
     p2pkv_client_destroy(&c);
     return fetches;
 }
