@@ -452,6 +452,26 @@ s_ev_fetch(s_world_t *w, const json_t *ev)
     }
 }
 
+//  A get (capability get): a lookup whose hits are fetched into idx, the
+//  round answered by one get_resp.  Ours: the seed has no get.
+static void
+s_ev_get(s_world_t *w, const json_t *ev)
+{
+    size_t n = 0;
+    const char *kv = s_kv(ev);
+    pk_key_t *keys = s_keys(w, ev, "keys", &n);
+    uint32_t *idx = s_ints(ev, "idx", n);
+    uint64_t round = s_opt_uint(ev, "round", 0, INT64_MAX);
+    if (n == 0)
+        s_input_error("\"keys\": a get names at least one key");
+    s_no_repeats(keys, idx, n);
+    if (pk_server_role_on_get(w->role, kv, keys, idx, n, round) == -EPROTO) {
+        fprintf(w->err, "p2pkv-replay: line %ld: protocol error: get for kv_request_id=%s "
+                "round=%llu, a round it has already\n", w->lineno, kv, (unsigned long long) round);
+        s_emit(json_pack("{s:s, s:s}", "out", "error", "kind", "protocol"));
+    }
+}
+
 static void
 s_ev_store(s_world_t *w, const json_t *ev)
 {
@@ -563,7 +583,7 @@ static const struct {
     { "finish", s_ev_finish },      { "abort", s_ev_abort },      { "drain", s_ev_drain },
     { "collect", s_ev_collect },    { "idle", s_ev_idle },        { "complete", s_ev_complete },
     { "hold", s_ev_hold },          { "refuse", s_ev_refuse },    { "close", s_ev_close },
-    { "state", s_ev_state },
+    { "state", s_ev_state },        { "get", s_ev_get },
 };
 
 //  One line of the scenario; false for a blank or # line, skipped.

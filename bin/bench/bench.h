@@ -79,6 +79,7 @@ typedef struct {
                                 //  against one server offering them all
     bool verify_cost;           //  --verify-cost (fetch): each load twice, with the
                                 //  end-to-end check and without, in each repetition
+    bool one_trip;              //  --one-trip (fetch): consumers use p2pkv_client_get
 } pkb_opts_t;
 
 /*  ---- figures and statistics (report.c) ------------------------------ */
@@ -212,6 +213,10 @@ typedef struct {
     int in_flight;              //  requests a consumer keeps going (1..PKB_MAX_IN_FLIGHT)
     double answer_spin;         //  p2pkv_config_t.answer_spin
     bool no_verify;             //  p2pkv_config_t.no_verify
+    bool one_trip;              //  each request is one p2pkv_client_get_results, one
+                                //  at a time (a get: one round trip with a server
+                                //  offering it); its lookup and fetch samples are
+                                //  both the whole request
 } pkb_consumer_cfg_t;
 
 /*  What one consumer reports of one timed phase.  */

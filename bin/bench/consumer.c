@@ -96,6 +96,7 @@ typedef struct {
     p2pkv_key_t *keys;
     uint8_t (*kbytes)[PKB_KEY_LEN];
     uint32_t *dest;                 //  in_flight * nkeys: slot s at s * nkeys
+    p2pkv_key_result_t *results;    //  nkeys, for --one-trip
     s_slot_t slot[PKB_MAX_IN_FLIGHT];   //  the first cfg->in_flight are used
 } s_cons_t;
 
@@ -212,7 +213,8 @@ s_setup(s_cons_t *c, char *err, size_t size)
     c->keys = calloc(n, sizeof *c->keys);
     c->kbytes = calloc(n, sizeof *c->kbytes);
     c->dest = calloc((size_t) cfg->in_flight * n, sizeof *c->dest);
-    if (!c->keys || !c->kbytes || !c->dest)
+    c->results = calloc(n, sizeof *c->results);
+    if (!c->keys || !c->kbytes || !c->dest || !c->results)
         return -ENOMEM;
     for (size_t i = 0; i < n; i++) {
         pkb_key(cfg->miss ? (1ull << 30) + i : i, c->kbytes[i]);
@@ -286,6 +288,24 @@ s_write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
+//  --one-trip: one request, the whole of it in one call (a get where the
+//  server offers it); 1 when it landed, else a negative errno with err.
+static int
+s_one_trip(s_cons_t *c, uint64_t k, double *took, char *err, size_t size)
+{
+    size_t n = c->cfg->nkeys;
+    char kv[64], e[P2PKV_ERRLEN] = "";
+    snprintf(kv, sizeof kv, "c%d-%llu", c->cfg->id, (unsigned long long) k);
+    double t0 = pk_clock_monotonic();
+    int got = p2pkv_client_get_results(c->client, c->server, kv, c->keys, c->dest, n, true, 30,
+                                       c->results, NULL, NULL, e);
+    *took = pk_clock_monotonic() - t0;
+    if (got == (int) n)
+        return 1;
+    snprintf(err, size, "get of %zu keys: %d (%.100s)", n, got, e);
+    return got < 0 ? got : -EIO;
+}
+
 //  One timed phase, reported up the pipe: 0, or -EIO when the pipe broke.
 static int
 s_phase(s_cons_t *c, int res, uint64_t *k)
@@ -295,9 +315,25 @@ s_phase(s_cons_t *c, int res, uint64_t *k)
     pkb_phase_t ph = { 0 };
     ph.cpu = s_cpu_self(c->cfg);
     ph.t0 = pk_clock_monotonic();
-    for (int i = 0; i < c->cfg->in_flight && ph.rc == 0; i++)
+    while (c->cfg->one_trip && ph.rc == 0
+           && (pk_clock_monotonic() - ph.t0 < c->cfg->seconds || nl < 3)) {
+        double took;
+        int r = s_one_trip(c, ++*k, &took, ph.err, sizeof ph.err);
+        if (r < 0) {
+            ph.rc = r;
+            break;
+        }
+        if (nl == cap) {
+            cap *= 2;
+            lk = realloc(lk, cap * sizeof *lk);
+            ft = realloc(ft, cap * sizeof *ft);
+        }
+        lk[nl++] = took;
+        ft[nf++] = took;
+    }
+    for (int i = 0; i < c->cfg->in_flight && ph.rc == 0 && !c->cfg->one_trip; i++)
         ph.rc = s_ask(c, &c->slot[i], ++*k);
-    int busy = c->cfg->in_flight;
+    int busy = c->cfg->one_trip ? 0 : c->cfg->in_flight;
     while (ph.rc == 0 && busy) {
         if (p2pkv_client_poll(c->client, 0.05) < 0)
             ph.rc = -EIO;
@@ -365,6 +401,7 @@ s_consumer_run(const pkb_consumer_cfg_t *cfg, int cmd, int res)
     free(c.keys);
     free(c.kbytes);
     free(c.dest);
+    free(c.results);
     return rc;
 }
 

@@ -122,7 +122,7 @@ s_cfg(const pkb_opts_t *o, const pkb_server_t *srv, const s_point_t *p)
     return (pkb_consumer_cfg_t) { srv->endpoint, S_BLOCK, p->keys, p->cancel, p->miss,
                                   o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, p->cancel,
                                   NULL, NULL, NULL, o->threads, NULL, PKB_IN_FLIGHT(o),
-                                  o->answer_spin, false };
+                                  o->answer_spin, false, false };
 }
 
 //  A repetition of a load already started, and the bare ZeroMQ echo of

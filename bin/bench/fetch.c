@@ -333,7 +333,7 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
                                    o->seconds ? o->seconds : o->quick ? 0.5 : 2, 0, false,
                                    NULL, NULL, NULL, o->threads, s_load_provider(o, started),
                                    PKB_IN_FLIGHT(o), o->answer_spin,
-                                   s_load_unchecked(o, started) };
+                                   s_load_unchecked(o, started), o->one_trip };
         rc = pkb_load_start(cs[started], p->c, &cfg, err, sizeof err);
     }
     //  The two references, measured alike.  One that fails leaves its

@@ -82,6 +82,9 @@ static const char s_usage[] =
     "                       within each repetition; each row's \"vs\" column is its\n"
     "                       GB/s over the last provider's, in the same repetition;\n"
     "                       a name that does not open here is refused first\n"
+    "  --one-trip           fetch: each consumer's request is one p2pkv_client_get\n"
+    "                       (one round trip where the server offers get), one at a\n"
+    "                       time; its lookup and fetch latencies are the whole request\n"
     "  --verify-cost        fetch: each load twice, with the end-to-end block check\n"
     "                       (\"+chk\", the default) and without (\"-chk\",\n"
     "                       no_verify), alternating within each repetition; the\n"
@@ -236,6 +239,7 @@ static const s_opt_t s_opts[] = {
     { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR, 0, 0 },
     { "--providers", O_NAMES, S_FETCH, F(providers), PKB_MAX_PROVIDERS },
     { "--verify-cost", O_FLAG, S_FETCH, F(verify_cost), 0 },
+    { "--one-trip", O_FLAG, S_FETCH, F(one_trip), 0 },
 };
 #define S_NOPTS (sizeof s_opts / sizeof s_opts[0])
 

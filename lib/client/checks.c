@@ -90,7 +90,7 @@ pk_client_answers_drop(s_server_t *s, const char *kv)
 //  goes: a round is fetched once.
 int
 pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
-                     const uint32_t *dest, size_t n, s_fetch_t *f)
+                     const uint32_t *dest, size_t n, s_fetch_t *f, bool expect)
 {
     pk_answer_t **p = &s->answers;
     while (*p && !((*p)->round == round && strcmp((*p)->kv, kv) == 0))
@@ -121,7 +121,7 @@ pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key
             rc = 0;
             //  a transport that copies the blocks itself checks each one
             //  in its copy (transport.h); all or none of this fetch's
-            if (nexp == n && s->channel
+            if (expect && nexp == n && s->channel
                 && pk_channel_expect(s->channel, f->dest, f->sums, n) == 0)
                 f->expected = s->channel;
         }

@@ -88,6 +88,12 @@ s_cut_off(void *arg)
         pk_channel_close(&s->channel);
 }
 
+static pk_key_t
+s_fetch_key(const uint64_t *id)
+{
+    return (pk_key_t) { (const uint8_t *) id, sizeof *id, pk_hash_id(*id, 5) };
+}
+
 static void
 s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
               const uint64_t *sums, const uint8_t *reasons, size_t n)
@@ -100,6 +106,28 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
     //  the checksums wait for the fetch of this round (checks.c)
     if (hits && sums)
         (void) pk_client_answer_keep(s, kv, round, keys, hits, sums, n);
+    //  a get's answer: its fetch takes them now, its hits' blocks having
+    //  landed or landing (checked when the round ends, before it is told)
+    if (sync && hits && sync->get_dest && sync->fetch_id) {
+        pk_key_t fk = s_fetch_key(&sync->fetch_id);
+        pk_keymap_entry_t *fe = pk_keymap_find(&c->fetches, &fk);
+        s_fetch_t *f = fe ? (s_fetch_t *) (uintptr_t) fe->a : NULL;
+        size_t nhit = 0;
+        pk_key_t *hk = f ? malloc((n ? n : 1) * sizeof *hk) : NULL;
+        uint32_t *hd = f ? malloc((n ? n : 1) * sizeof *hd) : NULL;
+        for (size_t i = 0; hk && hd && i < n; i++)
+            if (hits[i]) {
+                hk[nhit] = keys[i];
+                hd[nhit++] = sync->get_dest[i];
+            }
+        if (f && hk && hd) {
+            f->blocks = nhit;
+            if (sums)
+                (void) pk_client_fetch_sums(s, kv, round, hk, hd, nhit, f, false);
+        }
+        free(hk);
+        free(hd);
+    }
     if (sync) {
         if (hits)
             memcpy(sync->hits, hits, n * sizeof *hits);
@@ -150,12 +178,6 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
                            hits ? hits_copy : NULL, n);
     if (buf != stack)
         free(buf);
-}
-
-static pk_key_t
-s_fetch_key(const uint64_t *id)
-{
-    return (pk_key_t) { (const uint8_t *) id, sizeof *id, pk_hash_id(*id, 5) };
 }
 
 //  Forgets a fetch, unlinking it first when it is ended and unread.
@@ -1053,7 +1075,7 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
                : -ENOTCONN;
     //  the round's announced checksums go with the fetch (none: unchecked)
     if (rc == 0 && round)
-        (void) pk_client_fetch_sums(s, kv, round, k, dest, n, f);
+        (void) pk_client_fetch_sums(s, kv, round, k, dest, n, f, true);
     if (rc == 0) {
         //  what landed before this fetch says nothing of its progress: a
         //  server idle for longer than stall_timeout is not stalled
@@ -1065,6 +1087,76 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
         f = NULL;
         if (fetch_id_p)
             *fetch_id_p = id;
+    }
+    pk_client_fetch_free(f);
+    self->asked = pk_clock_monotonic();
+    pk_client_kick(self);
+    pthread_mutex_unlock(&self->lock);
+    free(k);
+    return rc;
+}
+
+bool
+pk_client_can_get(p2pkv_client_t *self, int server)
+{
+    pthread_mutex_lock(&self->lock);
+    s_server_t *s = s_server(self, server);
+    bool can = s && pk_caps_has(pk_client_session_server_caps(s->session), PK_CAP_GET);
+    pthread_mutex_unlock(&self->lock);
+    return can;
+}
+
+//  True when keys or dest name one twice: a get may not (its codec rule,
+//  a fetch's), so such a batch takes the two steps.
+static bool
+s_repeats(const pk_key_t *keys, const uint32_t *dest, size_t n)
+{
+    pk_keymap_t seen = PK_KEYMAP_INIT, blocks = PK_KEYMAP_INIT;
+    bool rep = pk_keymap_reserve(&seen, n) < 0 || pk_keymap_reserve(&blocks, n) < 0;
+    for (size_t i = 0; i < n && !rep; i++) {
+        pk_key_t b = { (const uint8_t *) &dest[i], sizeof dest[i], pk_hash_id(dest[i], 7) };
+        pk_keymap_entry_t *e;
+        rep = pk_keymap_get_or_put(&seen, &keys[i], i, 0, &e) != 1
+              || pk_keymap_get_or_put(&blocks, &b, i, 0, &e) != 1;
+    }
+    pk_keymap_fini(&seen);
+    pk_keymap_fini(&blocks);
+    return rep;
+}
+
+int
+pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                  const uint32_t *dest, size_t n, double deadline, uint64_t *fetch_id_p)
+{
+    if (n == 0 || n > PK_MAX_LIST)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (dest[i] >= self->num_blocks)
+            return -ERANGE;
+    pk_key_t *k = malloc(n * sizeof *k);
+    s_fetch_t *f = calloc(1, sizeof *f);
+    int rc = k && f ? s_keys(keys, n, k) : -ENOMEM;
+    if (rc == 0 && s_repeats(k, dest, n))
+        rc = -ENOTUNIQ;
+    if (rc) {
+        free(k);
+        free(f);
+        return rc;
+    }
+    f->status = -EINPROGRESS;
+    f->blocks = n;
+    pthread_mutex_lock(&self->lock);
+    s_server_t *s = s_server(self, server);
+    uint64_t id = 0;
+    rc = s ? pk_client_role_get(s->role, kv, k, dest, n, deadline, &id) : -ENOTCONN;
+    if (rc == 0) {
+        s->stall_floor = pk_clock_monotonic();
+        f->id = id;
+        pk_key_t key = s_fetch_key(&f->id);
+        if (pk_keymap_put(&self->fetches, &key, (uintptr_t) f, 0) < 0)
+            pk_client_fetch_free(f);
+        f = NULL;
+        *fetch_id_p = id;
     }
     pk_client_fetch_free(f);
     self->asked = pk_clock_monotonic();

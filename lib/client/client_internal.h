@@ -154,6 +154,7 @@ typedef struct s_sync {
     int cancelled;                  //  1: the get ends with -ECANCELED (finish of
                                     //  its request, or its fetch cancelled)
     char reason[256];
+    const uint32_t *get_dest;       //  a get in one message: its keys' blocks, else NULL
     const char *request;            //  the caller's kv, for -EBUSY
     struct s_sync *prev, *next;     //  every get running now
 } s_sync_t;
@@ -226,8 +227,19 @@ const pk_client_fabric_t *pk_client_fabric_for(p2pkv_client_t *self, const p2pkv
 int pk_client_answer_keep(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
                           const bool *hits, const uint64_t *sums, size_t n);
 void pk_client_answers_drop(s_server_t *s, const char *kv);
+/*  expect: the blocks have not landed yet, so a transport that copies
+    them may check each in its copy (a get's answer comes after).  */
 int pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key_t *keys,
-                         const uint32_t *dest, size_t n, s_fetch_t *f);
+                         const uint32_t *dest, size_t n, s_fetch_t *f, bool expect);
+
+/*  client.c: the capability get (protocol.md section 3).  Whether server
+    is up and offers it; and a get of keys into dest (a load whose id is
+    *fetch_id_p, reported as a fetch's), -ENOTUNIQ when keys or dest
+    repeat one (the get may not: take the two steps).  Its answer goes to
+    the get's record (s_sync_t, get_dest set) as a lookup's would.  */
+bool pk_client_can_get(p2pkv_client_t *self, int server);
+int pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                      const uint32_t *dest, size_t n, double deadline, uint64_t *fetch_id_p);
 //  The fetch ended (landed or not): what its channel's copies found, and
 //  forgets it there.
 void pk_client_fetch_ended(s_server_t *s, s_fetch_t *f);

@@ -95,9 +95,73 @@ typedef struct {
     uint32_t *to;
 } s_get_t;
 
+static int s_get_settle(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, size_t nhit,
+                        int rc);
+
+//  One batch in one message (the server's capability get): the keys and
+//  their blocks go out together, and the one answer says which hit, after
+//  their blocks landed.  Returns the hits, *nhit_p of them, compacted in
+//  g->ask/pos/to as the two steps leave them, and 0 or a negative errno
+//  with err; -ENOTUNIQ (nothing sent) when the batch repeats a key or a
+//  block, which a get may not.
+static int
+s_get_one(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, size_t nask, size_t *nhit_p,
+          char *err)
+{
+    *nhit_p = 0;
+    for (size_t a = 0; a < nask; a++)
+        g->to[a] = g->dest[g->pos[a]];
+    memset(sync->verdict, PK_VERDICT_NONE, nask);
+    pthread_mutex_lock(&self->lock);
+    sync->get_dest = g->to;
+    pthread_mutex_unlock(&self->lock);
+    //  the id is written under the client's lock, before the answer can
+    //  come (a progress thread reads it to find this record)
+    int rc = pk_client_get_one(self, g->server, sync->kv, g->ask, g->to, nask, g->timeout,
+                               &sync->fetch_id);
+    if (rc) {
+        pthread_mutex_lock(&self->lock);
+        sync->get_dest = NULL;
+        pthread_mutex_unlock(&self->lock);
+    }
+    if (rc == -ENOTUNIQ)
+        return rc;
+    if (rc)
+        return pk_err(err, rc, "the get could not start: %s", strerror(-rc));
+    //  cancelled while the get was being made: cancel it now; its end
+    //  always comes (at the fence, or when the server is cut off)
+    if (s_sync_read(self, &sync->cancelled))
+        (void) p2pkv_client_cancel(self, sync->fetch_id);
+    while (s_sync_read(self, &sync->status) == -EINPROGRESS)
+        s_sync_wait(self, sync, s_fetch_pending, 0.05);
+    pthread_mutex_lock(&self->lock);
+    sync->get_dest = NULL;
+    pthread_mutex_unlock(&self->lock);
+    if (s_sync_read(self, &sync->cancelled))
+        rc = pk_err(err, -ECANCELED, "cancelled: %s", sync->reason);
+    else if (sync->status == P2PKV_ABORTED)
+        rc = pk_err(err, -ETIMEDOUT, "no answer to the get within %.0f s", g->timeout);
+    else if (sync->status != P2PKV_LANDED)
+        rc = pk_err(err, -EIO, "the fetch failed: %s", sync->reason);
+    //  which keys hit, where the answer came (it ends a landed get, and
+    //  may come with a failed one)
+    size_t nhit = 0;
+    for (size_t a = 0; sync->answered == 1 && a < nask; a++)
+        if (!sync->hits[a])
+            g->res[g->pos[a]].reason = s_public_reason(sync->reasons[a]);
+        else {
+            g->res[g->pos[a]].holder = g->server;
+            g->ask[nhit] = g->ask[a];
+            g->pos[nhit] = g->pos[a];
+            g->to[nhit++] = g->to[a];
+        }
+    *nhit_p = nhit;
+    return rc;
+}
+
 //  One batch: look up what has not landed, fetch the hits, finish the
-//  batch's request.  Returns the keys it got (0: nothing more to get), or
-//  a negative errno with err.
+//  batch's request (in one message where the server can).  Returns the
+//  keys it got (0: nothing more to get), or a negative errno with err.
 static int
 s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *err)
 {
@@ -118,7 +182,15 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     pthread_mutex_unlock(&self->lock);
     if (cancelled)
         return pk_err(err, -ECANCELED, "cancelled");
-    int rc = p2pkv_client_lookup(self, g->server, sync->kv, g->ask, nask);
+    size_t nhit = 0;
+    int rc = -ENOTUNIQ;
+    if (g->fetch && pk_client_can_get(self, g->server))
+        rc = s_get_one(self, g, sync, nask, &nhit, err);
+    if (rc != -ENOTUNIQ) {
+        p2pkv_client_finish(self, g->server, sync->kv);
+        return s_get_settle(self, g, sync, nhit, rc);
+    }
+    rc = p2pkv_client_lookup(self, g->server, sync->kv, g->ask, nask);
     if (rc)
         return rc;
     double deadline = pk_clock_monotonic() + g->timeout;
@@ -137,7 +209,6 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
             return pk_err(err, -ENOTCONN, "no answer to the lookup: %s", why);
         return pk_err(err, -ETIMEDOUT, "no answer to the lookup within %.0f s", g->timeout);
     }
-    size_t nhit = 0;
     for (size_t a = 0; a < nask; a++)
         if (!sync->hits[a])
             g->res[g->pos[a]].reason = s_public_reason(sync->reasons[a]);
@@ -164,8 +235,17 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
             rc = pk_err(err, -EIO, "the fetch failed: %s", sync->reason);
     }
     p2pkv_client_finish(self, g->server, sync->kv);
-    //  what landed, by the end-to-end check's verdicts (checks.c): a block
-    //  that differs from its checksum is CORRUPT, asked no more in this get
+    return s_get_settle(self, g, sync, nhit, rc);
+}
+
+//  The batch's hits (the first nhit of g->pos) after their fetch ended
+//  with rc: what landed, by the end-to-end check's verdicts (checks.c); a
+//  block that differs from its checksum is CORRUPT, asked no more in this
+//  get.  Returns the keys that landed, or rc.
+static int
+s_get_settle(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, size_t nhit, int rc)
+{
+    (void) self;
     size_t landed = 0;
     for (size_t a = 0; a < nhit; a++) {
         p2pkv_key_result_t *r = &g->res[g->pos[a]];

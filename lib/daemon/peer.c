@@ -833,11 +833,14 @@ pk_peer_tell(pk_peer_t *self, const char *picture, ...)
 const char *
 pk_peer_caps(const pk_peer_t *self)
 {
-    static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS };
+    static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
+                                         PK_CAP_GET };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if (self->connect && pk_caps_has(self->connect->caps, words[i]))
+        if (self->connect && pk_caps_has(self->connect->caps, words[i])
+            //  in use only where both list it: --gets off offers no get
+            && !(strcmp(words[i], PK_CAP_GET) == 0 && self->env->config->no_gets))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);
     return out;

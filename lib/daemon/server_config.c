@@ -212,6 +212,7 @@ pk_server_config_session(const pk_server_config_t *self)
         .max_parked_keys = self->max_parked_keys,
         .max_rounds = self->max_rounds,
         .pin_quota = pk_server_config_pin_quota(self),
+        .no_get = self->no_gets,
     };
 }
 

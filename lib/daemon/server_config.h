@@ -72,6 +72,7 @@ typedef struct {
     char *curve_servers;        //  directory of the servers' public certificates (for pull)
     int log_level;              //  PK_LOG_*: PK_LOG_INFO
     bool no_block_checksums;    //  --block-checksums off (default on)
+    bool no_gets;               //  --gets off: connect_ack leaves out get (default on)
     char *tenants;              //  --tenants FILE; NULL = one shared namespace
     //  The writes' fair share across sessions (scheduler.h, design.md)
     //  bytes; PK_FAIR_AUTO (the defaults) asks node.c for 4 MiB or 16

@@ -85,6 +85,7 @@ static const s_setting_t s_settings[] = {
     { "curve-servers",      S_PATH,        S_FIELD(curve_servers), 0, 0 },
     { "log-level",          S_LOG_LEVEL,   S_FIELD(log_level), 0, 0 },
     { "block-checksums",    S_CHECKSUMS,   S_FIELD(no_block_checksums), 0, 0 },
+    { "gets",               S_CHECKSUMS,   S_FIELD(no_gets), 0, 0 },
     { "tenants",            S_TENANTS,     S_FIELD(tenants), 0, 0 },
     { "lookup-timeout",     S_SECONDS,     S_FIELD(lookup_timeout), 0, 0 },
     { "store-timeout",      S_SECONDS,     S_FIELD(store_timeout), 0, 0 },
@@ -168,6 +169,9 @@ static const char s_usage[] =
     "      --block-checksums on|off take each block's checksum at commit, which\n"
     "                               lookup answers carry so that consumers check\n"
     "                               what lands; default on (off: for measuring it)\n"
+    "      --gets on|off            offer consumers the capability get: a fetch of\n"
+    "                               known keys in one round trip; default on (off:\n"
+    "                               they look up, then fetch, as an older server)\n"
     "      --tenants FILE           consumers' namespaces: KEY NAMESPACE lines (KEY\n"
     "                               a CURVE public key in Z85, or * for every\n"
     "                               consumer not listed, keyless ones included);\n"
@@ -486,7 +490,8 @@ s_apply(s_parser_t *p, const s_setting_t *s, const char *value, const char *wher
     case S_CHECKSUMS:
         if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0)
             return s_bad(p, where, "on or off", value);
-        p->config->no_block_checksums = strcmp(value, "off") == 0;
+        //  on|off, stored as its "no_" bool
+        *(bool *) ((char *) p->config + s->offset) = strcmp(value, "off") == 0;
         return 0;
     case S_LOG_LEVEL:
         for (int i = 0; i <= PK_LOG_DEBUG; i++)

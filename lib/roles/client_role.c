@@ -33,6 +33,8 @@ typedef struct s_load {
     pk_load_status_t status;        //  LANDING: what the load ends as
     bool aborted, done_seen, ack_seen;
     bool cancelled;                 //  by the caller: ends PK_LOAD_ABORTED, whatever ends it
+    pk_key_t *get;                  //  a get's keys (bytes after the array), until its
+                                    //  get_resp: its answer names their hits
     struct s_load *prev, *next;
 } s_load_t;
 
@@ -505,6 +507,7 @@ s_load_end(pk_client_role_t *self, s_load_t *l, pk_load_status_t status, const c
     if (self->transport.forget)
         self->transport.forget(self->transport.self, l->round);
     free(l->kv);
+    free(l->get);
     free(l);
     self->events.load_done(self->events.self, id, status, reason);
 }
@@ -576,6 +579,73 @@ s_check_landing(pk_client_role_t *self, s_load_t *l)
     return true;
 }
 
+//  A new load of round: in the table and the list, its id drawn.
+static s_load_t *
+s_load_new(pk_client_role_t *self, const char *kv, size_t n, uint64_t round, double deadline)
+{
+    s_load_t *l = calloc(1, sizeof *l);
+    if (!l || !(l->kv = strdup(kv))) {
+        free(l);
+        return NULL;
+    }
+    l->round = round;
+    l->n = n;
+    l->state = L_SENT;
+    l->deadline = s_now(self) + (deadline > 0 ? deadline : self->config.load_timeout);
+    pk_key_t k = s_round_key(&l->round);
+    if (pk_keymap_put(&self->loads, &k, (uintptr_t) l, 0) < 0) {
+        free(l->kv);
+        free(l);
+        return NULL;
+    }
+    //  drawn only for a load that exists: the owner takes every id up to
+    //  its counter as issued (p2pkv_client_cancel's -EALREADY)
+    l->id = self->config.load_ids ? ++*self->config.load_ids : self->next_load++;
+    l->prev = self->loads_tail;
+    if (self->loads_tail)
+        self->loads_tail->next = l;
+    else
+        self->loads_head = l;
+    self->loads_tail = l;
+    return l;
+}
+
+int
+pk_client_role_get(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
+                   const uint32_t *dest, size_t n, double deadline, uint64_t *load_id_p)
+{
+    if (self->cut || n == 0)
+        return self->cut ? -ENOTCONN : -EINVAL;
+    //  the keys stay with the load until its answer names their hits
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += keys[i].len;
+    pk_key_t *copy = malloc(n * sizeof *copy + bytes + 1);
+    if (!copy)
+        return -ENOMEM;
+    uint8_t *at = (uint8_t *) (copy + n);
+    for (size_t i = 0; i < n; i++) {
+        copy[i] = keys[i];
+        memcpy(at, keys[i].bytes, keys[i].len);
+        copy[i].bytes = at;
+        at += keys[i].len;
+    }
+    s_load_t *l = s_load_new(self, kv, n, self->next_round++, deadline);
+    if (!l) {
+        free(copy);
+        return -ENOMEM;
+    }
+    l->get = copy;
+    pk_msg_t m = { .type = PK_MSG_GET, .kv_request_id = (char *) kv,
+                   .keys = { n, (pk_key_t *) keys, NULL }, .block_indexes = (uint32_t *) dest,
+                   .round_seq = l->round,
+                   .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
+                              | PK_BIT(PK_F_BLOCK_INDEXES) | PK_BIT(PK_F_ROUND_SEQ) };
+    self->sender.send(self->sender.self, &m);
+    *load_id_p = l->id;
+    return 0;
+}
+
 int
 pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
                      const uint32_t *dest, size_t n, uint64_t round, double deadline,
@@ -598,30 +668,9 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
             return -ENOMEM;
         round = self->next_round++;
     }
-    s_load_t *l = calloc(1, sizeof *l);
-    if (!l || !(l->kv = strdup(kv))) {
-        free(l);
+    s_load_t *l = s_load_new(self, kv, n, round, deadline);
+    if (!l)
         return -ENOMEM;
-    }
-    l->round = round;
-    l->n = n;
-    l->state = L_SENT;
-    l->deadline = s_now(self) + (deadline > 0 ? deadline : self->config.load_timeout);
-    pk_key_t k = s_round_key(&l->round);
-    if (pk_keymap_put(&self->loads, &k, (uintptr_t) l, 0) < 0) {
-        free(l->kv);
-        free(l);
-        return -ENOMEM;
-    }
-    //  drawn only for a load that exists: the owner takes every id up to
-    //  its counter as issued (p2pkv_client_cancel's -EALREADY)
-    l->id = self->config.load_ids ? ++*self->config.load_ids : self->next_load++;
-    l->prev = self->loads_tail;
-    if (self->loads_tail)
-        self->loads_tail->next = l;
-    else
-        self->loads_head = l;
-    self->loads_tail = l;
     pk_msg_t m = { .type = PK_MSG_FETCH, .kv_request_id = (char *) kv,
                    .keys = { n, (pk_key_t *) keys, NULL }, .block_indexes = (uint32_t *) dest,
                    .round_seq = round,
@@ -715,7 +764,7 @@ pk_client_role_finish(pk_client_role_t *self, const char *kv)
 static int
 s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
 {
-    bool done = m->type == PK_MSG_TRANSFER_DONE;
+    bool done = m->type == PK_MSG_TRANSFER_DONE || m->type == PK_MSG_GET_RESP;
     uint64_t round = m->round_seq;
     pk_key_t k = s_round_key(&round);
     pk_keymap_entry_t *e = pk_keymap_find(&self->loads, &k);
@@ -736,6 +785,37 @@ s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
     }
     if (strcmp(l->kv, m->kv_request_id) != 0)
         return 0;
+    //  a get's round ends with a get_resp, a fetch's with a transfer_done
+    if ((m->type == PK_MSG_GET_RESP) != (l->get != NULL) && done && !l->done_seen) {
+        if (m->type == PK_MSG_TRANSFER_DONE)
+            return 0;       //  stale: not this round's kind of answer
+        self->violation = "a get_resp for a round that was no get";
+        return -EPROTO;
+    }
+    if (m->type == PK_MSG_GET_RESP && l->get && !l->done_seen) {
+        if (m->keys.count != l->n) {
+            self->violation = "a get_resp whose hits are not one per key of its get";
+            return -EPROTO;
+        }
+        //  its answer first, as a lookup's (the owner learns which keys
+        //  hit, their checksums and the misses' reasons), then its end
+        pk_key_t *asked = l->get;
+        l->get = NULL;
+        size_t nhits = 0;
+        for (size_t i = 0; i < l->n; i++)
+            nhits += m->hits[i];
+        uint64_t *sums = m->present & PK_BIT(PK_F_CHECKSUMS)
+                         ? s_parse_sums(m->checksums, m->hits, l->n) : NULL;
+        uint8_t *reasons = m->present & PK_BIT(PK_F_REASONS)
+                           ? s_parse_reasons(m->reasons, m->hits, l->n) : NULL;
+        //  the blocks to count are the hits': the misses' are never written
+        l->n = nhits;
+        self->events.lookup_done(self->events.self, l->kv, l->round, asked, m->hits, sums,
+                                 reasons, m->keys.count);
+        free(sums);
+        free(reasons);
+        free(asked);
+    }
     if (done && l->done_seen) {
         self->violation = "two transfer_done for one round";
         return -EPROTO;
@@ -771,6 +851,7 @@ pk_client_role_on_message(pk_client_role_t *self, const pk_msg_t *m)
         case PK_MSG_LOOKUP_RESP:
             return s_on_lookup_resp(self, m);
         case PK_MSG_TRANSFER_DONE:
+        case PK_MSG_GET_RESP:
         case PK_MSG_ABORT_ACK:
             return s_on_end_message(self, m);
         default:

@@ -83,6 +83,17 @@ int pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t 
                          const uint32_t *dest, size_t n, uint64_t round_seq, double deadline,
                          uint64_t *load_id_p);
 
+/*  A get (the server's capability get; protocol.md section 3): keys into
+    the consumer's blocks dest[] in one message, under a fresh round, for
+    which the server looks the keys up and writes its hits.  Its one
+    answer, get_resp, is given to lookup_done first (the hits, their
+    checksums, the misses' reasons, as a lookup's answer), then ends the
+    load as a transfer_done would, once the hits' blocks landed.  An abort
+    (deadline, cancel, finish) ends it as a fetch's: no lookup_done then.
+    Errors as pk_client_role_fetch's.  */
+int pk_client_role_get(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
+                       const uint32_t *dest, size_t n, double deadline, uint64_t *load_id_p);
+
 /*  Cancels load load_id: abort_fetch for its round, unless an abort went
     out already (its deadline passed) or the server answered already
     (the load waits for its landing blocks: nothing is sent).  The load

@@ -34,6 +34,7 @@ typedef struct s_job s_job_t;
 typedef struct s_xfer s_xfer_t;
 typedef struct s_lookup s_lookup_t;
 typedef struct s_kept s_kept_t;
+typedef struct s_get s_get_t;
 
 //  A copied key list, shared by whoever points into its bytes (a lookup and
 //  the jobs its hits pinned), freed by the last of them: the role copies a
@@ -68,6 +69,21 @@ struct s_xfer {
 
 typedef enum { FAIL_ERROR, FAIL_TIMEOUT, FAIL_ABORT, FAIL_TERMINAL } s_cause_t;
 
+//  A get (capability get): a lookup whose answer is not sent but kept,
+//  its hits then fetched into the blocks the get named, and the round's
+//  end answered with a get_resp carrying the answer.  Owned by its queued
+//  or parked lookup, then by the serve's list of gets to start, then by
+//  its round.
+struct s_get {
+    s_keybuf_t *buf;                //  the get's keys (a reference)
+    uint32_t *remote;               //  their destination blocks, buf->n
+    bool *hits;                     //  the answer, buf->n; NULL until made
+    char *sums, *reasons;           //  its checksums and reasons, or NULL
+    char *kv;                       //  while on the serve's list
+    uint64_t seq;
+    s_get_t *next;
+};
+
 struct s_round {
     struct {
         s_request_t *req;
@@ -100,6 +116,7 @@ struct s_round {
     s_round_t *prev, *next;         //  the request's rounds, oldest first
     s_round_t *dprev, *dnext;       //  the draining list
     bool draining;
+    s_get_t *get;                   //  a get's round: answered by get_resp
 };
 
 struct s_lookup {
@@ -117,6 +134,7 @@ struct s_lookup {
                                     //  checksum (NULL: the parent keeps none)
     size_t *pending;                //  positions of unique pending keys, parked order
     size_t npending;
+    s_get_t *get;                   //  a get's lookup: answered by its round
     s_lookup_t *next;
 };
 
@@ -128,6 +146,7 @@ typedef struct s_raw_lookup {
     size_t n;
     uint64_t round_seq;
     double enqueued_at;
+    s_get_t *get;
     struct s_raw_lookup *next;
 } s_raw_lookup_t;
 
@@ -196,6 +215,7 @@ struct _pk_server_role_t {
     uint64_t lookup_counter;
     uint64_t mark_counter;
     s_finished_ctx_t *finished_head, *finished_tail;
+    s_get_t *gets_head, *gets_tail;   //  gets answered in this serve, to start
     s_result_t *results;
     size_t nresults, capresults;
 
@@ -329,6 +349,59 @@ s_send_ack(pk_server_role_t *self, const char *kv, uint64_t seq, uint64_t landin
                    .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_ROUND_SEQ)
                               | PK_BIT(PK_F_LANDING) };
     self->sender.send(self->sender.self, &m);
+}
+
+static void
+s_get_free(s_get_t *get)
+{
+    if (!get)
+        return;
+    s_keybuf_unref(get->buf);
+    free(get->remote);
+    free(get->hits);
+    free(get->sums);
+    free(get->reasons);
+    free(get->kv);
+    free(get);
+}
+
+//  A get's one answer: each key's hit (all false when the answer was never
+//  made), with the checksums and reasons the lookup would have carried,
+//  and the round's end as a transfer_done says it.
+static void
+s_send_get_resp(pk_server_role_t *self, const char *kv, uint64_t seq, const s_get_t *get,
+                bool success, uint64_t landing)
+{
+    size_t n = get->buf->n;
+    bool *none = get->hits ? NULL : calloc(n, sizeof *none);
+    if (!get->hits && !none)
+        return;         //  out of memory: the consumer's deadline covers it
+    pk_msg_t m = { .type = PK_MSG_GET_RESP, .kv_request_id = (char *) kv,
+                   .keys = { n, NULL, NULL }, .hits = get->hits ? get->hits : none,
+                   .success = success, .round_seq = seq, .landing = landing,
+                   .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_HITS)
+                              | PK_BIT(PK_F_SUCCESS) | PK_BIT(PK_F_ROUND_SEQ)
+                              | PK_BIT(PK_F_LANDING) };
+    if (get->hits && get->sums) {
+        m.checksums = get->sums;
+        m.present |= PK_BIT(PK_F_CHECKSUMS);
+    }
+    if (get->hits && get->reasons) {
+        m.reasons = get->reasons;
+        m.present |= PK_BIT(PK_F_REASONS);
+    }
+    self->sender.send(self->sender.self, &m);
+    free(none);
+}
+
+//  The end of a round with demand: a get's round answers get_resp.
+static void
+s_send_round_done(pk_server_role_t *self, s_round_t *r, bool success)
+{
+    if (r->get)
+        s_send_get_resp(self, r->req->kv, r->id.seq, r->get, success, r->landing);
+    else
+        s_send_done(self, r->req->kv, success, r->id.seq, r->landing);
 }
 
 //  --------------------------------------------------------------------------
@@ -551,6 +624,7 @@ s_round_free(pk_server_role_t *self, s_round_t *r)
     pk_keymap_fini(&r->demanded);
     free(r->list.keys);
     s_keybuf_unref(r->demand_buf);
+    s_get_free(r->get);
     free(r);
 }
 
@@ -565,7 +639,7 @@ s_round_finalize(pk_server_role_t *self, s_round_t *r, bool success, bool send_d
         if (!job->decided)
             s_result(self, job, success);
     if (send_done && r->demand_received)
-        s_send_done(self, r->req->kv, success, r->id.seq, r->landing);
+        s_send_round_done(self, r, success);
     s_round_free(self, r);
 }
 
@@ -585,7 +659,7 @@ s_round_publish_failure(pk_server_role_t *self, s_round_t *r)
             s_result(self, job, false);
     const char *kv = r->req->kv;
     if (r->demand_received && r->send_done_on_fail)
-        s_send_done(self, kv, false, r->id.seq, r->landing);
+        s_send_round_done(self, r, false);
     if (r->abort_pending) {
         s_send_ack(self, kv, r->id.seq, r->landing);
         self->aborts--;
@@ -861,6 +935,7 @@ s_lookup_free(pk_server_role_t *self, s_lookup_t *l)
 {
     self->lookup_keys -= l->n;
     s_keybuf_unref(l->buf);
+    s_get_free(l->get);
     free(l);        //  its arrays live in the same allocation
 }
 
@@ -870,6 +945,7 @@ s_raw_free(pk_server_role_t *self, s_raw_lookup_t *raw)
 {
     self->lookup_keys -= raw->n;
     s_keybuf_unref(raw->buf);
+    s_get_free(raw->get);
     free(raw);
 }
 
@@ -929,6 +1005,12 @@ s_free_everything(pk_server_role_t *self)
         free(f);
     }
     self->finished_tail = NULL;
+    while (self->gets_head) {
+        s_get_t *get = self->gets_head;
+        self->gets_head = get->next;
+        s_get_free(get);
+    }
+    self->gets_tail = NULL;
 }
 
 void
@@ -997,6 +1079,8 @@ s_terminal_fetch(pk_server_role_t *self, const char *kv, uint64_t seq);
 
 static void
 s_close_lookups(pk_server_role_t *self, s_request_t *req);
+static void
+s_drop_lookups(pk_server_role_t *self, s_request_t *req, const uint64_t *get_seq);
 
 //  The round a fetch's demand goes to: the one a lookup or store opened,
 //  the request's unbound prefill round (bound now), or a new one.  NULL
@@ -1189,10 +1273,16 @@ pk_server_role_on_abort(pk_server_role_t *self, const char *kv, uint64_t seq)
     if (self->closed)
         return -EPIPE;
     s_request_t *req = s_request_find(self, kv);
+    //  a get still looking up never writes: it goes now (a parked one's
+    //  pins are its round's, which fails below)
+    if (req && (req->raw_head || req->parked_head))
+        s_drop_lookups(self, req, &seq);
     s_round_t *r = s_round_find(self, req, seq);
     if (!r) {
         //  ended, kept or unknown: nothing of it can still be read
         s_send_ack(self, kv, seq, 0);
+        if (req)
+            s_request_prune(self, req);
         return 0;
     }
     s_round_fail(self, r, FAIL_ABORT);
@@ -1200,21 +1290,41 @@ pk_server_role_on_abort(pk_server_role_t *self, const char *kv, uint64_t seq)
     return 0;
 }
 
-//  Closes the lookup phase of a request (terminal fetch or finish): queued
-//  lookups are dropped (they never got on_new_request), parked ones owe an
-//  on_request_finished at the next serve, and no lookup_resp is sent.
+//  Drops a request's lookups not answered yet: queued ones (they never got
+//  on_new_request) at once, parked ones owing an on_request_finished at
+//  the next serve.  With get_seq, only the get of that round (its abort:
+//  the abort_ack answers it); else all of them (the terminal fetch or
+//  finish closes the lookup phase: no lookup_resp is sent, and a get is
+//  answered failed, nothing of it written).
 static void
-s_close_lookups(pk_server_role_t *self, s_request_t *req)
+s_drop_lookups(pk_server_role_t *self, s_request_t *req, const uint64_t *get_seq)
 {
-    while (req->raw_head) {
-        s_raw_lookup_t *raw = req->raw_head;
-        req->raw_head = raw->next;
+    s_raw_lookup_t **rat = &req->raw_head;
+    req->raw_tail = NULL;
+    while (*rat) {
+        s_raw_lookup_t *raw = *rat;
+        if (get_seq && !(raw->get && raw->round_seq == *get_seq)) {
+            req->raw_tail = raw;
+            rat = &raw->next;
+            continue;
+        }
+        *rat = raw->next;
+        if (raw->get && !get_seq)
+            s_send_get_resp(self, req->kv, raw->round_seq, raw->get, false, 0);
         s_raw_free(self, raw);
     }
-    req->raw_tail = NULL;
-    while (req->parked_head) {
-        s_lookup_t *l = req->parked_head;
-        req->parked_head = l->next;
+    s_lookup_t **lat = &req->parked_head;
+    req->parked_tail = NULL;
+    while (*lat) {
+        s_lookup_t *l = *lat;
+        if (get_seq && !(l->get && l->round_seq == *get_seq)) {
+            req->parked_tail = l;
+            lat = &l->next;
+            continue;
+        }
+        *lat = l->next;
+        if (l->get && !get_seq)
+            s_send_get_resp(self, req->kv, l->round_seq, l->get, false, 0);
         s_finished_ctx_t *f = calloc(1, sizeof *f);
         if (f && (f->kv = strdup(req->kv))) {
             f->round_seq = l->round_seq;
@@ -1234,8 +1344,14 @@ s_close_lookups(pk_server_role_t *self, s_request_t *req)
         }
         s_lookup_free(self, l);
     }
-    req->parked_tail = NULL;
-    s_serve_remove(self, req);
+    if (!req->raw_head && !req->parked_head)
+        s_serve_remove(self, req);
+}
+
+static void
+s_close_lookups(pk_server_role_t *self, s_request_t *req)
+{
+    s_drop_lookups(self, req, NULL);
 }
 
 int
@@ -1300,6 +1416,92 @@ pk_server_role_on_lookup(pk_server_role_t *self, const char *kv, const pk_key_t 
         self->serve_count++;
     }
     return 0;
+}
+
+int
+pk_server_role_on_get(pk_server_role_t *self, const char *kv, const pk_key_t *keys,
+                      const uint32_t *remote, size_t n, uint64_t seq)
+{
+    if (self->closed)
+        return -EPIPE;
+    //  A get's round is its own from the start: one named already (a
+    //  lookup's, a fetch's, another get's) is the consumer's mistake.
+    s_request_t *req = s_request_find(self, kv);
+    if (s_round_find(self, req, seq))
+        return -EPROTO;
+    for (s_raw_lookup_t *raw = req ? req->raw_head : NULL; raw; raw = raw->next)
+        if (raw->round_seq == seq)
+            return -EPROTO;
+    for (s_lookup_t *l = req ? req->parked_head : NULL; l; l = l->next)
+        if (l->round_seq == seq)
+            return -EPROTO;
+    s_get_t *get = calloc(1, sizeof *get);
+    if (get)
+        get->remote = malloc(n * sizeof *get->remote);
+    if (!get || !get->remote) {
+        s_get_free(get);
+        return -ENOMEM;
+    }
+    memcpy(get->remote, remote, n * sizeof *remote);
+    int rc = pk_server_role_on_lookup(self, kv, keys, n, seq);
+    if (rc) {
+        s_get_free(get);
+        return rc;
+    }
+    req = s_request_find(self, kv);
+    get->buf = s_keybuf_ref(req->raw_tail->buf);
+    req->raw_tail->get = get;
+    return 0;
+}
+
+//  Starts the writes of the gets this serve answered: each one's hits
+//  are fetched into its blocks, as a fetch of its round would; one without
+//  hits is answered now.  After the serve's walk, so that no request it
+//  holds goes away under it.
+static void
+s_start_gets(pk_server_role_t *self)
+{
+    while (self->gets_head) {
+        s_get_t *get = self->gets_head;
+        self->gets_head = get->next;
+        if (!self->gets_head)
+            self->gets_tail = NULL;
+        get->next = NULL;
+        s_request_t *req = s_request_find(self, get->kv);
+        s_round_t *r = s_round_find(self, req, get->seq);
+        size_t n = get->buf->n, nhits = 0;
+        for (size_t i = 0; get->hits && i < n; i++)
+            nhits += get->hits[i];
+        pk_key_t stackkeys[64];
+        uint32_t stackidx[64];
+        pk_key_t *keys = nhits <= 64 ? stackkeys : malloc(nhits * sizeof *keys);
+        uint32_t *idx = nhits <= 64 ? stackidx : malloc(nhits * sizeof *idx);
+        if (nhits && r && !r->failed && !r->demand_received && !r->get && keys && idx) {
+            for (size_t i = 0, j = 0; i < n; i++)
+                if (get->hits[i]) {
+                    keys[j] = get->buf->keys[i];
+                    idx[j++] = get->remote[i];
+                }
+            //  the round owns the get from here: it answers at its end
+            r->get = get;
+            get = NULL;
+            (void) pk_server_role_on_fetch(self, req->kv, keys, idx, nhits, r->id.seq);
+        }
+        else {
+            //  nothing to write (or no memory to write it): its pins, if
+            //  any, end now, and so does the get
+            if (r && !r->failed && !r->inflight)
+                s_round_finalize(self, r, nhits == 0 && get->hits, false);
+            s_send_get_resp(self, get->kv, get->seq, get, nhits == 0 && get->hits, 0);
+            if (req)
+                s_request_prune(self, req);
+        }
+        if (keys != stackkeys)
+            free(keys);
+        if (idx != stackidx)
+            free(idx);
+        s_get_free(get);
+    }
 }
 
 //  Pins a lookup's new hits as one job and files them as the supply of
@@ -1475,7 +1677,15 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
             m.reasons = reasons;
             m.present |= PK_BIT(PK_F_REASONS);
         }
-        self->sender.send(self->sender.self, &m);
+        if (!l->get)
+            self->sender.send(self->sender.self, &m);
+        else if ((l->get->hits = malloc(l->n * sizeof *hits))) {
+            //  a get's answer waits for its round's end (s_start_gets)
+            memcpy(l->get->hits, hits, l->n * sizeof *hits);
+            l->get->sums = sums;
+            l->get->reasons = reasons;
+            sums = reasons = NULL;
+        }
     }
     if (sums != stacksums)
         free(sums);
@@ -1483,6 +1693,15 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
         free(reasons);
     if (hits != stackhits)
         free(hits);
+    if (l->get && (l->get->kv = strdup(req->kv))) {
+        l->get->seq = l->round_seq;
+        if (self->gets_tail)
+            self->gets_tail->next = l->get;
+        else
+            self->gets_head = l->get;
+        self->gets_tail = l->get;
+        l->get = NULL;
+    }
     self->parent.on_request_finished(self->parent.self, &ctx);
 }
 
@@ -1503,6 +1722,8 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
         free(l);
         self->lookup_keys -= raw->n;
         s_keybuf_unref(raw->buf);
+        s_get_free(raw->get);
+        raw->get = NULL;
         return;
     }
     memset(l, 0, sizeof *l);
@@ -1517,6 +1738,8 @@ s_process_lookup(pk_server_role_t *self, s_request_t *req, s_raw_lookup_t *raw)
     l->buf = raw->buf;
     l->keys = raw->buf->keys;
     l->n = raw->n;
+    l->get = raw->get;
+    raw->get = NULL;
     pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
     self->parent.on_new_request(self->parent.self, &ctx);
     self->parked++;
@@ -1618,6 +1841,7 @@ pk_server_role_serve(pk_server_role_t *self)
         free(f);
     }
     self->finished_tail = NULL;
+    s_start_gets(self);
 }
 
 //  --------------------------------------------------------------------------

@@ -93,6 +93,16 @@ int pk_server_role_on_lookup(pk_server_role_t *self, const char *kv_request_id,
 int pk_server_role_on_fetch(pk_server_role_t *self, const char *kv_request_id,
                             const pk_key_t *keys, const uint32_t *remote, size_t n,
                             uint64_t round_seq);
+/*  A get (capability get, protocol.md section 3): a lookup of keys whose
+    hits are then written to remote[] (the keys' destination blocks) as a
+    fetch of its round would write them, the round's end answered with one
+    get_resp instead of the lookup_resp and the transfer_done.  The keys
+    are distinct (the codec's rule).  -EPROTO when the round is one the
+    request has already (a violation); 0 or -ENOMEM otherwise.  The next
+    serve answers the lookup and starts the writes.  */
+int pk_server_role_on_get(pk_server_role_t *self, const char *kv_request_id,
+                          const pk_key_t *keys, const uint32_t *remote, size_t n,
+                          uint64_t round_seq);
 int pk_server_role_on_abort(pk_server_role_t *self, const char *kv_request_id,
                             uint64_t round_seq);
 

@@ -211,12 +211,13 @@ s_role_send(void *arg, const pk_msg_t *msg)
     pk_server_session_t *self = arg;
     if (msg->type == PK_MSG_LOOKUP_RESP)
         s_timer_stop(self, 'l', msg->kv_request_id, msg->round_seq, PK_LATENCY_LOOKUP);
-    else if (msg->type == PK_MSG_TRANSFER_DONE || msg->type == PK_MSG_ABORT_ACK)
+    else if (msg->type == PK_MSG_TRANSFER_DONE || msg->type == PK_MSG_ABORT_ACK
+             || msg->type == PK_MSG_GET_RESP)
         s_timer_stop(self, 'f', msg->kv_request_id, msg->round_seq, PK_LATENCY_FETCH);
     pk_msg_t m = *msg;
     if (m.type == PK_MSG_LOOKUP_RESP && self->keyless_answers)
         m.present &= ~PK_BIT(PK_F_KEYS);        //  the hits still count them
-    if (m.type == PK_MSG_LOOKUP_RESP && !self->checksums)
+    if ((m.type == PK_MSG_LOOKUP_RESP || m.type == PK_MSG_GET_RESP) && !self->checksums)
         m.present &= ~PK_BIT(PK_F_CHECKSUMS);   //  a consumer that does not check
     pk_msg_set_epochs(&m, self->epoch, self->consumer_epoch);
     char *frame;
@@ -314,7 +315,7 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
                      .block_len = id->block_len, .num_blocks = id->num_blocks,
-                     .caps = (char *) PK_CAPS,
+                     .caps = (char *) (self->config.no_get ? PK_CAPS_WITHOUT_GET : PK_CAPS),
                      .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                                 | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
                                 | PK_BIT(PK_F_NUM_BLOCKS) | PK_BIT(PK_F_CAPS) };
@@ -479,7 +480,7 @@ s_on_handshake(pk_server_session_t *self, const pk_msg_t *m)
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) self->id.peer_id,
                      .block_len = self->id.block_len, .num_blocks = self->id.num_blocks,
-                     .caps = (char *) PK_CAPS,
+                     .caps = (char *) (self->config.no_get ? PK_CAPS_WITHOUT_GET : PK_CAPS),
                      .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                                 | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
                                 | PK_BIT(PK_F_NUM_BLOCKS) | PK_BIT(PK_F_CAPS) };
@@ -554,6 +555,49 @@ s_on_fetch(pk_server_session_t *self, const pk_msg_t *m)
                     m->kv_request_id, (unsigned long long) m->round_seq);
 }
 
+//  A get is a lookup and a fetch in one (capability get): the limits of
+//  both hold, and it counts as one of each.
+static void
+s_on_get(pk_server_session_t *self, const pk_msg_t *m)
+{
+    for (size_t i = 0; i < m->keys.count; i++)
+        if (m->block_indexes[i] >= self->consumer_blocks) {
+            s_violation(self, PK_VIOLATION_BLOCK_INDEX, "get.block_indexes[%zu]: %u is outside "
+                        "the consumer's pool of %llu blocks", i, m->block_indexes[i],
+                        (unsigned long long) self->consumer_blocks);
+            return;
+        }
+    size_t rounds;
+    if (!s_room_for_request(self, m->kv_request_id, &rounds))
+        return;
+    if (rounds >= self->config.max_rounds) {
+        s_violation(self, PK_VIOLATION_LIMIT_ROUNDS, "limit: more than %llu rounds in request %.64s",
+                    (unsigned long long) self->config.max_rounds, m->kv_request_id);
+        return;
+    }
+    pk_server_role_state_t st;
+    pk_server_role_state(self->role, &st);
+    if (st.lookup_keys + m->keys.count > self->config.max_parked_keys) {
+        s_violation(self, PK_VIOLATION_LIMIT_LOOKUP_KEYS, "limit: more than %llu keys in lookups",
+                    (unsigned long long) self->config.max_parked_keys);
+        return;
+    }
+    self->counters.lookups++;
+    self->counters.fetches++;
+    self->counters.keys += m->keys.count;
+    s_timer_start(self, 'f', m->kv_request_id, m->round_seq);
+    int rc = pk_server_role_on_get(self->role, m->kv_request_id, m->keys.v, m->block_indexes,
+                                   m->keys.count, m->round_seq);
+    if (rc == -EPROTO) {
+        s_violation(self, PK_VIOLATION_DUPLICATE_FETCH, "get for %.64s round %llu, a round "
+                    "the request has already", m->kv_request_id,
+                    (unsigned long long) m->round_seq);
+        return;
+    }
+    //  resolved right after dispatch, as a lookup is: no tick latency
+    pk_server_role_serve(self->role);
+}
+
 //  State messages: only this session's epochs are applied.
 static void
 s_on_state(pk_server_session_t *self, const pk_msg_t *m)
@@ -581,6 +625,13 @@ s_on_state(pk_server_session_t *self, const pk_msg_t *m)
             break;
         case PK_MSG_FETCH:
             s_on_fetch(self, m);
+            break;
+        case PK_MSG_GET:
+            //  not offered (--gets off): unknown, as to an older server
+            if (self->config.no_get)
+                self->counters.dropped_unknown++;
+            else
+                s_on_get(self, m);
             break;
         case PK_MSG_ABORT_FETCH:
             self->counters.aborts++;

@@ -36,6 +36,7 @@ typedef struct {
     uint64_t max_parked_keys;       //  keys in lookups not yet answered (65,536)
     uint64_t max_rounds;            //  rounds per request (1,024)
     uint64_t pin_quota;             //  blocks pinned at once for this session
+    bool no_get;                    //  offer no capability get (--gets off)
 } pk_server_session_config_t;
 
 typedef enum {

@@ -99,6 +99,12 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
         B(KV_REQUEST_ID) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_ABORT_ACK]     = { "abort_ack",
         B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0, TO_CONSUMER },
+    [PK_MSG_GET]           = { "get",
+        B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
+        TO_SERVER },
+    [PK_MSG_GET_RESP]      = { "get_resp",
+        B(KV_REQUEST_ID) | B(HITS) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
+        B(CHECKSUMS) | B(REASONS), TO_CONSUMER },
 };
 
 const char *const pk_wire_codes[PK_DISC_COUNT] = {
@@ -507,6 +513,9 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
             if (n == 0)
                 return pk_err(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
             break;
+        //  a get_resp's hits, checksums and reasons are a lookup_resp's
+        //  (its hits follow the get's keys, which it never carries)
+        case PK_MSG_GET_RESP:
         case PK_MSG_LOOKUP_RESP:
             if (n == 0)
                 return pk_err(err, -EPROTO, "%s.%s: expected at least one %s, got 0", tn,
@@ -542,6 +551,11 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
                                       ? m->reasons[i] : '?');
             }
             break;
+        case PK_MSG_GET:
+            if (n == 0)
+                return pk_err(err, -EPROTO, "%s.keys: expected at least one key, got 0", tn);
+            //  and no key or block index twice, as in a fetch
+            __attribute__((fallthrough));
         case PK_MSG_FETCH: {
             ssize_t dup;
             size_t first = 0;

@@ -61,6 +61,8 @@ typedef enum {
     PK_MSG_TRANSFER_DONE,
     PK_MSG_ABORT_FETCH,
     PK_MSG_ABORT_ACK,
+    PK_MSG_GET,                     /* capability get: lookup and fetch in one */
+    PK_MSG_GET_RESP,
     PK_MSG_COUNT
 } pk_msg_type_t;
 
@@ -156,12 +158,18 @@ typedef struct {
     checksum (section 7).  marks: the consumer reads 64-bit immediates
     whose high half names the write's first block (section 7).  reasons:
     lookup answers say why each miss is one (section 3, lookup_resp).
+    get: the consumer may send a get (its keys and their destination
+    blocks in one message) and the server answers it once, with a
+    get_resp, after the hits landed (section 3).
     Words a side does not know are ignored.  */
 #define PK_CAP_CHECKSUM "checksum"
 #define PK_CAP_MARKS "marks"
 #define PK_CAP_REASONS "reasons"
-/* every word this build has */
-#define PK_CAPS PK_CAP_CHECKSUM " " PK_CAP_MARKS " " PK_CAP_REASONS
+#define PK_CAP_GET "get"
+/* every word this build has (a server run with --gets off offers the
+   first three alone) */
+#define PK_CAPS_WITHOUT_GET PK_CAP_CHECKSUM " " PK_CAP_MARKS " " PK_CAP_REASONS
+#define PK_CAPS PK_CAPS_WITHOUT_GET " " PK_CAP_GET
 /*  True when caps (NULL: none) lists word.  */
 bool pk_caps_has(const char *caps, const char *word);
 

@@ -263,7 +263,8 @@ class Client:
     def _results(self, server: Optional[int], keys: Sequence[KeyLike], blocks: Sequence[int],
                  kv: str, fetch: bool, timeout: float) -> list:
         """p2pkv_client_get_results, in C with the GIL released: a
-        KeyResult per key."""
+        KeyResult per key (one round trip per batch, a get, where the
+        server offers the capability; protocol.md section 3)."""
         if server is None:
             server = L.ANY_SERVER
         ks = Keys(keys)

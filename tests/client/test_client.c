@@ -179,7 +179,7 @@ START_TEST(test_checksums_catch_corrupt_blocks)
     //  p2pkv stats shows the capability the session uses
     json_t *stats = td_stats_json(&s);
     ck_assert_str_eq(json_string_value(json_object_get(json_object_get(stats, "capabilities"),
-                                                       "c-lib")), "checksum marks reasons");
+                                                       "c-lib")), "checksum marks reasons get");
     json_decref(stats);
 
     //  one block corrupted at rest

@@ -465,8 +465,11 @@ START_TEST(test_cancel_never_acked)
 {
     char release[] = "/tmp/p2pkv-hold-XXXXXX";
     td_t d;
+    //  --gets off: the get here takes the two steps and waits on its
+    //  lookup (a get in one message is a load: its cancel is an abort,
+    //  fenced, test_get.c)
     td_start_held(&d, "c-held", release, (const char *const[]) { "--silence-timeout", "10",
-                                                                 NULL });
+                                                                 "--gets", "off", NULL });
     bk_fill(&d, 6, 4, SMALL);
     p2pkv_key_t *keys = bk_keys(6, 0, 4);
     s_client_t c;

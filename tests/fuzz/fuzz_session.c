@@ -303,7 +303,7 @@ s_open(s_world_t *w, const uint8_t *line, size_t len)
     static const pk_server_identity_t id = { "server-a", S_BLOCK_LEN, S_POOL_BLOCKS, "fp", "42",
                                              "mem", NULL, 0, NULL };
     static const pk_server_session_config_t config = { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0,
-                                                       4, 16, 3, 8 };
+                                                       4, 16, 3, 8, false };
     char err[PK_ERRLEN];
     pk_msg_t *connect = NULL;
     bool used = pk_msg_decode(line, len, &connect, err) == 0 && connect->type == PK_MSG_CONNECT

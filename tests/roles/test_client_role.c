@@ -658,6 +658,56 @@ END_TEST
 
 //  An answer with checksums (the capability) hands each hit's to the
 //  owner, parallel to the keys, 0 at misses; one without hands none.
+//  A get (capability get): one message with the keys and their blocks
+//  under a fresh round; its get_resp gives the answer first (the keys are
+//  the get's own, the hits, checksums and reasons the answer's), then the
+//  load ends once the hits' blocks (not the misses') are counted.  A
+//  second get_resp for the round is a violation, as a second
+//  transfer_done is; a get's round answered by a transfer_done is stale.
+START_TEST(test_get_one_message)
+{
+    pk_key_t keys[3] = { K(4), K(5), K(6) };
+    uint32_t dest[3] = { 7, 8, 9 };
+    uint64_t id = 0;
+    ck_assert_int_eq(pk_client_role_get(H->role, "g1", keys, dest, 3, 0, &id), 0);
+    ck_assert_int_eq(H->nsent, 1);
+    ck_assert_int_eq(H->sent[0].type, PK_MSG_GET);
+    ck_assert_uint_eq(H->sent[0].n, 3);
+    uint64_t round = H->sent[0].round;
+    ck_assert_int_eq(s_deliver(s_done("g1", round, true, 3)), 0);
+    ck_assert_int_eq(H->lookups_done + H->ndone, 0);
+    //  hits for the get's 3 keys (bits 0 and 2), as the decoder leaves them
+    pk_msg_t *m = s_keyless("g1", round, 3, 0x5);
+    m->type = PK_MSG_GET_RESP;
+    pk_msg_set_bool(m, PK_F_SUCCESS, true);
+    pk_msg_set_uint(m, PK_F_LANDING, 2);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_CHECKSUMS, "00000000000000ab" "00000000000000cd"),
+                     0);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_REASONS, "e"), 0);
+    ck_assert_int_eq(s_deliver(m), 0);
+    ck_assert_int_eq(H->lookups_done, 1);
+    ck_assert_str_eq(H->answers[0].kv, "g1");
+    ck_assert_uint_eq(H->answers[0].round, round);
+    ck_assert_uint_eq(H->answers[0].n, 3);
+    ck_assert_uint_eq(H->answers[0].keys[2], H->bytes[6]);
+    ck_assert(H->answers[0].hits[0] && !H->answers[0].hits[1] && H->answers[0].hits[2]);
+    ck_assert_uint_eq(H->answers[0].sums[2], 0xcd);
+    ck_assert_uint_eq(H->answers[0].reasons[1], PK_MISS_EVICTED);
+    ck_assert_int_eq(H->ndone, 0);                //  its 2 blocks not counted yet
+    s_land(round, 1);
+    ck_assert_int_eq(H->ndone, 0);
+    s_land(round, 2);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, id);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);
+    m = s_keyless("g1", round, 3, 0x5);
+    m->type = PK_MSG_GET_RESP;
+    pk_msg_set_bool(m, PK_F_SUCCESS, true);
+    pk_msg_set_uint(m, PK_F_LANDING, 2);
+    ck_assert_int_eq(s_deliver(m), -EPROTO);
+}
+END_TEST
+
 START_TEST(test_answer_checksums)
 {
     s_probe("r1", 2, 3);
@@ -1237,6 +1287,7 @@ main(void)
     tcase_add_test(tc, test_conflicting_duplicate_answer);
     tcase_add_test(tc, test_keyless_answer);
     tcase_add_test(tc, test_answer_checksums);
+    tcase_add_test(tc, test_get_one_message);
     tcase_add_test(tc, test_answer_reasons);
     tcase_add_test(tc, test_remembered_rounds_expire);
     tcase_add_test(tc, test_overlapping_rounds_any_order);

@@ -153,7 +153,7 @@ s_setup(void)
     H->now = 100;
     H->mem = pk_memtransport_new();
     H->id = (pk_server_identity_t) { "server-a", 4096, 128, "fp", "7", "tcp", NULL, 0, NULL };
-    H->config = (pk_server_session_config_t) { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0, 4, 8, 3, 6 };
+    H->config = (pk_server_session_config_t) { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0, 4, 8, 3, 6, false };
     s_open(0);
 }
 
@@ -402,6 +402,40 @@ START_TEST(test_lookup_resp_keys_by_minor)
     ck_assert(H->out[0]->hits[0] && H->out[0]->hits[1] && H->out[0]->hits[2]);
     ck_assert_str_eq(H->out[0]->kv_request_id, "r1");
     ck_assert_uint_eq(H->out[0]->round_seq, 1);
+}
+END_TEST
+
+//  Capability get: one message, one answer after the hits landed (the
+//  lookup's and the fetch's in one); a malformed get (a key twice) ends
+//  the session, never the server.
+START_TEST(test_get_one_answer)
+{
+    pk_msg_t *m = s_fetch_msg("r1", 7, 2, 10);
+    m->type = PK_MSG_GET;
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(H->nout, 0);                   //  nothing before the write lands
+    ck_assert_uint_eq(pk_memtransport_inflight(H->mem), 1);
+    uint64_t tid = 1;
+    pk_memtransport_complete(H->mem, &tid, 1, true);
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(H->nout, 1);
+    ck_assert_int_eq(H->out[0]->type, PK_MSG_GET_RESP);
+    ck_assert_str_eq(H->out[0]->kv_request_id, "r1");
+    ck_assert_uint_eq(H->out[0]->round_seq, 7);
+    ck_assert(H->out[0]->success);
+    ck_assert_uint_eq(H->out[0]->landing, 2);
+    ck_assert_uint_eq(H->out[0]->keys.count, 2);
+    ck_assert(H->out[0]->hits[0] && H->out[0]->hits[1]);
+    s_clear_out();
+    ck_assert_int_eq(H->results_ok, 1);
+    const char *bad = "{\"type\":\"get\",\"kv_request_id\":\"r\",\"keys\":[\"0101\",\"0101\"],"
+                      "\"block_indexes\":[1,2],\"round_seq\":1,"
+                      "\"source_epoch\":\"00000000000000000000000000000001\","
+                      "\"target_epoch\":\"00000000000000000000000000000001\"}";
+    ck_assert_int_eq(pk_server_session_on_frame(H->session, bad, strlen(bad)),
+                     PK_SERVER_SESSION_RETIRED);
+    s_expect_disconnect(PK_DISC_VIOLATION, "get.keys[1]: duplicate of keys[0]");
+    s_violated(PK_VIOLATION_MALFORMED);
 }
 END_TEST
 
@@ -678,6 +712,7 @@ main(void)
     tcase_add_test(tc, test_lookup_fetch_and_duplicate);
     tcase_add_test(tc, test_lookup_resp_keys_by_minor);
     tcase_add_test(tc, test_index_outside_consumer_pool);
+    tcase_add_test(tc, test_get_one_answer);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_limit_rounds_and_keys);
     tcase_add_test(tc, test_limit_parked_keys);
