@@ -401,21 +401,6 @@ s_test_hooks(pk_node_t *self, char *err)
     return 0;
 }
 
-//  glibc raises its mmap threshold each time a mapped chunk is freed (up
-//  to 32 MiB), so after one large frame or decode, every later allocation
-//  of that size comes from the arenas instead, where a few small blocks
-//  that stay pin the pages around them: malloc_trim cannot give those
-//  back.  Measured (tests/e2e/test_hardening.c): 100 connects of one
-//  restarting peer, or 246 malformed sessions, left the server at 65 MiB
-//  resident from 28 MiB, three arenas of 25 MiB holding 250 KB in use.
-//  Setting the threshold keeps it where glibc starts (128 KiB): large
-//  blocks stay mappings of their own, returned whole when freed.
-static void
-s_heap_settings(void)
-{
-    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-}
-
 //  One fabric over the pool for provider (NULL: the transport's own
 //  order, verbs, efa, tcp), appended to the node's: 0, -EEXIST when a
 //  fabric of that provider is open already (two names of one provider,
@@ -731,7 +716,6 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         rc = -EIO;
         goto fail_self;
     }
-    s_heap_settings();
     if ((rc = s_test_hooks(self, err)) != 0)
         goto fail_self;
     //  every family of metric_families.h (architecture.md, Observability)
