@@ -122,19 +122,26 @@ main(int argc, char *argv[])
     //  not move: 16 consumers' lookups and fetches, alternated, within the
     //  run-to-run noise (design.md, "What a session costs").
     mallopt(M_ARENA_MAX, 1);
-    //  The heap's free top kept up to 8 MiB, and blocks up to 4 MiB from
+    //  The heap's free top kept up to 32 MiB, and blocks up to 8 MiB from
     //  the heap.  By default glibc gives back a free top over 128 KiB at
     //  once: a 1,024-key lookup (frames of 70 KB each way) grew the heap
     //  and shrank it again every time, and each shrink is a TLB shootdown
     //  of the daemon's other threads' cores, costly on a VM (11% of the
-    //  server's samples), then page faults to grow again.  Setting the
-    //  trim threshold ends glibc's own adjusting of both, so the mmap
-    //  threshold is set too (at 128 KiB, every large frame would be an
-    //  mmap and munmap).  What it costs: at most 8 MiB of free heap stays
+    //  server's samples), then page faults to grow again.  A lookup of
+    //  65,536 keys (PK_MAX_LIST) has a frame of 4.4 MB in, its copies and
+    //  tables, 1.5 MB out, about 15 MB in all: under these bounds none of
+    //  it is mapped, faulted in and unmapped again for each lookup (with
+    //  blocks over 128 KiB mapped, as they were, 4,096 keys cost 2.9x and
+    //  65,536 keys 10x the per-key cost of 1,024).  Setting the trim
+    //  threshold ends glibc's own adjusting of both, so the mmap threshold
+    //  is set too.  What it costs: at most 32 MiB of free heap stays
     //  resident in a busy server; the sweeps' malloc_trim after sessions
-    //  end gives it back (node.c, s_trim_heap).
-    mallopt(M_TRIM_THRESHOLD, 8 << 20);
-    mallopt(M_MMAP_THRESHOLD, 4 << 20);
+    //  end gives it back (node.c, s_trim_heap), and with one arena the
+    //  pages a few small blocks keep are few (node.c kept large blocks
+    //  mapped, with several arenas, against that: test_hardening's
+    //  resident-memory checks hold under these bounds).
+    mallopt(M_TRIM_THRESHOLD, 32 << 20);
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
     //  first, before any ZeroMQ socket: descriptors and sockets for
     //  --max-sessions, or a refusal naming it
     if ((rc = pk_limits_fit(&config, err)) != 0) {

@@ -54,9 +54,9 @@ s_points(const pkb_opts_t *o, s_point_t *p)
 
 static const char *const s_names[] = { "keys", "cons", "kind", "lookups/s", "keys/s",
                                        "rtt p50 ms", "p99", "p999", "srv cpu",
-                                       "zmq echo p50", "rtt/zmq" };
-static const int s_w[] = { 5, 4, 6, 16, 18, 16, 16, 16, 12, 16, 16 };
-#define S_FIGS 9
+                                       "zmq echo p50", "rtt/zmq", "us/key" };
+static const int s_w[] = { 5, 4, 6, 16, 18, 16, 16, 16, 12, 16, 16, 16 };
+#define S_FIGS 10
 
 //  A cancel row's own figures: p2pkv_client_cancel -> on_fetch ABORTED
 //  (its fetch samples), p50 and p99 of each repetition, as median
@@ -78,6 +78,13 @@ s_cancel_row(json_t *row, const pkb_rep_t *r, int reps)
     json_object_set_new(row, "cancel_p99_ms", pkb_fig_json(f99));
 }
 
+//  A lookup's cost per key: its round trip's p50 over its keys, in us.
+static double
+s_per_key_us(const s_point_t *p, const pkb_rep_t *r)
+{
+    return r->lk[0] * 1000 / (double) p->keys;
+}
+
 //  z: the bare ZeroMQ echo's p50 of each repetition (zecho.c), in ms.
 static void
 s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *z, int reps)
@@ -86,7 +93,7 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *z
     for (int i = 0; i < reps; i++) {
         double f[S_FIGS] = { r[i].ops_per_s, r[i].keys_per_s, r[i].lk[0], r[i].lk[1],
                              r[i].lk[2], r[i].srv_cpu_s, z[i], r[i].lk[0] / z[i],
-                             (double) r[i].samples };
+                             s_per_key_us(p, &r[i]), (double) r[i].samples };
         for (int j = 0; j < S_FIGS; j++)
             v[j][i] = f[j];
     }
@@ -99,13 +106,13 @@ s_row(pkb_report_t *rep, const s_point_t *p, const pkb_rep_t *r, const double *z
     const char *kind = p->curve ? "curve" : p->cancel ? "cancel" : p->miss ? "miss" : "hit";
     const char *params[] = { n, c, kind };
     static const char *const fmts[] = { "%.0f", "%.0f", "%.3f", "%.3f", "%.3f", "%.2f",
-                                        "%.3f", "%.2fx" };
-    pkb_table_row(params, s_w, 3, g, fmts, s_w + 3, 8);
+                                        "%.3f", "%.2fx", "%.3f" };
+    pkb_table_row(params, s_w, 3, g, fmts, s_w + 3, 9);
     json_t *row = pkb_report_row(rep);
     static const char *const keys[] = { "lookups_per_s", "keys_per_s", "rtt_p50_ms",
                                         "rtt_p99_ms", "rtt_p999_ms",
                                         "server_cpu_cores", "zmq_echo_p50_ms",
-                                        "rtt_over_zmq_echo", "samples" };
+                                        "rtt_over_zmq_echo", "us_per_key_p50", "samples" };
     json_object_set_new(row, "keys_per_lookup", json_integer((json_int_t) p->keys));
     json_object_set_new(row, "consumers", json_integer((json_int_t) p->c));
     json_object_set_new(row, "kind", json_string(kind));
@@ -142,8 +149,10 @@ s_rep(const pkb_opts_t *o, pkb_consumer_t *cs, const s_point_t *p, pid_t pid, pk
     return rc;
 }
 
+//  per_key: each repetition's cost per key (s_per_key_us), for s_ratios.
 static int
-s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p)
+s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p,
+        double *per_key)
 {
     int reps = o->reps ? o->reps : o->quick ? 2 : 5;
     pkb_consumer_cfg_t cfg = s_cfg(o, srv, p);
@@ -163,7 +172,71 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
         return rc;
     }
     s_row(rep, p, r, z, reps);
+    for (int i = 0; i < reps; i++)
+        per_key[i] = s_per_key_us(p, &r[i]);
     return 0;
+}
+
+//  Whether lookups stay linear in their keys (issue 37): for each kind and
+//  number of consumers run at several key counts, each count's cost per
+//  key over that of 1,024 keys (or of the fewest keys run, without 1,024),
+//  repetition by repetition, on a line of their own.
+static void
+s_ratios(pkb_report_t *rep, const s_point_t *p, size_t np,
+         double (*per_key)[PKB_MAX_REPS], int reps)
+{
+    for (size_t b = 0; b < np; b++) {
+        size_t base = b;
+        bool first = true;
+        for (size_t j = 0; j < np; j++) {
+            bool same = p[j].miss == p[b].miss && p[j].cancel == p[b].cancel && p[j].c == p[b].c;
+            if (!same)
+                continue;
+            first = first && j >= b;
+            if (p[base].keys != 1024 && (p[j].keys == 1024 || p[j].keys < p[base].keys))
+                base = j;
+        }
+        if (!first)
+            continue;           //  the group was reported at its first point
+        const char *kind = p[b].cancel ? "cancel" : p[b].miss ? "miss" : "hit";
+        char line[1024];
+        int at = snprintf(line, sizeof line, "    per-key cost over %llu keys', %s, %llu "
+                          "consumer%s:", (unsigned long long) p[base].keys, kind,
+                          (unsigned long long) p[b].c, p[b].c == 1 ? "" : "s");
+        json_t *row = NULL;
+        for (size_t j = 0; j < np; j++) {
+            bool same = p[j].miss == p[b].miss && p[j].cancel == p[b].cancel && p[j].c == p[b].c;
+            if (!same || j == base)
+                continue;
+            double v[PKB_MAX_REPS];
+            for (int i = 0; i < reps; i++)
+                v[i] = per_key[j][i] / per_key[base][i];
+            pkb_fig_t f = pkb_fig(v, (size_t) reps);
+            char a[64];
+            if (at > 0 && (size_t) at < sizeof line)
+                at += snprintf(line + at, sizeof line - (size_t) at, " %llu keys %s,",
+                               (unsigned long long) p[j].keys,
+                               pkb_fig_str(f, "%.2fx", a, sizeof a));
+            if (!row) {
+                row = pkb_report_row(rep);
+                json_object_set_new(row, "kind", json_string(kind));
+                json_object_set_new(row, "consumers", json_integer((json_int_t) p[b].c));
+                json_object_set_new(row, "per_key_base_keys",
+                                    json_integer((json_int_t) p[base].keys));
+                json_object_set_new(row, "per_key_over_base", json_object());
+            }
+            char name[24];
+            snprintf(name, sizeof name, "%llu", (unsigned long long) p[j].keys);
+            json_object_set_new(json_object_get(row, "per_key_over_base"), name,
+                                pkb_fig_json(f));
+        }
+        if (row) {
+            line[at > 0 && (size_t) at < sizeof line ? at - 1 : 0] = '\0';
+            printf("%s (targets, issue 37: at most 1.2x at 4096 keys, 1.5x at 65536 over "
+                   "1024)\n", line);
+            fflush(stdout);
+        }
+    }
 }
 
 //  --------------------------------------------------------------------------
@@ -326,7 +399,8 @@ pkb_control(const pkb_opts_t *o)
            "ZeroMQ DEALER->ROUTER echo of a frame the lookup's size between two processes, "
            "one client, in the same repetition (CURVE on both sockets in a curve row), whose "
            "client waits for its answer as the library's does (looking without sleeping for "
-           "%.0f us, then sleeping); median, and [min..max] of %d repetitions\n",
+           "%.0f us, then sleeping); us/key: rtt p50 over the keys; median, and [min..max] of %d "
+           "repetitions\n",
            (unsigned long long) pool, S_BLOCK,
            o->threads ? "threads (of one process)" : "processes", pkb_answer_spin_us(o), reps);
     pkb_report_t *rep = pkb_report_new(o, "tcp");
@@ -340,8 +414,11 @@ pkb_control(const pkb_opts_t *o)
                               NULL);
     if (rc == 0)
         rc = pkb_server_populate(&srv, pool);
+    static double per_key[S_MAX_POINTS][PKB_MAX_REPS];
     for (size_t i = 0; rc == 0 && i < np; i++)
-        rc = s_point(rep, o, &srv, &p[i]);
+        rc = s_point(rep, o, &srv, &p[i], per_key[i]);
+    if (rc == 0)
+        s_ratios(rep, p, np, per_key, reps);
     if (rc == 0)
         rc = s_curve(rep, o, &srv, pool, max_sessions);
     pkb_server_stop(&srv);

@@ -402,21 +402,6 @@ s_test_hooks(pk_node_t *self, char *err)
     return 0;
 }
 
-//  glibc raises its mmap threshold each time a mapped chunk is freed (up
-//  to 32 MiB), so after one large frame or decode, every later allocation
-//  of that size comes from the arenas instead, where a few small blocks
-//  that stay pin the pages around them: malloc_trim cannot give those
-//  back.  Measured (tests/e2e/test_hardening.c): 100 connects of one
-//  restarting peer, or 246 malformed sessions, left the server at 65 MiB
-//  resident from 28 MiB, three arenas of 25 MiB holding 250 KB in use.
-//  Setting the threshold keeps it where glibc starts (128 KiB): large
-//  blocks stay mappings of their own, returned whole when freed.
-static void
-s_heap_settings(void)
-{
-    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
-}
-
 //  One fabric over the pool for provider (NULL: the transport's own
 //  order, verbs, efa, tcp), appended to the node's: 0, -EEXIST when a
 //  fabric of that provider is open already (two names of one provider,
@@ -459,8 +444,9 @@ s_close_fabrics(pk_node_t *self)
 //  transport); and the identity the handshake announces with them.  A
 //  provider named that does not open is a start error naming it; under
 //  auto (no list), what the transports rank for it (base/transport.h:
-//  mmap and shm where they work, then libfabric's first network
-//  provider), the ones that do not open skipped.
+//  the first same-host provider that works, mmap before shm, then
+//  libfabric's first network provider), the ones that do not open
+//  skipped.
 static int
 s_open_fabrics(pk_node_t *self, char *err)
 {
@@ -469,11 +455,25 @@ s_open_fabrics(pk_node_t *self, char *err)
     if (!config->provider) {
         char why[PK_ERRLEN] = "no transport offers one";
         const pk_provider_t *p;
+        const char *same_host = NULL;
         rc = -ENOENT;
-        for (size_t i = 0; (p = pk_transport_auto(i)) != NULL; i++)
+        for (size_t i = 0; (p = pk_transport_auto(i)) != NULL; i++) {
+            //  One same-host provider, the best that opens: libfabric's shm
+            //  reached 0.11-0.19x of a one-thread memcpy where mmap reaches
+            //  0.6x and tcp on loopback more than shm (design.md, "Same-host
+            //  copies"), so a consumer mmap refuses does better over tcp.
+            //  Named (--provider mmap,shm,tcp), every one is offered.
+            if (p->same_host && same_host) {
+                pk_log(self->config, PK_LOG_INFO, "--provider auto: %s not offered: %s "
+                       "serves this host", p->name, same_host);
+                continue;
+            }
             if ((rc = s_open_one_fabric(self, p->name, why)) != 0)
                 pk_log(self->config, PK_LOG_INFO, "--provider auto: %s skipped: %s",
                        p->name ? p->name : "a network provider", why);
+            else if (p->same_host)
+                same_host = p->name;
+        }
         if (self->nfabrics == 0)
             return pk_err(err, rc < 0 ? rc : -EIO, "--provider auto: no provider opens: %s",
                           why);
@@ -788,7 +788,6 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         rc = -EIO;
         goto fail_self;
     }
-    s_heap_settings();
     if ((rc = s_test_hooks(self, err)) != 0)
         goto fail_self;
     //  every family of metric_families.h (architecture.md, Observability)

@@ -77,7 +77,7 @@ pk_server_config_defaults(pk_server_config_t *self)
     self->bind = strdup("tcp://*:5710");
     self->peer_id = strdup(host);
     self->local_mode = 0600;
-    self->provider = NULL;      //  auto: what the machine has (mmap, shm, then a network one)
+    self->provider = NULL;      //  auto: what the machine has (mmap or else shm, then a network one)
     self->fingerprint = strdup("");
     self->hash_seed = strdup("0");
     self->pool_blocks = 1024;

@@ -536,6 +536,37 @@ START_TEST(test_probe_sets_are_per_request)
 }
 END_TEST
 
+//  A request's key sets go, emptied, to a later request (client_role.c,
+//  s_spare_take): that one still asks every key of its own once.
+START_TEST(test_tables_of_ended_request_reused_empty)
+{
+    s_probe("r1", 0, 6);
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(H->nsent, 1);
+    ck_assert_uint_eq(H->sent[0].n, 6);
+    pk_client_role_finish(H->role, "r1");
+    //  the same keys for r2, in two lookups, in the tables r1 had: the
+    //  second asks its keys, which r1 asked and r2 did not
+    int sent = H->nsent;
+    s_probe("r2", 0, 3);
+    pk_client_role_flush(H->role);
+    s_probe("r2", 3, 3);
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(H->nsent, sent + 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(H->sent[sent + i].type, PK_MSG_LOOKUP);
+        ck_assert_str_eq(H->sent[sent + i].kv, "r2");
+        ck_assert_uint_eq(H->sent[sent + i].n, 3);
+        ck_assert_uint_eq(H->sent[sent + i].keys[0], H->sent[0].keys[3 * i]);
+    }
+    //  and what r2 asked stays asked
+    s_probe("r2", 2, 6);
+    pk_client_role_flush(H->role);
+    ck_assert_int_eq(H->nsent, sent + 3);
+    ck_assert_uint_eq(H->sent[sent + 2].n, 2);
+}
+END_TEST
+
 START_TEST(test_split_lookups_answered_in_reverse)
 {
     s_probe("r1", 0, 2);            //  K0 K1
@@ -1281,6 +1312,7 @@ main(void)
     tcase_add_test(tc, test_loads_matched_by_round);
     tcase_add_test(tc, test_terminal_fetch_on_finish);
     tcase_add_test(tc, test_probe_sets_are_per_request);
+    tcase_add_test(tc, test_tables_of_ended_request_reused_empty);
     tcase_add_test(tc, test_split_lookups_answered_in_reverse);
     tcase_add_test(tc, test_split_transfer_partial_landing);
     tcase_add_test(tc, test_lookup_resp_other_keys_stale);

@@ -724,6 +724,32 @@ s_expect_encode_error(pk_msg_t *msg, const char *want)
     ck_assert_str_eq(err, want);
 }
 
+//  A long string needing escapes, past the room the buffer was sized with:
+//  the encoder counts what it needs (json_out.c) and writes all of it.
+START_TEST(test_encode_long_escaped_string)
+{
+    static const char mix[] = { '\x01', '"', '\\', '\n', 'a', '\x1f' };
+    char kv[PK_MAX_STRING + 1];
+    for (size_t i = 0; i < PK_MAX_STRING; i++)
+        kv[i] = mix[i % sizeof mix];
+    kv[PK_MAX_STRING] = '\0';
+    pk_msg_t *m = pk_msg_new(PK_MSG_ABORT_FETCH);
+    pk_msg_set_string(m, PK_F_KV_REQUEST_ID, kv);
+    pk_msg_set_uint(m, PK_F_ROUND_SEQ, 3);
+    pk_msg_set_epochs(m, s_se, s_te);
+    char *out = NULL, err[PK_ERRLEN] = "";
+    size_t len = 0;
+    ck_assert_msg(pk_msg_encode(m, &out, &len, err) == 0, "%s", err);
+    ck_assert_uint_eq(strlen(out), len);
+    pk_msg_t *back = NULL;
+    ck_assert_msg(pk_msg_decode(out, len, &back, err) == 0, "%s", err);
+    ck_assert_str_eq(back->kv_request_id, kv);
+    pk_msg_destroy(&back);
+    free(out);
+    pk_msg_destroy(&m);
+}
+END_TEST
+
 START_TEST(test_encode_refuses)
 {
     pk_msg_t *m = pk_msg_new(PK_MSG_LOOKUP);
@@ -852,6 +878,7 @@ main(void)
     tcase_add_test(tc, test_unknown_members_ignored);
     tcase_add_test(tc, test_decoded_values);
     tcase_add_test(tc, test_encode_refuses);
+    tcase_add_test(tc, test_encode_long_escaped_string);
     tcase_add_test(tc, test_hex_helpers);
     tcase_add_test(tc, test_directions);
     suite_add_tcase(s, tc);
