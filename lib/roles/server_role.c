@@ -1653,7 +1653,10 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
                                   | PK_BIT(PK_F_HITS) | PK_BIT(PK_F_ROUND_SEQ) };
         //  every hit's checksum, 16 hex chars each in key order (the
         //  session leaves them out for a consumer without the capability)
-        if (l->sums && (sums = nhits <= 8 ? stacksums : malloc(nhits * PK_CHECKSUM_HEX + 1))) {
+        //  (a get keeps them for its round's end: on the heap)
+        bool small = !l->get;
+        if (l->sums
+            && (sums = small && nhits <= 8 ? stacksums : malloc(nhits * PK_CHECKSUM_HEX + 1))) {
             char *at = sums;
             for (size_t i = 0; i < l->n; i++)
                 if (hits[i])
@@ -1665,7 +1668,7 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
         //  every miss's reason, one letter each in key order, to a
         //  consumer that asked for them (config.reasons)
         if (self->config.reasons && nmiss
-            && (reasons = nmiss <= 64 ? stackreasons : malloc(nmiss + 1))) {
+            && (reasons = small && nmiss <= 64 ? stackreasons : malloc(nmiss + 1))) {
             char *at = reasons;
             for (size_t i = 0; i < l->n; i++)
                 if (!hits[i])
