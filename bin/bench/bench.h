@@ -165,6 +165,9 @@ int pkb_server_start(pkb_server_t *s, const pkb_opts_t *o, uint64_t block_len,
 int pkb_server_populate(pkb_server_t *s, uint64_t n);
 /*  SIGTERM, wait, SIGKILL after 10 s; removes what it left.  */
 void pkb_server_stop(pkb_server_t *s);
+/*  One request (req taken) on the server's engine socket: its answer,
+    events skipped, or NULL.  */
+json_t *pkb_server_ask(pkb_server_t *s, json_t *req);
 
 /*  From /proc/PID: resident bytes (all, and the anonymous part: heap,
     stacks, mappings of no file), threads, CPU seconds (user+system).  */

@@ -134,9 +134,8 @@ pkb_server_start(pkb_server_t *s, const pkb_opts_t *o, uint64_t block_len,
     return rc;
 }
 
-//  One request on the engine socket; the answer (events skipped).
-static json_t *
-s_engine(pkb_server_t *s, json_t *req)
+json_t *
+pkb_server_ask(pkb_server_t *s, json_t *req)
 {
     char *text = json_dumps(req, JSON_COMPACT);
     json_decref(req);
@@ -178,7 +177,7 @@ s_keys_json(uint64_t from, uint64_t n)
 static int
 s_populate_chunk(pkb_server_t *s, uint8_t *pool, uint64_t from, uint64_t n)
 {
-    json_t *a = s_engine(s, json_pack("{s:s, s:o}", "cmd", "reserve", "keys",
+    json_t *a = pkb_server_ask(s, json_pack("{s:s, s:o}", "cmd", "reserve", "keys",
                                       s_keys_json(from, n)));
     json_t *blocks = json_object_get(a, "blocks");
     if (!a || !json_is_true(json_object_get(a, "ok")) || json_array_size(blocks) != n) {
@@ -193,7 +192,7 @@ s_populate_chunk(pkb_server_t *s, uint8_t *pool, uint64_t from, uint64_t n)
         pkb_fill(from + i, pool + b * s->block_len, s->block_len);
     }
     json_decref(a);
-    a = s_engine(s, json_pack("{s:s, s:o}", "cmd", "commit", "keys", s_keys_json(from, n)));
+    a = pkb_server_ask(s, json_pack("{s:s, s:o}", "cmd", "commit", "keys", s_keys_json(from, n)));
     int rc = a && json_is_true(json_object_get(a, "ok")) ? 0 : -EIO;
     if (rc)
         fprintf(stderr, "p2pkv-bench: the server refused to commit\n");

@@ -697,11 +697,10 @@ static const pk_engine_api_ops_t s_engine_ops = {
 #define PK_FAIR_DEPTH 4
 
 //  A --fair-* setting in blocks: what was set, at least one block, so any
-//  setting moves; by default (PK_FAIR_AUTO) dflt bytes or least blocks,
-//  whichever is more.  A session holds PK_FAIR_DEPTH quanta, so 16 and 4
-//  let one alone fill the credit: 4 MiB and 256 KiB in bytes are 4 and 1
-//  blocks of 1 MiB, which made 1 MiB x 32 fetches lose a quarter
-//  (p2pkv-bench fetch).
+//  setting moves; by default (PK_FAIR_AUTO, the quantum's) dflt bytes or
+//  least blocks, whichever is more: 256 KiB is a quarter of a 1 MiB block,
+//  and a session holding PK_FAIR_DEPTH quanta of one block each kept too
+//  few in flight (1 MiB x 32 fetches lost a quarter, p2pkv-bench fetch).
 static uint64_t
 s_fair_blocks(uint64_t set, uint64_t dflt, uint64_t least, uint64_t len)
 {
@@ -726,7 +725,7 @@ s_open_classes(pk_node_t *self, char *err)
     if (self->config->fair_inflight > 0) {
         uint64_t len = self->config->block_len;
         pk_sched_config_t sc = {
-            s_fair_blocks(self->config->fair_inflight, UINT64_C(4) << 20, 16, len),
+            s_fair_blocks(self->config->fair_inflight, 0, 1, len),
             s_fair_blocks(self->config->fair_quantum, UINT64_C(256) << 10, 4, len),
             PK_FAIR_DEPTH, 0 };
         //  a quantum of the credit for new flows, when it leaves the old

@@ -527,24 +527,35 @@ s_on_lookup(pk_server_session_t *self, const pk_msg_t *m)
     pk_server_role_serve(self->role);
 }
 
-static void
-s_on_fetch(pk_server_session_t *self, const pk_msg_t *m)
+//  What a fetch and a get (named by what) must both respect: destination
+//  blocks inside the consumer's pool, room for the request and for one
+//  more round of it.  false: a violation ended the session.
+static bool
+s_fetch_admits(pk_server_session_t *self, const pk_msg_t *m, const char *what)
 {
     for (size_t i = 0; i < m->keys.count; i++)
         if (m->block_indexes[i] >= self->consumer_blocks) {
-            s_violation(self, PK_VIOLATION_BLOCK_INDEX, "fetch.block_indexes[%zu]: %u is outside "
-                        "the consumer's pool of %llu blocks", i, m->block_indexes[i],
+            s_violation(self, PK_VIOLATION_BLOCK_INDEX, "%s.block_indexes[%zu]: %u is outside "
+                        "the consumer's pool of %llu blocks", what, i, m->block_indexes[i],
                         (unsigned long long) self->consumer_blocks);
-            return;
+            return false;
         }
     size_t rounds;
     if (!s_room_for_request(self, m->kv_request_id, &rounds))
-        return;
+        return false;
     if (rounds >= self->config.max_rounds) {
         s_violation(self, PK_VIOLATION_LIMIT_ROUNDS, "limit: more than %llu rounds in request %.64s",
                     (unsigned long long) self->config.max_rounds, m->kv_request_id);
-        return;
+        return false;
     }
+    return true;
+}
+
+static void
+s_on_fetch(pk_server_session_t *self, const pk_msg_t *m)
+{
+    if (!s_fetch_admits(self, m, "fetch"))
+        return;
     self->counters.fetches++;
     if (m->keys.count)
         s_timer_start(self, 'f', m->kv_request_id, m->round_seq);
@@ -560,21 +571,8 @@ s_on_fetch(pk_server_session_t *self, const pk_msg_t *m)
 static void
 s_on_get(pk_server_session_t *self, const pk_msg_t *m)
 {
-    for (size_t i = 0; i < m->keys.count; i++)
-        if (m->block_indexes[i] >= self->consumer_blocks) {
-            s_violation(self, PK_VIOLATION_BLOCK_INDEX, "get.block_indexes[%zu]: %u is outside "
-                        "the consumer's pool of %llu blocks", i, m->block_indexes[i],
-                        (unsigned long long) self->consumer_blocks);
-            return;
-        }
-    size_t rounds;
-    if (!s_room_for_request(self, m->kv_request_id, &rounds))
+    if (!s_fetch_admits(self, m, "get"))
         return;
-    if (rounds >= self->config.max_rounds) {
-        s_violation(self, PK_VIOLATION_LIMIT_ROUNDS, "limit: more than %llu rounds in request %.64s",
-                    (unsigned long long) self->config.max_rounds, m->kv_request_id);
-        return;
-    }
     pk_server_role_state_t st;
     pk_server_role_state(self->role, &st);
     if (st.lookup_keys + m->keys.count > self->config.max_parked_keys) {
