@@ -30,6 +30,10 @@ struct _pk_puller_t {
     zactor_t *actor;                //  started at the first pull
 };
 
+//  The servers a client holds at once (p2pkv_client_connect's -ENOSPC,
+//  p2pkv.h): the indexes a pull by directory may have used.
+#define S_MAX_SERVERS 64
+
 typedef struct {
     pk_puller_t *puller;            //  read only (set before the actor starts)
     zsock_t *pipe;
@@ -77,8 +81,8 @@ s_connect(pk_puller_t *puller, p2pkv_client_t *client, pk_pull_t *p, char *err)
 static void
 s_pull_results(p2pkv_client_t *client, pk_pull_t *p, const p2pkv_key_result_t *res)
 {
-    //  holder index -> sources[] index + 1 (the client's servers are few)
-    size_t slot[64] = { 0 };
+    //  holder index -> sources[] index + 1
+    size_t slot[S_MAX_SERVERS] = { 0 };
     for (size_t i = 0; i < p->n; i++) {
         p->landed[i] = res[i].status == P2PKV_KEY_LANDED;
         if (!p->landed[i]) {
@@ -88,7 +92,7 @@ s_pull_results(p2pkv_client_t *client, pk_pull_t *p, const p2pkv_key_result_t *r
             continue;
         }
         int h = res[i].holder;
-        if (h < 0 || h >= 64)
+        if (h < 0 || h >= S_MAX_SERVERS)
             continue;
         if (!slot[h]) {
             char ep[256];
@@ -146,7 +150,7 @@ s_pull_run(pk_puller_t *puller, p2pkv_client_t *client, pk_pull_t *p)
     //  is refused, -EINVAL)
     if (server >= 0)
         p2pkv_client_disconnect(client, server);
-    for (int i = 0; !p->server && i < 64; i++)
+    for (int i = 0; !p->server && i < S_MAX_SERVERS; i++)
         (void) p2pkv_client_disconnect(client, i);
 }
 
