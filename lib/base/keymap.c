@@ -2,6 +2,7 @@
     factor stays at or under one half, so probes are short and a removal's
     backward shift touches few slots.  */
 #include "base/keymap.h"
+#include "base/big_cache.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -10,7 +11,7 @@
 void
 pk_keymap_fini(pk_keymap_t *self)
 {
-    free(self->slots);
+    pk_big_free(self->slots);
     *self = (pk_keymap_t) PK_KEYMAP_INIT;
 }
 
@@ -47,7 +48,9 @@ s_resize(pk_keymap_t *self, size_t cap)
 {
     //  Only the key pointer marks a slot empty: clearing just it writes a
     //  fifth of what calloc would.
-    pk_keymap_entry_t *slots = malloc(cap * sizeof *slots);
+    //  A large table comes from the kept blocks (big_cache.h): a request
+    //  of 65,536 keys builds tables of 5 MiB and drops them when it ends.
+    pk_keymap_entry_t *slots = pk_big_alloc(cap * sizeof *slots);
     if (!slots)
         return -ENOMEM;
     for (size_t i = 0; i < cap; i++)
@@ -62,7 +65,7 @@ s_resize(pk_keymap_t *self, size_t cap)
             at = (at + 1) & bigger.mask;
         slots[at] = *e;
     }
-    free(self->slots);
+    pk_big_free(self->slots);
     *self = bigger;
     return 0;
 }

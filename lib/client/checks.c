@@ -13,6 +13,7 @@
     client's lock.
 */
 #include "client/client_internal.h"
+#include "base/big_cache.h"
 #include "base/checksum.h"
 
 #include <errno.h>
@@ -47,8 +48,8 @@ pk_client_answer_keep(s_server_t *s, const char *kv, uint64_t round, const pk_ke
     if (nhit == 0)
         return 0;
     size_t kvlen = strlen(kv) + 1;
-    pk_answer_t *a = malloc(sizeof *a + nhit * (sizeof *a->keys + sizeof *a->sums) + bytes
-                            + kvlen);
+    pk_answer_t *a = pk_big_alloc(sizeof *a + nhit * (sizeof *a->keys + sizeof *a->sums)
+                                  + bytes + kvlen);
     if (!a)
         return -ENOMEM;             //  this answer's blocks then land unchecked
     a->round = round;
@@ -81,7 +82,7 @@ pk_client_answers_drop(s_server_t *s, const char *kv)
             continue;
         }
         *p = a->next;
-        free(a);
+        pk_big_free(a);
     }
 }
 
@@ -105,7 +106,7 @@ pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key
         for (size_t j = 0; j < a->n; j++)
             pk_keymap_put(&map, &a->keys[j], j, 0);
         //  one allocation, the widest first (each array aligned)
-        f->sums = malloc(n * (sizeof *f->sums + sizeof *f->dest + sizeof *f->verdict));
+        f->sums = pk_big_alloc(n * (sizeof *f->sums + sizeof *f->dest + sizeof *f->verdict));
         if (f->sums) {
             f->dest = (uint32_t *) (f->sums + n);
             f->verdict = (uint8_t *) (f->dest + n);
@@ -127,7 +128,7 @@ pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk_key
         }
     }
     pk_keymap_fini(&map);
-    free(a);
+    pk_big_free(a);
     return rc;
 }
 
@@ -190,6 +191,6 @@ void
 pk_client_fetch_free(s_fetch_t *f)
 {
     if (f)
-        free(f->sums);
+        pk_big_free(f->sums);
     free(f);
 }

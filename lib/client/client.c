@@ -1077,16 +1077,16 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
     for (size_t i = 0; i < n; i++)
         if (dest[i] >= self->num_blocks)
             return -ERANGE;
-    pk_key_t *k = malloc(n * sizeof *k);
+    pk_key_t *k = pk_big_alloc(n * sizeof *k);
     if (!k)
         return -ENOMEM;
     if (s_keys(keys, n, k) != 0) {
-        free(k);
+        pk_big_free(k);
         return -EINVAL;
     }
     s_fetch_t *f = calloc(1, sizeof *f);
     if (!f) {
-        free(k);
+        pk_big_free(k);
         return -ENOMEM;
     }
     f->status = -EINPROGRESS;
@@ -1115,7 +1115,7 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
     self->asked = pk_clock_monotonic();
     pk_client_kick(self);
     pthread_mutex_unlock(&self->lock);
-    free(k);
+    pk_big_free(k);
     return rc;
 }
 

@@ -12,6 +12,7 @@
 */
 #include "wire/protocol.h"
 #include "wire/protocol_internal.h"
+#include "base/big_cache.h"
 #include "base/miss_reason.h"
 #include "wire/json_out.h"
 
@@ -212,7 +213,7 @@ s_find_duplicate(const s_list_t *l, size_t count, ssize_t *dup, size_t *first)
     while ((size_t) 1 << bits < 2 * count)
         bits++;
     size_t mask = ((size_t) 1 << bits) - 1;
-    uint32_t *slot = calloc(mask + 1, sizeof *slot);     //  position + 1, 0 = empty
+    uint32_t *slot = pk_big_calloc(mask + 1, sizeof *slot);  //  position + 1, 0 = empty
     if (!slot)
         return -ENOMEM;
     for (size_t i = 0; i < count; i++) {
@@ -227,7 +228,7 @@ s_find_duplicate(const s_list_t *l, size_t count, ssize_t *dup, size_t *first)
         }
         slot[at] = (uint32_t) i + 1;
     }
-    free(slot);
+    pk_big_free(slot);
     return 0;
 }
 
@@ -276,7 +277,7 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->reason);
     free(self->host);
     free(self->caps);
-    free(self->checksums);
+    pk_big_free(self->checksums);       //  1 MiB at 65,536 hits
     free(self->reasons);
     pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
