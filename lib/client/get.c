@@ -63,8 +63,8 @@ s_sync_wait(p2pkv_client_t *self, s_sync_t *sync, bool (*pending)(const s_sync_t
 _Static_assert(P2PKV_MISS_ABSENT == PK_MISS_ABSENT + 1
                && P2PKV_MISS_DRAINING == PK_MISS_DRAINING + 1
                && PK_MISS_DRAINING + 1 == PK_MISS_COUNT, "p2pkv_miss_reason_t follows pk's");
-static uint8_t
-s_public_reason(uint8_t reason)
+uint8_t
+pk_client_public_reason(uint8_t reason)
 {
     return reason == PK_MISS_UNKNOWN || reason >= PK_MISS_COUNT ? P2PKV_MISS_UNKNOWN
                                                                 : (uint8_t) (reason + 1);
@@ -148,7 +148,7 @@ s_get_one(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, size_t nask, size_t 
     size_t nhit = 0;
     for (size_t a = 0; sync->answered == 1 && a < nask; a++)
         if (!sync->hits[a])
-            g->res[g->pos[a]].reason = s_public_reason(sync->reasons[a]);
+            g->res[g->pos[a]].reason = pk_client_public_reason(sync->reasons[a]);
         else {
             g->res[g->pos[a]].holder = g->server;
             g->ask[nhit] = g->ask[a];
@@ -211,7 +211,7 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     }
     for (size_t a = 0; a < nask; a++)
         if (!sync->hits[a])
-            g->res[g->pos[a]].reason = s_public_reason(sync->reasons[a]);
+            g->res[g->pos[a]].reason = pk_client_public_reason(sync->reasons[a]);
         else {
             g->res[g->pos[a]].holder = g->server;
             g->ask[nhit] = g->ask[a];
