@@ -12,6 +12,7 @@ from .client import Client, Fetch, Get, Lookup, describe
 from .engine import Engine, Event
 from .errors import ConnectionRefused, Error, FetchError, Refused, Stale, Timeout
 
-__all__ = ["Client", "Fetch", "Get", "Lookup", "describe", "Engine", "Event", "Error", "FetchError",
+__all__ = ["Client", "Fetch", "Get", "Lookup", "describe", "Engine", "Event", "Error",
+           "FetchError",
            "Refused", "ConnectionRefused", "Stale", "Timeout"]
 __version__ = "0.1.0"
