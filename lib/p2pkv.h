@@ -267,7 +267,9 @@ typedef void (p2pkv_progress_fn)(void *arg, size_t landed, size_t n);
 /*  Gets keys[i] into block dest[i] of the pool, as many as the server
     holds, and waits for it: looks up what is left, fetches the hits, and
     asks again while that makes progress (a server pins at most its quota
-    of blocks per session; keys beyond it answer as misses).  With fetch
+    of blocks per session; keys beyond it answer as misses), for the keys
+    whose miss may change at once: not those the server said it does not
+    hold, evicted, or cannot serve while draining.  With fetch
     false it only looks up, once.  landed[i] says which arrived (or, not
     fetching, which the server holds).  Each answer is waited for up to
     timeout seconds.  Runs on the calling thread and does not go through
