@@ -393,6 +393,57 @@ s_load_label(const pkb_opts_t *o, size_t k, char *buf, size_t len)
     return buf;
 }
 
+//  --one-trip with one consumer and one request at a time: the cycle (one
+//  get, from its message to its per-key results) over a bare ZeroMQ echo
+//  of a frame the get's size (zecho.c, control's echo) measured in the
+//  same repetition, on a line under the point's rows: the latency target
+//  of issue 37, point 1.  Nothing queued ahead on either side, so both are
+//  round trips and nothing else.
+static bool
+s_echo_wanted(const pkb_opts_t *o, const s_point_t *p)
+{
+    return o->one_trip && p->c == 1 && PKB_IN_FLIGHT(o) == 1;
+}
+
+//  a get frame: about 100 bytes, 67 per key (64 hex and quotes) and its
+//  destination block's index
+static size_t
+s_get_frame(const s_point_t *p)
+{
+    return 100 + 80 * (size_t) p->n;
+}
+
+static void
+s_echo_line(pkb_report_t *rep, const pkb_opts_t *o, const s_point_t *p,
+            pkb_rep_t (*r)[PKB_MAX_REPS], size_t nl, const double *ec, int reps)
+{
+    char a[64], line[1024];
+    double ecs[PKB_MAX_REPS];
+    memcpy(ecs, ec, (size_t) reps * sizeof *ecs);  //  pkb_fig sorts what it is given
+    pkb_fig_t e = pkb_fig(ecs, (size_t) reps);
+    int at = snprintf(line, sizeof line, "    cycle p50 over a bare ZeroMQ echo of %zu bytes "
+                      "(p50 %s ms):", s_get_frame(p), pkb_fig_str(e, "%.3f", a, sizeof a));
+    json_t *row = pkb_report_row(rep), *over = json_object();
+    json_object_set_new(row, "block_size", json_integer((json_int_t) p->block));
+    json_object_set_new(row, "blocks_per_fetch", json_integer((json_int_t) p->n));
+    json_object_set_new(row, "consumers", json_integer((json_int_t) p->c));
+    json_object_set_new(row, "zmq_echo_p50_ms", pkb_fig_json(e));
+    for (size_t k = 0; k < nl; k++) {
+        double v[PKB_MAX_REPS];
+        for (int i = 0; i < reps; i++)
+            v[i] = r[k][i].ft[0] / ec[i];
+        pkb_fig_t f = pkb_fig(v, (size_t) reps);
+        const char *name = o->providers.n ? s_load_provider(o, k) : "tcp";
+        if (at > 0 && (size_t) at < sizeof line)
+            at += snprintf(line + at, sizeof line - (size_t) at, "%s %s %s", k ? "," : "",
+                           name, pkb_fig_str(f, "%.2fx", a, sizeof a));
+        json_object_set_new(over, name, pkb_fig_json(f));
+    }
+    json_object_set_new(row, "cycle_p50_over_zmq_echo", over);
+    printf("%s\n", line);
+    fflush(stdout);
+}
+
 static int
 s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point_t *p,
         s_med_t *med)
@@ -402,7 +453,7 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
     static pkb_consumer_t cs[2 * PKB_MAX_PROVIDERS][1024];
     static pkb_rep_t r[2 * PKB_MAX_PROVIDERS][PKB_MAX_REPS];
     double raw[PKB_MAX_REPS], tcp[PKB_MAX_REPS], vs[2 * PKB_MAX_PROVIDERS][PKB_MAX_REPS];
-    double mc[PKB_MAX_REPS];
+    double mc[PKB_MAX_REPS], ec[PKB_MAX_REPS];
     char err[256] = "";
     size_t started = 0;
     int rc = 0;
@@ -440,6 +491,12 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
         //  --providers: the same-host reference, memcpy, measured alike
         mc[i] = o->providers.n && !o->verify_cost ? s_memcpy_gbps(p->block, p->n, o->quick)
                                                   : NAN;
+        double e99;
+        ec[i] = NAN;
+        if (s_echo_wanted(o, p)
+            && pkb_zmq_echo_ms(s_get_frame(p), o->quick ? 500 : 2000, false,
+                               pkb_answer_spin_us(o) / 1e6, &ec[i], &e99) != 0)
+            s_ref_failed(p, "the bare ZeroMQ echo", -EIO);
         for (size_t k = 0; rc == 0 && k < nl; k++)
             rc = pkb_load_rep(cs[k], p->c, srv->pid, p->n, &r[k][i], err, sizeof err);
         //  --verify-cost: the checked load over its unchecked twin
@@ -466,6 +523,8 @@ s_point(pkb_report_t *rep, const pkb_opts_t *o, pkb_server_t *srv, const s_point
               labelled ? vs[k] : NULL, k == nl - 1 ? med : NULL);
     if (o->providers.n && !o->verify_cost)
         s_memcpy_line(rep, o, p, r, mc, reps);
+    if (s_echo_wanted(o, p) && !o->verify_cost)
+        s_echo_line(rep, o, p, r, nl, ec, reps);
     return 0;
 }
 

@@ -11,6 +11,7 @@
     server that goes away is cut off first, then its open fetches fail.
     p2pkv_describe is in describe.c, p2pkv_client_get in get.c.
 */
+#include "base/big_cache.h"
 #include "base/err.h"
 #include "p2pkv.h"
 #include "roles/client_role.h"
@@ -169,7 +170,7 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
         bytes += keys[i].len;
     size_t need = n * sizeof(p2pkv_key_t) + n * sizeof(bool) + kvlen + bytes;
     _Alignas(p2pkv_key_t) uint8_t stack[4096];
-    uint8_t *buf = need <= sizeof stack ? stack : malloc(need);
+    uint8_t *buf = need <= sizeof stack ? stack : pk_big_alloc(need);
     if (!buf)
         return;     //  out of memory: this one answer is not delivered
     p2pkv_key_t *out = (p2pkv_key_t *) buf;
@@ -189,7 +190,7 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
     c->callbacks.on_lookup(c->callbacks.arg, s->index, kv_copy, round, out,
                            hits ? hits_copy : NULL, n);
     if (buf != stack)
-        free(buf);
+        pk_big_free(buf);
 }
 
 //  Forgets a fetch, unlinking it first when it is ended and unread.
@@ -510,16 +511,35 @@ s_session_close(void *arg)
     pk_client_dealer_destroy(&s->dealer);
 }
 
+//  ZeroMQ's I/O thread frees a sent frame once written (or the socket's
+//  close drops it)
+static void
+s_frame_free(void *data, void *hint)
+{
+    (void) hint;
+    pk_big_free(data);
+}
+
 static int
-s_session_send(void *arg, const char *frame, size_t len)
+s_session_send(void *arg, char *frame, size_t len)
 {
     s_server_t *s = arg;
+    //  The encoder's buffer goes as it is, not copied into a frame of
+    //  ZeroMQ's: under glibc's default heap policy (an engine's; the
+    //  library sets none) the copy of a large lookup's frame grew the heap
+    //  past its trim threshold and every lookup faulted its pages in again
+    //  (design.md, "Lookups linear in their keys").
+    zmq_msg_t m;
+    if (zmq_msg_init_data(&m, frame, len, s_frame_free, NULL) != 0) {
+        free(frame);
+        return -ENOMEM;
+    }
     //  never block: a DEALER with no connected server would wait forever
-    zframe_t *f = zframe_new(frame, len);
-    int rc = zframe_send(&f, s->dealer, ZFRAME_DONTWAIT);
+    int rc = zmq_msg_send(&m, zsock_resolve(s->dealer), ZMQ_DONTWAIT);
     s->dealer_read = false;         //  a send may take the command that fires its fd
-    zframe_destroy(&f);
-    return rc ? -EAGAIN : 0;
+    if (rc < 0)
+        zmq_msg_close(&m);      //  frees the frame
+    return rc < 0 ? -EAGAIN : 0;
 }
 
 static int
@@ -679,6 +699,9 @@ p2pkv_client_destroy(p2pkv_client_t **self_p)
     s_strings_free(self);
     free(self);
     *self_p = NULL;
+    //  the large blocks its requests left for the next ones (the
+    //  process's other clients, if any, keep theirs coming)
+    pk_big_trim();
 }
 
 uint8_t *
@@ -1040,11 +1063,11 @@ p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pk
 {
     if (n == 0 || n > PK_MAX_LIST)
         return -EINVAL;
-    pk_key_t *k = malloc(n * sizeof *k);
+    pk_key_t *k = pk_big_alloc(n * sizeof *k);
     if (!k)
         return -ENOMEM;
     if (s_keys(keys, n, k) != 0) {
-        free(k);
+        pk_big_free(k);
         return -EINVAL;
     }
     pthread_mutex_lock(&self->lock);
@@ -1055,7 +1078,7 @@ p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pk
     self->asked = pk_clock_monotonic();
     pk_client_kick(self);
     pthread_mutex_unlock(&self->lock);
-    free(k);
+    pk_big_free(k);
     return rc;
 }
 

@@ -11,6 +11,7 @@
     it lives.
 */
 #include "roles/client_role.h"
+#include "base/big_cache.h"
 #include "base/checksum.h"
 #include "base/err.h"
 #include "base/keymap.h"
@@ -109,7 +110,7 @@ struct _pk_client_role_t {
 static uint64_t *
 s_parse_sums(const char *hex, const bool *hits, size_t n)
 {
-    uint64_t *sums = calloc(n ? n : 1, sizeof *sums);
+    uint64_t *sums = pk_big_calloc(n ? n : 1, sizeof *sums);
     for (size_t i = 0; sums && i < n; i++)
         if (hits[i]) {
             //  the codec checked the count and the alphabet
@@ -248,14 +249,14 @@ static void
 s_request_free(pk_client_role_t *self, s_request_t *r)
 {
     free(r->kv);
-    free(r->probe);
+    pk_big_free(r->probe);
     s_spare_keep(&self->spare_queued, &r->queued);
     for (size_t i = 0; i < r->nprobe_bufs; i++)
-        free(r->probe_bufs[i]);
+        pk_big_free(r->probe_bufs[i]);
     free(r->probe_bufs);
     s_spare_keep(&self->spare_sent, &r->sent);
     for (size_t i = 0; i < r->nsent_bufs; i++)
-        free(r->sent_bufs[i]);
+        pk_big_free(r->sent_bufs[i]);
     free(r->sent_bufs);
     free(r);
 }
@@ -264,7 +265,7 @@ static void
 s_lookup_free(s_lookup_t *l)
 {
     free(l->kv);
-    free(l->keys);
+    pk_big_free(l->keys);
     free(l);
 }
 
@@ -334,8 +335,11 @@ pk_client_role_probe(pk_client_role_t *self, const char *kv, const pk_key_t *key
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++)
         bytes += keys[i].len;
-    uint8_t *buf = malloc(bytes ? bytes : 1);
-    pk_key_t *probe = realloc(r->probe, (r->nprobe + n) * sizeof *probe);
+    //  (large ones from the kept blocks of base/big_cache.h: a lookup of
+    //  65,536 keys is 2 MB of key bytes and 1.5 MB of views)
+    uint8_t *buf = pk_big_alloc(bytes ? bytes : 1);
+    size_t want = (r->nprobe + n) * sizeof(pk_key_t);
+    pk_key_t *probe = r->probe ? realloc(r->probe, want) : pk_big_alloc(want);
     if (probe)
         r->probe = probe;
     uint8_t **bufs = realloc(r->probe_bufs, (r->nprobe_bufs + 1) * sizeof *bufs);
@@ -345,7 +349,7 @@ pk_client_role_probe(pk_client_role_t *self, const char *kv, const pk_key_t *key
     //  two on the way there
     s_spare_take(&self->spare_queued, &r->queued, r->nprobe + n);
     if (!buf || !probe || !bufs || pk_keymap_reserve(&r->queued, r->nprobe + n) < 0) {
-        free(buf);
+        pk_big_free(buf);
         return -ENOMEM;
     }
     size_t used = 0;
@@ -366,7 +370,7 @@ pk_client_role_probe(pk_client_role_t *self, const char *kv, const pk_key_t *key
     if (used)
         r->probe_bufs[r->nprobe_bufs++] = buf;
     else
-        free(buf);
+        pk_big_free(buf);
     if (r->nprobe)
         self->queued = true;
     return rc;
@@ -388,7 +392,7 @@ pk_client_role_flush(pk_client_role_t *self)
         for (size_t j = 0; j < n; j++)
             bytes += r->probe[j].len;
         if (!l || !(l->kv = strdup(r->kv))
-            || !(l->keys = malloc(n * sizeof *l->keys + bytes + 1))) {
+            || !(l->keys = pk_big_alloc(n * sizeof *l->keys + bytes + 1))) {
             if (l)
                 free(l->kv);
             free(l);
@@ -428,7 +432,7 @@ pk_client_role_flush(pk_client_role_t *self)
         }
         else
             for (size_t j = 0; j < r->nprobe_bufs; j++)
-                free(r->probe_bufs[j]);
+                pk_big_free(r->probe_bufs[j]);
         r->nprobe_bufs = 0;
         r->nprobe = 0;
         r->looked_up = true;
@@ -509,9 +513,9 @@ s_on_lookup_resp(pk_client_role_t *self, const pk_msg_t *m)
                        ? s_parse_reasons(m->reasons, m->hits, m->keys.count) : NULL;
     self->events.lookup_done(self->events.self, l->kv, round, asked, m->hits, sums, reasons,
                              m->keys.count);
-    free(sums);
+    pk_big_free(sums);
     free(reasons);
-    free(asked);
+    pk_big_free(asked);
     return 0;
 }
 
@@ -859,9 +863,9 @@ s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
         l->n = nhits;
         self->events.lookup_done(self->events.self, l->kv, l->round, asked, m->hits, sums,
                                  reasons, m->keys.count);
-        free(sums);
+        pk_big_free(sums);
         free(reasons);
-        free(asked);
+        pk_big_free(asked);
     }
     if (done && l->done_seen) {
         self->violation = "two transfer_done for one round";

@@ -72,8 +72,7 @@ s_send(pk_client_session_t *self, const pk_msg_t *msg, const uint8_t *target_epo
     int rc = pk_msg_encode(&m, &frame, &len, NULL);
     if (rc)
         return rc;
-    rc = self->ops.send(self->ops.self, frame, len);
-    free(frame);
+    rc = self->ops.send(self->ops.self, frame, len);     //  the op's now
     if (rc == 0)
         self->last_sent = s_now(self);
     return rc;

@@ -69,9 +69,12 @@ typedef struct {
         of the old session lands afterwards), then the socket.  Called once
         per successful open, also when open failed half-way.  */
     void (*close)(void *self);
-    /*  One encoded frame to the server: 0, or -EAGAIN when it cannot go
-        now (the socket is not connected yet).  Never blocks.  */
-    int (*send)(void *self, const char *frame, size_t len);
+    /*  One encoded frame to the server, malloc'd and given to the op,
+        which frees it whatever it returns (the client hands it to ZeroMQ
+        as it is: a lookup of 65,536 keys is a 4.4 MB frame, and a copy of
+        it was a second such block per request).  0, or -EAGAIN when it
+        cannot go now (the socket is not connected yet).  Never blocks.  */
+    int (*send)(void *self, char *frame, size_t len);
     /*  The session is UP: create what lives with it (the role).  A
         negative errno ends the session (DOWN, reconnect later).  */
     int (*up)(void *self);

@@ -1,6 +1,7 @@
 /*  json_out.c: the JSON writer of json_out.h.  */
 #include "wire/json_out.h"
 #include "wire/utf8.h"
+#include "base/big_cache.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -22,7 +23,7 @@ pk_jout_init(pk_jout_t *self, size_t hint)
 {
     self->len = 0;
     self->cap = hint < 64 ? 64 : hint;
-    self->data = malloc(self->cap);
+    self->data = pk_big_alloc(self->cap);
     self->oom = self->data == NULL;
     if (self->oom)
         self->cap = 0;
@@ -31,7 +32,7 @@ pk_jout_init(pk_jout_t *self, size_t hint)
 void
 pk_jout_free(pk_jout_t *self)
 {
-    free(self->data);
+    pk_big_free(self->data);
     self->data = NULL;
     self->len = self->cap = 0;
 }

@@ -53,13 +53,16 @@ s_close(void *arg)
 }
 
 static int
-s_send(void *arg, const char *frame, size_t len)
+s_send(void *arg, char *frame, size_t len)
 {
-    if (H->send_rc)
+    if (H->send_rc) {
+        free(frame);
         return H->send_rc;
+    }
     ck_assert_int_lt(H->nsent, 16);
     char err[PK_ERRLEN];
     ck_assert_msg(pk_msg_decode(frame, len, &H->sent[H->nsent], err) == 0, "%s", err);
+    free(frame);
     H->nsent++;
     return 0;
 }
