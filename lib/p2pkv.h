@@ -267,7 +267,9 @@ typedef void (p2pkv_progress_fn)(void *arg, size_t landed, size_t n);
 /*  Gets keys[i] into block dest[i] of the pool, as many as the server
     holds, and waits for it: looks up what is left, fetches the hits, and
     asks again while that makes progress (a server pins at most its quota
-    of blocks per session; keys beyond it answer as misses).  With fetch
+    of blocks per session; keys beyond it answer as misses), for the keys
+    whose miss may change at once: not those the server said it does not
+    hold, evicted, or cannot serve while draining.  With fetch
     false it only looks up, once.  landed[i] says which arrived (or, not
     fetching, which the server holds).  Each answer is waited for up to
     timeout seconds.  Runs on the calling thread and does not go through
@@ -360,6 +362,36 @@ int p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
                              const p2pkv_key_t *keys, const uint32_t *dest, size_t n, bool fetch,
                              double timeout, p2pkv_key_result_t *results,
                              p2pkv_progress_fn *progress, void *progress_arg, char *err);
+
+/*  A get that does not wait (symbol version P2PKV_0.5): keys[i] into
+    block dest[i] of the pool, in one message to a server that offers the
+    capability get (protocol.md section 3): it looks the keys up and
+    writes its hits, and answers once, after they landed.  Returns at
+    once, as p2pkv_client_fetch does, with *fetch_id_p (may be NULL); the
+    get ends exactly once as a fetch does, to on_fetch (or
+    p2pkv_client_fetch_status): LANDED when the server answered and every
+    hit's block landed, FAILED or ABORTED (deadline, p2pkv_client_cancel
+    of its id, p2pkv_client_finish of kv) otherwise.  Until that end,
+    results[0..n-1] and the destination blocks are the client's; at it,
+    each key's result is final, as p2pkv_client_get_results says them:
+    LANDED, CORRUPT (landed, differing from its announced checksum: the
+    get is still LANDED), MISSING with its reason, or FAILED (a hit whose
+    blocks did not land, or any key the server never answered), holder
+    server for a hit.  One batch, no more: keys beyond the server's pin
+    quota are MISSING with reason quota; ask again once gets end.  The
+    get is a round of request kv, as a fetch is: several may be in flight
+    under one request or many, and p2pkv_client_finish(kv) ends the
+    request when its gets are done (it sends nothing for gets alone).
+    deadline in seconds (0: load_timeout).  Errors (nothing sent):
+    -EINVAL (n 0 or over 65,536, a key the wire cannot carry, a key or a
+    block named twice, results NULL, or server P2PKV_ANY_SERVER, whose
+    locate blocks: use p2pkv_client_get), -ERANGE (a block outside the
+    pool), -ENOTCONN (the server is not UP), -EOPNOTSUPP (it does not
+    offer get, as one run with --gets off: take the two steps,
+    p2pkv_client_lookup then p2pkv_client_fetch), -ENOMEM.  */
+int p2pkv_client_get_async(p2pkv_client_t *self, int server, const char *kv,
+                           const p2pkv_key_t *keys, const uint32_t *dest, size_t n,
+                           double deadline, p2pkv_key_result_t *results, uint64_t *fetch_id_p);
 
 /*  What the end-to-end check has seen since the client was made.  */
 typedef struct {

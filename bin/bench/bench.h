@@ -294,6 +294,15 @@ int pkb_engine(const pkb_opts_t *o);
 int pkb_control(const pkb_opts_t *o);
 int pkb_sessions(const pkb_opts_t *o);
 int pkb_directory(const pkb_opts_t *o);     //  issue 14: against a redis-server
+/*  directory_get.c: a get by key of 32 blocks through the directory, with
+    two p2pkv-servers of url that offer get, then two run --gets off.  */
+typedef struct {
+    pkb_fig_t p50, p99;             //  ms per get
+    double messages;                //  the consumer's messages per get, servers' count
+    double redis_round_trips;       //  locate pipelines per get
+} pkb_dirget_t;
+int pkb_directory_get(const pkb_opts_t *o, const char *url, int reps, pkb_dirget_t *with_get,
+                      pkb_dirget_t *two_steps);
 int pkb_fair(const pkb_opts_t *o);          //  issue 37, point 5: the writes' fair share
 
 /*  N worker processes moving bytes at once (crowd.c): each opens (in

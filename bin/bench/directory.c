@@ -13,6 +13,8 @@
     spread over them, a third of them on two; a client of the library
     locates all 1,024 at once, again and again: latency percentiles and
     round trips per locate.
+
+    get by key: directory_get.c, with real p2pkv-servers.
 */
 #include "bench.h"
 #include "base/clock.h"
@@ -349,6 +351,9 @@ pkb_directory(const pkb_opts_t *o)
         per = pkb_fig(batch, (size_t) reps);
         rc = s_locate(o, &r, reps, &f50, &f99, &fraw, &rtt);
     }
+    pkb_dirget_t on = { 0 }, off = { 0 };
+    if (rc == 0)
+        rc = pkb_directory_get(o, r.url, reps, &on, &off);
     s_redis_stop(&r);
     if (rc)
         return 1;
@@ -364,6 +369,15 @@ pkb_directory(const pkb_opts_t *o)
            pkb_fig_str(f99, "%.3f", d, sizeof d));
     printf("    raw hiredis pipeline of the same 1024 SMEMBERS, p50 ms %s (the floor)\n",
            pkb_fig_str(fraw, "%.3f", a, sizeof a));
+    printf("  get by key: 32 x 64 KiB held by 2 servers, %d gets a run, each a locate "
+           "and a get per holder\n", o->quick ? 50 : 200);
+    const pkb_dirget_t *modes[2] = { &on, &off };
+    const char *names[2] = { "get", "two steps (--gets off)" };
+    for (int m = 0; m < 2; m++)
+        printf("    %-22s p50 ms %-24s p99 ms %-24s messages/get %.2f, redis %.2f\n",
+               names[m], pkb_fig_str(modes[m]->p50, "%.3f", a, sizeof a),
+               pkb_fig_str(modes[m]->p99, "%.3f", b, sizeof b), modes[m]->messages,
+               modes[m]->redis_round_trips);
     pkb_report_t *rep = pkb_report_new(o, NULL);
     json_t *row = pkb_report_row(rep);
     json_object_set_new(row, "measure", json_string("upkeep"));
@@ -377,6 +391,18 @@ pkb_directory(const pkb_opts_t *o)
     json_object_set_new(row, "p50_ms", pkb_fig_json(f50));
     json_object_set_new(row, "p99_ms", pkb_fig_json(f99));
     json_object_set_new(row, "raw_pipeline_p50_ms", pkb_fig_json(fraw));
+    for (int m = 0; m < 2; m++) {
+        row = pkb_report_row(rep);
+        json_object_set_new(row, "measure", json_string("get_by_key"));
+        json_object_set_new(row, "mode", json_string(m == 0 ? "get" : "two_steps"));
+        json_object_set_new(row, "keys", json_integer(32));
+        json_object_set_new(row, "block", json_integer(65536));
+        json_object_set_new(row, "p50_ms", pkb_fig_json(modes[m]->p50));
+        json_object_set_new(row, "p99_ms", pkb_fig_json(modes[m]->p99));
+        json_object_set_new(row, "messages_per_get", json_real(modes[m]->messages));
+        json_object_set_new(row, "redis_round_trips_per_get",
+                            json_real(modes[m]->redis_round_trips));
+    }
     rc = pkb_report_finish(rep);
     pkb_report_destroy(&rep);
     return rc ? 1 : 0;

@@ -39,7 +39,9 @@ static const char s_usage[] =
     "            servers\n"
     "  directory the cluster directory on a redis-server it starts: a server's\n"
     "            upkeep (key changes/s into Redis, as batches) and a locate of\n"
-    "            1,024 keys (latency percentiles, round trips)\n"
+    "            1,024 keys (latency percentiles, round trips); a get by key of\n"
+    "            32 x 64 KiB from two p2pkv-servers through it, with get and with\n"
+    "            the two steps (--gets off): latency, messages per get\n"
     "  engine    an engine's put and reserve + write + commit of 64 KiB blocks to a\n"
     "            server taking block checksums and to one without\n"
     "            (--block-checksums off), in the same repetition\n"
@@ -236,8 +238,8 @@ static const s_opt_t s_opts[] = {
     { "--seconds", O_SECONDS, S_FETCH | S_CONTROL | S_FAIR, F(seconds), 0 },
     { "--idle", O_SECONDS, S_SESSIONS, F(idle), 0 },
     { "--requests", O_UINT, S_ROLE, F(requests), UINT64_C(1) << 31 },
-    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR, F(server), 0 },
-    { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR, 0, 0 },
+    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY, F(server), 0 },
+    { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY, 0, 0 },
     { "--providers", O_NAMES, S_FETCH, F(providers), PKB_MAX_PROVIDERS },
     { "--verify-cost", O_FLAG, S_FETCH, F(verify_cost), 0 },
     { "--one-trip", O_FLAG, S_FETCH, F(one_trip), 0 },
@@ -410,7 +412,7 @@ main(int argc, char *argv[])
     if (s_parse(argc, argv, &o, &bit) || s_writable(&o, "--json", o.json)
         || s_writable(&o, "--plot", o.plot))
         return 2;
-    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE | S_FAIR))
+    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE | S_FAIR | S_DIRECTORY))
         && s_server_path(&o, path, sizeof path))
         return 2;
     pkb_procs_init();

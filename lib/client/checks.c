@@ -190,7 +190,10 @@ pk_client_fetch_check(p2pkv_client_t *c, s_server_t *s, s_fetch_t *f)
 void
 pk_client_fetch_free(s_fetch_t *f)
 {
-    if (f)
+    if (f) {
         pk_big_free(f->sums);
+        free(f->get_dest);
+        free(f->get_kv);
+    }
     free(f);
 }

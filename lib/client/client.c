@@ -108,18 +108,25 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
     if (hits && sums)
         (void) pk_client_answer_keep(s, kv, round, keys, hits, sums, n);
     //  a get's answer: its fetch takes them now, its hits' blocks having
-    //  landed or landing (checked when the round ends, before it is told)
-    if (sync && hits && sync->get_dest && sync->fetch_id) {
+    //  landed or landing (checked when the round ends, before it is told).
+    //  An asynchronous get's is its own; a waiting get's is its record's.
+    s_fetch_t *aget = pk_client_aget_find(c, s->index, kv, round);
+    const uint32_t *get_dest = aget ? aget->get_dest : NULL;
+    s_fetch_t *f = aget;
+    if (!aget && sync && sync->get_dest && sync->fetch_id) {
         pk_key_t fk = s_fetch_key(&sync->fetch_id);
         pk_keymap_entry_t *fe = pk_keymap_find(&c->fetches, &fk);
-        s_fetch_t *f = fe ? (s_fetch_t *) (uintptr_t) fe->a : NULL;
+        f = fe ? (s_fetch_t *) (uintptr_t) fe->a : NULL;
+        get_dest = sync->get_dest;
+    }
+    if (get_dest && hits) {
         size_t nhit = 0;
         pk_key_t *hk = f ? malloc((n ? n : 1) * sizeof *hk) : NULL;
         uint32_t *hd = f ? malloc((n ? n : 1) * sizeof *hd) : NULL;
         for (size_t i = 0; hk && hd && i < n; i++)
             if (hits[i]) {
                 hk[nhit] = keys[i];
-                hd[nhit++] = sync->get_dest[i];
+                hd[nhit++] = get_dest[i];
             }
         if (f && hk && hd) {
             f->blocks = nhit;
@@ -128,6 +135,11 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
         }
         free(hk);
         free(hd);
+    }
+    if (aget) {
+        pk_client_aget_answer(aget, hits, reasons, n);
+        c->ran++;
+        return;
     }
     if (sync) {
         if (hits)
@@ -229,11 +241,14 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
             bad += f->verdict[i] == PK_VERDICT_CORRUPT;
         snprintf(corrupt_why, sizeof corrupt_why, "corrupt: %zu of %zu blocks differ from the "
                  "checksums their server announced", bad, f->n);
-        if (!synced) {
+        //  an asynchronous get says it per key, as a waiting one does
+        if (!synced && !f->results) {
             st = P2PKV_FAILED;
             reason = corrupt_why;
         }
     }
+    if (f && f->results)
+        pk_client_aget_end(c, f, st);
     if (synced && f && f->verdict) {
         memcpy(sync->verdict, f->verdict, f->n);
         memcpy(sync->sums, f->sums, f->n * sizeof *f->sums);
@@ -1147,9 +1162,13 @@ s_repeats(const pk_key_t *keys, const uint32_t *dest, size_t n)
     return rep;
 }
 
-int
-pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
-                  const uint32_t *dest, size_t n, double deadline, uint64_t *fetch_id_p)
+//  A get of keys into dest, as a load (a fetch's record) whose id is
+//  *fetch_id_p; with results, an asynchronous one (get_async.c): the
+//  record keeps what its answer and end fill, and is reported as a fetch's.
+static int
+s_get_start(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+            const uint32_t *dest, size_t n, double deadline, p2pkv_key_result_t *results,
+            uint64_t *fetch_id_p)
 {
     if (n == 0 || n > PK_MAX_LIST)
         return -EINVAL;
@@ -1161,9 +1180,20 @@ pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_
     int rc = k && f ? s_keys(keys, n, k) : -ENOMEM;
     if (rc == 0 && s_repeats(k, dest, n))
         rc = -ENOTUNIQ;
+    if (rc == 0 && results) {
+        f->results = results;
+        f->get_n = n;
+        f->get_server = server;
+        f->get_dest = malloc(n * sizeof *dest);
+        f->get_kv = strdup(kv);
+        if (f->get_dest && f->get_kv)
+            memcpy(f->get_dest, dest, n * sizeof *dest);
+        else
+            rc = -ENOMEM;
+    }
     if (rc) {
         free(k);
-        free(f);
+        pk_client_fetch_free(f);
         return rc;
     }
     f->status = -EINPROGRESS;
@@ -1171,15 +1201,32 @@ pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
     uint64_t id = 0;
-    rc = s ? pk_client_role_get(s->role, kv, k, dest, n, deadline, &id) : -ENOTCONN;
+    rc = s ? 0 : -ENOTCONN;
+    if (rc == 0 && results
+        && !pk_caps_has(pk_client_session_server_caps(s->session), PK_CAP_GET))
+        rc = -EOPNOTSUPP;
+    //  an asynchronous get is reported from its record: room for it
+    //  first, so that one sent is never one the client cannot answer
+    if (rc == 0 && results
+        && pk_keymap_reserve(&self->fetches, pk_keymap_size(&self->fetches) + 1) < 0)
+        rc = -ENOMEM;
+    if (rc == 0)
+        rc = pk_client_role_get(s->role, kv, k, dest, n, deadline, &id, &f->get_round);
     if (rc == 0) {
         s->stall_floor = pk_clock_monotonic();
         f->id = id;
         pk_key_t key = s_fetch_key(&f->id);
         if (pk_keymap_put(&self->fetches, &key, (uintptr_t) f, 0) < 0)
             pk_client_fetch_free(f);
+        else if (results) {
+            f->get_next = self->agets;
+            if (self->agets)
+                self->agets->get_prev = f;
+            self->agets = f;
+        }
         f = NULL;
-        *fetch_id_p = id;
+        if (fetch_id_p)
+            *fetch_id_p = id;
     }
     pk_client_fetch_free(f);
     self->asked = pk_clock_monotonic();
@@ -1187,6 +1234,21 @@ pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_
     pthread_mutex_unlock(&self->lock);
     free(k);
     return rc;
+}
+
+int
+pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
+                  const uint32_t *dest, size_t n, double deadline, uint64_t *fetch_id_p)
+{
+    return s_get_start(self, server, kv, keys, dest, n, deadline, NULL, fetch_id_p);
+}
+
+int
+pk_client_get_async_one(p2pkv_client_t *self, int server, const char *kv,
+                        const p2pkv_key_t *keys, const uint32_t *dest, size_t n,
+                        double deadline, p2pkv_key_result_t *results, uint64_t *fetch_id_p)
+{
+    return s_get_start(self, server, kv, keys, dest, n, deadline, results, fetch_id_p);
 }
 
 //  The fetch is open on at most one server's role; one that is open

@@ -137,6 +137,17 @@ typedef struct s_fetch {
     pk_channel_t *expected;         //  the channel whose copies check its blocks
                                     //  (channel_expect), or NULL
     struct s_fetch *prev, *next;    //  ended and unread, oldest first
+    //  an asynchronous get (get_async.c), else results NULL: the caller's
+    //  results, written until the get ends, and what its answer is
+    //  matched by (its server, request and round)
+    p2pkv_key_result_t *results;
+    size_t get_n;                   //  its keys (n above counts its hits)
+    uint32_t *get_dest;             //  their blocks, copied
+    char *get_kv;
+    int get_server;
+    uint64_t get_round;
+    bool get_answered;
+    struct s_fetch *get_prev, *get_next;   //  the client's gets in flight
 } s_fetch_t;
 
 //  What p2pkv_client_get waits for: the answer to its batch's lookup and
@@ -240,6 +251,23 @@ int pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk
 bool pk_client_can_get(p2pkv_client_t *self, int server);
 int pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
                       const uint32_t *dest, size_t n, double deadline, uint64_t *fetch_id_p);
+/*  The same get, not waited for (p2pkv_client_get_async): its answer and
+    end fill results (n).  -EOPNOTSUPP when the server does not offer get
+    (nothing sent), else as pk_client_get_one.  */
+int pk_client_get_async_one(p2pkv_client_t *self, int server, const char *kv,
+                            const p2pkv_key_t *keys, const uint32_t *dest, size_t n,
+                            double deadline, p2pkv_key_result_t *results, uint64_t *fetch_id_p);
+
+/*  get_async.c, with the lock held: the get in flight on server whose
+    answer this is (request kv, round), or NULL; its answer into its
+    results (hits NULL: none came); its end (and off the list of gets in
+    flight), before it is reported.  */
+s_fetch_t *pk_client_aget_find(p2pkv_client_t *self, int server, const char *kv,
+                               uint64_t round);
+void pk_client_aget_answer(s_fetch_t *f, const bool *hits, const uint8_t *reasons, size_t n);
+void pk_client_aget_end(p2pkv_client_t *self, s_fetch_t *f, p2pkv_status_t status);
+//  get.c: a miss's pk_miss_reason_t as p2pkv_miss_reason_t
+uint8_t pk_client_public_reason(uint8_t reason);
 //  The fetch ended (landed or not): what its channel's copies found, and
 //  forgets it there.
 void pk_client_fetch_ended(s_server_t *s, s_fetch_t *f);
@@ -280,6 +308,8 @@ struct _p2pkv_client_t {
     int ran;                        //  callbacks run in the current step
     struct s_sync *syncs;           //  the gets running now, each answered here
                                     //  (a list: gets at once are few)
+    s_fetch_t *agets;               //  asynchronous gets in flight (get_async.c;
+                                    //  a list: an answer finds its get in it)
     uint64_t fetch_ids;             //  the roles draw fetch ids from it
     pk_keymap_t fetches;            //  id -> s_fetch_t
     s_fetch_t *unread_head, *unread_tail;

@@ -63,8 +63,8 @@ s_sync_wait(p2pkv_client_t *self, s_sync_t *sync, bool (*pending)(const s_sync_t
 _Static_assert(P2PKV_MISS_ABSENT == PK_MISS_ABSENT + 1
                && P2PKV_MISS_DRAINING == PK_MISS_DRAINING + 1
                && PK_MISS_DRAINING + 1 == PK_MISS_COUNT, "p2pkv_miss_reason_t follows pk's");
-static uint8_t
-s_public_reason(uint8_t reason)
+uint8_t
+pk_client_public_reason(uint8_t reason)
 {
     return reason == PK_MISS_UNKNOWN || reason >= PK_MISS_COUNT ? P2PKV_MISS_UNKNOWN
                                                                 : (uint8_t) (reason + 1);
@@ -89,7 +89,8 @@ typedef struct {
     bool fetch;
     double timeout;
     p2pkv_key_result_t *res;        //  the caller's, n
-    bool *settled;                  //  LANDED or CORRUPT: not asked again
+    bool *settled;                  //  LANDED, CORRUPT, or a miss that asking again
+                                    //  at once would not change: not asked again
     p2pkv_key_t *ask;               //  scratch, n each
     size_t *pos;
     uint32_t *to;
@@ -97,6 +98,21 @@ typedef struct {
 
 static int s_get_settle(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, size_t nhit,
                         int rc);
+
+//  A miss the server explained as one that holds for now (it does not
+//  hold the key, evicted it, or is draining) is not asked again in this
+//  get: a batch after a batch that landed something asks only what may
+//  change at once (the pin quota freed, a write landed, an older server's
+//  miss without a reason), so a get whose keys were all answered costs
+//  one round trip, not two.
+static void
+s_get_missed(s_get_t *g, size_t k, uint8_t reason)
+{
+    g->res[k].reason = pk_client_public_reason(reason);
+    g->settled[k] = g->res[k].reason == P2PKV_MISS_ABSENT
+                    || g->res[k].reason == P2PKV_MISS_EVICTED
+                    || g->res[k].reason == P2PKV_MISS_DRAINING;
+}
 
 //  One batch in one message (the server's capability get): the keys and
 //  their blocks go out together, and the one answer says which hit, after
@@ -148,7 +164,7 @@ s_get_one(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, size_t nask, size_t 
     size_t nhit = 0;
     for (size_t a = 0; sync->answered == 1 && a < nask; a++)
         if (!sync->hits[a])
-            g->res[g->pos[a]].reason = s_public_reason(sync->reasons[a]);
+            s_get_missed(g, g->pos[a], sync->reasons[a]);
         else {
             g->res[g->pos[a]].holder = g->server;
             g->ask[nhit] = g->ask[a];
@@ -211,7 +227,7 @@ s_get_batch(p2pkv_client_t *self, s_get_t *g, s_sync_t *sync, int batch, char *e
     }
     for (size_t a = 0; a < nask; a++)
         if (!sync->hits[a])
-            g->res[g->pos[a]].reason = s_public_reason(sync->reasons[a]);
+            s_get_missed(g, g->pos[a], sync->reasons[a]);
         else {
             g->res[g->pos[a]].holder = g->server;
             g->ask[nhit] = g->ask[a];
@@ -322,7 +338,7 @@ p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
     //  A server pins at most its quota of blocks per session; keys beyond
     //  it answer as misses.  So: look up what is left, fetch the hits
     //  (their pins end with the fetch), and ask again while that makes
-    //  progress.
+    //  progress, for the misses that may change (s_get_missed).
     size_t total = 0;
     for (int batch = 0; rc == 0 && total < n; batch++) {
         int got = s_get_batch(self, &g, &sync, batch, err);

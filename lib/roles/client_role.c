@@ -660,7 +660,8 @@ s_load_new(pk_client_role_t *self, const char *kv, size_t n, uint64_t round, dou
 
 int
 pk_client_role_get(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
-                   const uint32_t *dest, size_t n, double deadline, uint64_t *load_id_p)
+                   const uint32_t *dest, size_t n, double deadline, uint64_t *load_id_p,
+                   uint64_t *round_p)
 {
     if (self->cut || n == 0)
         return self->cut ? -ENOTCONN : -EINVAL;
@@ -691,6 +692,8 @@ pk_client_role_get(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
                               | PK_BIT(PK_F_BLOCK_INDEXES) | PK_BIT(PK_F_ROUND_SEQ) };
     self->sender.send(self->sender.self, &m);
     *load_id_p = l->id;
+    if (round_p)
+        *round_p = l->round;
     return 0;
 }
 

@@ -90,9 +90,11 @@ int pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t 
     checksums, the misses' reasons, as a lookup's answer), then ends the
     load as a transfer_done would, once the hits' blocks landed.  An abort
     (deadline, cancel, finish) ends it as a fetch's: no lookup_done then.
-    Errors as pk_client_role_fetch's.  */
+    Errors as pk_client_role_fetch's.  *round_p (may be NULL): the get's
+    round, which its answer's lookup_done names.  */
 int pk_client_role_get(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
-                       const uint32_t *dest, size_t n, double deadline, uint64_t *load_id_p);
+                       const uint32_t *dest, size_t n, double deadline, uint64_t *load_id_p,
+                       uint64_t *round_p);
 
 /*  Cancels load load_id: abort_fetch for its round, unless an abort went
     out already (its deadline passed) or the server answered already

@@ -582,6 +582,7 @@ s_on_get(pk_server_session_t *self, const pk_msg_t *m)
     }
     self->counters.lookups++;
     self->counters.fetches++;
+    self->counters.gets++;
     self->counters.keys += m->keys.count;
     s_timer_start(self, 'f', m->kv_request_id, m->round_seq);
     int rc = pk_server_role_on_get(self->role, m->kv_request_id, m->keys.v, m->block_indexes,

@@ -79,6 +79,8 @@ const char *pk_violation_name(pk_violation_t reason);
     M(lookups, LOOKUPS, "p2pkv_lookups_total", COUNTER, "Lookup messages", NONE) \
     M(keys, LOOKUP_KEYS, "p2pkv_lookup_keys_total", COUNTER, "Keys in lookup messages", NONE) \
     M(fetches, FETCHES, "p2pkv_fetches_total", COUNTER, "Fetch messages (rounds)", NONE) \
+    M(gets, GETS, "p2pkv_gets_total", COUNTER, \
+      "Get messages (a lookup and a fetch in one: counted in both too)", NONE) \
     M(aborts, ABORTS, "p2pkv_aborts_total", COUNTER, "Abort messages", NONE) \
     M(violations, VIOLATIONS, "p2pkv_violations_total", COUNTER, \
       "Sessions ended for a protocol violation", NONE)

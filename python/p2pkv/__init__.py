@@ -8,10 +8,11 @@
 Pure Python over the shared library libp2pkv.so.0 (ctypes); block bytes
 never cross Python.  See p2pkv(3) for the C API underneath.
 """
-from .client import Client, Fetch, Lookup, describe
+from .client import Client, Fetch, Get, Lookup, describe
 from .engine import Engine, Event
 from .errors import ConnectionRefused, Error, FetchError, Refused, Stale, Timeout
 
-__all__ = ["Client", "Fetch", "Lookup", "describe", "Engine", "Event", "Error", "FetchError",
+__all__ = ["Client", "Fetch", "Get", "Lookup", "describe", "Engine", "Event", "Error",
+           "FetchError",
            "Refused", "ConnectionRefused", "Stale", "Timeout"]
 __version__ = "0.1.0"

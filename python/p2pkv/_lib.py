@@ -157,6 +157,8 @@ _PROTOTYPES = {
     "p2pkv_client_get_results": (c_int, [_P, c_int, c_char_p, _KEYS, POINTER(c_uint32), c_size_t,
                                          c_bool, c_double, POINTER(KeyResult), PROGRESS,
                                          c_void_p, _ERR]),
+    "p2pkv_client_get_async": (c_int, [_P, c_int, c_char_p, _KEYS, POINTER(c_uint32), c_size_t,
+                                       c_double, POINTER(KeyResult), POINTER(c_uint64)]),
     "p2pkv_client_checks": (None, [_P, POINTER(CheckStats)]),
     "p2pkv_client_cancel": (c_int, [_P, c_uint64]),
     "p2pkv_client_finish": (c_int, [_P, c_int, c_char_p]),

@@ -91,6 +91,29 @@ class Fetch:
         return self.client.cancel(self.id)
 
 
+class Get(Fetch):
+    """An asynchronous get (Client.get_async): one message, one answer;
+    it ends exactly once, as a fetch does, with a result per key."""
+
+    def __init__(self, client: "Client", fetch_id: int, server: int, kv: str, results, n: int):
+        super().__init__(client, fetch_id, server, kv)
+        self._results, self._n = results, n    # written by the library until the end
+
+    def results(self) -> list[dict]:
+        """Each key's result, as Client.get_results gives them, once the get
+        ended (Error(EINPROGRESS) before)."""
+        if not self.done:
+            raise Error(errno.EINPROGRESS, f"get {self.id}: not ended yet")
+        return self.client._result_dicts(self._results[:self._n])
+
+    def wait(self, timeout: Optional[float] = None) -> list[dict]:
+        """Waits for the end: the results when it landed (a key may still be
+        missing or corrupt); FetchError when failed or aborted, Timeout when
+        still running after timeout."""
+        super().wait(timeout)
+        return self.results()
+
+
 class Client:
     """A consumer of p2pkv servers, over a pool of num_blocks * block_len
     bytes: pool=None allocates it; else any writable C-contiguous buffer
@@ -240,6 +263,33 @@ class Client:
                 f.status, f.reason = end
         return f
 
+    def get_async(self, server: int, keys: Sequence[KeyLike], blocks: Sequence[int],
+                  kv: str = "get", deadline: float = 0) -> Get:
+        """Has the server write keys[i] into pool block blocks[i], in one
+        message (p2pkv_client_get_async; the server must offer get, else
+        Error(EOPNOTSUPP): use lookup and fetch, or get).  Returns at once;
+        wait on the Get for its results, or cancel it.  Several may be in
+        flight; finish(server, kv) ends the request when they are done."""
+        ks = Keys(keys)
+        if len(blocks) != ks.n:
+            raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")
+        dest = uint32s(blocks, "blocks")
+        res = (L.KeyResult * max(ks.n, 1))()
+        fid = ctypes.c_uint64()
+        check(L.lib().p2pkv_client_get_async(self._h(), server, kv.encode(), ks.array, dest,
+                                             ks.n, deadline, res, ctypes.byref(fid)), None,
+              f"get on server {server}")
+        g = Get(self, fid.value, server, kv, res, ks.n)
+        # the client keeps the Get (and the results the library writes)
+        # until its end, whatever the caller keeps
+        with self._cond:
+            end = self._early.pop(g.id, None)
+            if end is None:
+                self._fetches[g.id] = g
+            else:
+                g.status, g.reason = end
+        return g
+
     def cancel(self, fetch_id: int) -> bool:
         """Cancels an open fetch: it ends once, as aborted, only when no
         byte of it can land any more (then its blocks may be reused).
@@ -304,7 +354,10 @@ class Client:
         "draining", or "no_holder" (the directory named none); None for
         one that did not say).  A corrupt block is a result, not an
         exception."""
-        results = self._results(server, keys, blocks, kv, fetch, timeout)
+        return self._result_dicts(self._results(server, keys, blocks, kv, fetch, timeout))
+
+    def _result_dicts(self, results) -> list[dict]:
+        """KeyResults as get_results gives them."""
         endpoints: dict[int, Optional[str]] = {}
         for r in results:
             if r.holder >= 0 and r.holder not in endpoints:

@@ -132,6 +132,50 @@ def test_cancel_ends_once_aborted_and_ids_are_checked(server):
             assert c.open_fetches == 0
 
 
+def test_get_async_several_in_flight_and_a_cancel(server):
+    """Client.get_async: one message per get (the server counts gets),
+    several in flight, each with its results once ended; one parked on a
+    key still being written is cancelled: aborted, every key failed."""
+    with p2pkv.Engine(server.local) as engine:
+        keys, datas = publish(engine, 6, seed=3)
+        absent = key_of(b"async never")
+        writing = key_of(b"async being written")
+        engine.reserve([writing])
+        before = engine.stats()["metrics"]["p2pkv_gets_total"]["total"]
+        with p2pkv.Client("py-async", 16, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            gets = [c.get_async(s, keys[0:3] + [absent], [0, 1, 2, 3], kv="ga"),
+                    c.get_async(s, keys[3:6], [4, 5, 6], kv="ga"),
+                    c.get_async(s, [keys[5], keys[0]], [7, 8], kv="gb")]
+            parked = c.get_async(s, [keys[1], writing], [9, 10], kv="gc", deadline=60)
+            with pytest.raises(p2pkv.Error) as e:
+                parked.results()
+            assert e.value.errno == errno.EINPROGRESS
+            assert parked.cancel() is True
+            res = [g.wait(30) for g in gets]
+            assert [r["status"] for r in res[0]] == ["landed"] * 3 + ["missing"]
+            assert res[0][3]["reason"] == "absent"
+            assert all(r["status"] == "landed" and r["verified"] and r["holder"] == s
+                       and r["source"] == server.endpoint for r in res[1] + res[2])
+            blocks = c.blocks()
+            for b, d in [(0, 0), (1, 1), (2, 2), (4, 3), (5, 4), (6, 5), (7, 5), (8, 0)]:
+                assert blocks[b].tobytes() == datas[d]
+            del blocks
+            with pytest.raises(p2pkv.FetchError) as fe:
+                parked.wait(30)
+            assert fe.value.status == "aborted"
+            assert [r["status"] for r in parked.results()] == ["failed", "failed"]
+            for kv in ("ga", "gb", "gc"):
+                c.finish(s, kv)
+            assert c.open_fetches == 0
+        # one get message each, and the published counts follow the answers
+        deadline = time.monotonic() + 60
+        while engine.stats()["metrics"]["p2pkv_gets_total"]["total"] - before < 4:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert engine.stats()["metrics"]["p2pkv_gets_total"]["total"] - before == 4
+
+
 def test_errors_carry_the_reason(server):
     with pytest.raises(p2pkv.Error) as e:
         p2pkv.Engine("ipc:///tmp/p2pkv-py-nobody.sock", timeout=0.5)

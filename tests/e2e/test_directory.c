@@ -1209,6 +1209,146 @@ START_TEST(test_record_providers_and_host_id)
 }
 END_TEST
 
+//  A server's counts of get, lookup and fetch messages, from one answer
+//  of its stats (a get counts in all three at once).
+typedef struct {
+    json_int_t gets, lookups, fetches;
+} s_msgs_t;
+
+static s_msgs_t
+s_msgs(td_t *s)
+{
+    json_t *st = td_stats_json(s);
+    json_t *m = json_object_get(st, "metrics");
+    s_msgs_t out = {
+        json_integer_value(json_object_get(json_object_get(m, "p2pkv_gets_total"), "total")),
+        json_integer_value(json_object_get(json_object_get(m, "p2pkv_lookups_total"), "total")),
+        json_integer_value(json_object_get(json_object_get(m, "p2pkv_fetches_total"), "total"))
+    };
+    json_decref(st);
+    return out;
+}
+
+//  A server's counts since before, once it has counted at least one get
+//  (or, gets false, once fetches passed lookups: the two steps' terminal
+//  fetch goes out after the get returned), within BOUND.
+static s_msgs_t
+s_msgs_since(td_t *s, s_msgs_t before, bool gets)
+{
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (true) {
+        s_msgs_t now = s_msgs(s);
+        now.gets -= before.gets;
+        now.lookups -= before.lookups;
+        now.fetches -= before.fetches;
+        if ((gets ? now.gets >= 1 : now.fetches > now.lookups)
+            || pk_clock_monotonic() >= deadline)
+            return now;
+        zclock_sleep(10);
+    }
+}
+
+//  Issue 37, point 1: a get through the directory sends one get message
+//  to each holder that offers the capability, and takes the two steps
+//  with one run with --gets off.  a (gets) holds keys 0..15, b (--gets
+//  off) 16..35; 32..35 are listed for a too (stale: a evicted them), and
+//  36 for a only, held by no one.  Every key held lands from the holder
+//  that has it (its source), whichever of a and b was asked first for
+//  32..35 (a's miss fails over to b); 36 is missing as a says why
+//  (absent), its entry corrected.  a counts only gets (each one lookup
+//  and one fetch, no lookup alone), b only lookups and fetches.  Then the
+//  daemon's pull by directory (the engine's pull with no server, on c)
+//  asks a with gets too.
+START_TEST(test_any_server_gets_in_one_message)
+{
+    tr_redis_t r;
+    tr_redis_start(&r, 0);
+    td_t a, b, c;
+    s_server(&a, "dir-get-a", &r);
+    td_start(&b, (const char *[]) { "--peer-id", "dir-get-b", "--directory", r.url,
+                                    "--gets", "off", NULL });
+    s_server(&c, "dir-get-puller", &r);
+    enum { N = 37, STALE = 32, NOWHERE = 36 };
+    s_set_t set;
+    s_set_make(&set, N, 23);
+    size_t want[N];
+    char name[256];
+    for (size_t i = 0; i < N; i++) {
+        want[i] = i >= STALE && i < NOWHERE ? 2 : 1;
+        if (i < 16)
+            s_put(&a, &set, i);
+        else if (i < NOWHERE)
+            s_put(&b, &set, i);
+        if (i >= STALE) {
+            s_key_name(&set.keys[i], name);
+            ck_assert_int_eq(s_int(&r, "SADD %s %s", name, "dir-get-a"), 1);
+        }
+    }
+    s_found_t f = { 0 };
+    p2pkv_client_t *cl = s_client("dir-get-consumer", &r, N);
+    s_wait_counts(cl, &set, want, &f);
+    s_msgs_t a0 = s_msgs(&a), b0 = s_msgs(&b);
+    uint32_t dest[N];
+    p2pkv_key_result_t res[N];
+    for (size_t i = 0; i < N; i++)
+        dest[i] = (uint32_t) i;
+    char err[P2PKV_ERRLEN] = "";
+    int got = p2pkv_client_get_results(cl, P2PKV_ANY_SERVER, "any", set.keys, dest, N, true, 5,
+                                       res, NULL, NULL, err);
+    ck_assert_msg(got == N - 1, "got %d of %d: %s", got, N - 1, err);
+    const uint8_t *pool = p2pkv_client_pool(cl);
+    for (size_t i = 0; i < N; i++) {
+        if (i == NOWHERE) {
+            ck_assert_int_eq(res[i].status, P2PKV_KEY_MISSING);
+            ck_assert_msg(res[i].reason == P2PKV_MISS_ABSENT, "reason %s",
+                          p2pkv_miss_reason_name(res[i].reason));
+            continue;
+        }
+        ck_assert_msg(res[i].status == P2PKV_KEY_LANDED, "key %zu: %d", i, res[i].status);
+        ck_assert(res[i].verified);
+        char from[256] = "";
+        ck_assert_int_eq(p2pkv_client_server_endpoint(cl, res[i].holder, from, sizeof from), 0);
+        ck_assert_msg(strcmp(from, i < 16 ? a.endpoint : b.endpoint) == 0, "key %zu from %s",
+                      i, from);
+        ck_assert_msg(memcmp(pool + i * BLOCK, set.data + i * BLOCK, BLOCK) == 0,
+                      "block %zu differs", i);
+    }
+    s_key_name(&set.keys[NOWHERE], name);
+    ck_assert_int_eq(s_int(&r, "SISMEMBER %s %s", name, "dir-get-a"), 0);
+    ck_assert_uint_eq(s_stats(cl).failovers, 0);
+    //  a: gets only (each a lookup and a fetch); b: the two steps
+    s_msgs_t da = s_msgs_since(&a, a0, true), db = s_msgs_since(&b, b0, false);
+    ck_assert_int_ge(da.gets, 1);
+    ck_assert_int_eq(da.lookups, da.gets);
+    ck_assert_int_eq(da.fetches, da.gets);
+    ck_assert_int_eq(db.gets, 0);
+    ck_assert_int_ge(db.lookups, 1);
+    ck_assert_int_gt(db.fetches, db.lookups);
+
+    //  the daemon's pull by directory: c gets keys 0..15 from a, in gets
+    a0 = s_msgs(&a);
+    uint64_t id;
+    p2pkv_engine_t *engine = td_api(&c);
+    ck_assert_int_eq(p2pkv_engine_pull(engine, NULL, set.keys, 16, &id, NULL, NULL, err), 0);
+    p2pkv_engine_event_t ev = { 0 };
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (ev.kind != P2PKV_EVENT_PULL || ev.id != id) {
+        ck_assert(pk_clock_monotonic() < deadline);
+        ck_assert_int_eq(p2pkv_engine_next_event(engine, BOUND, &ev), 0);
+    }
+    ck_assert_msg(ev.landed == 16 && ev.missing == 0, "%s", ev.reason);
+    da = s_msgs_since(&a, a0, true);
+    ck_assert_int_ge(da.gets, 1);
+    ck_assert_int_eq(da.lookups, da.gets);
+    ck_assert_int_eq(da.fetches, da.gets);
+    s_consumer_end(&cl, &f, &set);
+    ck_assert_int_eq(td_stop(&a), 0);
+    ck_assert_int_eq(td_stop(&b), 0);
+    ck_assert_int_eq(td_stop(&c), 0);
+    tr_redis_stop(&r);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1222,6 +1362,7 @@ main(void)
     TCase *tc = td_case(suite, "redis", 120);
     tcase_add_test(tc, test_record_providers_and_host_id);
     tcase_add_test(tc, test_three_servers_fetch_by_key);
+    tcase_add_test(tc, test_any_server_gets_in_one_message);
     tcase_add_test(tc, test_holder_killed_mid_get);
     tcase_add_test(tc, test_ttl_setting_ends_a_killed_holder);
     tcase_add_test(tc, test_redis_stopped_and_restarted);

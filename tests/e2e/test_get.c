@@ -158,7 +158,7 @@ s_get_and_check(td_t *s, json_int_t want)
     const char *caps = json_string_value(json_object_get(json_object_get(stats, "capabilities"),
                                                          "c-get"));
     ck_assert_ptr_nonnull(caps);
-    ck_assert_msg((strstr(caps, "get") != NULL) == (fetches == 2), "capabilities: %s", caps);
+    ck_assert_msg((strstr(caps, "get") != NULL) == (fetches == 1), "capabilities: %s", caps);
     json_decref(stats);
     p2pkv_client_destroy(&c);
 }
@@ -167,9 +167,9 @@ START_TEST(test_get_in_one_message)
 {
     td_t s;
     s_server(&s, NULL);
-    //  two batches (the second asks the missing X again, as the two steps
-    //  do), each one get: the server counts one fetch for each
-    s_get_and_check(&s, 2);
+    //  one batch, one get: the server counts one fetch (X, absent, is not
+    //  asked again: its miss holds for now)
+    s_get_and_check(&s, 1);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -178,9 +178,9 @@ START_TEST(test_get_without_the_capability)
 {
     td_t s;
     s_server(&s, (const char *const[]) { "--gets", "off", NULL });
-    //  the two steps: the fetch of the hits and the terminal fetch, then
-    //  the second batch's terminal fetch (X missing: nothing to fetch)
-    s_get_and_check(&s, 3);
+    //  the two steps: the fetch of the hits and the terminal fetch (X,
+    //  absent, is not asked again)
+    s_get_and_check(&s, 2);
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -295,6 +295,223 @@ START_TEST(test_get_deadline)
 }
 END_TEST
 
+//  ---------------------------------------------------------------------------
+//  p2pkv_client_get_async: the engine's own loop drives the client (no
+//  progress thread; p2pkv_client_poll), the ends come to on_fetch.
+
+#define S_MAX_ENDS 16
+
+typedef struct {
+    size_t n;
+    uint64_t id[S_MAX_ENDS];
+    p2pkv_status_t status[S_MAX_ENDS];
+} s_ends_t;
+
+static void
+s_on_fetch(void *arg, int server, uint64_t fetch_id, p2pkv_status_t status, const char *reason)
+{
+    (void) server;
+    (void) reason;
+    s_ends_t *e = arg;
+    ck_assert_uint_lt(e->n, S_MAX_ENDS);
+    e->id[e->n] = fetch_id;
+    e->status[e->n++] = status;
+}
+
+static p2pkv_client_t *
+s_loop_client(td_t *s, s_ends_t *ends, int *server_p)
+{
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_config_t cfg = { .peer_id = "c-async", .fingerprint = TD_FINGERPRINT,
+                           .hash_seed = TD_HASH_SEED, .provider = "tcp", .node = "127.0.0.1",
+                           .load_timeout = 30, .abort_ack_timeout = 30,
+                           .keepalive_interval = 0.3 };
+    p2pkv_callbacks_t cb = { .arg = ends, .on_fetch = s_on_fetch };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, cb, err);
+    ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
+    *server_p = p2pkv_client_connect(c, s->endpoint, BOUND, err);
+    ck_assert_msg(*server_p >= 0, "connect: %s", err);
+    return c;
+}
+
+//  The end of id, polled for up to BOUND: its status.
+static p2pkv_status_t
+s_end_of(p2pkv_client_t *c, s_ends_t *e, uint64_t id)
+{
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (pk_clock_monotonic() < deadline) {
+        for (size_t i = 0; i < e->n; i++)
+            if (e->id[i] == id)
+                return e->status[i];
+        p2pkv_client_poll(c, 0.05);
+    }
+    ck_abort_msg("get %llu never ended", (unsigned long long) id);
+    return P2PKV_FAILED;
+}
+
+//  Three gets in flight at once, two under one request, each with the
+//  absent X among its keys: one get message each (the server counts
+//  three gets, three lookups and three fetches: no second step), every
+//  hit landed and checked into its own block, X missing as absent.
+START_TEST(test_get_async_several_in_flight)
+{
+    td_t s;
+    s_server(&s, NULL);
+    s_ends_t ends = { 0 };
+    int server;
+    p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
+    json_int_t gets0 = td_stat(&s, "metrics.p2pkv_gets_total.total");
+    json_int_t lookups0 = td_stat(&s, "metrics.p2pkv_lookups_total.total");
+    json_int_t fetches0 = s_fetches(&s);
+    enum { G = 3, N = 3 };
+    const char *kv[G] = { "ga", "ga", "gb" };
+    int data[G][N] = { { 0, X, 1 }, { 2, 3, X }, { X, 3, 0 } };
+    p2pkv_key_result_t res[G][N];
+    uint64_t id[G];
+    for (int g = 0; g < G; g++) {
+        p2pkv_key_t keys[N];
+        uint32_t dest[N];
+        for (int i = 0; i < N; i++) {
+            keys[i] = s_keys[data[g][i]];
+            dest[i] = (uint32_t) (10 + g * N + i);
+        }
+        ck_assert_int_eq(p2pkv_client_get_async(c, server, kv[g], keys, dest, N, 0, res[g],
+                                                &id[g]), 0);
+    }
+    ck_assert_uint_eq(p2pkv_client_open_fetches(c), G);
+    for (int g = 0; g < G; g++)
+        ck_assert_int_eq(s_end_of(c, &ends, id[g]), P2PKV_LANDED);
+    ck_assert_uint_eq(ends.n, G);       //  each once
+    const uint8_t *pool = p2pkv_client_pool(c);
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < N; i++) {
+            p2pkv_key_result_t *r = &res[g][i];
+            size_t b = (size_t) (10 + g * N + i);
+            if (data[g][i] == X) {
+                ck_assert_int_eq(r->status, P2PKV_KEY_MISSING);
+                ck_assert_msg(r->reason == P2PKV_MISS_ABSENT, "reason %s",
+                              p2pkv_miss_reason_name(r->reason));
+                ck_assert_int_eq(r->holder, -1);
+                ck_assert_int_eq(pool[b * BLOCK], 0);
+                continue;
+            }
+            ck_assert_msg(r->status == P2PKV_KEY_LANDED, "get %d key %d: %d", g, i, r->status);
+            ck_assert(r->verified);
+            ck_assert_uint_ne(r->checksum, 0);
+            ck_assert_int_eq(r->holder, server);
+            ck_assert_msg(memcmp(pool + b * BLOCK, s_data[data[g][i]], BLOCK) == 0,
+                          "get %d: block of key %d", g, data[g][i]);
+        }
+    ck_assert_int_eq(p2pkv_client_finish(c, server, "ga"), 0);
+    ck_assert_int_eq(p2pkv_client_finish(c, server, "gb"), 0);
+    //  the server publishes its counts after the answers went out
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (td_stat(&s, "metrics.p2pkv_gets_total.total") - gets0 < G
+           && pk_clock_monotonic() < deadline)
+        p2pkv_client_poll(c, 0.01);
+    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_gets_total.total") - gets0, G);
+    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_lookups_total.total") - lookups0, G);
+    ck_assert_int_eq(s_fetches(&s) - fetches0, G);
+    ck_assert_msg(s_unpinned(&s, BOUND), "the server still pins blocks");
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  Gets parked on P (the server's lookup deadline far away), K0 a hit
+//  among them: one cancelled by its id, one by a finish of its request.
+//  Each ends once, ABORTED, well before the abort-ack timeout; every key
+//  FAILED, nothing written, the pins let go, and a get after them lands.
+//  Then what is refused before anything is sent.
+START_TEST(test_get_async_cancelled)
+{
+    td_t s;
+    s_server(&s, (const char *const[]) { "--lookup-timeout", "120", NULL });
+    s_ends_t ends = { 0 };
+    int server;
+    p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
+    p2pkv_key_t keys[2] = { s_keys[0], s_keys[P] };
+    p2pkv_key_result_t res[2][2];
+    uint64_t id[2];
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "held-a", keys, (uint32_t[]) { 20, 21 },
+                                            2, 0, res[0], &id[0]), 0);
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "held-b", keys, (uint32_t[]) { 22, 23 },
+                                            2, 0, res[1], &id[1]), 0);
+    //  both reach the server and park on P with K0 pinned
+    double t0 = pk_clock_monotonic(), deadline = t0 + BOUND;
+    while ((td_stats(td_api(&s)).pinned == 0
+            || td_stat(&s, "metrics.p2pkv_gets_total.total") < 2)
+           && pk_clock_monotonic() < deadline)
+        p2pkv_client_poll(c, 0.01);
+    ck_assert_msg(td_stats(td_api(&s)).pinned > 0, "the gets never pinned K0");
+    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_gets_total.total"), 2);
+    ck_assert_int_eq(ends.n, 0);
+    ck_assert_int_eq(p2pkv_client_cancel(c, id[0]), 0);
+    ck_assert_int_eq(p2pkv_client_cancel(c, id[0]), -EINPROGRESS);
+    ck_assert_int_eq(p2pkv_client_finish(c, server, "held-b"), 0);
+    for (int g = 0; g < 2; g++) {
+        ck_assert_int_eq(s_end_of(c, &ends, id[g]), P2PKV_ABORTED);
+        for (int i = 0; i < 2; i++) {
+            ck_assert_int_eq(res[g][i].status, P2PKV_KEY_FAILED);
+            ck_assert_int_eq(res[g][i].holder, -1);
+        }
+    }
+    ck_assert_msg(pk_clock_monotonic() - t0 < 20, "the aborts were not acknowledged");
+    ck_assert_int_eq(p2pkv_client_cancel(c, id[0]), -EALREADY);
+    ck_assert_int_eq(p2pkv_client_open_fetches(c), 0);
+    ck_assert_int_eq(p2pkv_client_server_state(c, server, NULL), P2PKV_SERVER_UP);
+    ck_assert_msg(s_unpinned(&s, BOUND), "the server still pins K0");
+    uint8_t zero[BLOCK] = { 0 };
+    for (size_t b = 20; b < 24; b++)
+        ck_assert_msg(memcmp(p2pkv_client_pool(c) + b * BLOCK, zero, BLOCK) == 0,
+                      "block %zu of a cancelled get was written", b);
+    (void) p2pkv_client_finish(c, server, "held-a");
+    //  the session serves on
+    uint64_t after;
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "after", s_keys, (uint32_t[]) { 30 }, 1,
+                                            0, res[0], &after), 0);
+    ck_assert_int_eq(s_end_of(c, &ends, after), P2PKV_LANDED);
+    ck_assert_int_eq(res[0][0].status, P2PKV_KEY_LANDED);
+    //  refused, nothing sent
+    uint64_t none;
+    p2pkv_key_t twice[2] = { s_keys[0], s_keys[0] };
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "bad", twice, (uint32_t[]) { 1, 2 }, 2,
+                                            0, res[0], &none), -EINVAL);
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "bad", keys, (uint32_t[]) { 1, 1 }, 2, 0,
+                                            res[0], &none), -EINVAL);
+    ck_assert_int_eq(p2pkv_client_get_async(c, P2PKV_ANY_SERVER, "bad", keys,
+                                            (uint32_t[]) { 1, 2 }, 2, 0, res[0], &none),
+                     -EINVAL);
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "bad", keys, (uint32_t[]) { 1, 64 }, 2,
+                                            0, res[0], &none), -ERANGE);
+    ck_assert_int_eq(p2pkv_client_get_async(c, server + 1, "bad", keys, (uint32_t[]) { 1, 2 },
+                                            2, 0, res[0], &none), -ENOTCONN);
+    ck_assert_int_eq(p2pkv_client_open_fetches(c), 0);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  A server run with --gets off: the asynchronous get is refused, saying
+//  so (the caller takes the two steps), and nothing reaches the server.
+START_TEST(test_get_async_without_the_capability)
+{
+    td_t s;
+    s_server(&s, (const char *const[]) { "--gets", "off", NULL });
+    s_ends_t ends = { 0 };
+    int server;
+    p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
+    p2pkv_key_result_t res[1];
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "g", s_keys, (uint32_t[]) { 3 }, 1, 0,
+                                            res, &id), -EOPNOTSUPP);
+    ck_assert_int_eq(p2pkv_client_open_fetches(c), 0);
+    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_lookups_total.total"), 0);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -310,5 +527,8 @@ main(void)
     tcase_add_test(tc, test_get_pending_miss);
     tcase_add_test(tc, test_get_cancelled);
     tcase_add_test(tc, test_get_deadline);
+    tcase_add_test(tc, test_get_async_several_in_flight);
+    tcase_add_test(tc, test_get_async_cancelled);
+    tcase_add_test(tc, test_get_async_without_the_capability);
     return td_run_and_sweep("get", suite);
 }

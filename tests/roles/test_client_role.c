@@ -699,12 +699,13 @@ START_TEST(test_get_one_message)
 {
     pk_key_t keys[3] = { K(4), K(5), K(6) };
     uint32_t dest[3] = { 7, 8, 9 };
-    uint64_t id = 0;
-    ck_assert_int_eq(pk_client_role_get(H->role, "g1", keys, dest, 3, 0, &id), 0);
+    uint64_t id = 0, named = 0;
+    ck_assert_int_eq(pk_client_role_get(H->role, "g1", keys, dest, 3, 0, &id, &named), 0);
     ck_assert_int_eq(H->nsent, 1);
     ck_assert_int_eq(H->sent[0].type, PK_MSG_GET);
     ck_assert_uint_eq(H->sent[0].n, 3);
     uint64_t round = H->sent[0].round;
+    ck_assert_uint_eq(named, round);        //  what its answer's lookup_done will name
     ck_assert_int_eq(s_deliver(s_done("g1", round, true, 3)), 0);
     ck_assert_int_eq(H->lookups_done + H->ndone, 0);
     //  hits for the get's 3 keys (bits 0 and 2), as the decoder leaves them
