@@ -425,14 +425,31 @@ s_self_destroy(self_t **self_p)
     *self_p = NULL;
 }
 
+//  Before a frame: what the channel has to say first.  A lending
+//  consumer (capability lend) reports its copies on the channel before it
+//  sends its next frame, so reading the report here releases the lent
+//  blocks' pins before that frame looks keys up: back to back gets of
+//  the same blocks then never find them pinned (their quota full, a
+//  miss).  A recv that finds nothing, only while transfers are open.
+static void
+s_channel_first(self_t *self)
+{
+    if (pk_server_session_has_inflight(self->session)) {
+        pk_channel_progress(self->peer->channel);
+        pk_server_session_tick(self->session);
+    }
+}
+
 static void
 s_on_frame(self_t *self, zmsg_t *msg)
 {
     zframe_t *f = zmsg_pop(msg);
     atomic_fetch_add(&self->peer->consumed, 1);
     atomic_fetch_add(&self->peer->consumed_bytes, f ? zframe_size(f) : 0);
-    if (f)
+    if (f) {
+        s_channel_first(self);
         pk_server_session_on_frame(self->session, zframe_data(f), zframe_size(f));
+    }
     zframe_destroy(&f);
 }
 
@@ -647,6 +664,7 @@ pk_peer_try_frame(pk_peer_t *peer, const void *frame, size_t len)
         && !pk_server_session_reason(self->session)[0]) {
         pk_server_session_t *session = self->session;
         self->on_door = true;
+        s_channel_first(self);
         pk_server_session_on_frame(session, frame, len);
         s_self_step(self);
         self->on_door = false;
@@ -834,13 +852,18 @@ const char *
 pk_peer_caps(const pk_peer_t *self)
 {
     static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
-                                         PK_CAP_GET };
+                                         PK_CAP_GET, PK_CAP_LEND };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (self->connect && pk_caps_has(self->connect->caps, words[i])
             //  in use only where both list it: --gets off offers no get
-            && !(strcmp(words[i], PK_CAP_GET) == 0 && self->env->config->no_gets))
+            && !(strcmp(words[i], PK_CAP_GET) == 0 && self->env->config->no_gets)
+            //  lend: gets offered, over a channel that lends, no scheduler
+            //  between (the session's own test, server_session.c)
+            && !(strcmp(words[i], PK_CAP_LEND) == 0
+                 && (self->env->config->no_gets || self->env->sched || !self->channel
+                     || !pk_channel_transport(self->channel).lend)))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);
     return out;

@@ -32,9 +32,14 @@ typedef struct {
     bool reasons;               //  lookup answers say why each miss is one (the
                                 //  consumer's capability `reasons`); misses are
                                 //  counted by reason either way
+    bool lend;                  //  a get's hits are lent, not written, where the
+                                //  transport lends (capability lend, both
+                                //  sides): its get_resp names their blocks and
+                                //  goes at once; the round ends at the
+                                //  consumer's report (protocol.md section 7)
 } pk_server_role_config_t;
 
-#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false }
+#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false, false }
 
 typedef struct {
     size_t requests;            //  live requests (kept ones not counted)

@@ -202,7 +202,7 @@ s_setup(void)
     H->inner = pk_memtransport_iface(H->mem);
     H->role = pk_server_role_new("peer", NULL, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
                                                  s_result, s_sums, s_why });
     ck_assert_ptr_nonnull(H->role);
@@ -1034,7 +1034,7 @@ s_role_with_reasons(bool reasons)
     config.reasons = reasons;
     H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
                                                  s_result, s_sums, s_why });
     ck_assert_ptr_nonnull(H->role);
