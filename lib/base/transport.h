@@ -235,7 +235,8 @@ typedef struct pk_transport_ops {
         them as channel_expect asked, counts them for the round
         (channel_landed), and reports to the server what it copied, which
         unpins them there.  A block copied while the server cut the
-        channel off is not counted.  Returns the blocks counted, or
+        channel off is not counted.  n 0: nothing is copied, the report
+        alone goes (an answer nobody waits for).  Returns the blocks counted, or
         -EINVAL when an index is outside either pool (nothing copied), or
         -ENOTCONN.  */
     int64_t (*channel_lend_copy)(pk_channel_t *channel, uint64_t round_seq,

@@ -599,6 +599,11 @@ s_session_deliver(void *arg, const pk_msg_t *msg, const char **why)
     s->lent = lent ? msg : NULL;
     s->lend_bad = false;
     int rc = pk_client_role_on_message(s->role, msg);
+    //  an answer no get took (its load ended, cancelled, before it came):
+    //  the server still pins its blocks, so it is told at once that
+    //  nothing was copied, rather than finding out at its stall timeout
+    if (s->lent && s->channel)
+        (void) pk_channel_lend_copy(s->channel, msg->round_seq, NULL, NULL, 0);
     s->lent = NULL;
     if (rc == 0 && s->lend_bad) {
         *why = "a get_resp whose sources name a block outside the server's pool";

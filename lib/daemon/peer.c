@@ -75,8 +75,6 @@ typedef struct {
     bool draining, quitting, terminated;
     double quit_deadline;
     int idle_look;                  //  ms between looks while nothing runs
-    bool lends;                     //  the channel lends (mmap): its fd is watched
-    bool watching;                  //  the wait under way watches the channel's fd
 } self_t;
 
 //  While nothing runs or is parked, the session's only clocks are its
@@ -87,6 +85,12 @@ typedef struct {
 //  late, and an idle session wakes less than once a second by default,
 //  not twenty times (at a 50 ms look, 256 idle sessions cost 35% of a
 //  core).  Frames wake the actor at once whatever the look.
+//  How often an actor looks at its channel while only lent transfers are
+//  out (design.md, "A get over mmap lends its blocks"): their reports
+//  wake nobody, so this bounds how long a copied block stays pinned after
+//  a consumer's last get (its next frame reads them sooner).
+#define S_LENT_LOOK_MS 5
+
 static int
 s_idle_look_ms(const pk_server_config_t *c)
 {
@@ -397,9 +401,6 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
         goto fail_fair;
     }
     pk_server_session_set_latency(self->session, s_latency, env->metrics);
-    //  lends where the write path does (no scheduler between) and the
-    //  channel has a wait fd
-    self->lends = path.lend && pk_channel_wait_fd(peer->channel) >= 0;
     pk_server_session_set_room(self->session, s_actor_room, self);
     self->idle_look = s_idle_look_ms(env->config);
     return self;
@@ -588,22 +589,22 @@ s_wait(self_t *self, bool *pipe)
 {
     pk_server_session_t *session = self->session;
     bool inflight = pk_server_session_has_inflight(session);
+    //  lent transfers only (capability lend): the consumer's reports are
+    //  read at the session's next frame, and at a look every
+    //  S_LENT_LOOK_MS; they wake nobody (design.md, "A get over mmap
+    //  lends its blocks")
+    bool writes = pk_server_session_has_writes(session);
     //  blocks waiting for the scheduler's grant: it comes from another
     //  session's thread, unannounced, so look again soon (a spin)
     bool queued = self->fair && pk_fair_channel_queued(self->fair) > 0;
-    //  A lending channel (mmap) is watched whatever runs: its fd is
-    //  readable only when the consumer said something (a LENT report), so
-    //  an idle wait costs nothing, and a lent get run by the door needs no
-    //  WAKE to be heard of (pk_peer_try_frame).
-    bool on_channel = (inflight || self->lends) && !queued && s_sleep_on_channel(self);
+    bool on_channel = writes && !queued && s_sleep_on_channel(self);
     zmq_pollitem_t items[2] = {
         { zsock_resolve(self->pipe), 0, ZMQ_POLLIN, 0 },
         { NULL, on_channel ? pk_channel_wait_fd(self->peer->channel) : -1,
           ZMQ_POLLIN, 0 }
     };
-    long timeout = on_channel ? 10 : inflight ? 0
+    long timeout = on_channel ? 10 : writes || queued ? 0 : inflight ? S_LENT_LOOK_MS
                    : pk_server_session_has_parked(session) ? 2 : self->idle_look;
-    self->watching = on_channel;
     pthread_mutex_unlock(&self->peer->lock);
     int rc = zmq_poll(items, on_channel ? 2 : 1, timeout);
     //  A spin gives the core away after each empty look (free when nobody
@@ -613,7 +614,6 @@ s_wait(self_t *self, bool *pipe)
     if (rc == 0 && timeout == 0)
         sched_yield();
     pthread_mutex_lock(&self->peer->lock);
-    self->watching = false;
     *pipe = rc > 0 && (items[0].revents & ZMQ_POLLIN);
     return rc >= 0 || zmq_errno() == EINTR;
 }
@@ -679,11 +679,11 @@ pk_peer_try_frame(pk_peer_t *peer, const void *frame, size_t len)
         pk_server_session_on_frame(session, frame, len);
         s_self_step(self);
         self->on_door = false;
-        //  transfers out wake the actor, unless it watches the channel
-        //  already (a lending one): the consumer's report then wakes it,
-        //  and the stall clock is looked at within its idle look
-        rc = (pk_server_session_has_inflight(session) && !self->watching)
-             || pk_server_session_has_parked(session) || pk_server_session_reason(session)[0];
+        //  writes out wake the actor; lent transfers do not (their
+        //  reports are read at the next frame, or the actor's next look,
+        //  and so is their stall clock)
+        rc = pk_server_session_has_writes(session) || pk_server_session_has_parked(session)
+             || pk_server_session_reason(session)[0];
     }
     pthread_mutex_unlock(&peer->lock);
     return rc;

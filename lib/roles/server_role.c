@@ -64,6 +64,7 @@ struct s_xfer {
     size_t blocks;
     s_job_t **jobs;
     size_t njobs;
+    bool lent;                      //  transport.lend's: the consumer copies it
     s_xfer_t *prev, *next;          //  the round's transfers
 };
 
@@ -193,6 +194,7 @@ typedef struct {
 } s_result_t;
 
 struct _pk_server_role_t {
+    size_t lent_inflight;           //  transfers in xfers that are lent (config.lend)
     char *peer_id;
     pk_server_role_config_t config;
     pk_clock_t clock;
@@ -758,6 +760,7 @@ s_xfer_release(pk_server_role_t *self, s_xfer_t *x)
     if (x->next)
         x->next->prev = x->prev;
     r->inflight--;
+    self->lent_inflight -= x->lent;
     free(x);
 }
 
@@ -912,6 +915,8 @@ s_submit(pk_server_role_t *self, s_round_t *r, size_t npairs, size_t njobs)
     x->round = r;
     x->blocks = npairs;
     x->njobs = njobs;
+    x->lent = lend;
+    self->lent_inflight += lend;
     memcpy(x->jobs, self->wjobs, njobs * sizeof *x->jobs);
     x->next = r->xfers;
     if (r->xfers)
@@ -2111,6 +2116,12 @@ bool
 pk_server_role_has_inflight(const pk_server_role_t *self)
 {
     return pk_keymap_size(&self->xfers) > 0;
+}
+
+bool
+pk_server_role_has_writes(const pk_server_role_t *self)
+{
+    return pk_keymap_size(&self->xfers) > self->lent_inflight;
 }
 
 bool

@@ -133,6 +133,9 @@ int pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njob
                          size_t *owed_p);
 
 bool pk_server_role_has_inflight(const pk_server_role_t *self);
+/*  Transfers in flight that are writes, not lent (config.lend): only
+    those need their owner watching the channel for completions.  */
+bool pk_server_role_has_writes(const pk_server_role_t *self);
 /*  Lookups wait for keys the engine is still writing: they are resolved
     when the serve window runs, so it should run often.  */
 bool pk_server_role_has_parked(const pk_server_role_t *self);

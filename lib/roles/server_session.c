@@ -728,6 +728,12 @@ pk_server_session_has_inflight(const pk_server_session_t *self)
 }
 
 bool
+pk_server_session_has_writes(const pk_server_session_t *self)
+{
+    return self->role && pk_server_role_has_writes(self->role);
+}
+
+bool
 pk_server_session_has_parked(const pk_server_session_t *self)
 {
     return self->role && pk_server_role_has_parked(self->role);

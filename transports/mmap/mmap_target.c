@@ -303,7 +303,7 @@ pk_mmap_channel_lend_copy(pk_channel_t *channel, uint64_t round_seq, const uint3
     for (size_t i = 0; i < n; i++)
         pairs[i] = (pk_copy_pair_t) { src[i], dst[i] };
     size_t landed = 0;
-    if (!atomic_load(&self->ctrl->closed)) {
+    if (n && !atomic_load(&self->ctrl->closed)) {
         pk_copy_check_t check = { s_check_wants, s_check_found, self };
         landed = pk_copier_run(self->fabric->copier, self->fabric->base, self->src, pairs, n,
                                self->fabric->block_len, &self->ctrl->closed,
@@ -313,7 +313,9 @@ pk_mmap_channel_lend_copy(pk_channel_t *channel, uint64_t round_seq, const uint3
         free(pairs);
     r->count += landed;
     self->stats.blocks_landed += landed;
-    pk_mmap_done_t d = { PK_MMAP_LENT, landed == n, round_seq, landed };
+    //  n 0: the round's answer came to nobody (its load ended): the
+    //  report alone, so the server unpins now, not at its stall
+    pk_mmap_done_t d = { PK_MMAP_LENT, n && landed == n, round_seq, landed };
     if (pk_mmap_queue(self, 0, &d, sizeof d) != 0 || pk_mmap_flush(self) != 0)
         pk_mmap_shut(self);     //  the server's stall ends the lend, fenced by its flag
     return (int64_t) landed;
