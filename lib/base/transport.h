@@ -64,6 +64,16 @@ typedef struct {
         immediate mode all are released and 0 is returned.  */
     size_t (*cancel)(void *self, const uint64_t *tids, size_t n, pk_cancel_mode_t mode,
                      uint64_t *still);
+    /*  Optional (NULL: the channel cannot lend; left out of a positional
+        initializer, it is): the peer copies the n blocks local[i] ->
+        remote[i] itself, told of them in the round's answer (capability
+        lend, protocol.md section 7).  Opens a transfer and sends nothing;
+        the peer's report for the round ends it (poll, with what it
+        copied), as the stall or a cut-off does.  Cancel treats it as a
+        write in flight: its source blocks are read until it is reported.
+        Returns a transfer id (> 0) or a negative error.  */
+    int64_t (*lend)(void *self, uint64_t round_seq, const uint32_t *local,
+                    const uint32_t *remote, size_t n);
 } pk_transport_t;
 
 //  --------------------------------------------------------------------------
@@ -218,6 +228,19 @@ typedef struct pk_transport_ops {
         provider no transport lists (libfabric's tcp, verbs, efa, ...).  */
     const pk_provider_t *providers;
     size_t nproviders;
+
+    /*  Consumer side, optional (capability lend; NULL: the transport
+        cannot): copies the n blocks the server lent for round_seq (its
+        get_resp's sources: src[i] of its pool -> our dst[i]), checking
+        them as channel_expect asked, counts them for the round
+        (channel_landed), and reports to the server what it copied, which
+        unpins them there.  A block copied while the server cut the
+        channel off is not counted.  n 0: nothing is copied, the report
+        alone goes (an answer nobody waits for).  Returns the blocks counted, or
+        -EINVAL when an index is outside either pool (nothing copied), or
+        -ENOTCONN.  */
+    int64_t (*channel_lend_copy)(pk_channel_t *channel, uint64_t round_seq,
+                                 const uint32_t *src, const uint32_t *dst, size_t n);
 } pk_transport_ops_t;
 
 enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
@@ -403,6 +426,22 @@ pk_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdic
 {
     if (channel->ops->channel_verdicts)
         channel->ops->channel_verdicts(channel, dest, verdict, n);
+}
+
+/*  Whether the channel's transport lends (channel_lend_copy).  */
+static inline bool
+pk_channel_lends(const pk_channel_t *channel)
+{
+    return channel->ops->channel_lend_copy != NULL;
+}
+
+/*  -ENOSYS where the transport cannot lend.  */
+static inline int64_t
+pk_channel_lend_copy(pk_channel_t *channel, uint64_t round_seq, const uint32_t *src,
+                     const uint32_t *dst, size_t n)
+{
+    return pk_channel_lends(channel)
+           ? channel->ops->channel_lend_copy(channel, round_seq, src, dst, n) : -ENOSYS;
 }
 
 /*  Nothing where the transport carries no marks (no channel_marks).  */

@@ -95,6 +95,35 @@ s_fetch_key(const uint64_t *id)
     return (pk_key_t) { (const uint8_t *) id, sizeof *id, pk_hash_id(*id, 5) };
 }
 
+//  A lent get's copy (capability lend, protocol.md section 7): its
+//  get_resp named each hit's block in the server's pool (sources, in key
+//  order, as dst is); the channel copies them from its mapping of that
+//  pool, counts them for the round and tells the server, which unpins
+//  them.  A block the server cut off is not counted: the round's load
+//  then waits for it as for a write that never landed, and fails.  A
+//  source outside the server's pool is the server's violation.
+static void
+s_lend_copy(s_server_t *s, uint64_t round, const uint32_t *dst, size_t n)
+{
+    uint32_t stack[64];
+    uint32_t *src = n <= 64 ? stack : malloc(n * sizeof *src);
+    const char *hex = s->lent->sources;
+    s->lent = NULL;
+    if (!src || !s->channel)
+        goto done;
+    for (size_t i = 0; i < n; i++) {
+        char one[PK_SOURCE_HEX + 1];
+        memcpy(one, hex + PK_SOURCE_HEX * i, PK_SOURCE_HEX);
+        one[PK_SOURCE_HEX] = '\0';
+        src[i] = (uint32_t) strtoul(one, NULL, 16);
+    }
+    if (pk_channel_lend_copy(s->channel, round, src, dst, n) == -EINVAL)
+        s->lend_bad = true;
+done:
+    if (src != stack)
+        free(src);
+}
+
 static void
 s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, const bool *hits,
               const uint64_t *sums, const uint8_t *reasons, size_t n)
@@ -132,6 +161,10 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
             f->blocks = nhit;
             if (sums)
                 (void) pk_client_fetch_sums(s, kv, round, hk, hd, nhit, f, false);
+            //  lent (capability lend): the blocks are copied now, checked
+            //  as they are copied, so the role finds them counted
+            if (s->lent && s->lent->round_seq == round)
+                s_lend_copy(s, round, hd, nhit);
         }
         free(hk);
         free(hd);
@@ -590,7 +623,27 @@ s_session_deliver(void *arg, const pk_msg_t *msg, const char **why)
                "capability";
         return -EPROTO;
     }
+    //  a lent answer only where we listed lend, the channel lends and
+    //  the server's connect_ack said so: else the blocks would never land
+    bool lent = msg->type == PK_MSG_GET_RESP && (msg->present & PK_BIT(PK_F_SOURCES));
+    if (lent && !(s->channel && pk_channel_lends(s->channel)
+                  && pk_caps_has(pk_client_session_server_caps(s->session), PK_CAP_LEND))) {
+        *why = "a get_resp with sources, though this session lends nothing";
+        return -EPROTO;
+    }
+    s->lent = lent ? msg : NULL;
+    s->lend_bad = false;
     int rc = pk_client_role_on_message(s->role, msg);
+    //  an answer no get took (its load ended, cancelled, before it came):
+    //  the server still pins its blocks, so it is told at once that
+    //  nothing was copied, rather than finding out at its stall timeout
+    if (s->lent && s->channel)
+        (void) pk_channel_lend_copy(s->channel, msg->round_seq, NULL, NULL, 0);
+    s->lent = NULL;
+    if (rc == 0 && s->lend_bad) {
+        *why = "a get_resp whose sources name a block outside the server's pool";
+        return -EPROTO;
+    }
     if (rc == -EPROTO)
         *why = pk_client_role_violation(s->role);
     return rc;
@@ -903,7 +956,9 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_
     //  the check; miss reasons always
     pk_client_identity_t id = { s->endpoint, self->peer_id, self->num_blocks, self->block_len,
                                 self->fingerprint, self->hash_seed, 0,
-                                self->config.no_verify ? PK_CAP_REASONS : PK_CAPS };
+                                self->config.no_verify ? PK_CAP_REASONS
+                                : s->fabric->ops->channel_lend_copy ? PK_CAPS " " PK_CAP_LEND
+                                : PK_CAPS };
     pk_client_session_ops_t ops = s_session_ops;
     ops.self = s;
     s->session = pk_client_session_new(&scfg, &id, (pk_clock_t) { s, s_clock_now }, &ops);

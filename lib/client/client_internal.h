@@ -199,6 +199,10 @@ typedef struct {
     unsigned corrupt_run;           //  blocks of it that failed their check in a row
     struct pk_answer *answers;      //  answered lookups' checksums, until their
                                     //  fetch or finish (checks.c)
+    const pk_msg_t *lent;           //  a lent get_resp being delivered (client.c,
+                                    //  s_lend_copy): its blocks are copied when
+                                    //  its answer reaches the get's fetch
+    bool lend_bad;                  //  its sources named a block outside a pool
 } s_server_t;
 
 //  locate.c: the directory (config.directory), under its own mutex

@@ -85,6 +85,12 @@ typedef struct {
 //  late, and an idle session wakes less than once a second by default,
 //  not twenty times (at a 50 ms look, 256 idle sessions cost 35% of a
 //  core).  Frames wake the actor at once whatever the look.
+//  How often an actor looks at its channel while only lent transfers are
+//  out (design.md, "A get over mmap lends its blocks"): their reports
+//  wake nobody, so this bounds how long a copied block stays pinned after
+//  a consumer's last get (its next frame reads them sooner).
+#define S_LENT_LOOK_MS 5
+
 static int
 s_idle_look_ms(const pk_server_config_t *c)
 {
@@ -425,14 +431,31 @@ s_self_destroy(self_t **self_p)
     *self_p = NULL;
 }
 
+//  Before a frame: what the channel has to say first.  A lending
+//  consumer (capability lend) reports its copies on the channel before it
+//  sends its next frame, so reading the report here releases the lent
+//  blocks' pins before that frame looks keys up: back to back gets of
+//  the same blocks then never find them pinned (their quota full, a
+//  miss).  A recv that finds nothing, only while transfers are open.
+static void
+s_channel_first(self_t *self)
+{
+    if (pk_server_session_has_inflight(self->session)) {
+        pk_channel_progress(self->peer->channel);
+        pk_server_session_tick(self->session);
+    }
+}
+
 static void
 s_on_frame(self_t *self, zmsg_t *msg)
 {
     zframe_t *f = zmsg_pop(msg);
     atomic_fetch_add(&self->peer->consumed, 1);
     atomic_fetch_add(&self->peer->consumed_bytes, f ? zframe_size(f) : 0);
-    if (f)
+    if (f) {
+        s_channel_first(self);
         pk_server_session_on_frame(self->session, zframe_data(f), zframe_size(f));
+    }
     zframe_destroy(&f);
 }
 
@@ -566,16 +589,21 @@ s_wait(self_t *self, bool *pipe)
 {
     pk_server_session_t *session = self->session;
     bool inflight = pk_server_session_has_inflight(session);
+    //  lent transfers only (capability lend): the consumer's reports are
+    //  read at the session's next frame, and at a look every
+    //  S_LENT_LOOK_MS; they wake nobody (design.md, "A get over mmap
+    //  lends its blocks")
+    bool writes = pk_server_session_has_writes(session);
     //  blocks waiting for the scheduler's grant: it comes from another
     //  session's thread, unannounced, so look again soon (a spin)
     bool queued = self->fair && pk_fair_channel_queued(self->fair) > 0;
-    bool on_channel = inflight && !queued && s_sleep_on_channel(self);
+    bool on_channel = writes && !queued && s_sleep_on_channel(self);
     zmq_pollitem_t items[2] = {
         { zsock_resolve(self->pipe), 0, ZMQ_POLLIN, 0 },
         { NULL, on_channel ? pk_channel_wait_fd(self->peer->channel) : -1,
           ZMQ_POLLIN, 0 }
     };
-    long timeout = on_channel ? 10 : inflight ? 0
+    long timeout = on_channel ? 10 : writes || queued ? 0 : inflight ? S_LENT_LOOK_MS
                    : pk_server_session_has_parked(session) ? 2 : self->idle_look;
     pthread_mutex_unlock(&self->peer->lock);
     int rc = zmq_poll(items, on_channel ? 2 : 1, timeout);
@@ -647,10 +675,14 @@ pk_peer_try_frame(pk_peer_t *peer, const void *frame, size_t len)
         && !pk_server_session_reason(self->session)[0]) {
         pk_server_session_t *session = self->session;
         self->on_door = true;
+        s_channel_first(self);
         pk_server_session_on_frame(session, frame, len);
         s_self_step(self);
         self->on_door = false;
-        rc = pk_server_session_has_inflight(session) || pk_server_session_has_parked(session)
+        //  writes out wake the actor; lent transfers do not (their
+        //  reports are read at the next frame, or the actor's next look,
+        //  and so is their stall clock)
+        rc = pk_server_session_has_writes(session) || pk_server_session_has_parked(session)
              || pk_server_session_reason(session)[0];
     }
     pthread_mutex_unlock(&peer->lock);
@@ -834,13 +866,18 @@ const char *
 pk_peer_caps(const pk_peer_t *self)
 {
     static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
-                                         PK_CAP_GET };
+                                         PK_CAP_GET, PK_CAP_LEND };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (self->connect && pk_caps_has(self->connect->caps, words[i])
             //  in use only where both list it: --gets off offers no get
-            && !(strcmp(words[i], PK_CAP_GET) == 0 && self->env->config->no_gets))
+            && !(strcmp(words[i], PK_CAP_GET) == 0 && self->env->config->no_gets)
+            //  lend: gets offered, over a channel that lends, no scheduler
+            //  between (the session's own test, server_session.c)
+            && !(strcmp(words[i], PK_CAP_LEND) == 0
+                 && (self->env->config->no_gets || self->env->sched || !self->channel
+                     || !pk_channel_transport(self->channel).lend)))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);
     return out;

@@ -64,6 +64,7 @@ struct s_xfer {
     size_t blocks;
     s_job_t **jobs;
     size_t njobs;
+    bool lent;                      //  transport.lend's: the consumer copies it
     s_xfer_t *prev, *next;          //  the round's transfers
 };
 
@@ -82,6 +83,12 @@ struct s_get {
     char *kv;                       //  while on the serve's list
     uint64_t seq;
     s_get_t *next;
+    //  lent (config.lend): the pairs handed to transport.lend, and
+    //  whether the get_resp naming them went (then the round's end
+    //  answers nothing more)
+    uint32_t *lent_local, *lent_remote;
+    size_t nlent;
+    bool answered;
 };
 
 struct s_round {
@@ -187,6 +194,7 @@ typedef struct {
 } s_result_t;
 
 struct _pk_server_role_t {
+    size_t lent_inflight;           //  transfers in xfers that are lent (config.lend)
     char *peer_id;
     pk_server_role_config_t config;
     pk_clock_t clock;
@@ -362,6 +370,8 @@ s_get_free(s_get_t *get)
     free(get->sums);
     free(get->reasons);
     free(get->kv);
+    free(get->lent_local);
+    free(get->lent_remote);
     free(get);
 }
 
@@ -394,10 +404,78 @@ s_send_get_resp(pk_server_role_t *self, const char *kv, uint64_t seq, const s_ge
     free(none);
 }
 
+static int
+s_cmp_pair(const void *a, const void *b)
+{
+    const uint32_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+//  A lent get's answer (config.lend), sent as soon as its hits are lent:
+//  success, and each hit's block in our pool, in key order (sources), for
+//  the consumer to copy.  The round stays open, its pins held, until the
+//  consumer reports (its transfers end) or is cut off.  False when it
+//  cannot be made (out of memory): the round then ends as a write would.
+static bool
+s_send_get_lent(pk_server_role_t *self, const char *kv, uint64_t seq, s_get_t *get)
+{
+    size_t n = get->buf->n, nhits = 0;
+    for (size_t i = 0; i < n; i++)
+        nhits += get->hits[i];
+    //  (remote, local) sorted by remote: a get names no block twice
+    uint32_t *pairs = malloc(2 * (nhits ? nhits : 1) * sizeof *pairs);
+    char *sources = malloc(nhits * PK_SOURCE_HEX + 1);
+    if (!pairs || !sources || get->nlent != nhits) {
+        free(pairs);
+        free(sources);
+        return false;
+    }
+    for (size_t i = 0; i < nhits; i++) {
+        pairs[2 * i] = get->lent_remote[i];
+        pairs[2 * i + 1] = get->lent_local[i];
+    }
+    qsort(pairs, nhits, 2 * sizeof *pairs, s_cmp_pair);
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++)
+        if (get->hits[i]) {
+            uint32_t key[2] = { get->remote[i], 0 };
+            const uint32_t *p = bsearch(key, pairs, nhits, 2 * sizeof *pairs, s_cmp_pair);
+            if (!p)
+                break;
+            snprintf(sources + PK_SOURCE_HEX * j++, PK_SOURCE_HEX + 1, "%08" PRIx32, p[1]);
+        }
+    free(pairs);
+    if (j != nhits) {
+        free(sources);
+        return false;
+    }
+    sources[PK_SOURCE_HEX * nhits] = '\0';
+    pk_msg_t m = { .type = PK_MSG_GET_RESP, .kv_request_id = (char *) kv,
+                   .keys = { n, NULL, NULL }, .hits = get->hits, .success = true,
+                   .round_seq = seq, .landing = 0, .sources = sources,
+                   .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_HITS)
+                              | PK_BIT(PK_F_SUCCESS) | PK_BIT(PK_F_ROUND_SEQ)
+                              | PK_BIT(PK_F_LANDING) | PK_BIT(PK_F_SOURCES) };
+    if (get->sums) {
+        m.checksums = get->sums;
+        m.present |= PK_BIT(PK_F_CHECKSUMS);
+    }
+    if (get->reasons) {
+        m.reasons = get->reasons;
+        m.present |= PK_BIT(PK_F_REASONS);
+    }
+    self->sender.send(self->sender.self, &m);
+    free(sources);
+    get->answered = true;
+    return true;
+}
+
 //  The end of a round with demand: a get's round answers get_resp.
 static void
 s_send_round_done(pk_server_role_t *self, s_round_t *r, bool success)
 {
+    if (r->get && r->get->answered)
+        return;                 //  lent: answered when lent, nothing more owed
     if (r->get)
         s_send_get_resp(self, r->req->kv, r->id.seq, r->get, success, r->landing);
     else
@@ -682,6 +760,7 @@ s_xfer_release(pk_server_role_t *self, s_xfer_t *x)
     if (x->next)
         x->next->prev = x->prev;
     r->inflight--;
+    self->lent_inflight -= x->lent;
     free(x);
 }
 
@@ -789,8 +868,30 @@ s_scratch(pk_server_role_t *self, size_t n)
 static bool
 s_submit(pk_server_role_t *self, s_round_t *r, size_t npairs, size_t njobs)
 {
-    int64_t tid = self->transport.write_blocks(self->transport.self, r->id.seq, self->local,
-                                               self->remote, npairs);
+    //  a get's hits are lent where both sides lend, before its answer went
+    s_get_t *get = r->get;
+    bool lend = get && !get->answered && self->config.lend && self->transport.lend;
+    if (lend) {
+        uint32_t *l = realloc(get->lent_local, (get->nlent + npairs) * sizeof *l);
+        if (l)
+            get->lent_local = l;
+        uint32_t *rm = l ? realloc(get->lent_remote, (get->nlent + npairs) * sizeof *rm) : NULL;
+        if (rm)
+            get->lent_remote = rm;
+        if (!l || !rm) {
+            s_round_fail(self, r, FAIL_ERROR);
+            return false;
+        }
+    }
+    int64_t tid = lend ? self->transport.lend(self->transport.self, r->id.seq, self->local,
+                                              self->remote, npairs)
+                       : self->transport.write_blocks(self->transport.self, r->id.seq,
+                                                      self->local, self->remote, npairs);
+    if (lend && tid > 0) {
+        memcpy(get->lent_local + get->nlent, self->local, npairs * sizeof *self->local);
+        memcpy(get->lent_remote + get->nlent, self->remote, npairs * sizeof *self->remote);
+        get->nlent += npairs;
+    }
     //  the transfer and its job list in one allocation
     s_xfer_t *x = tid > 0 ? calloc(1, sizeof *x + (njobs ? njobs : 1) * sizeof *x->jobs) : NULL;
     if (x) {
@@ -814,6 +915,8 @@ s_submit(pk_server_role_t *self, s_round_t *r, size_t npairs, size_t njobs)
     x->round = r;
     x->blocks = npairs;
     x->njobs = njobs;
+    x->lent = lend;
+    self->lent_inflight += lend;
     memcpy(x->jobs, self->wjobs, njobs * sizeof *x->jobs);
     x->next = r->xfers;
     if (r->xfers)
@@ -1485,7 +1588,18 @@ s_start_gets(pk_server_role_t *self)
             //  the round owns the get from here: it answers at its end
             r->get = get;
             get = NULL;
-            (void) pk_server_role_on_fetch(self, req->kv, keys, idx, nhits, r->id.seq);
+            uint64_t seq = r->id.seq;
+            char *kv = strdup(req->kv);
+            (void) pk_server_role_on_fetch(self, req->kv, keys, idx, nhits, seq);
+            //  lent, every hit (config.lend): answered now, the round
+            //  open until the consumer's report; a round that could not
+            //  lend them all ends as a write's would (its answer then)
+            s_request_t *still = kv ? s_request_find(self, kv) : NULL;
+            s_round_t *lr = s_round_find(self, still, seq);
+            if (lr && lr->get && lr->get->nlent && !lr->failed && !lr->get->answered
+                && !s_send_get_lent(self, kv, seq, lr->get))
+                s_round_fail(self, lr, FAIL_ERROR);
+            free(kv);
         }
         else {
             //  nothing to write (or no memory to write it): its pins, if
@@ -2002,6 +2116,12 @@ bool
 pk_server_role_has_inflight(const pk_server_role_t *self)
 {
     return pk_keymap_size(&self->xfers) > 0;
+}
+
+bool
+pk_server_role_has_writes(const pk_server_role_t *self)
+{
+    return pk_keymap_size(&self->xfers) > self->lent_inflight;
 }
 
 bool

@@ -32,9 +32,14 @@ typedef struct {
     bool reasons;               //  lookup answers say why each miss is one (the
                                 //  consumer's capability `reasons`); misses are
                                 //  counted by reason either way
+    bool lend;                  //  a get's hits are lent, not written, where the
+                                //  transport lends (capability lend, both
+                                //  sides): its get_resp names their blocks and
+                                //  goes at once; the round ends at the
+                                //  consumer's report (protocol.md section 7)
 } pk_server_role_config_t;
 
-#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false }
+#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false, false }
 
 typedef struct {
     size_t requests;            //  live requests (kept ones not counted)
@@ -128,6 +133,9 @@ int pk_server_role_close(pk_server_role_t *self, uint64_t **jobs_p, size_t *njob
                          size_t *owed_p);
 
 bool pk_server_role_has_inflight(const pk_server_role_t *self);
+/*  Transfers in flight that are writes, not lent (config.lend): only
+    those need their owner watching the channel for completions.  */
+bool pk_server_role_has_writes(const pk_server_role_t *self);
 /*  Lookups wait for keys the engine is still writing: they are resolved
     when the serve window runs, so it should run often.  */
 bool pk_server_role_has_parked(const pk_server_role_t *self);

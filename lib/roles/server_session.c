@@ -39,6 +39,7 @@ struct _pk_session_t {
     uint8_t epoch[PK_EPOCH_LEN];    //  ours
     uint64_t consumer_blocks;
     bool checksums;                 //  the consumer's caps list checksum
+    const char *caps;               //  ours, in the connect_ack
     bool keyless_answers;           //  the consumer speaks wire 1.1 or later:
                                     //  its lookup_resps go without keys
     char *connect_canon;            //  the connect, canonical, target epoch zeroed
@@ -306,6 +307,11 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     //  (the seed's) sees the plain misses it knows
     pk_server_role_config_t role_config = config->role;
     role_config.reasons = pk_caps_has(connect->caps, PK_CAP_REASONS);
+    //  lend where the write path lends (mmap, no scheduler between) and
+    //  gets are offered; a consumer that does not list it gets writes
+    bool lends = transport.lend && !config->no_get;
+    self->caps = config->no_get ? PK_CAPS_WITHOUT_GET : lends ? PK_CAPS " " PK_CAP_LEND : PK_CAPS;
+    role_config.lend = lends && pk_caps_has(connect->caps, PK_CAP_LEND);
     self->role = pk_server_role_new(self->consumer_id, &role_config, clock,
                                     (pk_sender_t) { self, s_role_send }, transport,
                                     pk_quota_parent(self->quota));
@@ -315,7 +321,7 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) id->peer_id,
                      .block_len = id->block_len, .num_blocks = id->num_blocks,
-                     .caps = (char *) (self->config.no_get ? PK_CAPS_WITHOUT_GET : PK_CAPS),
+                     .caps = (char *) self->caps,
                      .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                                 | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
                                 | PK_BIT(PK_F_NUM_BLOCKS) | PK_BIT(PK_F_CAPS) };
@@ -480,7 +486,7 @@ s_on_handshake(pk_server_session_t *self, const pk_msg_t *m)
     pk_msg_t ack = { .type = PK_MSG_CONNECT_ACK, .wire_major = PK_WIRE_MAJOR,
                      .wire_minor = PK_WIRE_MINOR, .peer_id = (char *) self->id.peer_id,
                      .block_len = self->id.block_len, .num_blocks = self->id.num_blocks,
-                     .caps = (char *) (self->config.no_get ? PK_CAPS_WITHOUT_GET : PK_CAPS),
+                     .caps = (char *) self->caps,
                      .present = PK_BIT(PK_F_WIRE_MAJOR) | PK_BIT(PK_F_WIRE_MINOR)
                                 | PK_BIT(PK_F_PEER_ID) | PK_BIT(PK_F_BLOCK_LEN)
                                 | PK_BIT(PK_F_NUM_BLOCKS) | PK_BIT(PK_F_CAPS) };
@@ -720,6 +726,12 @@ bool
 pk_server_session_has_inflight(const pk_server_session_t *self)
 {
     return self->role && pk_server_role_has_inflight(self->role);
+}
+
+bool
+pk_server_session_has_writes(const pk_server_session_t *self)
+{
+    return self->role && pk_server_role_has_writes(self->role);
 }
 
 bool

@@ -164,6 +164,9 @@ int pk_server_session_finish(pk_server_session_t *self, const char *kv);
 void pk_server_session_retire(pk_server_session_t *self, pk_disconnect_code_t code, const char *reason);
 
 bool pk_server_session_has_inflight(const pk_server_session_t *self);
+/*  In flight and written (pk_server_role_has_writes): lent transfers end
+    at the consumer's report, which is read at the next frame or look.  */
+bool pk_server_session_has_writes(const pk_server_session_t *self);
 bool pk_server_session_has_parked(const pk_server_session_t *self);
 /*  Whether the session owes its consumer nothing it already asked for: no
     write in flight, no lookup unanswered, no supply (a lookup's pinned

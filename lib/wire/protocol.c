@@ -57,6 +57,7 @@ const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_CAPS]               = { "caps", K_STRING, 0, PK_MAX_CAPS },
     [PK_F_CHECKSUMS]          = { "checksums", K_STRING, 0, PK_CHECKSUM_HEX * PK_MAX_LIST },
     [PK_F_REASONS]            = { "reasons", K_STRING, 0, PK_MAX_LIST },
+    [PK_F_SOURCES]            = { "sources", K_STRING, 0, PK_SOURCE_HEX * PK_MAX_LIST },
 };
 
 #define B(f) PK_BIT(PK_F_##f)
@@ -105,7 +106,7 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
         TO_SERVER },
     [PK_MSG_GET_RESP]      = { "get_resp",
         B(KV_REQUEST_ID) | B(HITS) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
-        B(CHECKSUMS) | B(REASONS), TO_CONSUMER },
+        B(CHECKSUMS) | B(REASONS) | B(SOURCES), TO_CONSUMER },
 };
 
 const char *const pk_wire_codes[PK_DISC_COUNT] = {
@@ -279,6 +280,7 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->caps);
     pk_big_free(self->checksums);       //  1 MiB at 65,536 hits
     free(self->reasons);
+    free(self->sources);
     pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
     free(self->block_indexes);
@@ -302,6 +304,7 @@ pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
         case PK_F_CAPS:               return &self->caps;
         case PK_F_CHECKSUMS:          return &self->checksums;
         case PK_F_REASONS:            return &self->reasons;
+        case PK_F_SOURCES:            return &self->sources;
         default:                      return NULL;
     }
 }
@@ -550,6 +553,23 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
                                       "got '%c'", tn, i, "uaepqwd",
                                       m->reasons[i] >= 0x20 && m->reasons[i] < 0x7f
                                       ? m->reasons[i] : '?');
+            }
+            //  a lent answer's blocks (capability lend): 8 hex chars per
+            //  hit, and only on a successful answer (nothing to copy else)
+            if (m->present & B(SOURCES)) {
+                size_t hits = 0, len = strlen(m->sources);
+                for (size_t i = 0; i < n; i++)
+                    hits += m->hits[i];
+                if (!m->success)
+                    return pk_err(err, -EPROTO, "%s.sources: only with success true", tn);
+                if (len != PK_SOURCE_HEX * hits)
+                    return pk_err(err, -EPROTO, "%s.sources: expected %d hex chars for each "
+                                  "of %zu hits, got %zu chars", tn, PK_SOURCE_HEX, hits, len);
+                for (size_t i = 0; i < len; i++)
+                    if (!((m->sources[i] >= '0' && m->sources[i] <= '9')
+                          || (m->sources[i] >= 'a' && m->sources[i] <= 'f')))
+                        return pk_err(err, -EPROTO, "%s.sources[%zu]: expected lowercase hex",
+                                      tn, i);
             }
             break;
         case PK_MSG_GET:
@@ -1001,6 +1021,8 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
         size += strlen(m->checksums);
     if (emit & B(REASONS))
         size += strlen(m->reasons);
+    if (emit & B(SOURCES))
+        size += strlen(m->sources);
     if (emit & B(CAPS))
         size += 6 * strlen(m->caps);
     return size;

@@ -105,6 +105,7 @@ typedef enum {
     PK_F_CAPS,
     PK_F_CHECKSUMS,
     PK_F_REASONS,
+    PK_F_SOURCES,
     PK_F_COUNT
 } pk_field_t;
 
@@ -125,6 +126,8 @@ typedef struct {
     char *checksums;                /* 16 hex chars per hit, in key order */
     char *reasons;                  /* one letter per miss, in key order
                                        (base/miss_reason.h) */
+    char *sources;                  /* get_resp under lend: 8 hex chars per
+                                       hit, the server's block, key order */
     char **providers;               /* nproviders strings, best first */
     size_t nproviders;
 
@@ -166,6 +169,13 @@ typedef struct {
 #define PK_CAP_MARKS "marks"
 #define PK_CAP_REASONS "reasons"
 #define PK_CAP_GET "get"
+/*  lend (a same-host channel that lends, mmap): a get's answer carries
+    each hit's block in the server's pool (sources) and goes before
+    anything is copied; the consumer copies from its mapping of the pool
+    and reports on the channel, which unpins them (protocol.md section
+    7).  Not in PK_CAPS: a side lists it only for a channel that lends.  */
+#define PK_CAP_LEND "lend"
+#define PK_SOURCE_HEX 8
 /* every word this build has (a server run with --gets off offers the
    first three alone) */
 #define PK_CAPS_WITHOUT_GET PK_CAP_CHECKSUM " " PK_CAP_MARKS " " PK_CAP_REASONS

@@ -58,12 +58,15 @@ s_server(td_t *s, const char *const *flags)
     td_reserve(s, &s_keys[P], 1, &block);
 }
 
+static const char *s_provider = "tcp";    //  the consumers' (s_client)
+
 static p2pkv_client_t *
 s_client(td_t *s, int *server_p)
 {
     char err[P2PKV_ERRLEN] = "";
     p2pkv_config_t cfg = { .peer_id = "c-get", .fingerprint = TD_FINGERPRINT,
-                           .hash_seed = TD_HASH_SEED, .provider = "tcp", .node = "127.0.0.1",
+                           .hash_seed = TD_HASH_SEED, .provider = s_provider,
+                           .node = "127.0.0.1",
                            .load_timeout = 30, .abort_ack_timeout = 30,
                            .keepalive_interval = 0.3,
                            .progress_thread = true };
@@ -91,6 +94,8 @@ s_unpinned(td_t *s, double timeout)
     }
     return true;
 }
+
+static bool s_lends;        //  the session is expected to lend (mmap, no scheduler)
 
 //  K0, X, K1..K3 into blocks 10.., checked: the hits land verified, X is
 //  missing because it is absent; then K2 corrupted at rest is CORRUPT.
@@ -159,6 +164,7 @@ s_get_and_check(td_t *s, json_int_t want)
                                                          "c-get"));
     ck_assert_ptr_nonnull(caps);
     ck_assert_msg((strstr(caps, "get") != NULL) == (fetches == 1), "capabilities: %s", caps);
+    ck_assert_msg((strstr(caps, "lend") != NULL) == s_lends, "capabilities: %s", caps);
     json_decref(stats);
     p2pkv_client_destroy(&c);
 }
@@ -181,6 +187,71 @@ START_TEST(test_get_without_the_capability)
     //  the two steps: the fetch of the hits and the terminal fetch (X,
     //  absent, is not asked again)
     s_get_and_check(&s, 2);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  Over mmap the get's hits are lent (capability lend): the server's
+//  answer names their blocks in its pool and the consumer copies them
+//  from its mapping, checks them there (the corrupt block is CORRUPT),
+//  and reports, which unpins them; the same results as writes give.
+static const char *const s_mmap_server[] = { "--provider", "mmap,tcp", "--fabric-addr",
+                                             "127.0.0.1", NULL };
+
+START_TEST(test_get_lent_over_mmap)
+{
+    td_t s;
+    s_server(&s, s_mmap_server);
+    s_provider = "mmap";
+    s_lends = true;
+    s_get_and_check(&s, 1);
+    s_lends = false;
+    s_provider = "tcp";
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  A server whose sessions cannot lend (its write scheduler sits between
+//  the role and the channel) leaves lend out of its connect_ack: the
+//  consumer then gets the blocks written, as before lend.
+START_TEST(test_get_over_mmap_without_lend)
+{
+    td_t s;
+    s_server(&s, (const char *const[]) { "--provider", "mmap,tcp", "--fabric-addr", "127.0.0.1",
+                                         "--fair-inflight", "67108864", NULL });
+    s_provider = "mmap";
+    s_get_and_check(&s, 1);
+    s_provider = "tcp";
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  Back to back one-block gets of one key over mmap, each answered at
+//  once: the consumer's report of the last copy is read before the next
+//  get looks the key up, so a pin quota of one block never turns the key
+//  into a quota miss.
+START_TEST(test_get_lent_back_to_back)
+{
+    td_t s;
+    s_server(&s, (const char *const[]) { "--provider", "mmap,tcp", "--fabric-addr", "127.0.0.1",
+                                         "--pin-quota", "1", NULL });
+    s_provider = "mmap";
+    int server;
+    p2pkv_client_t *c = s_client(&s, &server);
+    for (int i = 0; i < 200; i++) {
+        char kv[32], err[P2PKV_ERRLEN] = "";
+        snprintf(kv, sizeof kv, "b%d", i);
+        uint32_t dest = (uint32_t) (i % 8);
+        p2pkv_key_result_t res;
+        int got = p2pkv_client_get_results(c, server, kv, &s_keys[0], &dest, 1, true, BOUND,
+                                           &res, NULL, NULL, err);
+        ck_assert_msg(got == 1, "get %d: %d (%s), reason %s", i, got, err,
+                      p2pkv_miss_reason_name(res.reason));
+        ck_assert(res.verified);
+    }
+    ck_assert_msg(s_unpinned(&s, BOUND), "the server still pins blocks");
+    p2pkv_client_destroy(&c);
+    s_provider = "tcp";
     ck_assert_int_eq(td_stop(&s), 0);
 }
 END_TEST
@@ -530,5 +601,8 @@ main(void)
     tcase_add_test(tc, test_get_async_several_in_flight);
     tcase_add_test(tc, test_get_async_cancelled);
     tcase_add_test(tc, test_get_async_without_the_capability);
+    tcase_add_test(tc, test_get_lent_over_mmap);
+    tcase_add_test(tc, test_get_over_mmap_without_lend);
+    tcase_add_test(tc, test_get_lent_back_to_back);
     return td_run_and_sweep("get", suite);
 }

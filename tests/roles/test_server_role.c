@@ -86,6 +86,14 @@ s_send(void *arg, const pk_msg_t *m)
     else if (m->type == PK_MSG_ABORT_ACK)
         s_log("abort_ack %s round=%llu landing=%llu", m->kv_request_id,
               (unsigned long long) m->round_seq, (unsigned long long) m->landing);
+    else if (m->type == PK_MSG_GET_RESP) {
+        for (size_t i = 0; i < m->keys.count && i < 64; i++)
+            buf[i] = m->hits[i] ? '1' : '0';
+        s_log("get_resp %s round=%llu hits=%s %s landing=%llu sources=%s", m->kv_request_id,
+              (unsigned long long) m->round_seq, buf, m->success ? "ok" : "failed",
+              (unsigned long long) m->landing,
+              (m->present & PK_BIT(PK_F_SOURCES)) ? m->sources : "-");
+    }
     else
         s_log("send %s", pk_msg_type_name(m->type));
 }
@@ -103,6 +111,21 @@ s_write(void *arg, uint64_t round, const uint32_t *local, const uint32_t *remote
         s_log("write %lld round=%llu %s", (long long) tid, (unsigned long long) round, pairs);
     else
         s_log("write refused round=%llu %s", (unsigned long long) round, pairs);
+    return tid;
+}
+
+//  A lend (capability lend): a transfer of the in-memory transport, as a
+//  write is, logged apart.
+static int64_t
+s_lend(void *arg, uint64_t round, const uint32_t *local, const uint32_t *remote, size_t n)
+{
+    int64_t tid = H->inner.write_blocks(H->inner.self, round, local, remote, n);
+    char pairs[96] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < n && at < sizeof pairs - 16; i++)
+        at += (size_t) snprintf(pairs + at, sizeof pairs - at, "%s%u>%u", i ? "," : "",
+                                local[i], remote[i]);
+    s_log("lend %lld round=%llu %s", (long long) tid, (unsigned long long) round, pairs);
     return tid;
 }
 
@@ -202,7 +225,7 @@ s_setup(void)
     H->inner = pk_memtransport_iface(H->mem);
     H->role = pk_server_role_new("peer", NULL, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
                                                  s_result, s_sums, s_why });
     ck_assert_ptr_nonnull(H->role);
@@ -1034,7 +1057,7 @@ s_role_with_reasons(bool reasons)
     config.reasons = reasons;
     H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
                                                  s_result, s_sums, s_why });
     ck_assert_ptr_nonnull(H->role);
@@ -1098,6 +1121,124 @@ START_TEST(test_miss_reasons_off)
 }
 END_TEST
 
+//  ---------------------------------------------------------------------------
+//  Lent gets (capability lend, protocol.md section 7)
+
+//  The role again, lending: its transport has lend, its config says so.
+static void
+s_setup_lend(void)
+{
+    s_setup();
+    pk_server_role_destroy(&H->role);
+    pk_server_role_config_t config = PK_SERVER_ROLE_CONFIG_DEFAULT;
+    config.lend = true;
+    H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
+                                 (pk_sender_t) { NULL, s_send },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend },
+                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
+                                                 s_result, s_sums, s_why });
+    ck_assert_ptr_nonnull(H->role);
+}
+
+//  get(kv, round, n, "key", remote, ...)
+static void
+s_get(const char *kv, uint64_t round, int n, ...)
+{
+    pk_key_t keys[16];
+    uint32_t idx[16];
+    va_list ap;
+    va_start(ap, n);
+    for (int i = 0; i < n; i++) {
+        keys[i] = K(va_arg(ap, const char *));
+        idx[i] = va_arg(ap, unsigned);
+    }
+    va_end(ap);
+    ck_assert_int_eq(pk_server_role_on_get(H->role, kv, keys, idx, (size_t) n, round), 0);
+}
+
+//  The answer goes as soon as the hits are lent, naming each hit's block
+//  in key order; the pins stay until the consumer reports (the lent
+//  transfer ends), and the round's end answers nothing more.
+START_TEST(test_get_lent)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT, 0x2c);
+    s_get("g1", 1, 3, "bb", 12, "cc", 11, "aa", 10);
+    pk_server_role_serve(H->role);
+    EXPECT("open g1 round=1", "pin g1 round=1 job=1000 n=2 pinned=2", "finished g1 round=1",
+           "lend 1 round=1 44>12,4>10",
+           "get_resp g1 round=1 hits=101 ok landing=0 sources=0000002c00000004");
+    //  answered, and the blocks still pinned: the consumer may be copying
+    s_state(1, 1, 1, 0, 0, 0);
+    H->now += 1;
+    pk_server_role_collect(H->role);
+    pk_server_role_drain(H->role);
+    EXPECT(NONE);
+    s_complete(1, true);
+    pk_server_role_collect(H->role);
+    EXPECT("result 1000 ok");
+    s_counters(2, 1, 0, 0);
+    s_settle();
+}
+END_TEST
+
+//  A consumer cut off while it copied (its report short, or the stall):
+//  the transfer fails, the pins go, and no second answer follows the
+//  one the consumer acted on.
+START_TEST(test_get_lent_cut_off)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_get("g1", 1, 1, "aa", 10);
+    pk_server_role_serve(H->role);
+    H->nlog = 0;
+    s_complete(1, false);
+    pk_server_role_collect(H->role);
+    EXPECT("result 1000 failed");
+    s_settle();
+}
+END_TEST
+
+//  An abort of a lent round (the consumer's deadline crossed its answer):
+//  acknowledged only once the lent transfer ended, the pins held until
+//  then, as for a write in flight.
+START_TEST(test_get_lent_abort_waits_for_the_report)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_get("g1", 1, 1, "aa", 10);
+    pk_server_role_serve(H->role);
+    H->nlog = 0;
+    s_hold(1);
+    pk_server_role_on_abort(H->role, "g1", 1);
+    EXPECT("cancel wait 1");
+    s_state(1, 1, 1, 1, 0, 0);
+    s_complete(1, true);
+    pk_server_role_collect(H->role);
+    EXPECT("abort_ack g1 round=1 landing=1", "result 1000 failed");
+    s_settle();
+}
+END_TEST
+
+//  A role not told to lend writes, though its transport could lend.
+START_TEST(test_get_not_lent_without_the_capability)
+{
+    pk_server_role_destroy(&H->role);
+    H->role = pk_server_role_new("peer", NULL, (pk_clock_t) { NULL, s_now },
+                                 (pk_sender_t) { NULL, s_send },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend },
+                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
+                                                 s_result, s_sums, s_why });
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_get("g1", 1, 1, "aa", 10);
+    pk_server_role_serve(H->role);
+    EXPECT("open g1 round=1", "pin g1 round=1 job=1000 n=1 pinned=1", "finished g1 round=1",
+           "write 1 round=1 4>10");
+    s_complete(1, true);
+    pk_server_role_collect(H->role);
+    EXPECT("get_resp g1 round=1 hits=1 ok landing=1 sources=-", "result 1000 ok");
+    s_settle();
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1138,6 +1279,13 @@ main(void)
     tcase_add_test(tc, test_close_with_writes_in_flight);
     tcase_add_test(tc, test_miss_reasons);
     tcase_add_test(tc, test_miss_reasons_off);
+    TCase *lend = tcase_create("lend");
+    tcase_add_checked_fixture(lend, s_setup_lend, s_teardown);
+    tcase_add_test(lend, test_get_lent);
+    tcase_add_test(lend, test_get_lent_cut_off);
+    tcase_add_test(lend, test_get_lent_abort_waits_for_the_report);
+    tcase_add_test(lend, test_get_not_lent_without_the_capability);
+    suite_add_tcase(s, lend);
     suite_add_tcase(s, tc);
     return pk_test_run("server_role", s);
 }

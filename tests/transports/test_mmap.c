@@ -23,6 +23,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <string.h>
 #include <stddef.h>
 #include <sys/mman.h>
@@ -611,6 +612,191 @@ START_TEST(test_copier_shares_and_cuts_off)
 }
 END_TEST
 
+//  --------------------------------------------------------------------------
+//  Lending (capability lend, protocol.md section 7): the server opens a
+//  transfer and sends nothing; the consumer copies the blocks its answer
+//  named and reports them on the socket.
+
+//  Lends n blocks for round: block i of the writer to (i*53+11) % BLOCKS.
+static int64_t
+s_lend_permuted(uint64_t round, uint32_t n, uint32_t *local, uint32_t *remote)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        local[i] = i;
+        remote[i] = (i * 53 + 11) % BLOCKS;
+    }
+    pk_transport_t t = pk_channel_transport(W.ch);
+    ck_assert_ptr_nonnull(t.lend);
+    return t.lend(t.self, round, local, remote, n);
+}
+
+//  Progresses the writer a while: what it reports meanwhile.
+static s_seen_t
+s_writer_only(int times)
+{
+    s_seen_t seen = { 0 };
+    pk_transport_t t = pk_channel_transport(W.ch);
+    for (int i = 0; i < times; i++) {
+        pk_channel_progress(W.ch);
+        t.poll(t.self, s_each, &seen);
+    }
+    return seen;
+}
+
+//  The transfer stays open (its blocks pinned above the seam) until the
+//  consumer's copy reports; then it ends with what was copied, every block
+//  at its place, counted for the round and checked in the copy.
+START_TEST(test_lend_reports_when_copied)
+{
+    uint32_t local[16], remote[16];
+    int64_t tid = s_lend_permuted(9, 16, local, remote);
+    ck_assert_int_gt(tid, 0);
+    ck_assert_int_eq(s_writer_only(50).count, 0);
+    ck_assert(pk_channel_lends(T.ch));
+    uint64_t sums[16];
+    for (uint32_t i = 0; i < 16; i++)
+        sums[i] = pk_checksum(W.pool + (size_t) local[i] * BLOCK, BLOCK);
+    sums[3] ^= 1;                   //  one announced wrong: found in the copy
+    ck_assert_int_eq(pk_channel_expect(T.ch, remote, sums, 16), 0);
+    ck_assert_int_eq(pk_channel_lend_copy(T.ch, 9, local, remote, 16), 16);
+    ck_assert_uint_eq(pk_channel_landed(T.ch, 9), 16);
+    for (uint32_t i = 0; i < 16; i++)
+        ck_assert_msg(s_block_is(T.pool, remote[i], local[i]), "block %u", i);
+    uint8_t verdict[16] = { 0 };
+    pk_channel_verdicts(T.ch, remote, verdict, 16);
+    for (uint32_t i = 0; i < 16; i++)
+        ck_assert_int_eq(verdict[i], i == 3 ? PK_VERDICT_CORRUPT : PK_VERDICT_OK);
+    s_seen_t seen = s_wait(false);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(seen.ok);
+    ck_assert_uint_eq(seen.tid, (uint64_t) tid);
+    ck_assert_uint_eq(seen.landed, 16);
+    ck_assert(!pk_channel_closed(W.ch));
+    //  a source or destination outside its pool: refused, nothing copied
+    uint32_t far = BLOCKS;
+    ck_assert_int_eq(pk_channel_lend_copy(T.ch, 10, &far, remote, 1), -EINVAL);
+    ck_assert_int_eq(pk_channel_lend_copy(T.ch, 10, local, &far, 1), -EINVAL);
+    ck_assert_uint_eq(pk_channel_landed(T.ch, 10), 0);
+}
+END_TEST
+
+//  A wait-mode cancel (an abort, a failed round) keeps a lent transfer:
+//  the consumer may be copying its blocks, so it is reported only once
+//  the consumer said so.
+START_TEST(test_lend_cancel_wait_holds_until_report)
+{
+    uint32_t local[8], remote[8];
+    int64_t tid = s_lend_permuted(11, 8, local, remote);
+    pk_transport_t t = pk_channel_transport(W.ch);
+    uint64_t id = (uint64_t) tid, still = 0;
+    ck_assert_uint_eq(t.cancel(t.self, &id, 1, PK_CANCEL_WAIT, &still), 1);
+    ck_assert_uint_eq(still, id);
+    ck_assert_int_eq(s_writer_only(50).count, 0);
+    ck_assert_int_eq(pk_channel_lend_copy(T.ch, 11, local, remote, 8), 8);
+    s_seen_t seen = s_wait(false);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert_uint_eq(seen.landed, 8);
+}
+END_TEST
+
+//  Cut off (the server's immediate cancel sets the control page's flag)
+//  before the consumer copies: nothing it copies afterwards is counted,
+//  and not a byte is written.
+START_TEST(test_lend_cut_off_counts_nothing)
+{
+    uint32_t local[8], remote[8];
+    int64_t tid = s_lend_permuted(12, 8, local, remote);
+    //  the consumer holds the pool's mapping already (its hello read): the
+    //  flag alone stands between the cut-off and its copy
+    for (int i = 0; i < 20; i++)
+        pk_channel_progress(T.ch);
+    pk_transport_t t = pk_channel_transport(W.ch);
+    uint64_t id = (uint64_t) tid;
+    ck_assert_uint_eq(t.cancel(t.self, &id, 1, PK_CANCEL_IMMEDIATE, &id), 0);
+    ck_assert(pk_channel_closed(W.ch));
+    ck_assert_int_le(pk_channel_lend_copy(T.ch, 12, local, remote, 8), 0);
+    ck_assert_uint_eq(pk_channel_landed(T.ch, 12), 0);
+    for (uint32_t i = 0; i < 8; i++)
+        ck_assert_uint_eq(T.pool[(size_t) remote[i] * BLOCK], 0xee);
+    ck_assert_int_lt(t.lend(t.self, 13, local, remote, 1), 0);
+}
+END_TEST
+
+typedef struct {
+    uint32_t *local, *remote;
+    uint32_t n;
+    int64_t got;
+} s_copy_job_t;
+
+static void *
+s_copy_thread(void *arg)
+{
+    s_copy_job_t *j = arg;
+    j->got = pk_channel_lend_copy(T.ch, 14, j->local, j->remote, j->n);
+    return NULL;
+}
+
+//  Cut off while the consumer copies (a thread copies every block of the
+//  pool, the flag set once the first landed): what it counts is what it
+//  reports, and the server's transfer ends failed with that count.
+START_TEST(test_lend_cut_off_mid_copy)
+{
+    static uint32_t local[BLOCKS], remote[BLOCKS];
+    int64_t tid = s_lend_permuted(14, BLOCKS, local, remote);
+    ck_assert_int_gt(tid, 0);
+    s_copy_job_t job = { local, remote, BLOCKS, -1 };
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, s_copy_thread, &job), 0);
+    volatile uint8_t *first = T.pool + (size_t) remote[0] * BLOCK;
+    double deadline = pk_clock_monotonic() + 60;
+    while (*first == 0xee && pk_clock_monotonic() < deadline)
+        ;
+    pk_transport_t t = pk_channel_transport(W.ch);
+    uint64_t id = (uint64_t) tid, still;
+    ck_assert_uint_eq(t.cancel(t.self, &id, 1, PK_CANCEL_IMMEDIATE, &still), 0);
+    pthread_join(th, NULL);
+    ck_assert_int_ge(job.got, 0);
+    ck_assert_int_le(job.got, BLOCKS);
+    ck_assert_uint_eq(pk_channel_landed(T.ch, 14), (uint64_t) job.got);
+    //  released by the immediate cancel: never reported, whatever came
+    s_seen_t seen = s_writer_only(20);
+    ck_assert_int_eq(seen.count, 0);
+}
+END_TEST
+
+//  A consumer that never reports: the stall timeout (0.5 s here) ends the
+//  lent transfer, failed, so its blocks are not pinned for ever, and the
+//  channel closes (the flag: a copy after it lands nothing).
+START_TEST(test_lend_never_reported_stalls)
+{
+    uint32_t local[4], remote[4];
+    ck_assert_int_gt(s_lend_permuted(15, 4, local, remote), 0);
+    s_seen_t seen = s_wait(false);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(!seen.ok);
+    ck_assert_uint_eq(seen.landed, 0);
+    ck_assert(pk_channel_closed(W.ch));
+    ck_assert_int_le(pk_channel_lend_copy(T.ch, 15, local, remote, 4), 0);
+    ck_assert_uint_eq(pk_channel_landed(T.ch, 15), 0);
+}
+END_TEST
+
+//  A report of more blocks than the round lent is not believed: the
+//  channel closes and the transfer fails.
+START_TEST(test_lend_overstated_report_closes)
+{
+    uint32_t local[4], remote[4];
+    int64_t tid = s_lend_permuted(16, 2, local, remote);
+    ck_assert_int_gt(tid, 0);
+    local[2] = 2, local[3] = 3, remote[2] = 100, remote[3] = 101;
+    ck_assert_int_eq(pk_channel_lend_copy(T.ch, 16, local, remote, 4), 4);
+    s_seen_t seen = s_wait(false);
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(!seen.ok);
+    ck_assert(pk_channel_closed(W.ch));
+}
+END_TEST
+
 //  A child forked after the helpers started has none of them: its
 //  copier starts its own, copies every block, and is destroyed cleanly.
 START_TEST(test_copier_after_fork)
@@ -662,6 +848,12 @@ main(void)
     tcase_add_test(tc, test_dead_target_fails_transfers);
     tcase_add_test(tc, test_copier_shares_and_cuts_off);
     tcase_add_test(tc, test_copier_after_fork);
+    tcase_add_test(tc, test_lend_reports_when_copied);
+    tcase_add_test(tc, test_lend_cancel_wait_holds_until_report);
+    tcase_add_test(tc, test_lend_cut_off_counts_nothing);
+    tcase_add_test(tc, test_lend_cut_off_mid_copy);
+    tcase_add_test(tc, test_lend_never_reported_stalls);
+    tcase_add_test(tc, test_lend_overstated_report_closes);
     suite_add_tcase(s, tc);
     return pk_test_run("mmap", s);
 }

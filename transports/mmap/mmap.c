@@ -436,4 +436,5 @@ const pk_transport_ops_t pk_mmap_transport_ops = {
     .channel_verdicts = pk_mmap_channel_verdicts,
     .providers = s_providers,
     .nproviders = 1,
+    .channel_lend_copy = pk_mmap_channel_lend_copy,
 };

@@ -32,7 +32,9 @@
 //  What goes over the socket.  Both ends run on one host, of one build or
 //  another of the same ABI: the blob's version says which layout.
 
-enum { PK_MMAP_HELLO = 1, PK_MMAP_WRITE = 2, PK_MMAP_DONE = 3 };
+//  LENT (consumer -> server): the blocks a round lent were copied
+//  (capability lend): a pk_mmap_done_t whose tid is the round's seq.
+enum { PK_MMAP_HELLO = 1, PK_MMAP_WRITE = 2, PK_MMAP_DONE = 3, PK_MMAP_LENT = 4 };
 
 typedef struct {
     char magic[4];
@@ -93,6 +95,8 @@ typedef struct _pk_mmap_xfer_t {
     uint64_t tid;
     size_t nblocks;
     size_t parts, sent;         //  messages of it, and sent of those
+    bool lent;                  //  no message: the consumer copies what the
+    uint64_t round_seq;         //  round's answer told it, and says LENT
 } pk_mmap_xfer_t;
 
 typedef struct {
@@ -187,6 +191,8 @@ pk_transport_t pk_mmap_channel_transport(pk_channel_t *channel);
 //  mmap_target.c
 int pk_mmap_target_progress(pk_mmap_channel_t *self);
 uint64_t pk_mmap_channel_landed(pk_channel_t *channel, uint64_t round_seq);
+int64_t pk_mmap_channel_lend_copy(pk_channel_t *channel, uint64_t round_seq, const uint32_t *src,
+                                  const uint32_t *dst, size_t n);
 void pk_mmap_channel_forget(pk_channel_t *channel, uint64_t round_seq);
 
 #endif

@@ -269,3 +269,54 @@ pk_mmap_channel_forget(pk_channel_t *channel, uint64_t round_seq)
     if (r)
         *r = self->rounds[--self->nrounds];
 }
+
+//  A lent round (capability lend, transport.h channel_lend_copy): the
+//  server's get_resp named the blocks; they are copied here, on the
+//  caller's thread (or shared with the copier's helpers for a large
+//  round), checked as they are copied, counted for the round, and the
+//  server told at once (LENT) so that it unpins them.  The cut-off rule
+//  is mmap.h's: a block copied after the control page's flag was set is
+//  not counted, and the report says so.
+int64_t
+pk_mmap_channel_lend_copy(pk_channel_t *channel, uint64_t round_seq, const uint32_t *src,
+                          const uint32_t *dst, size_t n)
+{
+    pk_mmap_channel_t *self = (pk_mmap_channel_t *) channel;
+    if (!self->target)
+        return -EINVAL;
+    //  the server's pool mapped (its hello read): the connection may not
+    //  have been looked at since it came
+    if (!self->src && !self->closed)
+        (void) pk_mmap_target_progress(self);
+    if (self->closed || self->revoked || !self->src || self->fd < 0)
+        return -ENOTCONN;
+    for (size_t i = 0; i < n; i++)
+        if (src[i] >= self->src_blocks || dst[i] >= self->fabric->num_blocks)
+            return -EINVAL;
+    pk_mmap_round_t *r = s_round(self, round_seq, true);
+    if (!r)
+        return -ENOMEM;
+    pk_copy_pair_t stackpairs[64];
+    pk_copy_pair_t *pairs = n <= 64 ? stackpairs : malloc(n * sizeof *pairs);
+    if (!pairs)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        pairs[i] = (pk_copy_pair_t) { src[i], dst[i] };
+    size_t landed = 0;
+    if (n && !atomic_load(&self->ctrl->closed)) {
+        pk_copy_check_t check = { s_check_wants, s_check_found, self };
+        landed = pk_copier_run(self->fabric->copier, self->fabric->base, self->src, pairs, n,
+                               self->fabric->block_len, &self->ctrl->closed,
+                               self->check.state ? &check : NULL);
+    }
+    if (pairs != stackpairs)
+        free(pairs);
+    r->count += landed;
+    self->stats.blocks_landed += landed;
+    //  n 0: the round's answer came to nobody (its load ended): the
+    //  report alone, so the server unpins now, not at its stall
+    pk_mmap_done_t d = { PK_MMAP_LENT, n && landed == n, round_seq, landed };
+    if (pk_mmap_queue(self, 0, &d, sizeof d) != 0 || pk_mmap_flush(self) != 0)
+        pk_mmap_shut(self);     //  the server's stall ends the lend, fenced by its flag
+    return (int64_t) landed;
+}

@@ -122,6 +122,69 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     return tid;
 }
 
+//  A lent transfer (transport.h, lend): nothing goes on the socket; the
+//  round's answer tells the consumer which blocks to copy, and its LENT
+//  report ends the transfer.  Counted as sent: cancel holds it until the
+//  report (the consumer may be copying), and the stall clock runs on it.
+static int64_t
+s_lend(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *remote, size_t n)
+{
+    pk_mmap_channel_t *self = arg;
+    (void) remote;              //  the consumer's own, in its get
+    if (self->closed || !self->connected || self->target)
+        return -ENOTCONN;
+    if (n == 0)
+        return -EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (local[i] >= self->fabric->num_blocks)
+            return -EINVAL;
+    if (self->capfinished < self->ntransfers + 1) {
+        size_t cap = 2 * self->ntransfers + 16;
+        pk_mmap_finished_t *f = realloc(self->finished, cap * sizeof *f);
+        if (!f)
+            return -ENOMEM;
+        self->finished = f;
+        self->capfinished = cap;
+    }
+    pk_mmap_xfer_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return -ENOMEM;
+    if (!self->xfers)
+        self->last_motion = pk_clock_monotonic();
+    *x = (pk_mmap_xfer_t) { self->xfers, ++self->next_tid, n, 1, 1, true, round_seq };
+    self->xfers = x;
+    self->ntransfers++;
+    self->stats.writes_posted++;
+    return (int64_t) x->tid;
+}
+
+//  The consumer's LENT report for a round: its lent transfers end, what it
+//  copied shared out over them in order.  More than was lent is a lie:
+//  false (the caller shuts the channel).
+static bool
+s_lent(pk_mmap_channel_t *self, uint64_t round_seq, bool ok, uint64_t landed)
+{
+    uint64_t lent = 0;
+    for (pk_mmap_xfer_t *x = self->xfers; x; x = x->next)
+        if (x->lent && x->round_seq == round_seq)
+            lent += x->nblocks;
+    if (landed > lent)
+        return false;
+    bool more = true;
+    while (more) {
+        more = false;
+        for (pk_mmap_xfer_t *x = self->xfers; x; x = x->next)
+            if (x->lent && x->round_seq == round_seq) {
+                uint64_t mine = landed < x->nblocks ? landed : x->nblocks;
+                landed -= mine;
+                pk_mmap_finish(self, x->tid, ok && mine == x->nblocks, mine);
+                more = true;
+                break;
+            }
+    }
+    return true;
+}
+
 static int
 s_cmp_finished(const void *a, const void *b)
 {
@@ -262,12 +325,21 @@ pk_mmap_writer_progress(pk_mmap_channel_t *self)
         ssize_t n = recv(self->fd, &d, sizeof d, MSG_DONTWAIT);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             break;
-        if (n != (ssize_t) sizeof d || d.type != PK_MMAP_DONE) {
+        if (n != (ssize_t) sizeof d || (d.type != PK_MMAP_DONE && d.type != PK_MMAP_LENT)) {
             pk_mmap_shut(self);       //  gone, or not ours to believe
             break;
         }
+        if (d.type == PK_MMAP_LENT) {
+            if (!s_lent(self, d.tid, d.ok != 0, d.landed)) {
+                pk_mmap_shut(self);
+                break;
+            }
+            self->last_motion = pk_clock_monotonic();
+            did++;
+            continue;
+        }
         pk_mmap_xfer_t *x = pk_mmap_xfer_find(self, d.tid);
-        if (x && (d.landed > x->nblocks || x->sent < x->parts)) {
+        if (x && (d.landed > x->nblocks || x->sent < x->parts || x->lent)) {
             pk_mmap_shut(self);
             break;
         }
@@ -285,5 +357,5 @@ pk_mmap_writer_progress(pk_mmap_channel_t *self)
 pk_transport_t
 pk_mmap_channel_transport(pk_channel_t *channel)
 {
-    return (pk_transport_t) { channel, s_write_blocks, s_poll, s_cancel };
+    return (pk_transport_t) { channel, s_write_blocks, s_poll, s_cancel, s_lend };
 }
