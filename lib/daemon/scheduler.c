@@ -332,6 +332,16 @@ pk_sched_quantum(const pk_sched_flow_t *f)
     return f->quantum;
 }
 
+bool
+pk_sched_contended(pk_sched_flow_t *f)
+{
+    pk_sched_t *self = f->sched;
+    pthread_mutex_lock(&self->lock);
+    bool others = self->waiting > (f->wanted > 0 ? 1 : 0);
+    pthread_mutex_unlock(&self->lock);
+    return others;
+}
+
 uint64_t
 pk_sched_granted(const pk_sched_flow_t *f)
 {

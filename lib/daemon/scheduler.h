@@ -108,6 +108,12 @@ void pk_sched_drop(pk_sched_flow_t *flow, uint64_t n);
     at a time, not a whole transfer at a time.  */
 uint64_t pk_sched_quantum(const pk_sched_flow_t *flow);
 
+/*  Whether another flow than this one wants credit now (under the lock:
+    a hint once it returns).  Its owner hands a grant over a quantum at a
+    time only then: alone, a write of all it was granted costs the
+    channel one transfer, not one per quantum.  */
+bool pk_sched_contended(pk_sched_flow_t *flow);
+
 /*  Blocks granted to the flow (a hint, read without the lock).  */
 uint64_t pk_sched_granted(const pk_sched_flow_t *flow);
 
