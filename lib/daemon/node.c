@@ -689,18 +689,23 @@ static const pk_engine_api_ops_t s_engine_ops = {
     s_engine_send, s_engine_session, s_engine_deliver, s_engine_pull, s_engine_stats
 };
 
-//  Turns' worth one session may hold granted and in flight (scheduler.h):
-//  a consumer that stopped reading holds at most 4 quanta (1 MiB by
-//  default) until its stall timeout, not the whole credit.  One session
-//  alone still keeps 1 MiB in flight, more than a loopback or a NIC's
-//  bandwidth-delay product needs (100 Gb/s x 10 us is 125 KB).
+//  Turns' worth one session may hold granted and in flight while others
+//  want credit (scheduler.h): a consumer that stopped reading beside
+//  others holds at most 4 quanta (1 MiB by default) until its stall
+//  timeout, not the whole credit.  A session alone takes past it what
+//  nobody else wants (the cap is work conserving): held to 1 MiB, one
+//  consumer's 64 KiB x 32 rounds went in halves that waited for each
+//  other, 10-30% slower than without the scheduler.
 #define PK_FAIR_DEPTH 4
 
 //  A --fair-* setting in blocks: what was set, at least one block, so any
-//  setting moves; by default (PK_FAIR_AUTO, the quantum's) dflt bytes or
-//  least blocks, whichever is more: 256 KiB is a quarter of a 1 MiB block,
-//  and a session holding PK_FAIR_DEPTH quanta of one block each kept too
-//  few in flight (1 MiB x 32 fetches lost a quarter, p2pkv-bench fetch).
+//  setting moves; by default (PK_FAIR_AUTO) dflt bytes or least blocks,
+//  whichever is more.  The credit: 4 MiB cut a one-block consumer's p99
+//  beside 4 greedy ones from 16.6 ms to 3.4 ms over loopback tcp where 16
+//  MiB did not, and 2 MiB cost the greedy ones a third (p2pkv-bench fair,
+//  design.md); but 4 MiB is 4 blocks of 1 MiB, and 1 MiB x 32 fetches lost
+//  a quarter with 4 in flight, so at least 16 blocks.  The quantum: 256 KiB
+//  is a quarter of a 1 MiB block, so at least 4 blocks.
 static uint64_t
 s_fair_blocks(uint64_t set, uint64_t dflt, uint64_t least, uint64_t len)
 {
@@ -725,7 +730,7 @@ s_open_classes(pk_node_t *self, char *err)
     if (self->config->fair_inflight > 0) {
         uint64_t len = self->config->block_len;
         pk_sched_config_t sc = {
-            s_fair_blocks(self->config->fair_inflight, 0, 1, len),
+            s_fair_blocks(self->config->fair_inflight, UINT64_C(4) << 20, 16, len),
             s_fair_blocks(self->config->fair_quantum, UINT64_C(256) << 10, 4, len),
             PK_FAIR_DEPTH, 0 };
         //  a quantum of the credit for new flows, when it leaves the old

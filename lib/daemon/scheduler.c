@@ -1,16 +1,20 @@
 /*  scheduler.c: deficit round robin over the sessions' writes, with a
     shared credit (scheduler.h).
 
-    Every flow is on at most one of two lists: new (it asked while it had
-    nothing granted nor in flight) and old (its first turn is spent).  The
-    grant loop serves the head of new, else the head of old: it grants
-    min(deficit, wanted, free credit); a flow whose deficit ran out goes to
-    the back of old with a fresh quantum, one that wants nothing more
-    leaves its list (its deficit with it: an idle flow saves no turn), and
-    when the credit runs out the head keeps its place and what is left of
-    its deficit.  A grant costs O(1) list work per turn; the loop runs on
-    every want, drop and done, under the mutex, and ends when the credit or
-    the wanting flows run out.
+    Every flow is on at most one of three lists: new (it asked while it had
+    nothing granted nor in flight), old (its first turn is spent) and capped
+    (it holds its cap while others want credit).  The grant loop serves the
+    head of new, else the head of old: it grants min(deficit, wanted, free
+    credit); a flow whose deficit ran out goes to the back of old with a
+    fresh quantum, one that wants nothing more leaves its list (its deficit
+    with it: an idle flow saves no turn), and when the credit runs out the
+    head keeps its place and what is left of its deficit.  A grant costs
+    O(1) list work per turn; the loop runs on every want, drop and done,
+    under the mutex, and ends when the credit or the wanting flows run out.
+
+    The cap yields when nobody else wants: the scheduler counts the flows
+    that want (waiting) and those holding more than their cap (over), so
+    "alone" and "someone borrowed" are one comparison each, not a walk.
 */
 #include "daemon/scheduler.h"
 
@@ -18,7 +22,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-typedef enum { S_NONE, S_NEW, S_OLD } s_list_t;
+typedef enum { S_NONE, S_NEW, S_OLD, S_CAP } s_list_t;
 
 struct _pk_sched_flow_t {
     pk_sched_t *sched;
@@ -30,13 +34,16 @@ struct _pk_sched_flow_t {
     uint64_t wanted;                //  asked for, not granted
     _Atomic uint64_t granted;       //  granted, not taken
     uint64_t inflight;              //  taken, not done
+    bool over;                      //  granted + inflight > cap (counted in over)
 };
 
 struct _pk_sched_t {
     pthread_mutex_t lock;
     pk_sched_config_t config;
     uint64_t free;
-    pk_sched_flow_t *head[3], *tail[3];     //  by s_list_t (S_NONE unused)
+    pk_sched_flow_t *head[4], *tail[4];     //  by s_list_t (S_NONE unused)
+    uint64_t waiting;                       //  flows that want (wanted > 0)
+    uint64_t over;                          //  flows holding more than their cap
     pk_sched_stats_t stats;
 };
 
@@ -111,41 +118,109 @@ s_append(pk_sched_t *self, pk_sched_flow_t *f, s_list_t list)
     self->tail[list] = f;
 }
 
+static uint64_t
+s_held(pk_sched_flow_t *f)
+{
+    return atomic_load(&f->granted) + f->inflight;
+}
+
+//  f's wanted went from was to what it is: the count of flows that want
+//  follows.
+static void
+s_waiting(pk_sched_t *self, pk_sched_flow_t *f, uint64_t was)
+{
+    if (was == 0 && f->wanted > 0)
+        self->waiting++;
+    else if (was > 0 && f->wanted == 0)
+        self->waiting--;
+}
+
+//  f's hold changed: whether it is over its cap (borrowed credit) follows.
+static void
+s_over(pk_sched_t *self, pk_sched_flow_t *f)
+{
+    bool over = s_held(f) > f->cap;
+    if (over != f->over) {
+        f->over = over;
+        if (over)
+            self->over++;
+        else
+            self->over--;
+    }
+}
+
+//  A flow held back at its cap is back in line, behind the others, once
+//  it holds less than its cap.
+static void
+s_uncap(pk_sched_t *self, pk_sched_flow_t *f)
+{
+    if (f->list == S_CAP && s_held(f) < f->cap) {
+        s_unlink(self, f);
+        f->deficit = f->quantum;
+        s_append(self, f, S_OLD);
+    }
+}
+
 //  Hands the free credit out in turns (the file's comment).
 static void
 s_grant(pk_sched_t *self)
 {
+    //  The cap yields when nobody else wants: a flow held back at its cap
+    //  that is now the only one wanting takes what is free.  (Held flows
+    //  want, so waiting == 1 with one held means it is that one.)
+    if (self->waiting == 1 && self->head[S_CAP]) {
+        pk_sched_flow_t *f = self->head[S_CAP];
+        s_unlink(self, f);
+        f->deficit = f->quantum;
+        s_append(self, f, S_OLD);
+    }
     while (self->free > 0) {
         pk_sched_flow_t *f = self->head[S_NEW] ? self->head[S_NEW] : self->head[S_OLD];
         if (!f)
             return;
-        uint64_t held = atomic_load(&f->granted) + f->inflight;
-        if (held >= f->cap) {
-            //  at its depth: off the lists until a write of it ends
+        bool alone = self->waiting == 1;        //  f wants: it is the one
+        uint64_t held = s_held(f);
+        if (held >= f->cap && !alone) {
+            //  at its cap and others want: nothing more until a write of
+            //  it ends under its cap (s_uncap) or the others are gone
             s_unlink(self, f);
             f->deficit = 0;
+            s_append(self, f, S_CAP);
             continue;
         }
-        //  the reserve is the new flows'
-        uint64_t room = self->free;
-        if (f->list == S_OLD)
-            room = room > self->config.reserve ? room - self->config.reserve : 0;
+        //  alone, a flow may go past its cap: there is no one to starve
+        uint64_t room = self->free, limit = alone ? UINT64_MAX : f->cap - held;
+        if (f->list == S_OLD) {
+            if (self->over > (f->over ? 1 : 0) && held < f->cap) {
+                //  others borrowed past their caps (while alone) and their
+                //  writes hold it: the reserve serves the flows under their
+                //  caps, up to them, else a flow that came after a stalled
+                //  one would be served once from the reserve, then never
+                //  until the stall timeout
+                if (limit > f->cap - held)
+                    limit = f->cap - held;
+            }
+            else    //  the reserve is the new flows'
+                room = room > self->config.reserve ? room - self->config.reserve : 0;
+        }
         if (room == 0)
             return;             //  the head of old waits; no new flow wants
         uint64_t g = f->deficit < f->wanted ? f->deficit : f->wanted;
         if (g > room)
             g = room;
-        if (g > f->cap - held)
-            g = f->cap - held;
+        if (g > limit)
+            g = limit;
         f->deficit -= g;
         f->wanted -= g;
         atomic_fetch_add(&f->granted, g);
         self->free -= g;
         self->stats.wanted -= g;
         self->stats.granted += g;
+        s_over(self, f);
         if (f->wanted == 0) {
             s_unlink(self, f);
             f->deficit = 0;
+            self->waiting--;
             self->stats.turns++;
         }
         else if (f->deficit == 0) {
@@ -185,6 +260,10 @@ pk_sched_flow_destroy(pk_sched_flow_t **flow_p)
     pk_sched_t *self = f->sched;
     pthread_mutex_lock(&self->lock);
     s_unlink(self, f);
+    if (f->wanted > 0)
+        self->waiting--;
+    if (f->over)
+        self->over--;
     uint64_t granted = atomic_load(&f->granted);
     self->stats.wanted -= f->wanted;
     self->stats.granted -= granted;
@@ -204,8 +283,10 @@ pk_sched_want(pk_sched_flow_t *f, uint64_t n)
         return;
     pk_sched_t *self = f->sched;
     pthread_mutex_lock(&self->lock);
+    uint64_t was = f->wanted;
     f->wanted += n;
     self->stats.wanted += n;
+    s_waiting(self, f, was);
     if (f->list == S_NONE) {
         //  a flow idle until now (nothing granted nor in flight) is new
         bool idle = atomic_load(&f->granted) == 0 && f->inflight == 0;
@@ -223,24 +304,24 @@ pk_sched_drop(pk_sched_flow_t *f, uint64_t n)
         return;
     pk_sched_t *self = f->sched;
     pthread_mutex_lock(&self->lock);
+    uint64_t was = f->wanted;
     uint64_t w = n < f->wanted ? n : f->wanted;
     f->wanted -= w;
     self->stats.wanted -= w;
+    s_waiting(self, f, was);
     n -= w;
     uint64_t granted = atomic_load(&f->granted);
     uint64_t g = n < granted ? n : granted;
     atomic_fetch_sub(&f->granted, g);
     self->stats.granted -= g;
     self->free += g;
+    s_over(self, f);
     if (f->wanted == 0) {
         s_unlink(self, f);
         f->deficit = 0;
     }
-    else if (f->list == S_NONE) {
-        //  it was at its depth and holds less now
-        f->deficit = f->quantum;
-        s_append(self, f, S_OLD);
-    }
+    else
+        s_uncap(self, f);       //  it may hold less than its cap now
     s_grant(self);
     pthread_mutex_unlock(&self->lock);
 }
@@ -249,6 +330,16 @@ uint64_t
 pk_sched_quantum(const pk_sched_flow_t *f)
 {
     return f->quantum;
+}
+
+bool
+pk_sched_contended(pk_sched_flow_t *f)
+{
+    pk_sched_t *self = f->sched;
+    pthread_mutex_lock(&self->lock);
+    bool others = self->waiting > (f->wanted > 0 ? 1 : 0);
+    pthread_mutex_unlock(&self->lock);
+    return others;
 }
 
 uint64_t
@@ -286,11 +377,8 @@ pk_sched_done(pk_sched_flow_t *f, uint64_t n)
     f->inflight -= n;
     self->stats.inflight -= n;
     self->free += n;
-    if (f->list == S_NONE && f->wanted > 0) {
-        //  it was at its depth: back in line, behind the others
-        f->deficit = f->quantum;
-        s_append(self, f, S_OLD);
-    }
+    s_over(self, f);
+    s_uncap(self, f);
     s_grant(self);
     pthread_mutex_unlock(&self->lock);
 }

@@ -21,11 +21,19 @@
     much less in flight.
 
     A flow holds at most depth turns' worth (its quantum times depth)
-    granted and in flight: a consumer that stopped reading keeps what its
-    writes hold until the channel's stall timeout ends them, and without
-    the bound each of its turns would add to that until it held the whole
-    credit, starving every other session.  With it, a stalled session
-    holds one depth; the others share the rest.
+    granted and in flight while another flow wants credit: a consumer that
+    stopped reading keeps what its writes hold until the channel's stall
+    timeout ends them, and without the bound each of its turns would add
+    to that until it held the whole credit, starving every other session.
+    With it, a stalled session holds one depth; the others share the rest.
+
+    The cap is work conserving: a flow that is the only one wanting may
+    take past its cap whatever is free but the reserve (one consumer alone
+    posts its whole round).  Once another flow wants, the one past its cap
+    gets nothing more until it holds less than its cap; meanwhile the
+    reserve serves every flow under its cap, up to it, not only the new
+    ones, since what was borrowed may be held by a stalled consumer until
+    its stall timeout.
 
     Counted in blocks, not bytes: every block of a server is block_len
     bytes, so a round robin by blocks is one by bytes.
@@ -58,7 +66,7 @@ typedef struct {
     uint64_t credit;            //  blocks granted and not done, at most (>= 1)
     uint64_t quantum;           //  blocks a flow of weight 1 is granted per turn (>= 1)
     uint64_t depth;             //  turns' worth a flow may hold (granted and in
-                                //  flight) at once; 0 = up to the whole credit
+                                //  flight) while others want; 0 = the whole credit
     uint64_t reserve;           //  credit only new flows may be granted (< credit)
 } pk_sched_config_t;
 
@@ -99,6 +107,12 @@ void pk_sched_drop(pk_sched_flow_t *flow, uint64_t n);
     write its owner hands over at once, so that credit comes back a turn
     at a time, not a whole transfer at a time.  */
 uint64_t pk_sched_quantum(const pk_sched_flow_t *flow);
+
+/*  Whether another flow than this one wants credit now (under the lock:
+    a hint once it returns).  Its owner hands a grant over a quantum at a
+    time only then: alone, a write of all it was granted costs the
+    channel one transfer, not one per quantum.  */
+bool pk_sched_contended(pk_sched_flow_t *flow);
 
 /*  Blocks granted to the flow (a hint, read without the lock).  */
 uint64_t pk_sched_granted(const pk_sched_flow_t *flow);

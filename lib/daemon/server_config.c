@@ -99,10 +99,9 @@ pk_server_config_defaults(pk_server_config_t *self)
     self->max_unread_bytes = UINT64_C(64) << 20;
     self->max_frame = UINT64_C(64) << 20;
     self->max_sessions = 256;
-    //  off by default: a session's share is capped at PK_FAIR_DEPTH quanta
-    //  (node.c), which cost one consumer alone 10-30% of its 64 KiB x 32
-    //  fetches (p2pkv-bench fetch, design.md); on where consumers compete
-    self->fair_inflight = 0;
+    //  on by default (node.c sizes it): its cap yields to a session alone,
+    //  so one consumer keeps its throughput (design.md, "On by default")
+    self->fair_inflight = PK_FAIR_AUTO;
     self->fair_quantum = PK_FAIR_AUTO;
     for (size_t i = 0; i < PK_NS_MAX; i++)
         self->fair_weight[i] = 1;

@@ -43,8 +43,8 @@
     milliseconds in an int (zmq_poll, zloop) with room to spare.  */
 #define PK_CONFIG_MAX_SECONDS 1000000.0
 
-/*  --fair-quantum not given: sized by the block length (node.c).  Above
-    what an option accepts (INT64_MAX).  */
+/*  --fair-inflight or --fair-quantum not given: sized by the block length
+    (node.c).  Above what an option accepts (INT64_MAX).  */
 #define PK_FAIR_AUTO UINT64_MAX
 
 /*  --fair-weights' largest weight (scheduler.h's PK_SCHED_MAX_WEIGHT).  */
@@ -75,9 +75,10 @@ typedef struct {
     bool no_gets;               //  --gets off: connect_ack leaves out get (default on)
     char *tenants;              //  --tenants FILE; NULL = one shared namespace
     //  The writes' fair share across sessions (scheduler.h, design.md)
-    //  bytes; PK_FAIR_AUTO (the quantum's default) asks node.c for 256 KiB
-    //  or 4 blocks, whichever is more: 256 KiB is a quarter of a 1 MiB block
-    uint64_t fair_inflight;     //  writes in flight, whole server; 0 = off (default)
+    //  bytes; PK_FAIR_AUTO (the defaults) asks node.c for 4 MiB or 16
+    //  blocks, and 256 KiB or 4 blocks, whichever is more: 4 MiB is only 4
+    //  blocks of 1 MiB, too few to keep a channel busy
+    uint64_t fair_inflight;     //  writes in flight, whole server; 0 = off
     uint64_t fair_quantum;      //  granted per turn to a session of weight 1
     char *fair_weights;         //  --fair-weights NS=W,...; NULL = every weight 1
     unsigned short fair_weight[PK_NS_MAX];  //  by namespace, from fair_weights (1..1000)

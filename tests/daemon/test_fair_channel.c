@@ -1,6 +1,7 @@
 /*  test_fair_channel.c: a session's writes through the scheduler
     (lib/daemon/fair_channel.c) over the in-memory transport: a greedy
-    session's transfer is handed over a grant at a time, a small one
+    session's transfer is handed over a grant at a time (a quantum a
+    write while another session wants credit), a small one
     beside it gets the next freed credit, the fence holds (a wait-mode
     cancel holds a transfer with writes out, reported only once they
     ended), and a session that goes leaves nothing queued.  */
@@ -104,8 +105,8 @@ START_TEST(test_small_beside_greedy)
     s_session(&small, sched);
     int64_t gt = s_write(&g, 7, 100);
     ck_assert_int_gt(gt, 0);
-    //  two turns of 2: the credit's 4 blocks, handed over a turn a write
-    ck_assert_uint_eq(pk_memtransport_inflight(g.mem), 2);
+    //  alone: the credit's 4 blocks, handed over as one write
+    ck_assert_uint_eq(pk_memtransport_inflight(g.mem), 1);
     ck_assert_uint_eq(pk_fair_channel_queued(g.fair), 96);
     s_clock = 1.0;
     int64_t st = s_write(&small, 9, 1);
@@ -120,7 +121,7 @@ START_TEST(test_small_beside_greedy)
     s_clock = 1.25;
     ck_assert_uint_eq(pk_fair_channel_pump(small.fair), 1);
     ck_assert_uint_eq(pk_memtransport_inflight(small.mem), 1);
-    ck_assert_uint_eq(pk_fair_channel_pump(g.fair), 1);    //  the rest of the freed 2
+    ck_assert_uint_eq(pk_fair_channel_pump(g.fair), 3);    //  the rest of the freed 4
     ck_assert_uint_eq(small.waits, 1);
     ck_assert(small.waited > 0.24 && small.waited < 0.26);
     s_complete(&small, 1);
@@ -152,6 +153,33 @@ END_TEST
 //  The fence: a wait-mode cancel drops what was not handed over, holds
 //  a transfer whose writes are out (still), and poll reports it, failed,
 //  only once they ended.  One never handed over is released at once.
+//  A grant is handed over a quantum a write while another session wants
+//  credit (credit comes back a turn at a time), and as one write while
+//  nobody else does (one transfer on the channel, not one per quantum).
+START_TEST(test_write_size_follows_contention)
+{
+    pk_sched_config_t c = { 8, 2, 0, 0 };
+    pk_sched_t *sched = pk_sched_new(&c);
+    s_session_t a = { 0 }, b = { 0 };
+    s_session(&a, sched);
+    s_session(&b, sched);
+    ck_assert_int_gt(s_write(&a, 1, 100), 0);
+    ck_assert_uint_eq(pk_memtransport_inflight(a.mem), 1);      //  alone: 8 in one write
+    ck_assert_int_gt(s_write(&b, 1, 100), 0);
+    ck_assert_uint_eq(pk_memtransport_inflight(b.mem), 0);      //  no credit yet
+    s_complete(&a, 1);
+    s_seen_t seen = { 0 };
+    a.t.poll(a.t.self, s_each, &seen);                          //  8 free: 4 each, in turns
+    ck_assert_uint_eq(pk_fair_channel_pump(a.fair), 4);
+    ck_assert_uint_eq(pk_fair_channel_pump(b.fair), 4);
+    ck_assert_uint_eq(pk_memtransport_inflight(a.mem), 2);      //  contended: 2 writes of 2
+    ck_assert_uint_eq(pk_memtransport_inflight(b.mem), 2);
+    s_session_end(&a);
+    s_session_end(&b);
+    pk_sched_destroy(&sched);
+}
+END_TEST
+
 START_TEST(test_cancel_keeps_the_fence)
 {
     pk_sched_config_t c = { 2, 2, 0, 0 };
@@ -268,6 +296,7 @@ main(void)
     Suite *s = suite_create("fair_channel");
     TCase *tc = tcase_create("fair_channel");
     tcase_add_test(tc, test_small_beside_greedy);
+    tcase_add_test(tc, test_write_size_follows_contention);
     tcase_add_test(tc, test_cancel_keeps_the_fence);
     tcase_add_test(tc, test_poll_order);
     tcase_add_test(tc, test_refused_write);

@@ -1,7 +1,9 @@
 /*  test_scheduler.c: the writes' fair share (lib/daemon/scheduler.c),
     alone: the shared credit bounds what is granted, turns go round by
-    quantum and weight, a flow that was idle is served first, and a flow
-    that goes returns everything it held.  No threads: the policy is the
+    quantum and weight, a flow that was idle is served first, a flow holds
+    no more than its cap while others want but all it wants while nobody
+    else does (work conserving), and a flow that goes returns everything
+    it held.  No threads: the policy is the
     same whoever calls it.  */
 #include "daemon/scheduler.h"
 #include "testutil.h"
@@ -228,32 +230,167 @@ START_TEST(test_gone_flow_leaves_nothing)
 END_TEST
 
 //  A flow that stopped (its consumer reads nothing: its writes never
-//  complete) holds at most depth turns' worth; the others share the
-//  rest, and it is served again once a write of it ends.
+//  complete) after it took what nobody else wanted: once another flow
+//  wants, the stalled one gets nothing more until it holds less than its
+//  cap, and the other is served again and again from the reserve (up to
+//  its own cap), not once and then never until the stall timeout.
 START_TEST(test_stalled_flow_held_to_its_depth)
 {
-    pk_sched_config_t c = { 16, 2, 2, 0 };
+    pk_sched_config_t c = { 16, 2, 2, 2 };     //  cap 4, reserve 2
     pk_sched_t *s = pk_sched_new(&c);
     ck_assert_ptr_nonnull(s);
     pk_sched_flow_t *stalled = pk_sched_flow_new(s, 1), *other = pk_sched_flow_new(s, 1);
     pk_sched_want(stalled, 1000);
-    ck_assert_uint_eq(pk_sched_take(stalled, 1000), 4);    //  2 turns of 2
+    ck_assert_uint_eq(pk_sched_take(stalled, 1000), 14);   //  alone: all but the reserve
     pk_sched_want(other, 1000);
-    ck_assert_uint_eq(pk_sched_take(other, 1000), 4);
+    ck_assert_uint_eq(pk_sched_take(other, 1000), 2);       //  new: the reserve
     //  the other one's writes complete, over and over: the stalled one
-    //  gets nothing more, the other one all it may hold
+    //  gets nothing more, the other one what is free
     for (int i = 0; i < 100; i++) {
-        pk_sched_done(other, 4);
-        ck_assert_uint_eq(pk_sched_take(other, 1000), 4);
+        pk_sched_done(other, 2);
+        ck_assert_uint_eq(pk_sched_take(other, 1000), 2);
         ck_assert_uint_eq(pk_sched_granted(stalled), 0);
     }
+    //  the stalled one's writes end (its stall timeout), down to its cap:
+    //  still nothing for it, and the other one stays within its own cap
+    pk_sched_done(stalled, 10);
+    ck_assert_uint_eq(pk_sched_granted(stalled), 0);
+    ck_assert_uint_eq(pk_sched_take(other, 1000), 2);       //  up to its cap of 4
     pk_sched_stats_t st;
     pk_sched_stats(s, &st);
+    ck_assert_uint_eq(st.inflight, 8);
     ck_assert_uint_eq(st.free, 8);
     pk_sched_done(stalled, 1);
-    ck_assert_uint_eq(pk_sched_take(stalled, 1000), 1);    //  back in line
+    ck_assert_uint_eq(pk_sched_take(stalled, 1000), 1);    //  under its cap: back in line
     pk_sched_flow_destroy(&stalled);
     pk_sched_flow_destroy(&other);
+    pk_sched_destroy(&s);
+}
+END_TEST
+
+//  Work conserving: a flow that nobody else competes with is not held
+//  to its cap; it takes every block it wants of the credit, all but the
+//  reserve, which stays the new flows'.
+START_TEST(test_alone_takes_the_credit)
+{
+    pk_sched_config_t c = { 64, 4, 4, 4 };     //  cap 16 (4 turns of 4)
+    pk_sched_t *s = pk_sched_new(&c);
+    ck_assert_ptr_nonnull(s);
+    pk_sched_flow_t *a = pk_sched_flow_new(s, 1);
+    pk_sched_want(a, 32);                       //  a round of 32 blocks, whole
+    ck_assert_uint_eq(pk_sched_take(a, 1000), 32);
+    pk_sched_want(a, 1000);
+    ck_assert_uint_eq(pk_sched_take(a, 1000), 28);         //  up to the reserve
+    ck_assert_uint_eq(s_free(s), 4);
+    //  what completes goes straight back to it
+    pk_sched_done(a, 20);
+    ck_assert_uint_eq(pk_sched_take(a, 1000), 20);
+    ck_assert_uint_eq(s_free(s), 4);
+    pk_sched_flow_destroy(&a);
+    ck_assert_uint_eq(s_free(s), 64);
+    pk_sched_destroy(&s);
+}
+END_TEST
+
+//  A flow that arrives while another holds all but the reserve is
+//  granted at once from the reserve, and again within one quantum's
+//  writes of the other; the other, past its cap, gets nothing more while
+//  the newcomer wants, until it is under its cap.  Without a reserve, the
+//  newcomer is granted the first quantum that completes.
+START_TEST(test_second_flow_served_within_a_quantum)
+{
+    pk_sched_config_t c = { 64, 4, 4, 4 };
+    pk_sched_t *s = pk_sched_new(&c);
+    ck_assert_ptr_nonnull(s);
+    pk_sched_flow_t *a = pk_sched_flow_new(s, 1), *b = pk_sched_flow_new(s, 1);
+    pk_sched_want(a, 1000);
+    ck_assert_uint_eq(pk_sched_take(a, 1000), 60);
+    pk_sched_want(b, 1000);
+    ck_assert_uint_eq(pk_sched_take(b, 1000), 4);          //  at once
+    for (int i = 0; i < 3; i++) {
+        pk_sched_done(a, 4);                                //  one write of a quantum
+        ck_assert_uint_eq(pk_sched_take(b, 1000), 4);
+        ck_assert_uint_eq(pk_sched_granted(a), 0);
+    }
+    //  b at its cap (16), a still past its: a's writes end, down to its
+    //  cap, and nothing goes to it; once under, the turns go round
+    pk_sched_done(a, 44 - 16);
+    ck_assert_uint_eq(pk_sched_granted(a), 0);
+    ck_assert_uint_eq(pk_sched_granted(b), 0);
+    pk_sched_done(b, 4);
+    ck_assert_uint_eq(pk_sched_take(b, 1000), 4);
+    pk_sched_done(a, 4);                                    //  at its cap: not under
+    ck_assert_uint_eq(pk_sched_granted(a), 0);
+    pk_sched_done(a, 1);
+    ck_assert_uint_eq(pk_sched_take(a, 1000), 1);          //  under: up to its cap
+    pk_sched_flow_destroy(&a);
+    pk_sched_flow_destroy(&b);
+
+    //  no reserve: the first quantum that completes is the newcomer's
+    c.reserve = 0;
+    pk_sched_t *s0 = pk_sched_new(&c);
+    ck_assert_ptr_nonnull(s0);
+    a = pk_sched_flow_new(s0, 1);
+    b = pk_sched_flow_new(s0, 1);
+    pk_sched_want(a, 1000);
+    ck_assert_uint_eq(pk_sched_take(a, 1000), 64);
+    pk_sched_want(b, 8);
+    ck_assert_uint_eq(pk_sched_granted(b), 0);
+    for (int i = 0; i < 2; i++) {
+        pk_sched_done(a, 4);
+        ck_assert_uint_eq(pk_sched_take(b, 1000), 4);
+        ck_assert_uint_eq(pk_sched_granted(a), 0);         //  past its cap, b wanted
+    }
+    //  b wants nothing more: a is alone again and takes what is free
+    pk_sched_done(b, 8);
+    ck_assert_uint_eq(pk_sched_take(a, 1000), 8);
+    pk_sched_flow_destroy(&a);
+    pk_sched_flow_destroy(&b);
+    pk_sched_destroy(&s0);
+    pk_sched_destroy(&s);
+}
+END_TEST
+
+//  DRR shares still hold with caps: a flow that took the whole credit
+//  alone, then two more of weights 3 and 1 beside it; once the first
+//  one's borrowed blocks completed, every flow gets its weight's share of
+//  what completes, and none holds more than its cap.
+START_TEST(test_shares_hold_past_a_borrow)
+{
+    pk_sched_config_t c = { 32, 2, 4, 2 };      //  caps 8 (weight 1), 24 (weight 3)
+    pk_sched_t *s = pk_sched_new(&c);
+    ck_assert_ptr_nonnull(s);
+    s_sim_t sim = { .nflows = 1 };
+    sim.flows[0] = pk_sched_flow_new(s, 1);
+    uint64_t got[3] = { 0, 0, 0 };
+    pk_sched_want(sim.flows[0], 1000000);
+    s_sim_take(&sim, got);
+    ck_assert_uint_eq(got[0], 30);              //  alone: all but the reserve
+    sim.flows[1] = pk_sched_flow_new(s, 1);
+    sim.flows[2] = pk_sched_flow_new(s, 3);
+    sim.nflows = 3;
+    pk_sched_want(sim.flows[1], 1000000);
+    pk_sched_want(sim.flows[2], 1000000);
+    for (int i = 0; i < 30; i++) {             //  the borrowed blocks end
+        s_sim_complete_one(&sim);
+        s_sim_take(&sim, got);
+    }
+    uint64_t base[3] = { got[0], got[1], got[2] };
+    for (int i = 0; i < 10000; i++) {
+        s_sim_complete_one(&sim);
+        s_sim_take(&sim, got);
+        pk_sched_stats_t st;
+        pk_sched_stats(s, &st);
+        ck_assert_uint_le(st.inflight + st.granted, 30);   //  the reserve stays free
+    }
+    //  1:1:3, to within two turns each
+    uint64_t d0 = got[0] - base[0], d1 = got[1] - base[1], d2 = got[2] - base[2];
+    ck_assert_uint_eq(d0 + d1 + d2, 10000);
+    ck_assert_uint_le(d0 > d1 ? d0 - d1 : d1 - d0, 4);
+    ck_assert_uint_ge(d2 + 12, 3 * d1);
+    ck_assert_uint_le(d2, 3 * d1 + 12);
+    for (int k = 0; k < 3; k++)
+        pk_sched_flow_destroy(&sim.flows[k]);
     pk_sched_destroy(&s);
 }
 END_TEST
@@ -309,6 +446,9 @@ main(void)
     tcase_add_test(tc, test_drop_returns_grant);
     tcase_add_test(tc, test_gone_flow_leaves_nothing);
     tcase_add_test(tc, test_stalled_flow_held_to_its_depth);
+    tcase_add_test(tc, test_alone_takes_the_credit);
+    tcase_add_test(tc, test_second_flow_served_within_a_quantum);
+    tcase_add_test(tc, test_shares_hold_past_a_borrow);
     tcase_add_test(tc, test_reserve_is_for_new_flows);
     tcase_add_test(tc, test_bad_settings);
     suite_add_tcase(s, tc);

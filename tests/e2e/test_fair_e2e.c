@@ -9,7 +9,9 @@
     and end well too; a greedy one cut off in the middle of its round
     gives its credit back (with a credit of one block, a leak would stop
     every session, and the test at its bound); the per-session queueing
-    delay is counted in the engine API's stats.  One thread drives every
+    delay is counted in the engine API's stats.  A round aborted while
+    its blocks wait for credit gives the credit back with its session
+    alive, and the scheduler is on by default.  One thread drives every
     consumer, so each is served only as fast as the loop comes back to it.
 */
 #include "e2e.h"
@@ -180,6 +182,68 @@ START_TEST(test_small_beside_greedy_makes_progress)
 }
 END_TEST
 
+//  A round aborted while most of its blocks wait for credit gives that
+//  credit back at once, and the session stays: the session's end (the
+//  flow's destruction, which returns everything) is no backstop here.
+//  With a credit of one block and a consumer that reads nothing until its
+//  abort is sent, the server has at most one block of the round out when
+//  the abort comes; the other 31 were wanted from the scheduler, and the
+//  cancel must drop them (fair_channel.c, s_drop_rest).
+START_TEST(test_abort_returns_the_credit)
+{
+    te_t e;
+    const char *const extra[] = { "--fair-inflight", "4096", "--fair-quantum", "4096", NULL };
+    te_start(&e, extra, ROUND, "c-abort");
+    tc_t *tc = e.consumer;
+    tc_lookup_hits(tc, "c-abort-1", 1, e.keys, ROUND);
+    uint32_t idx[ROUND];
+    for (uint32_t i = 0; i < ROUND; i++)
+        idx[i] = i;
+    ck_assert_int_eq(tc_send(tc, tc_fetch("c-abort-1", 1, e.keys, idx, ROUND)), 0);
+    pk_msg_t *m = pk_msg_new(PK_MSG_ABORT_FETCH);
+    pk_msg_set_string(m, PK_F_KV_REQUEST_ID, "c-abort-1");
+    pk_msg_set_uint(m, PK_F_ROUND_SEQ, 1);
+    ck_assert_int_eq(tc_send(tc, m), 0);
+    //  acknowledged once the block out landed (the fence), the rest never
+    //  written: the cancel really cut the round short
+    m = tc_expect(tc, PK_MSG_ABORT_ACK, 60);
+    ck_assert_uint_eq(m->round_seq, 1);
+    ck_assert_uint_lt(m->landing, ROUND);
+    pk_msg_destroy(&m);
+
+    //  the session is still there, and the credit is whole: nothing of the
+    //  aborted round is wanted, granted or in flight.  No wait: the ack
+    //  leaves only once the block out was reported, after its credit came
+    //  back, and the rest was dropped at the cancel, before it (a wait
+    //  here would last until the session's silence timeout, whose end
+    //  returns everything)
+    ck_assert_int_eq(td_stat(&e.server, "fair.wanted"), 0);
+    ck_assert_int_eq(td_stat(&e.server, "fair.granted"), 0);
+    ck_assert_int_eq(td_stat(&e.server, "fair.inflight"), 0);
+    ck_assert_int_eq(td_stat(&e.server, "fair.free"), 1);
+    ck_assert_int_eq(td_stat(&e.server, "fair.flows"), 1);
+    ck_assert_int_eq(td_stat(&e.server, "sessions"), 1);
+    //  and the same session's next fetch is served with it
+    tc_get(tc, "c-abort-2", 2, e.keys, 4, 10, bk_hashed(0));
+    te_stop(&e);
+}
+END_TEST
+
+//  The scheduler is on by default: a server started without --fair-*
+//  options has one, sized by its block length (4 MiB or 16 blocks of
+//  credit, whichever is more).
+START_TEST(test_on_by_default)
+{
+    te_t e;
+    te_start(&e, NULL, 4, "c-default");
+    tc_get(e.consumer, "r1", 1, e.keys, 4, 10, bk_hashed(0));
+    ck_assert_int_eq(td_stat(&e.server, "fair.flows"), 1);
+    ck_assert_int_eq(td_stat(&e.server, "fair.free"), (UINT64_C(4) << 20) / TD_BLOCK_LEN);
+    ck_assert_int_ge(td_stat(&e.server, "session_counts.c-default.write_queue_waits"), 1);
+    te_stop(&e);
+}
+END_TEST
+
 //  --fair-inflight 0: the scheduler is off, the sessions write as before
 //  (no queueing delay counted), and --fair-weights names namespaces.
 START_TEST(test_off_and_bad_weights)
@@ -210,6 +274,8 @@ main(void)
     Suite *s = suite_create("fair_e2e");
     TCase *tc = td_case(s, "e2e", 0);
     tcase_add_test(tc, test_small_beside_greedy_makes_progress);
+    tcase_add_test(tc, test_abort_returns_the_credit);
+    tcase_add_test(tc, test_on_by_default);
     tcase_add_test(tc, test_off_and_bad_weights);
     return td_run_and_sweep("fair_e2e", s);
 }
