@@ -352,8 +352,48 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
     return nstill;
 }
 
+//  A lent transfer (transport.h, lend) passes by the scheduler: the
+//  server writes nothing of it, the consumer copies with its own core, so
+//  there is no credit of the server's to share.  It is tracked as a
+//  transfer of one chunk of no credit, so that poll and cancel treat it
+//  as the channel does.
+static int64_t
+s_lend(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *remote, size_t n)
+{
+    pk_fair_channel_t *self = arg;
+    if (n == 0)
+        return -EINVAL;
+    s_xfer_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return -ENOMEM;
+    int64_t ctid = self->inner.lend(self->inner.self, round_seq, local, remote, n);
+    if (ctid > 0 && s_chunk_add(self, (uint64_t) ctid, x, 0) != 0) {
+        uint64_t t = (uint64_t) ctid;
+        self->inner.cancel(self->inner.self, &t, 1, PK_CANCEL_IMMEDIATE, &t);
+        ctid = -ENOMEM;
+    }
+    if (ctid <= 0) {
+        free(x);
+        return ctid < 0 ? ctid : -EIO;
+    }
+    x->tid = self->next_tid++;
+    x->round_seq = round_seq;
+    x->n = x->handed = n;
+    x->out = 1;
+    x->waited = true;           //  it never queued
+    x->since = self->now();
+    x->prev = self->tail;
+    if (self->tail)
+        self->tail->next = x;
+    else
+        self->head = x;
+    self->tail = x;
+    return (int64_t) x->tid;
+}
+
 pk_transport_t
 pk_fair_channel_transport(pk_fair_channel_t *self)
 {
-    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL };
+    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel,
+                              self->inner.lend ? s_lend : NULL };
 }

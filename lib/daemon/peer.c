@@ -873,10 +873,11 @@ pk_peer_caps(const pk_peer_t *self)
         if (self->connect && pk_caps_has(self->connect->caps, words[i])
             //  in use only where both list it: --gets off offers no get
             && !(strcmp(words[i], PK_CAP_GET) == 0 && self->env->config->no_gets)
-            //  lend: gets offered, over a channel that lends, no scheduler
-            //  between (the session's own test, server_session.c)
+            //  lend: gets offered, over a channel that lends (the
+            //  session's own test, server_session.c; the write scheduler
+            //  passes lending by, fair_channel.c)
             && !(strcmp(words[i], PK_CAP_LEND) == 0
-                 && (self->env->config->no_gets || self->env->sched || !self->channel
+                 && (self->env->config->no_gets || !self->channel
                      || !pk_channel_transport(self->channel).lend)))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);

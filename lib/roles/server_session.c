@@ -307,7 +307,7 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     //  (the seed's) sees the plain misses it knows
     pk_server_role_config_t role_config = config->role;
     role_config.reasons = pk_caps_has(connect->caps, PK_CAP_REASONS);
-    //  lend where the write path lends (mmap, no scheduler between) and
+    //  lend where the write path lends (mmap; the scheduler passes it by) and
     //  gets are offered; a consumer that does not list it gets writes
     bool lends = transport.lend && !config->no_get;
     self->caps = config->no_get ? PK_CAPS_WITHOUT_GET : lends ? PK_CAPS " " PK_CAP_LEND : PK_CAPS;

@@ -214,6 +214,73 @@ START_TEST(test_cancel_keeps_the_fence)
 }
 END_TEST
 
+//  A channel that lends (mmap's): the in-memory transport's writes stand
+//  in for its lent transfers (a transfer id, ended by completion).
+static pk_transport_t s_lender;
+static int64_t
+s_lend(void *self, uint64_t round_seq, const uint32_t *local, const uint32_t *remote, size_t n)
+{
+    return s_lender.write_blocks(self, round_seq, local, remote, n);
+}
+
+//  A lent get passes the scheduler by: the server writes nothing of it,
+//  so it takes no credit even past the whole credit, is handed to the
+//  channel's lend at once, reported by poll when the channel ends it,
+//  and held by a wait-mode cancel like a write in flight.  Without a
+//  lending channel the wrapper has no lend either.
+START_TEST(test_lend_passes_the_scheduler_by)
+{
+    pk_sched_config_t c = { 4, 4, 0, 0 };
+    pk_sched_t *sched = pk_sched_new(&c);
+    s_session_t a = { 0 };
+    s_session(&a, sched);
+    ck_assert_ptr_null(a.t.lend);
+    pk_fair_channel_destroy(&a.fair);
+    s_lender = pk_memtransport_iface(a.mem);
+    pk_transport_t inner = s_lender;
+    inner.lend = s_lend;
+    a.fair = pk_fair_channel_new(sched, 1, inner, s_now, s_on_wait, &a);
+    a.t = pk_fair_channel_transport(a.fair);
+    ck_assert_ptr_nonnull(a.t.lend);
+    uint32_t local[64], remote[64];
+    for (uint32_t i = 0; i < 64; i++)
+        local[i] = remote[i] = i;
+    int64_t t1 = a.t.lend(a.t.self, 1, local, remote, 64);     //  16x the credit
+    int64_t t2 = a.t.lend(a.t.self, 2, local, remote, 8);
+    ck_assert_int_gt(t1, 0);
+    ck_assert_int_gt(t2, t1);
+    ck_assert_uint_eq(pk_memtransport_inflight(a.mem), 2);      //  both at once
+    pk_sched_stats_t ss;
+    s_stats(sched, &ss);
+    ck_assert_uint_eq(ss.free, 4);
+    ck_assert_uint_eq(ss.wanted, 0);
+    ck_assert_uint_eq(ss.inflight, 0);
+    ck_assert_uint_eq(pk_fair_channel_queued(a.fair), 0);
+    //  a write beside them still gets the whole credit
+    ck_assert_int_gt(s_write(&a, 3, 4), 0);
+    ck_assert_uint_eq(pk_memtransport_inflight(a.mem), 3);
+    //  the first lent transfer ends: reported; the second, cancelled in
+    //  wait mode while its copy may run, is held until it ends
+    s_complete(&a, 1);
+    s_seen_t seen = { 0 };
+    a.t.poll(a.t.self, s_each, &seen);
+    ck_assert_uint_eq(seen.n, 1);
+    ck_assert_uint_eq(seen.tids[0], (uint64_t) t1);
+    ck_assert(seen.ok[0]);
+    uint64_t running = 2, tid = (uint64_t) t2, still[1];
+    pk_memtransport_hold(a.mem, &running, 1);
+    ck_assert_uint_eq(a.t.cancel(a.t.self, &tid, 1, PK_CANCEL_WAIT, still), 1);
+    ck_assert_uint_eq(still[0], tid);
+    s_complete(&a, 2);
+    seen.n = 0;
+    a.t.poll(a.t.self, s_each, &seen);
+    ck_assert_uint_eq(seen.n, 1);
+    ck_assert_uint_eq(seen.tids[0], tid);
+    s_session_end(&a);
+    pk_sched_destroy(&sched);
+}
+END_TEST
+
 //  Poll's order: successes in ascending id, then failures.
 START_TEST(test_poll_order)
 {
@@ -299,6 +366,7 @@ main(void)
     tcase_add_test(tc, test_write_size_follows_contention);
     tcase_add_test(tc, test_cancel_keeps_the_fence);
     tcase_add_test(tc, test_poll_order);
+    tcase_add_test(tc, test_lend_passes_the_scheduler_by);
     tcase_add_test(tc, test_refused_write);
     tcase_add_test(tc, test_cut_off_leaves_nothing);
     suite_add_tcase(s, tc);
