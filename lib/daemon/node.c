@@ -352,8 +352,12 @@ s_advertised(const char *endpoint, char *out, size_t cap)
         snprintf(out, cap, "%s", endpoint);
         return;
     }
-    snprintf(out, cap, "%.*s://%s%s", (int) (wild - endpoint), endpoint, host,
-             strchr(wild + 3, ']') ? strchr(wild + 3, ']') + 1 : strchr(wild + 3, ':'));
+    int n = snprintf(out, cap, "%.*s://%s%s", (int) (wild - endpoint), endpoint, host,
+                     strchr(wild + 3, ']') ? strchr(wild + 3, ']') + 1 : strchr(wild + 3, ':'));
+    //  a host name too long for the endpoint's room: the bound one, whole,
+    //  rather than a cut name nobody resolves
+    if (n < 0 || (size_t) n >= cap)
+        snprintf(out, cap, "%s", endpoint);
 }
 
 //  --directory: the record this server publishes and the actor that
