@@ -1,7 +1,7 @@
 /*  fair.c: the fair share of a server's writes (issue 37, point 5): a
     consumer fetching one block at a time, alone and beside greedy ones
     fetching whole rounds back to back, against a server with its
-    scheduler (the default) and one without (--fair-inflight 0), in the
+    scheduler (--fair-inflight 4194304) and one without (0, the default), in the
     same repetition.
 
     Every consumer is a thread of one process (consumer.c's threads),
@@ -103,10 +103,11 @@ s_mode(const pkb_opts_t *o, uint64_t block, uint64_t nblocks, size_t ngreedy, bo
 {
     pkb_server_t srv;
     static const char *const off[] = { "--fair-inflight", "0", NULL };
+    static const char *const with[] = { "--fair-inflight", "4194304", NULL };
     //  a pin holds pool room: room for every greedy request's pins, and
     //  the blocks themselves (issue 37: "a pool large enough for their pins")
     uint64_t pool = (uint64_t) ngreedy * 2 * nblocks + nblocks + 64;
-    int rc = pkb_server_start(&srv, o, block, pool, 64, on ? NULL : off);
+    int rc = pkb_server_start(&srv, o, block, pool, 64, on ? with : off);
     if (rc == 0)
         rc = pkb_server_populate(&srv, nblocks);
     if (rc) {
@@ -200,7 +201,7 @@ pkb_fair(const pkb_opts_t *o)
     printf("fair: one consumer fetching 1 block (one request at a time) alone, then beside "
            "%zu greedy consumers fetching %llu x %llu KiB rounds back to back (two requests "
            "each); all threads of one process, each with its own client; p2pkv-server over "
-           "tcp on 127.0.0.1 with its scheduler (on, its default) and with --fair-inflight 0 (off), in "
+           "tcp on 127.0.0.1 with its scheduler (on: --fair-inflight 4194304) and without (off, the default), in "
            "each repetition; latencies in ms, queueing delay (a transfer's wait for its "
            "first write, mean per session) in us; median, and [min..max] of %d repetitions\n",
            ngreedy, (unsigned long long) nblocks, (unsigned long long) (block >> 10), reps);

@@ -557,21 +557,29 @@ static int
 s_session_send(void *arg, char *frame, size_t len)
 {
     s_server_t *s = arg;
-    //  The encoder's buffer goes as it is, not copied into a frame of
-    //  ZeroMQ's: under glibc's default heap policy (an engine's; the
-    //  library sets none) the copy of a large lookup's frame grew the heap
-    //  past its trim threshold and every lookup faulted its pages in again
-    //  (design.md, "Lookups linear in their keys").
+    //  A large frame goes as it is, not copied into one of ZeroMQ's: under
+    //  glibc's default heap policy (an engine's; the library sets none)
+    //  the copy of a large lookup's frame grew the heap past its trim
+    //  threshold and every lookup faulted its pages in again (design.md,
+    //  "Lookups linear in their keys").  A small one is copied: handing it
+    //  over costs ZeroMQ an allocation of its own and the I/O thread a
+    //  free of ours, more than the copy.
     zmq_msg_t m;
-    if (zmq_msg_init_data(&m, frame, len, s_frame_free, NULL) != 0) {
+    int rc = len >= PK_BIG_MIN ? zmq_msg_init_data(&m, frame, len, s_frame_free, NULL)
+                               : zmq_msg_init_size(&m, len);
+    if (rc != 0) {
         free(frame);
         return -ENOMEM;
     }
+    if (len < PK_BIG_MIN) {
+        memcpy(zmq_msg_data(&m), frame, len);
+        free(frame);
+    }
     //  never block: a DEALER with no connected server would wait forever
-    int rc = zmq_msg_send(&m, zsock_resolve(s->dealer), ZMQ_DONTWAIT);
+    rc = zmq_msg_send(&m, zsock_resolve(s->dealer), ZMQ_DONTWAIT);
     s->dealer_read = false;         //  a send may take the command that fires its fd
     if (rc < 0)
-        zmq_msg_close(&m);      //  frees the frame
+        zmq_msg_close(&m);      //  a large frame: its buffer with it
     return rc < 0 ? -EAGAIN : 0;
 }
 
