@@ -208,6 +208,17 @@ pk_fair_channel_queued(const pk_fair_channel_t *self)
     return self->queued;
 }
 
+static void
+s_xfer_append(pk_fair_channel_t *self, s_xfer_t *x)
+{
+    x->prev = self->tail;
+    if (self->tail)
+        self->tail->next = x;
+    else
+        self->head = x;
+    self->tail = x;
+}
+
 static int64_t
 s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *remote,
                size_t n)
@@ -228,12 +239,7 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     x->round_seq = round_seq;
     x->n = n;
     x->since = self->now();
-    x->prev = self->tail;
-    if (self->tail)
-        self->tail->next = x;
-    else
-        self->head = x;
-    self->tail = x;
+    s_xfer_append(self, x);
     self->queued += n;
     pk_sched_want(self->flow, n);
     //  granted at once (credit was free): handed over now, so that the
@@ -382,12 +388,7 @@ s_lend(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *rem
     x->out = 1;
     x->waited = true;           //  it never queued
     x->since = self->now();
-    x->prev = self->tail;
-    if (self->tail)
-        self->tail->next = x;
-    else
-        self->head = x;
-    self->tail = x;
+    s_xfer_append(self, x);
     return (int64_t) x->tid;
 }
 

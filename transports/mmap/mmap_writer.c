@@ -66,11 +66,11 @@ s_release(pk_mmap_channel_t *self, uint64_t tid)
         self->ntransfers--;
 }
 
-static int64_t
-s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *remote,
-               size_t n)
+//  What a write and a lend both check first: a live channel of a server,
+//  blocks of its pool, and room to report one more transfer.
+static int
+s_admit(pk_mmap_channel_t *self, const uint32_t *local, size_t n)
 {
-    pk_mmap_channel_t *self = arg;
     if (self->closed || !self->connected || self->target)
         return -ENOTCONN;
     if (n == 0)
@@ -86,6 +86,17 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         self->finished = f;
         self->capfinished = cap;
     }
+    return 0;
+}
+
+static int64_t
+s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *remote,
+               size_t n)
+{
+    pk_mmap_channel_t *self = arg;
+    int rc = s_admit(self, local, n);
+    if (rc)
+        return rc;
     pk_mmap_xfer_t *x = calloc(1, sizeof *x);
     uint8_t *buf = malloc(PK_MMAP_MSG_MAX);
     if (!x || !buf) {
@@ -131,21 +142,9 @@ s_lend(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *rem
 {
     pk_mmap_channel_t *self = arg;
     (void) remote;              //  the consumer's own, in its get
-    if (self->closed || !self->connected || self->target)
-        return -ENOTCONN;
-    if (n == 0)
-        return -EINVAL;
-    for (size_t i = 0; i < n; i++)
-        if (local[i] >= self->fabric->num_blocks)
-            return -EINVAL;
-    if (self->capfinished < self->ntransfers + 1) {
-        size_t cap = 2 * self->ntransfers + 16;
-        pk_mmap_finished_t *f = realloc(self->finished, cap * sizeof *f);
-        if (!f)
-            return -ENOMEM;
-        self->finished = f;
-        self->capfinished = cap;
-    }
+    int rc = s_admit(self, local, n);
+    if (rc)
+        return rc;
     pk_mmap_xfer_t *x = calloc(1, sizeof *x);
     if (!x)
         return -ENOMEM;
