@@ -17,6 +17,7 @@
     order of steps under one deadline, --shutdown-timeout.
 */
 #include "daemon/node.h"
+#include "base/big_cache.h"
 #include "base/clock.h"
 #include "base/host_id.h"
 #include "base/err.h"
@@ -1038,11 +1039,15 @@ s_read(pk_node_t *self, void *which)
 //  ours (ZeroMQ's I/O thread closing connections, libfabric's own).  One
 //  trim at the reaping left 9-17 MB of them resident in about one round
 //  in five of p2pkv-bench sessions; trimming on for 10 s, in none of 12.
+//  The large blocks kept for the next large request (base/big_cache.h, up
+//  to 32 MiB) go too: sessions ended, and a later one builds them anew.
 static void
 s_trim_heap(pk_node_t *self, double now)
 {
-    if (now <= self->trim_until)
+    if (now <= self->trim_until) {
+        pk_big_trim();
         malloc_trim(0);
+    }
 }
 
 /*  The first SIGTERM or SIGINT: the drain, so that a rolling restart
