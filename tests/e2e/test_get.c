@@ -491,6 +491,63 @@ START_TEST(test_get_async_several_in_flight)
 }
 END_TEST
 
+//  An asynchronous get of K0..K3 and X past a pin quota of 2: one get
+//  message, no second batch (the async call does not ask again); the
+//  quota's worth of hits land, the hits past it come back missing with
+//  reason quota (held, ask again), X missing as absent, and the pins go.
+START_TEST(test_get_async_past_the_pin_quota)
+{
+    td_t s;
+    s_server(&s, (const char *const[]) { "--pin-quota", "2", NULL });
+    s_ends_t ends = { 0 };
+    int server;
+    p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
+    json_int_t gets0 = td_stat(&s, "metrics.p2pkv_gets_total.total");
+    enum { N = NPUB + 1 };
+    p2pkv_key_t keys[N];
+    uint32_t dest[N];
+    for (int i = 0; i < N; i++) {
+        keys[i] = s_keys[i];            //  K0..K3, then X
+        dest[i] = (uint32_t) (20 + i);
+    }
+    p2pkv_key_result_t res[N];
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "quota", keys, dest, N, 0, res, &id), 0);
+    ck_assert_int_eq(s_end_of(c, &ends, id), P2PKV_LANDED);
+    const uint8_t *pool = p2pkv_client_pool(c);
+    size_t landed = 0, quota = 0;
+    for (int i = 0; i < NPUB; i++) {
+        p2pkv_key_result_t *r = &res[i];
+        if (r->status == P2PKV_KEY_LANDED) {
+            ck_assert(r->verified);
+            ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, s_data[i], BLOCK) == 0,
+                          "block of key %d", i);
+            landed++;
+            continue;
+        }
+        ck_assert_msg(r->status == P2PKV_KEY_MISSING, "key %d: status %d", i, r->status);
+        ck_assert_msg(r->reason == P2PKV_MISS_QUOTA, "key %d: reason %s, want quota", i,
+                      p2pkv_miss_reason_name(r->reason));
+        ck_assert_int_eq(pool[(size_t) dest[i] * BLOCK], 0);
+        quota++;
+    }
+    ck_assert_uint_eq(landed, 2);
+    ck_assert_uint_eq(quota, NPUB - 2);
+    ck_assert_int_eq(res[X].status, P2PKV_KEY_MISSING);
+    ck_assert_msg(res[X].reason == P2PKV_MISS_ABSENT, "X: reason %s",
+                  p2pkv_miss_reason_name(res[X].reason));
+    ck_assert_int_eq(p2pkv_client_finish(c, server, "quota"), 0);
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (td_stat(&s, "metrics.p2pkv_gets_total.total") - gets0 < 1
+           && pk_clock_monotonic() < deadline)
+        p2pkv_client_poll(c, 0.01);
+    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_gets_total.total") - gets0, 1);
+    ck_assert_msg(s_unpinned(&s, BOUND), "the server still pins blocks");
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  Gets parked on P (the server's lookup deadline far away), K0 a hit
 //  among them: one cancelled by its id, one by a finish of its request.
 //  Each ends once, ABORTED, well before the abort-ack timeout; every key
@@ -602,6 +659,7 @@ main(void)
     tcase_add_test(tc, test_get_deadline);
     tcase_add_test(tc, test_get_async_several_in_flight);
     tcase_add_test(tc, test_get_async_cancelled);
+    tcase_add_test(tc, test_get_async_past_the_pin_quota);
     tcase_add_test(tc, test_get_async_without_the_capability);
     tcase_add_test(tc, test_get_lent_over_mmap);
     tcase_add_test(tc, test_get_lent_with_the_scheduler_on);
