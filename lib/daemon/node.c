@@ -117,6 +117,7 @@ struct _pk_node_t {
     pk_directory_t *directory;      //  --directory: the cluster directory's actor, or NULL
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
     char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
+    int idle_look_ms;               //  test only: $P2PKV_TEST_IDLE_LOOK_MS (peer.c)
     pk_peer_env_t env;              //  what every peer shares (peer.h)
     pk_sched_t *sched;              //  the writes' fair share; NULL: --fair-inflight 0
     pk_admission_t *admission;
@@ -395,12 +396,16 @@ s_open_directory(pk_node_t *self, char *err)
 
 //  Test only (peer.c): $P2PKV_TEST_FAIL_SESSION names a consumer whose
 //  session fails to be created; $P2PKV_TEST_HOLD_SESSION, "peer_id:path",
-//  one whose actor stands still after its connect_ack until path exists.
+//  one whose actor stands still after its connect_ack until path exists;
+//  $P2PKV_TEST_IDLE_LOOK_MS, the ms between an idle actor's looks (so a
+//  test can tell what a look does from what an event does).
 static int
 s_test_hooks(pk_node_t *self, char *err)
 {
     const char *fail = getenv("P2PKV_TEST_FAIL_SESSION");
     const char *hold = getenv("P2PKV_TEST_HOLD_SESSION");
+    const char *look = getenv("P2PKV_TEST_IDLE_LOOK_MS");
+    self->idle_look_ms = look ? atoi(look) : 0;
     if ((fail && *fail && !(self->fail_session = strdup(fail)))
         || (hold && *hold && !(self->hold_session = strdup(hold))))
         return pk_err(err, -ENOMEM, "out of memory");
@@ -730,7 +735,7 @@ s_open_classes(pk_node_t *self, char *err)
         .store = self->store, .metrics = self->metrics, .unsent = self->unsent,
         .router = self->router, .job = s_job, .job_arg = self,
         .fail_session = self->fail_session, .hold_session = self->hold_session,
-        .draining = &self->draining };
+        .idle_look_ms = self->idle_look_ms, .draining = &self->draining };
     //  The writes' fair share, in blocks (every block is block_len bytes)
     if (self->config->fair_inflight > 0) {
         uint64_t len = self->config->block_len;

@@ -75,6 +75,8 @@ typedef struct {
     bool draining, quitting, terminated;
     double quit_deadline;
     int idle_look;                  //  ms between looks while nothing runs
+    bool lends;                     //  both sides listed lend: the actor sleeps
+                                    //  on the channel too (s_wait)
 } self_t;
 
 //  While nothing runs or is parked, the session's only clocks are its
@@ -86,9 +88,9 @@ typedef struct {
 //  not twenty times (at a 50 ms look, 256 idle sessions cost 35% of a
 //  core).  Frames wake the actor at once whatever the look.
 //  How often an actor looks at its channel while only lent transfers are
-//  out (design.md, "A get over mmap lends its blocks"): their reports
-//  wake nobody, so this bounds how long a copied block stays pinned after
-//  a consumer's last get (its next frame reads them sooner).
+//  out (design.md, "A get over mmap lends its blocks"): the consumer's
+//  report wakes the actor where it sleeps on the channel (s_wait); this
+//  look is for the stall clock, and for a channel it cannot sleep on.
 #define S_LENT_LOOK_MS 5
 
 static int
@@ -402,7 +404,8 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     }
     pk_server_session_set_latency(self->session, s_latency, env->metrics);
     pk_server_session_set_room(self->session, s_actor_room, self);
-    self->idle_look = s_idle_look_ms(env->config);
+    self->idle_look = env->idle_look_ms > 0 ? env->idle_look_ms : s_idle_look_ms(env->config);
+    self->lends = pk_caps_has(pk_peer_caps(peer), PK_CAP_LEND);
     return self;
 
 fail_fair:
@@ -589,21 +592,25 @@ s_wait(self_t *self, bool *pipe)
 {
     pk_server_session_t *session = self->session;
     bool inflight = pk_server_session_has_inflight(session);
-    //  lent transfers only (capability lend): the consumer's reports are
-    //  read at the session's next frame, and at a look every
-    //  S_LENT_LOOK_MS; they wake nobody (design.md, "A get over mmap
-    //  lends its blocks")
     bool writes = pk_server_session_has_writes(session);
     //  blocks waiting for the scheduler's grant: it comes from another
     //  session's thread, unannounced, so look again soon (a spin)
     bool queued = self->fair && pk_fair_channel_queued(self->fair) > 0;
-    bool on_channel = writes && !queued && s_sleep_on_channel(self);
+    //  a lending session (capability lend) sleeps on the channel whatever
+    //  runs: the door lends a get's blocks without waking us, and the
+    //  consumer's report, which unpins them, then wakes us as it comes.
+    //  Before, it was read at the session's next frame or at our next
+    //  look, which the door's get did not shorten: up to the idle look
+    //  (1.25 s by default) after a consumer's last get.  It costs a wake
+    //  per report, off the consumer's path (its report goes one way).
+    //  Idle, nothing else comes on the channel: the server only lends.
+    bool on_channel = (writes || self->lends) && !queued && s_sleep_on_channel(self);
     zmq_pollitem_t items[2] = {
         { zsock_resolve(self->pipe), 0, ZMQ_POLLIN, 0 },
         { NULL, on_channel ? pk_channel_wait_fd(self->peer->channel) : -1,
           ZMQ_POLLIN, 0 }
     };
-    long timeout = on_channel ? 10 : writes || queued ? 0 : inflight ? S_LENT_LOOK_MS
+    long timeout = on_channel && writes ? 10 : writes || queued ? 0 : inflight ? S_LENT_LOOK_MS
                    : pk_server_session_has_parked(session) ? 2 : self->idle_look;
     pthread_mutex_unlock(&self->peer->lock);
     int rc = zmq_poll(items, on_channel ? 2 : 1, timeout);

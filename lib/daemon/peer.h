@@ -47,6 +47,7 @@ typedef struct {
     void *job_arg;
     const char *fail_session;       //  test only: $P2PKV_TEST_FAIL_SESSION
     const char *hold_session;       //  test only: $P2PKV_TEST_HOLD_SESSION
+    int idle_look_ms;               //  test only: $P2PKV_TEST_IDLE_LOOK_MS (0: the config's)
     /*  The node's drain (SIGTERM) has begun: every lookup from then on is
         a miss (peer.c, s_actor_lookup).  Set once by the node, read by
         every actor; NULL: never.  */

@@ -60,21 +60,31 @@ s_server(td_t *s, const char *const *flags)
 
 static const char *s_provider = "tcp";    //  the consumers' (s_client)
 
+//  A consumer with a progress thread that sends a keepalive every
+//  keepalive seconds (and, past 5 s, calls a server DOWN after twice that
+//  of silence, not the default 10 s: the server speaks only when spoken to).
 static p2pkv_client_t *
-s_client(td_t *s, int *server_p)
+s_client_every(td_t *s, double keepalive, int *server_p)
 {
     char err[P2PKV_ERRLEN] = "";
     p2pkv_config_t cfg = { .peer_id = "c-get", .fingerprint = TD_FINGERPRINT,
                            .hash_seed = TD_HASH_SEED, .provider = s_provider,
                            .node = "127.0.0.1",
                            .load_timeout = 30, .abort_ack_timeout = 30,
-                           .keepalive_interval = 0.3,
+                           .keepalive_interval = keepalive,
+                           .silence_timeout = keepalive < 5 ? 10 : 2 * keepalive,
                            .progress_thread = true };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     *server_p = p2pkv_client_connect(c, s->endpoint, BOUND, err);
     ck_assert_msg(*server_p >= 0, "connect: %s", err);
     return c;
+}
+
+static p2pkv_client_t *
+s_client(td_t *s, int *server_p)
+{
+    return s_client_every(s, 0.3, server_p);
 }
 
 static json_int_t
@@ -252,6 +262,53 @@ START_TEST(test_get_lent_back_to_back)
         ck_assert(res.verified);
     }
     ck_assert_msg(s_unpinned(&s, BOUND), "the server still pins blocks");
+    p2pkv_client_destroy(&c);
+    s_provider = "tcp";
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  A lent block's pins go when the consumer's report comes, not at the
+//  server's next look at the session: the door lends a get's blocks
+//  without waking the session's actor, which sleeps on the channel too
+//  (peer.c, s_wait), so the report wakes it.  The test rules out every
+//  other reader of the report: the actor's idle look is 10 minutes
+//  ($P2PKV_TEST_IDLE_LOOK_MS), and the consumer sends no frame after its
+//  get (a keepalive every 500 s; a frame reads the report first).  Before
+//  the fix the pins stayed until that look (up to 1.25 s at the default
+//  look, 2 s at the longest; here the test failed at its 60 s bound).
+//  Then the order: the pool is full (K0..K3 and P's reservation), and once
+//  the pins went, a put that must evict a lent block succeeds.
+START_TEST(test_get_lent_unpinned_at_the_report)
+{
+    td_t s;
+    setenv("P2PKV_TEST_IDLE_LOOK_MS", "600000", 1);
+    s_server(&s, (const char *const[]) { "--provider", "mmap,tcp", "--fabric-addr", "127.0.0.1",
+                                         "--pool-blocks", "5", "--silence-timeout", "600",
+                                         NULL });
+    unsetenv("P2PKV_TEST_IDLE_LOOK_MS");
+    s_provider = "mmap";
+    int server;
+    p2pkv_client_t *c = s_client_every(&s, 500, &server);
+    //  the session's first look is past: its actor sleeps for the long look
+    ck_assert_msg(s_unpinned(&s, BOUND), "pins before any get");
+    for (int i = 0; i < 3; i++) {
+        char kv[32], err[P2PKV_ERRLEN] = "";
+        snprintf(kv, sizeof kv, "u%d", i);
+        uint32_t dest[NPUB] = { 0, 1, 2, 3 };
+        p2pkv_key_result_t res[NPUB];
+        int got = p2pkv_client_get_results(c, server, kv, s_keys, dest, NPUB, true, BOUND, res,
+                                           NULL, NULL, err);
+        ck_assert_msg(got == NPUB, "get %d: %d (%s)", i, got, err);
+        ck_assert(res[0].verified);
+        ck_assert_msg(s_unpinned(&s, BOUND), "get %d: its blocks are still pinned %.0f s after "
+                      "the consumer's report", i, BOUND);
+    }
+    //  the pool is full and every block was lent: a put evicts one
+    uint8_t key[32] = { 0x5e }, data[BLOCK];
+    memset(data, 0x5e, sizeof data);
+    p2pkv_key_t fresh = { key, sizeof key };
+    td_put(td_api(&s), &fresh, data, 1, BLOCK);
     p2pkv_client_destroy(&c);
     s_provider = "tcp";
     ck_assert_int_eq(td_stop(&s), 0);
@@ -664,5 +721,7 @@ main(void)
     tcase_add_test(tc, test_get_lent_over_mmap);
     tcase_add_test(tc, test_get_lent_with_the_scheduler_on);
     tcase_add_test(tc, test_get_lent_back_to_back);
+    TCase *un = td_case(suite, "unpin", 120);
+    tcase_add_test(un, test_get_lent_unpinned_at_the_report);
     return td_run_and_sweep("get", suite);
 }
