@@ -409,7 +409,8 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     pk_czmq_setup();
     if (!config || !config->peer_id || !*config->peer_id || !num_blocks || !block_len
         || num_blocks > PK_MAX_NUM_BLOCKS) {
-        (void) pk_err(err, 0, "a peer_id and a pool of 1..2^31 blocks of at least 1 byte are required");
+        (void) pk_err(err, 0, "a peer_id and a pool of 1..2^31 blocks of at least 1 byte are "
+                      "required");
         return NULL;
     }
     if (!(config->answer_spin <= 1) && !(config->answer_spin < 0)) {

@@ -688,7 +688,8 @@ s_engine_stats(void *arg, json_t *answer)
                                       "flows", (json_int_t) st.flows,
                                       "turns", (json_int_t) st.turns));
     }
-    json_object_set_new(answer, "sessions", json_integer((json_int_t) pk_door_sessions(self->door)));
+    json_object_set_new(answer, "sessions",
+                        json_integer((json_int_t) pk_door_sessions(self->door)));
     json_object_set_new(answer, "peers", peers);
     json_object_set_new(answer, "capabilities", caps);
     json_object_set_new(answer, "session_counts", counts);

@@ -34,9 +34,9 @@ def _curve(curve_public, curve_secret, curve_server) -> list:
 def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str] = None,
              curve_secret: Optional[str] = None, curve_server: Optional[str] = None) -> dict:
     """A server's block length, fingerprint, hash seed and providers (best
-    first) and host identity, to size a pool before connecting.  A CURVE server describes itself only
-    to an allowed key: give the consumer's keypair and the server's key
-    (Z85), as for Client."""
+    first) and host identity, to size a pool before connecting.  A CURVE
+    server describes itself only to an allowed key: give the consumer's
+    keypair and the server's key (Z85), as for Client."""
     d = L.Description()
     err = ctypes.create_string_buffer(L.ERRLEN)
     keys = _curve(curve_public, curve_secret, curve_server)
