@@ -18,10 +18,12 @@
 #
 # Settings: RAILNET_RATE (Mbit/s per rail and direction, default 300; a
 # rate the CPU can exceed, so that the rails, not the CPU, are the limit).
-# shellcheck shell=sh
+# The caller sets rn_bin (the directory of p2pkv-server and p2pkv); the
+# functions leave their results in rn_* variables, named at each.
+# shellcheck shell=sh disable=SC2034,SC2154
 rn_rate=${RAILNET_RATE:-300}
 rn_ns_s=p2pkv-rs-$$ rn_ns_c=p2pkv-rc-$$
-rn_made_ns="" rn_pids="" rn_pools="" rn_work="" rn_rails=0
+rn_made_ns="" rn_pids="" rn_pools="" rn_work=""
 # 10.A.B.0/24: A in 20..219, B in 0..245 stepping by 6 (ctl and five rails)
 rn_net_a=$(($$ % 200 + 20)) rn_net_b=$(($$ / 200 % 41 * 6))
 
@@ -120,7 +122,7 @@ rn_pair() {
 
 # rn_up N: the two hosts, the control pair and N rails (1..5)
 rn_up() {
-    [ "$1" -ge 1 ] && [ "$1" -le 5 ] || fail "rn_up: $1 rails, want 1..5"
+    { [ "$1" -ge 1 ] && [ "$1" -le 5 ]; } || fail "rn_up: $1 rails, want 1..5"
     for _ns in "$rn_ns_s" "$rn_ns_c"; do
         _err=$(ip netns add "$_ns" 2>&1) || skip "cannot create network namespaces (ip netns add: $_err)"
         rn_made_ns="$rn_made_ns $_ns"
@@ -129,7 +131,6 @@ rn_up() {
     _err=$(ip netns exec "$rn_ns_s" true 2>&1) || skip "cannot run commands in a namespace (ip netns exec: $_err)"
     _i=0
     while [ "$_i" -le "$1" ]; do rn_pair "$_i"; _i=$((_i + 1)); done
-    rn_rails=$1
     # each pair answers (a veth is up at once, but say which one is not)
     if command -v ping > /dev/null 2>&1; then
         _i=0

@@ -35,6 +35,7 @@ summary() { [ -e /dev/fd/9 ] && echo "rails_netns: $*" >&9; return 0; }
 skip() { say "SKIP: $*" >&2; summary "skipped: $*"; exit 77; }
 fail() { say "FAIL: $*" >&2; summary "FAILED: $*"; exit 1; }
 
+# shellcheck source-path=SCRIPTDIR source=../../scripts/railnet.sh
 . "$(dirname "$0")/../../scripts/railnet.sh"
 rn_bin=$(cd bin 2> /dev/null && pwd) || fail "run from the build tree (bin/ not found)"
 rn_check "$rn_bin"
@@ -168,8 +169,10 @@ say "rail 1 carried $d1 bytes, rail 2 $d2, for $bytes"
 [ "$d2" -lt $((bytes / 100)) ] || fail "rail 2 carried $d2 bytes with no consumer rail on it"
 # the session's pairs are in the stats (the rails branch's format: its
 # rails, naming the consumer's one address)
-grep -qi rail "$rn_work/stats-half" && grep -q "$(rn_addr c 1)" "$rn_work/stats-half" \
-    || { cat "$rn_work/stats-half"; fail "the server's stats during the fetch do not show the session's one pair"; }
+if ! grep -qi rail "$rn_work/stats-half" || ! grep -q "$(rn_addr c 1)" "$rn_work/stats-half"; then
+    cat "$rn_work/stats-half"
+    fail "the server's stats during the fetch do not show the session's one pair"
+fi
 
 rn_stop "$pid_two"; st=$?
 [ "$st" -eq 0 ] || { cat "$rn_work/two.log"; fail "the two-rail server exited with status $st"; }
