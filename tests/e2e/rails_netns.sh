@@ -22,7 +22,8 @@
 #      the bytes: every block arrives intact, or the fetch fails cleanly;
 #      never a block reported fetched with wrong bytes;
 #   c. the consumer with rail 1 only: the fetch works over the one pair,
-#      rail 2 carries nothing, and the server's stats during it say rails.
+#      rail 2 carries nothing, and the server's stats during it show the
+#      session's one pair (session_rails, read with python3).
 # Needs root, iproute2 and tc; exits 77 (skip) with the reason otherwise.
 #   BLOCKS (32), MID_BLOCKS (96), BLOCK_LEN (1048576), RAILNET_RATE (300)
 set -u
@@ -168,12 +169,28 @@ d1=$(delta s 1 tx "$tx1") d2=$(delta s 2 tx "$tx2")
 say "rail 1 carried $d1 bytes, rail 2 $d2, for $bytes"
 [ "$d1" -ge "$bytes" ] || fail "rail 1 carried $d1 bytes, want at least $bytes"
 [ "$d2" -lt $((bytes / 100)) ] || fail "rail 2 carried $d2 bytes with no consumer rail on it"
-# the session's pairs are in the stats (the rails branch's format: its
-# rails, naming the consumer's one address)
-if ! grep -qi rail "$rn_work/stats-half" || ! grep -q "$(rn_addr c 1)" "$rn_work/stats-half"; then
+# the session's pairs are in the server's stats: session_rails, per
+# consumer a list of {local, peer, ...} (the rails branch's engine API
+# stats); the one session has one pair, rail 1 to the consumer's rail 1
+command -v python3 > /dev/null 2>&1 || skip "python3 is not installed (parts a and b passed)"
+if ! pairs=$(python3 -c '
+import json, sys
+stats = json.load(open(sys.argv[1]))
+rails = stats.get("session_rails")
+if not isinstance(rails, dict) or len(rails) != 1:
+    sys.exit("session_rails: want one session, got %r" % (rails,))
+(pairs,) = rails.values()
+if len(pairs) != 1:
+    sys.exit("want one pair, got %r" % (pairs,))
+p = pairs[0]
+if sys.argv[2] not in str(p.get("local")) or sys.argv[3] not in str(p.get("peer")):
+    sys.exit("want %s to %s, got %r" % (sys.argv[2], sys.argv[3], p))
+print("%s to %s" % (p.get("local"), p.get("peer")))
+' "$rn_work/stats-half" "$(rn_addr s 1)" "$(rn_addr c 1)" 2>&1); then
     cat "$rn_work/stats-half"
-    fail "the server's stats during the fetch do not show the session's one pair"
+    fail "the server's stats during the fetch do not show the session's one pair: $pairs"
 fi
+say "the session's one pair: $pairs"
 
 rn_stop "$pid_two"; st=$?
 [ "$st" -eq 0 ] || { cat "$rn_work/two.log"; fail "the two-rail server exited with status $st"; }
