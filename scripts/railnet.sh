@@ -5,10 +5,10 @@
 #
 # rn_up N makes a server host and a consumer host (namespaces
 # p2pkv-rs-PID and p2pkv-rc-PID) joined by:
-#   - a control pair (ctl), unshaped, for ZeroMQ and nothing else, so that
+#   - a control pair (ks-PID, kc-PID), unshaped, for ZeroMQ alone, so that
 #     the rails carry only the data plane and one can go down without the
 #     control plane going with it;
-#   - N rail pairs (rail I, 1..N), each its own /24, each end's egress
+#   - N rail pairs (rsI-PID, rcI-PID; I 1..N), each its own /24, each end's egress
 #     shaped with tbf to $rn_rate Mbit/s, so both directions are shaped.
 # Subnets are 10.A.B.0/24 with A and B from the pid, so that runs at once
 # do not meet; veth names carry the pid too.  No IPv6 link-local address

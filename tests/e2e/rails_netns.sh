@@ -23,7 +23,8 @@
 #      never a block reported fetched with wrong bytes;
 #   c. the consumer with rail 1 only: the fetch works over the one pair,
 #      rail 2 carries nothing, and the server's stats during it show the
-#      session's one pair (session_rails, read with python3).
+#      session's one pair and rail 2 unpaired (session_rails, read with
+#      python3).
 # Needs root, iproute2 and tc; exits 77 (skip) with the reason otherwise.
 #   BLOCKS (32), MID_BLOCKS (96), BLOCK_LEN (1048576), RAILNET_RATE (300)
 set -u
@@ -157,12 +158,16 @@ alive two "$pid_two"
 ip -n "$rn_ns_s" link set "$s2" up || fail "cannot set $s2 up"
 
 say "c. the consumer on rail 1 only, the server on both"
+stats() {
+    timeout 60 ip netns exec "$rn_ns_s" "$rn_bin/p2pkv" stats --local "$rn_local" --json \
+        > "$rn_work/$1" || fail "p2pkv stats ($1) failed"
+}
+stats stats-before
 tx1=$(rn_counter s 1 tx) tx2=$(rn_counter s 2 tx)
 rn_get "$(rn_addr c 1)" "$rn_work/half" "$rn_work/got-half" &
 get=$!
 wait_passed 1 "$tx1" $((bytes / 4)) "$get"
-timeout 60 ip netns exec "$rn_ns_s" "$rn_bin/p2pkv" stats --local "$rn_local" --json \
-    > "$rn_work/stats-half" || fail "p2pkv stats during the fetch failed"
+stats stats-half
 wait "$get" || { cat "$rn_work/got-half.err" "$rn_work/two.log"; fail "p2pkv get over one of two rails failed"; }
 rn_verify "$rn_work/half"; [ "$rn_there" -eq "$mid_blocks" ] || fail "not every block over one of two rails"
 d1=$(delta s 1 tx "$tx1") d2=$(delta s 2 tx "$tx2")
@@ -170,23 +175,38 @@ say "rail 1 carried $d1 bytes, rail 2 $d2, for $bytes"
 [ "$d1" -ge "$bytes" ] || fail "rail 1 carried $d1 bytes, want at least $bytes"
 [ "$d2" -lt $((bytes / 100)) ] || fail "rail 2 carried $d2 bytes with no consumer rail on it"
 # the session's pairs are in the server's stats: session_rails, per
-# consumer a list of {local, peer, ...} (the rails branch's engine API
-# stats); the one session has one pair, rail 1 to the consumer's rail 1
+# session (consumer peer id) a list of the server's rails, each with the
+# consumer's rail it pairs with (peer_rail, -1: none; peer, its address,
+# empty for a consumer of one address, which does not announce rails) and
+# the bytes written over it.  The session of this fetch (the one not in
+# the stats taken before it: a failed session of b may still be there)
+# has one pair, server rail 1, which carried every block, and rail 2
+# unpaired with nothing written.
 command -v python3 > /dev/null 2>&1 || skip "python3 is not installed (parts a and b passed)"
 if ! pairs=$(python3 -c '
 import json, sys
-stats = json.load(open(sys.argv[1]))
-rails = stats.get("session_rails")
-if not isinstance(rails, dict) or len(rails) != 1:
-    sys.exit("session_rails: want one session, got %r" % (rails,))
-(pairs,) = rails.values()
-if len(pairs) != 1:
-    sys.exit("want one pair, got %r" % (pairs,))
-p = pairs[0]
-if sys.argv[2] not in str(p.get("local")) or sys.argv[3] not in str(p.get("peer")):
-    sys.exit("want %s to %s, got %r" % (sys.argv[2], sys.argv[3], p))
-print("%s to %s" % (p.get("local"), p.get("peer")))
-' "$rn_work/stats-half" "$(rn_addr s 1)" "$(rn_addr c 1)" 2>&1); then
+before = json.load(open(sys.argv[1])).get("session_rails") or {}
+during = json.load(open(sys.argv[2])).get("session_rails")
+if not isinstance(during, dict):
+    sys.exit("no session_rails in the stats")
+new = [s for s in during if s not in before]
+if len(new) != 1:
+    sys.exit("want one new session, got %r" % (new,))
+rails = during[new[0]]
+paired = [r for r in rails if r.get("peer_rail", -1) >= 0]
+if len(paired) != 1:
+    sys.exit("want one pair, got %r" % (rails,))
+p = paired[0]
+if p.get("local") != sys.argv[3] or p.get("peer") not in ("", sys.argv[4]):
+    sys.exit("want %s to %s, got %r" % (sys.argv[3], sys.argv[4], p))
+if p.get("bytes", 0) <= 0:
+    sys.exit("the pair carried nothing yet: %r" % (p,))
+for r in rails:
+    if r is not p and r.get("writes", 0) != 0:
+        sys.exit("an unpaired rail was written to: %r" % (r,))
+print("%s: %s to %s (%s), %d bytes so far; %d unpaired" % (new[0], p["local"],
+      p.get("peer") or "a consumer of one address", sys.argv[4], p["bytes"], len(rails) - 1))
+' "$rn_work/stats-before" "$rn_work/stats-half" "$(rn_addr s 1)" "$(rn_addr c 1)" 2>&1); then
     cat "$rn_work/stats-half"
     fail "the server's stats during the fetch do not show the session's one pair: $pairs"
 fi
