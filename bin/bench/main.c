@@ -96,6 +96,9 @@ static const char s_usage[] =
     "  --rails LIST         rails: rail counts (1..5; default 1,2,4)\n"
     "  --rate MBIT          rails: each rail's rate, Mbit/s each way (1..100000;\n"
     "                       default 150, so that 4 rails stay under the CPU)\n"
+    "  --lose-rail          rails: then, per count of 2 or more, one fetch whose\n"
+    "                       last rail is set down a quarter of the way through:\n"
+    "                       every block or a clean failure, and its time\n"
     "  --one-trip           fetch: each consumer's request is one p2pkv_client_get\n"
     "                       (one round trip where the server offers get), one at a\n"
     "                       time; its lookup and fetch latencies are the whole request\n"
@@ -258,6 +261,7 @@ static const s_opt_t s_opts[] = {
     { "--one-trip", O_FLAG, S_FETCH, F(one_trip), 0 },
     { "--rails", O_LIST, S_RAILS, F(rails), 5 },
     { "--rate", O_UINT, S_RAILS, F(rate), 100000 },
+    { "--lose-rail", O_FLAG, S_RAILS, F(lose_rail), 0 },
 };
 #define S_NOPTS (sizeof s_opts / sizeof s_opts[0])
 

@@ -106,6 +106,7 @@ pkb_rails(const pkb_opts_t *o)
         || s_setenv_u64("REPS", (uint64_t) reps) || s_setenv_u64("BLOCKS", blocks)
         || s_setenv_u64("BLOCK_LEN", block_len) || s_setenv_u64("RAILNET_RATE", rate)
         || setenv("P2PKV_LIBFABRIC", pkb_fabric_version(), 1)
+        || setenv("LOSE", o->lose_rail ? "1" : "0", 1)
         || (o->json && setenv("JSON", o->json, 1))) {
         perror("p2pkv-bench rails: setenv");
         return 1;
