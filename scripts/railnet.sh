@@ -151,6 +151,10 @@ rn_up() {
 # FABRIC_ADDRS (--fabric-addr as given), a pool of BLOCKS + 8 blocks.  0,
 # with rn_endpoint and rn_local set and its pid last in rn_pids; or 2 when
 # it exited before it was ready, its standard error in rn_refusal.
+# --store-timeout bounds a round's whole transfer: at 10 (netns.sh's) a
+# fetch over a shaped rail longer than 10 s failed ("the server could not
+# serve the round", nothing in the server's log), 200 x 1 MiB at 150
+# Mbit/s; 120 leaves room for 256 MiB on one rail at 20 Mbit/s.
 rn_server() {
     _name=$1 _addrs=$2 _nb=$3 _len=$4; shift 4
     _pool=/p2pkv-railnet-$_name-$$
@@ -161,7 +165,7 @@ rn_server() {
         --pool-name "$_pool" --pool-blocks $((_nb + 8)) --pin-quota $((_nb + 8)) \
         --block-len "$_len" --provider tcp --log-level info \
         --lookup-timeout 2 --silence-timeout 10 --stall-timeout 10 --load-timeout 20 \
-        --abort-ack-timeout 3 --store-timeout 10 --shutdown-timeout 3 "$@" \
+        --abort-ack-timeout 3 --store-timeout 120 --shutdown-timeout 3 "$@" \
         > "$rn_work/$_name.ready" 2> "$rn_work/$_name.log" &
     _pid=$!
     rn_pids="$rn_pids $_pid"
