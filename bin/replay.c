@@ -656,7 +656,7 @@ pk_replay_run(FILE *in, FILE *out, FILE *err, const char *peer, bool mark)
     w.used_jobs = calloc(FIRST_PIN_JOB, 1);
     w.role = pk_server_role_new(
         peer, NULL, (pk_clock_t) { &w, s_clock_now }, (pk_sender_t) { &w, s_send },
-        (pk_transport_t) { &w, s_write_blocks, s_poll, s_cancel, NULL },
+        (pk_transport_t) { &w, s_write_blocks, s_poll, s_cancel, NULL, NULL },
         (pk_parent_t) { &w, s_lookup, s_create_store_job, s_on_new_request,
                         s_on_request_finished, s_store_result, NULL, NULL });
     int rc = 2;
