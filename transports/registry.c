@@ -75,6 +75,14 @@ pk_transport_for_node(const char *provider, const char *node)
     return pk_transport_for(provider);
 }
 
+int
+pk_transport_check_node(const char *node, char *err)
+{
+    pk_rails_addr_t addrs[PK_RAILS_MAX];
+    size_t n;
+    return node && strchr(node, ',') ? pk_rails_addrs(node, addrs, PK_RAILS_MAX, &n, err) : 0;
+}
+
 const pk_provider_t *
 pk_transport_provider(const char *provider)
 {

@@ -299,6 +299,12 @@ const pk_transport_ops_t *pk_transport_for(const char *provider);
     pk_transport_for (provider), so one address costs exactly as before.  */
 const pk_transport_ops_t *pk_transport_for_node(const char *provider, const char *node);
 
+/*  Checks node's addresses as rails before any fabric opens (each an
+    address of this host; one rail per interface but loopback's): 0, or
+    -EINVAL with err naming the address.  0 for a single address (its
+    provider's own open judges it).  */
+int pk_transport_check_node(const char *node, char *err);
+
 /*  The row that describes provider, in the table of the transport that
     serves it (pk_transport_for): never NULL.  */
 const pk_provider_t *pk_transport_provider(const char *provider);

@@ -301,7 +301,7 @@ static bool
 s_open(s_world_t *w, const uint8_t *line, size_t len)
 {
     static const pk_server_identity_t id = { "server-a", S_BLOCK_LEN, S_POOL_BLOCKS, "fp", "42",
-                                             "mem", NULL, 0, NULL };
+                                             "mem", NULL, 0, NULL, NULL };
     static const pk_server_session_config_t config = { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0,
                                                        4, 16, 3, 8, false };
     char err[PK_ERRLEN];

@@ -132,7 +132,7 @@ s_setup(void)
         H->bytes[i] = (uint8_t) (0xa0 + i);
     pk_client_role_config_t cfg = { 30, 10, NULL };
     H->role = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now }, (pk_sender_t) { NULL, s_send },
-                                 (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget },
+                                 (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget, NULL },
                                  (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(H->role);
 }
@@ -1064,12 +1064,12 @@ START_TEST(test_load_ids_from_the_owners_counter)
     pk_client_role_config_t cfg = { 30, 10, &counter };
     pk_client_role_t *a = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_client_role_t *b = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_key_t k = K(0);
@@ -1134,7 +1134,7 @@ START_TEST(test_round_over_without_forget)
     pk_client_role_config_t cfg = { 30, 10, NULL };
     pk_client_role_t *r = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(r);
     pk_key_t k = K(0);
