@@ -249,9 +249,10 @@ s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
 }
 
 //  A channel of several rails: its pairs (once) and each rail's counts,
-//  for the engine API's stats.
+//  for the engine API's stats, and what moved since the last step to the
+//  rail families (labelled by the local address, summed over sessions).
 static void
-s_push_rails(pk_peer_t *peer)
+s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
 {
     pk_rail_stats_t rs[PK_RAILS_MAX];
     size_t n = pk_channel_rails(peer->channel, rs, PK_RAILS_MAX);
@@ -268,9 +269,16 @@ s_push_rails(pk_peer_t *peer)
             memcpy(peer->rails[i].peer, rs[i].peer, sizeof rs[i].peer);
             peer->rails[i].peer_rail = rs[i].peer_rail;
         }
-        atomic_store(&peer->rails[i].writes, rs[i].writes_posted);
-        atomic_store(&peer->rails[i].blocks, rs[i].blocks_written);
-        atomic_store(&peer->rails[i].failures, rs[i].failures);
+        uint64_t w = atomic_exchange(&peer->rails[i].writes, rs[i].writes_posted);
+        uint64_t b = atomic_exchange(&peer->rails[i].blocks, rs[i].blocks_written);
+        uint64_t f = atomic_exchange(&peer->rails[i].failures, rs[i].failures);
+        if (rs[i].writes_posted > w)
+            pk_metrics_add(env->metrics, PK_M_RAIL_WRITES, rs[i].local, rs[i].writes_posted - w);
+        if (rs[i].blocks_written > b)
+            pk_metrics_add(env->metrics, PK_M_RAIL_BYTES, rs[i].local,
+                           (rs[i].blocks_written - b) * env->config->block_len);
+        if (rs[i].failures > f)
+            pk_metrics_add(env->metrics, PK_M_RAIL_FAILURES, rs[i].local, rs[i].failures - f);
     }
     if (first)
         atomic_store_explicit(&peer->nrails, n, memory_order_release);
@@ -319,7 +327,7 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
                      pk_metric_source_value((pk_metric_id_t) ids[i], &f, block_len));
     pk_metric_sources_publish(m, PK_SOURCE_SESSION, NULL, &c, last, block_len);
     pk_metric_sources_publish(m, PK_SOURCE_CHANNEL, NULL, &f, flast, block_len);
-    s_push_rails(peer);
+    s_push_rails(env, peer);
 }
 
 //  A transfer's wait for its first write (fair_channel.h): the server's

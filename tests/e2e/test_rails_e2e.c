@@ -123,6 +123,16 @@ START_TEST(test_get_striped_over_two_rails)
     const char *caps = json_string_value(json_object_get(json_object_get(st, "capabilities"),
                                                          "rails-two"));
     ck_assert_msg(caps && strstr(caps, "rails"), "caps %s", caps ? caps : "(none)");
+    //  the metrics per rail, labelled by the local address
+    json_t *bytes = json_object_get(json_object_get(json_object_get(st, "metrics"),
+                                                    "p2pkv_rail_bytes_written_total"), "rails");
+    ck_assert_int_eq(json_integer_value(json_object_get(bytes, "127.0.0.1")),
+                     (json_int_t) NBLOCKS / 2 * BLOCK);
+    ck_assert_int_eq(json_integer_value(json_object_get(bytes, "127.0.0.2")),
+                     (json_int_t) NBLOCKS / 2 * BLOCK);
+    json_t *writes = json_object_get(json_object_get(json_object_get(st, "metrics"),
+                                                     "p2pkv_rail_writes_total"), "rails");
+    ck_assert_int_ge(json_integer_value(json_object_get(writes, "127.0.0.2")), 1);
     json_decref(st);
     //  a second get, and one of a single block, land whole too
     s_get_all(c, server, "striped-again");
