@@ -197,6 +197,9 @@ START_TEST(test_one_rail_against_two)
     //  a plain peer counts as before: no per-rail counts in the answer
     pk_transport_t tr = pk_channel_transport(w.ch);
     ck_assert_uint_eq(tr.rails_landing(tr.self, 4, landed, PK_RAILS_MAX), 0);
+    pk_channel_stats_t cs;
+    pk_channel_stats(w.ch, &cs);
+    ck_assert_uint_eq(cs.transfers, 0);
     s_side_close(&w);
     s_side_close(&t);
 }
