@@ -250,6 +250,42 @@ s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
                                                        : PK_M_FETCH_SECONDS, NULL, seconds);
 }
 
+//  A channel of several rails: its pairs (once) and each rail's counts,
+//  for the engine API's stats, and what moved since the last step to the
+//  rail families (labelled by the local address, summed over sessions).
+static void
+s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
+{
+    pk_rail_stats_t rs[PK_RAILS_MAX];
+    size_t n = pk_channel_rails(peer->channel, rs, PK_RAILS_MAX);
+    if (n > PK_RAILS_MAX)
+        n = PK_RAILS_MAX;
+    if (!n)
+        return;
+    bool first = atomic_load_explicit(&peer->nrails, memory_order_relaxed) == 0;
+    for (size_t i = 0; i < n; i++) {
+        if (first) {
+            _Static_assert(sizeof peer->rails[0].local == sizeof rs[0].local, "rail address");
+            _Static_assert(sizeof peer->rails[0].peer == sizeof rs[0].peer, "rail address");
+            memcpy(peer->rails[i].local, rs[i].local, sizeof rs[i].local);
+            memcpy(peer->rails[i].peer, rs[i].peer, sizeof rs[i].peer);
+            peer->rails[i].peer_rail = rs[i].peer_rail;
+        }
+        uint64_t w = atomic_exchange(&peer->rails[i].writes, rs[i].writes_posted);
+        uint64_t b = atomic_exchange(&peer->rails[i].blocks, rs[i].blocks_written);
+        uint64_t f = atomic_exchange(&peer->rails[i].failures, rs[i].failures);
+        if (rs[i].writes_posted > w)
+            pk_metrics_add(env->metrics, PK_M_RAIL_WRITES, rs[i].local, rs[i].writes_posted - w);
+        if (rs[i].blocks_written > b)
+            pk_metrics_add(env->metrics, PK_M_RAIL_BYTES, rs[i].local,
+                           (rs[i].blocks_written - b) * env->config->block_len);
+        if (rs[i].failures > f)
+            pk_metrics_add(env->metrics, PK_M_RAIL_FAILURES, rs[i].local, rs[i].failures - f);
+    }
+    if (first)
+        atomic_store_explicit(&peer->nrails, n, memory_order_release);
+}
+
 //  The session's and the channel's counts, published (metric_sources.h)
 //  as changes since the last step: the server's samples are the sums of
 //  every session's.  Each reason's count goes before the session's whole
@@ -293,6 +329,7 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
                      pk_metric_source_value((pk_metric_id_t) ids[i], &f, block_len));
     pk_metric_sources_publish(m, PK_SOURCE_SESSION, NULL, &c, last, block_len);
     pk_metric_sources_publish(m, PK_SOURCE_CHANNEL, NULL, &f, flast, block_len);
+    s_push_rails(env, peer);
 }
 
 //  A transfer's wait for its first write (fair_channel.h): the server's
@@ -873,7 +910,7 @@ const char *
 pk_peer_caps(const pk_peer_t *self)
 {
     static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
-                                         PK_CAP_GET, PK_CAP_LEND };
+                                         PK_CAP_GET, PK_CAP_LEND, PK_CAP_RAILS };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
@@ -885,7 +922,10 @@ pk_peer_caps(const pk_peer_t *self)
             //  passes lending by, fair_channel.c)
             && !(strcmp(words[i], PK_CAP_LEND) == 0
                  && (self->env->config->no_gets || !self->channel
-                     || !pk_channel_transport(self->channel).lend)))
+                     || !pk_channel_transport(self->channel).lend))
+            //  rails: over a channel of several
+            && !(strcmp(words[i], PK_CAP_RAILS) == 0
+                 && (!self->channel || !pk_channel_transport(self->channel).rails_landing)))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);
     return out;
