@@ -54,6 +54,7 @@
 #include "daemon/pointer.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -304,6 +305,16 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
         return;
     pk_metrics_t *m = env->metrics;
     uint64_t block_len = env->config->block_len;
+    //  A store timeout bounds a round's whole life, its transfer included:
+    //  on a slow link a large round fails by it, and the consumer hears
+    //  only that the round could not be served.  Said here, once per step
+    //  that saw any, so the operator finds the setting to raise.
+    if (c.role.store_timeouts != last->role.store_timeouts)
+        pk_log(env->config, PK_LOG_WARN,
+               "session %s: %" PRIu64 " round(s) failed at --store-timeout (%g s), which "
+               "bounds a round's whole transfer: raise it where rounds are large or links slow",
+               peer->consumer, c.role.store_timeouts - last->role.store_timeouts,
+               env->config->store_timeout);
     if (memcmp(c.by_reason, last->by_reason, sizeof c.by_reason) != 0)
         for (int r = 0; r < PK_VIOLATION_COUNT; r++)
             pk_metric_sources_publish(m, PK_SOURCE_REASONS,
