@@ -1,14 +1,17 @@
 /*  disk_io.h: a batch of positioned reads and writes on one file, done
-    together: through io_uring where the kernel allows it, else by
-    preadv/pwritev one after the other on the calling thread.
+    together: by preadv/pwritev one after the other on the calling
+    thread, or, with $P2PKV_SPILL_IO=io_uring, submitted in one
+    io_uring_submit and waited for together.
 
     The disk tier (disk_tier.h) has two threads, a writer and a reader,
-    each with its own pk_disk_io_t, and hands each batch whole: the reads
-    of one lookup are submitted in one io_uring_submit and complete in
-    parallel on a device that has queues.  io_uring_queue_init may be
-    refused (a container's seccomp profile, kernel.io_uring_disabled):
-    then the fallback, said by pk_disk_io_kind.  $P2PKV_SPILL_IO=pwrite
-    forces it (the benchmark's comparison, the tests of the fallback).
+    each with its own pk_disk_io_t, and hands each batch whole.  preadv
+    is the default because it measured no slower on the tier's buffered
+    I/O, page cache warm or cold (doc/design.md, "A disk tier under the
+    pool"): io_uring completes a cached read inline as preadv does, and
+    hands an uncached one to its kernel workers, a thread hand-off more.
+    Where io_uring is asked for and io_uring_queue_init is refused (a
+    container's seccomp profile, kernel.io_uring_disabled), or a submit
+    fails, the batch falls back to preadv: pk_disk_io_kind says which.
 */
 #ifndef PK_DISK_IO_H_INCLUDED
 #define PK_DISK_IO_H_INCLUDED

@@ -17,7 +17,7 @@
     full the block is dropped and counted, the store never waits.  A
     lookup of a spilled key starts its read (promote) and answers
     HIT_PENDING; a reader thread reads every slot asked since its last
-    batch together (io_uring, or preadv one after the other:
+    batch together (preadv one after the other, or one io_uring submit:
     disk_io.h), checks each against its header and its checksum, and
     lands it through the store's ordinary write path (pk_store_reserve
     under PK_STORE_OWNER_TIER, a copy, pk_store_commit_sums with the
@@ -119,7 +119,7 @@ void pk_disk_tier_destroy(pk_disk_tier_t **self_p);
 
 void pk_disk_tier_stats(pk_disk_tier_t *self, pk_disk_tier_stats_t *out);
 
-/*  "io_uring" or "pwrite": how the tier does its I/O (disk_io.h).  */
+/*  "pwrite" or "io_uring": how the tier does its I/O (disk_io.h).  */
 const char *pk_disk_tier_io_kind(const pk_disk_tier_t *self);
 
 /*  A slot's bytes in the data file: where slot i starts is i times it.  */

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -85,24 +86,63 @@ s_get_one(p2pkv_client_t *client, int server, const p2pkv_key_t *key, uint64_t t
 }
 
 static void
-s_start(td_t *d, const char *dir, int log_fd)
+s_start_with(td_t *d, const char *dir, int log_fd, const char *metrics)
 {
     const char *extra[] = { "--pool-blocks", "4", "--spill-dir", dir, "--spill-size",
-                            s_spill_size(), NULL };
+                            s_spill_size(), metrics ? "--metrics-bind" : NULL, metrics, NULL };
     if (log_fd >= 0)
         td_start_logged(d, extra, log_fd);
     else
         td_start(d, extra);
 }
 
+static void
+s_start(td_t *d, const char *dir, int log_fd)
+{
+    s_start_with(d, dir, log_fd, NULL);
+}
+
+//  Scrapes port's /metrics until it holds every line of want (60 s).
+static void
+s_expect_metrics(int port, const char *const *want)
+{
+    char *answer = NULL;
+    bool all = false;
+    double until = zclock_mono() / 1e3 + 60;
+    while (!all && zclock_mono() / 1e3 < until) {
+        free(answer);
+        answer = td_http_get(port, "/metrics");
+        all = answer != NULL;
+        for (size_t i = 0; all && want[i]; i++)
+            all = strstr(answer, want[i]) != NULL;
+        if (!all)
+            zclock_sleep(20);
+    }
+    for (size_t i = 0; want[i]; i++)
+        ck_assert_msg(answer && strstr(answer, want[i]), "no \"%s\" in the scrape", want[i]);
+    free(answer);
+}
+
 //  32 blocks through a pool of 4: 28 go to disk, and every one of the 32
-//  is served back, byte-checked.
-START_TEST(test_spilled_blocks_served_back)
+//  is served back, byte-checked; by preadv/pwritev, or io_uring where
+//  the kernel lets the server have it (else the tier says pwrite).
+static void
+s_served_back(bool uring)
 {
     char dir[64];
     sh_tmpdir(dir, "spill");
+    if (uring)
+        setenv("P2PKV_SPILL_IO", "io_uring", 1);
     td_t d;
     s_start(&d, dir, -1);
+    unsetenv("P2PKV_SPILL_IO");
+    json_t *st = td_stats_json(&d);
+    const char *io = json_string_value(json_object_get(json_object_get(st, "spill"), "io"));
+    ck_assert_ptr_nonnull(io);
+    if (uring && strcmp(io, "io_uring") != 0)
+        fprintf(stderr, "test_spill: io_uring refused here, the tier uses %s\n", io);
+    ck_assert_str_eq(io, uring && strcmp(io, "pwrite") != 0 ? "io_uring" : "pwrite");
+    json_decref(st);
     enum { N = 32 };
     p2pkv_key_t *keys = bk_keys(39, 0, N);
     uint8_t *data = malloc((size_t) N * S_LEN);
@@ -128,6 +168,17 @@ START_TEST(test_spilled_blocks_served_back)
     ck_assert_int_eq(td_stop(&d), 0);
     sh_rmrf(dir);
 }
+
+START_TEST(test_spilled_blocks_served_back)
+{
+    s_served_back(false);
+}
+END_TEST
+
+START_TEST(test_spilled_blocks_served_back_io_uring)
+{
+    s_served_back(true);
+}
 END_TEST
 
 //  The first block evicted is slot 0's (the free slots are taken in
@@ -135,10 +186,12 @@ END_TEST
 //  as corrupt; the others still come back whole.
 START_TEST(test_corrupt_slot_is_a_miss)
 {
-    char dir[64];
+    char dir[64], bind[64];
     sh_tmpdir(dir, "spill");
+    int port = td_free_port();
+    snprintf(bind, sizeof bind, "127.0.0.1:%d", port);
     td_t d;
-    s_start(&d, dir, -1);
+    s_start_with(&d, dir, -1, bind);
     enum { N = 8 };
     p2pkv_key_t *keys = bk_keys(40, 0, N);
     uint8_t *data = malloc((size_t) N * S_LEN);
@@ -167,6 +220,15 @@ START_TEST(test_corrupt_slot_is_a_miss)
     //  and it is gone from the tier: asked again, a plain miss
     ck_assert(!s_get_one(client, server, &keys[0], 40, 0));
     ck_assert_int_eq(td_stat(&d, "spill.corrupt"), 1);
+    //  the metrics say the same: every promotion's end is observed, the
+    //  corrupt one too
+    char reads[64], observed[64];
+    json_int_t r = td_stat(&d, "spill.reads");
+    snprintf(reads, sizeof reads, "\np2pkv_spill_reads_total %lld\n", (long long) r);
+    snprintf(observed, sizeof observed, "\np2pkv_spill_read_seconds_count %lld\n",
+             (long long) r + 1);
+    s_expect_metrics(port, (const char *const[]) { "\np2pkv_spill_corrupt_total 1\n", reads,
+                                                   observed, "\np2pkv_spill_off 0\n", NULL });
     p2pkv_client_destroy(&client);
     free(data);
     bk_keys_free(keys);
@@ -316,6 +378,7 @@ main(void)
     Suite *s = suite_create("spill");
     TCase *tc = td_case(s, "spill", 300);
     tcase_add_test(tc, test_spilled_blocks_served_back);
+    tcase_add_test(tc, test_spilled_blocks_served_back_io_uring);
     tcase_add_test(tc, test_corrupt_slot_is_a_miss);
     tcase_add_test(tc, test_bad_spill_dir_refused);
     tcase_add_test(tc, test_small_and_read_only_disk_refused);
