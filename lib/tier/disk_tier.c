@@ -47,8 +47,11 @@ typedef struct {
     uint8_t state;
     bool want;                  //  WRITING: a promote came; read it back once written
     bool stale;                 //  WRITING/READING: out of the index; free it after
+    bool forgot;                //  stale by a forget: its header is cleared once freed
+    bool clearing;              //  queued in clears
     uint32_t prev, next;        //  the LRU (HELD) or the free list (next)
-    uint64_t gen;               //  bumped at each reuse, in the header
+    uint64_t gen;               //  the tier's write sequence at its write, in the header:
+                                //  of two slots of one key found at start, the later
     uint64_t sum;               //  the store's checksum (0: it takes none)
     double asked;               //  READING: when promote asked
     uint16_t len;               //  mkey's bytes: the namespace, then the key
@@ -84,6 +87,7 @@ struct _pk_disk_tier_t {
     uint64_t block_len;
     uint64_t slot_len;
     int fd;
+    bool found;                 //  the data file was there, of this size: recover it
     pthread_mutex_t mutex;
     pthread_cond_t write_cond, read_cond;
     bool stop;
@@ -97,6 +101,9 @@ struct _pk_disk_tier_t {
     uint32_t nstaged, staged_head, staged_count;
     uint32_t *reads;            //  a ring of nslots slot ids
     uint32_t reads_head, reads_count;
+    uint32_t *clears;           //  a ring of nslots slot ids: headers to zero
+    uint32_t clears_head, clears_count;
+    uint64_t seq;               //  the last write's gen
     pk_disk_tier_stats_t st;
     pk_disk_io_t *wio, *rio;
     pthread_t writer, reader;
@@ -158,21 +165,29 @@ static void
 s_free(pk_disk_tier_t *self, uint32_t i)
 {
     s_slot_t *s = &self->slots[i];
+    //  a dropped key's header is zeroed, so a restart never finds it
+    //  (the writer does it before any later write of the slot)
+    if (s->forgot && !s->clearing) {
+        s->clearing = true;
+        self->clears[(self->clears_head + self->clears_count++) % self->nslots] = i;
+        pthread_cond_signal(&self->write_cond);
+    }
     s->state = S_FREE;
-    s->want = s->stale = false;
+    s->want = s->stale = s->forgot = false;
     s->prev = S_NONE;
     s->next = self->free_head;
     self->free_head = i;
 }
 
-//  Takes slot i out of the index (its key is gone or replaced).  A HELD
-//  one is freed now; one under I/O when that ends.
+//  Takes slot i out of the index (its key is gone, forgot: dropped, or
+//  replaced).  A HELD one is freed now; one under I/O when that ends.
 static void
-s_unindex(pk_disk_tier_t *self, uint32_t i)
+s_unindex(pk_disk_tier_t *self, uint32_t i, bool forgot)
 {
     s_slot_t *s = &self->slots[i];
     pk_key_t k = s_mkey(s);
     pk_keymap_take(&self->index, &k, NULL, NULL);
+    s->forgot = forgot;
     if (s->state == S_HELD) {
         s_lru_unlink(self, i);
         self->st.blocks--;
@@ -261,7 +276,7 @@ s_take_slot(pk_disk_tier_t *self)
     i = self->lru_tail;
     if (i == S_NONE)
         return S_NONE;
-    s_unindex(self, i);         //  HELD: freed, now take it off the free list
+    s_unindex(self, i, false);  //  HELD: freed, now take it off the free list
     self->free_head = self->slots[i].next;
     self->st.evictions++;
     return i;
@@ -290,7 +305,7 @@ s_evicted(void *self_, unsigned ns, const pk_key_t *key, const void *bytes, size
             s_lru_push(self, i);
             goto done;
         }
-        s_unindex(self, i);
+        s_unindex(self, i, false);  //  the later write wins at a restart
     }
     if (self->staged_count == self->nstaged) {
         self->st.dropped++;
@@ -304,7 +319,7 @@ s_evicted(void *self_, unsigned ns, const pk_key_t *key, const void *bytes, size
     s_slot_t *s = &self->slots[i];
     s->state = S_WRITING;
     s->want = s->stale = false;
-    s->gen++;
+    s->gen = ++self->seq;
     s->sum = sum;
     s->len = (uint16_t) k.len;
     memcpy(s->mkey, buf, k.len);
@@ -329,7 +344,7 @@ s_forget(void *self_, unsigned ns, const pk_key_t *key)
     pthread_mutex_lock(&self->mutex);
     uint32_t i = s_find(self, ns, key);
     if (i != S_NONE)
-        s_unindex(self, i);
+        s_unindex(self, i, true);
     pthread_mutex_unlock(&self->mutex);
 }
 
@@ -374,15 +389,27 @@ s_writer(void *arg)
     pk_thread_block_signals();
     pk_disk_tier_t *self = arg;
     s_header_t *heads = calloc(S_WRITE_DEPTH, PK_DISK_TIER_HEADER);
-    pk_disk_op_t ops[S_WRITE_DEPTH];
-    uint32_t slots[S_WRITE_DEPTH];
+    uint8_t *zeros = calloc(1, PK_DISK_TIER_HEADER);
+    pk_disk_op_t ops[S_WRITE_DEPTH], cops[S_WRITE_DEPTH];
+    uint32_t slots[S_WRITE_DEPTH], cslots[S_WRITE_DEPTH];
     pthread_mutex_lock(&self->mutex);
-    while (heads) {
+    while (heads && zeros) {
         //  at stop, what is staged is written out first
-        while (!self->stop && !self->staged_count)
+        while (!self->stop && !self->staged_count && !self->clears_count)
             pthread_cond_wait(&self->write_cond, &self->mutex);
-        if (!self->staged_count)
+        if (!self->staged_count && !self->clears_count)
             break;
+        //  the headers to clear first: each was queued before any later
+        //  write of its slot, which may be in this batch
+        uint32_t nc = self->clears_count < S_WRITE_DEPTH ? self->clears_count : S_WRITE_DEPTH;
+        for (uint32_t j = 0; j < nc; j++) {
+            cslots[j] = self->clears[(self->clears_head + j) % self->nslots];
+            cops[j] = (pk_disk_op_t) {
+                .write = true, .iov = { { zeros, PK_DISK_TIER_HEADER }, { zeros, 0 } },
+                .offset = (off_t) (cslots[j] * self->slot_len) };
+        }
+        self->clears_head = (self->clears_head + nc) % self->nslots;
+        self->clears_count -= nc;
         uint32_t n = self->staged_count < S_WRITE_DEPTH ? self->staged_count : S_WRITE_DEPTH;
         for (uint32_t j = 0; j < n; j++) {
             s_staged_t *g = &self->staged[(self->staged_head + j) % self->nstaged];
@@ -405,6 +432,13 @@ s_writer(void *arg)
                 .offset = (off_t) (g->slot * self->slot_len) };
         }
         pthread_mutex_unlock(&self->mutex);
+        if (nc) {
+            pk_disk_io_run(self->wio, cops, nc);
+            pthread_mutex_lock(&self->mutex);
+            for (uint32_t j = 0; j < nc; j++)
+                self->slots[cslots[j]].clearing = false;
+            pthread_mutex_unlock(&self->mutex);
+        }
         //  the staged entries are ours until staged_head moves
         for (uint32_t j = 0; j < n; j++) {
             s_header_t *h = ops[j].iov[0].iov_base;
@@ -463,6 +497,7 @@ s_writer(void *arg)
     }
     pthread_mutex_unlock(&self->mutex);
     free(heads);
+    free(zeros);
     return NULL;
 }
 
@@ -635,10 +670,92 @@ s_open_file(pk_disk_tier_t *self, char *err)
                       "(%u slots of %llu bytes)", (unsigned long long) have,
                       (unsigned long long) want, self->nslots,
                       (unsigned long long) self->slot_len);
+    self->found = (uint64_t) fst.st_size == want;
     //  sparse: written as blocks come (a disk shared with others may
     //  still fill: ENOSPC then turns the writes off)
     if (ftruncate(self->fd, (off_t) want) != 0)
         return pk_err(err, -errno, "cannot size %s: %s", PK_DISK_TIER_FILE, strerror(errno));
+    return 0;
+}
+
+static int
+s_by_gen(const void *a, const void *b, void *slots_)
+{
+    const s_slot_t *slots = slots_;
+    uint64_t x = slots[*(const uint32_t *) a].gen, y = slots[*(const uint32_t *) b].gen;
+    return x < y ? -1 : x > y;
+}
+
+//  A warm start on a data file of this size: every slot whose header
+//  checks (magic, the header's checksum, this server's identity and
+//  block length) is HELD again, the later write of two of one key; the
+//  others are free, those that looked like ours but did not check
+//  counted (refused).  A slot's bytes are checked when it is read back,
+//  so a torn write (a crash) is a miss then, never bytes served.  One
+//  4 KiB read per slot, before the server is ready.
+static void
+s_recover(pk_disk_tier_t *self)
+{
+    s_header_t *h = aligned_alloc(4096, PK_DISK_TIER_HEADER);
+    if (!h)
+        return;
+    for (uint32_t i = 0; i < self->nslots; i++) {
+        if (pread(self->fd, h, PK_DISK_TIER_HEADER, (off_t) (i * self->slot_len))
+            != PK_DISK_TIER_HEADER || memcmp(h->magic, S_MAGIC, 8) != 0)
+            continue;           //  never written, or cleared (a dropped key)
+        uint64_t sealed = h->header_sum;
+        s_header_seal(h);
+        if (sealed != h->header_sum || h->version != S_VERSION
+            || h->identity != self->config.identity || h->block_len != self->block_len
+            || h->key_len < 1 || h->key_len > PK_DISK_TIER_MAX_KEY) {
+            self->st.refused++;
+            continue;
+        }
+        s_slot_t *s = &self->slots[i];
+        s->gen = h->gen;
+        s->sum = h->sum;
+        s->len = (uint16_t) (h->key_len + 1);
+        s->mkey[0] = h->ns;
+        memcpy(s->mkey + 1, h->key, h->key_len);
+        if (h->gen > self->seq)
+            self->seq = h->gen;
+        pk_key_t k = s_mkey(s);
+        pk_keymap_entry_t *e = pk_keymap_find(&self->index, &k);
+        if (e && self->slots[e->a].gen > s->gen)
+            continue;           //  an older copy: free
+        if (e) {                //  the older copy's slot is free
+            self->slots[e->a].state = S_FREE;
+            pk_keymap_take(&self->index, &k, NULL, NULL);
+        }
+        if (pk_keymap_put(&self->index, &k, i, 0) < 0)
+            continue;
+        s->state = S_HELD;
+    }
+    free(h);
+}
+
+//  The free list and the LRU after s_recover (or of an empty tier): HELD
+//  slots by their writes' order, the latest most recently used.
+static int
+s_lists(pk_disk_tier_t *self)
+{
+    uint32_t *held = malloc(self->nslots * sizeof *held);
+    if (!held)
+        return -ENOMEM;
+    uint32_t nheld = 0;
+    self->free_head = S_NONE;
+    self->lru_head = self->lru_tail = S_NONE;
+    for (uint32_t i = self->nslots; i-- > 0; ) {
+        if (self->slots[i].state == S_HELD)
+            held[nheld++] = i;
+        else
+            s_free(self, i);
+    }
+    qsort_r(held, nheld, sizeof *held, s_by_gen, self->slots);
+    for (uint32_t j = 0; j < nheld; j++)
+        s_lru_push(self, held[j]);
+    self->st.blocks = self->st.recovered = nheld;
+    free(held);
     return 0;
 }
 
@@ -674,6 +791,7 @@ pk_disk_tier_new(const pk_disk_tier_config_t *config, pk_store_t *store, int *rc
     rc = -ENOMEM;
     if (!(self->slots = calloc(self->nslots, sizeof *self->slots))
         || !(self->reads = calloc(self->nslots, sizeof *self->reads))
+        || !(self->clears = calloc(self->nslots, sizeof *self->clears))
         || !(self->staged = calloc(self->nstaged, sizeof *self->staged))
         || pk_keymap_reserve(&self->index, self->nslots) != 0) {
         pk_err(err, rc, "out of memory (%u slots)", self->nslots);
@@ -684,10 +802,12 @@ pk_disk_tier_new(const pk_disk_tier_config_t *config, pk_store_t *store, int *rc
             pk_err(err, rc, "out of memory (the staging queue)");
             goto fail_mem;
         }
-    self->free_head = S_NONE;
-    self->lru_head = self->lru_tail = S_NONE;
-    for (uint32_t i = self->nslots; i-- > 0; )
-        s_free(self, i);
+    if (self->found)
+        s_recover(self);
+    if (s_lists(self) != 0) {
+        pk_err(err, rc, "out of memory (%u slots)", self->nslots);
+        goto fail_mem;
+    }
     self->st.slots = self->nslots;
     if (!(self->wio = pk_disk_io_new(self->fd, S_WRITE_DEPTH))
         || !(self->rio = pk_disk_io_new(self->fd, S_READ_DEPTH))) {
@@ -737,6 +857,7 @@ fail_mem:
         free(self->staged[j].bytes);
     free(self->staged);
     free(self->reads);
+    free(self->clears);
     free(self->slots);
     pk_keymap_fini(&self->index);
 fail_file:
@@ -774,6 +895,7 @@ pk_disk_tier_destroy(pk_disk_tier_t **self_p)
         free(self->staged[j].bytes);
     free(self->staged);
     free(self->reads);
+    free(self->clears);
     free(self->slots);
     pk_keymap_fini(&self->index);
     close(self->fd);

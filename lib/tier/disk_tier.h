@@ -25,6 +25,14 @@
     counted (corrupt), never bytes served.  Then config->landed is told,
     so the daemon wakes the lookups parked on it at once.
 
+    A server started again on the same file (the same size) takes back
+    every slot whose header checks and is its own (the same identity:
+    peer id, block length, fingerprint, hash seed, namespaces; not the
+    start's instance), the later of two copies of one key; the rest are
+    dropped, counted (refused).  A dropped key's header is zeroed, so it
+    never comes back.  A slot torn by a crash fails its bytes' check when
+    read back: a miss, never bytes served.
+
     The first write the disk refuses (ENOSPC, EIO) turns the writes off
     for the tier's life, said once through config->log; what it holds is
     still read back.
@@ -72,6 +80,10 @@
       "Blocks the disk tier evicted, least recently used, for newer ones", NONE) \
     M(off, SPILL_OFF, "p2pkv_spill_off", GAUGE, \
       "1 once a write error turned the disk tier's writes off", NONE) \
+    M(refused, SPILL_REFUSED, "p2pkv_spill_refused_total", COUNTER, \
+      "Slots found at start whose header did not check (another server's identity or " \
+      "block length, torn, damaged): dropped, never served", NONE) \
+    F(recovered)                    /* slots found at start and held again */ \
     F(slots)                        /* the data file's slots */ \
     F(staged)                       /* blocks in the staging queue now */ \
     F(promotions)                   /* reads asked (promote) */ \
