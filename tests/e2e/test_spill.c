@@ -292,6 +292,51 @@ START_TEST(test_warm_restart)
 }
 END_TEST
 
+//  The engine's pull knows the tier: a key on this server's disk is
+//  present (its read back starts), not fetched from the server named,
+//  and lands in the pool.
+START_TEST(test_pull_of_a_spilled_key)
+{
+    char dir[64];
+    sh_tmpdir(dir, "spill");
+    td_t d;
+    s_start(&d, dir, -1);
+    enum { N = 8 };
+    p2pkv_key_t *keys = bk_keys(43, 0, N);
+    uint8_t *data = malloc((size_t) N * S_LEN);
+    for (size_t i = 0; i < N; i++)
+        bk_block_fill(data + i * S_LEN, 43, i, S_LEN);
+    td_put(td_api(&d), keys, data, N, S_LEN);
+    s_wait_stat(&d, "spill.writes", N - 4);
+    p2pkv_engine_t *engine = td_engine_open(&d, NULL, NULL);
+    char err[P2PKV_ERRLEN] = "";
+    uint64_t id = 0;
+    size_t fetching = 9;
+    bool present = false;
+    //  nobody listens there: a fetch from it would fail
+    ck_assert_msg(p2pkv_engine_pull(engine, "tcp://127.0.0.1:9", &keys[0], 1, &id, &fetching,
+                                    &present, err) == 0, "pull: %s", err);
+    ck_assert_uint_eq(fetching, 0);
+    ck_assert(present);
+    p2pkv_engine_event_t ev;
+    ck_assert_int_eq(p2pkv_engine_next_event(engine, 30, &ev), 0);
+    ck_assert_msg(ev.kind == P2PKV_EVENT_PULL && ev.missing == 0, "pull: %s", ev.reason);
+    s_wait_stat(&d, "spill.reads", 1);
+    //  in the pool now: a consumer's lookup is a plain hit
+    json_int_t reads = td_stat(&d, "spill.reads");
+    int server;
+    p2pkv_client_t *client = s_client(&d, "spill-pull", &server);
+    ck_assert(s_get_one(client, server, &keys[0], 43, 0));
+    ck_assert_int_eq(td_stat(&d, "spill.reads"), reads);
+    p2pkv_client_destroy(&client);
+    p2pkv_engine_close(&engine);
+    free(data);
+    bk_keys_free(keys);
+    ck_assert_int_eq(td_stop(&d), 0);
+    sh_rmrf(dir);
+}
+END_TEST
+
 //  p2pkv-server with the spill options, refused at start: its status,
 //  and said must hold want.
 static void
@@ -439,6 +484,7 @@ main(void)
     tcase_add_test(tc, test_spilled_blocks_served_back_io_uring);
     tcase_add_test(tc, test_corrupt_slot_is_a_miss);
     tcase_add_test(tc, test_warm_restart);
+    tcase_add_test(tc, test_pull_of_a_spilled_key);
     tcase_add_test(tc, test_bad_spill_dir_refused);
     tcase_add_test(tc, test_small_and_read_only_disk_refused);
     tcase_add_test(tc, test_full_disk_at_run_time);
