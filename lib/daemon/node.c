@@ -1175,8 +1175,13 @@ s_stop_step(pk_node_t *self)
         bool left = !self->directory || pk_directory_left(self->directory);
         if (now < self->stop_deadline && !(left && pk_door_settled(self->door)))
             return false;
-        //  (d) Here the disk tier's write-out will run, within the same
-        //  deadline, once there is a disk tier: nothing to do yet.
+        //  (d) the pool's blocks to the disk tier, within the same
+        //  deadline, so a restart on the same --spill-dir has them
+        if (self->tier) {
+            size_t held = pk_disk_tier_flush(self->tier, self->stop_deadline);
+            pk_log(self->config, PK_LOG_INFO, "disk tier: holds %zu of the pool's blocks "
+                   "at the stop", held);
+        }
         self->phase = PK_CLOSING;                                   //  (e)
         pk_log(self->config, PK_LOG_INFO, "%s: %zu sessions told shutdown",
                now < self->stop_deadline ? "drained" : "drain cut off at --shutdown-timeout",

@@ -90,6 +90,7 @@ struct _pk_disk_tier_t {
     bool found;                 //  the data file was there, of this size: recover it
     pthread_mutex_t mutex;
     pthread_cond_t write_cond, read_cond;
+    pthread_cond_t room_cond;   //  the writer took a batch (CLOCK_MONOTONIC: flush)
     bool stop;
     bool off;                   //  a write failed: no more
     s_slot_t *slots;
@@ -483,6 +484,7 @@ s_writer(void *arg)
         }
         self->staged_head = (self->staged_head + n) % self->nstaged;
         self->staged_count -= n;
+        pthread_cond_broadcast(&self->room_cond);
         if (wake_reader)
             pthread_cond_signal(&self->read_cond);
         if (failed && !self->off) {
@@ -817,6 +819,11 @@ pk_disk_tier_new(const pk_disk_tier_config_t *config, pk_store_t *store, int *rc
     pthread_mutex_init(&self->mutex, NULL);
     pthread_cond_init(&self->write_cond, NULL);
     pthread_cond_init(&self->read_cond, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&self->room_cond, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     if ((rc = -pthread_create(&self->writer, NULL, s_writer, self)) != 0) {
         pk_err(err, rc, "cannot start the disk tier's writer: %s", strerror(-rc));
         goto fail_sync;
@@ -846,6 +853,7 @@ fail_threads:
     if (self->reader_on)
         pthread_join(self->reader, NULL);
 fail_sync:
+    pthread_cond_destroy(&self->room_cond);
     pthread_cond_destroy(&self->read_cond);
     pthread_cond_destroy(&self->write_cond);
     pthread_mutex_destroy(&self->mutex);
@@ -886,6 +894,7 @@ pk_disk_tier_destroy(pk_disk_tier_t **self_p)
     pthread_mutex_unlock(&self->mutex);
     pthread_join(self->writer, NULL);
     pthread_join(self->reader, NULL);
+    pthread_cond_destroy(&self->room_cond);
     pthread_cond_destroy(&self->read_cond);
     pthread_cond_destroy(&self->write_cond);
     pthread_mutex_destroy(&self->mutex);
@@ -901,6 +910,54 @@ pk_disk_tier_destroy(pk_disk_tier_t **self_p)
     close(self->fd);
     free(self);
     *self_p = NULL;
+}
+
+typedef struct {
+    pk_disk_tier_t *self;
+    double deadline;
+    size_t held;
+} s_flush_t;
+
+//  Mutex held: waits for the writer's next batch, until deadline.
+//  False once it passed.
+static bool
+s_wait_room(pk_disk_tier_t *self, double deadline)
+{
+    double now = s_now();
+    if (now >= deadline)
+        return false;
+    struct timespec ts = { (time_t) deadline, (long) ((deadline - (time_t) deadline) * 1e9) };
+    pthread_cond_timedwait(&self->room_cond, &self->mutex, &ts);
+    return true;
+}
+
+//  One READY block of the pool at a clean stop (under the store's lock).
+static void
+s_flush_one(void *arg, unsigned ns, const pk_key_t *key, const void *bytes, size_t len,
+            uint64_t sum)
+{
+    s_flush_t *f = arg;
+    pk_disk_tier_t *self = f->self;
+    pthread_mutex_lock(&self->mutex);
+    while (!self->off && self->staged_count == self->nstaged && s_wait_room(self, f->deadline))
+        ;
+    pthread_mutex_unlock(&self->mutex);
+    s_evicted(self, ns, key, bytes, len, sum);
+    pthread_mutex_lock(&self->mutex);
+    f->held += s_find(self, ns, key) != S_NONE;
+    pthread_mutex_unlock(&self->mutex);
+}
+
+size_t
+pk_disk_tier_flush(pk_disk_tier_t *self, double deadline)
+{
+    s_flush_t f = { self, deadline, 0 };
+    pk_store_each_ready(self->store, s_flush_one, &f);
+    pthread_mutex_lock(&self->mutex);
+    while (self->staged_count && s_wait_room(self, deadline))
+        ;
+    pthread_mutex_unlock(&self->mutex);
+    return f.held;
 }
 
 void

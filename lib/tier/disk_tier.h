@@ -29,7 +29,8 @@
     every slot whose header checks and is its own (the same identity:
     peer id, block length, fingerprint, hash seed, namespaces; not the
     start's instance), the later of two copies of one key; the rest are
-    dropped, counted (refused).  A dropped key's header is zeroed, so it
+    dropped, counted (refused); a clean stop writes the pool's blocks out
+    first (pk_disk_tier_flush).  A dropped key's header is zeroed, so it
     never comes back.  A slot torn by a crash fails its bytes' check when
     read back: a miss, never bytes served.
 
@@ -128,6 +129,15 @@ pk_disk_tier_t *pk_disk_tier_new(const pk_disk_tier_config_t *config, pk_store_t
     writer finish what is staged, stops both threads, closes the file
     (left on disk).  */
 void pk_disk_tier_destroy(pk_disk_tier_t **self_p);
+
+/*  A clean stop: every READY block of the pool goes to the staging
+    queue as an eviction would (a block the tier holds already, the same
+    checksum, costs nothing), waiting for room rather than dropping, and
+    then for the writer to be done, until deadline (CLOCK_MONOTONIC
+    seconds); what is left then is dropped, counted.  The store's other
+    calls wait meanwhile (pk_store_each_ready).  Returns the blocks of
+    the pool the tier holds afterwards.  */
+size_t pk_disk_tier_flush(pk_disk_tier_t *self, double deadline);
 
 void pk_disk_tier_stats(pk_disk_tier_t *self, pk_disk_tier_stats_t *out);
 
