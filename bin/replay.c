@@ -37,6 +37,8 @@ typedef struct {
     pk_key_t **arenas;
     size_t narenas;
     pk_server_role_t *role;
+    const char *peer;
+    bool started;               //  an event reached the role: too late to lend
     bool closed;                //  after close, no event may follow
     FILE *out, *err;
     long lineno;
@@ -140,6 +142,8 @@ s_send(void *arg, const pk_msg_t *m)
         json_object_set_new(msg, "round_seq", json_integer((json_int_t) m->round_seq));
     if (m->present & PK_BIT(PK_F_LANDING))
         json_object_set_new(msg, "landing", json_integer((json_int_t) m->landing));
+    if (m->present & PK_BIT(PK_F_SOURCES))
+        json_object_set_new(msg, "sources", json_string(m->sources));
     s_emit(json_pack("{s:s, s:o}", "out", "send", "msg", msg));
 }
 
@@ -149,6 +153,21 @@ s_write_blocks(void *arg, uint64_t round, const uint32_t *local, const uint32_t 
     s_world_t *w = arg;
     int64_t tid = w->inner.write_blocks(w->inner.self, round, local, remote, n);
     s_emit(json_pack("{s:s, s:o, s:I, s:o, s:o}", "out", "write", "tid",
+                     tid > 0 ? json_integer(tid) : json_null(), "round", (json_int_t) round,
+                     "local", s_int_array(local, n), "remote", s_int_array(remote, n)));
+    return tid;
+}
+
+//  A lend (the `lend` event): the consumer copies the blocks itself.  The
+//  scripted transport opens it as it opens a write (a transfer id, in
+//  flight until `complete` or a cancel releases it): `complete` is the
+//  consumer's report, `complete` with ok false the stall timeout's cut-off.
+static int64_t
+s_lend(void *arg, uint64_t round, const uint32_t *local, const uint32_t *remote, size_t n)
+{
+    s_world_t *w = arg;
+    int64_t tid = w->inner.write_blocks(w->inner.self, round, local, remote, n);
+    s_emit(json_pack("{s:s, s:o, s:I, s:o, s:o}", "out", "lend", "tid",
                      tid > 0 ? json_integer(tid) : json_null(), "round", (json_int_t) round,
                      "local", s_int_array(local, n), "remote", s_int_array(remote, n)));
     return tid;
@@ -560,6 +579,32 @@ s_ev_close(s_world_t *w, const json_t *ev)
     w->closed = true;
 }
 
+//  The role of a session where both sides listed `lend` over a transport
+//  that lends (the `lend` event): made afresh, so only as the first event.
+static pk_server_role_t *
+s_role_new(s_world_t *w, bool lend)
+{
+    pk_server_role_config_t config = PK_SERVER_ROLE_CONFIG_DEFAULT;
+    config.lend = lend;
+    return pk_server_role_new(
+        w->peer, &config, (pk_clock_t) { w, s_clock_now }, (pk_sender_t) { w, s_send },
+        (pk_transport_t) { w, s_write_blocks, s_poll, s_cancel, lend ? s_lend : NULL, NULL },
+        (pk_parent_t) { w, s_lookup, s_create_store_job, s_on_new_request,
+                        s_on_request_finished, s_store_result, NULL, NULL });
+}
+
+static void
+s_ev_lend(s_world_t *w, const json_t *ev)
+{
+    if (w->started)
+        s_input_error("\"lend\" must be the first event");
+    pk_server_role_t *role = s_role_new(w, true);
+    if (!role)
+        s_fatal("out of memory");
+    pk_server_role_destroy(&w->role);
+    w->role = role;
+}
+
 static void
 s_ev_state(s_world_t *w, const json_t *ev)
 {
@@ -583,7 +628,7 @@ static const struct {
     { "finish", s_ev_finish },      { "abort", s_ev_abort },      { "drain", s_ev_drain },
     { "collect", s_ev_collect },    { "idle", s_ev_idle },        { "complete", s_ev_complete },
     { "hold", s_ev_hold },          { "refuse", s_ev_refuse },    { "close", s_ev_close },
-    { "state", s_ev_state },        { "get", s_ev_get },
+    { "state", s_ev_state },        { "get", s_ev_get },          { "lend", s_ev_lend },
 };
 
 //  One line of the scenario; false for a blank or # line, skipped.
@@ -609,6 +654,7 @@ s_line(s_world_t *w, char *line, ssize_t len)
     if (i == count)
         s_input_error("unknown event \"%s\"", what);
     s_events[i].run(w, ev);
+    w->started = true;
     w->ev = NULL;
     json_decref(ev);
     s_temp_free(w);
@@ -649,16 +695,13 @@ s_world_fini(s_world_t *w)
 int
 pk_replay_run(FILE *in, FILE *out, FILE *err, const char *peer, bool mark)
 {
-    s_world_t w = { .now = 1000.0, .next_job = FIRST_PIN_JOB, .out = out, .err = err };
+    s_world_t w = { .now = 1000.0, .next_job = FIRST_PIN_JOB, .peer = peer, .out = out,
+                    .err = err };
     s_w = &w;
     w.mem = pk_memtransport_new();
     w.inner = w.mem ? pk_memtransport_iface(w.mem) : (pk_transport_t) { 0 };
     w.used_jobs = calloc(FIRST_PIN_JOB, 1);
-    w.role = pk_server_role_new(
-        peer, NULL, (pk_clock_t) { &w, s_clock_now }, (pk_sender_t) { &w, s_send },
-        (pk_transport_t) { &w, s_write_blocks, s_poll, s_cancel, NULL },
-        (pk_parent_t) { &w, s_lookup, s_create_store_job, s_on_new_request,
-                        s_on_request_finished, s_store_result, NULL, NULL });
+    w.role = s_role_new(&w, false);
     int rc = 2;
     if (!w.mem || !w.used_jobs || !w.role)
         fprintf(err, "p2pkv-replay: out of memory\n");

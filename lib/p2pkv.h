@@ -115,7 +115,8 @@ typedef struct {
         same user only).  The client opens one fabric per provider it
         uses.  */
     const char *provider;
-    const char *node;               //  local address for the fabric (NULL: any)
+    const char *node;               //  local address for the fabric (NULL: any);
+                                    //  "A,B": one rail per address (p2pkv(3))
     double load_timeout;            //  30 s: a fetch without transfer_done is aborted
     double abort_ack_timeout;       //  10 s: then the server is cut off, the fetch failed
                                     //  (ABORTED when it was cancelled)

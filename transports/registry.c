@@ -11,6 +11,7 @@
 #include "base/transport.h"
 #include "mmap/mmap.h"
 #include "ofi/ofi.h"
+#include "rails/rails.h"
 
 #include <errno.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 static const pk_transport_ops_t *const s_transports[] = {
     &pk_ofi_transport_ops,          //  first: the default
     &pk_mmap_transport_ops,         //  same-host copies, provider "mmap"
+    &pk_rails_transport_ops,        //  several rails, over the default's (no provider rows)
 };
 
 #define S_TRANSPORTS (sizeof s_transports / sizeof s_transports[0])
@@ -61,6 +63,24 @@ pk_transport_for(const char *provider)
     const pk_transport_ops_t *ops = s_transports[0];
     (void) s_row(provider, &ops);
     return ops;
+}
+
+const pk_transport_ops_t *
+pk_transport_for_node(const char *provider, const char *node)
+{
+    const pk_transport_ops_t *ops;
+    const pk_provider_t *row = s_row(provider, &ops);
+    if (node && strchr(node, ',') && !(row && row->same_host) && ops == s_transports[0])
+        return &pk_rails_transport_ops;
+    return pk_transport_for(provider);
+}
+
+int
+pk_transport_check_node(const char *node, char *err)
+{
+    pk_rails_addr_t addrs[PK_RAILS_MAX];
+    size_t n;
+    return node && strchr(node, ',') ? pk_rails_addrs(node, addrs, PK_RAILS_MAX, &n, err) : 0;
 }
 
 const pk_provider_t *

@@ -80,6 +80,9 @@ typedef struct {
     bool verify_cost;           //  --verify-cost (fetch): each load twice, with the
                                 //  end-to-end check and without, in each repetition
     bool one_trip;              //  --one-trip (fetch): consumers use p2pkv_client_get
+    pkb_list_t rails;           //  --rails (rails): rail counts (default 1,2,4)
+    uint64_t rate;              //  --rate (rails): Mbit/s per rail (0: PKB_RAILS_RATE)
+    bool lose_rail;             //  --lose-rail (rails): a fetch per count that loses a rail
 } pkb_opts_t;
 
 /*  ---- figures and statistics (report.c) ------------------------------ */
@@ -304,6 +307,14 @@ typedef struct {
 int pkb_directory_get(const pkb_opts_t *o, const char *url, int reps, pkb_dirget_t *with_get,
                       pkb_dirget_t *two_steps);
 int pkb_fair(const pkb_opts_t *o);          //  issue 37, point 5: the writes' fair share
+/*  rails.c: the same fetch over 1, 2 and 4 tc-shaped veth rails between two
+    network namespaces (issue 38, point 5); executes scripts/bench-rails.
+    Returns only on failure (77: not root).  The default rate per rail:
+    one p2pkv tcp stream over an unshaped veth moved 1.2-2.0 Gbit/s on the
+    2-core test machine (4 other sessions running), so 4 x 300 Mbit/s
+    would meet the CPU; 4 x 150 stays under half of it.  */
+#define PKB_RAILS_RATE 150
+int pkb_rails(const pkb_opts_t *o);
 
 /*  N worker processes moving bytes at once (crowd.c): each opens (in
     the worker; NULL: failed) and steps (bytes moved, or < 0: failed) for

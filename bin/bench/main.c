@@ -45,6 +45,12 @@ static const char s_usage[] =
     "  engine    an engine's put and reserve + write + commit of 64 KiB blocks to a\n"
     "            server taking block checksums and to one without\n"
     "            (--block-checksums off), in the same repetition\n"
+    "  rails     the same fetch (64 x 1 MiB, quick 32) over 1, 2 and 4 rails: veth\n"
+    "            pairs between two network namespaces, each shaped with tc to\n"
+    "            --rate; Mbit/s, the ratio to one rail, and the same fetch over\n"
+    "            an unshaped pair (the CPU's ceiling).  Needs root (else exit\n"
+    "            77); runs scripts/bench-rails (or $P2PKV_BENCH_RAILS), which\n"
+    "            drives the servers and p2pkv get in the namespaces\n"
     "\n"
     "Options:\n"
     "  --quick              fewer points and repetitions (what make bench runs)\n"
@@ -52,10 +58,12 @@ static const char s_usage[] =
     "  --plot FILE.svg      GB/s against block size, raw beside p2pkv (gnuplot;\n"
     "                       fabric and fetch)\n"
     "  --reps N             repetitions of each figure (1..64)\n"
-    "  --block-sizes LIST   fabric, fetch: bytes, K/M suffixes (16K,64K,2M)\n"
+    "  --block-sizes LIST   fabric, fetch: bytes, K/M suffixes (16K,64K,2M);\n"
+    "                       rails: the fetch's block (first value; default 1M)\n"
     "  --batches LIST       fabric: blocks per batch (1..256)\n"
     "  --blocks LIST        fetch: blocks per fetch (1..65536); fair: the greedy\n"
-    "                       consumers' (first value; default 1024, quick 256)\n"
+    "                       consumers' (first value; default 1024, quick 256);\n"
+    "                       rails: the fetch's (first value; default 64)\n"
     "  --consumers LIST     fetch, control: consumer processes (1..1024, and at\n"
     "                       most --max-sessions); fair: greedy consumers (first\n"
     "                       value, 1..16; default 4)\n"
@@ -85,6 +93,12 @@ static const char s_usage[] =
     "                       within each repetition; each row's \"vs\" column is its\n"
     "                       GB/s over the last provider's, in the same repetition;\n"
     "                       a name that does not open here is refused first\n"
+    "  --rails LIST         rails: rail counts (1..5; default 1,2,4)\n"
+    "  --rate MBIT          rails: each rail's rate, Mbit/s each way (1..100000;\n"
+    "                       default 150, so that 4 rails stay under the CPU)\n"
+    "  --lose-rail          rails: then, per count of 2 or more, one fetch whose\n"
+    "                       last rail is set down a quarter of the way through:\n"
+    "                       every block or a clean failure, and its time\n"
     "  --one-trip           fetch: each consumer's request is one p2pkv_client_get\n"
     "                       (one round trip where the server offers get), one at a\n"
     "                       time; its lookup and fetch latencies are the whole request\n"
@@ -99,11 +113,12 @@ static const char s_usage[] =
     "--consumers (control), the points are the product of the lists given\n"
     "(defaults for the rest); without, a sweep of each.  Every process the bench\n"
     "starts it stops, also on error or Ctrl-C; it leaves no /dev/shm/pkbench-*\n"
-    "object behind.  Exit status: 0 done, 1 a run failed, 2 bad parameters.\n";
+    "object behind.  Exit status: 0 done, 1 a run failed, 2 bad parameters\n"
+    "(rails: 77 when it cannot run here: not root, no namespaces or tc).\n";
 
 typedef enum { S_CODEC = 1, S_ROLE = 2, S_FABRIC = 4, S_FETCH = 8, S_CONTROL = 16,
                S_SESSIONS = 32, S_DIRECTORY = 64, S_ENGINE = 128, S_FAIR = 256,
-               S_ALL = 511 } s_suite_bit_t;
+               S_RAILS = 512, S_ALL = 1023 } s_suite_bit_t;
 
 static const struct {
     const char *name;
@@ -114,7 +129,7 @@ static const struct {
     { "fabric", S_FABRIC, pkb_fabric },    { "fetch", S_FETCH, pkb_fetch },
     { "control", S_CONTROL, pkb_control }, { "sessions", S_SESSIONS, pkb_sessions },
     { "directory", S_DIRECTORY, pkb_directory }, { "engine", S_ENGINE, pkb_engine },
-    { "fair", S_FAIR, pkb_fair },
+    { "fair", S_FAIR, pkb_fair },          { "rails", S_RAILS, pkb_rails },
 };
 
 static int
@@ -223,9 +238,9 @@ static const s_opt_t s_opts[] = {
     { "--json", O_STR, S_ALL, F(json), 0 },
     { "--plot", O_STR, S_FABRIC | S_FETCH, F(plot), 0 },
     { "--reps", O_UINT, S_ALL, F(reps), PKB_MAX_REPS },
-    { "--block-sizes", O_SIZES, S_FABRIC | S_FETCH | S_FAIR, F(block_sizes), 1u << 30 },
+    { "--block-sizes", O_SIZES, S_FABRIC | S_FETCH | S_FAIR | S_RAILS, F(block_sizes), 1u << 30 },
     { "--batches", O_LIST, S_FABRIC, F(batches), 256 },
-    { "--blocks", O_LIST, S_FETCH | S_FAIR, F(blocks), 65536 },
+    { "--blocks", O_LIST, S_FETCH | S_FAIR | S_RAILS, F(blocks), 65536 },
     { "--consumers", O_LIST, S_FETCH | S_CONTROL | S_FAIR, F(consumers), 1024 },
     { "--threads", O_FLAG, S_FETCH | S_CONTROL, F(threads), 0 },
     { "--keys", O_LIST, S_CONTROL, F(keys), 65536 },
@@ -238,11 +253,15 @@ static const s_opt_t s_opts[] = {
     { "--seconds", O_SECONDS, S_FETCH | S_CONTROL | S_FAIR, F(seconds), 0 },
     { "--idle", O_SECONDS, S_SESSIONS, F(idle), 0 },
     { "--requests", O_UINT, S_ROLE, F(requests), UINT64_C(1) << 31 },
-    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY, F(server), 0 },
+    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY | S_RAILS,
+      F(server), 0 },
     { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY, 0, 0 },
     { "--providers", O_NAMES, S_FETCH, F(providers), PKB_MAX_PROVIDERS },
     { "--verify-cost", O_FLAG, S_FETCH, F(verify_cost), 0 },
     { "--one-trip", O_FLAG, S_FETCH, F(one_trip), 0 },
+    { "--rails", O_LIST, S_RAILS, F(rails), 5 },
+    { "--rate", O_UINT, S_RAILS, F(rate), 100000 },
+    { "--lose-rail", O_FLAG, S_RAILS, F(lose_rail), 0 },
 };
 #define S_NOPTS (sizeof s_opts / sizeof s_opts[0])
 
@@ -330,7 +349,7 @@ s_parse(int argc, char **argv, pkb_opts_t *o, int *bit)
             *bit = s_suites[i].bit;
     if (!*bit)
         return s_bad(NULL, "unknown suite \"%s\": one of codec, role, fabric, fetch, "
-                     "control, sessions, directory, engine, fair%s", argv[1], "");
+                     "control, sessions, directory, engine, fair, rails%s", argv[1], "");
     o->suite = argv[1];
     int npos = 0;
     for (int a = 2; a < argc; a++) {
@@ -412,7 +431,7 @@ main(int argc, char *argv[])
     if (s_parse(argc, argv, &o, &bit) || s_writable(&o, "--json", o.json)
         || s_writable(&o, "--plot", o.plot))
         return 2;
-    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE | S_FAIR | S_DIRECTORY))
+    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE | S_FAIR | S_DIRECTORY | S_RAILS))
         && s_server_path(&o, path, sizeof path))
         return 2;
     pkb_procs_init();

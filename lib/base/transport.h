@@ -74,6 +74,13 @@ typedef struct {
         Returns a transfer id (> 0) or a negative error.  */
     int64_t (*lend)(void *self, uint64_t round_seq, const uint32_t *local,
                     const uint32_t *remote, size_t n);
+    /*  Optional (NULL: one path): a channel of several rails (capability
+        rails, protocol.md section 7) writes counts[j], for each rail j of
+        the peer's blob, the blocks of round_seq whose writes completed
+        over it (whole when ok, what landed when failed), forgets the
+        round, and returns the peer's rail count (at most cap; 0 where
+        the peer took one rail and counts as before).  */
+    size_t (*rails_landing)(void *self, uint64_t round_seq, uint64_t *counts, size_t cap);
 } pk_transport_t;
 
 //  --------------------------------------------------------------------------
@@ -126,6 +133,19 @@ typedef struct {
     uint64_t blocks_landed;     //  announced by immediates (target side)
     size_t transfers;           //  transfers not yet reported by poll
 } pk_channel_stats_t;
+
+/*  One rail of a channel of several (channel_rails): its addresses, the
+    peer's rail it is paired with, and what went over it.  */
+#define PK_RAILS_MAX 8
+typedef struct {
+    char local[64];             //  this side's address
+    char peer[64];              //  the paired peer rail's address ("" unknown)
+    int peer_rail;              //  its index in the peer's blob; -1: unpaired
+    uint64_t writes_posted;
+    uint64_t blocks_written;
+    uint64_t blocks_landed;     //  announced by immediates (target side)
+    uint64_t failures;          //  failed writes, and the rail taken out
+} pk_rail_stats_t;
 
 /*  A fabric's counters: what the peers' blobs cost it.  */
 typedef struct {
@@ -241,6 +261,23 @@ typedef struct pk_transport_ops {
         -ENOTCONN.  */
     int64_t (*channel_lend_copy)(pk_channel_t *channel, uint64_t round_seq,
                                  const uint32_t *src, const uint32_t *dst, size_t n);
+
+    /*  Several rails (transports/rails; protocol.md section 7), all
+        optional: NULL where a fabric is one rail.  fabric_rails: how many
+        rails the fabric has (its --fabric-addr list).  */
+    size_t (*fabric_rails)(const pk_fabric_t *fabric);
+    /*  Consumer side, before channel_blob: the peer takes one rail (it
+        did not list "rails"): the channel keeps its first rail alone and
+        its blob is that rail's own.  */
+    void (*channel_single)(pk_channel_t *channel);
+    /*  The channel's rails, up to cap written to out; returns how many it
+        has (paired or not).  */
+    size_t (*channel_rails)(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap);
+    /*  Consumer side: counts[i], the blocks of round_seq announced on our
+        rail i (as our blob lists them); returns our rail count (at most
+        cap).  */
+    size_t (*channel_landed_rails)(pk_channel_t *channel, uint64_t round_seq, uint64_t *counts,
+                                   size_t cap);
 } pk_transport_ops_t;
 
 enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
@@ -255,6 +292,18 @@ const pk_transport_ops_t *pk_transport_find(const char *name);
 /*  The transport that serves provider: the one whose providers list it;
     every other name, and NULL, is the default's (libfabric's).  */
 const pk_transport_ops_t *pk_transport_for(const char *provider);
+
+/*  The transport for provider bound to node: several comma-separated
+    addresses over a network provider are several rails (transports/rails,
+    composing provider's own transport per address); else
+    pk_transport_for (provider), so one address costs exactly as before.  */
+const pk_transport_ops_t *pk_transport_for_node(const char *provider, const char *node);
+
+/*  Checks node's addresses as rails before any fabric opens (each an
+    address of this host; one rail per interface but loopback's): 0, or
+    -EINVAL with err naming the address.  0 for a single address (its
+    provider's own open judges it).  */
+int pk_transport_check_node(const char *node, char *err);
 
 /*  The row that describes provider, in the table of the transport that
     serves it (pk_transport_for): never NULL.  */
@@ -442,6 +491,36 @@ pk_channel_lend_copy(pk_channel_t *channel, uint64_t round_seq, const uint32_t *
 {
     return pk_channel_lends(channel)
            ? channel->ops->channel_lend_copy(channel, round_seq, src, dst, n) : -ENOSYS;
+}
+
+/*  1 where the fabric is one rail (no fabric_rails).  */
+static inline size_t
+pk_fabric_rails(const pk_fabric_t *fabric)
+{
+    return fabric->ops->fabric_rails ? fabric->ops->fabric_rails(fabric) : 1;
+}
+
+static inline void
+pk_channel_single(pk_channel_t *channel)
+{
+    if (channel->ops->channel_single)
+        channel->ops->channel_single(channel);
+}
+
+/*  0 where the channel is one rail (no channel_rails).  */
+static inline size_t
+pk_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
+{
+    return channel->ops->channel_rails ? channel->ops->channel_rails(channel, out, cap) : 0;
+}
+
+/*  0 where the channel is one rail: pk_channel_landed counts alone.  */
+static inline size_t
+pk_channel_landed_rails(pk_channel_t *channel, uint64_t round_seq, uint64_t *counts,
+                        size_t cap)
+{
+    return channel->ops->channel_landed_rails
+           ? channel->ops->channel_landed_rails(channel, round_seq, counts, cap) : 0;
 }
 
 /*  Nothing where the transport carries no marks (no channel_marks).  */

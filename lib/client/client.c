@@ -65,6 +65,13 @@ s_landed(void *arg, uint64_t round)
     return s->channel ? pk_channel_landed(s->channel, round) : 0;
 }
 
+static size_t
+s_landed_rails(void *arg, uint64_t round, uint64_t *counts, size_t cap)
+{
+    s_server_t *s = arg;
+    return s->channel ? pk_channel_landed_rails(s->channel, round, counts, cap) : 0;
+}
+
 //  The round's load ended: its tag's counter goes (a tag wraps after 2^20
 //  rounds; a stale count would report a later fetch landed early).
 static void
@@ -409,11 +416,19 @@ p2pkv_client_new(const p2pkv_config_t *config, void *pool, uint64_t num_blocks,
     pk_czmq_setup();
     if (!config || !config->peer_id || !*config->peer_id || !num_blocks || !block_len
         || num_blocks > PK_MAX_NUM_BLOCKS) {
-        (void) pk_err(err, 0, "a peer_id and a pool of 1..2^31 blocks of at least 1 byte are required");
+        (void) pk_err(err, 0, "a peer_id and a pool of 1..2^31 blocks of at least 1 byte are "
+                      "required");
         return NULL;
     }
     if (!(config->answer_spin <= 1) && !(config->answer_spin < 0)) {
         (void) pk_err(err, 0, "answer_spin must be at most 1 s (0: the default, negative: none)");
+        return NULL;
+    }
+    //  several rails (node "A,B"): every address this host's, before
+    //  anything is opened
+    char bad[PK_ERRLEN];
+    if (pk_transport_check_node(config->node, bad) != 0) {
+        (void) pk_err(err, 0, "node (--fabric-addr) %.100s: %.140s", config->node, bad);
         return NULL;
     }
     if (sodium_init() < 0) {
@@ -503,6 +518,15 @@ s_session_open(void *arg, const uint8_t *epoch, uint8_t **blob_p, size_t *len_p,
     s->channel = pk_channel_new(s->fabric, true, &rc, err);
     if (!s->channel)
         return rc < 0 ? rc : -EIO;
+    //  a server without rails reads one rail's blob: ours is our first's
+    size_t rails = pk_fabric_rails(s->fabric);
+    s->rails_note[0] = '\0';
+    if (rails > 1 && !s->server_rails) {
+        pk_channel_single(s->channel);
+        //  never a silent single rail: the UP report's reason says it
+        snprintf(s->rails_note, sizeof s->rails_note, "one rail of our %zu: the server "
+                 "lists no rails (it has one, or is older)", rails);
+    }
     s->wait_fd = pk_channel_wait_fd(s->channel);
     pk_client_watch(self, s->wait_fd, true);
     s->cq_watched = s->wait_fd >= 0;
@@ -592,7 +616,8 @@ s_session_up(void *arg)
                                        &self->fetch_ids };
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
-                                 (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget },
+                                 (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget,
+                                                           s_landed_rails },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
     s->stall_floor = pk_clock_monotonic();
     //  The handshake passed: only a new session's can be refused, and it
@@ -687,7 +712,8 @@ s_session_state(void *arg, pk_client_session_state_t state, const char *reason)
     };
     s_server_t *s = arg;
     s->state = map[state];
-    snprintf(s->reason, sizeof s->reason, "%s", reason);
+    snprintf(s->reason, sizeof s->reason, "%s", state == PK_CLIENT_SESSION_UP && *s->rails_note
+                                               ? s->rails_note : reason);
     p2pkv_client_t *c = s->client;
     if (s->announced && c->callbacks.on_server) {
         c->ran++;
@@ -871,10 +897,13 @@ s_find_server(p2pkv_client_t *self, const char *endpoint, int *free_p)
 //  errno with err.  Named, no question: the provider is the config's.
 static int
 s_describe(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_t *addr,
-           const char *server_key, double timeout, p2pkv_description_t *d, char *err)
+           const char *server_key, double timeout, p2pkv_description_t *d, char *caps,
+           char *err)
 {
     memset(d, 0, sizeof *d);
-    if (!self->auto_provider)
+    *caps = '\0';
+    //  several rails of ours: asked too, whether the server takes them all
+    if (!self->auto_provider && !(self->node && strchr(self->node, ',')))
         return 0;
     pthread_mutex_lock(&self->lock);
     int slot, known = s_find_server(self, endpoint, &slot);
@@ -887,7 +916,8 @@ s_describe(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_t *a
         keys.curve_secret = self->curve.secret_key;
         keys.curve_server = *server_key ? server_key : self->curve.server_key;
     }
-    return pk_client_describe(endpoint, addr, timeout, self->curve.on ? &keys : NULL, d, err);
+    return pk_client_describe_caps(endpoint, addr, timeout, self->curve.on ? &keys : NULL, d,
+                                   caps, err);
 }
 
 //  A new server slot and its session; server_key: its CURVE key ("": the
@@ -901,6 +931,7 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_
                char *err)
 {
     p2pkv_description_t d;
+    char caps[PK_MAX_CAPS + 1];
     double deadline = pk_clock_monotonic() + timeout;
     *tried = 0;
     int rc, slot, known;
@@ -908,7 +939,7 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_
     //  was there, so no description was asked) means describing after all
     for (int tries = 0;; tries++) {
         rc = s_describe(self, endpoint, addr, server_key, deadline - pk_clock_monotonic(), &d,
-                        err);
+                        caps, err);
         if (rc)
             return rc;
         pthread_mutex_lock(&self->lock);
@@ -962,11 +993,15 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_
     //  the checksum capability only when we check: a server then leaves
     //  the checksums out of its answers (16 bytes a hit); marks serve only
     //  the check; miss reasons always
+    //  rails: our channel sends every rail, to a server that takes them
+    s->server_rails = pk_caps_has(caps, PK_CAP_RAILS);
+    bool rails = s->server_rails && pk_fabric_rails(s->fabric) > 1;
     pk_client_identity_t id = { s->endpoint, self->peer_id, self->num_blocks, self->block_len,
                                 self->fingerprint, self->hash_seed, 0,
-                                self->config.no_verify ? PK_CAP_REASONS
+                                self->config.no_verify ? (rails ? PK_CAP_REASONS " " PK_CAP_RAILS
+                                                                : PK_CAP_REASONS)
                                 : s->fabric->ops->channel_lend_copy ? PK_CAPS " " PK_CAP_LEND
-                                : PK_CAPS };
+                                : rails ? PK_CAPS " " PK_CAP_RAILS : PK_CAPS };
     pk_client_session_ops_t ops = s_session_ops;
     ops.self = s;
     s->session = pk_client_session_new(&scfg, &id, (pk_clock_t) { s, s_clock_now }, &ops);

@@ -119,6 +119,11 @@ void pk_client_watch_note(const pk_client_watch_t *w, char *note, size_t len);
 /*  describe.c: p2pkv_describe_curve of an endpoint resolved already.  */
 int pk_client_describe(const char *endpoint, const pk_client_addr_t *addr, double timeout,
                        const p2pkv_config_t *config, p2pkv_description_t *out, char *err);
+/*  The same, with the words of its caps (NULL: not asked; "" when none)
+    into caps (PK_MAX_CAPS + 1 bytes).  */
+int pk_client_describe_caps(const char *endpoint, const pk_client_addr_t *addr, double timeout,
+                            const p2pkv_config_t *config, p2pkv_description_t *out,
+                            char *caps, char *err);
 #define S_MAX_UNREAD 65536          //  ended fetches kept for p2pkv_client_fetch_status
 
 //  A fetch, from p2pkv_client_fetch until its status is delivered: by
@@ -203,6 +208,10 @@ typedef struct {
                                     //  s_lend_copy): its blocks are copied when
                                     //  its answer reaches the get's fetch
     bool lend_bad;                  //  its sources named a block outside a pool
+    bool server_rails;              //  its description lists rails: our channel
+                                    //  sends every rail (else its first alone)
+    char rails_note[96];            //  "": every rail; else why one (the UP
+                                    //  report's reason)
 } s_server_t;
 
 //  locate.c: the directory (config.directory), under its own mutex

@@ -107,6 +107,14 @@ int
 pk_client_describe(const char *endpoint, const pk_client_addr_t *addr, double timeout,
                    const p2pkv_config_t *config, p2pkv_description_t *out, char *err)
 {
+    return pk_client_describe_caps(endpoint, addr, timeout, config, out, NULL, err);
+}
+
+int
+pk_client_describe_caps(const char *endpoint, const pk_client_addr_t *addr, double timeout,
+                        const p2pkv_config_t *config, p2pkv_description_t *out, char *caps,
+                        char *err)
+{
     pk_czmq_setup();
     pk_client_curve_t keys;
     zsock_t *dealer = NULL;
@@ -132,6 +140,8 @@ pk_client_describe(const char *endpoint, const pk_client_addr_t *addr, double ti
         pk_msg_t *m = s_recv_msg(dealer, NULL);
         if (m && m->type == PK_MSG_DESCRIPTION) {
             s_description(m, out);
+            if (caps)
+                snprintf(caps, PK_MAX_CAPS + 1, "%s", m->caps ? m->caps : "");
             rc = 0;
         }
         else if (!m)

@@ -41,7 +41,7 @@ s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
     }
     pk_fabric_config_t fc = { name, self->node, self->config.stall_timeout };
     char why[PK_ERRLEN];
-    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(name), &fc, self->pool,
+    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for_node(name, self->node), &fc, self->pool,
                                          self->num_blocks, self->block_len, rc_p, why);
     if (!fabric) {
         *rc_p = pk_err(err, *rc_p, "%s", why);

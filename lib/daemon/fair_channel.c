@@ -392,9 +392,19 @@ s_lend(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *rem
     return (int64_t) x->tid;
 }
 
+//  The rails' per-rail counts are the inner channel's: the scheduler
+//  only delays writes, it never moves them between rails.
+static size_t
+s_rails_landing(void *arg, uint64_t round_seq, uint64_t *counts, size_t cap)
+{
+    pk_fair_channel_t *self = arg;
+    return self->inner.rails_landing(self->inner.self, round_seq, counts, cap);
+}
+
 pk_transport_t
 pk_fair_channel_transport(pk_fair_channel_t *self)
 {
     return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel,
-                              self->inner.lend ? s_lend : NULL };
+                              self->inner.lend ? s_lend : NULL,
+                              self->inner.rails_landing ? s_rails_landing : NULL };
 }

@@ -15,7 +15,8 @@
     one label every sample of the family carries, from a bounded set:
     REASON (a fixed class, e.g. of protocol violation), NAMESPACE (a
     namespace of --tenants: values only from the operator's file) or
-    PROVIDER (a data-plane provider the server opened a fabric for); or
+    PROVIDER (a data-plane provider the server opened a fabric for),
+    RAIL (a local address of --fabric-addr's list, at most 8); or
     NONE, a family of one unlabelled sample.  Never both, and never a
     peer's id (unbounded: every consumer that ever connected).  A
     counter's name ends in _total, a histogram's in _seconds.
@@ -108,6 +109,19 @@ PK_METRIC(TRANSFERS_IN_FLIGHT, "p2pkv_transfers_in_flight", GAUGE, "Transfers in
 PK_METRIC(BLOCKS_CORRUPT, "p2pkv_blocks_corrupt_total", COUNTER,
           "Blocks a pull landed whose bytes differ from the checksum their server announced "
           "(never committed)", NONE,
+          HERE, 0)
+
+//  Several rails (--fabric-addr A,B; transports/rails): per local rail,
+//  every session's writes over it, summed (the peer's actor adds what
+//  moved since its last step)
+PK_METRIC(RAIL_WRITES, "p2pkv_rail_writes_total", COUNTER,
+          "RMA writes posted over a rail (its local address)", RAIL,
+          HERE, 0)
+PK_METRIC(RAIL_BYTES, "p2pkv_rail_bytes_written_total", COUNTER,
+          "Bytes written to consumers over a rail (its local address)", RAIL,
+          HERE, 0)
+PK_METRIC(RAIL_FAILURES, "p2pkv_rail_failures_total", COUNTER,
+          "Failed writes over a rail (its local address)", RAIL,
           HERE, 0)
 
 //  The data plane (the transport's fabric stats)

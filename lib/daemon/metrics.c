@@ -41,9 +41,9 @@ static const char *const s_type_names[] = { "counter", "gauge", "histogram" };
 
 //  Each label's name, its opening in a series ({peer="), and its key in JSON.
 static const char *const s_label_open[] = { "{peer=\"", "{reason=\"", "{namespace=\"",
-                                             "{provider=\"", "" };
+                                             "{provider=\"", "{rail=\"", "" };
 static const char *const s_label_json[] = { "peers", "reasons", "namespaces", "providers",
-                                             NULL };
+                                             "rails", NULL };
 
 //  The table, for pk_metrics_new.
 static const struct {

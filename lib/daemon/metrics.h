@@ -64,6 +64,7 @@ typedef enum {
                                 //  many values as the operator's file names
     PK_METRIC_PROVIDER,         //  provider: a data-plane provider of --provider, one
                                 //  value per fabric the server opened (and "unoffered")
+    PK_METRIC_RAIL,             //  rail: a local address of --fabric-addr A,B (at most 8)
     PK_METRIC_NONE              //  unlabelled: the family's one sample
 } pk_metric_label_t;
 

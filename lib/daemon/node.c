@@ -121,6 +121,7 @@ struct _pk_node_t {
     pk_directory_t *directory;      //  --directory: the cluster directory's actor, or NULL
     char *fail_session;             //  test only: $P2PKV_TEST_FAIL_SESSION (peer.c)
     char *hold_session;             //  test only: $P2PKV_TEST_HOLD_SESSION (peer.c)
+    int idle_look_ms;               //  test only: $P2PKV_TEST_IDLE_LOOK_MS (peer.c)
     pk_peer_env_t env;              //  what every peer shares (peer.h)
     pk_sched_t *sched;              //  the writes' fair share; NULL: --fair-inflight 0
     pk_admission_t *admission;
@@ -450,12 +451,16 @@ s_open_directory(pk_node_t *self, char *err)
 
 //  Test only (peer.c): $P2PKV_TEST_FAIL_SESSION names a consumer whose
 //  session fails to be created; $P2PKV_TEST_HOLD_SESSION, "peer_id:path",
-//  one whose actor stands still after its connect_ack until path exists.
+//  one whose actor stands still after its connect_ack until path exists;
+//  $P2PKV_TEST_IDLE_LOOK_MS, the ms between an idle actor's looks (so a
+//  test can tell what a look does from what an event does).
 static int
 s_test_hooks(pk_node_t *self, char *err)
 {
     const char *fail = getenv("P2PKV_TEST_FAIL_SESSION");
     const char *hold = getenv("P2PKV_TEST_HOLD_SESSION");
+    const char *look = getenv("P2PKV_TEST_IDLE_LOOK_MS");
+    self->idle_look_ms = look ? atoi(look) : 0;
     if ((fail && *fail && !(self->fail_session = strdup(fail)))
         || (hold && *hold && !(self->hold_session = strdup(hold))))
         return pk_err(err, -ENOMEM, "out of memory");
@@ -472,7 +477,7 @@ s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
     const pk_server_config_t *config = self->config;
     pk_fabric_config_t fc = { provider, config->fabric_addr, config->stall_timeout };
     int rc;
-    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(provider), &fc,
+    pk_fabric_t *fabric = pk_fabric_open(pk_transport_for_node(provider, config->fabric_addr), &fc,
                                          pk_store_base(self->store), config->pool_blocks,
                                          config->block_len, &rc, err);
     if (!fabric)
@@ -511,7 +516,12 @@ static int
 s_open_fabrics(pk_node_t *self, char *err)
 {
     const pk_server_config_t *config = self->config;
-    int rc;
+    char bad[PK_ERRLEN];
+    //  several rails: every address checked first, so auto never skips a
+    //  network provider over a mistyped one
+    int rc = pk_transport_check_node(config->fabric_addr, bad);
+    if (rc)
+        return pk_err(err, rc, "--fabric-addr %s: %s", config->fabric_addr, bad);
     if (!config->provider) {
         char why[PK_ERRLEN] = "no transport offers one";
         const pk_provider_t *p;
@@ -562,10 +572,14 @@ s_open_fabrics(pk_node_t *self, char *err)
         }
     }
     (void) pk_host_id(self->host_id, sizeof self->host_id);
+    //  a consumer of several rails sends them all only where told so
+    bool rails = false;
+    for (size_t i = 0; i < self->nfabrics; i++)
+        rails |= pk_fabric_rails(self->fabrics[i].fabric) > 1;
     self->id = (pk_server_identity_t) { config->peer_id, config->block_len, config->pool_blocks,
                                         config->fingerprint, config->hash_seed,
                                         self->providers[0], self->providers, self->nfabrics,
-                                        self->host_id };
+                                        self->host_id, rails ? PK_CAP_RAILS : NULL };
     self->session_config = pk_server_config_session(config);
     return 0;
 }
@@ -699,6 +713,7 @@ s_engine_stats(void *arg, json_t *answer)
     json_t *peers = json_array();
     json_t *caps = json_object();
     json_t *counts = json_object();
+    json_t *rails = json_object();
     size_t at = 0;
     for (pk_peer_t *peer; (peer = pk_door_next(self->door, &at)); ) {
         json_array_append_new(peers, json_string(peer->consumer));
@@ -718,6 +733,20 @@ s_engine_stats(void *arg, json_t *answer)
         json_object_set_new(mine, "write_queue_wait_max_us",
                             json_integer((json_int_t) atomic_load(&peer->queue_wait_max_us)));
         json_object_set_new(counts, peer->consumer, mine);
+        //  a session of several rails: its pairs and what went over each
+        size_t nr = atomic_load_explicit(&peer->nrails, memory_order_acquire);
+        if (nr) {
+            json_t *list = json_array();
+            for (size_t i = 0; i < nr; i++)
+                json_array_append_new(list, json_pack(
+                    "{s:s, s:s, s:i, s:I, s:I, s:I}", "local", peer->rails[i].local,
+                    "peer", peer->rails[i].peer, "peer_rail", peer->rails[i].peer_rail,
+                    "writes", (json_int_t) atomic_load(&peer->rails[i].writes),
+                    "bytes", (json_int_t) (atomic_load(&peer->rails[i].blocks)
+                                           * self->config->block_len),
+                    "failures", (json_int_t) atomic_load(&peer->rails[i].failures)));
+            json_object_set_new(rails, peer->consumer, list);
+        }
     }
     json_object_set_new(answer, "fabric",
                         json_pack("{s:I, s:I, s:I}",
@@ -753,10 +782,12 @@ s_engine_stats(void *arg, json_t *answer)
         json_object_set_new(spill, "dir", json_string(self->config->spill_dir));
         json_object_set_new(answer, "spill", spill);
     }
-    json_object_set_new(answer, "sessions", json_integer((json_int_t) pk_door_sessions(self->door)));
+    json_object_set_new(answer, "sessions",
+                        json_integer((json_int_t) pk_door_sessions(self->door)));
     json_object_set_new(answer, "peers", peers);
     json_object_set_new(answer, "capabilities", caps);
     json_object_set_new(answer, "session_counts", counts);
+    json_object_set_new(answer, "session_rails", rails);
     json_object_set_new(answer, "metrics", pk_metrics_json(self->metrics));
 }
 
@@ -800,7 +831,7 @@ s_open_classes(pk_node_t *self, char *err)
         .store = self->store, .metrics = self->metrics, .unsent = self->unsent,
         .router = self->router, .job = s_job, .job_arg = self,
         .fail_session = self->fail_session, .hold_session = self->hold_session,
-        .draining = &self->draining, .bell = self->bell };
+        .idle_look_ms = self->idle_look_ms, .draining = &self->draining, .bell = self->bell };
     //  The writes' fair share, in blocks (every block is block_len bytes)
     if (self->config->fair_inflight > 0) {
         uint64_t len = self->config->block_len;

@@ -79,6 +79,8 @@ typedef struct {
     int bell_fd;                    //  an eventfd the bell writes (env->bell), or -1
     bool listening;                 //  bell_fd is the bell's while lookups are parked
     uint64_t bell_seen;             //  the bell's sequence before the last re-poll
+    bool lends;                     //  both sides listed lend: the actor sleeps
+                                    //  on the channel too (s_wait)
 } self_t;
 
 //  While nothing runs or is parked, the session's only clocks are its
@@ -90,9 +92,9 @@ typedef struct {
 //  not twenty times (at a 50 ms look, 256 idle sessions cost 35% of a
 //  core).  Frames wake the actor at once whatever the look.
 //  How often an actor looks at its channel while only lent transfers are
-//  out (design.md, "A get over mmap lends its blocks"): their reports
-//  wake nobody, so this bounds how long a copied block stays pinned after
-//  a consumer's last get (its next frame reads them sooner).
+//  out (design.md, "A get over mmap lends its blocks"): the consumer's
+//  report wakes the actor where it sleeps on the channel (s_wait); this
+//  look is for the stall clock, and for a channel it cannot sleep on.
 #define S_LENT_LOOK_MS 5
 
 static int
@@ -252,6 +254,42 @@ s_latency(void *arg, pk_latency_t which, const char *peer, double seconds)
                                                        : PK_M_FETCH_SECONDS, NULL, seconds);
 }
 
+//  A channel of several rails: its pairs (once) and each rail's counts,
+//  for the engine API's stats, and what moved since the last step to the
+//  rail families (labelled by the local address, summed over sessions).
+static void
+s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
+{
+    pk_rail_stats_t rs[PK_RAILS_MAX];
+    size_t n = pk_channel_rails(peer->channel, rs, PK_RAILS_MAX);
+    if (n > PK_RAILS_MAX)
+        n = PK_RAILS_MAX;
+    if (!n)
+        return;
+    bool first = atomic_load_explicit(&peer->nrails, memory_order_relaxed) == 0;
+    for (size_t i = 0; i < n; i++) {
+        if (first) {
+            _Static_assert(sizeof peer->rails[0].local == sizeof rs[0].local, "rail address");
+            _Static_assert(sizeof peer->rails[0].peer == sizeof rs[0].peer, "rail address");
+            memcpy(peer->rails[i].local, rs[i].local, sizeof rs[i].local);
+            memcpy(peer->rails[i].peer, rs[i].peer, sizeof rs[i].peer);
+            peer->rails[i].peer_rail = rs[i].peer_rail;
+        }
+        uint64_t w = atomic_exchange(&peer->rails[i].writes, rs[i].writes_posted);
+        uint64_t b = atomic_exchange(&peer->rails[i].blocks, rs[i].blocks_written);
+        uint64_t f = atomic_exchange(&peer->rails[i].failures, rs[i].failures);
+        if (rs[i].writes_posted > w)
+            pk_metrics_add(env->metrics, PK_M_RAIL_WRITES, rs[i].local, rs[i].writes_posted - w);
+        if (rs[i].blocks_written > b)
+            pk_metrics_add(env->metrics, PK_M_RAIL_BYTES, rs[i].local,
+                           (rs[i].blocks_written - b) * env->config->block_len);
+        if (rs[i].failures > f)
+            pk_metrics_add(env->metrics, PK_M_RAIL_FAILURES, rs[i].local, rs[i].failures - f);
+    }
+    if (first)
+        atomic_store_explicit(&peer->nrails, n, memory_order_release);
+}
+
 //  The session's and the channel's counts, published (metric_sources.h)
 //  as changes since the last step: the server's samples are the sums of
 //  every session's.  Each reason's count goes before the session's whole
@@ -295,6 +333,7 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
                      pk_metric_source_value((pk_metric_id_t) ids[i], &f, block_len));
     pk_metric_sources_publish(m, PK_SOURCE_SESSION, NULL, &c, last, block_len);
     pk_metric_sources_publish(m, PK_SOURCE_CHANNEL, NULL, &f, flast, block_len);
+    s_push_rails(env, peer);
 }
 
 //  A transfer's wait for its first write (fair_channel.h): the server's
@@ -409,7 +448,8 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     }
     pk_server_session_set_latency(self->session, s_latency, env->metrics);
     pk_server_session_set_room(self->session, s_actor_room, self);
-    self->idle_look = s_idle_look_ms(env->config);
+    self->idle_look = env->idle_look_ms > 0 ? env->idle_look_ms : s_idle_look_ms(env->config);
+    self->lends = pk_caps_has(pk_peer_caps(peer), PK_CAP_LEND);
     return self;
 
 fail_fair:
@@ -622,15 +662,19 @@ s_wait(self_t *self, bool *pipe)
 {
     pk_server_session_t *session = self->session;
     bool inflight = pk_server_session_has_inflight(session);
-    //  lent transfers only (capability lend): the consumer's reports are
-    //  read at the session's next frame, and at a look every
-    //  S_LENT_LOOK_MS; they wake nobody (design.md, "A get over mmap
-    //  lends its blocks")
     bool writes = pk_server_session_has_writes(session);
     //  blocks waiting for the scheduler's grant: it comes from another
     //  session's thread, unannounced, so look again soon (a spin)
     bool queued = self->fair && pk_fair_channel_queued(self->fair) > 0;
-    bool on_channel = writes && !queued && s_sleep_on_channel(self);
+    //  a lending session (capability lend) sleeps on the channel whatever
+    //  runs: the door lends a get's blocks without waking us, and the
+    //  consumer's report, which unpins them, then wakes us as it comes.
+    //  Before, it was read at the session's next frame or at our next
+    //  look, which the door's get did not shorten: up to the idle look
+    //  (1.25 s by default) after a consumer's last get.  It costs a wake
+    //  per report, off the consumer's path (its report goes one way).
+    //  Idle, nothing else comes on the channel: the server only lends.
+    bool on_channel = (writes || self->lends) && !queued && s_sleep_on_channel(self);
     bool parked = pk_server_session_has_parked(session);
     bool rung = s_bell(self, parked);
     zmq_pollitem_t items[3] = {
@@ -647,7 +691,7 @@ s_wait(self_t *self, bool *pipe)
             items[1] = items[2];
         nitems++;
     }
-    long timeout = rung ? 0 : on_channel ? 10 : writes || queued ? 0
+    long timeout = rung ? 0 : on_channel && writes ? 10 : writes || queued ? 0
                    : inflight ? S_LENT_LOOK_MS : parked ? 2 : self->idle_look;
     pthread_mutex_unlock(&self->peer->lock);
     int rc = zmq_poll(items, nitems, timeout);
@@ -915,7 +959,7 @@ const char *
 pk_peer_caps(const pk_peer_t *self)
 {
     static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
-                                         PK_CAP_GET, PK_CAP_LEND };
+                                         PK_CAP_GET, PK_CAP_LEND, PK_CAP_RAILS };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
@@ -927,7 +971,10 @@ pk_peer_caps(const pk_peer_t *self)
             //  passes lending by, fair_channel.c)
             && !(strcmp(words[i], PK_CAP_LEND) == 0
                  && (self->env->config->no_gets || !self->channel
-                     || !pk_channel_transport(self->channel).lend)))
+                     || !pk_channel_transport(self->channel).lend))
+            //  rails: over a channel of several
+            && !(strcmp(words[i], PK_CAP_RAILS) == 0
+                 && (!self->channel || !pk_channel_transport(self->channel).rails_landing)))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);
     return out;

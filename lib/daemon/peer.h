@@ -48,6 +48,7 @@ typedef struct {
     void *job_arg;
     const char *fail_session;       //  test only: $P2PKV_TEST_FAIL_SESSION
     const char *hold_session;       //  test only: $P2PKV_TEST_HOLD_SESSION
+    int idle_look_ms;               //  test only: $P2PKV_TEST_IDLE_LOOK_MS (0: the config's)
     /*  The node's drain (SIGTERM) has begun: every lookup from then on is
         a miss (peer.c, s_actor_lookup).  Set once by the node, read by
         every actor; NULL: never.  */
@@ -123,6 +124,15 @@ struct pk_peer {
     atomic_uint_fast64_t queue_waits;
     atomic_uint_fast64_t queue_wait_us;
     atomic_uint_fast64_t queue_wait_max_us;
+    //  A channel of several rails (transports/rails): its pairs, written
+    //  once by the actor before nrails is stored, and each rail's counts
+    //  as it last published them; the engine API's stats shows them.
+    struct {
+        char local[64], peer[64];
+        int peer_rail;
+        atomic_uint_fast64_t writes, blocks, failures;
+    } rails[PK_RAILS_MAX];
+    atomic_size_t nrails;
 };
 
 /*  A peer for an accepted connect (taken from *connect_p): NULL when out

@@ -207,8 +207,11 @@ static const char s_usage[] =
     "                               verbs; ...), as mmap,shm,tcp; or auto: mmap\n"
     "                               where it works, else shm, then the first of\n"
     "                               verbs, efa, tcp; default auto\n"
-    "      --fabric-addr ADDR       local address (IPv4, IPv6 or host name) of the\n"
-    "                               data plane; default: the provider's choice\n"
+    "      --fabric-addr ADDR[,ADDR...]\n"
+    "                               local address (IPv4, IPv6 or host name) of the\n"
+    "                               data plane; default: the provider's choice;\n"
+    "                               several: one rail each (numeric, one per\n"
+    "                               interface; loopback may carry several)\n"
     "      --fingerprint STRING     model and cache layout; peers must match it\n"
     "                               exactly; default empty\n"
     "      --hash-seed STRING       seed of the block hashes; peers must match it;\n"
@@ -439,9 +442,22 @@ s_apply_text(s_parser_t *p, const s_setting_t *s, const char *value, const char 
                          "of them (shm,tcp), or auto", value);
         return s_set_or_clear(p, field, value, strcmp(value, "auto") == 0);
     case S_FABRIC_ADDR:
-        //  Empty gives the choice back to the provider.
-        if (len && !pk_config_host_ok(value, false, false))
-            return s_bad(p, where, "an IPv4 or IPv6 address or a host name", value);
+        //  Empty gives the choice back to the provider; a comma list is
+        //  one rail per address (checked against the host at start)
+        for (const char *at = value; len; at++) {
+            size_t piece = strcspn(at, ",");
+            char one[256];
+            if (piece == 0 || piece >= sizeof one)
+                return s_bad(p, where, "addresses separated by single commas", value);
+            memcpy(one, at, piece);
+            one[piece] = '\0';
+            if (!pk_config_host_ok(one, false, false))
+                return s_bad(p, where, "IPv4 or IPv6 addresses or host names, comma-separated",
+                             value);
+            at += piece;
+            if (!*at)
+                break;
+        }
         return s_set_or_clear(p, field, value, !len);
     case S_LOCAL_GROUP:
         //  Empty: the server's own group.  Resolved when the socket is

@@ -31,6 +31,8 @@ typedef struct s_load {
     s_load_state_t state;
     double deadline;                //  SENT: load timeout; ABORTING, LANDING: abort-ack timeout
     uint64_t want_landed;           //  LANDING: blocks that may still arrive
+    uint8_t nrails;                 //  the answer's rails (0: none; counted as one)
+    uint64_t want_rails[PK_MAX_RAILS];  //  its blocks per rail of ours
     pk_load_status_t status;        //  LANDING: what the load ends as
     bool aborted, done_seen, ack_seen;
     bool cancelled;                 //  by the caller: ends PK_LOAD_ABORTED, whatever ends it
@@ -615,7 +617,18 @@ s_check_landing(pk_client_role_t *self, s_load_t *l)
     if (l->state != L_LANDING)
         return false;
     uint64_t landed = self->transport.landed(self->transport.self, l->round);
-    if (landed >= l->want_landed)
+    //  over rails, each rail's count: a late write on one rail never makes
+    //  up for another's missing blocks
+    bool rails_ok = true;
+    if (l->nrails) {
+        uint64_t got[PK_MAX_RAILS] = { 0 };
+        size_t n = self->transport.landed_rails
+                   ? self->transport.landed_rails(self->transport.self, l->round, got,
+                                                  PK_MAX_RAILS) : 0;
+        for (size_t i = 0; i < l->nrails; i++)
+            rails_ok &= (i < n ? got[i] : 0) >= l->want_rails[i];
+    }
+    if (landed >= l->want_landed && rails_ok)
         s_load_end(self, l, l->status, l->status == PK_LOAD_LANDED ? "landed"
                                        : l->status == PK_LOAD_ABORTED ? "aborted"
                                        : "the server could not serve the round");
@@ -891,6 +904,8 @@ s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
         l->status = PK_LOAD_ABORTED;
         l->want_landed = m->landing;
     }
+    if (m->present & PK_BIT(PK_F_RAILS))
+        l->nrails = (uint8_t) pk_wire_rails_parse(m->rails, l->want_rails, PK_MAX_RAILS);
     s_check_landing(self, l);
     return 0;
 }

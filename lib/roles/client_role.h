@@ -29,6 +29,11 @@ typedef struct {
         may go, so a later round whose 20-bit tag wraps onto it never
         inherits it.  Called before load_done.  */
     void (*forget)(void *self, uint64_t round_seq);
+    /*  Optional (NULL: one rail): counts[i], the blocks of this round
+        announced on our rail i; returns our rail count (at most cap).  A
+        round's answer with rails (capability rails) has landed when each
+        rail counted what the answer says for it.  */
+    size_t (*landed_rails)(void *self, uint64_t round_seq, uint64_t *counts, size_t cap);
 } pk_client_transport_t;
 
 typedef enum {

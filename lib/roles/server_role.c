@@ -338,6 +338,24 @@ s_flush_results(pk_server_role_t *self)
 
 //  Messages are built on the stack over borrowed fields: the sender gets a
 //  const view for the duration of the call, so nothing is copied.
+
+//  A round's answer over rails says per consumer rail what to expect
+//  (capability rails): the transport's count of the round's completed
+//  writes on each, which it forgets as it tells them.
+static void
+s_rails(pk_server_role_t *self, uint64_t seq, pk_msg_t *m, char *text)
+{
+    uint64_t counts[PK_MAX_RAILS];
+    size_t n = self->config.rails && self->transport.rails_landing
+               ? self->transport.rails_landing(self->transport.self, seq, counts, PK_MAX_RAILS)
+               : 0;
+    if (!n)
+        return;
+    pk_wire_rails_format(counts, n, text);
+    m->rails = text;
+    m->present |= PK_BIT(PK_F_RAILS);
+}
+
 static void
 s_send_done(pk_server_role_t *self, const char *kv, bool success, uint64_t seq,
             uint64_t landing)
@@ -346,6 +364,8 @@ s_send_done(pk_server_role_t *self, const char *kv, bool success, uint64_t seq,
                    .round_seq = seq, .landing = landing,
                    .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_SUCCESS)
                               | PK_BIT(PK_F_ROUND_SEQ) | PK_BIT(PK_F_LANDING) };
+    char rails[PK_MAX_RAILS_TEXT + 1];
+    s_rails(self, seq, &m, rails);
     self->sender.send(self->sender.self, &m);
 }
 
@@ -356,6 +376,8 @@ s_send_ack(pk_server_role_t *self, const char *kv, uint64_t seq, uint64_t landin
                    .landing = landing,
                    .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_ROUND_SEQ)
                               | PK_BIT(PK_F_LANDING) };
+    char rails[PK_MAX_RAILS_TEXT + 1];
+    s_rails(self, seq, &m, rails);
     self->sender.send(self->sender.self, &m);
 }
 
@@ -400,6 +422,8 @@ s_send_get_resp(pk_server_role_t *self, const char *kv, uint64_t seq, const s_ge
         m.reasons = get->reasons;
         m.present |= PK_BIT(PK_F_REASONS);
     }
+    char rails[PK_MAX_RAILS_TEXT + 1];
+    s_rails(self, seq, &m, rails);
     self->sender.send(self->sender.self, &m);
     free(none);
 }

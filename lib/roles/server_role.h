@@ -37,9 +37,12 @@ typedef struct {
                                 //  sides): its get_resp names their blocks and
                                 //  goes at once; the round ends at the
                                 //  consumer's report (protocol.md section 7)
+    bool rails;                 //  the round's answers carry its blocks per
+                                //  consumer rail (capability rails, both
+                                //  sides; the transport's rails_landing)
 } pk_server_role_config_t;
 
-#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false, false }
+#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false, false, false }
 
 typedef struct {
     size_t requests;            //  live requests (kept ones not counted)

@@ -141,6 +141,12 @@ pk_server_session_description(const pk_server_identity_t *id, char **frame_p, si
         m.present |= PK_BIT(PK_F_PROVIDERS);
     if (id->host && *id->host)
         m.present |= PK_BIT(PK_F_HOST);
+    //  rails: a consumer of several sends its rails blob only to a server
+    //  that says it has several (an older one would refuse the blob)
+    if (id->caps && *id->caps) {
+        m.caps = (char *) id->caps;
+        m.present |= PK_BIT(PK_F_CAPS);
+    }
     return pk_msg_encode(&m, frame_p, len_p, NULL);
 }
 
@@ -310,8 +316,15 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
     //  lend where the write path lends (mmap; the scheduler passes it by) and
     //  gets are offered; a consumer that does not list it gets writes
     bool lends = transport.lend && !config->no_get;
-    self->caps = config->no_get ? PK_CAPS_WITHOUT_GET : lends ? PK_CAPS " " PK_CAP_LEND : PK_CAPS;
+    //  rails where the channel has several and the consumer sent every
+    //  rail (never with lend: rails are network providers only)
+    bool rails = transport.rails_landing && pk_caps_has(connect->caps, PK_CAP_RAILS);
+    self->caps = config->no_get ? (rails ? PK_CAPS_WITHOUT_GET " " PK_CAP_RAILS
+                                         : PK_CAPS_WITHOUT_GET)
+                 : lends ? PK_CAPS " " PK_CAP_LEND
+                 : rails ? PK_CAPS " " PK_CAP_RAILS : PK_CAPS;
     role_config.lend = lends && pk_caps_has(connect->caps, PK_CAP_LEND);
+    role_config.rails = rails;
     self->role = pk_server_role_new(self->consumer_id, &role_config, clock,
                                     (pk_sender_t) { self, s_role_send }, transport,
                                     pk_quota_parent(self->quota));

@@ -27,6 +27,7 @@ typedef struct {
     const char *const *providers;   //  every data-plane provider offered, best first;
     size_t nproviders;              //  none: provider alone
     const char *host;               //  its same-host identity (base/host_id.h), or NULL
+    const char *caps;               //  words its description lists (rails), or NULL
 } pk_server_identity_t;
 
 typedef struct {

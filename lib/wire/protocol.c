@@ -58,6 +58,7 @@ const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_CHECKSUMS]          = { "checksums", K_STRING, 0, PK_CHECKSUM_HEX * PK_MAX_LIST },
     [PK_F_REASONS]            = { "reasons", K_STRING, 0, PK_MAX_LIST },
     [PK_F_SOURCES]            = { "sources", K_STRING, 0, PK_SOURCE_HEX * PK_MAX_LIST },
+    [PK_F_RAILS]              = { "rails", K_STRING, 1, PK_MAX_RAILS_TEXT },
 };
 
 #define B(f) PK_BIT(PK_F_##f)
@@ -73,7 +74,7 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
     [PK_MSG_DESCRIBE]      = { "describe", 0, 0, TO_SERVER },
     [PK_MSG_DESCRIPTION]   = { "description",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | B(BLOCK_LEN)
-        | B(CONFIG_FINGERPRINT) | B(HASH_SEED) | B(PROVIDER), B(PROVIDERS) | B(HOST),
+        | B(CONFIG_FINGERPRINT) | B(HASH_SEED) | B(PROVIDER), B(PROVIDERS) | B(HOST) | B(CAPS),
         TO_CONSUMER },
     [PK_MSG_CONNECT]       = { "connect",
         B(WIRE_MAJOR) | B(WIRE_MINOR) | B(PEER_ID) | EPOCHS | B(AGENT_METADATA)
@@ -95,23 +96,47 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
         B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
         TO_SERVER },
     [PK_MSG_TRANSFER_DONE] = { "transfer_done",
-        B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0,
+        B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, B(RAILS),
         TO_CONSUMER },
     [PK_MSG_ABORT_FETCH]   = { "abort_fetch",
         B(KV_REQUEST_ID) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_ABORT_ACK]     = { "abort_ack",
-        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, 0, TO_CONSUMER },
+        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, B(RAILS), TO_CONSUMER },
     [PK_MSG_GET]           = { "get",
         B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
         TO_SERVER },
     [PK_MSG_GET_RESP]      = { "get_resp",
         B(KV_REQUEST_ID) | B(HITS) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
-        B(CHECKSUMS) | B(REASONS) | B(SOURCES), TO_CONSUMER },
+        B(CHECKSUMS) | B(REASONS) | B(SOURCES) | B(RAILS), TO_CONSUMER },
 };
 
 const char *const pk_wire_codes[PK_DISC_COUNT] = {
     "incompatible", "no_session", "violation", "silent", "shutdown", "retired"
 };
+
+size_t
+pk_wire_rails_parse(const char *text, uint64_t *counts, size_t cap)
+{
+    size_t n = 0;
+    for (const char *at = text; at && *at && n < cap; n++) {
+        char *end;
+        counts[n] = strtoull(at, &end, 10);
+        if (end == at)
+            return 0;
+        at = *end == ' ' ? end + 1 : end;
+    }
+    return n;
+}
+
+void
+pk_wire_rails_format(const uint64_t *counts, size_t n, char *out)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n && i < PK_MAX_RAILS; i++)
+        used += (size_t) snprintf(out + used, PK_MAX_RAILS_TEXT + 1 - used, "%s%llu",
+                                  i ? " " : "", (unsigned long long) counts[i]);
+}
 
 bool
 pk_caps_has(const char *caps, const char *word)
@@ -281,6 +306,7 @@ pk_msg_destroy(pk_msg_t **self_p)
     pk_big_free(self->checksums);       //  1 MiB at 65,536 hits
     free(self->reasons);
     free(self->sources);
+    free(self->rails);
     pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
     free(self->block_indexes);
@@ -305,6 +331,7 @@ pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
         case PK_F_CHECKSUMS:          return &self->checksums;
         case PK_F_REASONS:            return &self->reasons;
         case PK_F_SOURCES:            return &self->sources;
+        case PK_F_RAILS:              return &self->rails;
         default:                      return NULL;
     }
 }
@@ -483,6 +510,26 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
 {
     const char *tn = pk_wire_messages[m->type].name;
     size_t n = m->keys.count;
+
+    //  rails: 1..PK_MAX_RAILS decimal counts, one space apart, each at most
+    //  the landing bound
+    if (m->present & B(RAILS)) {
+        size_t k = 0;
+        const char *at = m->rails;
+        while (*at && k <= PK_MAX_RAILS) {
+            uint64_t v = 0;
+            size_t digits = 0;
+            for (; *at >= '0' && *at <= '9' && digits < 16; at++, digits++)
+                v = v * 10 + (uint64_t) (*at - '0');
+            if (!digits || v > PK_MAX_ROUND_SEQ || (*at && (*at != ' ' || !at[1])))
+                return pk_err(err, -EPROTO, "%s.rails: expected 1..%d decimal counts one "
+                              "space apart, got \"%.40s\"", tn, PK_MAX_RAILS, m->rails);
+            k++;
+            at += *at == ' ';
+        }
+        if (k == 0 || k > PK_MAX_RAILS)
+            return pk_err(err, -EPROTO, "%s.rails: expected 1..%d counts", tn, PK_MAX_RAILS);
+    }
 
     switch (m->type) {
         case PK_MSG_CONNECT: {
@@ -1023,6 +1070,8 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
         size += strlen(m->reasons);
     if (emit & B(SOURCES))
         size += strlen(m->sources);
+    if (emit & B(RAILS))
+        size += strlen(m->rails);
     if (emit & B(CAPS))
         size += 6 * strlen(m->caps);
     return size;

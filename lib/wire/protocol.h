@@ -106,6 +106,7 @@ typedef enum {
     PK_F_CHECKSUMS,
     PK_F_REASONS,
     PK_F_SOURCES,
+    PK_F_RAILS,
     PK_F_COUNT
 } pk_field_t;
 
@@ -128,6 +129,9 @@ typedef struct {
                                        (base/miss_reason.h) */
     char *sources;                  /* get_resp under lend: 8 hex chars per
                                        hit, the server's block, key order */
+    char *rails;                    /* capability rails: a round's answer's
+                                       blocks per consumer rail, decimal,
+                                       one space apart */
     char **providers;               /* nproviders strings, best first */
     size_t nproviders;
 
@@ -176,12 +180,28 @@ typedef struct {
     7).  Not in PK_CAPS: a side lists it only for a channel that lends.  */
 #define PK_CAP_LEND "lend"
 #define PK_SOURCE_HEX 8
+/*  rails (a consumer of several rails, transports/rails): its connect's
+    agent_metadata is a rails blob of every rail; a server lists it in its
+    description when it has several rails, and in its connect_ack when
+    the session pairs them.  A round's answers (transfer_done, abort_ack,
+    get_resp) then carry rails: per consumer rail, in its blob's order,
+    the blocks whose writes completed over it, and the round has landed
+    when every rail counted that many (protocol.md section 7).  */
+#define PK_CAP_RAILS "rails"
+#define PK_MAX_RAILS 8
+#define PK_MAX_RAILS_TEXT (PK_MAX_RAILS * 21)
 /* every word this build has (a server run with --gets off offers the
    first three alone) */
 #define PK_CAPS_WITHOUT_GET PK_CAP_CHECKSUM " " PK_CAP_MARKS " " PK_CAP_REASONS
 #define PK_CAPS PK_CAPS_WITHOUT_GET " " PK_CAP_GET
 /*  True when caps (NULL: none) lists word.  */
 bool pk_caps_has(const char *caps, const char *word);
+
+/*  A rails field parsed: its counts into counts (cap), their number
+    returned; 0 when text is NULL or not one (the codec refused those).  */
+size_t pk_wire_rails_parse(const char *text, uint64_t *counts, size_t cap);
+/*  counts[0..n) as a rails field, into out (PK_MAX_RAILS_TEXT + 1).  */
+void pk_wire_rails_format(const uint64_t *counts, size_t n, char *out);
 
 /*  A zeroed message of this type; every field unset.  */
 pk_msg_t *pk_msg_new(pk_msg_type_t type);

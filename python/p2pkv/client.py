@@ -34,9 +34,9 @@ def _curve(curve_public, curve_secret, curve_server) -> list:
 def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str] = None,
              curve_secret: Optional[str] = None, curve_server: Optional[str] = None) -> dict:
     """A server's block length, fingerprint, hash seed and providers (best
-    first) and host identity, to size a pool before connecting.  A CURVE server describes itself only
-    to an allowed key: give the consumer's keypair and the server's key
-    (Z85), as for Client."""
+    first) and host identity, to size a pool before connecting.  A CURVE
+    server describes itself only to an allowed key: give the consumer's
+    keypair and the server's key (Z85), as for Client."""
     d = L.Description()
     err = ctypes.create_string_buffer(L.ERRLEN)
     keys = _curve(curve_public, curve_secret, curve_server)
@@ -122,7 +122,7 @@ class Client:
 
     def __init__(self, peer_id: str, num_blocks: int, block_len: int, pool=None, *,
                  fingerprint: str = "", hash_seed: str = "0", provider: Optional[str] = None,
-                 node: Optional[str] = None, load_timeout: float = 0,
+                 node: Optional[str | Sequence[str]] = None, load_timeout: float = 0,
                  abort_ack_timeout: float = 0, keepalive_interval: float = 0,
                  silence_timeout: float = 0, connect_retry: float = 0,
                  stall_timeout: float = 0, no_reconnect: bool = False,
@@ -145,6 +145,10 @@ class Client:
         self.pool: memoryview = memoryview(pool).cast("B")[:self.num_blocks * self.block_len]
         """The pool, num_blocks * block_len bytes: block b at b * block_len."""
         enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+        # several rails: one address each ("A,B" or ["A", "B"]), checked by
+        # the library against this host's interfaces
+        if node is not None and not isinstance(node, str):
+            node = ",".join(node)
         self._strings = [enc(peer_id), enc(fingerprint), enc(hash_seed), enc(provider),
                          enc(node)]
         # CURVE keys (Z85): the library copies them, as it does the strings

@@ -58,5 +58,14 @@ refuse "control --providers shm" '--providers does not apply to suite control'
 refuse "fetch --providers tcp,nosuch" '--providers: "nosuch" is not available here'
 refuse "fetch --providers tcp,nosuch" 'known here: '
 refuse "fetch --providers nosuch --block-sizes 4K --blocks 1" '"nosuch" is not available here'
+# rails: its own options, and a fetch too big for memory, before the root
+# check and before anything starts
+refuse "rails --rate 0" '--rate: 0: must be at least 1'
+refuse "rails --rate 100001" '--rate: 100001 is more than 100000'
+refuse "rails --rails 1,6" '--rails: 6 is more than 5'
+refuse "fetch --rails 2" '--rails does not apply to suite fetch'
+refuse "fetch --rate 100" '--rate does not apply to suite fetch'
+refuse "rails --consumers 2" '--consumers does not apply to suite rails'
+refuse "rails --block-sizes 1G --blocks 65536" '--block-sizes 1048576K x --blocks 65536'
 refuse "fetch --providers shm,tcp --consumers 200" '--consumers 200 per provider is more than the server'"'"'s --max-sessions 256'
 exit $fail

@@ -38,7 +38,7 @@ ta_world_new(ta_world_t *w, const char *router_bind)
     w->session_config = pk_server_config_session(&w->config);
     static const char *const providers[] = { "mem" };
     w->id = (pk_server_identity_t) { "server-a", TA_BLOCK, TA_BLOCKS, "fp", "7", "mem",
-                                     providers, 1, NULL };
+                                     providers, 1, NULL, NULL };
     char err[PK_ERRLEN] = "";
     int rc;
     //  namespace 0, the shared one, and a tenant's (tenants.h)

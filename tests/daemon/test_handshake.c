@@ -94,7 +94,7 @@ START_TEST(test_handshake_alone)
     pk_server_config_t config;
     ck_assert_int_eq(pk_server_config_defaults(&config), 0);
     config.log_level = PK_LOG_ERROR;
-    pk_server_identity_t id = { "server-a", 4096, 128, "fp", "7", "test", NULL, 0, NULL };
+    pk_server_identity_t id = { "server-a", 4096, 128, "fp", "7", "test", NULL, 0, NULL, NULL };
     pk_peer_env_t env = { .config = &config, .id = &id };
     int fabric;
     pk_handshake_t *hs = pk_handshake_new(&env, s_pick, &fabric);

@@ -512,12 +512,20 @@ START_TEST(test_invalid_values)
         snprintf(msg, sizeof msg, "--provider: expected %s, got \"%s\"", pv, bad_providers[i]);
         s_refuse(msg, "--provider", bad_providers[i]);
     }
-    const char *bad_addrs[] = { "*", "[::1]", "300.1.1.1", "host_name", "-host", "1:2:3" };
+    const char *bad_addrs[] = { "*", "[::1]", "300.1.1.1", "host_name", "-host", "1:2:3",
+                                "127.0.0.1,*" };
     for (size_t i = 0; i < sizeof bad_addrs / sizeof *bad_addrs; i++) {
         snprintf(msg, sizeof msg,
-                 "--fabric-addr: expected an IPv4 or IPv6 address or a host name, got \"%s\"",
-                 bad_addrs[i]);
+                 "--fabric-addr: expected IPv4 or IPv6 addresses or host names, "
+                 "comma-separated, got \"%s\"", bad_addrs[i]);
         s_refuse(msg, "--fabric-addr", bad_addrs[i]);
+    }
+    //  several rails: no empty piece between commas
+    const char *bad_lists[] = { "127.0.0.1,", ",127.0.0.1", "127.0.0.1,,127.0.0.2" };
+    for (size_t i = 0; i < sizeof bad_lists / sizeof *bad_lists; i++) {
+        snprintf(msg, sizeof msg, "--fabric-addr: expected addresses separated by single "
+                 "commas, got \"%s\"", bad_lists[i]);
+        s_refuse(msg, "--fabric-addr", bad_lists[i]);
     }
     s_refuse("--log-level: expected error, warn, info or debug, got \"INFO\"", "--log-level",
              "INFO");

@@ -60,21 +60,31 @@ s_server(td_t *s, const char *const *flags)
 
 static const char *s_provider = "tcp";    //  the consumers' (s_client)
 
+//  A consumer with a progress thread that sends a keepalive every
+//  keepalive seconds (and, past 5 s, calls a server DOWN after twice that
+//  of silence, not the default 10 s: the server speaks only when spoken to).
 static p2pkv_client_t *
-s_client(td_t *s, int *server_p)
+s_client_every(td_t *s, double keepalive, int *server_p)
 {
     char err[P2PKV_ERRLEN] = "";
     p2pkv_config_t cfg = { .peer_id = "c-get", .fingerprint = TD_FINGERPRINT,
                            .hash_seed = TD_HASH_SEED, .provider = s_provider,
                            .node = "127.0.0.1",
                            .load_timeout = 30, .abort_ack_timeout = 30,
-                           .keepalive_interval = 0.3,
+                           .keepalive_interval = keepalive,
+                           .silence_timeout = keepalive < 5 ? 10 : 2 * keepalive,
                            .progress_thread = true };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     *server_p = p2pkv_client_connect(c, s->endpoint, BOUND, err);
     ck_assert_msg(*server_p >= 0, "connect: %s", err);
     return c;
+}
+
+static p2pkv_client_t *
+s_client(td_t *s, int *server_p)
+{
+    return s_client_every(s, 0.3, server_p);
 }
 
 static json_int_t
@@ -252,6 +262,53 @@ START_TEST(test_get_lent_back_to_back)
         ck_assert(res.verified);
     }
     ck_assert_msg(s_unpinned(&s, BOUND), "the server still pins blocks");
+    p2pkv_client_destroy(&c);
+    s_provider = "tcp";
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
+//  A lent block's pins go when the consumer's report comes, not at the
+//  server's next look at the session: the door lends a get's blocks
+//  without waking the session's actor, which sleeps on the channel too
+//  (peer.c, s_wait), so the report wakes it.  The test rules out every
+//  other reader of the report: the actor's idle look is 10 minutes
+//  ($P2PKV_TEST_IDLE_LOOK_MS), and the consumer sends no frame after its
+//  get (a keepalive every 500 s; a frame reads the report first).  Before
+//  the fix the pins stayed until that look (up to 1.25 s at the default
+//  look, 2 s at the longest; here the test failed at its 60 s bound).
+//  Then the order: the pool is full (K0..K3 and P's reservation), and once
+//  the pins went, a put that must evict a lent block succeeds.
+START_TEST(test_get_lent_unpinned_at_the_report)
+{
+    td_t s;
+    setenv("P2PKV_TEST_IDLE_LOOK_MS", "600000", 1);
+    s_server(&s, (const char *const[]) { "--provider", "mmap,tcp", "--fabric-addr", "127.0.0.1",
+                                         "--pool-blocks", "5", "--silence-timeout", "600",
+                                         NULL });
+    unsetenv("P2PKV_TEST_IDLE_LOOK_MS");
+    s_provider = "mmap";
+    int server;
+    p2pkv_client_t *c = s_client_every(&s, 500, &server);
+    //  the session's first look is past: its actor sleeps for the long look
+    ck_assert_msg(s_unpinned(&s, BOUND), "pins before any get");
+    for (int i = 0; i < 3; i++) {
+        char kv[32], err[P2PKV_ERRLEN] = "";
+        snprintf(kv, sizeof kv, "u%d", i);
+        uint32_t dest[NPUB] = { 0, 1, 2, 3 };
+        p2pkv_key_result_t res[NPUB];
+        int got = p2pkv_client_get_results(c, server, kv, s_keys, dest, NPUB, true, BOUND, res,
+                                           NULL, NULL, err);
+        ck_assert_msg(got == NPUB, "get %d: %d (%s)", i, got, err);
+        ck_assert(res[0].verified);
+        ck_assert_msg(s_unpinned(&s, BOUND), "get %d: its blocks are still pinned %.0f s after "
+                      "the consumer's report", i, BOUND);
+    }
+    //  the pool is full and every block was lent: a put evicts one
+    uint8_t key[32] = { 0x5e }, data[BLOCK];
+    memset(data, 0x5e, sizeof data);
+    p2pkv_key_t fresh = { key, sizeof key };
+    td_put(td_api(&s), &fresh, data, 1, BLOCK);
     p2pkv_client_destroy(&c);
     s_provider = "tcp";
     ck_assert_int_eq(td_stop(&s), 0);
@@ -491,6 +548,63 @@ START_TEST(test_get_async_several_in_flight)
 }
 END_TEST
 
+//  An asynchronous get of K0..K3 and X past a pin quota of 2: one get
+//  message, no second batch (the async call does not ask again); the
+//  quota's worth of hits land, the hits past it come back missing with
+//  reason quota (held, ask again), X missing as absent, and the pins go.
+START_TEST(test_get_async_past_the_pin_quota)
+{
+    td_t s;
+    s_server(&s, (const char *const[]) { "--pin-quota", "2", NULL });
+    s_ends_t ends = { 0 };
+    int server;
+    p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
+    json_int_t gets0 = td_stat(&s, "metrics.p2pkv_gets_total.total");
+    enum { N = NPUB + 1 };
+    p2pkv_key_t keys[N];
+    uint32_t dest[N];
+    for (int i = 0; i < N; i++) {
+        keys[i] = s_keys[i];            //  K0..K3, then X
+        dest[i] = (uint32_t) (20 + i);
+    }
+    p2pkv_key_result_t res[N];
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "quota", keys, dest, N, 0, res, &id), 0);
+    ck_assert_int_eq(s_end_of(c, &ends, id), P2PKV_LANDED);
+    const uint8_t *pool = p2pkv_client_pool(c);
+    size_t landed = 0, quota = 0;
+    for (int i = 0; i < NPUB; i++) {
+        p2pkv_key_result_t *r = &res[i];
+        if (r->status == P2PKV_KEY_LANDED) {
+            ck_assert(r->verified);
+            ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, s_data[i], BLOCK) == 0,
+                          "block of key %d", i);
+            landed++;
+            continue;
+        }
+        ck_assert_msg(r->status == P2PKV_KEY_MISSING, "key %d: status %d", i, r->status);
+        ck_assert_msg(r->reason == P2PKV_MISS_QUOTA, "key %d: reason %s, want quota", i,
+                      p2pkv_miss_reason_name(r->reason));
+        ck_assert_int_eq(pool[(size_t) dest[i] * BLOCK], 0);
+        quota++;
+    }
+    ck_assert_uint_eq(landed, 2);
+    ck_assert_uint_eq(quota, NPUB - 2);
+    ck_assert_int_eq(res[X].status, P2PKV_KEY_MISSING);
+    ck_assert_msg(res[X].reason == P2PKV_MISS_ABSENT, "X: reason %s",
+                  p2pkv_miss_reason_name(res[X].reason));
+    ck_assert_int_eq(p2pkv_client_finish(c, server, "quota"), 0);
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (td_stat(&s, "metrics.p2pkv_gets_total.total") - gets0 < 1
+           && pk_clock_monotonic() < deadline)
+        p2pkv_client_poll(c, 0.01);
+    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_gets_total.total") - gets0, 1);
+    ck_assert_msg(s_unpinned(&s, BOUND), "the server still pins blocks");
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  Gets parked on P (the server's lookup deadline far away), K0 a hit
 //  among them: one cancelled by its id, one by a finish of its request.
 //  Each ends once, ABORTED, well before the abort-ack timeout; every key
@@ -602,9 +716,12 @@ main(void)
     tcase_add_test(tc, test_get_deadline);
     tcase_add_test(tc, test_get_async_several_in_flight);
     tcase_add_test(tc, test_get_async_cancelled);
+    tcase_add_test(tc, test_get_async_past_the_pin_quota);
     tcase_add_test(tc, test_get_async_without_the_capability);
     tcase_add_test(tc, test_get_lent_over_mmap);
     tcase_add_test(tc, test_get_lent_with_the_scheduler_on);
     tcase_add_test(tc, test_get_lent_back_to_back);
+    TCase *un = td_case(suite, "unpin", 120);
+    tcase_add_test(un, test_get_lent_unpinned_at_the_report);
     return td_run_and_sweep("get", suite);
 }

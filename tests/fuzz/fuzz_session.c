@@ -301,7 +301,7 @@ static bool
 s_open(s_world_t *w, const uint8_t *line, size_t len)
 {
     static const pk_server_identity_t id = { "server-a", S_BLOCK_LEN, S_POOL_BLOCKS, "fp", "42",
-                                             "mem", NULL, 0, NULL };
+                                             "mem", NULL, 0, NULL, NULL };
     static const pk_server_session_config_t config = { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0,
                                                        4, 16, 3, 8, false };
     char err[PK_ERRLEN];
@@ -315,7 +315,7 @@ s_open(s_world_t *w, const uint8_t *line, size_t len)
     }
     w->consumer_blocks = connect->num_blocks;
     w->session = pk_server_session_new(&id, &config, connect, (pk_clock_t) { w, s_now },
-                                       (pk_transport_t) { w, s_write_blocks, s_poll, s_cancel, NULL },
+                                       (pk_transport_t) { w, s_write_blocks, s_poll, s_cancel, NULL, NULL },
                                        pk_store_parent(w->store), s_out, w);
     pk_msg_destroy(&connect);
     if (!w->session)

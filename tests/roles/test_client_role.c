@@ -39,6 +39,9 @@ typedef struct {
         bool unanswered;            //  hits NULL: the server went away
     } answers[8];
     uint8_t bytes[16];
+    //  a channel of rails: counts per rail of the one round asked (0: none)
+    size_t nrails;
+    uint64_t rail_landed[2];
 } s_h_t;
 
 static s_h_t *H;
@@ -73,6 +76,15 @@ static uint64_t
 s_landed(void *a, uint64_t round)
 {
     return H->cut ? 0 : H->landed[round % 64];
+}
+
+static size_t
+s_landed_rails(void *a, uint64_t round, uint64_t *counts, size_t cap)
+{
+    (void) round;
+    for (size_t i = 0; i < H->nrails && i < cap; i++)
+        counts[i] = H->cut ? 0 : H->rail_landed[i];
+    return H->nrails;
 }
 
 static void
@@ -132,7 +144,8 @@ s_setup(void)
         H->bytes[i] = (uint8_t) (0xa0 + i);
     pk_client_role_config_t cfg = { 30, 10, NULL };
     H->role = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now }, (pk_sender_t) { NULL, s_send },
-                                 (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget },
+                                 (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget,
+                                                           s_landed_rails },
                                  (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(H->role);
 }
@@ -342,6 +355,29 @@ START_TEST(test_landed_only_when_every_block_counted)
     ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);
     ck_assert(!H->cut);
     ck_assert_uint_eq(pk_client_role_open_loads(H->role), 0);
+}
+END_TEST
+
+//  Over rails (capability rails) the answer says each rail's share: the
+//  total counted is not enough while one rail lacks its share (a late
+//  write on the other never makes up for it).
+START_TEST(test_landed_only_when_every_rail_counted)
+{
+    H->nrails = 2;
+    uint64_t id = s_fetch("r1", 0, 4, 0, 0);
+    uint64_t round = H->sent[0].round;
+    pk_msg_t *m = s_done("r1", round, true, 4);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAILS, "2 2"), 0);
+    s_deliver(m);
+    H->rail_landed[0] = 4;
+    s_land(round, 4);                            //  all four counted, on one rail
+    ck_assert_int_eq(H->ndone, 0);
+    H->rail_landed[0] = 2;
+    H->rail_landed[1] = 2;
+    s_land(round, 4);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, id);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);
 }
 END_TEST
 
@@ -1064,12 +1100,12 @@ START_TEST(test_load_ids_from_the_owners_counter)
     pk_client_role_config_t cfg = { 30, 10, &counter };
     pk_client_role_t *a = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_client_role_t *b = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_key_t k = K(0);
@@ -1134,7 +1170,7 @@ START_TEST(test_round_over_without_forget)
     pk_client_role_config_t cfg = { 30, 10, NULL };
     pk_client_role_t *r = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(r);
     pk_key_t k = K(0);
@@ -1305,6 +1341,7 @@ main(void)
     tcase_add_test(tc, test_probes_batched_per_request);
     tcase_add_test(tc, test_lookup_resp_matching_and_stale);
     tcase_add_test(tc, test_landed_only_when_every_block_counted);
+    tcase_add_test(tc, test_landed_only_when_every_rail_counted);
     tcase_add_test(tc, test_failed_waits_for_landing_blocks);
     tcase_add_test(tc, test_timeout_abort_and_either_order);
     tcase_add_test(tc, test_abort_ack_timeout_cuts_off);

@@ -152,7 +152,7 @@ s_setup(void)
     H = calloc(1, sizeof *H);
     H->now = 100;
     H->mem = pk_memtransport_new();
-    H->id = (pk_server_identity_t) { "server-a", 4096, 128, "fp", "7", "tcp", NULL, 0, NULL };
+    H->id = (pk_server_identity_t) { "server-a", 4096, 128, "fp", "7", "tcp", NULL, 0, NULL, NULL };
     H->config = (pk_server_session_config_t) { PK_SERVER_ROLE_CONFIG_DEFAULT, 10.0, 4, 8, 3, 6, false };
     s_open(0);
 }

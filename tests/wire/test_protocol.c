@@ -86,6 +86,15 @@ static const char *s_valid[] = {
         "\"landing\":0" EP "}",
     "{\"type\":\"abort_fetch\",\"kv_request_id\":\"r\",\"round_seq\":2" EP "}",
     "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":2,\"landing\":65536" EP "}",
+    //  capability rails: the round's blocks per consumer rail
+    "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":true,\"round_seq\":2,"
+        "\"landing\":8" EP ",\"rails\":\"5 3\"}",
+    "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":2,\"landing\":0" EP
+        ",\"rails\":\"0 0 0 0 0 0 0 0\"}",
+    //  a description listing rails
+    "{\"type\":\"description\",\"wire_major\":1,\"wire_minor\":1,\"peer_id\":\"a\","
+        "\"block_len\":4096,\"config_fingerprint\":\"\",\"hash_seed\":\"0\","
+        "\"provider\":\"tcp\",\"caps\":\"rails\"}",
 };
 
 START_TEST(test_valid_round_trip)
@@ -300,6 +309,18 @@ static const s_reject_t s_rejects[] = {
     { "{\"type\":\"lookup_resp\",\"kv_request_id\":\"r\","
       "\"round_seq\":0" EP "}", -EPROTO, "lookup_resp.hits: missing" },
     // transfer_done, abort_ack
+    { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":true,\"round_seq\":0,"
+      "\"landing\":0" EP ",\"rails\":\"1  2\"}", -EPROTO,
+      "transfer_done.rails: expected 1..8 decimal counts one space apart, got \"1  2\"" },
+    { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":true,\"round_seq\":0,"
+      "\"landing\":0" EP ",\"rails\":\"1 2 \"}", -EPROTO,
+      "transfer_done.rails: expected 1..8 decimal counts one space apart, got \"1 2 \"" },
+    { "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":0,"
+      "\"landing\":0" EP ",\"rails\":\"0 0 0 0 0 0 0 0 0\"}", -EPROTO,
+      "abort_ack.rails: expected 1..8 counts" },
+    { "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":0,"
+      "\"landing\":0" EP ",\"rails\":\"x\"}", -EPROTO,
+      "abort_ack.rails: expected 1..8 decimal counts one space apart, got \"x\"" },
     { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":1,\"round_seq\":0,"
       "\"landing\":0" EP "}", -EPROTO, "transfer_done.success: expected boolean, got 1" },
     { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":0,\"round_seq\":0,"

@@ -1,0 +1,258 @@
+/*  test_rails: several rails per node at the seam (transports/rails): the
+    seam's life over two rails on 127.0.0.1 and 127.0.0.2 (both on lo), a
+    write striped over both with every byte compared and each rail's share
+    counted on both sides, one rail on one side and two on the other, and
+    bad addresses refused with a message naming them.  */
+#include "seam.h"
+#include "testutil.h"
+#include "base/clock.h"
+#include "base/err.h"
+#include "base/transport.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK 4096
+#define BLOCKS 128
+#define TWO "127.0.0.1,127.0.0.2"
+
+typedef struct {
+    uint8_t *pool;
+    pk_fabric_t *fabric;
+    pk_channel_t *ch;
+} side_t;
+
+typedef struct {
+    int count;
+    bool ok;
+    uint64_t landed;
+} seen_t;
+
+static void
+s_each(void *arg, uint64_t tid, bool ok, uint64_t landed)
+{
+    (void) tid;
+    seen_t *seen = arg;
+    seen->count++;
+    seen->ok = ok;
+    seen->landed = landed;
+}
+
+//  A side over node ("A,B": the registry hands out rails), target exposes
+static void
+s_side(side_t *side, const char *node, bool target, uint8_t fill)
+{
+    char err[PK_ERRLEN] = "";
+    int rc;
+    side->pool = malloc(BLOCKS * BLOCK);
+    ck_assert_ptr_nonnull(side->pool);
+    for (size_t i = 0; i < BLOCKS * BLOCK; i++)
+        side->pool[i] = fill ? fill : (uint8_t) (i / BLOCK * 13 + i % 251);
+    pk_fabric_config_t fc = { "tcp", node, 5.0 };
+    side->fabric = pk_fabric_open(pk_transport_for_node("tcp", node), &fc, side->pool, BLOCKS,
+                                  BLOCK, &rc, err);
+    ck_assert_msg(side->fabric != NULL, "%s: %s", node, err);
+    side->ch = pk_channel_new(side->fabric, target, &rc, err);
+    ck_assert_msg(side->ch != NULL, "%s", err);
+}
+
+static void
+s_side_close(side_t *side)
+{
+    pk_channel_close(&side->ch);
+    pk_fabric_close(&side->fabric);
+    free(side->pool);
+}
+
+static void
+s_connect(side_t *writer, side_t *target)
+{
+    char err[PK_ERRLEN] = "";
+    uint8_t *blob;
+    size_t len;
+    ck_assert_int_eq(pk_channel_blob(target->ch, &blob, &len), 0);
+    ck_assert_msg(pk_fabric_check_blob(writer->fabric, blob, len, err) == 0, "%s", err);
+    ck_assert_msg(pk_channel_connect(writer->ch, blob, len, err) == 0, "%s", err);
+    free(blob);
+}
+
+//  Writes n blocks (i -> i) for round and waits until they completed at
+//  the writer and landed at the target.
+static void
+s_write(side_t *w, side_t *t, uint64_t round, size_t n)
+{
+    pk_transport_t tr = pk_channel_transport(w->ch);
+    uint32_t *idx = malloc(n * sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (uint32_t) i;
+    int64_t tid = tr.write_blocks(tr.self, round, idx, idx, n);
+    ck_assert_int_gt(tid, 0);
+    seen_t seen = { 0 };
+    double deadline = pk_clock_monotonic() + 60;
+    while (pk_clock_monotonic() < deadline
+           && (!seen.count || pk_channel_landed(t->ch, round) < n)) {
+        pk_channel_progress(w->ch);
+        pk_channel_progress(t->ch);
+        tr.poll(tr.self, s_each, &seen);
+    }
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(seen.ok);
+    ck_assert_uint_eq(seen.landed, n);
+    ck_assert_uint_eq(pk_channel_landed(t->ch, round), n);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(memcmp(w->pool + i * BLOCK, t->pool + i * BLOCK, BLOCK) == 0,
+                      "block %zu", i);
+    free(idx);
+}
+
+START_TEST(test_seam_rails)
+{
+    ts_seam_life(&(ts_seam_t) { pk_transport_for_node("tcp", TWO), { "tcp", TWO, 2.0 }, NULL });
+}
+END_TEST
+
+START_TEST(test_registry_picks_rails_for_a_list_only)
+{
+    ck_assert_str_eq(pk_transport_for_node("tcp", TWO)->name, "rails");
+    ck_assert_str_eq(pk_transport_for_node("tcp", "127.0.0.1")->name, "ofi");
+    ck_assert_str_eq(pk_transport_for_node("tcp", NULL)->name, "ofi");
+    //  same-host providers are one rail whatever the list
+    ck_assert_str_eq(pk_transport_for_node("mmap", TWO)->name, "mmap");
+}
+END_TEST
+
+START_TEST(test_striped_over_two_rails)
+{
+    side_t w, t;
+    s_side(&w, TWO, false, 0);
+    s_side(&t, TWO, true, 0xee);
+    ck_assert_uint_eq(pk_fabric_rails(w.fabric), 2);
+    s_connect(&w, &t);
+    s_write(&w, &t, 9, 64);
+    pk_rail_stats_t rs[PK_RAILS_MAX];
+    //  the writer: 32 blocks over each rail, paired in subnet order
+    ck_assert_uint_eq(pk_channel_rails(w.ch, rs, PK_RAILS_MAX), 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rs[i].peer_rail, i);
+        ck_assert_uint_eq(rs[i].blocks_written, 32);
+        ck_assert_uint_ge(rs[i].writes_posted, 1);
+    }
+    ck_assert_str_eq(rs[0].local, "127.0.0.1");
+    ck_assert_str_eq(rs[1].peer, "127.0.0.2");
+    //  the target counts per rail, and the writer's answer says the same
+    uint64_t landed[PK_RAILS_MAX], want[PK_RAILS_MAX];
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 9, landed, PK_RAILS_MAX), 2);
+    pk_transport_t tr = pk_channel_transport(w.ch);
+    ck_assert_uint_eq(tr.rails_landing(tr.self, 9, want, PK_RAILS_MAX), 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(landed[i], 32);
+        ck_assert_uint_eq(want[i], 32);
+    }
+    ck_assert_uint_eq(pk_channel_rails(t.ch, rs, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(rs[0].blocks_landed, 32);
+    ck_assert_uint_eq(rs[1].blocks_landed, 32);
+    //  one block at a time alternates rails
+    s_write(&w, &t, 10, 1);
+    s_write(&w, &t, 11, 1);
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 10, landed, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 11, want, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(landed[0] + want[0], 1);
+    ck_assert_uint_eq(landed[1] + want[1], 1);
+    //  fencing per rail: revoke closes every rail's registration
+    pk_channel_revoke(t.ch);
+    s_side_close(&w);
+    s_side_close(&t);
+}
+END_TEST
+
+START_TEST(test_one_rail_against_two)
+{
+    side_t w, t;
+    //  a writer of one rail (the plain transport) into a target of two
+    //  that was told its peer takes one rail: its blob is rail 0's own
+    s_side(&w, "127.0.0.1", false, 0);
+    s_side(&t, TWO, true, 0xee);
+    pk_channel_single(t.ch);
+    s_connect(&w, &t);
+    s_write(&w, &t, 3, 16);
+    uint64_t landed[PK_RAILS_MAX];
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 3, landed, PK_RAILS_MAX), 1);
+    ck_assert_uint_eq(landed[0], 16);
+    s_side_close(&w);
+    s_side_close(&t);
+
+    //  a writer of two into a target of one: one pair, said in its rails
+    s_side(&w, TWO, false, 0);
+    s_side(&t, "127.0.0.2", true, 0xee);
+    s_connect(&w, &t);
+    s_write(&w, &t, 4, 16);
+    pk_rail_stats_t rs[PK_RAILS_MAX];
+    ck_assert_uint_eq(pk_channel_rails(w.ch, rs, PK_RAILS_MAX), 2);
+    ck_assert_int_eq(rs[0].peer_rail, 0);
+    ck_assert_uint_eq(rs[0].blocks_written, 16);
+    ck_assert_int_eq(rs[1].peer_rail, -1);
+    ck_assert_uint_eq(rs[1].blocks_written, 0);
+    //  a plain peer counts as before: no per-rail counts in the answer
+    pk_transport_t tr = pk_channel_transport(w.ch);
+    ck_assert_uint_eq(tr.rails_landing(tr.self, 4, landed, PK_RAILS_MAX), 0);
+    pk_channel_stats_t cs;
+    pk_channel_stats(w.ch, &cs);
+    ck_assert_uint_eq(cs.transfers, 0);
+    s_side_close(&w);
+    s_side_close(&t);
+}
+END_TEST
+
+static void
+s_refused(const char *node, const char *words)
+{
+    uint8_t pool[BLOCK];
+    char err[PK_ERRLEN] = "";
+    int rc = 0;
+    pk_fabric_config_t fc = { "tcp", node, 5.0 };
+    pk_fabric_t *f = pk_fabric_open(pk_transport_for_node("tcp", node), &fc, pool, 1, BLOCK,
+                                    &rc, err);
+    ck_assert_msg(f == NULL, "%s opened", node);
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_msg(strstr(err, words) != NULL, "%s: \"%s\" lacks \"%s\"", node, err, words);
+}
+
+START_TEST(test_bad_addresses_refused)
+{
+    //  documentation range (TEST-NET-3): never an address of this host
+    s_refused("127.0.0.1,203.0.113.9", "203.0.113.9: not an address of this host");
+    s_refused("127.0.0.1,127.0.0.1", "127.0.0.1: listed twice");
+    s_refused("127.0.0.1,localhost", "localhost: not a numeric");
+    s_refused("127.0.0.1,", "empty");
+    s_refused("127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4,127.0.0.5,127.0.0.6,127.0.0.7,"
+              "127.0.0.8,127.0.0.9", "at most 8 rails");
+}
+END_TEST
+
+int
+main(void)
+{
+    uint8_t probe[4096];
+    int rc;
+    char err[PK_ERRLEN] = "";
+    pk_fabric_config_t fc = { "tcp", "127.0.0.2", 2.0 };
+    pk_fabric_t *f = pk_fabric_open(pk_transport_find("ofi"), &fc, probe, 1, sizeof probe, &rc,
+                                    err);
+    if (!f) {
+        printf("SKIP: no libfabric tcp provider on 127.0.0.2: %s\n", err);
+        return 77;
+    }
+    pk_fabric_close(&f);
+    Suite *s = suite_create("rails");
+    TCase *tc = tcase_create("tcp");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_registry_picks_rails_for_a_list_only);
+    tcase_add_test(tc, test_seam_rails);
+    tcase_add_test(tc, test_striped_over_two_rails);
+    tcase_add_test(tc, test_one_rail_against_two);
+    tcase_add_test(tc, test_bad_addresses_refused);
+    suite_add_tcase(s, tc);
+    return pk_test_run("rails", s);
+}

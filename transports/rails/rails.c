@@ -1,0 +1,861 @@
+/*  rails.c: a fabric of several rails and its channels, over the seam of
+    base/transport.h (rails.h says what and why).  */
+#include "base/err.h"
+#include "rails/rails.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#define S_MAGIC "PKRL"
+#define S_VERSION 1
+
+typedef struct {
+    pk_fabric_t head;               //  first: a pk_fabric_t of the seam
+    const pk_transport_ops_t *inner;
+    size_t n;
+    pk_fabric_t *rail[PK_RAILS_MAX];
+    pk_rails_addr_t addr[PK_RAILS_MAX];
+    atomic_uint_fast64_t channels_opened, channels_open, blobs_refused;
+} s_fabric_t;
+
+enum { S_RUNNING, S_POLLED, S_RELEASED };
+
+//  A write over several rails: one part per pair that got blocks.
+typedef struct s_xfer {
+    uint64_t tid, round;
+    uint64_t part_tid[PK_RAILS_MAX];    //  0: no part on that pair
+    uint64_t part_blocks[PK_RAILS_MAX];
+    uint8_t part_state[PK_RAILS_MAX];
+    size_t nparts, ended;
+    uint64_t landed;
+    bool failed, polled_any;
+    struct s_xfer *prev, *next;
+} s_xfer_t;
+
+//  The blocks of a round confirmed per peer rail, until its answer.
+typedef struct s_round {
+    uint64_t round;
+    uint64_t counts[PK_RAILS_MAX];
+    struct s_round *next;
+} s_round_t;
+
+typedef struct {
+    pk_channel_t head;              //  first: a pk_channel_t of the seam
+    s_fabric_t *fab;
+    bool expose, single;
+    size_t n;                       //  sub-channels (one per local rail)
+    pk_channel_t *sub[PK_RAILS_MAX];
+    int epfd;                       //  the subs' wait fds, or -1
+    //  writer: the pairs made at connect, in the peer's rail order
+    size_t npairs, peer_rails;
+    bool rails_peer;                //  the peer sent a rails blob
+    struct {
+        size_t local;
+        int peer;
+        char peer_addr[64];
+        pk_transport_t t;
+        uint64_t failures;
+    } pair[PK_RAILS_MAX];
+    size_t cursor;                  //  where a write of few blocks starts
+    uint64_t next_tid;
+    s_xfer_t *xfers;                //  open, newest first
+    s_xfer_t **finished;
+    size_t nfinished, capfinished;
+    s_round_t *rounds;
+} s_channel_t;
+
+//  --------------------------------------------------------------------------
+//  The fabric
+
+static void s_fabric_close(pk_fabric_t **fabric_p);
+
+static pk_fabric_t *
+s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
+              uint64_t block_len, int *rc_p, char *err)
+{
+    s_fabric_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        *rc_p = pk_err(err, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    self->head.ops = &pk_rails_transport_ops;
+    int rc = pk_rails_addrs(config && config->node ? config->node : "", self->addr,
+                            PK_RAILS_MAX, &self->n, err);
+    if (rc)
+        goto fail;
+    self->inner = pk_transport_for(config->provider);
+    for (size_t i = 0; i < self->n; i++) {
+        pk_fabric_config_t fc = *config;
+        fc.node = self->addr[i].text;
+        char why[PK_ERRLEN];
+        self->rail[i] = pk_fabric_open(self->inner, &fc, base, num_blocks, block_len, &rc, why);
+        if (!self->rail[i]) {
+            (void) pk_err(err, rc, "rail %s: %.160s", self->addr[i].text, why);
+            goto fail;
+        }
+        if (i && strcmp(pk_fabric_provider(self->rail[i]),
+                        pk_fabric_provider(self->rail[0])) != 0) {
+            rc = pk_err(err, -EINVAL, "rail %s: provider %s, rail %s: %s", self->addr[i].text,
+                        pk_fabric_provider(self->rail[i]), self->addr[0].text,
+                        pk_fabric_provider(self->rail[0]));
+            goto fail;
+        }
+    }
+    *rc_p = 0;
+    return &self->head;
+
+fail:
+    *rc_p = rc < 0 ? rc : -EIO;
+    pk_fabric_t *f = &self->head;
+    s_fabric_close(&f);
+    return NULL;
+}
+
+static void
+s_fabric_close(pk_fabric_t **fabric_p)
+{
+    s_fabric_t *self = (s_fabric_t *) *fabric_p;
+    if (!self)
+        return;
+    for (size_t i = 0; i < PK_RAILS_MAX; i++)
+        pk_fabric_close(&self->rail[i]);
+    free(self);
+    *fabric_p = NULL;
+}
+
+static void
+s_fabric_describe(const pk_fabric_t *fabric, char *buf, size_t len)
+{
+    const s_fabric_t *self = (const s_fabric_t *) fabric;
+    size_t used = (size_t) snprintf(buf, len, "%zu rails:", self->n);
+    bool lo = false;
+    for (size_t i = 0; i < self->n && used < len; i++) {
+        used += (size_t) snprintf(buf + used, len - used, " %s (%s)", self->addr[i].text,
+                                  self->addr[i].ifname);
+        lo |= i > 0 && self->addr[i].loopback;
+    }
+    if (lo && used < len)
+        used += (size_t) snprintf(buf + used, len - used,
+                                  " [several on loopback: a test setup, not more bandwidth]");
+    if (used + 3 < len) {
+        snprintf(buf + used, len - used, "; ");
+        pk_fabric_describe(self->rail[0], buf + used + 2, len - used - 2);
+    }
+}
+
+static const char *
+s_fabric_provider(const pk_fabric_t *fabric)
+{
+    return pk_fabric_provider(((const s_fabric_t *) fabric)->rail[0]);
+}
+
+static bool
+s_fabric_has_cq_data(const pk_fabric_t *fabric)
+{
+    return pk_fabric_has_cq_data(((const s_fabric_t *) fabric)->rail[0]);
+}
+
+static size_t
+s_fabric_rails(const pk_fabric_t *fabric)
+{
+    return ((const s_fabric_t *) fabric)->n;
+}
+
+//  --------------------------------------------------------------------------
+//  Blobs
+
+typedef struct {
+    size_t n;
+    char addr[PK_RAILS_MAX][64];
+    const uint8_t *blob[PK_RAILS_MAX];
+    size_t len[PK_RAILS_MAX];
+} s_blob_t;
+
+static bool
+s_is_rails_blob(const uint8_t *blob, size_t len)
+{
+    return blob && len >= 4 && memcmp(blob, S_MAGIC, 4) == 0;
+}
+
+//  A rails blob parsed (views into blob), or a plain one taken as one
+//  rail of unknown address.
+static int
+s_parse(const uint8_t *blob, size_t len, s_blob_t *b, char *err)
+{
+    *b = (s_blob_t) { 0 };
+    if (!s_is_rails_blob(blob, len)) {
+        b->n = 1;
+        b->blob[0] = blob;
+        b->len[0] = len;
+        return 0;
+    }
+    const uint8_t *at = blob + 4, *end = blob + len;
+    if (end - at < 2 || at[0] != S_VERSION)
+        return pk_err(err, -EPROTO, "agent_metadata: rails blob version %u, this side reads %u",
+                      end - at < 1 ? 0u : at[0], S_VERSION);
+    size_t n = at[1];
+    at += 2;
+    if (n == 0 || n > PK_RAILS_MAX)
+        return pk_err(err, -EPROTO, "agent_metadata: %zu rails (1 to %d)", n, PK_RAILS_MAX);
+    for (size_t i = 0; i < n; i++) {
+        if (end - at < 1 || at[0] >= sizeof b->addr[i] || end - at < 1 + at[0] + 2)
+            return pk_err(err, -EPROTO, "agent_metadata: rail %zu cut short", i);
+        memcpy(b->addr[i], at + 1, at[0]);
+        at += 1 + at[0];
+        uint16_t l;
+        memcpy(&l, at, 2);
+        at += 2;
+        if (end - at < l || l == 0)
+            return pk_err(err, -EPROTO, "agent_metadata: rail %zu cut short", i);
+        b->blob[i] = at;
+        b->len[i] = l;
+        at += l;
+    }
+    if (at != end)
+        return pk_err(err, -EPROTO, "agent_metadata: %zu bytes after the rails", (size_t) (end - at));
+    b->n = n;
+    return 0;
+}
+
+static int
+s_check_blob(pk_fabric_t *fabric, const uint8_t *blob, size_t len, char *err)
+{
+    s_fabric_t *self = (s_fabric_t *) fabric;
+    s_blob_t b;
+    int rc = s_parse(blob, len, &b, err);
+    for (size_t i = 0; !rc && i < b.n; i++) {
+        char why[PK_ERRLEN];
+        if ((rc = pk_fabric_check_blob(self->rail[0], b.blob[i], b.len[i], why)) != 0)
+            (void) pk_err(err, rc, "rail %zu (%s): %.160s", i, b.addr[i], why);
+    }
+    if (rc)
+        atomic_fetch_add(&self->blobs_refused, 1);
+    return rc;
+}
+
+static int
+s_blob_provider(const uint8_t *blob, size_t len, char *out, size_t cap, char *err)
+{
+    s_blob_t b;
+    if (!s_is_rails_blob(blob, len))
+        return pk_err(err, -EPROTO, "agent_metadata: not a p2pkv rails address");
+    int rc = s_parse(blob, len, &b, err);
+    return rc ? rc : pk_transport_blob_provider(b.blob[0], b.len[0], out, cap, err);
+}
+
+static void
+s_fabric_stats(const pk_fabric_t *fabric, pk_fabric_stats_t *stats)
+{
+    const s_fabric_t *self = (const s_fabric_t *) fabric;
+    *stats = (pk_fabric_stats_t) { atomic_load(&self->channels_opened),
+                                   atomic_load(&self->channels_open),
+                                   atomic_load(&self->blobs_refused) };
+}
+
+//  --------------------------------------------------------------------------
+//  Channels
+
+static void s_channel_close(pk_channel_t **channel_p);
+
+static pk_channel_t *
+s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
+{
+    s_fabric_t *fab = (s_fabric_t *) fabric;
+    s_channel_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        *rc_p = pk_err(err, -ENOMEM, "out of memory");
+        return NULL;
+    }
+    self->head.ops = &pk_rails_transport_ops;
+    self->fab = fab;
+    self->expose = expose;
+    self->epfd = -1;
+    self->next_tid = 1;
+    int rc = 0;
+    for (size_t i = 0; i < fab->n; i++, self->n++) {
+        char why[PK_ERRLEN];
+        self->sub[i] = pk_channel_new(fab->rail[i], expose, &rc, why);
+        if (!self->sub[i]) {
+            (void) pk_err(err, rc, "rail %s: %.160s", fab->addr[i].text, why);
+            goto fail;
+        }
+    }
+    //  one fd for the owner to sleep on: an epoll set of the rails' fds,
+    //  readable when any is (writers have none: they progress on a timer)
+    bool fds = true;
+    for (size_t i = 0; i < self->n; i++)
+        fds &= pk_channel_wait_fd(self->sub[i]) >= 0;
+    if (fds) {
+        if ((self->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0) {
+            rc = pk_err(err, -errno, "epoll_create1: %s", strerror(errno));
+            goto fail;
+        }
+        for (size_t i = 0; i < self->n; i++) {
+            struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
+            if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, pk_channel_wait_fd(self->sub[i]), &ev)) {
+                rc = pk_err(err, -errno, "epoll_ctl: %s", strerror(errno));
+                goto fail;
+            }
+        }
+    }
+    atomic_fetch_add(&fab->channels_opened, 1);
+    atomic_fetch_add(&fab->channels_open, 1);
+    *rc_p = 0;
+    return &self->head;
+
+fail:
+    *rc_p = rc < 0 ? rc : -EIO;
+    atomic_fetch_add(&fab->channels_open, 1);       //  the close takes it back
+    pk_channel_t *c = &self->head;
+    s_channel_close(&c);
+    return NULL;
+}
+
+static void
+s_xfer_unlink(s_channel_t *self, s_xfer_t *x)
+{
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        self->xfers = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->prev = x->next = NULL;
+}
+
+static void
+s_channel_close(pk_channel_t **channel_p)
+{
+    s_channel_t *self = (s_channel_t *) *channel_p;
+    if (!self)
+        return;
+    //  registrations first, on every rail: nothing lands afterwards
+    for (size_t i = 0; i < self->n; i++)
+        if (self->sub[i] && self->expose)
+            pk_channel_revoke(self->sub[i]);
+    for (size_t i = 0; i < self->n; i++)
+        pk_channel_close(&self->sub[i]);
+    if (self->epfd >= 0)
+        close(self->epfd);
+    while (self->xfers) {
+        s_xfer_t *x = self->xfers;
+        s_xfer_unlink(self, x);
+        free(x);
+    }
+    for (size_t i = 0; i < self->nfinished; i++)
+        free(self->finished[i]);
+    free(self->finished);
+    while (self->rounds) {
+        s_round_t *r = self->rounds;
+        self->rounds = r->next;
+        free(r);
+    }
+    atomic_fetch_sub(&self->fab->channels_open, 1);
+    free(self);
+    *channel_p = NULL;
+}
+
+static void
+s_channel_single(pk_channel_t *channel)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    if (self->single)
+        return;
+    self->single = true;
+    for (size_t i = 1; i < self->n; i++) {
+        if (self->expose)
+            pk_channel_revoke(self->sub[i]);
+        if (self->epfd >= 0)
+            (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, pk_channel_wait_fd(self->sub[i]), NULL);
+        pk_channel_close(&self->sub[i]);
+    }
+    self->n = 1;
+}
+
+static int
+s_channel_blob(pk_channel_t *channel, uint8_t **blob_p, size_t *len_p)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    if (self->single)
+        return pk_channel_blob(self->sub[0], blob_p, len_p);
+    uint8_t *part[PK_RAILS_MAX] = { 0 };
+    size_t plen[PK_RAILS_MAX], len = 6;
+    int rc = 0;
+    for (size_t i = 0; i < self->n && !rc; i++) {
+        rc = pk_channel_blob(self->sub[i], &part[i], &plen[i]);
+        if (!rc && plen[i] > UINT16_MAX)
+            rc = -E2BIG;
+        len += rc ? 0 : 1 + strlen(self->fab->addr[i].text) + 2 + plen[i];
+    }
+    uint8_t *blob = rc ? NULL : malloc(len), *at = blob;
+    if (!rc && !blob)
+        rc = -ENOMEM;
+    if (!rc) {
+        memcpy(at, S_MAGIC, 4);
+        at[4] = S_VERSION;
+        at[5] = (uint8_t) self->n;
+        at += 6;
+        for (size_t i = 0; i < self->n; i++) {
+            const char *a = self->fab->addr[i].text;
+            uint16_t l = (uint16_t) plen[i];
+            *at++ = (uint8_t) strlen(a);
+            memcpy(at, a, strlen(a)), at += strlen(a);
+            memcpy(at, &l, 2), at += 2;
+            memcpy(at, part[i], plen[i]), at += plen[i];
+        }
+        *blob_p = blob;
+        *len_p = len;
+    }
+    for (size_t i = 0; i < self->n; i++)
+        free(part[i]);
+    return rc;
+}
+
+//  The writer's pairing (rails.h): for each of the peer's rails, a local
+//  rail of its subnet first, else any left that connects.
+static int
+s_channel_connect(pk_channel_t *channel, const uint8_t *blob, size_t len, char *err)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    if (self->npairs)
+        return pk_err(err, -EISCONN, "rails: connected already");
+    s_blob_t b;
+    int rc = s_parse(blob, len, &b, err);
+    if (rc) {
+        atomic_fetch_add(&self->fab->blobs_refused, 1);
+        return rc;
+    }
+    bool used[PK_RAILS_MAX] = { false };
+    char first[PK_ERRLEN] = "";
+    for (size_t j = 0; j < b.n; j++) {
+        bool done = false;
+        for (int pass = 0; pass < 2 && !done; pass++)
+            for (size_t i = 0; i < self->n && !done; i++) {
+                if (used[i] || (pass == 0 && !pk_rails_same_subnet(&self->fab->addr[i],
+                                                                   b.addr[j])))
+                    continue;
+                char why[PK_ERRLEN];
+                int r = pk_channel_connect(self->sub[i], b.blob[j], b.len[j], why);
+                if (r) {
+                    if (!*first)
+                        snprintf(first, sizeof first, "rail %s to %s: %.160s",
+                                 self->fab->addr[i].text, b.addr[j], why);
+                    if (r == -EPROTO)
+                        break;      //  the blob itself: no other rail takes it
+                    continue;
+                }
+                used[i] = done = true;
+                size_t p = self->npairs++;
+                self->pair[p].local = i;
+                self->pair[p].peer = (int) j;
+                snprintf(self->pair[p].peer_addr, sizeof self->pair[p].peer_addr, "%s",
+                         b.addr[j]);
+                self->pair[p].t = pk_channel_transport(self->sub[i]);
+            }
+    }
+    if (!self->npairs) {
+        atomic_fetch_add(&self->fab->blobs_refused, 1);
+        return pk_err(err, -EPROTO, "%s", *first ? first : "rails: no rail pairs");
+    }
+    self->peer_rails = b.n;
+    self->rails_peer = s_is_rails_blob(blob, len);
+    return 0;
+}
+
+static int
+s_channel_progress(pk_channel_t *channel)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    int n = 0;
+    for (size_t i = 0; i < self->n; i++) {
+        int r = pk_channel_progress(self->sub[i]);
+        n += r > 0 ? r : 0;
+    }
+    return n;
+}
+
+static int
+s_channel_wait_fd(const pk_channel_t *channel)
+{
+    return ((const s_channel_t *) channel)->epfd;
+}
+
+static bool
+s_channel_trywait(pk_channel_t *channel)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    //  every rail's: one with work queued keeps the owner awake
+    bool ok = true;
+    for (size_t i = 0; i < self->n; i++)
+        ok &= pk_channel_trywait(self->sub[i]);
+    return ok;
+}
+
+static uint64_t
+s_channel_landed(pk_channel_t *channel, uint64_t round_seq)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < self->n; i++)
+        sum += pk_channel_landed(self->sub[i], round_seq);
+    return sum;
+}
+
+static size_t
+s_channel_landed_rails(pk_channel_t *channel, uint64_t round_seq, uint64_t *counts, size_t cap)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    size_t n = self->n < cap ? self->n : cap;
+    for (size_t i = 0; i < n; i++)
+        counts[i] = pk_channel_landed(self->sub[i], round_seq);
+    return n;
+}
+
+static void
+s_channel_forget(pk_channel_t *channel, uint64_t round_seq)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    for (size_t i = 0; i < self->n; i++)
+        pk_channel_forget(self->sub[i], round_seq);
+}
+
+//  Fencing per rail (protocol.md section 7): cutting the session off
+//  closes every rail's registration.
+static void
+s_channel_revoke(pk_channel_t *channel)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    for (size_t i = 0; i < self->n; i++)
+        pk_channel_revoke(self->sub[i]);
+}
+
+static bool
+s_channel_closed(const pk_channel_t *channel)
+{
+    const s_channel_t *self = (const s_channel_t *) channel;
+    if (self->npairs) {
+        for (size_t p = 0; p < self->npairs; p++)
+            if (pk_channel_closed(self->sub[self->pair[p].local]))
+                return true;
+        return false;
+    }
+    for (size_t i = 0; i < self->n; i++)
+        if (pk_channel_closed(self->sub[i]))
+            return true;
+    return false;
+}
+
+static void
+s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
+{
+    const s_channel_t *self = (const s_channel_t *) channel;
+    *stats = (pk_channel_stats_t) { 0 };
+    for (size_t i = 0; i < self->n; i++) {
+        pk_channel_stats_t s;
+        pk_channel_stats(self->sub[i], &s);
+        stats->writes_posted += s.writes_posted;
+        stats->blocks_written += s.blocks_written;
+        stats->errors += s.errors;
+        stats->blocks_landed += s.blocks_landed;
+    }
+    size_t open = 0;
+    for (const s_xfer_t *x = self->xfers; x; x = x->next)
+        open++;
+    stats->transfers = open + self->nfinished;
+}
+
+static size_t
+s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
+{
+    const s_channel_t *self = (const s_channel_t *) channel;
+    for (size_t i = 0; i < self->n && i < cap; i++) {
+        pk_channel_stats_t s;
+        pk_channel_stats(self->sub[i], &s);
+        pk_rail_stats_t *r = &out[i];
+        *r = (pk_rail_stats_t) { .peer_rail = -1, .writes_posted = s.writes_posted,
+                                 .blocks_written = s.blocks_written,
+                                 .blocks_landed = s.blocks_landed, .failures = s.errors };
+        snprintf(r->local, sizeof r->local, "%s", self->fab->addr[i].text);
+        for (size_t p = 0; p < self->npairs; p++)
+            if (self->pair[p].local == i) {
+                r->peer_rail = self->pair[p].peer;
+                snprintf(r->peer, sizeof r->peer, "%s", self->pair[p].peer_addr);
+                r->failures += self->pair[p].failures;
+            }
+    }
+    return self->n;
+}
+
+static void
+s_channel_marks(pk_channel_t *channel)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    for (size_t i = 0; i < self->n; i++)
+        pk_channel_marks(self->sub[i]);
+}
+
+//  Each rail checks what lands on it: every rail is told every block
+static int
+s_channel_expect(pk_channel_t *channel, const uint32_t *dest, const uint64_t *sums, size_t n)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    for (size_t i = 0; i < self->n; i++) {
+        int rc = pk_channel_expect(self->sub[i], dest, sums, n);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+//  A rail writes the verdicts of the blocks it checked and leaves the rest
+static void
+s_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict, size_t n)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    for (size_t i = 0; i < self->n; i++)
+        pk_channel_verdicts(self->sub[i], dest, verdict, n);
+}
+
+//  --------------------------------------------------------------------------
+//  The write path
+
+static s_round_t *
+s_round(s_channel_t *self, uint64_t round, bool make)
+{
+    for (s_round_t *r = self->rounds; r; r = r->next)
+        if (r->round == round)
+            return r;
+    s_round_t *r = make ? calloc(1, sizeof *r) : NULL;
+    if (r) {
+        r->round = round;
+        r->next = self->rounds;
+        self->rounds = r;
+    }
+    return r;
+}
+
+static int
+s_finish(s_channel_t *self, s_xfer_t *x)
+{
+    if (self->nfinished == self->capfinished) {
+        size_t cap = self->capfinished ? 2 * self->capfinished : 16;
+        s_xfer_t **f = realloc(self->finished, cap * sizeof *f);
+        if (!f)
+            return -ENOMEM;
+        self->finished = f;
+        self->capfinished = cap;
+    }
+    s_xfer_unlink(self, x);
+    self->finished[self->nfinished++] = x;
+    return 0;
+}
+
+static int64_t
+s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *remote,
+               size_t n)
+{
+    s_channel_t *self = arg;
+    size_t k = self->npairs;
+    if (!k)
+        return -ENOTCONN;
+    s_xfer_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return -ENOMEM;
+    x->tid = self->next_tid++;
+    x->round = round_seq;
+    //  contiguous shares keep the sub-channel's run merging; a write of
+    //  fewer blocks than rails starts where the last one stopped
+    size_t start = self->cursor % k;
+    size_t shares = n < k ? n : k;
+    self->cursor += shares;
+    size_t off = 0;
+    int64_t err = 0;
+    for (size_t s = 0; s < shares; s++) {
+        size_t p = (start + s) % k;
+        size_t cnt = (n * (s + 1)) / shares - (n * s) / shares;
+        int64_t tid = self->pair[p].t.write_blocks(self->pair[p].t.self, round_seq,
+                                                   local + off, remote + off, cnt);
+        if (tid <= 0) {
+            self->pair[p].failures++;
+            err = tid < 0 ? tid : -EIO;
+            break;
+        }
+        x->part_tid[p] = (uint64_t) tid;
+        x->part_blocks[p] = cnt;
+        x->part_state[p] = S_RUNNING;
+        x->nparts++;
+        off += cnt;
+    }
+    if (err && !x->nparts) {
+        free(x);
+        return err;
+    }
+    //  a refusal after some shares went: the transfer fails with what
+    //  the posted ones land
+    x->failed = err != 0;
+    x->next = self->xfers;
+    if (self->xfers)
+        self->xfers->prev = x;
+    self->xfers = x;
+    return (int64_t) x->tid;
+}
+
+typedef struct {
+    s_channel_t *self;
+    size_t pair;
+} s_poll_ctx_t;
+
+static void
+s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
+{
+    s_poll_ctx_t *ctx = arg;
+    s_channel_t *self = ctx->self;
+    size_t p = ctx->pair;
+    s_xfer_t *x = self->xfers;
+    while (x && !(x->part_tid[p] == tid && x->part_state[p] == S_RUNNING))
+        x = x->next;
+    if (!x)
+        return;
+    uint64_t blocks = ok ? x->part_blocks[p] : landed;
+    x->part_state[p] = S_POLLED;
+    x->polled_any = true;
+    x->landed += blocks;
+    x->failed |= !ok;
+    if (!ok)
+        self->pair[p].failures++;
+    //  kept for the answer only where the peer reads it (rails_landing
+    //  takes it then): a plain peer's rounds would pile up here
+    s_round_t *r = self->rails_peer ? s_round(self, x->round, true) : NULL;
+    if (r)
+        r->counts[self->pair[p].peer] += blocks;
+    if (++x->ended == x->nparts)
+        (void) s_finish(self, x);
+}
+
+static int
+s_cmp_finished(const void *a, const void *b)
+{
+    const s_xfer_t *x = *(s_xfer_t *const *) a, *y = *(s_xfer_t *const *) b;
+    if (x->failed != y->failed)
+        return x->failed ? 1 : -1;
+    return x->tid < y->tid ? -1 : x->tid > y->tid;
+}
+
+static void
+s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
+{
+    s_channel_t *self = arg;
+    for (size_t p = 0; p < self->npairs; p++) {
+        s_poll_ctx_t ctx = { self, p };
+        self->pair[p].t.poll(self->pair[p].t.self, s_on_part, &ctx);
+    }
+    if (!self->nfinished)
+        return;
+    qsort(self->finished, self->nfinished, sizeof *self->finished, s_cmp_finished);
+    size_t n = self->nfinished;
+    self->nfinished = 0;
+    for (size_t i = 0; i < n; i++) {
+        s_xfer_t *x = self->finished[i];
+        each(each_arg, x->tid, !x->failed, x->landed);
+        free(x);
+    }
+}
+
+static size_t
+s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint64_t *still)
+{
+    s_channel_t *self = arg;
+    size_t nstill = 0;
+    for (size_t i = 0; i < n; i++) {
+        s_xfer_t *x = self->xfers;
+        while (x && x->tid != tids[i])
+            x = x->next;
+        if (!x)
+            continue;
+        for (size_t p = 0; p < self->npairs; p++) {
+            if (!x->part_tid[p] || x->part_state[p] != S_RUNNING)
+                continue;
+            uint64_t s;
+            size_t r = self->pair[p].t.cancel(self->pair[p].t.self, &x->part_tid[p], 1, mode,
+                                              &s);
+            if (mode == PK_CANCEL_IMMEDIATE || r == 0) {
+                x->part_state[p] = S_RELEASED;
+                x->ended++;
+            }
+        }
+        x->failed = true;
+        if (mode == PK_CANCEL_IMMEDIATE || (x->ended == x->nparts && !x->polled_any)) {
+            s_xfer_unlink(self, x);
+            free(x);
+            continue;
+        }
+        still[nstill++] = x->tid;
+        if (x->ended == x->nparts)
+            (void) s_finish(self, x);
+    }
+    return nstill;
+}
+
+static size_t
+s_rails_landing(void *arg, uint64_t round_seq, uint64_t *counts, size_t cap)
+{
+    s_channel_t *self = arg;
+    s_round_t **at = &self->rounds;
+    while (*at && (*at)->round != round_seq)
+        at = &(*at)->next;
+    s_round_t *r = *at;
+    if (r)
+        *at = r->next;
+    size_t n = self->rails_peer ? (self->peer_rails < cap ? self->peer_rails : cap) : 0;
+    for (size_t j = 0; j < n; j++)
+        counts[j] = r ? r->counts[j] : 0;
+    free(r);
+    return n;
+}
+
+static pk_transport_t
+s_channel_transport(pk_channel_t *channel)
+{
+    return (pk_transport_t) { .self = channel, .write_blocks = s_write_blocks, .poll = s_poll,
+                              .cancel = s_cancel, .rails_landing = s_rails_landing };
+}
+
+const pk_transport_ops_t pk_rails_transport_ops = {
+    .size = sizeof (pk_transport_ops_t),
+    .name = "rails",
+    .fabric_open = s_fabric_open,
+    .fabric_close = s_fabric_close,
+    .fabric_describe = s_fabric_describe,
+    .fabric_provider = s_fabric_provider,
+    .fabric_has_cq_data = s_fabric_has_cq_data,
+    .check_blob = s_check_blob,
+    .fabric_stats = s_fabric_stats,
+    .channel_new = s_channel_new,
+    .channel_close = s_channel_close,
+    .channel_blob = s_channel_blob,
+    .channel_connect = s_channel_connect,
+    .channel_progress = s_channel_progress,
+    .channel_wait_fd = s_channel_wait_fd,
+    .channel_trywait = s_channel_trywait,
+    .channel_landed = s_channel_landed,
+    .channel_forget = s_channel_forget,
+    .channel_revoke = s_channel_revoke,
+    .channel_closed = s_channel_closed,
+    .channel_stats = s_channel_stats,
+    .channel_transport = s_channel_transport,
+    .blob_provider = s_blob_provider,
+    .channel_expect = s_channel_expect,
+    .channel_verdicts = s_channel_verdicts,
+    .channel_marks = s_channel_marks,
+    .providers = NULL,
+    .nproviders = 0,
+    .fabric_rails = s_fabric_rails,
+    .channel_single = s_channel_single,
+    .channel_rails = s_channel_rails,
+    .channel_landed_rails = s_channel_landed_rails,
+};

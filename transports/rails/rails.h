@@ -1,0 +1,60 @@
+/*  rails.h: several rails per node, composed at the seam (base/transport.h).
+
+    A rails fabric is one fabric of the network provider's own transport
+    (libfabric's) per local address of --fabric-addr A,B,...: each opens
+    its own domain and registers the pool.  A rails channel holds one
+    sub-channel per local rail and goes through the seam to each, so the
+    rails never touch libfabric and nothing above the seam names either
+    transport: the registry hands this table out for a node list of
+    several addresses (pk_transport_for_node), and one address keeps the
+    plain transport, at exactly its old cost.
+
+    Blob (agent_metadata, capability rails; protocol.md section 7): "PKRL",
+    u8 version 1, u8 rail count, then per rail u8 + its address text and
+    u16 + the rail's own blob.  A consumer whose server does not list
+    rails sends its first rail's own blob (pk_channel_single); a server's
+    rails channel takes either.
+
+    Pairing (the writer's, at connect): for each of the consumer's rails in
+    its blob's order, the first unpaired local rail in the same subnet (its
+    interface's netmask), else the first unpaired one that connects.
+
+    Striping: a write of n blocks goes over the paired rails by whole
+    blocks, contiguous shares of n/k (k rails; a write of fewer blocks
+    than rails starts on the next rail each time), each share a write of
+    the sub-channel with the round's immediate.  The consumer counts per
+    rail; the writer's per-rail counts (rails_landing) go in the round's
+    answer.
+*/
+#ifndef PK_RAILS_H_INCLUDED
+#define PK_RAILS_H_INCLUDED
+
+#include "base/transport.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*  One local address of --fabric-addr, as this host has it.  */
+typedef struct {
+    char text[64];              //  as given
+    char ifname[32];            //  its interface
+    bool loopback;
+    int family;                 //  AF_INET or AF_INET6
+    uint8_t addr[16], mask[16]; //  4 or 16 bytes used
+} pk_rails_addr_t;
+
+/*  Splits node at commas into out (cap rails), each an address of this
+    host: one of an interface's, or any in a loopback interface's subnet
+    (127.0.0.2 is lo's).  Two rails on one interface are refused, except
+    on loopback (tests run there).  0, or -EINVAL with err naming the
+    address.  */
+int pk_rails_addrs(const char *node, pk_rails_addr_t *out, size_t cap, size_t *n_p, char *err);
+
+/*  True when peer (an address's text) lies in ours's subnet.  */
+bool pk_rails_same_subnet(const pk_rails_addr_t *ours, const char *peer);
+
+/*  The seam's table (name "rails"); providers: none of its own.  */
+extern const pk_transport_ops_t pk_rails_transport_ops;
+
+#endif
