@@ -212,7 +212,11 @@ int p2pkv_engine_finish(p2pkv_engine_t *self, const char *consumer, const char *
     pool already; the event follows even when it is 0, once the server's
     puller has been through the pull); present (may be
     NULL; n entries) which keys those are: the server's answer names them,
-    and a tool reporting each key needs it (the event names the missing).  */
+    and a tool reporting each key needs it (the event names the missing).
+    A key counts as in the pool when the server's lookup of it is not a
+    miss: ready, being written by an engine, or held by the server's disk
+    tier (--spill-dir), whose read back into the pool the pull starts; a
+    lookup of it answers hit_pending until it landed.  */
 int p2pkv_engine_pull(p2pkv_engine_t *self, const char *endpoint, const p2pkv_key_t *keys,
                       size_t n, uint64_t *pull_id_p, size_t *fetching_p, bool *present,
                       char *err);

@@ -329,7 +329,9 @@ s_cmd_store(pk_engine_api_t *self, const char *cmd, const json_t *req, const voi
 }
 
 //  A pull's keys not in the pool yet, copied into p (keys then bytes);
-//  the others go to present.
+//  the others go to present: ready, being written, or held by the disk
+//  tier, whose lookup here starts the read back (store.h, tier.h), so a
+//  key on this server's disk is never fetched from another server.
 static void
 s_pull_missing(pk_engine_api_t *self, pk_pull_t *p, const pk_key_t *keys, size_t n, json_t *present)
 {

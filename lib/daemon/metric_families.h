@@ -31,7 +31,8 @@
     miss_reasons; CHANNEL, a channel's pk_channel_stats_t;
     FABRIC, a fabric's pk_fabric_stats_t; POOL, the store's
     pk_store_stats_t; NAMESPACE, a namespace's pk_store_ns_stats_t;
-    DIRECTORY, pk_directory_stats_t; NODE, the node's pk_node_counts_t.
+    DIRECTORY, pk_directory_stats_t; NODE, the node's pk_node_counts_t;
+    TIER, the disk tier's pk_disk_tier_stats_t.
 
     Most rows are not written here: each struct of counts but the
     transport's is declared by a list in its own header (base/counts.h),
@@ -40,7 +41,8 @@
     rows with VALUE s->field: PK_SERVER_SESSION_COUNTS
     (roles/server_session.h), PK_SERVER_ROLE_COUNTS (roles/server_role.h),
     PK_STORE_COUNTS and PK_STORE_NS_COUNTS (store/store.h),
-    PK_DIRECTORY_COUNTS (directory.h) and PK_NODE_COUNTS (node_counts.h).
+    PK_DIRECTORY_COUNTS (directory.h), PK_NODE_COUNTS (node_counts.h) and
+    PK_DISK_TIER_COUNTS (tier/disk_tier.h).
     metrics.h includes those headers.  A list's F(field) rows are fields
     with no metric of their own.  The rows written here are the rest: a
     metric that combines fields (p2pkv_frames_dropped_total sums three F
@@ -188,3 +190,16 @@ PK_METRIC(WRITE_QUEUE_SECONDS, "p2pkv_write_queue_seconds", HISTOGRAM,
     PK_METRIC(id, name, type, help, label, DIRECTORY, s->field)
 PK_DIRECTORY_COUNTS(PK_ROW_DIRECTORY, PK_COUNT_NO_METRIC)
 #undef PK_ROW_DIRECTORY
+
+//  The disk tier under the pool (--spill-dir; the tier's counts,
+//  tier/disk_tier.h), and how long a block took from the lookup that
+//  asked for it to its landing in the pool (the tier's landed callback,
+//  node.c)
+#define PK_ROW_TIER(field, id, name, type, help, label) \
+    PK_METRIC(id, name, type, help, label, TIER, s->field)
+PK_DISK_TIER_COUNTS(PK_ROW_TIER, PK_COUNT_NO_METRIC)
+#undef PK_ROW_TIER
+PK_METRIC(SPILL_READ_SECONDS, "p2pkv_spill_read_seconds", HISTOGRAM,
+          "A spilled block's promotion: the lookup that asked for it to its landing in the "
+          "pool (read, checked, committed), or to its failure", NONE,
+          HERE, 0)

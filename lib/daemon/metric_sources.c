@@ -27,6 +27,7 @@
 #define S_TYPE_NAMESPACE pk_store_ns_stats_t
 #define S_TYPE_DIRECTORY pk_directory_stats_t
 #define S_TYPE_NODE pk_node_counts_t
+#define S_TYPE_TIER pk_disk_tier_stats_t
 
 typedef uint64_t (s_reader_fn)(const void *now, uint64_t block_len);
 
@@ -55,7 +56,7 @@ static const struct {
 
 //  Each source's rows, in table order; made once (s_by_source_make).
 _Static_assert(PK_M_COUNT <= 256, "a row's id must fit s_by_source's uint8_t");
-#define S_SOURCES (PK_SOURCE_NODE + 1)
+#define S_SOURCES (PK_SOURCE_TIER + 1)
 static struct {
     uint8_t ids[PK_M_COUNT];
     bool gauge[PK_M_COUNT];
@@ -85,6 +86,7 @@ static const size_t s_sizes[] = {
     [PK_SOURCE_NAMESPACE] = sizeof (S_TYPE_NAMESPACE),
     [PK_SOURCE_DIRECTORY] = sizeof (S_TYPE_DIRECTORY),
     [PK_SOURCE_NODE] = sizeof (S_TYPE_NODE),
+    [PK_SOURCE_TIER] = sizeof (S_TYPE_TIER),
 };
 
 size_t

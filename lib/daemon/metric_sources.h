@@ -33,7 +33,8 @@ typedef enum {
     PK_SOURCE_POOL,                 //  pk_store_stats_t
     PK_SOURCE_NAMESPACE,            //  pk_store_ns_stats_t, labelled by namespace
     PK_SOURCE_DIRECTORY,            //  pk_directory_stats_t
-    PK_SOURCE_NODE                  //  pk_node_counts_t (node_counts.h)
+    PK_SOURCE_NODE,                 //  pk_node_counts_t (node_counts.h)
+    PK_SOURCE_TIER                  //  pk_disk_tier_stats_t (tier/disk_tier.h)
 } pk_metric_source_t;
 
 /*  Publishes one instance of source: now is a struct of the source's type,

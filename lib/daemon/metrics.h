@@ -37,6 +37,7 @@
 #include "daemon/node_counts.h"
 #include "roles/server_session.h"
 #include "store/store.h"
+#include "tier/disk_tier.h"
 
 #include <jansson.h>
 #include <stddef.h>

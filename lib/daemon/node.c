@@ -18,6 +18,7 @@
 */
 #include "daemon/node.h"
 #include "base/big_cache.h"
+#include "base/checksum.h"
 #include "base/clock.h"
 #include "base/host_id.h"
 #include "base/err.h"
@@ -39,6 +40,7 @@
 #include "store/store.h"
 #include "daemon/tenants.h"
 #include "daemon/unsent.h"
+#include "tier/disk_tier.h"
 
 #include <czmq.h>
 #include <errno.h>
@@ -88,6 +90,8 @@ struct _pk_node_t {
     pk_server_identity_t id;
     pk_server_session_config_t session_config;
     pk_store_t *store;
+    pk_disk_tier_t *tier;           //  --spill-dir: the disk tier under the pool, or NULL
+    pk_bell_t *bell;                //  with the tier: its landings wake parked lookups
     pk_node_fabric_t fabrics[PK_MAX_FABRICS];
     size_t nfabrics;                //  at least one once the node is built
     const char *providers[PK_MAX_FABRICS];  //  their names, for the description
@@ -314,6 +318,57 @@ s_open_store(pk_node_t *self, char *err)
                  (unsigned long long) config->pool_blocks, (unsigned long long) config->block_len,
                  strerror(-rc));
     return rc < 0 ? rc : -EIO;
+}
+
+static void
+s_tier_log(void *config, const char *line)
+{
+    pk_log(config, PK_LOG_WARN, "%s", line);
+}
+
+//  A promotion ended (the tier's reader thread): its lookups, parked,
+//  look again now rather than at their actor's next tick.
+static void
+s_tier_landed(void *arg, bool landed, double seconds)
+{
+    pk_node_t *self = arg;
+    pk_bell_ring(self->bell);
+    pk_metrics_observe(self->metrics, PK_M_SPILL_READ_SECONDS, NULL, seconds);
+}
+
+//  The disk tier, with --spill-dir: a directory missing, not one, not
+//  writable, held by another server or with less free than --spill-size
+//  is refused here, naming the option.  Its identity is what a warm
+//  restart must match (the peer id, the block length, the fingerprint,
+//  the hash seed, the namespaces), not this start's.  0, or a negative
+//  errno with err.
+static int
+s_open_tier(pk_node_t *self, char *err)
+{
+    const pk_server_config_t *config = self->config;
+    if (!config->spill_dir)
+        return 0;
+    char id[3 * 4096 + 128];        //  three strings of at most 4096 bytes (config)
+    int len = snprintf(id, sizeof id, "%s%c%llu%c%s%c%s%c%zu", config->peer_id, 0,
+                       (unsigned long long) config->block_len, 0, config->fingerprint, 0,
+                       config->hash_seed, 0, pk_store_namespaces(self->store));
+    if (!(self->bell = pk_bell_new()))
+        return pk_err(err, -ENOMEM, "out of memory");
+    pk_disk_tier_config_t tc = {
+        .dir = config->spill_dir, .size = config->spill_size,
+        .identity = pk_checksum(id, len > 0 && (size_t) len < sizeof id ? (size_t) len
+                                                                        : sizeof id),
+        .log = s_tier_log, .log_arg = (void *) config,
+        .landed = s_tier_landed, .landed_arg = self };
+    char tier_err[PK_ERRLEN] = "";
+    int rc;
+    if ((self->tier = pk_disk_tier_new(&tc, self->store, &rc, tier_err)))
+        return 0;
+    pk_bell_destroy(&self->bell);
+    if (rc == -EINVAL)
+        return pk_err(err, rc, "--spill-size %llu: %s", (unsigned long long) config->spill_size,
+                      tier_err);
+    return pk_err(err, rc, "--spill-dir %s: %s", config->spill_dir, tier_err);
 }
 
 //  The Prometheus listener, with --metrics-bind.  0, or a negative errno
@@ -712,6 +767,21 @@ s_engine_stats(void *arg, json_t *answer)
                                       "flows", (json_int_t) st.flows,
                                       "turns", (json_int_t) st.turns));
     }
+    if (self->tier) {
+        //  the disk tier (disk_tier.h): what it holds, moved, refused
+        pk_disk_tier_stats_t t;
+        pk_disk_tier_stats(self->tier, &t);
+        json_t *spill = json_object();
+#define S_TIER_JSON(field, ...) \
+        json_object_set_new(spill, #field, json_integer((json_int_t) t.field));
+#define S_TIER_JSON_ONLY(field) S_TIER_JSON(field)
+        PK_DISK_TIER_COUNTS(S_TIER_JSON, S_TIER_JSON_ONLY)
+#undef S_TIER_JSON
+#undef S_TIER_JSON_ONLY
+        json_object_set_new(spill, "io", json_string(pk_disk_tier_io_kind(self->tier)));
+        json_object_set_new(spill, "dir", json_string(self->config->spill_dir));
+        json_object_set_new(answer, "spill", spill);
+    }
     json_object_set_new(answer, "sessions",
                         json_integer((json_int_t) pk_door_sessions(self->door)));
     json_object_set_new(answer, "peers", peers);
@@ -761,7 +831,7 @@ s_open_classes(pk_node_t *self, char *err)
         .store = self->store, .metrics = self->metrics, .unsent = self->unsent,
         .router = self->router, .job = s_job, .job_arg = self,
         .fail_session = self->fail_session, .hold_session = self->hold_session,
-        .idle_look_ms = self->idle_look_ms, .draining = &self->draining };
+        .idle_look_ms = self->idle_look_ms, .draining = &self->draining, .bell = self->bell };
     //  The writes' fair share, in blocks (every block is block_len bytes)
     if (self->config->fair_inflight > 0) {
         uint64_t len = self->config->block_len;
@@ -843,8 +913,10 @@ pk_node_new(const pk_server_config_t *config, int *rc_p, char *err)
         goto fail_self;
     if ((rc = s_open_store(self, err)) != 0)
         goto fail_self;
-    if ((rc = s_open_fabrics(self, err)) != 0)
+    if ((rc = s_open_tier(self, err)) != 0)
         goto fail_store;
+    if ((rc = s_open_fabrics(self, err)) != 0)
+        goto fail_tier;
     rc = s_open_sockets(self, err);
     if (rc)
         goto fail_sockets;
@@ -871,6 +943,9 @@ fail_sockets:
     zsock_destroy(&self->router);
     zsock_destroy(&self->zap);
     s_close_fabrics(self);
+fail_tier:
+    pk_disk_tier_destroy(&self->tier);
+    pk_bell_destroy(&self->bell);
 fail_store:
     pk_store_destroy(&self->store);
 fail_self:
@@ -954,6 +1029,11 @@ s_publish_metrics(pk_node_t *self)
         pk_fabric_stats(self->fabrics[i].fabric, &f);
         pk_metric_sources_publish(m, PK_SOURCE_FABRIC, self->fabrics[i].provider, &f, NULL,
                                   block_len);
+    }
+    if (self->tier) {
+        pk_disk_tier_stats_t t;
+        pk_disk_tier_stats(self->tier, &t);
+        pk_metric_sources_publish(m, PK_SOURCE_TIER, NULL, &t, NULL, block_len);
     }
     if (self->directory) {
         pk_directory_stats_t d;
@@ -1126,8 +1206,13 @@ s_stop_step(pk_node_t *self)
         bool left = !self->directory || pk_directory_left(self->directory);
         if (now < self->stop_deadline && !(left && pk_door_settled(self->door)))
             return false;
-        //  (d) Here the disk tier's write-out will run, within the same
-        //  deadline, once there is a disk tier: nothing to do yet.
+        //  (d) the pool's blocks to the disk tier, within the same
+        //  deadline, so a restart on the same --spill-dir has them
+        if (self->tier) {
+            size_t held = pk_disk_tier_flush(self->tier, self->stop_deadline);
+            pk_log(self->config, PK_LOG_INFO, "disk tier: holds %zu of the pool's blocks "
+                   "at the stop", held);
+        }
         self->phase = PK_CLOSING;                                   //  (e)
         pk_log(self->config, PK_LOG_INFO, "%s: %zu sessions told shutdown",
                now < self->stop_deadline ? "drained" : "drain cut off at --shutdown-timeout",
@@ -1187,6 +1272,9 @@ pk_node_destroy(pk_node_t **self_p)
     zsock_destroy(&self->zap);
     pk_metrics_http_destroy(&self->http);
     s_close_fabrics(self);
+    //  the tier before the store it lands in, the bell after the tier
+    pk_disk_tier_destroy(&self->tier);
+    pk_bell_destroy(&self->bell);
     pk_store_destroy(&self->store);
     pk_metrics_destroy(&self->metrics);
     //  a message libzmq still holds keeps the counter until it is freed

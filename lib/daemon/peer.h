@@ -19,6 +19,7 @@
 
 #include "base/transport.h"
 #include "daemon/metrics.h"
+#include "daemon/bell.h"
 #include "daemon/poller.h"
 #include "daemon/scheduler.h"
 #include "daemon/server_config.h"
@@ -56,6 +57,10 @@ typedef struct {
         writes go through it (fair_channel.h); NULL: --fair-inflight 0,
         each session writes in arrival order.  */
     pk_sched_t *sched;
+    /*  Rung when a block lands in the pool from the disk tier (bell.h):
+        an actor with parked lookups re-polls them at once; NULL: no
+        tier, the 2 ms tick only.  */
+    pk_bell_t *bell;
 } pk_peer_env_t;
 
 /*  The fabric a peer's connect is for (the node's, by its blob's provider).  */

@@ -64,6 +64,8 @@ typedef struct {
     char *fabric_addr;          //  the data plane's local address; NULL = the provider's
     char *fingerprint;          //  ""
     char *hash_seed;            //  "0"
+    char *spill_dir;            //  the disk tier's directory (disk_tier.h); NULL = none
+    uint64_t spill_size;        //  its data file's bytes; 0 with no spill_dir
     char *metrics_bind;         //  "ADDR:PORT", NULL = no metrics listener
     char **allow;               //  IPv4/IPv6 addresses or CIDR ranges; none = everyone
     size_t nallow;

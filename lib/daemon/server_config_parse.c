@@ -21,6 +21,7 @@
 #include "base/err.h"
 #include "base/version.h"
 #include "cluster/dir_entry.h"
+#include "tier/disk_tier.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -78,6 +79,9 @@ static const s_setting_t s_settings[] = {
     { "fabric-addr",        S_FABRIC_ADDR, S_FIELD(fabric_addr), 0, 0 },
     { "fingerprint",        S_FINGERPRINT, S_FIELD(fingerprint), 0, 0 },
     { "hash-seed",          S_HASH_SEED,   S_FIELD(hash_seed), 0, 0 },
+    //  the disk tier under the pool (issue 39): both, or neither
+    { "spill-dir",          S_PATH,        S_FIELD(spill_dir), 0, 0 },
+    { "spill-size",         S_UINT,        S_FIELD(spill_size), 0, INT64_MAX },
     { "metrics-bind",       S_METRICS,     S_FIELD(metrics_bind), 0, 0 },
     { "allow",              S_ALLOW,       S_FIELD(allow), 0, 0 },
     { "curve-secret",       S_PATH,        S_FIELD(curve_secret), 0, 0 },
@@ -212,6 +216,13 @@ static const char s_usage[] =
     "                               exactly; default empty\n"
     "      --hash-seed STRING       seed of the block hashes; peers must match it;\n"
     "                               default 0\n"
+    "      --spill-dir DIR          keep the blocks the pool evicts on disk, in\n"
+    "                               DIR/p2pkv-spill.data (needs --spill-size); a\n"
+    "                               lookup of one answers hit_pending while it is\n"
+    "                               read back; default none: evicted is gone\n"
+    "      --spill-size BYTES       the data file's size: that many bytes over\n"
+    "                               slots of a 4 KiB header and the block; the\n"
+    "                               file system must have them free at start\n"
     "\n"
     "Timeouts, in seconds (0.001..1000000):\n"
     "      --lookup-timeout S       parked lookup keys answer as misses; default 5\n"
@@ -684,6 +695,14 @@ s_finish(s_parser_t *p)
         return s_fail(p, -EINVAL, "%s: needs %s too (CURVE takes both or neither)",
                       c->curve_secret ? "--curve-secret" : "--curve-allow",
                       c->curve_secret ? "--curve-allow" : "--curve-secret");
+    if (!c->spill_dir != !c->spill_size)
+        return s_fail(p, -EINVAL, "%s: needs %s too (the disk tier takes both or neither)",
+                      c->spill_dir ? "--spill-dir" : "--spill-size",
+                      c->spill_dir ? "--spill-size" : "--spill-dir");
+    if (c->spill_size && c->spill_size < pk_disk_tier_slot_len(c->block_len))
+        return s_fail(p, -EINVAL, "--spill-size: %" PRIu64 " bytes hold no block of --block-len "
+                      "%" PRIu64 " (a slot is %" PRIu64 " bytes: a 4 KiB header and the block)",
+                      c->spill_size, c->block_len, pk_disk_tier_slot_len(c->block_len));
     if (c->pin_quota > c->pool_blocks)
         return s_fail(p, -EINVAL, "--pin-quota: %" PRIu64 " is more than --pool-blocks %" PRIu64,
                       c->pin_quota, c->pool_blocks);

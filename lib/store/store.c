@@ -589,6 +589,23 @@ pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watch_fn 
     pthread_mutex_unlock(&self->mutex);
 }
 
+void
+pk_store_each_ready(pk_store_t *self, pk_store_block_fn *fn, void *arg)
+{
+    pthread_mutex_lock(&self->mutex);
+    for (uint64_t b = 0; b < self->num_blocks; b++) {
+        const pk_block_t *blk = &self->index.blocks[b];
+        if (blk->state != PK_BLOCK_READY)
+            continue;
+        pk_key_t key = { blk->key, blk->key_len,
+                         blk->ns == PK_NS_SHARED ? blk->key_hash
+                                                 : pk_key_hash(blk->key, blk->key_len) };
+        fn(arg, blk->ns, &key, self->base + (size_t) b * self->block_len, self->block_len,
+           blk->sum);
+    }
+    pthread_mutex_unlock(&self->mutex);
+}
+
 //  ---------------------------------------------------------------------------
 //  The parent seam (base/parent.h), in the shared namespace
 

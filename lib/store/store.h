@@ -251,6 +251,15 @@ void pk_store_watch(pk_store_t *self, pk_store_watch_fn *fn, void *arg);
 void pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watch_fn *fn,
                        void *arg);
 
+/*  Under one hold of the lock: fn for every READY block, its namespace,
+    key (with pk_key_make's hash), bytes and checksum (0: none taken): a
+    clean stop's write-out of the pool to the tier under it
+    (tier/disk_tier.h).  fn may wait, bounded: every other call of the
+    store waits meanwhile, which is why only a stop calls it.  */
+typedef void (pk_store_block_fn)(void *arg, unsigned ns, const pk_key_t *key,
+                                 const void *bytes, size_t len, uint64_t sum);
+void pk_store_each_ready(pk_store_t *self, pk_store_block_fn *fn, void *arg);
+
 /*  The server role's parent seam (base/parent.h), served by this store in
     the shared namespace: lookup is pk_store_lookup, create_store_job
     pk_store_pin, store_result pk_store_release_job, block_sums

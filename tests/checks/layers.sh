@@ -18,13 +18,16 @@ allowed() {
         # the block store: the wire's limits on a key and a pool only
         # (protocol.h's constants); never the roles or the daemon
         lib/store)      echo "base wire store" ;;
+        # the tiers under the pool: the store's seam (store/tier.h) and
+        # what the store's header needs; the store never includes them
+        lib/tier)       echo "base wire store tier" ;;
         transports/*)   echo "base ${1#transports/}" ;;
         # registry.c: the one file that names every implementation
         transports)     echo "base transports" ;;
         # The one arrow up: the daemon's puller is a client of p2pkv.h.
         # the directory's codec and connection, beside wire (issue 14)
         lib/cluster)    echo "base wire cluster" ;;
-        lib/daemon)     echo "base wire roles store cluster daemon p2pkv.h" ;;
+        lib/daemon)     echo "base wire roles store tier cluster daemon p2pkv.h" ;;
         lib/client)     echo "base wire roles cluster client p2pkv.h" ;;
         # beside client: the engine's side of the local socket
         lib/engine)     echo "base wire engine p2pkv.h p2pkv_engine.h" ;;
