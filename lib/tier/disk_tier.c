@@ -652,7 +652,7 @@ s_open_file(pk_disk_tier_t *self, char *err)
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, PK_DISK_TIER_FILE) >= (int) sizeof path)
         return pk_err(err, -ENAMETOOLONG, "the path is too long");
-    self->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    self->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (self->fd < 0)
         return pk_err(err, -errno, "cannot open %s: %s", PK_DISK_TIER_FILE, strerror(errno));
     if (flock(self->fd, LOCK_EX | LOCK_NB) != 0)

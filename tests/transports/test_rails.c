@@ -231,6 +231,36 @@ START_TEST(test_bad_addresses_refused)
 }
 END_TEST
 
+//  A peer's rails blob is input from the network: one cut short, with
+//  too many rails, or an address that is not an address's text, is
+//  refused with a message, before any rail is tried.
+static void
+s_blob_refused(side_t *w, const uint8_t *blob, size_t len, const char *want)
+{
+    char err[PK_ERRLEN] = "";
+    ck_assert_int_eq(pk_fabric_check_blob(w->fabric, blob, len, err), -EPROTO);
+    ck_assert_msg(strstr(err, want), "refused saying \"%s\", want \"%s\"", err, want);
+    err[0] = '\0';
+    ck_assert_int_eq(pk_channel_connect(w->ch, blob, len, err), -EPROTO);
+    ck_assert_msg(strstr(err, want), "connect said \"%s\", want \"%s\"", err, want);
+}
+
+START_TEST(test_hostile_blobs_refused)
+{
+    side_t w;
+    s_side(&w, "127.0.0.1,127.0.0.2", false, 0);
+    const uint8_t cut[] = { 'P', 'K', 'R', 'L', 1, 1, 9, '1', '2', '7' };
+    s_blob_refused(&w, cut, sizeof cut, "rail 0 cut short");
+    const uint8_t many[] = { 'P', 'K', 'R', 'L', 1, 9 };
+    s_blob_refused(&w, many, sizeof many, "9 rails (1 to 8)");
+    const uint8_t ctl[] = { 'P', 'K', 'R', 'L', 1, 1, 3, '1', '\n', '2', 1, 0, 'x' };
+    s_blob_refused(&w, ctl, sizeof ctl, "rail 0's address has a byte 0x0a");
+    const uint8_t tail[] = { 'P', 'K', 'R', 'L', 1, 1, 1, '1', 1, 0, 'x', 'y' };
+    s_blob_refused(&w, tail, sizeof tail, "1 bytes after the rails");
+    s_side_close(&w);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -253,6 +283,7 @@ main(void)
     tcase_add_test(tc, test_striped_over_two_rails);
     tcase_add_test(tc, test_one_rail_against_two);
     tcase_add_test(tc, test_bad_addresses_refused);
+    tcase_add_test(tc, test_hostile_blobs_refused);
     suite_add_tcase(s, tc);
     return pk_test_run("rails", s);
 }

@@ -205,6 +205,12 @@ s_parse(const uint8_t *blob, size_t len, s_blob_t *b, char *err)
     for (size_t i = 0; i < n; i++) {
         if (end - at < 1 || at[0] >= sizeof b->addr[i] || end - at < 1 + at[0] + 2)
             return pk_err(err, -EPROTO, "agent_metadata: rail %zu cut short", i);
+        //  the peer's text reaches our log, stats and JSON: an address's
+        //  characters only (digits, hex, '.', ':', '%' of a scope)
+        for (size_t c = 0; c < at[0]; c++)
+            if (!strchr("0123456789abcdefABCDEF.:%", at[1 + c]) || !at[1 + c])
+                return pk_err(err, -EPROTO, "agent_metadata: rail %zu's address has a byte "
+                              "0x%02x, not an IP address's", i, at[1 + c]);
         memcpy(b->addr[i], at + 1, at[0]);
         at += 1 + at[0];
         uint16_t l;
