@@ -498,13 +498,14 @@ s_self_destroy(self_t **self_p)
 //  sends its next frame, so reading the report here releases the lent
 //  blocks' pins before that frame looks keys up: back to back gets of
 //  the same blocks then never find them pinned (their quota full, a
-//  miss).  A recv that finds nothing, only while transfers are open.
+//  miss).  A recv that finds nothing, only while transfers are open.  No
+//  silence is judged here: the frame in hand is the peer speaking.
 static void
 s_channel_first(self_t *self)
 {
     if (pk_server_session_has_inflight(self->session)) {
         pk_channel_progress(self->peer->channel);
-        pk_server_session_tick(self->session);
+        pk_server_session_collect(self->session);
     }
 }
 

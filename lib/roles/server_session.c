@@ -701,6 +701,14 @@ pk_server_session_tick(pk_server_session_t *self)
         pk_server_session_retire(self, PK_DISC_SILENT, reason);
         return self->status;
     }
+    return pk_server_session_collect(self);
+}
+
+pk_server_session_status_t
+pk_server_session_collect(pk_server_session_t *self)
+{
+    if (self->status == PK_SERVER_SESSION_RETIRED)
+        return self->status;
     pk_server_role_collect(self->role);
     pk_server_role_drain(self->role);
     pk_server_role_serve(self->role);

@@ -130,6 +130,12 @@ pk_server_session_status_t pk_server_session_on_frame(pk_server_session_t *self,
     lookups, silence.  */
 pk_server_session_status_t pk_server_session_tick(pk_server_session_t *self);
 
+/*  What tick does but judge the peer's silence: the channel's completions
+    and reports collected, the role run.  For a frame in hand, before it
+    is read: its arrival ends the silence, and an actor late to wake on a
+    loaded machine must not retire the session that just spoke.  */
+pk_server_session_status_t pk_server_session_collect(pk_server_session_t *self);
+
 /*  Lookup and fetch latencies (receipt to lookup_resp, fetch to
     transfer_done or abort_ack), reported with the consumer's peer_id: the
     daemon files them in its histograms.  The session keeps no metrics of

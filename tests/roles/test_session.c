@@ -550,6 +550,26 @@ START_TEST(test_silence_retires_and_releases_pins)
 }
 END_TEST
 
+//  A frame in hand comes before any silence verdict: collect (what the
+//  actor runs before reading a frame) runs the role past the silence
+//  deadline and the session lives; the frame then ends the silence.
+START_TEST(test_collect_judges_no_silence)
+{
+    ck_assert_int_eq(s_send(s_lookup_msg("r1", 1, 2)), PK_SERVER_SESSION_LIVE);
+    s_clear_out();
+    H->now += 30;
+    ck_assert_int_eq(pk_server_session_collect(H->session), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(s_send(pk_msg_new(PK_MSG_PING)), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(H->nout, 1);
+    ck_assert_int_eq(H->out[0]->type, PK_MSG_PONG);
+    s_clear_out();
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_LIVE);
+    H->now += 10;
+    ck_assert_int_eq(pk_server_session_tick(H->session), PK_SERVER_SESSION_RETIRED);
+    s_expect_disconnect(PK_DISC_SILENT, "nothing heard for 10.0 s");
+}
+END_TEST
+
 //  A lookup parked on a key being written owes its parent an
 //  on_request_finished; a retired session settles it (the store's
 //  open_lookups came back down only at a serve that never came; found by
@@ -719,6 +739,7 @@ main(void)
     tcase_add_test(tc, test_pin_quota_answers_misses);
     tcase_add_test(tc, test_pin_quota_counts_prefill_stores);
     tcase_add_test(tc, test_silence_retires_and_releases_pins);
+    tcase_add_test(tc, test_collect_judges_no_silence);
     tcase_add_test(tc, test_consumer_disconnect);
     tcase_add_test(tc, test_retire_closes_parked_brackets);
     tcase_add_test(tc, test_forced_cancel_retires);
