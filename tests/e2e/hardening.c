@@ -335,7 +335,7 @@ s_good_run(void *arg)
     hh_good_t *g = arg;
     p2pkv_config_t cfg = { .peer_id = g->peer_id, .fingerprint = "fp", .hash_seed = "7",
                            .provider = "tcp", .node = "127.0.0.1", .load_timeout = 10,
-                           .keepalive_interval = 0.3, .silence_timeout = 5 };
+                           .keepalive_interval = 0.3, .silence_timeout = 10 };
     char err[P2PKV_ERRLEN] = "";
     p2pkv_client_t *client = p2pkv_client_new(&cfg, NULL, S_GOOD_POOL, g->block_len,
                                               (p2pkv_callbacks_t) { 0 }, err);

@@ -1169,7 +1169,7 @@ s_attack_stop_consumer(ctx_t *c)
         s_child_kill(&ch);
         ck_assert_msg(hh_sessions_at_most(c->d, c->sessions, S_WAIT), "stopped consumer: lingers");
     }
-    s_row(c, "SIGSTOP of a consumer past the silence timeout (3 s), then SIGCONT", n,
+    s_row(c, "SIGSTOP of a consumer past the silence timeout (10 s), then SIGCONT", n,
           "retired as silent, pins released; reconnected, whole blocks again");
 }
 
@@ -1754,11 +1754,16 @@ static const struct {
     { "squatted-socket", s_attack_squatted_socket },
 };
 
+//  The silence timeout is 10 s (both sides: the good consumer's too): at
+//  1.5 s and at 3 s the good consumer's session was retired as silent
+//  about one run in five under ASan on a loaded 2-core machine, at
+//  attacks that start processes (curve-revoked, squatted-socket), which
+//  is this machine's stall, not a hostile peer's doing.
 static const char *const s_victim_flags[] = {
     "--pool-blocks", "4096", "--max-requests", "32", "--max-rounds", "8",
     "--max-parked-keys", "2048", "--max-queued-frames", "64", "--lookup-timeout", "0.5",
     "--store-timeout", "1.5", "--lease-timeout", "1", "--stall-timeout", "1",
-    "--drain-timeout", "1", "--silence-timeout", "3", "--max-sessions", "64",
+    "--drain-timeout", "1", "--silence-timeout", "10", "--max-sessions", "64",
     "--max-unread-bytes", "4194304", "--max-queued-bytes", "8388608", NULL
 };
 
