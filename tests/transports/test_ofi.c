@@ -798,13 +798,13 @@ s_script_mem(pk_channel_t *writer, pk_channel_t *target, uint64_t tid, uint64_t 
 
 START_TEST(test_seam_ofi)
 {
-    ts_seam_life(&(ts_seam_t) { pk_transport_find("ofi"), { "tcp", "127.0.0.1", 2.0 }, NULL });
+    ts_seam_life(&(ts_seam_t) { pk_transport_find("ofi"), { "tcp", "127.0.0.1", 2.0, 0 }, NULL });
 }
 END_TEST
 
 START_TEST(test_seam_mem)
 {
-    ts_seam_life(&(ts_seam_t) { pk_memtransport_ops(), { NULL, NULL, 2.0 }, s_script_mem });
+    ts_seam_life(&(ts_seam_t) { pk_memtransport_ops(), { NULL, NULL, 2.0, 0 }, s_script_mem });
 }
 END_TEST
 
