@@ -132,6 +132,12 @@ typedef struct {
                                 //  completion this long while another rail
                                 //  completes is taken out; 0: a quarter of
                                 //  stall_timeout
+    bool delivered;             //  a write completes at the writer only once
+                                //  it is in the peer's memory
+                                //  (FI_DELIVERY_COMPLETE), not once handed to
+                                //  the provider: rails set it for their rails,
+                                //  so a rail taken out confirmed only writes
+                                //  that landed (protocol.md section 7)
 } pk_fabric_config_t;
 
 /*  One channel's counters; transport-neutral (an implementation without

@@ -476,7 +476,7 @@ s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
 {
     const pk_server_config_t *config = self->config;
     pk_fabric_config_t fc = { provider, config->fabric_addr, config->stall_timeout,
-                              config->rail_stall };
+                              config->rail_stall, false };
     int rc;
     pk_fabric_t *fabric = pk_fabric_open(pk_transport_for_node(provider, config->fabric_addr), &fc,
                                          pk_store_base(self->store), config->pool_blocks,

@@ -51,7 +51,7 @@ s_side(side_t *side, const char *node, bool target, uint8_t fill)
     ck_assert_ptr_nonnull(side->pool);
     for (size_t i = 0; i < BLOCKS * BLOCK; i++)
         side->pool[i] = fill ? fill : (uint8_t) (i / BLOCK * 13 + i % 251);
-    pk_fabric_config_t fc = { "tcp", node, 5.0, 0 };
+    pk_fabric_config_t fc = { "tcp", node, 5.0, 0, false };
     side->fabric = pk_fabric_open(pk_transport_for_node("tcp", node), &fc, side->pool, BLOCKS,
                                   BLOCK, &rc, err);
     ck_assert_msg(side->fabric != NULL, "%s: %s", node, err);
@@ -110,7 +110,7 @@ s_write(side_t *w, side_t *t, uint64_t round, size_t n)
 
 START_TEST(test_seam_rails)
 {
-    ts_seam_life(&(ts_seam_t) { pk_transport_for_node("tcp", TWO), { "tcp", TWO, 2.0, 0 }, NULL });
+    ts_seam_life(&(ts_seam_t) { pk_transport_for_node("tcp", TWO), { "tcp", TWO, 2.0, 0, false }, NULL });
 }
 END_TEST
 
@@ -212,7 +212,7 @@ s_refused(const char *node, const char *words)
     uint8_t pool[BLOCK];
     char err[PK_ERRLEN] = "";
     int rc = 0;
-    pk_fabric_config_t fc = { "tcp", node, 5.0, 0 };
+    pk_fabric_config_t fc = { "tcp", node, 5.0, 0, false };
     pk_fabric_t *f = pk_fabric_open(pk_transport_for_node("tcp", node), &fc, pool, 1, BLOCK,
                                     &rc, err);
     ck_assert_msg(f == NULL, "%s opened", node);
@@ -389,7 +389,7 @@ main(void)
     uint8_t probe[4096];
     int rc;
     char err[PK_ERRLEN] = "";
-    pk_fabric_config_t fc = { "tcp", "127.0.0.2", 2.0, 0 };
+    pk_fabric_config_t fc = { "tcp", "127.0.0.2", 2.0, 0, false };
     pk_fabric_t *f = pk_fabric_open(pk_transport_find("ofi"), &fc, probe, 1, sizeof probe, &rc,
                                     err);
     if (!f) {

@@ -121,6 +121,7 @@ s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
     for (size_t i = 0; i < self->n; i++) {
         pk_fabric_config_t fc = *config;
         fc.node = self->addr[i].text;
+        fc.delivered = true;
         char why[PK_ERRLEN];
         self->rail[i] = pk_fabric_open(self->inner, &fc, base, num_blocks, block_len, &rc, why);
         if (!self->rail[i]) {
