@@ -298,7 +298,7 @@ typedef struct pk_transport_ops {
     size_t (*channel_landed_rails)(pk_channel_t *channel, uint64_t round_seq, uint64_t *counts,
                                    size_t cap);
     /*  Consumer side: the server took our rail i out (an answer's
-        rails_failed): closes that rail's registration and endpoint, so a
+        rails_failed): closes that rail's registration (its key), so a
         late write on it never lands in a block the caller reuses; the
         other rails go on.  Called before the round is reported.  */
     void (*channel_revoke_rail)(pk_channel_t *channel, size_t rail);
