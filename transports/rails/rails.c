@@ -765,7 +765,8 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     if (n > UINT32_MAX)
         return -EINVAL;
     s_xfer_t *x = calloc(1, sizeof *x);
-    if (!x || !(x->local = malloc(n * sizeof *local)) || !(x->remote = malloc(n * sizeof *remote))) {
+    size_t bytes = (n ? n : 1) * sizeof *local;
+    if (!x || !(x->local = malloc(bytes)) || !(x->remote = malloc(bytes))) {
         if (x)
             free(x->local);
         free(x);
