@@ -56,7 +56,7 @@ s_fab_open(s_fab_side_t *side, uint64_t block, uint32_t blocks, bool expose)
     if (!side->pool)
         return -ENOMEM;
     memset(side->pool, expose ? 0 : 0x5a, blocks * block);
-    pk_fabric_config_t config = { "tcp", "127.0.0.1", 5.0 };
+    pk_fabric_config_t config = { "tcp", "127.0.0.1", 5.0, 0, false };
     side->fabric = pk_fabric_open(pk_transport_find("ofi"), &config, side->pool, blocks, block,
                                   &rc, err);
     if (side->fabric)

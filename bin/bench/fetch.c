@@ -89,7 +89,7 @@ static bool
 s_provider_opens(const char *provider, char *got, size_t len, char *err)
 {
     static uint8_t page[4096] __attribute__((aligned(4096)));
-    pk_fabric_config_t config = { provider, "127.0.0.1", 5.0 };
+    pk_fabric_config_t config = { provider, "127.0.0.1", 5.0, 0, false };
     int rc = 0;
     pk_fabric_t *fabric = pk_fabric_open(pk_transport_for(provider), &config, page, 1,
                                          sizeof page, &rc, err);

@@ -81,6 +81,12 @@ typedef struct {
         round, and returns the peer's rail count (at most cap; 0 where
         the peer took one rail and counts as before).  */
     size_t (*rails_landing)(void *self, uint64_t round_seq, uint64_t *counts, size_t cap);
+    /*  Optional (NULL: no rail fails alone): the peer's rails (bit j for
+        rail j of its blob) taken out while round_seq had writes on them
+        that were never confirmed (--rail-stall; protocol.md section 7):
+        the consumer revokes each before it reports the round.  Asked
+        before rails_landing, which forgets the round.  */
+    uint32_t (*rails_failed)(void *self, uint64_t round_seq);
 } pk_transport_t;
 
 //  --------------------------------------------------------------------------
@@ -122,6 +128,16 @@ typedef struct {
     const char *node;           //  address to bind, e.g. "127.0.0.1"; NULL: any
     double stall_timeout;       //  a write neither posted nor completed this
                                 //  long closes the channel (5 s)
+    double rail_stall;          //  several rails: one with writes out and no
+                                //  completion this long while another rail
+                                //  completes is taken out; 0: a quarter of
+                                //  stall_timeout
+    bool delivered;             //  a write completes at the writer only once
+                                //  it is in the peer's memory
+                                //  (FI_DELIVERY_COMPLETE), not once handed to
+                                //  the provider: rails set it for their rails,
+                                //  so a rail taken out confirmed only writes
+                                //  that landed (protocol.md section 7)
 } pk_fabric_config_t;
 
 /*  One channel's counters; transport-neutral (an implementation without
@@ -145,6 +161,9 @@ typedef struct {
     uint64_t blocks_written;
     uint64_t blocks_landed;     //  announced by immediates (target side)
     uint64_t failures;          //  failed writes, and the rail taken out
+    bool failed;                //  taken out (writer: --rail-stall or a failed
+                                //  write; consumer: revoked at an answer's
+                                //  rails_failed) and not rejoined
 } pk_rail_stats_t;
 
 /*  A fabric's counters: what the peers' blobs cost it.  */
@@ -278,6 +297,11 @@ typedef struct pk_transport_ops {
         cap).  */
     size_t (*channel_landed_rails)(pk_channel_t *channel, uint64_t round_seq, uint64_t *counts,
                                    size_t cap);
+    /*  Consumer side: the server took our rail i out (an answer's
+        rails_failed): closes that rail's registration (its key), so a
+        late write on it never lands in a block the caller reuses; the
+        other rails go on.  Called before the round is reported.  */
+    void (*channel_revoke_rail)(pk_channel_t *channel, size_t rail);
 } pk_transport_ops_t;
 
 enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
@@ -521,6 +545,15 @@ pk_channel_landed_rails(pk_channel_t *channel, uint64_t round_seq, uint64_t *cou
 {
     return channel->ops->channel_landed_rails
            ? channel->ops->channel_landed_rails(channel, round_seq, counts, cap) : 0;
+}
+
+/*  Nothing where the channel is one rail (no channel_revoke_rail): the
+    peer never takes a rail out of it.  */
+static inline void
+pk_channel_revoke_rail(pk_channel_t *channel, size_t rail)
+{
+    if (channel->ops->channel_revoke_rail)
+        channel->ops->channel_revoke_rail(channel, rail);
 }
 
 /*  Nothing where the transport carries no marks (no channel_marks).  */

@@ -72,6 +72,14 @@ s_landed_rails(void *arg, uint64_t round, uint64_t *counts, size_t cap)
     return s->channel ? pk_channel_landed_rails(s->channel, round, counts, cap) : 0;
 }
 
+static void
+s_revoke_rail(void *arg, size_t rail)
+{
+    s_server_t *s = arg;
+    if (s->channel)
+        pk_channel_revoke_rail(s->channel, rail);
+}
+
 //  The round's load ended: its tag's counter goes (a tag wraps after 2^20
 //  rounds; a stale count would report a later fetch landed early).
 static void
@@ -617,7 +625,7 @@ s_session_up(void *arg)
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
                                  (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget,
-                                                           s_landed_rails },
+                                                           s_landed_rails, s_revoke_rail },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
     s->stall_floor = pk_clock_monotonic();
     //  The handshake passed: only a new session's can be refused, and it

@@ -39,7 +39,7 @@ s_fabric(p2pkv_client_t *self, const char *name, int *rc_p, char *err)
         *rc_p = pk_err(err, -ENOSPC, "at most %d providers at once", S_MAX_FABRICS);
         return NULL;
     }
-    pk_fabric_config_t fc = { name, self->node, self->config.stall_timeout };
+    pk_fabric_config_t fc = { name, self->node, self->config.stall_timeout, 0, false };
     char why[PK_ERRLEN];
     pk_fabric_t *fabric = pk_fabric_open(pk_transport_for_node(name, self->node), &fc, self->pool,
                                          self->num_blocks, self->block_len, rc_p, why);

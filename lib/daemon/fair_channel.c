@@ -401,10 +401,18 @@ s_rails_landing(void *arg, uint64_t round_seq, uint64_t *counts, size_t cap)
     return self->inner.rails_landing(self->inner.self, round_seq, counts, cap);
 }
 
+static uint32_t
+s_rails_failed(void *arg, uint64_t round_seq)
+{
+    pk_fair_channel_t *self = arg;
+    return self->inner.rails_failed(self->inner.self, round_seq);
+}
+
 pk_transport_t
 pk_fair_channel_transport(pk_fair_channel_t *self)
 {
     return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel,
                               self->inner.lend ? s_lend : NULL,
-                              self->inner.rails_landing ? s_rails_landing : NULL };
+                              self->inner.rails_landing ? s_rails_landing : NULL,
+                              self->inner.rails_failed ? s_rails_failed : NULL };
 }

@@ -475,7 +475,8 @@ static int
 s_open_one_fabric(pk_node_t *self, const char *provider, char *err)
 {
     const pk_server_config_t *config = self->config;
-    pk_fabric_config_t fc = { provider, config->fabric_addr, config->stall_timeout };
+    pk_fabric_config_t fc = { provider, config->fabric_addr, config->stall_timeout,
+                              config->rail_stall, false };
     int rc;
     pk_fabric_t *fabric = pk_fabric_open(pk_transport_for_node(provider, config->fabric_addr), &fc,
                                          pk_store_base(self->store), config->pool_blocks,
@@ -739,12 +740,13 @@ s_engine_stats(void *arg, json_t *answer)
             json_t *list = json_array();
             for (size_t i = 0; i < nr; i++)
                 json_array_append_new(list, json_pack(
-                    "{s:s, s:s, s:i, s:I, s:I, s:I}", "local", peer->rails[i].local,
+                    "{s:s, s:s, s:i, s:I, s:I, s:I, s:b}", "local", peer->rails[i].local,
                     "peer", peer->rails[i].peer, "peer_rail", peer->rails[i].peer_rail,
                     "writes", (json_int_t) atomic_load(&peer->rails[i].writes),
                     "bytes", (json_int_t) (atomic_load(&peer->rails[i].blocks)
                                            * self->config->block_len),
-                    "failures", (json_int_t) atomic_load(&peer->rails[i].failures)));
+                    "failures", (json_int_t) atomic_load(&peer->rails[i].failures),
+                    "failed", (int) atomic_load(&peer->rails[i].failed)));
             json_object_set_new(rails, peer->consumer, list);
         }
     }

@@ -279,6 +279,7 @@ s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
         uint64_t w = atomic_exchange(&peer->rails[i].writes, rs[i].writes_posted);
         uint64_t b = atomic_exchange(&peer->rails[i].blocks, rs[i].blocks_written);
         uint64_t f = atomic_exchange(&peer->rails[i].failures, rs[i].failures);
+        atomic_store(&peer->rails[i].failed, rs[i].failed);
         if (rs[i].writes_posted > w)
             pk_metrics_add(env->metrics, PK_M_RAIL_WRITES, rs[i].local, rs[i].writes_posted - w);
         if (rs[i].blocks_written > b)

@@ -92,6 +92,8 @@ typedef struct {
     double silence_timeout;     //  10: retire a silent session (consumer: drop a silent server)
     double lease_timeout;       //  30: an engine reservation not committed is freed
     double stall_timeout;       //  5: a stalled write closes the peer's data channel
+    double rail_stall;          //  0: stall_timeout / 4; a rail stalled this long
+                                //  while another completes is taken out
     double shutdown_timeout;    //  5: bound on the drain at SIGINT/SIGTERM
     //  Limits of protocol.md section 6 (per session unless said otherwise).
     uint64_t max_requests;      //  16384 live requests

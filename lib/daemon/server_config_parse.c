@@ -97,6 +97,7 @@ static const s_setting_t s_settings[] = {
     { "silence-timeout",    S_SECONDS,     S_FIELD(silence_timeout), 0, 0 },
     { "lease-timeout",      S_SECONDS,     S_FIELD(lease_timeout), 0, 0 },
     { "stall-timeout",      S_SECONDS,     S_FIELD(stall_timeout), 0, 0 },
+    { "rail-stall",         S_SECONDS,     S_FIELD(rail_stall), 0, 0 },
     { "shutdown-timeout",   S_SECONDS,     S_FIELD(shutdown_timeout), 0, 0 },
     { "max-requests",       S_UINT,        S_FIELD(max_requests), 1, PK_CONFIG_MAX_LIMIT },
     { "max-parked-keys",    S_UINT,        S_FIELD(max_parked_keys), 1, PK_CONFIG_MAX_LIMIT },
@@ -236,6 +237,11 @@ static const char s_usage[] =
     "      --stall-timeout S        close a peer's data channel whose writes\n"
     "                               stopped completing; fail a pull whose blocks\n"
     "                               stopped landing; default 5\n"
+    "      --rail-stall S           several rails: take out a rail whose writes\n"
+    "                               stopped completing for S while another's\n"
+    "                               complete, and send them again over the\n"
+    "                               others; below --stall-timeout; default a\n"
+    "                               quarter of it\n"
     "      --shutdown-timeout S     bound on the whole drain at SIGINT or SIGTERM\n"
     "                               (leave the directory, misses, fetches asked\n"
     "                               for finish, then shutdown); default 5\n"
@@ -695,6 +701,10 @@ s_finish(s_parser_t *p)
         return s_fail(p, -EINVAL, "%s: needs %s too (CURVE takes both or neither)",
                       c->curve_secret ? "--curve-secret" : "--curve-allow",
                       c->curve_secret ? "--curve-allow" : "--curve-secret");
+    if (c->rail_stall > 0 && !(c->rail_stall < c->stall_timeout))
+        return s_fail(p, -EINVAL, "--rail-stall: %g s is not below --stall-timeout (%g s): "
+                      "the session's stall would end the round before the rail is taken out",
+                      c->rail_stall, c->stall_timeout);
     if (!c->spill_dir != !c->spill_size)
         return s_fail(p, -EINVAL, "%s: needs %s too (the disk tier takes both or neither)",
                       c->spill_dir ? "--spill-dir" : "--spill-size",

@@ -33,6 +33,7 @@ typedef struct s_load {
     uint64_t want_landed;           //  LANDING: blocks that may still arrive
     uint8_t nrails;                 //  the answer's rails (0: none; counted as one)
     uint64_t want_rails[PK_MAX_RAILS];  //  its blocks per rail of ours
+    uint32_t failed_rails;          //  the answer's rails_failed: revoked before the end
     pk_load_status_t status;        //  LANDING: what the load ends as
     bool aborted, done_seen, ack_seen;
     bool cancelled;                 //  by the caller: ends PK_LOAD_ABORTED, whatever ends it
@@ -628,10 +629,17 @@ s_check_landing(pk_client_role_t *self, s_load_t *l)
         for (size_t i = 0; i < l->nrails; i++)
             rails_ok &= (i < n ? got[i] : 0) >= l->want_rails[i];
     }
-    if (landed >= l->want_landed && rails_ok)
+    if (landed >= l->want_landed && rails_ok) {
+        //  a rail the server took out may still deliver late writes of
+        //  this round (the same bytes as their resends): its registration
+        //  goes before the caller may reuse the blocks
+        for (size_t i = 0; i < PK_MAX_RAILS; i++)
+            if ((l->failed_rails & (UINT32_C(1) << i)) && self->transport.revoke_rail)
+                self->transport.revoke_rail(self->transport.self, i);
         s_load_end(self, l, l->status, l->status == PK_LOAD_LANDED ? "landed"
                                        : l->status == PK_LOAD_ABORTED ? "aborted"
                                        : "the server could not serve the round");
+    }
     else if (self->cut)
         s_load_end(self, l, l->status == PK_LOAD_LANDED ? PK_LOAD_FAILED : l->status,
                    "cut off before every block landed");
@@ -906,6 +914,8 @@ s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
     }
     if (m->present & PK_BIT(PK_F_RAILS))
         l->nrails = (uint8_t) pk_wire_rails_parse(m->rails, l->want_rails, PK_MAX_RAILS);
+    if (m->present & PK_BIT(PK_F_RAILS_FAILED))
+        l->failed_rails = pk_wire_rails_failed_parse(m->rails_failed);
     s_check_landing(self, l);
     return 0;
 }

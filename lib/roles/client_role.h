@@ -34,6 +34,11 @@ typedef struct {
         round's answer with rails (capability rails) has landed when each
         rail counted what the answer says for it.  */
     size_t (*landed_rails)(void *self, uint64_t round_seq, uint64_t *counts, size_t cap);
+    /*  Optional (NULL: one rail): the server took our rail i out (the
+        answer's rails_failed): close its registration, so a
+        late write on it never lands.  Called before the round's load_done
+        (protocol.md section 7).  */
+    void (*revoke_rail)(void *self, size_t rail);
 } pk_client_transport_t;
 
 typedef enum {

@@ -341,19 +341,34 @@ s_flush_results(pk_server_role_t *self)
 
 //  A round's answer over rails says per consumer rail what to expect
 //  (capability rails): the transport's count of the round's completed
-//  writes on each, which it forgets as it tells them.
+//  writes on each, which it forgets as it tells them, and the rails it
+//  took out with writes of the round never confirmed (rails_failed: the
+//  consumer revokes them before it reports the round).
+typedef struct {
+    char counts[PK_MAX_RAILS_TEXT + 1];
+    char failed[2 * PK_MAX_RAILS + 1];
+} s_rails_text_t;
+
 static void
-s_rails(pk_server_role_t *self, uint64_t seq, pk_msg_t *m, char *text)
+s_rails(pk_server_role_t *self, uint64_t seq, pk_msg_t *m, s_rails_text_t *text)
 {
+    if (!self->config.rails || !self->transport.rails_landing)
+        return;
+    uint32_t failed = self->transport.rails_failed
+                      ? self->transport.rails_failed(self->transport.self, seq) : 0;
     uint64_t counts[PK_MAX_RAILS];
-    size_t n = self->config.rails && self->transport.rails_landing
-               ? self->transport.rails_landing(self->transport.self, seq, counts, PK_MAX_RAILS)
-               : 0;
+    size_t n = self->transport.rails_landing(self->transport.self, seq, counts, PK_MAX_RAILS);
     if (!n)
         return;
-    pk_wire_rails_format(counts, n, text);
-    m->rails = text;
+    pk_wire_rails_format(counts, n, text->counts);
+    m->rails = text->counts;
     m->present |= PK_BIT(PK_F_RAILS);
+    failed &= (UINT32_C(1) << n) - 1;
+    if (failed) {
+        pk_wire_rails_failed_format(failed, text->failed);
+        m->rails_failed = text->failed;
+        m->present |= PK_BIT(PK_F_RAILS_FAILED);
+    }
 }
 
 static void
@@ -364,8 +379,8 @@ s_send_done(pk_server_role_t *self, const char *kv, bool success, uint64_t seq,
                    .round_seq = seq, .landing = landing,
                    .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_SUCCESS)
                               | PK_BIT(PK_F_ROUND_SEQ) | PK_BIT(PK_F_LANDING) };
-    char rails[PK_MAX_RAILS_TEXT + 1];
-    s_rails(self, seq, &m, rails);
+    s_rails_text_t rails;
+    s_rails(self, seq, &m, &rails);
     self->sender.send(self->sender.self, &m);
 }
 
@@ -376,8 +391,8 @@ s_send_ack(pk_server_role_t *self, const char *kv, uint64_t seq, uint64_t landin
                    .landing = landing,
                    .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_ROUND_SEQ)
                               | PK_BIT(PK_F_LANDING) };
-    char rails[PK_MAX_RAILS_TEXT + 1];
-    s_rails(self, seq, &m, rails);
+    s_rails_text_t rails;
+    s_rails(self, seq, &m, &rails);
     self->sender.send(self->sender.self, &m);
 }
 
@@ -422,8 +437,8 @@ s_send_get_resp(pk_server_role_t *self, const char *kv, uint64_t seq, const s_ge
         m.reasons = get->reasons;
         m.present |= PK_BIT(PK_F_REASONS);
     }
-    char rails[PK_MAX_RAILS_TEXT + 1];
-    s_rails(self, seq, &m, rails);
+    s_rails_text_t rails;
+    s_rails(self, seq, &m, &rails);
     self->sender.send(self->sender.self, &m);
     free(none);
 }

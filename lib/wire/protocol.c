@@ -59,6 +59,7 @@ const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_REASONS]            = { "reasons", K_STRING, 0, PK_MAX_LIST },
     [PK_F_SOURCES]            = { "sources", K_STRING, 0, PK_SOURCE_HEX * PK_MAX_LIST },
     [PK_F_RAILS]              = { "rails", K_STRING, 1, PK_MAX_RAILS_TEXT },
+    [PK_F_RAILS_FAILED]       = { "rails_failed", K_STRING, 1, 2 * PK_MAX_RAILS },
 };
 
 #define B(f) PK_BIT(PK_F_##f)
@@ -96,18 +97,20 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
         B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
         TO_SERVER },
     [PK_MSG_TRANSFER_DONE] = { "transfer_done",
-        B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, B(RAILS),
+        B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
+        B(RAILS) | B(RAILS_FAILED),
         TO_CONSUMER },
     [PK_MSG_ABORT_FETCH]   = { "abort_fetch",
         B(KV_REQUEST_ID) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_ABORT_ACK]     = { "abort_ack",
-        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, B(RAILS), TO_CONSUMER },
+        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, B(RAILS) | B(RAILS_FAILED),
+        TO_CONSUMER },
     [PK_MSG_GET]           = { "get",
         B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
         TO_SERVER },
     [PK_MSG_GET_RESP]      = { "get_resp",
         B(KV_REQUEST_ID) | B(HITS) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
-        B(CHECKSUMS) | B(REASONS) | B(SOURCES) | B(RAILS), TO_CONSUMER },
+        B(CHECKSUMS) | B(REASONS) | B(SOURCES) | B(RAILS) | B(RAILS_FAILED), TO_CONSUMER },
 };
 
 const char *const pk_wire_codes[PK_DISC_COUNT] = {
@@ -126,6 +129,29 @@ pk_wire_rails_parse(const char *text, uint64_t *counts, size_t cap)
         at = *end == ' ' ? end + 1 : end;
     }
     return n;
+}
+
+uint32_t
+pk_wire_rails_failed_parse(const char *text)
+{
+    uint32_t mask = 0;
+    for (const char *at = text; at && *at; at++)
+        if (*at >= '0' && *at < '0' + PK_MAX_RAILS)
+            mask |= UINT32_C(1) << (*at - '0');
+    return mask;
+}
+
+void
+pk_wire_rails_failed_format(uint32_t mask, char *out)
+{
+    size_t used = 0;
+    for (int i = 0; i < PK_MAX_RAILS; i++)
+        if (mask & (UINT32_C(1) << i)) {
+            if (used)
+                out[used++] = ' ';
+            out[used++] = (char) ('0' + i);
+        }
+    out[used] = '\0';
 }
 
 void
@@ -307,6 +333,7 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->reasons);
     free(self->sources);
     free(self->rails);
+    free(self->rails_failed);
     pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
     free(self->block_indexes);
@@ -332,6 +359,7 @@ pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
         case PK_F_REASONS:            return &self->reasons;
         case PK_F_SOURCES:            return &self->sources;
         case PK_F_RAILS:              return &self->rails;
+        case PK_F_RAILS_FAILED:       return &self->rails_failed;
         default:                      return NULL;
     }
 }
@@ -529,6 +557,23 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
         }
         if (k == 0 || k > PK_MAX_RAILS)
             return pk_err(err, -EPROTO, "%s.rails: expected 1..%d counts", tn, PK_MAX_RAILS);
+    }
+
+    //  rails_failed: 1..PK_MAX_RAILS rail indexes, ascending, one space
+    //  apart
+    if (m->present & B(RAILS_FAILED)) {
+        const char *at = m->rails_failed;
+        int last = -1;
+        for (; *at; at += at[1] == ' ' ? 2 : 1)
+            if (*at < '0' || *at >= '0' + PK_MAX_RAILS || *at - '0' <= last
+                || (at[1] && (at[1] != ' ' || !at[2])))
+                break;
+            else
+                last = *at - '0';
+        if (*at || last < 0)
+            return pk_err(err, -EPROTO, "%s.rails_failed: expected rail indexes 0..%d, "
+                          "ascending, one space apart, got \"%.40s\"", tn, PK_MAX_RAILS - 1,
+                          m->rails_failed);
     }
 
     switch (m->type) {
@@ -1072,6 +1117,8 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
         size += strlen(m->sources);
     if (emit & B(RAILS))
         size += strlen(m->rails);
+    if (emit & B(RAILS_FAILED))
+        size += strlen(m->rails_failed);
     if (emit & B(CAPS))
         size += 6 * strlen(m->caps);
     return size;

@@ -107,6 +107,7 @@ typedef enum {
     PK_F_REASONS,
     PK_F_SOURCES,
     PK_F_RAILS,
+    PK_F_RAILS_FAILED,
     PK_F_COUNT
 } pk_field_t;
 
@@ -132,6 +133,9 @@ typedef struct {
     char *rails;                    /* capability rails: a round's answer's
                                        blocks per consumer rail, decimal,
                                        one space apart */
+    char *rails_failed;             /* capability rails: consumer rails the
+                                       server took out with writes of the
+                                       round, their indexes one space apart */
     char **providers;               /* nproviders strings, best first */
     size_t nproviders;
 
@@ -200,6 +204,10 @@ bool pk_caps_has(const char *caps, const char *word);
 /*  A rails field parsed: its counts into counts (cap), their number
     returned; 0 when text is NULL or not one (the codec refused those).  */
 size_t pk_wire_rails_parse(const char *text, uint64_t *counts, size_t cap);
+/*  A rails_failed field: bit i for each consumer rail i it names.  */
+uint32_t pk_wire_rails_failed_parse(const char *text);
+/*  mask's rails as a rails_failed field, into out (2 * PK_MAX_RAILS).  */
+void pk_wire_rails_failed_format(uint32_t mask, char *out);
 /*  counts[0..n) as a rails field, into out (PK_MAX_RAILS_TEXT + 1).  */
 void pk_wire_rails_format(const uint64_t *counts, size_t n, char *out);
 

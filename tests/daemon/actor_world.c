@@ -49,7 +49,7 @@ ta_world_new(ta_world_t *w, const char *router_bind)
     w->unsent = pk_unsent_new(NULL);
     w->poller = pk_poller_new();
     ck_assert(w->metrics && w->unsent && w->poller);
-    pk_fabric_config_t fc = { NULL, NULL, 30 };
+    pk_fabric_config_t fc = { NULL, NULL, 30, 0, false };
     w->fabric = pk_fabric_open(pk_memtransport_ops(), &fc, pk_store_base(w->store), TA_BLOCKS,
                                TA_BLOCK, &rc, err);
     ck_assert_msg(w->fabric != NULL, "fabric: %s", err);
@@ -121,7 +121,7 @@ ta_consumer_new(ta_consumer_t *c, const char *peer_id)
     snprintf(c->peer_id, sizeof c->peer_id, "%s", peer_id);
     c->pool = calloc(TA_BLOCKS, TA_BLOCK);
     ck_assert_ptr_nonnull(c->pool);
-    pk_fabric_config_t fc = { NULL, NULL, 30 };
+    pk_fabric_config_t fc = { NULL, NULL, 30, 0, false };
     char err[PK_ERRLEN] = "";
     int rc;
     c->fabric = pk_fabric_open(pk_memtransport_ops(), &fc, c->pool, TA_BLOCKS, TA_BLOCK, &rc,

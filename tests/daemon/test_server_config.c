@@ -755,6 +755,27 @@ START_TEST(test_every_setting_in_a_file)
 }
 END_TEST
 
+//  Issue 38: a rail stall at or above the session's stall would never
+//  take a rail out before the session's own stall ends the round.
+START_TEST(test_rail_stall_below_stall_timeout)
+{
+    pk_server_config_t c;
+    ck_assert_int_lt(s_parse(&c, "--rail-stall", "5"), 0);
+    ck_assert_str_eq(s_err, "--rail-stall: 5 s is not below --stall-timeout (5 s): the "
+                     "session's stall would end the round before the rail is taken out");
+    pk_server_config_fini(&c);
+    ck_assert_int_lt(s_parse(&c, "--rail-stall", "x"), 0);
+    ck_assert_msg(strstr(s_err, "--rail-stall"), "%s", s_err);
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--rail-stall", "2", "--stall-timeout", "8"), 0);
+    ck_assert(c.rail_stall == 2 && c.stall_timeout == 8);
+    pk_server_config_fini(&c);
+    ck_assert_int_eq(s_parse(&c, "--fabric-addr", "127.0.0.1"), 0);
+    ck_assert(c.rail_stall == 0);               //  a quarter of the stall, at the fabric
+    pk_server_config_fini(&c);
+}
+END_TEST
+
 //  Issue 13: --curve-secret and --curve-allow go together; an empty
 //  value (a command line undoing a file) turns them off.
 START_TEST(test_curve_takes_both_or_neither)
@@ -1197,6 +1218,7 @@ main(void)
     tcase_add_test(tc, test_parse_twice);
     tcase_add_test(tc, test_usage_and_man_page_name_every_option);
     tcase_add_test(tc, test_curve_takes_both_or_neither);
+    tcase_add_test(tc, test_rail_stall_below_stall_timeout);
     tcase_add_test(tc, test_directory_options);
     tcase_add_test(tc, test_directory_seeds);
     suite_add_tcase(s, tc);

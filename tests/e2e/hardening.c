@@ -87,7 +87,7 @@ hh_blob(const uint8_t **blob_p, size_t *len_p)
     if (!s_blob.blob) {
         char err[PK_ERRLEN] = "";
         int rc = 0;
-        pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
+        pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0, 0, false };
         s_blob.pool = aligned_alloc(4096, 64 * 4096);
         ck_assert_ptr_nonnull(s_blob.pool);
         s_blob.fabric = pk_fabric_open(pk_transport_find("ofi"), &fc, s_blob.pool, 64, 4096, &rc,

@@ -19,8 +19,11 @@
 #   a. a fetch over both: every byte checked, each rail's counter at least
 #      a quarter of the blocks' bytes;
 #   b. rail 2 set down (server side) once its counter passed a quarter of
-#      the bytes: every block arrives intact, or the fetch fails cleanly;
-#      never a block reported fetched with wrong bytes;
+#      the bytes: the server takes it out after --rail-stall (a quarter of
+#      its 10 s stall timeout) and sends its unconfirmed writes over rail 1,
+#      so the fetch gets every block, intact (0 lost, 0 corrupt), and the
+#      server's metrics count the failure on rail 2 alone
+#      (p2pkv_rail_failures_total);
 #   c. the consumer with rail 1 only: the fetch works over the one pair,
 #      rail 2 carries nothing, and the server's stats during it show the
 #      session's one pair and rail 2 unpaired (session_rails, read with
@@ -151,9 +154,22 @@ got=$(count "$rn_work/got-two-down" fetched)
 say "the fetch ended with status $st, $got of $mid_blocks fetched: $(tail -1 "$rn_work/got-two-down.err")"
 [ "$(count "$rn_work/got-two-down" corrupt)" -eq 0 ] || fail "blocks reported corrupt"
 rn_verify "$rn_work/two-down"; [ "$rn_there" -eq "$got" ] || fail "the blocks written are not the ones reported fetched"
-[ "$st" -eq 0 ] || [ "$got" -lt "$mid_blocks" ] || fail "the fetch failed with every block fetched"
-[ "$st" -ne 0 ] || [ "$got" -eq "$mid_blocks" ] || fail "the fetch succeeded with blocks missing"
-[ "$st" -lt 124 ] || fail "the fetch did not end on its own (status $st)"
+# the round moved to rail 1: the whole fetch, on its own, every byte
+[ "$st" -eq 0 ] || { cat "$rn_work/got-two-down.err" "$rn_work/two.log"; fail "the fetch failed (status $st) with rail 2 down: its writes were not moved to rail 1"; }
+[ "$got" -eq "$mid_blocks" ] || fail "fetched $got of $mid_blocks with rail 2 down"
+timeout 60 ip netns exec "$rn_ns_s" "$rn_bin/p2pkv" stats --local "$rn_local" --json \
+    > "$rn_work/stats-down" || fail "p2pkv stats after b failed"
+if command -v python3 > /dev/null 2>&1; then
+    marks=$(python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1])).get("metrics") or {}
+f = (m.get("p2pkv_rail_failures_total") or {}).get("rails") or {}
+if f.get(sys.argv[2], 0) < 1 or any(v for a, v in f.items() if a != sys.argv[2]):
+    sys.exit("want one failure on %s alone in p2pkv_rail_failures_total, got %r" % (sys.argv[2], f))
+print("p2pkv_rail_failures_total %s: %d" % (sys.argv[2], f[sys.argv[2]]))
+' "$rn_work/stats-down" "$(rn_addr s 2)" 2>&1) || { cat "$rn_work/stats-down"; fail "$marks"; }
+    say "server stats: $marks"
+fi
 alive two "$pid_two"
 ip -n "$rn_ns_s" link set "$s2" up || fail "cannot set $s2 up"
 

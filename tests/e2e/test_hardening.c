@@ -1311,7 +1311,7 @@ s_attack_strangers(ctx_t *c)
     uint8_t *pool = aligned_alloc(4096, blocks * BLOCK);
     ck_assert_ptr_nonnull(pool);
     memset(pool, 0xee, blocks * BLOCK);
-    pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0 };
+    pk_fabric_config_t fc = { "tcp", "127.0.0.1", 5.0, 0, false };
     pk_fabric_t *fabric = pk_fabric_open(o, &fc, pool, blocks, BLOCK, &rc, err);
     ck_assert_msg(fabric != NULL, "fabric: %s", err);
     pk_channel_t *chs[2];

@@ -42,6 +42,9 @@ typedef struct {
     //  a channel of rails: counts per rail of the one round asked (0: none)
     size_t nrails;
     uint64_t rail_landed[2];
+    //  revoke_rail calls: the rail, and how many loads had ended before it
+    struct { size_t rail; int ndone_before; } revoked[4];
+    int nrevoked;
 } s_h_t;
 
 static s_h_t *H;
@@ -136,6 +139,16 @@ s_load_done(void *a, uint64_t id, pk_load_status_t status, const char *reason)
 }
 
 static void
+s_revoke_rail(void *a, size_t rail)
+{
+    (void) a;
+    ck_assert_int_lt(H->nrevoked, 4);
+    H->revoked[H->nrevoked].rail = rail;
+    H->revoked[H->nrevoked].ndone_before = H->ndone;
+    H->nrevoked++;
+}
+
+static void
 s_setup(void)
 {
     H = calloc(1, sizeof *H);
@@ -145,7 +158,7 @@ s_setup(void)
     pk_client_role_config_t cfg = { 30, 10, NULL };
     H->role = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now }, (pk_sender_t) { NULL, s_send },
                                  (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget,
-                                                           s_landed_rails },
+                                                           s_landed_rails, s_revoke_rail },
                                  (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(H->role);
 }
@@ -378,6 +391,34 @@ START_TEST(test_landed_only_when_every_rail_counted)
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_uint_eq(H->done[0].id, id);
     ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);
+}
+END_TEST
+
+//  A rail the server took out (rails_failed): its count is what the
+//  server saw confirmed there, and the consumer revokes that rail before
+//  it reports the round, never after.
+START_TEST(test_failed_rail_revoked_before_landed)
+{
+    H->nrails = 2;
+    uint64_t id = s_fetch("r1", 0, 4, 0, 0);
+    uint64_t round = H->sent[0].round;
+    pk_msg_t *m = s_done("r1", round, true, 4);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAILS, "4 1"), 0);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAILS_FAILED, "1"), 0);
+    s_deliver(m);
+    H->rail_landed[0] = 4;
+    s_land(round, 4);                            //  rail 1's confirmed block not yet
+    ck_assert_int_eq(H->ndone, 0);
+    ck_assert_int_eq(H->nrevoked, 0);
+    H->rail_landed[1] = 1;
+    s_land(round, 5);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, id);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);
+    ck_assert_int_eq(H->nrevoked, 1);
+    ck_assert_uint_eq(H->revoked[0].rail, 1);
+    ck_assert_int_eq(H->revoked[0].ndone_before, 0);
+    ck_assert(!H->cut);
 }
 END_TEST
 
@@ -1100,12 +1141,12 @@ START_TEST(test_load_ids_from_the_owners_counter)
     pk_client_role_config_t cfg = { 30, 10, &counter };
     pk_client_role_t *a = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_client_role_t *b = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_key_t k = K(0);
@@ -1170,7 +1211,7 @@ START_TEST(test_round_over_without_forget)
     pk_client_role_config_t cfg = { 30, 10, NULL };
     pk_client_role_t *r = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(r);
     pk_key_t k = K(0);
@@ -1342,6 +1383,7 @@ main(void)
     tcase_add_test(tc, test_lookup_resp_matching_and_stale);
     tcase_add_test(tc, test_landed_only_when_every_block_counted);
     tcase_add_test(tc, test_landed_only_when_every_rail_counted);
+    tcase_add_test(tc, test_failed_rail_revoked_before_landed);
     tcase_add_test(tc, test_failed_waits_for_landing_blocks);
     tcase_add_test(tc, test_timeout_abort_and_either_order);
     tcase_add_test(tc, test_abort_ack_timeout_cuts_off);

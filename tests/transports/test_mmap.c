@@ -71,7 +71,7 @@ s_open(s_side_t *side, bool target, double stall)
             for (size_t k = 0; k < BLOCK; k++)
                 side->pool[b * BLOCK + k] = (uint8_t) (b * 7 + k);
     }
-    pk_fabric_config_t config = { "mmap", NULL, stall };
+    pk_fabric_config_t config = { "mmap", NULL, stall, 0, false };
     side->fabric = pk_fabric_open(O, &config, side->pool, BLOCKS, BLOCK, &rc, err);
     ck_assert_msg(side->fabric != NULL, "fabric_open: %d %s", rc, err);
     side->ch = pk_channel_new(side->fabric, target, &rc, err);
@@ -433,7 +433,7 @@ START_TEST(test_writer_needs_a_file_pool)
     uint8_t *pool = aligned_alloc(4096, 16 * BLOCK);
     char err[PK_ERRLEN] = "";
     int rc;
-    pk_fabric_config_t config = { "mmap", NULL, 1.0 };
+    pk_fabric_config_t config = { "mmap", NULL, 1.0, 0, false };
     pk_fabric_t *f = pk_fabric_open(O, &config, pool, 16, BLOCK, &rc, err);
     ck_assert_ptr_nonnull(f);
     ck_assert_ptr_null(pk_channel_new(f, false, &rc, err));
@@ -456,7 +456,7 @@ END_TEST
 //  The seam's life every transport passes (seam.c), over mmap.
 START_TEST(test_seam_mmap)
 {
-    ts_seam_life(&(ts_seam_t) { O, { "mmap", NULL, 2.0 }, NULL });
+    ts_seam_life(&(ts_seam_t) { O, { "mmap", NULL, 2.0, 0, false }, NULL });
 }
 END_TEST
 

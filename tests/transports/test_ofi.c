@@ -49,7 +49,7 @@ s_open(s_side_t *side, bool expose, uint8_t fill)
     side->pool = aligned_alloc(4096, (size_t) BLOCK * BLOCKS);
     ck_assert_ptr_nonnull(side->pool);
     memset(side->pool, fill, (size_t) BLOCK * BLOCKS);
-    pk_ofi_config_t config = { "tcp", "127.0.0.1", 2.0 };
+    pk_ofi_config_t config = { "tcp", "127.0.0.1", 2.0, false };
     side->ofi = pk_ofi_new(&config, side->pool, BLOCKS, BLOCK, &rc, err);
     ck_assert_msg(side->ofi != NULL, "pk_ofi_new: %d %s", rc, err);
     side->ch = pk_ofi_channel_new(side->ofi, expose, &rc, err);
@@ -299,7 +299,7 @@ START_TEST(test_describe)
     //  a provider asked for by name is never replaced by another
     char err[PK_ERRLEN] = "";
     int rc;
-    pk_ofi_config_t config = { "no-such-provider", "127.0.0.1", 2.0 };
+    pk_ofi_config_t config = { "no-such-provider", "127.0.0.1", 2.0, false };
     ck_assert_ptr_null(pk_ofi_new(&config, S.pool, BLOCKS, BLOCK, &rc, err));
     ck_assert_int_lt(rc, 0);
     ck_assert_msg(strstr(err, "provider \"no-such-provider\" is not available") != NULL, "%s", err);
@@ -798,13 +798,13 @@ s_script_mem(pk_channel_t *writer, pk_channel_t *target, uint64_t tid, uint64_t 
 
 START_TEST(test_seam_ofi)
 {
-    ts_seam_life(&(ts_seam_t) { pk_transport_find("ofi"), { "tcp", "127.0.0.1", 2.0 }, NULL });
+    ts_seam_life(&(ts_seam_t) { pk_transport_find("ofi"), { "tcp", "127.0.0.1", 2.0, 0, false }, NULL });
 }
 END_TEST
 
 START_TEST(test_seam_mem)
 {
-    ts_seam_life(&(ts_seam_t) { pk_memtransport_ops(), { NULL, NULL, 2.0 }, s_script_mem });
+    ts_seam_life(&(ts_seam_t) { pk_memtransport_ops(), { NULL, NULL, 2.0, 0, false }, s_script_mem });
 }
 END_TEST
 
@@ -1073,7 +1073,7 @@ main(void)
     uint8_t probe[4096];
     int rc;
     char err[PK_ERRLEN] = "";
-    pk_ofi_config_t config = { "tcp", "127.0.0.1", 2.0 };
+    pk_ofi_config_t config = { "tcp", "127.0.0.1", 2.0, false };
     pk_ofi_t *ofi = pk_ofi_new(&config, probe, 1, sizeof probe, &rc, err);
     if (!ofi) {
         printf("SKIP: no libfabric tcp provider on 127.0.0.1: %s\n", err);

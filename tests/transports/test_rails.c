@@ -8,6 +8,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/transport.h"
+#include "rails/rails.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -50,7 +51,7 @@ s_side(side_t *side, const char *node, bool target, uint8_t fill)
     ck_assert_ptr_nonnull(side->pool);
     for (size_t i = 0; i < BLOCKS * BLOCK; i++)
         side->pool[i] = fill ? fill : (uint8_t) (i / BLOCK * 13 + i % 251);
-    pk_fabric_config_t fc = { "tcp", node, 5.0 };
+    pk_fabric_config_t fc = { "tcp", node, 5.0, 0, false };
     side->fabric = pk_fabric_open(pk_transport_for_node("tcp", node), &fc, side->pool, BLOCKS,
                                   BLOCK, &rc, err);
     ck_assert_msg(side->fabric != NULL, "%s: %s", node, err);
@@ -109,7 +110,7 @@ s_write(side_t *w, side_t *t, uint64_t round, size_t n)
 
 START_TEST(test_seam_rails)
 {
-    ts_seam_life(&(ts_seam_t) { pk_transport_for_node("tcp", TWO), { "tcp", TWO, 2.0 }, NULL });
+    ts_seam_life(&(ts_seam_t) { pk_transport_for_node("tcp", TWO), { "tcp", TWO, 2.0, 0, false }, NULL });
 }
 END_TEST
 
@@ -211,13 +212,134 @@ s_refused(const char *node, const char *words)
     uint8_t pool[BLOCK];
     char err[PK_ERRLEN] = "";
     int rc = 0;
-    pk_fabric_config_t fc = { "tcp", node, 5.0 };
+    pk_fabric_config_t fc = { "tcp", node, 5.0, 0, false };
     pk_fabric_t *f = pk_fabric_open(pk_transport_for_node("tcp", node), &fc, pool, 1, BLOCK,
                                     &rc, err);
     ck_assert_msg(f == NULL, "%s opened", node);
     ck_assert_int_eq(rc, -EINVAL);
     ck_assert_msg(strstr(err, words) != NULL, "%s: \"%s\" lacks \"%s\"", node, err, words);
 }
+
+//  Rail i's own blob inside a rails blob (rails.h's format).
+static void
+s_rail_blob(const uint8_t *blob, size_t len, size_t rail, const uint8_t **out, size_t *out_len)
+{
+    ck_assert_uint_ge(len, 6);
+    ck_assert_int_eq(memcmp(blob, "PKRL", 4), 0);
+    const uint8_t *at = blob + 6;
+    for (size_t i = 0; i <= rail; i++) {
+        ck_assert_uint_lt(i, blob[5]);
+        at += 1 + at[0];
+        uint16_t l;
+        memcpy(&l, at, 2);
+        at += 2;
+        *out = at;
+        *out_len = l;
+        at += l;
+    }
+    ck_assert(at <= blob + len);
+}
+
+//  One write of n blocks from..from+n-1 (same index both sides) by a
+//  plain channel straight into the target's rail; waits until it is
+//  reported and returns whether it completed.
+static bool
+s_write_plain(side_t *late, side_t *t, uint64_t round, uint32_t from, size_t n)
+{
+    pk_transport_t tr = pk_channel_transport(late->ch);
+    uint32_t idx[8];
+    for (size_t i = 0; i < n; i++)
+        idx[i] = from + (uint32_t) i;
+    int64_t tid = tr.write_blocks(tr.self, round, idx, idx, n);
+    if (tid <= 0)
+        return false;
+    seen_t seen = { 0 };
+    double deadline = pk_clock_monotonic() + 60;
+    while (pk_clock_monotonic() < deadline && !seen.count) {
+        pk_channel_progress(late->ch);
+        pk_channel_progress(t->ch);
+        tr.poll(tr.self, s_each, &seen);
+    }
+    ck_assert_int_eq(seen.count, 1);
+    return seen.ok;
+}
+
+//  Issue 38 point 3: rail 2 stops completing mid-round (the test hook
+//  reads none of its completions, as if its link were down); after
+//  --rail-stall (a quarter of the 5 s stall here) the writer takes it out
+//  and sends its unconfirmed blocks over rail 1: the round lands whole,
+//  byte for byte; the answer names rail 2 failed with what was confirmed
+//  there (nothing); the consumer revokes rail 2, after which a late write
+//  on it lands nothing; the channel goes on over rail 1.
+START_TEST(test_rail_stall_moves_writes)
+{
+    side_t w, t, late;
+    s_side(&w, TWO, false, 0);
+    s_side(&t, TWO, true, 0xee);
+    s_connect(&w, &t);
+    //  the late writer: a plain channel on rail 2's address into the
+    //  target's rail-2 registration (the key a late write would carry)
+    s_side(&late, "127.0.0.2", false, 0);
+    for (size_t i = 0; i < BLOCKS * BLOCK; i++)
+        late.pool[i] = (uint8_t) (0x5a ^ i);
+    uint8_t *blob;
+    size_t len, rlen;
+    const uint8_t *rail;
+    char err[PK_ERRLEN] = "";
+    ck_assert_int_eq(pk_channel_blob(t.ch, &blob, &len), 0);
+    s_rail_blob(blob, len, 1, &rail, &rlen);
+    ck_assert_msg(pk_channel_connect(late.ch, rail, rlen, err) == 0, "%s", err);
+    free(blob);
+
+    pk_rails_test_hold(w.ch, 1, true);
+    double t0 = pk_clock_monotonic();
+    s_write(&w, &t, 20, 64);                    //  every byte compared there
+    double took = pk_clock_monotonic() - t0;
+    pk_transport_t tr = pk_channel_transport(w.ch);
+    ck_assert_uint_eq(tr.rails_failed(tr.self, 20), 2u);
+    uint64_t want[PK_RAILS_MAX], landed[PK_RAILS_MAX];
+    ck_assert_uint_eq(tr.rails_landing(tr.self, 20, want, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(want[0], 64);             //  its 32 and rail 2's, resent
+    ck_assert_uint_eq(want[1], 0);              //  nothing confirmed on rail 2
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 20, landed, PK_RAILS_MAX), 2);
+    ck_assert_uint_ge(landed[0], 64);
+    pk_rail_stats_t rs[PK_RAILS_MAX];
+    ck_assert_uint_eq(pk_channel_rails(w.ch, rs, PK_RAILS_MAX), 2);
+    ck_assert(!rs[0].failed);
+    ck_assert(rs[1].failed);
+    ck_assert_uint_ge(rs[1].failures, 1);
+    ck_assert_msg(took >= 1.0, "moved after %.2f s, before the rail stall (1.25 s)", took);
+    ck_assert(!pk_channel_closed(w.ch));
+
+    //  before the revoke, a write on rail 2 lands (the late writer works)
+    ck_assert(s_write_plain(&late, &t, 21, 100, 2));
+    ck_assert_int_eq(memcmp(late.pool + 100 * BLOCK, t.pool + 100 * BLOCK, 2 * BLOCK), 0);
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 21, landed, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(landed[1], 2);
+
+    //  the consumer revokes rail 2 before it reports the round; the
+    //  blocks are reused, and a late write on rail 2 lands nothing
+    pk_channel_revoke_rail(t.ch, 1);
+    memset(t.pool, 0x33, 64 * BLOCK);
+    s_write_plain(&late, &t, 22, 0, 4);
+    for (size_t i = 0; i < 4 * BLOCK; i++)
+        ck_assert_msg(t.pool[i] == 0x33, "byte %zu written after the revoke", i);
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 22, landed, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(landed[1], 0);
+    ck_assert_uint_eq(pk_channel_rails(t.ch, rs, PK_RAILS_MAX), 2);
+    ck_assert(rs[1].failed && !rs[0].failed);
+
+    //  the channel goes on over rail 1 alone
+    s_write(&w, &t, 23, 16);
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 23, landed, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(landed[0], 16);
+    ck_assert_uint_eq(landed[1], 0);
+    ck_assert_uint_eq(tr.rails_failed(tr.self, 23), 0);
+    s_side_close(&late);
+    s_side_close(&w);
+    s_side_close(&t);
+}
+END_TEST
 
 START_TEST(test_bad_addresses_refused)
 {
@@ -267,7 +389,7 @@ main(void)
     uint8_t probe[4096];
     int rc;
     char err[PK_ERRLEN] = "";
-    pk_fabric_config_t fc = { "tcp", "127.0.0.2", 2.0 };
+    pk_fabric_config_t fc = { "tcp", "127.0.0.2", 2.0, 0, false };
     pk_fabric_t *f = pk_fabric_open(pk_transport_find("ofi"), &fc, probe, 1, sizeof probe, &rc,
                                     err);
     if (!f) {
@@ -282,6 +404,7 @@ main(void)
     tcase_add_test(tc, test_seam_rails);
     tcase_add_test(tc, test_striped_over_two_rails);
     tcase_add_test(tc, test_one_rail_against_two);
+    tcase_add_test(tc, test_rail_stall_moves_writes);
     tcase_add_test(tc, test_bad_addresses_refused);
     tcase_add_test(tc, test_hostile_blobs_refused);
     suite_add_tcase(s, tc);

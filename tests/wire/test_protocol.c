@@ -91,6 +91,11 @@ static const char *s_valid[] = {
         "\"landing\":8" EP ",\"rails\":\"5 3\"}",
     "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":2,\"landing\":0" EP
         ",\"rails\":\"0 0 0 0 0 0 0 0\"}",
+    //  a rail taken out (--rail-stall): the consumer revokes it first
+    "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":true,\"round_seq\":2,"
+        "\"landing\":8" EP ",\"rails\":\"8 0\",\"rails_failed\":\"1\"}",
+    "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":2,\"landing\":0" EP
+        ",\"rails\":\"0 0 0\",\"rails_failed\":\"0 2\"}",
     //  a description listing rails
     "{\"type\":\"description\",\"wire_major\":1,\"wire_minor\":1,\"peer_id\":\"a\","
         "\"block_len\":4096,\"config_fingerprint\":\"\",\"hash_seed\":\"0\","
@@ -321,6 +326,18 @@ static const s_reject_t s_rejects[] = {
     { "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":0,"
       "\"landing\":0" EP ",\"rails\":\"x\"}", -EPROTO,
       "abort_ack.rails: expected 1..8 decimal counts one space apart, got \"x\"" },
+    { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":true,\"round_seq\":0,"
+      "\"landing\":0" EP ",\"rails\":\"1 2\",\"rails_failed\":\"1 0\"}", -EPROTO,
+      "transfer_done.rails_failed: expected rail indexes 0..7, ascending, one space apart, "
+      "got \"1 0\"" },
+    { "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":0,"
+      "\"landing\":0" EP ",\"rails\":\"1 2\",\"rails_failed\":\"8\"}", -EPROTO,
+      "abort_ack.rails_failed: expected rail indexes 0..7, ascending, one space apart, "
+      "got \"8\"" },
+    { "{\"type\":\"abort_ack\",\"kv_request_id\":\"r\",\"round_seq\":0,"
+      "\"landing\":0" EP ",\"rails\":\"1 2\",\"rails_failed\":\"1 \"}", -EPROTO,
+      "abort_ack.rails_failed: expected rail indexes 0..7, ascending, one space apart, "
+      "got \"1 \"" },
     { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":1,\"round_seq\":0,"
       "\"landing\":0" EP "}", -EPROTO, "transfer_done.success: expected boolean, got 1" },
     { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":0,\"round_seq\":0,"

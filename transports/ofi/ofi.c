@@ -200,7 +200,7 @@ pk_ofi_new(const pk_ofi_config_t *config, void *base, uint64_t num_blocks, uint6
         goto fail;
     }
     self->head.ops = &pk_ofi_transport_ops;
-    pk_ofi_config_t dflt = { NULL, NULL, 5.0 };
+    pk_ofi_config_t dflt = { NULL, NULL, 5.0, false };
     self->config = config ? *config : dflt;
     self->base = base;
     self->num_blocks = num_blocks;
@@ -584,16 +584,20 @@ s_post(pk_ofi_channel_t *self)
         s_op_t *op = self->queue_head;
         uint64_t remote = self->peer_base + op->remote_off;
         ssize_t rc;
-        if (ofi->cq_data)
+        if (ofi->cq_data && !ofi->config.delivered)
             rc = fi_writedata(self->ep, ofi->base + op->local_off, op->len, self->desc, op->imm,
                               self->peer, remote, self->peer_key, &op->ctx);
         else {
             //  Without an immediate the target cannot count: make the
-            //  writer's completion mean delivered instead.
+            //  writer's completion mean delivered instead.  A rail of
+            //  several asks the same (config.delivered), with the
+            //  immediate: a rail taken out confirmed only what landed.
             struct iovec iov = { ofi->base + op->local_off, op->len };
             struct fi_rma_iov rma = { remote, op->len, self->peer_key };
-            struct fi_msg_rma msg = { &iov, &self->desc, 1, self->peer, &rma, 1, &op->ctx, 0 };
-            rc = fi_writemsg(self->ep, &msg, FI_DELIVERY_COMPLETE);
+            struct fi_msg_rma msg = { &iov, &self->desc, 1, self->peer, &rma, 1, &op->ctx,
+                                      ofi->cq_data ? op->imm : 0 };
+            rc = fi_writemsg(self->ep, &msg, FI_DELIVERY_COMPLETE
+                                             | (ofi->cq_data ? FI_REMOTE_CQ_DATA : 0));
         }
         if (rc == 0) {
             s_unlink(self, op);
@@ -923,7 +927,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
 pk_transport_t
 pk_ofi_channel_transport(pk_ofi_channel_t *self)
 {
-    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL, NULL };
+    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL, NULL, NULL };
 }
 
 static s_landed_t *

@@ -50,6 +50,8 @@ typedef struct {
     const char *node;           //  address to bind, e.g. "127.0.0.1"; NULL: any
     double stall_timeout;       //  a write neither posted (-FI_EAGAIN) nor completed
                                 //  this long closes the channel (5 s)
+    bool delivered;             //  writes with FI_DELIVERY_COMPLETE (rails:
+                                //  pk_fabric_config_t.delivered)
 } pk_ofi_config_t;
 
 typedef struct {

@@ -38,9 +38,10 @@ static pk_fabric_t *
 s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
               uint64_t block_len, int *rc_p, char *err)
 {
-    pk_ofi_config_t oc = { NULL, NULL, 5.0 };
+    pk_ofi_config_t oc = { NULL, NULL, 5.0, false };
     if (config)
-        oc = (pk_ofi_config_t) { config->provider, config->node, config->stall_timeout };
+        oc = (pk_ofi_config_t) { config->provider, config->node, config->stall_timeout,
+                                 config->delivered };
     //  shm moves bytes between processes of one host: an address to bind
     //  means nothing to it (and fi_getinfo refuses one), so it gets none
     for (size_t i = 0; oc.provider && i < sizeof s_providers / sizeof s_providers[0]; i++)

@@ -1,5 +1,6 @@
 /*  rails.c: a fabric of several rails and its channels, over the seam of
     base/transport.h (rails.h says what and why).  */
+#include "base/clock.h"
 #include "base/err.h"
 #include "rails/rails.h"
 
@@ -21,19 +22,32 @@ typedef struct {
     pk_fabric_t *rail[PK_RAILS_MAX];
     pk_rails_addr_t addr[PK_RAILS_MAX];
     atomic_uint_fast64_t channels_opened, channels_open, blobs_refused;
+    double rail_stall;
+    uint64_t block_len;
 } s_fabric_t;
 
-enum { S_RUNNING, S_POLLED, S_RELEASED };
+/*  A write over several rails is cut into chunks of about 1 MiB (the
+    sub-channel's own largest op, so the cut costs no extra op), each a
+    transfer of one rail's sub-channel: what a rail confirmed is then
+    known chunk by chunk, and a rail taken out has only its unconfirmed
+    chunks sent again.  */
+enum { S_RUNNING, S_DONE, S_LOST, S_ENDED };
 
-//  A write over several rails: one part per pair that got blocks.
+typedef struct {
+    uint64_t tid;                   //  the sub-channel's transfer
+    uint32_t off, cnt;              //  blocks [off, off + cnt) of the write
+    uint64_t landed;                //  of a chunk that failed: what landed
+    uint8_t pair, state;
+} s_chunk_t;
+
 typedef struct s_xfer {
     uint64_t tid, round;
-    uint64_t part_tid[PK_RAILS_MAX];    //  0: no part on that pair
-    uint64_t part_blocks[PK_RAILS_MAX];
-    uint8_t part_state[PK_RAILS_MAX];
-    size_t nparts, ended;
+    uint32_t *local, *remote;       //  the write's blocks, kept for resends
+    s_chunk_t *chunk;
+    size_t nchunks, capchunks;
+    size_t open;                    //  chunks running or lost
     uint64_t landed;
-    bool failed, polled_any;
+    bool failed, cancelled, polled_any;
     struct s_xfer *prev, *next;
 } s_xfer_t;
 
@@ -41,6 +55,7 @@ typedef struct s_xfer {
 typedef struct s_round {
     uint64_t round;
     uint64_t counts[PK_RAILS_MAX];
+    uint32_t failed;                //  peer rails taken out with writes of it
     struct s_round *next;
 } s_round_t;
 
@@ -48,6 +63,10 @@ typedef struct {
     pk_channel_t head;              //  first: a pk_channel_t of the seam
     s_fabric_t *fab;
     bool expose, single;
+    double rail_stall;              //  seconds (pk_fabric_config_t.rail_stall)
+    uint32_t chunk_blocks;          //  blocks per chunk (about 1 MiB)
+    bool failed[PK_RAILS_MAX];      //  consumer: rail revoked (rails_failed)
+    bool hold[PK_RAILS_MAX];        //  test hook: rail's completions unread
     size_t n;                       //  sub-channels (one per local rail)
     pk_channel_t *sub[PK_RAILS_MAX];
     int epfd;                       //  the subs' wait fds, or -1
@@ -60,6 +79,11 @@ typedef struct {
         char peer_addr[64];
         pk_transport_t t;
         uint64_t failures;
+        bool failed;                //  taken out: nothing more goes over it
+        bool fail_now;              //  a chunk failed on it: take it out
+        size_t running;             //  chunks out on it
+        double busy_since;          //  when running last left 0
+        double last_done;           //  its last chunk's completion
     } pair[PK_RAILS_MAX];
     size_t cursor;                  //  where a write of few blocks starts
     uint64_t next_tid;
@@ -89,9 +113,15 @@ s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
     if (rc)
         goto fail;
     self->inner = pk_transport_for(config->provider);
+    //  a quarter of the session's stall: a rail is taken out well before
+    //  the sub-channel's own stall closes it (and with it the session)
+    self->rail_stall = config->rail_stall > 0 ? config->rail_stall
+                                              : config->stall_timeout / 4;
+    self->block_len = block_len;
     for (size_t i = 0; i < self->n; i++) {
         pk_fabric_config_t fc = *config;
         fc.node = self->addr[i].text;
+        fc.delivered = true;
         char why[PK_ERRLEN];
         self->rail[i] = pk_fabric_open(self->inner, &fc, base, num_blocks, block_len, &rc, why);
         if (!self->rail[i]) {
@@ -282,6 +312,9 @@ s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
     self->expose = expose;
     self->epfd = -1;
     self->next_tid = 1;
+    self->rail_stall = fab->rail_stall;
+    uint64_t cb = fab->block_len ? (UINT64_C(1) << 20) / fab->block_len : 1;
+    self->chunk_blocks = (uint32_t) (cb < 1 ? 1 : cb > 4095 ? 4095 : cb);
     int rc = 0;
     for (size_t i = 0; i < fab->n; i++, self->n++) {
         char why[PK_ERRLEN];
@@ -322,6 +355,8 @@ fail:
     return NULL;
 }
 
+static void s_xfer_free(struct s_xfer *x);
+
 static void
 s_xfer_unlink(s_channel_t *self, s_xfer_t *x)
 {
@@ -351,10 +386,10 @@ s_channel_close(pk_channel_t **channel_p)
     while (self->xfers) {
         s_xfer_t *x = self->xfers;
         s_xfer_unlink(self, x);
-        free(x);
+        s_xfer_free(x);
     }
     for (size_t i = 0; i < self->nfinished; i++)
-        free(self->finished[i]);
+        s_xfer_free(self->finished[i]);
     free(self->finished);
     while (self->rounds) {
         s_round_t *r = self->rounds;
@@ -479,6 +514,8 @@ s_channel_progress(pk_channel_t *channel)
     s_channel_t *self = (s_channel_t *) channel;
     int n = 0;
     for (size_t i = 0; i < self->n; i++) {
+        if (self->hold[i])
+            continue;
         int r = pk_channel_progress(self->sub[i]);
         n += r > 0 ? r : 0;
     }
@@ -540,13 +577,34 @@ s_channel_revoke(pk_channel_t *channel)
         pk_channel_revoke(self->sub[i]);
 }
 
+//  The consumer's side of a rail taken out (protocol.md section 7): its
+//  registration goes before the round it failed in is reported, so a
+//  late write on it never lands in a block reused afterwards.
+static void
+s_channel_revoke_rail(pk_channel_t *channel, size_t rail)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    if (rail >= self->n || self->failed[rail])
+        return;
+    self->failed[rail] = true;
+    pk_channel_revoke(self->sub[rail]);
+}
+
+void
+pk_rails_test_hold(pk_channel_t *channel, size_t rail, bool hold)
+{
+    if (channel->ops == &pk_rails_transport_ops && rail < PK_RAILS_MAX)
+        ((s_channel_t *) channel)->hold[rail] = hold;
+}
+
 static bool
 s_channel_closed(const pk_channel_t *channel)
 {
     const s_channel_t *self = (const s_channel_t *) channel;
     if (self->npairs) {
+        //  a rail taken out closed its endpoint; the others carry on
         for (size_t p = 0; p < self->npairs; p++)
-            if (pk_channel_closed(self->sub[self->pair[p].local]))
+            if (!self->pair[p].failed && pk_channel_closed(self->sub[self->pair[p].local]))
                 return true;
         return false;
     }
@@ -585,13 +643,15 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
         pk_rail_stats_t *r = &out[i];
         *r = (pk_rail_stats_t) { .peer_rail = -1, .writes_posted = s.writes_posted,
                                  .blocks_written = s.blocks_written,
-                                 .blocks_landed = s.blocks_landed, .failures = s.errors };
+                                 .blocks_landed = s.blocks_landed, .failures = s.errors,
+                                 .failed = self->failed[i] };
         snprintf(r->local, sizeof r->local, "%s", self->fab->addr[i].text);
         for (size_t p = 0; p < self->npairs; p++)
             if (self->pair[p].local == i) {
                 r->peer_rail = self->pair[p].peer;
                 snprintf(r->peer, sizeof r->peer, "%s", self->pair[p].peer_addr);
                 r->failures += self->pair[p].failures;
+                r->failed = self->pair[p].failed;
             }
     }
     return self->n;
@@ -661,17 +721,59 @@ s_finish(s_channel_t *self, s_xfer_t *x)
     return 0;
 }
 
+//  Blocks [off, off + cnt) of x over pair p, as chunks (see s_chunk_t).
+static int
+s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
+{
+    for (uint32_t done = 0; done < cnt; ) {
+        uint32_t c = cnt - done < self->chunk_blocks ? cnt - done : self->chunk_blocks;
+        if (x->nchunks == x->capchunks) {
+            size_t cap = x->capchunks ? 2 * x->capchunks : 4;
+            s_chunk_t *ch = realloc(x->chunk, cap * sizeof *ch);
+            if (!ch)
+                return -ENOMEM;
+            x->chunk = ch;
+            x->capchunks = cap;
+        }
+        int64_t tid = self->pair[p].t.write_blocks(self->pair[p].t.self, x->round,
+                                                   x->local + off + done,
+                                                   x->remote + off + done, c);
+        if (tid <= 0)
+            return tid < 0 ? (int) tid : -EIO;
+        x->chunk[x->nchunks++] = (s_chunk_t) { .tid = (uint64_t) tid, .off = off + done,
+                                               .cnt = c, .pair = (uint8_t) p,
+                                               .state = S_RUNNING };
+        x->open++;
+        if (self->pair[p].running++ == 0)
+            self->pair[p].busy_since = pk_clock_monotonic();
+        done += c;
+    }
+    return 0;
+}
+
 static int64_t
 s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *remote,
                size_t n)
 {
     s_channel_t *self = arg;
-    size_t k = self->npairs;
+    size_t live[PK_RAILS_MAX], k = 0;
+    for (size_t p = 0; p < self->npairs; p++)
+        if (!self->pair[p].failed)
+            live[k++] = p;
     if (!k)
         return -ENOTCONN;
+    if (n > UINT32_MAX)
+        return -EINVAL;
     s_xfer_t *x = calloc(1, sizeof *x);
-    if (!x)
+    size_t bytes = (n ? n : 1) * sizeof *local;
+    if (!x || !(x->local = malloc(bytes)) || !(x->remote = malloc(bytes))) {
+        if (x)
+            free(x->local);
+        free(x);
         return -ENOMEM;
+    }
+    memcpy(x->local, local, n * sizeof *local);
+    memcpy(x->remote, remote, n * sizeof *remote);
     x->tid = self->next_tid++;
     x->round = round_seq;
     //  contiguous shares keep the sub-channel's run merging; a write of
@@ -680,28 +782,21 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     size_t shares = n < k ? n : k;
     self->cursor += shares;
     size_t off = 0;
-    int64_t err = 0;
-    for (size_t s = 0; s < shares; s++) {
-        size_t p = (start + s) % k;
+    int err = 0;
+    for (size_t s = 0; s < shares && !err; s++) {
+        size_t p = live[(start + s) % k];
         size_t cnt = (n * (s + 1)) / shares - (n * s) / shares;
-        int64_t tid = self->pair[p].t.write_blocks(self->pair[p].t.self, round_seq,
-                                                   local + off, remote + off, cnt);
-        if (tid <= 0) {
+        if ((err = s_post(self, x, p, (uint32_t) off, (uint32_t) cnt)) != 0)
             self->pair[p].failures++;
-            err = tid < 0 ? tid : -EIO;
-            break;
-        }
-        x->part_tid[p] = (uint64_t) tid;
-        x->part_blocks[p] = cnt;
-        x->part_state[p] = S_RUNNING;
-        x->nparts++;
         off += cnt;
     }
-    if (err && !x->nparts) {
+    if (err && !x->nchunks) {
+        free(x->local);
+        free(x->remote);
         free(x);
         return err;
     }
-    //  a refusal after some shares went: the transfer fails with what
+    //  a refusal after some chunks went: the transfer fails with what
     //  the posted ones land
     x->failed = err != 0;
     x->next = self->xfers;
@@ -709,6 +804,15 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         self->xfers->prev = x;
     self->xfers = x;
     return (int64_t) x->tid;
+}
+
+static void
+s_xfer_free(s_xfer_t *x)
+{
+    free(x->local);
+    free(x->remote);
+    free(x->chunk);
+    free(x);
 }
 
 typedef struct {
@@ -722,25 +826,128 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     s_poll_ctx_t *ctx = arg;
     s_channel_t *self = ctx->self;
     size_t p = ctx->pair;
+    s_chunk_t *c = NULL;
     s_xfer_t *x = self->xfers;
-    while (x && !(x->part_tid[p] == tid && x->part_state[p] == S_RUNNING))
-        x = x->next;
-    if (!x)
+    for (; x && !c; x = c ? x : x->next)
+        for (size_t i = 0; i < x->nchunks && !c; i++)
+            if (x->chunk[i].tid == tid && x->chunk[i].pair == p
+                && x->chunk[i].state == S_RUNNING)
+                c = &x->chunk[i];
+    if (!c)
         return;
-    uint64_t blocks = ok ? x->part_blocks[p] : landed;
-    x->part_state[p] = S_POLLED;
+    self->pair[p].running--;
+    self->pair[p].last_done = pk_clock_monotonic();
     x->polled_any = true;
-    x->landed += blocks;
-    x->failed |= !ok;
-    if (!ok)
-        self->pair[p].failures++;
+    uint64_t blocks = ok ? c->cnt : landed;
     //  kept for the answer only where the peer reads it (rails_landing
     //  takes it then): a plain peer's rounds would pile up here
     s_round_t *r = self->rails_peer ? s_round(self, x->round, true) : NULL;
     if (r)
         r->counts[self->pair[p].peer] += blocks;
-    if (++x->ended == x->nparts)
-        (void) s_finish(self, x);
+    if (ok) {
+        c->state = S_DONE;
+        x->landed += blocks;
+        x->open--;
+        return;
+    }
+    //  a failed chunk: the rail is taken out after this poll (s_take_out),
+    //  which sends the chunk again or, with no rail left, fails it
+    self->pair[p].failures++;
+    self->pair[p].fail_now = true;
+    c->state = S_LOST;
+    c->landed = landed;
+}
+
+//  Pair p is taken out (protocol.md section 7, "a rail that fails"): its
+//  running chunks are released at once (the endpoint closes: no source
+//  block is read afterwards), every round they belonged to marks p's peer
+//  rail failed for its answer (the consumer revokes that rail before it
+//  reports the round), and each unconfirmed chunk goes again over the
+//  rails left, round robin.  A cancelled write's chunks are not resent.
+static void
+s_take_out(s_channel_t *self, size_t p)
+{
+    size_t live[PK_RAILS_MAX], k = 0;
+    for (size_t q = 0; q < self->npairs; q++)
+        if (q != p && !self->pair[q].failed)
+            live[k++] = q;
+    self->pair[p].fail_now = false;
+    if (!k) {
+        //  the last rail stays: its failed chunks fail their writes, as a
+        //  single rail's do, and its own stall judges the session
+        for (s_xfer_t *x = self->xfers; x; x = x->next)
+            for (size_t i = 0; i < x->nchunks; i++)
+                if (x->chunk[i].pair == p && x->chunk[i].state == S_LOST) {
+                    x->chunk[i].state = S_ENDED;
+                    x->landed += x->chunk[i].landed;
+                    x->failed = true;
+                    x->open--;
+                }
+        return;
+    }
+    self->pair[p].failed = true;
+    self->pair[p].fail_now = false;
+    if (!self->pair[p].failures)
+        self->pair[p].failures = 1;
+    //  one cancel for every chunk still out: it closes the sub's endpoint
+    size_t n = 0;
+    for (s_xfer_t *x = self->xfers; x; x = x->next)
+        for (size_t i = 0; i < x->nchunks; i++)
+            n += x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING;
+    uint64_t *tids = n ? malloc(n * sizeof *tids) : NULL;
+    size_t m = 0;
+    for (s_xfer_t *x = self->xfers; x && tids; x = x->next)
+        for (size_t i = 0; i < x->nchunks; i++)
+            if (x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING)
+                tids[m++] = x->chunk[i].tid;
+    uint64_t still;
+    (void) self->pair[p].t.cancel(self->pair[p].t.self, tids, m, PK_CANCEL_IMMEDIATE, &still);
+    free(tids);
+    self->pair[p].running = 0;
+    size_t next = 0;
+    for (s_xfer_t *x = self->xfers; x; x = x->next) {
+        bool touched = false;
+        size_t nc = x->nchunks;     //  resends append: not walked again
+        for (size_t i = 0; i < nc; i++) {
+            s_chunk_t c = x->chunk[i];
+            if (c.pair != p || (c.state != S_RUNNING && c.state != S_LOST))
+                continue;
+            touched = true;
+            x->chunk[i].state = S_ENDED;
+            x->open--;
+            if (x->cancelled || x->failed) {
+                x->landed += c.state == S_LOST ? c.landed : 0;
+                x->failed = true;
+                continue;
+            }
+            int rc = s_post(self, x, live[next++ % k], c.off, c.cnt);
+            if (rc) {
+                x->landed += c.state == S_LOST ? c.landed : 0;
+                x->failed = true;
+            }
+        }
+        s_round_t *r = touched && self->rails_peer ? s_round(self, x->round, true) : NULL;
+        if (r)
+            r->failed |= UINT32_C(1) << self->pair[p].peer;
+    }
+}
+
+//  A rail stalled (rails.h): writes out on it and no completion for
+//  rail_stall, while another rail completed since its last one.  Never
+//  the last rail: then the sub-channel's own stall judges the session.
+static bool
+s_stalled(const s_channel_t *self, size_t p, double now)
+{
+    if (self->pair[p].failed || !self->pair[p].running)
+        return false;
+    double since = self->pair[p].busy_since > self->pair[p].last_done
+                   ? self->pair[p].busy_since : self->pair[p].last_done;
+    if (now - since < self->rail_stall)
+        return false;
+    for (size_t q = 0; q < self->npairs; q++)
+        if (q != p && !self->pair[q].failed && self->pair[q].last_done > since)
+            return true;
+    return false;
 }
 
 static int
@@ -757,8 +964,19 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
 {
     s_channel_t *self = arg;
     for (size_t p = 0; p < self->npairs; p++) {
+        if (self->pair[p].failed || self->hold[self->pair[p].local])
+            continue;
         s_poll_ctx_t ctx = { self, p };
         self->pair[p].t.poll(self->pair[p].t.self, s_on_part, &ctx);
+    }
+    double now = pk_clock_monotonic();
+    for (size_t p = 0; p < self->npairs; p++)
+        if (self->pair[p].fail_now || s_stalled(self, p, now))
+            s_take_out(self, p);
+    for (s_xfer_t *x = self->xfers, *next; x; x = next) {
+        next = x->next;
+        if (!x->open)
+            (void) s_finish(self, x);
     }
     if (!self->nfinished)
         return;
@@ -768,7 +986,7 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
     for (size_t i = 0; i < n; i++) {
         s_xfer_t *x = self->finished[i];
         each(each_arg, x->tid, !x->failed, x->landed);
-        free(x);
+        s_xfer_free(x);
     }
 }
 
@@ -783,25 +1001,32 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             x = x->next;
         if (!x)
             continue;
-        for (size_t p = 0; p < self->npairs; p++) {
-            if (!x->part_tid[p] || x->part_state[p] != S_RUNNING)
+        for (size_t c = 0; c < x->nchunks; c++) {
+            s_chunk_t *ch = &x->chunk[c];
+            if (ch->state == S_LOST) {
+                ch->state = S_ENDED;
+                x->landed += ch->landed;
+                x->open--;
+            }
+            if (ch->state != S_RUNNING)
                 continue;
             uint64_t s;
-            size_t r = self->pair[p].t.cancel(self->pair[p].t.self, &x->part_tid[p], 1, mode,
-                                              &s);
+            size_t r = self->pair[ch->pair].t.cancel(self->pair[ch->pair].t.self, &ch->tid, 1,
+                                                     mode, &s);
             if (mode == PK_CANCEL_IMMEDIATE || r == 0) {
-                x->part_state[p] = S_RELEASED;
-                x->ended++;
+                ch->state = S_ENDED;
+                x->open--;
+                self->pair[ch->pair].running--;
             }
         }
-        x->failed = true;
-        if (mode == PK_CANCEL_IMMEDIATE || (x->ended == x->nparts && !x->polled_any)) {
+        x->failed = x->cancelled = true;
+        if (mode == PK_CANCEL_IMMEDIATE || (!x->open && !x->polled_any)) {
             s_xfer_unlink(self, x);
-            free(x);
+            s_xfer_free(x);
             continue;
         }
         still[nstill++] = x->tid;
-        if (x->ended == x->nparts)
+        if (!x->open)
             (void) s_finish(self, x);
     }
     return nstill;
@@ -824,11 +1049,19 @@ s_rails_landing(void *arg, uint64_t round_seq, uint64_t *counts, size_t cap)
     return n;
 }
 
+static uint32_t
+s_rails_failed(void *arg, uint64_t round_seq)
+{
+    s_round_t *r = s_round(arg, round_seq, false);
+    return r ? r->failed : 0;
+}
+
 static pk_transport_t
 s_channel_transport(pk_channel_t *channel)
 {
     return (pk_transport_t) { .self = channel, .write_blocks = s_write_blocks, .poll = s_poll,
-                              .cancel = s_cancel, .rails_landing = s_rails_landing };
+                              .cancel = s_cancel, .rails_landing = s_rails_landing,
+                              .rails_failed = s_rails_failed };
 }
 
 const pk_transport_ops_t pk_rails_transport_ops = {
@@ -864,4 +1097,5 @@ const pk_transport_ops_t pk_rails_transport_ops = {
     .channel_single = s_channel_single,
     .channel_rails = s_channel_rails,
     .channel_landed_rails = s_channel_landed_rails,
+    .channel_revoke_rail = s_channel_revoke_rail,
 };

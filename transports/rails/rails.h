@@ -21,10 +21,19 @@
 
     Striping: a write of n blocks goes over the paired rails by whole
     blocks, contiguous shares of n/k (k rails; a write of fewer blocks
-    than rails starts on the next rail each time), each share a write of
-    the sub-channel with the round's immediate.  The consumer counts per
-    rail; the writer's per-rail counts (rails_landing) go in the round's
-    answer.
+    than rails starts on the next rail each time), each share cut into
+    chunks of about 1 MiB, each chunk a write of the sub-channel with the
+    round's immediate.  The consumer counts per rail; the writer's
+    per-rail counts (rails_landing) go in the round's answer.
+
+    A rail that fails (rail_stall of pk_fabric_config_t; protocol.md
+    section 7): a rail with chunks out and no completion for rail_stall
+    while another rail completed since, or whose chunk failed, is taken
+    out for the channel's life: its chunks out are released at once (its
+    endpoint closes), sent again over the rails left, and each round they
+    belonged to names the rail in its answer (rails_failed), so the
+    consumer revokes its side of it (channel_revoke_rail) before it
+    reports the round.  The last rail is never taken out.
 */
 #ifndef PK_RAILS_H_INCLUDED
 #define PK_RAILS_H_INCLUDED
@@ -53,6 +62,11 @@ int pk_rails_addrs(const char *node, pk_rails_addr_t *out, size_t cap, size_t *n
 
 /*  True when peer (an address's text) lies in ours's subnet.  */
 bool pk_rails_same_subnet(const pk_rails_addr_t *ours, const char *peer);
+
+/*  Test hook: while hold, the channel neither progresses its local rail
+    nor reads that rail's completions, as if its link were down (a write
+    on it never completes; --rail-stall takes it out).  */
+void pk_rails_test_hold(pk_channel_t *channel, size_t rail, bool hold);
 
 /*  The seam's table (name "rails"); providers: none of its own.  */
 extern const pk_transport_ops_t pk_rails_transport_ops;
