@@ -293,6 +293,7 @@ s_evicted(void *self_, unsigned ns, const pk_key_t *key, const void *bytes, size
     pk_key_t k;
     if (self->off || len != self->block_len || !s_make_mkey(ns, key, buf, &k)) {
         self->st.dropped++;
+        self->st.too_long += key->len > PK_DISK_TIER_MAX_KEY;
         goto done;
     }
     pk_keymap_entry_t *e = pk_keymap_find(&self->index, &k);

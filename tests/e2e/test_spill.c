@@ -477,6 +477,46 @@ START_TEST(test_full_disk_at_run_time)
 }
 END_TEST
 
+//  A key longer than the tier keeps inline (256 bytes) is not spilled:
+//  counted as too long (and dropped), and a miss once evicted; a key of
+//  256 bytes is spilled and served back.
+START_TEST(test_long_key_not_spilled)
+{
+    char dir[64];
+    sh_tmpdir(dir, "spill");
+    td_t d;
+    s_start(&d, dir, -1);
+    uint8_t longb[PK_DISK_TIER_MAX_KEY + 1], edge[PK_DISK_TIER_MAX_KEY];
+    memset(longb, 'L', sizeof longb);
+    memset(edge, 'E', sizeof edge);
+    p2pkv_key_t two[2] = { { longb, sizeof longb }, { edge, sizeof edge } };
+    uint8_t *data = malloc(2 * (size_t) S_LEN);
+    bk_block_fill(data, 45, 0, S_LEN);
+    bk_block_fill(data + S_LEN, 45, 1, S_LEN);
+    td_put(td_api(&d), two, data, 2, S_LEN);
+    //  four more evict both
+    p2pkv_key_t *keys = bk_keys(45, 10, 4);
+    uint8_t *more = malloc(4 * (size_t) S_LEN);
+    for (size_t i = 0; i < 4; i++)
+        bk_block_fill(more + i * S_LEN, 45, 10 + i, S_LEN);
+    td_put(td_api(&d), keys, more, 4, S_LEN);
+    s_wait_stat(&d, "spill.writes", 1);
+    ck_assert_int_eq(td_stat(&d, "spill.too_long"), 1);
+    ck_assert_int_eq(td_stat(&d, "spill.dropped"), 1);
+    ck_assert_int_eq(td_stat(&d, "spill.blocks"), 1);
+    int server;
+    p2pkv_client_t *client = s_client(&d, "spill-long", &server);
+    ck_assert(!s_get_one(client, server, &two[0], 45, 0));
+    ck_assert(s_get_one(client, server, &two[1], 45, 1));
+    p2pkv_client_destroy(&client);
+    bk_keys_free(keys);
+    free(more);
+    free(data);
+    ck_assert_int_eq(td_stop(&d), 0);
+    sh_rmrf(dir);
+}
+END_TEST
+
 //  ---------------------------------------------------------------------------
 //  kill -9 while blocks are written out
 
@@ -653,5 +693,6 @@ main(void)
     tcase_add_test(tc, test_small_and_read_only_disk_refused);
     tcase_add_test(tc, test_full_disk_at_run_time);
     tcase_add_test(tc, test_killed_mid_write);
+    tcase_add_test(tc, test_long_key_not_spilled);
     return td_run_and_sweep("spill", s);
 }
