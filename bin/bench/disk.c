@@ -481,20 +481,27 @@ s_evictions(pkb_server_t *s)
     return n;
 }
 
-//  One phase of lookups on server s through c, with the producer's load
-//  or without: p50 and p99 into out's [load], and the load's rates.
+//  One phase of lookups on server s, with the producer's load or
+//  without: p50 and p99 into out's [load], and the load's rates.  A
+//  client of its own (one left idle while the other server's phases run
+//  would see its server silent for longer than its silence_timeout).
 static int
-s_phase(pkb_server_t *s, s_cli_t *c, bool load, bool spill, double secs, uint64_t *next,
-        double *p50, double *p99, s_lookup_rep_t *out)
+s_phase(pkb_server_t *s, bool load, bool spill, double secs, uint64_t *next, double *p50,
+        double *p99, s_lookup_rep_t *out)
 {
     s_producer_t p = { .local = s->local, .first = *next };
     pthread_t th;
-    int rc = 0;
+    s_cli_t cli = { 0 }, *c = &cli;
+    int rc = s_cli_new(c, s);
+    if (rc)
+        return rc;
     if (load) {
         //  the pool full (256 blocks), then every put evicting
         long long e = s_evictions(s);
-        if ((rc = -pthread_create(&th, NULL, s_produce, &p)) != 0)
+        if ((rc = -pthread_create(&th, NULL, s_produce, &p)) != 0) {
+            p2pkv_client_destroy(&c->client);
             return rc;
+        }
         //  the key looked up kept young meanwhile (an idle key is the
         //  LRU's first to go)
         double until = pk_clock_monotonic() + 60;
@@ -522,6 +529,7 @@ s_phase(pkb_server_t *s, s_cli_t *c, bool load, bool spill, double secs, uint64_
             out->dropped_per_s = (double) (s_spill(s, "dropped") - d0) / t;
         }
     }
+    p2pkv_client_destroy(&c->client);
     return rc;
 }
 
@@ -537,15 +545,13 @@ s_loaded(const pkb_opts_t *o, const char *parent, int reps, double secs, s_looku
     if (rc)
         return rc;
     pkb_server_t sv[2];
-    s_cli_t c[2] = { { 0 } };
     bool up[2] = { false, false };
     if ((rc = s_start(&sv[0], o, 256, dir, 256ull << 20)) == 0)
         up[0] = true;
     if (rc == 0 && (rc = pkb_server_start(&sv[1], o, S_BLOCK, 256, 8, NULL)) == 0)
         up[1] = true;
     for (int k = 0; rc == 0 && k < 2; k++)
-        if ((rc = pkb_server_populate_from(&sv[k], S_SET_A, 1)) == 0)
-            rc = s_cli_new(&c[k], &sv[k]);
+        rc = pkb_server_populate_from(&sv[k], S_SET_A, 1);
     uint64_t next = S_LOAD_BASE;
     for (int r = 0; rc == 0 && r < reps; r++) {
         //  the order alternates, so neither side always goes first
@@ -555,14 +561,12 @@ s_loaded(const pkb_opts_t *o, const char *parent, int reps, double secs, s_looku
             int i = spill ? 0 : 1;
             double *p50 = spill ? &out[r].p50[load] : &out[r].bare_p50[load];
             double *p99 = spill ? &out[r].p99[load] : &out[r].bare_p99[load];
-            rc = s_phase(&sv[i], &c[i], load, spill, secs, &next, p50, p99, &out[r]);
+            rc = s_phase(&sv[i], load, spill, secs, &next, p50, p99, &out[r]);
         }
     }
-    for (int k = 0; k < 2; k++) {
-        p2pkv_client_destroy(&c[k].client);
+    for (int k = 0; k < 2; k++)
         if (up[k])
             pkb_server_stop(&sv[k]);
-    }
     s_rmdir(dir, file);
     return rc;
 }
