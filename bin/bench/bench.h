@@ -83,6 +83,7 @@ typedef struct {
     pkb_list_t rails;           //  --rails (rails): rail counts (default 1,2,4)
     uint64_t rate;              //  --rate (rails): Mbit/s per rail (0: PKB_RAILS_RATE)
     bool lose_rail;             //  --lose-rail (rails): a fetch per count that loses a rail
+    const char *spill_dir;      //  --spill-dir (disk): where its spill directories go
 } pkb_opts_t;
 
 /*  ---- figures and statistics (report.c) ------------------------------ */
@@ -166,6 +167,8 @@ int pkb_server_start(pkb_server_t *s, const pkb_opts_t *o, uint64_t block_len,
 /*  Publishes blocks 0..n-1 of the bench's content (pkb_key, pkb_fill)
     through the engine API: reserve, write into the mapped pool, commit.  */
 int pkb_server_populate(pkb_server_t *s, uint64_t n);
+/*  The same of blocks first..first+n-1 (a full pool evicts for them).  */
+int pkb_server_populate_from(pkb_server_t *s, uint64_t first, uint64_t n);
 /*  SIGTERM, wait, SIGKILL after 10 s; removes what it left.  */
 void pkb_server_stop(pkb_server_t *s);
 /*  One request (req taken) on the server's engine socket: its answer,
@@ -315,6 +318,10 @@ int pkb_fair(const pkb_opts_t *o);          //  issue 37, point 5: the writes' f
     would meet the CPU; 4 x 150 stays under half of it.  */
 #define PKB_RAILS_RATE 150
 int pkb_rails(const pkb_opts_t *o);
+/*  disk.c: the disk tier (issue 39, point 5): a fetch from disk against
+    the same from the pool, warm and cold; a restart's cost beside the
+    disk's own rate; one-key lookups alone and under a spill load.  */
+int pkb_disk(const pkb_opts_t *o);
 
 /*  N worker processes moving bytes at once (crowd.c): each opens (in
     the worker; NULL: failed) and steps (bytes moved, or < 0: failed) for

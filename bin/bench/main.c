@@ -55,6 +55,11 @@ static const char s_usage[] =
     "            an unshaped pair (the CPU's ceiling).  Needs root (else exit\n"
     "            77); runs scripts/bench-rails (or $P2PKV_BENCH_RAILS), which\n"
     "            drives the servers and p2pkv get in the namespaces\n"
+    "  disk      the disk tier (--spill-dir): a 32 x 64 KiB fetch, lookup\n"
+    "            included, from the pool and with every block on disk, page\n"
+    "            cache warm and dropped (posix_fadvise); a restart's time to ready\n"
+    "            per GiB held beside the disk's own sequential read; one-key\n"
+    "            lookup p50/p99 alone and under a steady spill load\n"
     "\n"
     "Options:\n"
     "  --quick              fewer points and repetitions (what make bench runs)\n"
@@ -86,7 +91,8 @@ static const char s_usage[] =
     "  --servers LIST       sessions: servers one client holds sessions to (1..64)\n"
     "  --max-sessions N     the servers' --max-sessions (fetch, control: 256;\n"
     "                       sessions: the largest --sessions + 16)\n"
-    "  --seconds S          fetch, control: each timed phase (default 2, quick 0.5)\n"
+    "  --seconds S          fetch, control: each timed phase (default 2, quick 0.5);\n"
+    "                       disk: the lookups' phases (default 3, quick 1)\n"
     "  --idle S             sessions: idle CPU measured over S (default 10, quick 3)\n"
     "  --requests N         role: requests per repetition\n"
     "  --server PATH        the p2pkv-server to start (default: beside this\n"
@@ -103,6 +109,8 @@ static const char s_usage[] =
     "  --lose-rail          rails: then, per count of 2 or more, one fetch whose\n"
     "                       last rail is set down a quarter of the way through:\n"
     "                       every block or a clean failure, and its time\n"
+    "  --spill-dir DIR      disk: where its spill directories are made (default\n"
+    "                       /var/tmp; not tmpfs, whose cold cache is no disk)\n"
     "  --one-trip           fetch: each consumer's request is one p2pkv_client_get\n"
     "                       (one round trip where the server offers get), one at a\n"
     "                       time; its lookup and fetch latencies are the whole request\n"
@@ -122,7 +130,7 @@ static const char s_usage[] =
 
 typedef enum { S_CODEC = 1, S_ROLE = 2, S_FABRIC = 4, S_FETCH = 8, S_CONTROL = 16,
                S_SESSIONS = 32, S_DIRECTORY = 64, S_ENGINE = 128, S_FAIR = 256,
-               S_RAILS = 512, S_ALL = 1023 } s_suite_bit_t;
+               S_RAILS = 512, S_DISK = 1024, S_ALL = 2047 } s_suite_bit_t;
 
 static const struct {
     const char *name;
@@ -134,6 +142,7 @@ static const struct {
     { "control", S_CONTROL, pkb_control }, { "sessions", S_SESSIONS, pkb_sessions },
     { "directory", S_DIRECTORY, pkb_directory }, { "engine", S_ENGINE, pkb_engine },
     { "fair", S_FAIR, pkb_fair },          { "rails", S_RAILS, pkb_rails },
+    { "disk", S_DISK, pkb_disk },
 };
 
 static int
@@ -254,18 +263,20 @@ static const s_opt_t s_opts[] = {
     { "--servers", O_LIST, S_SESSIONS, F(servers), 64 },
     { "--max-sessions", O_UINT, S_FETCH | S_CONTROL | S_SESSIONS, F(max_sessions),
       UINT64_C(1) << 31 },
-    { "--seconds", O_SECONDS, S_FETCH | S_CONTROL | S_FAIR, F(seconds), 0 },
+    { "--seconds", O_SECONDS, S_FETCH | S_CONTROL | S_FAIR | S_DISK, F(seconds), 0 },
     { "--idle", O_SECONDS, S_SESSIONS, F(idle), 0 },
     { "--requests", O_UINT, S_ROLE, F(requests), UINT64_C(1) << 31 },
-    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY | S_RAILS,
-      F(server), 0 },
-    { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY, 0, 0 },
+    { "--server", O_STR, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY | S_RAILS
+      | S_DISK, F(server), 0 },
+    { "--ports", O_PORTS, S_FETCH | S_CONTROL | S_SESSIONS | S_FAIR | S_DIRECTORY | S_DISK, 0,
+      0 },
     { "--providers", O_NAMES, S_FETCH, F(providers), PKB_MAX_PROVIDERS },
     { "--verify-cost", O_FLAG, S_FETCH, F(verify_cost), 0 },
     { "--one-trip", O_FLAG, S_FETCH, F(one_trip), 0 },
     { "--rails", O_LIST, S_RAILS, F(rails), 5 },
     { "--rate", O_UINT, S_RAILS, F(rate), 100000 },
     { "--lose-rail", O_FLAG, S_RAILS, F(lose_rail), 0 },
+    { "--spill-dir", O_STR, S_DISK, F(spill_dir), 0 },
 };
 #define S_NOPTS (sizeof s_opts / sizeof s_opts[0])
 
@@ -353,7 +364,7 @@ s_parse(int argc, char **argv, pkb_opts_t *o, int *bit)
             *bit = s_suites[i].bit;
     if (!*bit)
         return s_bad(NULL, "unknown suite \"%s\": one of codec, role, fabric, fetch, "
-                     "control, sessions, directory, engine, fair, rails%s", argv[1], "");
+                     "control, sessions, directory, engine, fair, rails, disk%s", argv[1], "");
     o->suite = argv[1];
     int npos = 0;
     for (int a = 2; a < argc; a++) {
@@ -435,7 +446,8 @@ main(int argc, char *argv[])
     if (s_parse(argc, argv, &o, &bit) || s_writable(&o, "--json", o.json)
         || s_writable(&o, "--plot", o.plot))
         return 2;
-    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE | S_FAIR | S_DIRECTORY | S_RAILS))
+    if ((bit & (S_FETCH | S_CONTROL | S_SESSIONS | S_ENGINE | S_FAIR | S_DIRECTORY | S_RAILS
+                | S_DISK))
         && s_server_path(&o, path, sizeof path))
         return 2;
     pkb_procs_init();

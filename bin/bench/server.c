@@ -203,6 +203,12 @@ s_populate_chunk(pkb_server_t *s, uint8_t *pool, uint64_t from, uint64_t n)
 int
 pkb_server_populate(pkb_server_t *s, uint64_t n)
 {
+    return pkb_server_populate_from(s, 0, n);
+}
+
+int
+pkb_server_populate_from(pkb_server_t *s, uint64_t first, uint64_t n)
+{
     int fd = shm_open(s->pool, O_RDWR, 0);
     if (fd < 0)
         return -errno;
@@ -213,7 +219,7 @@ pkb_server_populate(pkb_server_t *s, uint64_t n)
         return -errno;
     int rc = 0;
     for (uint64_t from = 0; rc == 0 && from < n; from += 4096)
-        rc = s_populate_chunk(s, pool, from, n - from < 4096 ? n - from : 4096);
+        rc = s_populate_chunk(s, pool, first + from, n - from < 4096 ? n - from : 4096);
     munmap(pool, len);
     return rc;
 }

@@ -237,15 +237,23 @@ pk_index_free_writing(pk_index_t *self, uint32_t b)
     s_list_push(self->blocks, &self->free, b);
 }
 
-void
-pk_index_free_ready(pk_index_t *self, uint32_t b)
+//  READY -> FREE; told as a removal unless the key is still held below.
+static void
+s_free_ready(pk_index_t *self, uint32_t b, bool tell)
 {
-    s_tell(self, false, &self->blocks[b]);
+    if (tell)
+        s_tell(self, false, &self->blocks[b]);
     s_list_remove(self->blocks, &self->lru, b);
     s_unindex(self, &self->blocks[b]);
     s_list_push(self->blocks, &self->free, b);
     self->ready--;
     self->ns_ready[self->blocks[b].ns]--;
+}
+
+void
+pk_index_free_ready(pk_index_t *self, uint32_t b)
+{
+    s_free_ready(self, b, true);
 }
 
 size_t
@@ -261,9 +269,8 @@ s_take_block(pk_index_t *self)
 {
     if (self->free.head == PK_INDEX_NONE) {
         uint32_t old = self->lru.head;
-        if (self->evict)
-            self->evict(self->evict_arg, old, &self->blocks[old]);
-        pk_index_free_ready(self, old);
+        bool kept = self->evict && self->evict(self->evict_arg, old, &self->blocks[old]);
+        s_free_ready(self, old, !kept);
         self->evictions++;
     }
     uint32_t b = self->free.head;

@@ -78,8 +78,10 @@ typedef struct {
     (READY -> FREE: drop or eviction).  */
 typedef void (pk_index_change_fn)(void *arg, bool added, const pk_key_t *key);
 /*  Block b, READY and unpinned, is about to be evicted: its key, ns, sum
-    and bytes are still its own for the length of the call.  */
-typedef void (pk_index_evict_fn)(void *arg, uint32_t b, const pk_block_t *blk);
+    and bytes are still its own for the length of the call.  True when
+    the key is still held elsewhere (a tier under the pool took it): the
+    eviction is then no change of the keys held (no removal told).  */
+typedef bool (pk_index_evict_fn)(void *arg, uint32_t b, const pk_block_t *blk);
 
 typedef struct {
     pk_block_t *blocks;

@@ -65,7 +65,7 @@ s_key_ok(const pk_key_t *key)
 //  they are reused.  It is given the key with pk_key_make's hash (the
 //  index keeps the namespace's mix of it), one SipHash per eviction
 //  outside the shared namespace.
-static void
+static bool
 s_evict(void *arg, uint32_t b, const pk_block_t *blk)
 {
     pk_store_t *self = arg;
@@ -75,6 +75,8 @@ s_evict(void *arg, uint32_t b, const pk_block_t *blk)
     self->tier->evicted(self->tier_self, blk->ns, &key,
                         self->base + (size_t) b * self->block_len, self->block_len, blk->sum);
     pk_evicted_add(&self->evicted, blk->ns, &key);
+    //  still held, below: no removal for the watch (the directory)
+    return self->tier->query(self->tier_self, blk->ns, &key) != PK_TIER_ABSENT;
 }
 
 //  ---------------------------------------------------------------------------
@@ -401,6 +403,9 @@ pk_store_drop(pk_store_t *self, unsigned ns, const pk_key_t *keys, size_t n)
         uint32_t b;
         if (pk_index_find(&self->index, ns, &keys[i], &b))
             pk_index_free_ready(&self->index, b);
+        else if (self->index.change
+                 && self->tier->query(self->tier_self, ns, &keys[i]) != PK_TIER_ABSENT)
+            self->index.change(self->index.change_arg, false, &keys[i]);    //  held below only
         self->tier->forget(self->tier_self, ns, &keys[i]);
     }
     pthread_mutex_unlock(&self->mutex);
@@ -575,6 +580,18 @@ pk_store_watch(pk_store_t *self, pk_store_watch_fn *fn, void *arg)
     pthread_mutex_unlock(&self->mutex);
 }
 
+typedef struct {
+    pk_store_watch_fn *fn;
+    void *arg;
+} s_snap_t;
+
+static void
+s_snap_tier(void *arg, unsigned ns, const pk_key_t *key)
+{
+    s_snap_t *snap = arg;
+    snap->fn(snap->arg, true, key);
+}
+
 void
 pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watch_fn *fn, void *arg)
 {
@@ -586,6 +603,11 @@ pk_store_snapshot(pk_store_t *self, void (*begin)(void *arg), pk_store_watch_fn 
             pk_key_t key = pk_index_key(&self->index.blocks[b]);
             fn(arg, true, &key);
         }
+    //  and the tier's (a key in both is listed twice: an add is idempotent)
+    s_snap_t snap = { fn, arg };
+    if (self->tier->size >= offsetof(pk_tier_ops_t, each) + sizeof self->tier->each
+        && self->tier->each)
+        self->tier->each(self->tier_self, s_snap_tier, &snap);
     pthread_mutex_unlock(&self->mutex);
 }
 

@@ -234,7 +234,9 @@ int pk_store_ns_stats(pk_store_t *self, unsigned ns, pk_store_ns_stats_t *out);
 
 /*  The directory's feed (issue 14): fn hears every change of the set of
     keys the store holds READY, added (commit, put: WRITING -> READY) or
-    removed (drop, eviction: READY -> FREE).  It runs inside the store's
+    removed (drop, eviction: READY -> FREE; an eviction the tier under
+    the pool took is none, and a drop of a key only the tier holds is
+    one: tier.h).  It runs inside the store's
     critical section, on the thread that made the change, so it sees the
     changes in their true order; it must be short and must not call the
     store (the directory copies the key into its bounded queue).  A lease
@@ -244,7 +246,9 @@ typedef void (pk_store_watch_fn)(void *arg, bool added, const pk_key_t *key);
 void pk_store_watch(pk_store_t *self, pk_store_watch_fn *fn, void *arg);
 
 /*  Under one hold of the lock: begin(arg), then fn(arg, true, key) for
-    every READY key.  The watch's calls after it are exactly the changes
+    every READY key, and every key the tier under the pool holds
+    (tier.h: those are held too, and an eviction the tier took is no
+    removal for the watch).  The watch's calls after it are exactly the changes
     since, so begin may discard what the watch queued before.  Costs one
     pass over the pool's blocks inside the critical section (a resync
     after start, a lost directory or a full queue, not a steady cost).  */

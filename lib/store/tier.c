@@ -26,6 +26,11 @@ s_forget(void *self, unsigned ns, const pk_key_t *key)
 {
 }
 
+static void
+s_each(void *self, pk_tier_key_fn *fn, void *arg)
+{
+}
+
 const pk_tier_ops_t pk_tier_null_ops = {
     .size = sizeof(pk_tier_ops_t),
     .name = "null",
@@ -33,4 +38,5 @@ const pk_tier_ops_t pk_tier_null_ops = {
     .promote = s_promote,
     .evicted = s_evicted,
     .forget = s_forget,
+    .each = s_each,
 };

@@ -21,6 +21,14 @@
     A drop of a key (the engine's) is told to the tier too (forget), so a
     dropped key never comes back up.
 
+    A key the tier holds is still a key the server holds: an eviction the
+    tier took (query no longer ABSENT after evicted) is no removal for the
+    store's watch (the directory keeps listing it), a drop of a key only
+    the tier held is one, and the watch's snapshot lists the tier's keys
+    too (each).  A key the tier itself lets go (its own LRU, a block that
+    failed its check) is not told: the directory lists it until a
+    consumer asks and is answered a miss, which corrects it.
+
     A promotion is asynchronous and the tier's own work: once it has the
     bytes it lands them through the store's ordinary write path, as an
     engine does (pk_store_reserve under PK_STORE_OWNER_TIER, a copy into
@@ -61,6 +69,8 @@ typedef enum {
     owners have the top bit clear; pulls' count up from 2^63).  */
 #define PK_STORE_OWNER_TIER (UINT64_MAX - 1)
 
+typedef void (pk_tier_key_fn)(void *arg, unsigned ns, const pk_key_t *key);
+
 typedef struct pk_tier_ops {
     size_t size;                //  sizeof (pk_tier_ops_t) of the implementer
     const char *name;           //  for logs: "null", "disk", ...
@@ -77,6 +87,12 @@ typedef struct pk_tier_ops {
                     size_t len, uint64_t sum);
     /*  The engine dropped key of ns: forget it.  */
     void (*forget)(void *self, unsigned ns, const pk_key_t *key);
+    /*  fn for every key the tier holds (what query would not answer
+        ABSENT), with its namespace: the keys a server holds are the
+        pool's and its tier's, and the directory's snapshot
+        (pk_store_snapshot) lists both.  Optional (NULL, or a table
+        that ends before it: the snapshot lists the pool's keys only).  */
+    void (*each)(void *self, pk_tier_key_fn *fn, void *arg);
 } pk_tier_ops_t;
 
 /*  The tier that holds nothing: query answers ABSENT, the rest do

@@ -293,6 +293,7 @@ s_evicted(void *self_, unsigned ns, const pk_key_t *key, const void *bytes, size
     pk_key_t k;
     if (self->off || len != self->block_len || !s_make_mkey(ns, key, buf, &k)) {
         self->st.dropped++;
+        self->st.too_long += key->len > PK_DISK_TIER_MAX_KEY;
         goto done;
     }
     pk_keymap_entry_t *e = pk_keymap_find(&self->index, &k);
@@ -349,6 +350,23 @@ s_forget(void *self_, unsigned ns, const pk_key_t *key)
     pthread_mutex_unlock(&self->mutex);
 }
 
+//  Every key held: in the index (a slot written, being written or read;
+//  not one forgotten or replaced meanwhile).
+static void
+s_each(void *self_, pk_tier_key_fn *fn, void *arg)
+{
+    pk_disk_tier_t *self = self_;
+    pthread_mutex_lock(&self->mutex);
+    for (uint32_t i = 0; i < self->nslots; i++) {
+        const s_slot_t *s = &self->slots[i];
+        if (s->state == S_FREE || s->stale)
+            continue;
+        pk_key_t key = pk_key_make(s->mkey + 1, s->len - 1u);
+        fn(arg, s->mkey[0], &key);
+    }
+    pthread_mutex_unlock(&self->mutex);
+}
+
 static const pk_tier_ops_t s_ops = {
     .size = sizeof(pk_tier_ops_t),
     .name = "disk",
@@ -356,6 +374,7 @@ static const pk_tier_ops_t s_ops = {
     .promote = s_promote,
     .evicted = s_evicted,
     .forget = s_forget,
+    .each = s_each,
 };
 
 //  ---------------------------------------------------------------------------

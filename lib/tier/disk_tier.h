@@ -39,7 +39,10 @@
     still read back.
 
     Keys longer than PK_DISK_TIER_MAX_KEY bytes are not spilled (counted
-    as dropped): the index keeps each slot's key inline.
+    as dropped, and as too_long): the index keeps each slot's key inline,
+    so a slot's index entry is a fixed 260 bytes, and 256 bytes hold the
+    keys the engines here make (a hash of a prefix's tokens, with a model
+    and a layer's name).
 */
 #ifndef PK_DISK_TIER_H_INCLUDED
 #define PK_DISK_TIER_H_INCLUDED
@@ -77,6 +80,9 @@
       "a key too long, or its writes off", NONE) \
     M(write_errors, SPILL_WRITE_ERRORS, "p2pkv_spill_write_errors_total", COUNTER, \
       "Writes the disk refused (ENOSPC, EIO); the first turns the tier's writes off", NONE) \
+    M(too_long, SPILL_TOO_LONG, "p2pkv_spill_too_long_total", COUNTER, \
+      "Evicted blocks not spilled because their key is longer than 256 bytes (the tier's " \
+      "index keeps keys inline); counted in p2pkv_spill_dropped_total too", NONE) \
     M(evictions, SPILL_EVICTIONS, "p2pkv_spill_evictions_total", COUNTER, \
       "Blocks the disk tier evicted, least recently used, for newer ones", NONE) \
     M(off, SPILL_OFF, "p2pkv_spill_off", GAUGE, \

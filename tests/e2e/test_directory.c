@@ -514,6 +514,61 @@ START_TEST(test_evicted_but_listed)
 }
 END_TEST
 
+//  A server with a disk tier (--spill-dir) keeps listing what its pool
+//  evicted to disk (it still holds it: a get by key reads it back), not
+//  a key the engine dropped; stopped, it leaves the directory, and
+//  started again on the same spill directory it publishes again every
+//  key it took back (issue 39, point 4), each served by key, byte-checked.
+START_TEST(test_spilled_keys_republished)
+{
+    tr_redis_t r;
+    tr_redis_start(&r, tr_free_port());
+    char dir[64], size[32];
+    sh_tmpdir(dir, "dir-spill");
+    snprintf(size, sizeof size, "%d", 64 * (4096 + BLOCK));    //  64 slots
+    const char *args[] = { "--peer-id", "dir-spill", "--directory", r.url, "--pool-blocks", "4",
+                           "--spill-dir", dir, "--spill-size", size, NULL };
+    td_t e;
+    td_start(&e, args);
+    enum { N = 12 };
+    s_set_t set;
+    s_set_make(&set, N, 6);
+    s_put_all(&e, &set);
+    s_found_t f = { 0 };
+    //  8 on disk, 4 in the pool: all listed
+    p2pkv_client_t *c = s_client_seeing("dir-spill-consumer", &r, &set, 1, &f);
+    ck_assert_int_ge(td_stat(&e, "spill.blocks") + td_stat(&e, "spill.staged"), N - 4);
+    //  key 0, on disk only, dropped: no longer listed
+    char err[P2PKV_ERRLEN] = "";
+    ck_assert_int_eq(p2pkv_engine_drop(td_api(&e), &set.keys[0], 1, err), 0);
+    size_t want[N];
+    for (size_t i = 0; i < N; i++)
+        want[i] = i != 0;
+    s_wait_counts(c, &set, want, &f);
+    //  a clean stop leaves the directory
+    ck_assert_int_eq(td_stop(&e), 0);
+    size_t none[N] = { 0 };
+    s_wait_counts(c, &set, none, &f);
+    //  started again: every key it took back listed again, and served
+    td_start(&e, args);
+    ck_assert_int_eq(td_stat(&e, "spill.recovered"), N - 1);
+    s_wait_counts(c, &set, want, &f);
+    //  three keys a get: the pool of 4 must hold a get's blocks at once
+    for (size_t at = 1; at < N; at += 3) {
+        s_set_t some = { .n = N - at < 3 ? N - at : 3, .keys = set.keys + at,
+                         .bytes = set.bytes + 32 * at, .data = set.data + at * BLOCK };
+        s_get_all(c, &some);
+    }
+    ck_assert_int_ge(td_stat(&e, "spill.reads"), N - 1 - 4);
+    p2pkv_client_destroy(&c);
+    s_found_free(&f);
+    s_set_free(&set);
+    ck_assert_int_eq(td_stop(&e), 0);
+    tr_redis_stop(&r);
+    sh_rmrf(dir);
+}
+END_TEST
+
 //  A --directory that does not parse is a usage error (2) naming it; one
 //  with no Redis there is an error at start (1) naming it; with
 //  --directory-optional the server starts with a warning and publishes
@@ -1368,6 +1423,7 @@ main(void)
     tcase_add_test(tc, test_ttl_setting_ends_a_killed_holder);
     tcase_add_test(tc, test_redis_stopped_and_restarted);
     tcase_add_test(tc, test_evicted_but_listed);
+    tcase_add_test(tc, test_spilled_keys_republished);
     tcase_add_test(tc, test_bad_directory);
     tcase_add_test(tc, test_junk_entries_ignored_and_counted);
     tcase_add_test(tc, test_clean_exit_removes_the_server);
