@@ -319,6 +319,10 @@ START_TEST(test_writer_sleeps_while_its_writes_wait)
     uint32_t *blocks = malloc(BLOCKS * sizeof *blocks);
     for (uint32_t i = 0; i < BLOCKS; i++)
         blocks[i] = i;
+    //  the connection first, both sides progressing: it needs the
+    //  target's, and a writer whose write waits for it spins
+    ck_assert_int_gt(T.write_blocks(T.self, 8, blocks, blocks, 1), 0);
+    ck_assert_int_eq(s_wait(8, 1, true).count, 1);
     int writes = 12;
     for (int i = 0; i < writes; i++)
         ck_assert_int_gt(T.write_blocks(T.self, 9, blocks, blocks, BLOCKS), 0);

@@ -801,6 +801,14 @@ pk_ofi_channel_trywait(pk_ofi_channel_t *self)
 {
     if (self->closed)
         return true;
+    //  transfers ended but not yet reported are the owner's next poll's:
+    //  nothing on the fd would wake it for them
+    if (self->nfinished)
+        return false;
+    //  a write the provider refused (-FI_EAGAIN with credits left: rxm
+    //  while it connects) is retried at each progress; no event says when
+    if (self->queue_head && self->credits > 0)
+        return false;
     bool out = self->queue_head || self->posted_head;
     //  no wait object (shm): the owner may sleep, on the short progress
     //  timer it keeps for such a channel, when none of its writes is out;
