@@ -216,8 +216,10 @@ typedef struct pk_transport_ops {
     /*  Readable when progress is due; -1 where there is none (then
         progress on a short timer) and once closed.  */
     int (*channel_wait_fd)(const pk_channel_t *channel);
-    /*  True when the owner may block now: on the wait fd, or where there
-        is none (-1), on its short progress timer.  */
+    /*  True when the owner may block now: on the wait fd (a transport
+        may say false while its writes are about to complete, so that the
+        owner spins instead), or where there is none (-1), on its short
+        progress timer.  */
     bool (*channel_trywait)(pk_channel_t *channel);
     /*  Blocks of this round announced by immediates.  A tag's counter
         belongs to one full round: asked for another round with the same

@@ -661,10 +661,11 @@ s_bell(self_t *self, bool parked)
 }
 
 //  Waits, the peer's lock let go meanwhile, until the pipe is readable
-//  or something is due.  Writes run: sleep on the channel's wait fd where
-//  the transport says its writes move without us (mmap: the consumer
-//  copies), so this thread leaves the core to the copy, for 10 ms at most
-//  (the session's clocks need a tick); else spin while they run.  Lookups
+//  or something is due.  Writes run: sleep on the channel's wait fd when
+//  the transport says nothing needs our progress now (mmap: the consumer
+//  copies; ofi: no write moved for 250 us, so the fd wakes us when one
+//  can: ofi.c, pk_ofi_channel_trywait), for 10 ms at most (the session's
+//  clocks need a tick); else spin while they run.  Lookups
 //  parked on keys the engine is writing are answered at a tick after its
 //  commit: tick every 2 ms then; a block the disk tier lands rings the
 //  bell, which wakes the wait at once (s_bell).  Otherwise the endpoint needs little (the

@@ -287,6 +287,77 @@ START_TEST(test_wait_fd_wakes_idle_target)
 }
 END_TEST
 
+//  The target of test_writer_sleeps_while_its_writes_wait: reads nothing
+//  until the writer sleeps, then progresses until every block landed.
+static atomic_bool s_writer_asleep;
+
+static void *
+s_late_target(void *arg)
+{
+    uint64_t want = *(uint64_t *) arg;
+    double deadline = pk_clock_monotonic() + 60;
+    while (!atomic_load(&s_writer_asleep) && pk_clock_monotonic() < deadline)
+        sched_yield();
+    while (pk_ofi_channel_landed(C.ch, 9) < want && pk_clock_monotonic() < deadline)
+        pk_ofi_channel_progress(C.ch);
+    return NULL;
+}
+
+//  A writer whose writes wait on a target that reads nothing stops
+//  spinning: after a quarter of a millisecond without a write moving it
+//  may sleep on its wait fd (pk_ofi_channel_trywait), and the fd wakes it
+//  when its socket drains (every sleep ends by the fd, none by the 10 s
+//  limit), until every write completed and every block landed.  96 MiB:
+//  loopback's socket buffers may grow to 36 MiB (tcp_rmem's 32 and
+//  tcp_wmem's 4 here), so writes stay out until the target reads (a
+//  writer that never sleeps never starts it: its writes fail at the
+//  channel's 2 s stall deadline).
+START_TEST(test_writer_sleeps_while_its_writes_wait)
+{
+    int fd = pk_ofi_channel_wait_fd(S.ch);
+    ck_assert_msg(fd >= 0, "the tcp provider gave the writer's completion queue no wait fd");
+    uint32_t *blocks = malloc(BLOCKS * sizeof *blocks);
+    for (uint32_t i = 0; i < BLOCKS; i++)
+        blocks[i] = i;
+    //  the connection first, both sides progressing: it needs the
+    //  target's, and a writer whose write waits for it spins
+    ck_assert_int_gt(T.write_blocks(T.self, 8, blocks, blocks, 1), 0);
+    ck_assert_int_eq(s_wait(8, 1, true).count, 1);
+    int writes = 12;
+    for (int i = 0; i < writes; i++)
+        ck_assert_int_gt(T.write_blocks(T.self, 9, blocks, blocks, BLOCKS), 0);
+    uint64_t want = (uint64_t) writes * BLOCKS;
+    pthread_t target;
+    ck_assert_int_eq(pthread_create(&target, NULL, s_late_target, &want), 0);
+    s_seen_t seen = { 0, true, 0, 0 };
+    int sleeps = 0, ended = 0;
+    bool ok = true;
+    double deadline = pk_clock_monotonic() + 60;
+    while (ended < writes && pk_clock_monotonic() < deadline) {
+        seen.count = 0;
+        T.poll(T.self, s_each, &seen);
+        ended += seen.count;
+        ok &= seen.count == 0 || seen.ok;
+        if (ended < writes && pk_ofi_channel_trywait(S.ch)) {
+            struct pollfd p = { fd, POLLIN, 0 };
+            atomic_store(&s_writer_asleep, true);
+            ck_assert_msg(poll(&p, 1, 10000) == 1, "slept 10 s on the wait fd while writes ran");
+            sleeps++;
+        }
+    }
+    atomic_store(&s_writer_asleep, true);       //  the target ends, whatever happened
+    pthread_join(target, NULL);
+    ck_assert_msg(sleeps >= 1, "the writer never slept while its writes waited (%d of %d ended, %s)",
+                  ended, writes, ok ? "completed" : "some failed");
+    ck_assert_int_eq(ended, writes);
+    ck_assert(ok);
+    ck_assert_uint_eq(pk_ofi_channel_landed(C.ch, 9), want);
+    for (uint32_t i = 0; i < BLOCKS; i += 97)
+        ck_assert(s_block_is(i, i));
+    free(blocks);
+}
+END_TEST
+
 START_TEST(test_describe)
 {
     char line[256];
@@ -1091,6 +1162,7 @@ main(void)
     tcase_add_test(tc, test_write_1000_scattered);
     tcase_add_test(tc, test_write_split_over_4mib);
     tcase_add_test(tc, test_wait_fd_wakes_idle_target);
+    tcase_add_test(tc, test_writer_sleeps_while_its_writes_wait);
     tcase_add_test(tc, test_describe);
     tcase_add_test(tc, test_channel_costs_kilobytes);
     tcase_add_test(tc, test_remote_index_out_of_range);

@@ -322,15 +322,16 @@ pk_ofi_mr_mode(const pk_ofi_t *self)
 //  Channels
 
 //  Every channel's queue has a file descriptor behind it where the
-//  provider offers one, though only a target (it exposes its pool) sleeps
-//  on it; a writer spins while its writes run.  A writer's queue without
-//  one cost memory that grew with the process: under tcp;ofi_rxm it makes
-//  rxm's inner queue a poll set that tcp sizes by the highest descriptor
-//  number of the process (24 bytes each), one per session, so 1,024
-//  sessions held 144 KiB each of it (heaptrack, pk_ofi_channel_progress).
-//  The descriptor costs no signalling the writer did not pay already
-//  (tcp signals its queue's wait set either way) and three descriptors
-//  more per channel.
+//  provider offers one, and every channel hands it out: a target sleeps
+//  on it while idle, a writer once its writes went quiet for a while
+//  (pk_ofi_channel_trywait).  A writer's queue without one cost memory
+//  that grew with the process: under tcp;ofi_rxm it makes rxm's inner
+//  queue a poll set that tcp sizes by the highest descriptor number of the
+//  process (24 bytes each), one per session, so 1,024 sessions held
+//  144 KiB each of it (heaptrack, pk_ofi_channel_progress).  The
+//  descriptor costs no signalling the writer did not pay already (tcp
+//  signals its queue's wait set either way) and three descriptors more
+//  per channel.
 //  Sized for what can be queued: a writer's completions are its writes in
 //  flight (at most S_MAX_DEPTH), a target's the remote CQ data of its one
 //  writer's, so twice that leaves room for errors.  The queue is memory
@@ -338,13 +339,13 @@ pk_ofi_mr_mode(const pk_ofi_t *self)
 //  libfabric's util CQ (tcp, rxm) keep an overflow list, so a full queue
 //  loses nothing there.
 static int
-s_cq_open(pk_ofi_t *ofi, bool expose, pk_ofi_channel_t *self)
+s_cq_open(pk_ofi_t *ofi, pk_ofi_channel_t *self)
 {
     struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_DATA, .wait_obj = FI_WAIT_FD,
                                   .size = 2 * S_MAX_DEPTH };
     self->wait_fd = -1;
     int rc = fi_cq_open(ofi->domain, &cq_attr, &self->cq, NULL);
-    if (rc == 0 && expose && fi_control(&self->cq->fid, FI_GETWAIT, &self->wait_fd) != 0) {
+    if (rc == 0 && fi_control(&self->cq->fid, FI_GETWAIT, &self->wait_fd) != 0) {
         fi_close(&self->cq->fid);
         self->wait_fd = -1;
         rc = -FI_ENOSYS;
@@ -396,7 +397,7 @@ pk_ofi_channel_new(pk_ofi_t *ofi, bool expose, int *rc_p, char *err)
     if (self->depth == 0)
         self->depth = 1;
     self->credits = self->depth;
-    rc = s_cq_open(ofi, expose, self);
+    rc = s_cq_open(ofi, self);
     if (rc) {
         pk_err(err, rc, "ofi: fi_cq_open: %s", fi_strerror(-rc));
         goto fail_self;
@@ -602,7 +603,7 @@ s_post(pk_ofi_channel_t *self)
         if (rc == 0) {
             s_unlink(self, op);
             op->posted = true;
-            op->since = pk_clock_monotonic();
+            op->since = self->moved_at = pk_clock_monotonic();
             op->prev = self->posted_tail;
             if (self->posted_tail)
                 self->posted_tail->next = op;
@@ -768,7 +769,7 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
     //  cut off (test_ofi: test_slow_reader_not_stalled).
     double now = pk_clock_monotonic(), limit = self->ofi->config.stall_timeout;
     if (completed)
-        self->completed_at = now;
+        self->completed_at = self->moved_at = now;
     double out = self->posted_head ? self->posted_head->since
                  : self->queue_head ? self->queue_head->since : 0;
     if (out > 0 && now - (out > self->completed_at ? out : self->completed_at) > limit)
@@ -782,21 +783,44 @@ pk_ofi_channel_wait_fd(const pk_ofi_channel_t *self)
     return self->closed ? -1 : self->wait_fd;
 }
 
+//  A writer's sleep policy.  The providers' data progress is manual (a
+//  posted write's bytes move when we progress), so a writer used to spin
+//  while its writes ran: on a slow link (150 Mbit/s, railnet) the server
+//  burnt 0.3-0.6 s of CPU per second of transfer looking at a queue that
+//  had nothing.  Its wait fd can be trusted with writes out: tcp's
+//  fi_trywait (tcpx_try_func, libfabric 1.17) adds POLLOUT on the socket
+//  to the queue's epoll set while it holds bytes not yet sent, and the
+//  acknowledgement a write completes on arrives as POLLIN; rxm nests
+//  tcp's queue and event queue (connection events) in its own set.  But a
+//  sleep costs a wake (tens of microseconds here) and fi_trywait several
+//  epoll_waits, which a write about to complete should not pay: a write on
+//  a fast link completes within tens of microseconds.  So a writer spins
+//  while a write of its moved (posted or completed) within S_WRITER_SPIN,
+//  and sleeps on the fd after that.  A slow link then costs a spin of
+//  S_WRITER_SPIN per completion and per post, not the whole transfer.
+#define S_WRITER_SPIN 250e-6
+
 bool
 pk_ofi_channel_trywait(pk_ofi_channel_t *self)
 {
     if (self->closed)
         return true;
-    //  writes of ours queued or posted need progress, not sleep (the
-    //  providers' data progress is manual: a posted write's bytes move
-    //  when we progress)
-    if (self->queue_head || self->posted_head)
+    //  transfers ended but not yet reported are the owner's next poll's:
+    //  nothing on the fd would wake it for them
+    if (self->nfinished)
         return false;
+    //  a write the provider refused (-FI_EAGAIN with credits left: rxm
+    //  while it connects) is retried at each progress; no event says when
+    if (self->queue_head && self->credits > 0)
+        return false;
+    bool out = self->queue_head || self->posted_head;
     //  no wait object (shm): the owner may sleep, on the short progress
-    //  timer it keeps for such a channel; answering false here made an
-    //  idle shm consumer spin a core
+    //  timer it keeps for such a channel, when none of its writes is out;
+    //  answering false when idle made an idle shm consumer spin a core
     if (self->wait_fd < 0)
-        return true;
+        return !out;
+    if (out && pk_clock_monotonic() - self->moved_at < S_WRITER_SPIN)
+        return false;
     struct fid *fids[1] = { &self->cq->fid };
     return fi_trywait(self->ofi->fabric, fids, 1) == FI_SUCCESS;
 }

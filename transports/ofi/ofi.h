@@ -116,19 +116,21 @@ pk_transport_t pk_ofi_channel_transport(pk_ofi_channel_t *self);
     that stops leaves bytes in socket buffers.  Between calls an owner
     sleeps on pk_ofi_channel_wait_fd (after pk_ofi_channel_trywait says it
     may), or, where the provider has no wait object, calls it at least
-    every few milliseconds; while its own writes are in flight it spins.  */
+    every few milliseconds; while its own writes are in flight it spins
+    until they go quiet (pk_ofi_channel_trywait).  */
 int pk_ofi_channel_progress(pk_ofi_channel_t *self);
 
-/*  The completion queue's wait object: readable when progress is due.
-    Targets (channels that expose the pool) have one where the provider
-    does; -1 for writers, where the provider has none (then poll on a
-    short timer), and once the endpoint is closed.  */
+/*  The completion queue's wait object: readable when progress is due
+    (a completion, a remote write landing, a socket that can take more of
+    our bytes).  -1 where the provider has none (then poll on a short
+    timer), and once the endpoint is closed.  */
 int pk_ofi_channel_wait_fd(const pk_ofi_channel_t *self);
 
 /*  True when the owner may block now: on the wait fd (fi_trywait: nothing
-    is queued or already completed), or, where there is none, on its short
-    progress timer when none of its writes is queued.  False: progress
-    first.  */
+    is queued or already completed), once no write of ours was posted or
+    completed for the last 250 us (before that a write about to complete
+    is worth a spin), or, where there is no fd, on its short progress
+    timer when none of its writes is out.  False: progress first.  */
 bool pk_ofi_channel_trywait(pk_ofi_channel_t *self);
 
 /*  Blocks announced by immediates for a round's tag (its low 20 bits).

@@ -109,6 +109,7 @@ struct _pk_ofi_channel_t {
 
     size_t depth, credits;
     double completed_at;            //  when a write of ours last completed
+    double moved_at;                //  ... or was posted (pk_ofi_channel_trywait)
     s_op_t *queue_head, *queue_tail;
     s_op_t *posted_head, *posted_tail;
     uint64_t next_tid;
