@@ -325,7 +325,9 @@ s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
         }
     }
     //  one fd for the owner to sleep on: an epoll set of the rails' fds,
-    //  readable when any is (writers have none: they progress on a timer)
+    //  readable when any is (a writer's too: its queue's fd, once its
+    //  writes went quiet, ofi.h; the owner's 10 ms tick still bounds the
+    //  sleep, and with it how late a rail's stall is seen)
     bool fds = true;
     for (size_t i = 0; i < self->n; i++)
         fds &= pk_channel_wait_fd(self->sub[i]) >= 0;
