@@ -3,6 +3,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "rails/rails.h"
+#include "rails/rails_map.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -88,8 +89,12 @@ typedef struct {
     size_t cursor;                  //  where a write of few blocks starts
     uint64_t next_tid;
     s_xfer_t *xfers;                //  open, newest first
+    size_t nopen;
+    //  ended, to report at the next poll: room for every open write is
+    //  made when it is accepted, so that one ends without an allocation
     s_xfer_t **finished;
     size_t nfinished, capfinished;
+    pk_rails_map_t chunks;          //  (rail, sub transfer) -> running chunk
     s_round_t *rounds;
 } s_channel_t;
 
@@ -362,6 +367,7 @@ static void s_xfer_free(struct s_xfer *x);
 static void
 s_xfer_unlink(s_channel_t *self, s_xfer_t *x)
 {
+    self->nopen--;
     if (x->prev)
         x->prev->next = x->next;
     else
@@ -393,6 +399,7 @@ s_channel_close(pk_channel_t **channel_p)
     for (size_t i = 0; i < self->nfinished; i++)
         s_xfer_free(self->finished[i]);
     free(self->finished);
+    pk_rails_map_fini(&self->chunks);
     while (self->rounds) {
         s_round_t *r = self->rounds;
         self->rounds = r->next;
@@ -629,10 +636,7 @@ s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
         stats->errors += s.errors;
         stats->blocks_landed += s.blocks_landed;
     }
-    size_t open = 0;
-    for (const s_xfer_t *x = self->xfers; x; x = x->next)
-        open++;
-    stats->transfers = open + self->nfinished;
+    stats->transfers = self->nopen + self->nfinished;
 }
 
 static size_t
@@ -707,20 +711,21 @@ s_round(s_channel_t *self, uint64_t round, bool make)
     return r;
 }
 
-static int
+//  x's last chunk ended: it goes to the next poll's report (room for it
+//  was made when it was accepted, s_write_blocks)
+static void
 s_finish(s_channel_t *self, s_xfer_t *x)
 {
-    if (self->nfinished == self->capfinished) {
-        size_t cap = self->capfinished ? 2 * self->capfinished : 16;
-        s_xfer_t **f = realloc(self->finished, cap * sizeof *f);
-        if (!f)
-            return -ENOMEM;
-        self->finished = f;
-        self->capfinished = cap;
-    }
     s_xfer_unlink(self, x);
     self->finished[self->nfinished++] = x;
-    return 0;
+}
+
+//  One of x's chunks ended (done, or given up): the last one ends x.
+static void
+s_chunk_ended(s_channel_t *self, s_xfer_t *x)
+{
+    if (--x->open == 0)
+        s_finish(self, x);
 }
 
 //  Blocks [off, off + cnt) of x over pair p, as chunks (see s_chunk_t).
@@ -737,11 +742,14 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
             x->chunk = ch;
             x->capchunks = cap;
         }
+        if (pk_rails_map_reserve(&self->chunks, 1))
+            return -ENOMEM;
         int64_t tid = self->pair[p].t.write_blocks(self->pair[p].t.self, x->round,
                                                    x->local + off + done,
                                                    x->remote + off + done, c);
         if (tid <= 0)
             return tid < 0 ? (int) tid : -EIO;
+        pk_rails_map_put(&self->chunks, pk_rails_map_key(p, (uint64_t) tid), x, x->nchunks);
         x->chunk[x->nchunks++] = (s_chunk_t) { .tid = (uint64_t) tid, .off = off + done,
                                                .cnt = c, .pair = (uint8_t) p,
                                                .state = S_RUNNING };
@@ -766,6 +774,14 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         return -ENOTCONN;
     if (n > UINT32_MAX)
         return -EINVAL;
+    if (self->nopen + self->nfinished == self->capfinished) {
+        size_t cap = self->capfinished ? 2 * self->capfinished : 16;
+        s_xfer_t **f = realloc(self->finished, cap * sizeof *f);
+        if (!f)
+            return -ENOMEM;
+        self->finished = f;
+        self->capfinished = cap;
+    }
     s_xfer_t *x = calloc(1, sizeof *x);
     size_t bytes = (n ? n : 1) * sizeof *local;
     if (!x || !(x->local = malloc(bytes)) || !(x->remote = malloc(bytes))) {
@@ -805,6 +821,9 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     if (self->xfers)
         self->xfers->prev = x;
     self->xfers = x;
+    self->nopen++;
+    if (!x->open)                   //  a write of no blocks: done at once
+        s_finish(self, x);
     return (int64_t) x->tid;
 }
 
@@ -828,15 +847,13 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     s_poll_ctx_t *ctx = arg;
     s_channel_t *self = ctx->self;
     size_t p = ctx->pair;
-    s_chunk_t *c = NULL;
-    s_xfer_t *x = self->xfers;
-    for (; x && !c; x = c ? x : x->next)
-        for (size_t i = 0; i < x->nchunks && !c; i++)
-            if (x->chunk[i].tid == tid && x->chunk[i].pair == p
-                && x->chunk[i].state == S_RUNNING)
-                c = &x->chunk[i];
-    if (!c)
+    void *found;
+    size_t ci;
+    //  one probe (rails_map.h); a chunk given up since has no entry
+    if (!pk_rails_map_take(&self->chunks, pk_rails_map_key(p, tid), &found, &ci))
         return;
+    s_xfer_t *x = found;
+    s_chunk_t *c = &x->chunk[ci];
     self->pair[p].running--;
     self->pair[p].last_done = pk_clock_monotonic();
     x->polled_any = true;
@@ -849,7 +866,7 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     if (ok) {
         c->state = S_DONE;
         x->landed += blocks;
-        x->open--;
+        s_chunk_ended(self, x);
         return;
     }
     //  a failed chunk: the rail is taken out after this poll (s_take_out),
@@ -877,14 +894,16 @@ s_take_out(s_channel_t *self, size_t p)
     if (!k) {
         //  the last rail stays: its failed chunks fail their writes, as a
         //  single rail's do, and its own stall judges the session
-        for (s_xfer_t *x = self->xfers; x; x = x->next)
+        for (s_xfer_t *x = self->xfers, *next; x; x = next) {
+            next = x->next;
             for (size_t i = 0; i < x->nchunks; i++)
                 if (x->chunk[i].pair == p && x->chunk[i].state == S_LOST) {
                     x->chunk[i].state = S_ENDED;
                     x->landed += x->chunk[i].landed;
                     x->failed = true;
-                    x->open--;
+                    s_chunk_ended(self, x);
                 }
+        }
         return;
     }
     self->pair[p].failed = true;
@@ -898,16 +917,23 @@ s_take_out(s_channel_t *self, size_t p)
             n += x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING;
     uint64_t *tids = n ? malloc(n * sizeof *tids) : NULL;
     size_t m = 0;
-    for (s_xfer_t *x = self->xfers; x && tids; x = x->next)
+    for (s_xfer_t *x = self->xfers; x; x = x->next)
         for (size_t i = 0; i < x->nchunks; i++)
-            if (x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING)
-                tids[m++] = x->chunk[i].tid;
+            if (x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING) {
+                void *xv;
+                size_t ci;
+                (void) pk_rails_map_take(&self->chunks, pk_rails_map_key(p, x->chunk[i].tid),
+                                         &xv, &ci);
+                if (tids)
+                    tids[m++] = x->chunk[i].tid;
+            }
     uint64_t still;
     (void) self->pair[p].t.cancel(self->pair[p].t.self, tids, m, PK_CANCEL_IMMEDIATE, &still);
     free(tids);
     self->pair[p].running = 0;
     size_t next = 0;
-    for (s_xfer_t *x = self->xfers; x; x = x->next) {
+    for (s_xfer_t *x = self->xfers, *later; x; x = later) {
+        later = x->next;            //  x may end here (s_chunk_ended)
         bool touched = false;
         size_t nc = x->nchunks;     //  resends append: not walked again
         for (size_t i = 0; i < nc; i++) {
@@ -916,17 +942,14 @@ s_take_out(s_channel_t *self, size_t p)
                 continue;
             touched = true;
             x->chunk[i].state = S_ENDED;
-            x->open--;
-            if (x->cancelled || x->failed) {
-                x->landed += c.state == S_LOST ? c.landed : 0;
-                x->failed = true;
-                continue;
-            }
-            int rc = s_post(self, x, live[next++ % k], c.off, c.cnt);
+            int rc = x->cancelled || x->failed ? -ECANCELED
+                                               : s_post(self, x, live[next++ % k], c.off, c.cnt);
             if (rc) {
                 x->landed += c.state == S_LOST ? c.landed : 0;
                 x->failed = true;
             }
+            //  after the resend, which opened chunks of its own
+            s_chunk_ended(self, x);
         }
         s_round_t *r = touched && self->rails_peer ? s_round(self, x->round, true) : NULL;
         if (r)
@@ -975,11 +998,8 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
     for (size_t p = 0; p < self->npairs; p++)
         if (self->pair[p].fail_now || s_stalled(self, p, now))
             s_take_out(self, p);
-    for (s_xfer_t *x = self->xfers, *next; x; x = next) {
-        next = x->next;
-        if (!x->open)
-            (void) s_finish(self, x);
-    }
+    //  a write ends where its last chunk does (s_chunk_ended), so nothing
+    //  here walks the open writes
     if (!self->nfinished)
         return;
     qsort(self->finished, self->nfinished, sizeof *self->finished, s_cmp_finished);
@@ -1016,6 +1036,10 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             size_t r = self->pair[ch->pair].t.cancel(self->pair[ch->pair].t.self, &ch->tid, 1,
                                                      mode, &s);
             if (mode == PK_CANCEL_IMMEDIATE || r == 0) {
+                void *xv;
+                size_t ci;
+                (void) pk_rails_map_take(&self->chunks, pk_rails_map_key(ch->pair, ch->tid),
+                                         &xv, &ci);
                 ch->state = S_ENDED;
                 x->open--;
                 self->pair[ch->pair].running--;
@@ -1029,7 +1053,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
         }
         still[nstill++] = x->tid;
         if (!x->open)
-            (void) s_finish(self, x);
+            s_finish(self, x);
     }
     return nstill;
 }
