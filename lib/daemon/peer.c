@@ -279,6 +279,7 @@ s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
         uint64_t w = atomic_exchange(&peer->rails[i].writes, rs[i].writes_posted);
         uint64_t b = atomic_exchange(&peer->rails[i].blocks, rs[i].blocks_written);
         uint64_t f = atomic_exchange(&peer->rails[i].failures, rs[i].failures);
+        uint64_t j = atomic_exchange(&peer->rails[i].rejoins, rs[i].rejoins);
         atomic_store(&peer->rails[i].failed, rs[i].failed);
         if (rs[i].writes_posted > w)
             pk_metrics_add(env->metrics, PK_M_RAIL_WRITES, rs[i].local, rs[i].writes_posted - w);
@@ -287,6 +288,8 @@ s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
                            (rs[i].blocks_written - b) * env->config->block_len);
         if (rs[i].failures > f)
             pk_metrics_add(env->metrics, PK_M_RAIL_FAILURES, rs[i].local, rs[i].failures - f);
+        if (rs[i].rejoins > j)
+            pk_metrics_add(env->metrics, PK_M_RAIL_REJOINS, rs[i].local, rs[i].rejoins - j);
     }
     if (first)
         atomic_store_explicit(&peer->nrails, n, memory_order_release);

@@ -67,6 +67,11 @@ typedef struct {
     double rail_stall;              //  seconds (pk_fabric_config_t.rail_stall)
     uint32_t chunk_blocks;          //  blocks per chunk (about 1 MiB)
     bool failed[PK_RAILS_MAX];      //  consumer: rail revoked (rails_failed)
+    //  consumer: a rail's sub-channel before its last fresh registration
+    //  (channel_rail_offer), revoked, kept for the counts of rounds that
+    //  were open when it was replaced, until the rail's next offer
+    pk_channel_t *retired[PK_RAILS_MAX];
+    uint64_t offers[PK_RAILS_MAX];  //  consumer: fresh registrations made
     bool hold[PK_RAILS_MAX];        //  test hook: rail's completions unread
     size_t n;                       //  sub-channels (one per local rail)
     pk_channel_t *sub[PK_RAILS_MAX];
@@ -85,6 +90,11 @@ typedef struct {
         size_t running;             //  chunks out on it
         double busy_since;          //  when running last left 0
         double last_done;           //  its last chunk's completion
+        uint64_t outs;              //  times taken out
+        uint64_t rejoins;           //  times paired again
+        double retry_at;            //  taken out: paired again from then on
+        uint8_t *offer;             //  taken out: the consumer's fresh blob
+        size_t offer_len;
     } pair[PK_RAILS_MAX];
     size_t cursor;                  //  where a write of few blocks starts
     uint64_t next_tid;
@@ -387,8 +397,12 @@ s_channel_close(pk_channel_t **channel_p)
     for (size_t i = 0; i < self->n; i++)
         if (self->sub[i] && self->expose)
             pk_channel_revoke(self->sub[i]);
-    for (size_t i = 0; i < self->n; i++)
+    for (size_t i = 0; i < self->n; i++) {
         pk_channel_close(&self->sub[i]);
+        pk_channel_close(&self->retired[i]);
+    }
+    for (size_t p = 0; p < self->npairs; p++)
+        free(self->pair[p].offer);
     if (self->epfd >= 0)
         close(self->epfd);
     while (self->xfers) {
@@ -527,6 +541,10 @@ s_channel_progress(pk_channel_t *channel)
             continue;
         int r = pk_channel_progress(self->sub[i]);
         n += r > 0 ? r : 0;
+        //  a retired sub's immediates of rounds still open (its key is
+        //  revoked: nothing new lands there)
+        r = self->retired[i] ? pk_channel_progress(self->retired[i]) : 0;
+        n += r > 0 ? r : 0;
     }
     return n;
 }
@@ -544,7 +562,8 @@ s_channel_trywait(pk_channel_t *channel)
     //  every rail's: one with work queued keeps the owner awake
     bool ok = true;
     for (size_t i = 0; i < self->n; i++)
-        ok &= pk_channel_trywait(self->sub[i]);
+        ok &= pk_channel_trywait(self->sub[i])
+              && (!self->retired[i] || pk_channel_trywait(self->retired[i]));
     return ok;
 }
 
@@ -554,7 +573,8 @@ s_channel_landed(pk_channel_t *channel, uint64_t round_seq)
     s_channel_t *self = (s_channel_t *) channel;
     uint64_t sum = 0;
     for (size_t i = 0; i < self->n; i++)
-        sum += pk_channel_landed(self->sub[i], round_seq);
+        sum += pk_channel_landed(self->sub[i], round_seq)
+               + (self->retired[i] ? pk_channel_landed(self->retired[i], round_seq) : 0);
     return sum;
 }
 
@@ -564,7 +584,8 @@ s_channel_landed_rails(pk_channel_t *channel, uint64_t round_seq, uint64_t *coun
     s_channel_t *self = (s_channel_t *) channel;
     size_t n = self->n < cap ? self->n : cap;
     for (size_t i = 0; i < n; i++)
-        counts[i] = pk_channel_landed(self->sub[i], round_seq);
+        counts[i] = pk_channel_landed(self->sub[i], round_seq)
+                    + (self->retired[i] ? pk_channel_landed(self->retired[i], round_seq) : 0);
     return n;
 }
 
@@ -573,7 +594,11 @@ s_channel_forget(pk_channel_t *channel, uint64_t round_seq)
 {
     s_channel_t *self = (s_channel_t *) channel;
     for (size_t i = 0; i < self->n; i++)
+    {
         pk_channel_forget(self->sub[i], round_seq);
+        if (self->retired[i])
+            pk_channel_forget(self->retired[i], round_seq);
+    }
 }
 
 //  Fencing per rail (protocol.md section 7): cutting the session off
@@ -597,6 +622,52 @@ s_channel_revoke_rail(pk_channel_t *channel, size_t rail)
         return;
     self->failed[rail] = true;
     pk_channel_revoke(self->sub[rail]);
+}
+
+//  The consumer's fresh registration for a rail it revoked (protocol.md
+//  section 7, "a rail that rejoins"): a new sub-channel, so a new
+//  endpoint and a new key (the revoked one never comes back: a late
+//  write carrying it is still refused).  The old sub is kept, revoked,
+//  for the counts of rounds still open, until the rail's next offer
+//  (a back-off later at least: those rounds are over by then).
+static int
+s_channel_rail_offer(pk_channel_t *channel, size_t rail, uint8_t **blob_p, size_t *len_p)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    if (rail >= self->n || !self->failed[rail] || !self->expose || self->single)
+        return -EINVAL;
+    int rc;
+    char why[PK_ERRLEN];
+    pk_channel_t *fresh = pk_channel_new(self->fab->rail[rail], true, &rc, why);
+    if (!fresh)
+        return rc < 0 ? rc : -EIO;
+    if ((rc = pk_channel_blob(fresh, blob_p, len_p)) != 0)
+        goto close_fresh;
+    if (self->epfd >= 0) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = rail };
+        if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, pk_channel_wait_fd(fresh), &ev)) {
+            rc = -errno;
+            goto free_blob;
+        }
+    }
+    if (self->retired[rail]) {
+        if (self->epfd >= 0)
+            (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, pk_channel_wait_fd(self->retired[rail]),
+                             NULL);
+        pk_channel_close(&self->retired[rail]);
+    }
+    self->retired[rail] = self->sub[rail];
+    self->sub[rail] = fresh;
+    self->failed[rail] = false;
+    self->offers[rail]++;
+    return 0;
+
+free_blob:
+    free(*blob_p);
+    *blob_p = NULL;
+close_fresh:
+    pk_channel_close(&fresh);
+    return rc;
 }
 
 void
@@ -650,7 +721,11 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
         *r = (pk_rail_stats_t) { .peer_rail = -1, .writes_posted = s.writes_posted,
                                  .blocks_written = s.blocks_written,
                                  .blocks_landed = s.blocks_landed, .failures = s.errors,
-                                 .failed = self->failed[i] };
+                                 .failed = self->failed[i], .rejoins = self->offers[i] };
+        if (self->retired[i]) {
+            pk_channel_stats(self->retired[i], &s);
+            r->blocks_landed += s.blocks_landed;
+        }
         snprintf(r->local, sizeof r->local, "%s", self->fab->addr[i].text);
         for (size_t p = 0; p < self->npairs; p++)
             if (self->pair[p].local == i) {
@@ -658,6 +733,7 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
                 snprintf(r->peer, sizeof r->peer, "%s", self->pair[p].peer_addr);
                 r->failures += self->pair[p].failures;
                 r->failed = self->pair[p].failed;
+                r->rejoins = self->pair[p].rejoins;
             }
     }
     return self->n;
@@ -877,6 +953,25 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     c->landed = landed;
 }
 
+//  How long a rail taken out for the n-th time stays out before an offer
+//  pairs it again (protocol.md section 7, "a rail that rejoins"): twice
+//  the rail stall, doubling with each time, at most 64 rail stalls.  A
+//  rail that fails again costs a round at most a rail stall's wait on it
+//  (its chunks are resent then), so a dead rail retried this way costs
+//  at most half of the time after its first failure, a quarter after
+//  its second, and under 2% once the back-off is capped; the cap (80 s
+//  at the default 5 s stall timeout) bounds how long a rail that came
+//  back waits.  No setting: the rail stall is the one time scale of a
+//  rail's health, and the session's stall bounds it.
+static double
+s_backoff(const s_channel_t *self, uint64_t n)
+{
+    double b = 2 * self->rail_stall;
+    for (uint64_t i = 1; i < n && b < 64 * self->rail_stall; i++)
+        b *= 2;
+    return b < 64 * self->rail_stall ? b : 64 * self->rail_stall;
+}
+
 //  Pair p is taken out (protocol.md section 7, "a rail that fails"): its
 //  running chunks are released at once (the endpoint closes: no source
 //  block is read afterwards), every round they belonged to marks p's peer
@@ -884,12 +979,13 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
 //  reports the round), and each unconfirmed chunk goes again over the
 //  rails left, round robin.  A cancelled write's chunks are not resent.
 static void
-s_take_out(s_channel_t *self, size_t p)
+s_take_out(s_channel_t *self, size_t p, bool failure)
 {
     size_t live[PK_RAILS_MAX], k = 0;
     for (size_t q = 0; q < self->npairs; q++)
         if (q != p && !self->pair[q].failed)
             live[k++] = q;
+    bool by_chunk = self->pair[p].fail_now;   //  counted in failures already
     self->pair[p].fail_now = false;
     if (!k) {
         //  the last rail stays: its failed chunks fail their writes, as a
@@ -908,8 +1004,12 @@ s_take_out(s_channel_t *self, size_t p)
     }
     self->pair[p].failed = true;
     self->pair[p].fail_now = false;
-    if (!self->pair[p].failures)
-        self->pair[p].failures = 1;
+    if (failure && !by_chunk)
+        self->pair[p].failures++;   //  a stall: the take-out is the failure
+    //  a failure doubles the back-off; the consumer's own revoke (an
+    //  offer for a rail in use) keeps it
+    self->pair[p].outs += failure || !self->pair[p].outs;
+    self->pair[p].retry_at = pk_clock_monotonic() + s_backoff(self, self->pair[p].outs);
     //  one cancel for every chunk still out: it closes the sub's endpoint
     size_t n = 0;
     for (s_xfer_t *x = self->xfers; x; x = x->next)
@@ -975,6 +1075,84 @@ s_stalled(const s_channel_t *self, size_t p, double now)
     return false;
 }
 
+//  Pair p, out, is paired again with the consumer's fresh blob (its back-
+//  off passed): a new sub-channel for its local rail (the old one's
+//  endpoint closed when the rail was taken out), connected to the blob.
+//  A connect that fails leaves the rail out (counted a failure) and the
+//  offer spent: the consumer offers again only after another take-out.
+static void
+s_rejoin(s_channel_t *self, size_t p)
+{
+    size_t i = self->pair[p].local;
+    uint8_t *offer = self->pair[p].offer;
+    size_t len = self->pair[p].offer_len;
+    self->pair[p].offer = NULL;
+    int rc;
+    char why[PK_ERRLEN];
+    pk_channel_t *fresh = pk_channel_new(self->fab->rail[i], self->expose, &rc, why);
+    if (!fresh || pk_channel_connect(fresh, offer, len, why) != 0) {
+        pk_channel_close(&fresh);
+        self->pair[p].failures++;
+        free(offer);
+        return;
+    }
+    free(offer);
+    if (self->epfd >= 0) {
+        (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, pk_channel_wait_fd(self->sub[i]), NULL);
+        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
+        (void) epoll_ctl(self->epfd, EPOLL_CTL_ADD, pk_channel_wait_fd(fresh), &ev);
+    }
+    pk_channel_close(&self->sub[i]);
+    self->sub[i] = fresh;
+    self->pair[p].t = pk_channel_transport(fresh);
+    self->pair[p].failed = false;
+    self->pair[p].running = 0;
+    self->pair[p].busy_since = self->pair[p].last_done = 0;
+    self->pair[p].rejoins++;
+}
+
+static int
+s_rail_rejoin(void *arg, size_t peer_rail, const uint8_t *blob, size_t len, char *err)
+{
+    s_channel_t *self = arg;
+    size_t p = 0;
+    while (p < self->npairs && (size_t) self->pair[p].peer != peer_rail)
+        p++;
+    if (p == self->npairs)
+        return pk_err(err, -EPROTO, "rail_offer: consumer rail %zu is paired with none of "
+                      "ours", peer_rail);
+    char why[PK_ERRLEN];
+    int rc = pk_fabric_check_blob(self->fab->rail[self->pair[p].local], blob, len, why);
+    if (rc)
+        return pk_err(err, rc, "rail_offer: consumer rail %zu: %.160s", peer_rail, why);
+    uint8_t *copy = malloc(len);
+    if (!copy)
+        return pk_err(err, -ENOMEM, "out of memory");
+    if (!self->pair[p].failed) {
+        //  the consumer revoked a registration we use (an answer naming
+        //  the rail crossed its offer: protocol.md section 7): out now,
+        //  its unconfirmed writes resent, never the last rail
+        size_t live = 0;
+        for (size_t q = 0; q < self->npairs; q++)
+            live += !self->pair[q].failed;
+        if (live < 2) {
+            free(copy);
+            return pk_err(err, -EPROTO, "rail_offer: consumer rail %zu is the last rail in "
+                          "use", peer_rail);
+        }
+        s_take_out(self, p, false);
+    }
+    //  the consumer revoked every registration of the rail before this
+    //  one: no answer needs to name it for them any more
+    for (s_round_t *r = self->rounds; r; r = r->next)
+        r->failed &= ~(UINT32_C(1) << peer_rail);
+    free(self->pair[p].offer);      //  an earlier offer: revoked since
+    self->pair[p].offer = copy;
+    memcpy(copy, blob, len);
+    self->pair[p].offer_len = len;
+    return 0;
+}
+
 static int
 s_cmp_finished(const void *a, const void *b)
 {
@@ -995,9 +1173,12 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
         self->pair[p].t.poll(self->pair[p].t.self, s_on_part, &ctx);
     }
     double now = pk_clock_monotonic();
-    for (size_t p = 0; p < self->npairs; p++)
+    for (size_t p = 0; p < self->npairs; p++) {
         if (self->pair[p].fail_now || s_stalled(self, p, now))
-            s_take_out(self, p);
+            s_take_out(self, p, true);
+        else if (self->pair[p].failed && self->pair[p].offer && now >= self->pair[p].retry_at)
+            s_rejoin(self, p);
+    }
     //  a write ends where its last chunk does (s_chunk_ended), so nothing
     //  here walks the open writes
     if (!self->nfinished)
@@ -1087,7 +1268,7 @@ s_channel_transport(pk_channel_t *channel)
 {
     return (pk_transport_t) { .self = channel, .write_blocks = s_write_blocks, .poll = s_poll,
                               .cancel = s_cancel, .rails_landing = s_rails_landing,
-                              .rails_failed = s_rails_failed };
+                              .rails_failed = s_rails_failed, .rail_rejoin = s_rail_rejoin };
 }
 
 const pk_transport_ops_t pk_rails_transport_ops = {
@@ -1124,4 +1305,5 @@ const pk_transport_ops_t pk_rails_transport_ops = {
     .channel_rails = s_channel_rails,
     .channel_landed_rails = s_channel_landed_rails,
     .channel_revoke_rail = s_channel_revoke_rail,
+    .channel_rail_offer = s_channel_rail_offer,
 };
