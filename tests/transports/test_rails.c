@@ -464,7 +464,10 @@ START_TEST(test_failed_rail_rejoins)
     for (size_t i = 0; i < 4 * BLOCK; i++)
         ck_assert_msg(t.pool[i] == 0x33, "byte %zu written with the revoked key", i);
 
-    //  it fails again: out again, a second offer, back on both
+    //  it fails again: out again, a second offer, back on both; its
+    //  counts go on from those of the sub-channels it had before
+    uint64_t written = rs[1].blocks_written;
+    ck_assert_uint_gt(written, 0);
     s_fail_and_offer(&w, &t, 70, &t0, &blob, &len);
     ck_assert_msg(tr.rail_rejoin(tr.self, 1, blob, len, err) == 0, "%s", err);
     free(blob);
@@ -474,6 +477,7 @@ START_TEST(test_failed_rail_rejoins)
     ck_assert_uint_eq(pk_channel_rails(w.ch, rs, PK_RAILS_MAX), 2);
     ck_assert_uint_eq(rs[1].rejoins, 2);
     ck_assert_uint_eq(rs[1].failures, 2);
+    ck_assert_uint_gt(rs[1].blocks_written, written);
     ck_assert_uint_eq(pk_channel_rails(t.ch, rs, PK_RAILS_MAX), 2);
     ck_assert_uint_eq(rs[1].rejoins, 2);
 

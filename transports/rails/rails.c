@@ -72,6 +72,9 @@ typedef struct {
     //  were open when it was replaced, until the rail's next offer
     pk_channel_t *retired[PK_RAILS_MAX];
     uint64_t offers[PK_RAILS_MAX];  //  consumer: fresh registrations made
+    //  the counters of a rail's sub-channels closed since (a rejoin
+    //  replaces one): its stats go on from them, never back to 0
+    pk_channel_stats_t gone[PK_RAILS_MAX];
     bool hold[PK_RAILS_MAX];        //  test hook: rail's completions unread
     size_t n;                       //  sub-channels (one per local rail)
     pk_channel_t *sub[PK_RAILS_MAX];
@@ -107,6 +110,8 @@ typedef struct {
     pk_rails_map_t chunks;          //  (rail, sub transfer) -> running chunk
     s_round_t *rounds;
 } s_channel_t;
+
+static void s_sub_close(s_channel_t *self, size_t i, pk_channel_t **c);
 
 //  --------------------------------------------------------------------------
 //  The fabric
@@ -654,7 +659,7 @@ s_channel_rail_offer(pk_channel_t *channel, size_t rail, uint8_t **blob_p, size_
         if (self->epfd >= 0)
             (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, pk_channel_wait_fd(self->retired[rail]),
                              NULL);
-        pk_channel_close(&self->retired[rail]);
+        s_sub_close(self, rail, &self->retired[rail]);
     }
     self->retired[rail] = self->sub[rail];
     self->sub[rail] = fresh;
@@ -695,13 +700,49 @@ s_channel_closed(const pk_channel_t *channel)
 }
 
 static void
+s_add_stats(pk_channel_stats_t *to, const pk_channel_stats_t *s)
+{
+    to->writes_posted += s->writes_posted;
+    to->blocks_written += s->blocks_written;
+    to->errors += s->errors;
+    to->blocks_landed += s->blocks_landed;
+}
+
+//  Rail i's counters: its sub-channel's, a retired one's, and those of
+//  the ones closed before
+static void
+s_rail_counts(const s_channel_t *self, size_t i, pk_channel_stats_t *out)
+{
+    pk_channel_stats_t s;
+    *out = self->gone[i];
+    pk_channel_stats(self->sub[i], &s);
+    s_add_stats(out, &s);
+    if (self->retired[i]) {
+        pk_channel_stats(self->retired[i], &s);
+        s_add_stats(out, &s);
+    }
+}
+
+//  Sub-channel c of rail i closes: its counts stay the rail's
+static void
+s_sub_close(s_channel_t *self, size_t i, pk_channel_t **c)
+{
+    pk_channel_stats_t s;
+    if (*c) {
+        pk_channel_stats(*c, &s);
+        s_add_stats(&self->gone[i], &s);
+    }
+    pk_channel_close(c);
+}
+
+static void
 s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
 {
     const s_channel_t *self = (const s_channel_t *) channel;
     *stats = (pk_channel_stats_t) { 0 };
     for (size_t i = 0; i < self->n; i++) {
         pk_channel_stats_t s;
-        pk_channel_stats(self->sub[i], &s);
+        s_rail_counts(self, i, &s);
         stats->writes_posted += s.writes_posted;
         stats->blocks_written += s.blocks_written;
         stats->errors += s.errors;
@@ -716,16 +757,12 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
     const s_channel_t *self = (const s_channel_t *) channel;
     for (size_t i = 0; i < self->n && i < cap; i++) {
         pk_channel_stats_t s;
-        pk_channel_stats(self->sub[i], &s);
+        s_rail_counts(self, i, &s);
         pk_rail_stats_t *r = &out[i];
         *r = (pk_rail_stats_t) { .peer_rail = -1, .writes_posted = s.writes_posted,
                                  .blocks_written = s.blocks_written,
                                  .blocks_landed = s.blocks_landed, .failures = s.errors,
                                  .failed = self->failed[i], .rejoins = self->offers[i] };
-        if (self->retired[i]) {
-            pk_channel_stats(self->retired[i], &s);
-            r->blocks_landed += s.blocks_landed;
-        }
         snprintf(r->local, sizeof r->local, "%s", self->fab->addr[i].text);
         for (size_t p = 0; p < self->npairs; p++)
             if (self->pair[p].local == i) {
@@ -1102,7 +1139,7 @@ s_rejoin(s_channel_t *self, size_t p)
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
         (void) epoll_ctl(self->epfd, EPOLL_CTL_ADD, pk_channel_wait_fd(fresh), &ev);
     }
-    pk_channel_close(&self->sub[i]);
+    s_sub_close(self, i, &self->sub[i]);
     self->sub[i] = fresh;
     self->pair[p].t = pk_channel_transport(fresh);
     self->pair[p].failed = false;
