@@ -976,7 +976,7 @@ const char *
 pk_peer_caps(const pk_peer_t *self)
 {
     static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
-                                         PK_CAP_GET, PK_CAP_LEND, PK_CAP_RAILS };
+                                         PK_CAP_GET, PK_CAP_LEND, PK_CAP_RAILS, PK_CAP_REJOIN };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
@@ -991,7 +991,11 @@ pk_peer_caps(const pk_peer_t *self)
                      || !pk_channel_transport(self->channel).lend))
             //  rails: over a channel of several
             && !(strcmp(words[i], PK_CAP_RAILS) == 0
-                 && (!self->channel || !pk_channel_transport(self->channel).rails_landing)))
+                 && (!self->channel || !pk_channel_transport(self->channel).rails_landing))
+            //  rejoin: with rails, over a channel that pairs a rail again
+            && !(strcmp(words[i], PK_CAP_REJOIN) == 0
+                 && (!self->channel || !pk_channel_transport(self->channel).rails_landing
+                     || !pk_channel_transport(self->channel).rail_rejoin)))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);
     return out;
