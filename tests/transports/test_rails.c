@@ -5,6 +5,7 @@
     bad addresses refused with a message naming them.  */
 #include "seam.h"
 #include "testutil.h"
+#include "base/checksum.h"
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/transport.h"
@@ -418,6 +419,7 @@ START_TEST(test_failed_rail_rejoins)
     s_side(&w, TWO, false, 0);
     s_side(&t, TWO, true, 0xee);
     s_connect(&w, &t);
+    pk_channel_marks(w.ch);                     //  the target checks as blocks land
     //  the late writer, on the target's first rail-2 registration
     s_side(&late, "127.0.0.2", false, 0);
     uint8_t *blob;
@@ -457,6 +459,21 @@ START_TEST(test_failed_rail_rejoins)
     ck_assert_uint_eq(rs[1].rejoins, 1);
     ck_assert_uint_eq(rs[1].failures, 1);
     ck_assert(!pk_channel_closed(w.ch));
+
+    //  the rejoined rail's writes carry block marks too: every block of
+    //  a round over both rails is checked as it lands
+    uint32_t dest[16];
+    uint64_t sums[16];
+    uint8_t verdict[16] = { 0 };
+    for (uint32_t i = 0; i < 16; i++) {
+        dest[i] = i;
+        sums[i] = pk_checksum(w.pool + (size_t) i * BLOCK, BLOCK);
+    }
+    ck_assert_int_eq(pk_channel_expect(t.ch, dest, sums, 16), 0);
+    s_write(&w, &t, 50000, 16);
+    pk_channel_verdicts(t.ch, dest, verdict, 16);
+    for (size_t i = 0; i < 16; i++)
+        ck_assert_msg(verdict[i] == PK_VERDICT_OK, "block %zu: verdict %u", i, verdict[i]);
 
     //  the old key stays revoked: a late write on it lands nothing
     memset(t.pool, 0x33, 4 * BLOCK);

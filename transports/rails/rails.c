@@ -67,6 +67,7 @@ typedef struct {
     double rail_stall;              //  seconds (pk_fabric_config_t.rail_stall)
     uint32_t chunk_blocks;          //  blocks per chunk (about 1 MiB)
     bool failed[PK_RAILS_MAX];      //  consumer: rail revoked (rails_failed)
+    bool marks;                     //  writer: the peer reads block marks
     //  consumer: a rail's sub-channel before its last fresh registration
     //  (channel_rail_offer), revoked, kept for the counts of rounds that
     //  were open when it was replaced, until the rail's next offer
@@ -780,6 +781,7 @@ static void
 s_channel_marks(pk_channel_t *channel)
 {
     s_channel_t *self = (s_channel_t *) channel;
+    self->marks = true;             //  and a rail that rejoins (s_rejoin)
     for (size_t i = 0; i < self->n; i++)
         pk_channel_marks(self->sub[i]);
 }
@@ -802,8 +804,12 @@ static void
 s_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict, size_t n)
 {
     s_channel_t *self = (s_channel_t *) channel;
-    for (size_t i = 0; i < self->n; i++)
+    for (size_t i = 0; i < self->n; i++) {
         pk_channel_verdicts(self->sub[i], dest, verdict, n);
+        //  what a retired registration checked before it was revoked
+        if (self->retired[i])
+            pk_channel_verdicts(self->retired[i], dest, verdict, n);
+    }
 }
 
 //  --------------------------------------------------------------------------
@@ -1134,6 +1140,8 @@ s_rejoin(s_channel_t *self, size_t p)
         return;
     }
     free(offer);
+    if (self->marks)
+        pk_channel_marks(fresh);
     if (self->epfd >= 0) {
         (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, pk_channel_wait_fd(self->sub[i]), NULL);
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
