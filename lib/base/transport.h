@@ -87,6 +87,16 @@ typedef struct {
         the consumer revokes each before it reports the round.  Asked
         before rails_landing, which forgets the round.  */
     uint32_t (*rails_failed)(void *self, uint64_t round_seq);
+    /*  Optional (NULL: a rail taken out stays out): the consumer offers a
+        fresh registration for its rail peer_rail (the index in its blob)
+        that this side took out: blob is that rail's own (a sub-channel's,
+        channel_rail_offer).  The rail is paired again once its back-off
+        since it was taken out has passed (protocol.md section 7, "a rail
+        that rejoins"); 0, or -EPROTO with err where the rail is not out,
+        an offer for it is pending, or the blob is refused (a violation:
+        the session ends).  */
+    int (*rail_rejoin)(void *self, size_t peer_rail, const uint8_t *blob, size_t len,
+                       char *err);
 } pk_transport_t;
 
 //  --------------------------------------------------------------------------
@@ -160,10 +170,13 @@ typedef struct {
     uint64_t writes_posted;
     uint64_t blocks_written;
     uint64_t blocks_landed;     //  announced by immediates (target side)
-    uint64_t failures;          //  failed writes, and the rail taken out
+    uint64_t failures;          //  failed writes, and each time the rail was
+                                //  taken out
     bool failed;                //  taken out (writer: --rail-stall or a failed
                                 //  write; consumer: revoked at an answer's
                                 //  rails_failed) and not rejoined
+    uint64_t rejoins;           //  paired again after it was taken out
+                                //  (consumer: fresh registrations offered)
 } pk_rail_stats_t;
 
 /*  A fabric's counters: what the peers' blobs cost it.  */
@@ -304,6 +317,13 @@ typedef struct pk_transport_ops {
         late write on it never lands in a block the caller reuses; the
         other rails go on.  Called before the round is reported.  */
     void (*channel_revoke_rail)(pk_channel_t *channel, size_t rail);
+    /*  Consumer side: our rail i, revoked (channel_revoke_rail), gets a
+        fresh registration (a new sub-channel: endpoint and key; the old
+        key stays revoked) whose own blob, malloc'd, is offered to the
+        server (rail_offer, protocol.md section 7) so that the rail
+        rejoins.  0, or -EINVAL where rail i is not revoked.  */
+    int (*channel_rail_offer)(pk_channel_t *channel, size_t rail, uint8_t **blob_p,
+                              size_t *len_p);
 } pk_transport_ops_t;
 
 enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
@@ -556,6 +576,14 @@ pk_channel_revoke_rail(pk_channel_t *channel, size_t rail)
 {
     if (channel->ops->channel_revoke_rail)
         channel->ops->channel_revoke_rail(channel, rail);
+}
+
+/*  -ENOSYS where the channel is one rail (no channel_rail_offer).  */
+static inline int
+pk_channel_rail_offer(pk_channel_t *channel, size_t rail, uint8_t **blob_p, size_t *len_p)
+{
+    return channel->ops->channel_rail_offer
+           ? channel->ops->channel_rail_offer(channel, rail, blob_p, len_p) : -ENOSYS;
 }
 
 /*  Nothing where the transport carries no marks (no channel_marks).  */

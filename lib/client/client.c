@@ -80,6 +80,15 @@ s_revoke_rail(void *arg, size_t rail)
         pk_channel_revoke_rail(s->channel, rail);
 }
 
+//  Capability rejoin: a fresh registration for our rail the server took
+//  out, its blob for the next fetch's rail_offer (client_role.h)
+static int
+s_rail_offer(void *arg, size_t rail, uint8_t **blob_p, size_t *len_p)
+{
+    s_server_t *s = arg;
+    return s->channel ? pk_channel_rail_offer(s->channel, rail, blob_p, len_p) : -ENOTCONN;
+}
+
 //  The round's load ended: its tag's counter goes (a tag wraps after 2^20
 //  rounds; a stale count would report a later fetch landed early).
 static void
@@ -627,6 +636,8 @@ s_session_up(void *arg)
                                  (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget,
                                                            s_landed_rails, s_revoke_rail },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
+    if (s->role && pk_caps_has(pk_client_session_server_caps(s->session), PK_CAP_REJOIN))
+        pk_client_role_set_rail_offer(s->role, s_rail_offer, s);
     s->stall_floor = pk_clock_monotonic();
     //  The handshake passed: only a new session's can be refused, and it
     //  gets a new socket and monitor; a session whose key is revoked is
@@ -1006,10 +1017,11 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_
     bool rails = s->server_rails && pk_fabric_rails(s->fabric) > 1;
     pk_client_identity_t id = { s->endpoint, self->peer_id, self->num_blocks, self->block_len,
                                 self->fingerprint, self->hash_seed, 0,
-                                self->config.no_verify ? (rails ? PK_CAP_REASONS " " PK_CAP_RAILS
-                                                                : PK_CAP_REASONS)
+                                self->config.no_verify
+                                ? (rails ? PK_CAP_REASONS " " PK_CAP_RAILS " " PK_CAP_REJOIN
+                                         : PK_CAP_REASONS)
                                 : s->fabric->ops->channel_lend_copy ? PK_CAPS " " PK_CAP_LEND
-                                : rails ? PK_CAPS " " PK_CAP_RAILS : PK_CAPS };
+                                : rails ? PK_CAPS " " PK_CAP_RAILS " " PK_CAP_REJOIN : PK_CAPS };
     pk_client_session_ops_t ops = s_session_ops;
     ops.self = s;
     s->session = pk_client_session_new(&scfg, &id, (pk_clock_t) { s, s_clock_now }, &ops);

@@ -408,11 +408,21 @@ s_rails_failed(void *arg, uint64_t round_seq)
     return self->inner.rails_failed(self->inner.self, round_seq);
 }
 
+//  A rail's rejoining is the inner channel's too: the scheduler's credit
+//  is per session, not per rail.
+static int
+s_rail_rejoin(void *arg, size_t peer_rail, const uint8_t *blob, size_t len, char *err)
+{
+    pk_fair_channel_t *self = arg;
+    return self->inner.rail_rejoin(self->inner.self, peer_rail, blob, len, err);
+}
+
 pk_transport_t
 pk_fair_channel_transport(pk_fair_channel_t *self)
 {
     return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel,
                               self->inner.lend ? s_lend : NULL,
                               self->inner.rails_landing ? s_rails_landing : NULL,
-                              self->inner.rails_failed ? s_rails_failed : NULL };
+                              self->inner.rails_failed ? s_rails_failed : NULL,
+                              self->inner.rail_rejoin ? s_rail_rejoin : NULL };
 }

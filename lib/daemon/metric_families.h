@@ -121,7 +121,11 @@ PK_METRIC(RAIL_BYTES, "p2pkv_rail_bytes_written_total", COUNTER,
           "Bytes written to consumers over a rail (its local address)", RAIL,
           HERE, 0)
 PK_METRIC(RAIL_FAILURES, "p2pkv_rail_failures_total", COUNTER,
-          "Failed writes over a rail (its local address)", RAIL,
+          "Failed writes over a rail (its local address), and each time it was taken out", RAIL,
+          HERE, 0)
+PK_METRIC(RAIL_REJOINS, "p2pkv_rail_rejoins_total", COUNTER,
+          "Times a rail taken out was paired again with a consumer's fresh registration "
+          "(its local address)", RAIL,
           HERE, 0)
 
 //  The data plane (the transport's fabric stats)

@@ -279,6 +279,7 @@ s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
         uint64_t w = atomic_exchange(&peer->rails[i].writes, rs[i].writes_posted);
         uint64_t b = atomic_exchange(&peer->rails[i].blocks, rs[i].blocks_written);
         uint64_t f = atomic_exchange(&peer->rails[i].failures, rs[i].failures);
+        uint64_t j = atomic_exchange(&peer->rails[i].rejoins, rs[i].rejoins);
         atomic_store(&peer->rails[i].failed, rs[i].failed);
         if (rs[i].writes_posted > w)
             pk_metrics_add(env->metrics, PK_M_RAIL_WRITES, rs[i].local, rs[i].writes_posted - w);
@@ -287,6 +288,8 @@ s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
                            (rs[i].blocks_written - b) * env->config->block_len);
         if (rs[i].failures > f)
             pk_metrics_add(env->metrics, PK_M_RAIL_FAILURES, rs[i].local, rs[i].failures - f);
+        if (rs[i].rejoins > j)
+            pk_metrics_add(env->metrics, PK_M_RAIL_REJOINS, rs[i].local, rs[i].rejoins - j);
     }
     if (first)
         atomic_store_explicit(&peer->nrails, n, memory_order_release);
@@ -973,7 +976,7 @@ const char *
 pk_peer_caps(const pk_peer_t *self)
 {
     static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
-                                         PK_CAP_GET, PK_CAP_LEND, PK_CAP_RAILS };
+                                         PK_CAP_GET, PK_CAP_LEND, PK_CAP_RAILS, PK_CAP_REJOIN };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
@@ -988,7 +991,11 @@ pk_peer_caps(const pk_peer_t *self)
                      || !pk_channel_transport(self->channel).lend))
             //  rails: over a channel of several
             && !(strcmp(words[i], PK_CAP_RAILS) == 0
-                 && (!self->channel || !pk_channel_transport(self->channel).rails_landing)))
+                 && (!self->channel || !pk_channel_transport(self->channel).rails_landing))
+            //  rejoin: with rails, over a channel that pairs a rail again
+            && !(strcmp(words[i], PK_CAP_REJOIN) == 0
+                 && (!self->channel || !pk_channel_transport(self->channel).rails_landing
+                     || !pk_channel_transport(self->channel).rail_rejoin)))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);
     return out;

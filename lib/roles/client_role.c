@@ -105,7 +105,40 @@ struct _pk_client_role_t {
     //  ends (10 MiB after a lookup of 65,536 keys).
     pk_keymap_t spare_queued, spare_sent;
     const char *violation;          //  why on_message last returned -EPROTO
+    pk_client_rail_offer_fn *offer; //  capability rejoin (NULL: off)
+    void *offer_arg;
+    uint32_t to_offer;              //  our rails revoked, not yet offered again
 };
+
+void
+pk_client_role_set_rail_offer(pk_client_role_t *self, pk_client_rail_offer_fn *offer, void *arg)
+{
+    self->offer = offer;
+    self->offer_arg = arg;
+}
+
+//  A revoked rail's fresh registration on m (a fetch or get), one a
+//  message, lowest rail first; returns the field to free once m went.
+//  A rail whose registration cannot be made is not offered (stays out).
+static char *
+s_rail_offer(pk_client_role_t *self, pk_msg_t *m)
+{
+    char *text = NULL;
+    while (self->to_offer && !text) {
+        size_t rail = (size_t) __builtin_ctz(self->to_offer);
+        self->to_offer &= ~(UINT32_C(1) << rail);
+        uint8_t *blob = NULL;
+        size_t len = 0;
+        if (self->offer(self->offer_arg, rail, &blob, &len) == 0)
+            text = pk_wire_rail_offer_format(rail, blob, len);
+        free(blob);
+    }
+    if (text) {
+        m->rail_offer = text;
+        m->present |= PK_BIT(PK_F_RAIL_OFFER);
+    }
+    return text;
+}
 
 //  A lookup answer's checksums (16 hex chars per hit, in key order; the
 //  codec checked their count and alphabet) as one per key, 0 at misses.
@@ -634,8 +667,11 @@ s_check_landing(pk_client_role_t *self, s_load_t *l)
         //  this round (the same bytes as their resends): its registration
         //  goes before the caller may reuse the blocks
         for (size_t i = 0; i < PK_MAX_RAILS; i++)
-            if ((l->failed_rails & (UINT32_C(1) << i)) && self->transport.revoke_rail)
+            if ((l->failed_rails & (UINT32_C(1) << i)) && self->transport.revoke_rail) {
                 self->transport.revoke_rail(self->transport.self, i);
+                if (self->offer)
+                    self->to_offer |= UINT32_C(1) << i;
+            }
         s_load_end(self, l, l->status, l->status == PK_LOAD_LANDED ? "landed"
                                        : l->status == PK_LOAD_ABORTED ? "aborted"
                                        : "the server could not serve the round");
@@ -711,7 +747,9 @@ pk_client_role_get(pk_client_role_t *self, const char *kv, const pk_key_t *keys,
                    .round_seq = l->round,
                    .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
                               | PK_BIT(PK_F_BLOCK_INDEXES) | PK_BIT(PK_F_ROUND_SEQ) };
+    char *offer = s_rail_offer(self, &m);
     self->sender.send(self->sender.self, &m);
+    free(offer);
     *load_id_p = l->id;
     if (round_p)
         *round_p = l->round;
@@ -748,7 +786,9 @@ pk_client_role_fetch(pk_client_role_t *self, const char *kv, const pk_key_t *key
                    .round_seq = round,
                    .present = PK_BIT(PK_F_KV_REQUEST_ID) | PK_BIT(PK_F_KEYS)
                               | PK_BIT(PK_F_BLOCK_INDEXES) | PK_BIT(PK_F_ROUND_SEQ) };
+    char *offer = s_rail_offer(self, &m);
     self->sender.send(self->sender.self, &m);
+    free(offer);
     *load_id_p = l->id;
     return 0;
 }

@@ -41,6 +41,12 @@ typedef struct {
     void (*revoke_rail)(void *self, size_t rail);
 } pk_client_transport_t;
 
+/*  Capability rejoin (protocol.md section 7, "a rail that rejoins"): a
+    fresh registration for our rail, revoked at a round's end
+    (revoke_rail), whose own blob (malloc'd) the next fetch or get offers
+    the server (rail_offer).  0, or a negative error (the rail stays out).  */
+typedef int (pk_client_rail_offer_fn)(void *arg, size_t rail, uint8_t **blob_p, size_t *len_p);
+
 typedef enum {
     PK_LOAD_LANDED = 0,         //  every block of the round is in the destination
     PK_LOAD_FAILED,             //  the destination may be reused; nothing landed for sure
@@ -77,6 +83,14 @@ pk_client_role_t *pk_client_role_new(const pk_client_role_config_t *config, pk_c
                                      pk_sender_t sender, pk_client_transport_t transport,
                                      pk_client_events_t events);
 void pk_client_role_destroy(pk_client_role_t **self_p);
+
+/*  Where the server's connect_ack listed rejoin: each rail revoked is
+    offered again through offer, one a fetch or get (NULL: none is; a
+    rail taken out stays out, as with a server that does not rejoin).  A
+    setter, not a pk_client_transport_t op, so that the owners' tables
+    stay as they are.  */
+void pk_client_role_set_rail_offer(pk_client_role_t *self, pk_client_rail_offer_fn *offer,
+                                   void *arg);
 
 /*  Queues keys to ask about for a request; pk_client_role_flush sends one
     lookup per request with the keys not yet sent, each under a new round.  */

@@ -40,6 +40,9 @@ struct _pk_session_t {
     uint64_t consumer_blocks;
     bool checksums;                 //  the consumer's caps list checksum
     const char *caps;               //  ours, in the connect_ack
+    char caps_text[PK_MAX_CAPS + 1];
+    bool rejoin;                    //  rail_offer is read (capability rejoin)
+    pk_transport_t transport;       //  the write path: rail_rejoin
     bool keyless_answers;           //  the consumer speaks wire 1.1 or later:
                                     //  its lookup_resps go without keys
     char *connect_canon;            //  the connect, canonical, target epoch zeroed
@@ -323,6 +326,14 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
                                          : PK_CAPS_WITHOUT_GET)
                  : lends ? PK_CAPS " " PK_CAP_LEND
                  : rails ? PK_CAPS " " PK_CAP_RAILS : PK_CAPS;
+    //  rejoin where rails are paired, the channel can pair a rail again
+    //  and the consumer asked for it
+    self->rejoin = rails && transport.rail_rejoin && pk_caps_has(connect->caps, PK_CAP_REJOIN);
+    if (self->rejoin) {
+        snprintf(self->caps_text, sizeof self->caps_text, "%s " PK_CAP_REJOIN, self->caps);
+        self->caps = self->caps_text;
+    }
+    self->transport = transport;
     role_config.lend = lends && pk_caps_has(connect->caps, PK_CAP_LEND);
     role_config.rails = rails;
     self->role = pk_server_role_new(self->consumer_id, &role_config, clock,
@@ -442,6 +453,7 @@ pk_violation_name(pk_violation_t reason)
         [PK_VIOLATION_DUPLICATE_FETCH] = "duplicate_fetch",
         [PK_VIOLATION_FLOOD] = "flood",
         [PK_VIOLATION_UNREAD] = "unread",
+        [PK_VIOLATION_RAIL_OFFER] = "rail_offer",
     };
     return (unsigned) reason < PK_VIOLATION_COUNT ? names[reason] : "unknown";
 }
@@ -570,10 +582,40 @@ s_fetch_admits(pk_server_session_t *self, const pk_msg_t *m, const char *what)
     return true;
 }
 
+//  A fetch's or get's rail_offer (capability rejoin; protocol.md section
+//  7, "a rail that rejoins"): the consumer's fresh registration of a rail
+//  we took out, handed to the channel, which pairs it after its back-off.
+//  false: a violation ended the session (not offered, or refused).
+static bool
+s_rail_offer(pk_server_session_t *self, const pk_msg_t *m)
+{
+    if (!(m->present & PK_BIT(PK_F_RAIL_OFFER)))
+        return true;
+    const char *what = pk_msg_type_name(m->type);
+    if (!self->rejoin) {
+        s_violation(self, PK_VIOLATION_RAIL_OFFER, "%s.rail_offer: capability %s was not "
+                    "agreed in connect_ack", what, PK_CAP_REJOIN);
+        return false;
+    }
+    uint8_t *blob = malloc(PK_MAX_RAIL_BLOB);
+    size_t rail, len;
+    char err[PK_ERRLEN] = "";
+    int rc = !blob ? -ENOMEM : pk_wire_rail_offer_parse(m->rail_offer, &rail, blob, &len);
+    if (!rc)
+        rc = self->transport.rail_rejoin(self->transport.self, rail, blob, len, err);
+    free(blob);
+    if (rc) {
+        s_violation(self, PK_VIOLATION_RAIL_OFFER, "%s.%s", what,
+                    *err ? err : "rail_offer: refused");
+        return false;
+    }
+    return true;
+}
+
 static void
 s_on_fetch(pk_server_session_t *self, const pk_msg_t *m)
 {
-    if (!s_fetch_admits(self, m, "fetch"))
+    if (!s_fetch_admits(self, m, "fetch") || !s_rail_offer(self, m))
         return;
     self->counters.fetches++;
     if (m->keys.count)
@@ -590,7 +632,7 @@ s_on_fetch(pk_server_session_t *self, const pk_msg_t *m)
 static void
 s_on_get(pk_server_session_t *self, const pk_msg_t *m)
 {
-    if (!s_fetch_admits(self, m, "get"))
+    if (!s_fetch_admits(self, m, "get") || !s_rail_offer(self, m))
         return;
     pk_server_role_state_t st;
     pk_server_role_state(self->role, &st);

@@ -59,6 +59,7 @@ typedef enum {
     PK_VIOLATION_DUPLICATE_FETCH,       //  a second fetch for a round with demand
     PK_VIOLATION_FLOOD,                 //  the node retired it (flooding its door)
     PK_VIOLATION_UNREAD,                //  answers left unread past the room for them
+    PK_VIOLATION_RAIL_OFFER,            //  a rail_offer refused (capability rejoin)
     PK_VIOLATION_COUNT
 } pk_violation_t;
 

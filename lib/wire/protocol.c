@@ -60,6 +60,7 @@ const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_SOURCES]            = { "sources", K_STRING, 0, PK_SOURCE_HEX * PK_MAX_LIST },
     [PK_F_RAILS]              = { "rails", K_STRING, 1, PK_MAX_RAILS_TEXT },
     [PK_F_RAILS_FAILED]       = { "rails_failed", K_STRING, 1, 2 * PK_MAX_RAILS },
+    [PK_F_RAIL_OFFER]         = { "rail_offer", K_STRING, 3, PK_MAX_RAIL_OFFER_TEXT },
 };
 
 #define B(f) PK_BIT(PK_F_##f)
@@ -94,7 +95,7 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
         B(KV_REQUEST_ID) | B(HITS) | B(ROUND_SEQ) | EPOCHS, B(KEYS) | B(CHECKSUMS) | B(REASONS),
         TO_CONSUMER },
     [PK_MSG_FETCH]         = { "fetch",
-        B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
+        B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, B(RAIL_OFFER),
         TO_SERVER },
     [PK_MSG_TRANSFER_DONE] = { "transfer_done",
         B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
@@ -106,7 +107,7 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
         B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, B(RAILS) | B(RAILS_FAILED),
         TO_CONSUMER },
     [PK_MSG_GET]           = { "get",
-        B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, 0,
+        B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, B(RAIL_OFFER),
         TO_SERVER },
     [PK_MSG_GET_RESP]      = { "get_resp",
         B(KV_REQUEST_ID) | B(HITS) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
@@ -162,6 +163,34 @@ pk_wire_rails_format(const uint64_t *counts, size_t n, char *out)
     for (size_t i = 0; i < n && i < PK_MAX_RAILS; i++)
         used += (size_t) snprintf(out + used, PK_MAX_RAILS_TEXT + 1 - used, "%s%llu",
                                   i ? " " : "", (unsigned long long) counts[i]);
+}
+
+int
+pk_wire_rail_offer_parse(const char *text, size_t *rail_p, uint8_t *blob, size_t *len_p)
+{
+    if (!text || text[0] < '0' || text[0] >= '0' + PK_MAX_RAILS || text[1] != ' ')
+        return -EPROTO;
+    *rail_p = (size_t) (text[0] - '0');
+    const char *end;
+    if (sodium_base642bin(blob, PK_MAX_RAIL_BLOB, text + 2, strlen(text + 2), NULL, len_p,
+                          &end, sodium_base64_VARIANT_ORIGINAL) != 0 || *end || !*len_p)
+        return -EPROTO;
+    return 0;
+}
+
+char *
+pk_wire_rail_offer_format(size_t rail, const uint8_t *blob, size_t len)
+{
+    if (rail >= PK_MAX_RAILS || !len || len > PK_MAX_RAIL_BLOB)
+        return NULL;
+    size_t b64 = sodium_base64_ENCODED_LEN(len, sodium_base64_VARIANT_ORIGINAL);
+    char *out = malloc(2 + b64);
+    if (!out)
+        return NULL;
+    out[0] = (char) ('0' + rail);
+    out[1] = ' ';
+    sodium_bin2base64(out + 2, b64, blob, len, sodium_base64_VARIANT_ORIGINAL);
+    return out;
 }
 
 bool
@@ -334,6 +363,7 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->sources);
     free(self->rails);
     free(self->rails_failed);
+    free(self->rail_offer);
     pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
     free(self->block_indexes);
@@ -360,6 +390,7 @@ pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
         case PK_F_SOURCES:            return &self->sources;
         case PK_F_RAILS:              return &self->rails;
         case PK_F_RAILS_FAILED:       return &self->rails_failed;
+        case PK_F_RAIL_OFFER:         return &self->rail_offer;
         default:                      return NULL;
     }
 }
@@ -574,6 +605,17 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
             return pk_err(err, -EPROTO, "%s.rails_failed: expected rail indexes 0..%d, "
                           "ascending, one space apart, got \"%.40s\"", tn, PK_MAX_RAILS - 1,
                           m->rails_failed);
+    }
+
+    //  rail_offer: a rail index 0..PK_MAX_RAILS-1, one space, and the
+    //  rail's blob in base64 (1..PK_MAX_RAIL_BLOB bytes)
+    if (m->present & B(RAIL_OFFER)) {
+        uint8_t scratch[PK_MAX_RAIL_BLOB];
+        size_t rail, len;
+        if (pk_wire_rail_offer_parse(m->rail_offer, &rail, scratch, &len))
+            return pk_err(err, -EPROTO, "%s.rail_offer: expected a rail index 0..%d, one space "
+                          "and 1..%u bytes in base64, got \"%.40s\"", tn, PK_MAX_RAILS - 1,
+                          PK_MAX_RAIL_BLOB, m->rail_offer);
     }
 
     switch (m->type) {
@@ -1119,6 +1161,8 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
         size += strlen(m->rails);
     if (emit & B(RAILS_FAILED))
         size += strlen(m->rails_failed);
+    if (emit & B(RAIL_OFFER))
+        size += strlen(m->rail_offer);
     if (emit & B(CAPS))
         size += 6 * strlen(m->caps);
     return size;

@@ -108,6 +108,7 @@ typedef enum {
     PK_F_SOURCES,
     PK_F_RAILS,
     PK_F_RAILS_FAILED,
+    PK_F_RAIL_OFFER,
     PK_F_COUNT
 } pk_field_t;
 
@@ -136,6 +137,10 @@ typedef struct {
     char *rails_failed;             /* capability rails: consumer rails the
                                        server took out with writes of the
                                        round, their indexes one space apart */
+    char *rail_offer;               /* capability rejoin: a fetch's or get's
+                                       fresh registration for a consumer
+                                       rail taken out: "<rail> <base64 of
+                                       that rail's own blob>" */
     char **providers;               /* nproviders strings, best first */
     size_t nproviders;
 
@@ -194,6 +199,16 @@ typedef struct {
 #define PK_CAP_RAILS "rails"
 #define PK_MAX_RAILS 8
 #define PK_MAX_RAILS_TEXT (PK_MAX_RAILS * 21)
+/*  rejoin (with rails): a consumer rail the server took out (rails_failed)
+    comes back: after revoking it the consumer makes a fresh registration
+    for it and offers that rail's own blob in rail_offer on its next fetch
+    or get; the server pairs it again after a back-off (protocol.md
+    section 7, "a rail that rejoins").  A consumer lists it beside rails
+    in connect; a server that can lists it in connect_ack, and only then
+    is rail_offer sent.  */
+#define PK_CAP_REJOIN "rejoin"
+#define PK_MAX_RAIL_BLOB 4096           /* decoded bytes of a rail_offer's blob */
+#define PK_MAX_RAIL_OFFER_TEXT (2 + (PK_MAX_RAIL_BLOB + 2) / 3 * 4)
 /* every word this build has (a server run with --gets off offers the
    first three alone) */
 #define PK_CAPS_WITHOUT_GET PK_CAP_CHECKSUM " " PK_CAP_MARKS " " PK_CAP_REASONS
@@ -210,6 +225,13 @@ uint32_t pk_wire_rails_failed_parse(const char *text);
 void pk_wire_rails_failed_format(uint32_t mask, char *out);
 /*  counts[0..n) as a rails field, into out (PK_MAX_RAILS_TEXT + 1).  */
 void pk_wire_rails_format(const uint64_t *counts, size_t n, char *out);
+/*  A rail_offer field (the codec checked its form): its rail, and its blob
+    decoded into blob (PK_MAX_RAIL_BLOB bytes), *len_p its length.  0, or
+    -EPROTO.  */
+int pk_wire_rail_offer_parse(const char *text, size_t *rail_p, uint8_t *blob, size_t *len_p);
+/*  rail and blob (at most PK_MAX_RAIL_BLOB bytes) as a rail_offer field,
+    malloc'd (NULL: out of memory or too long).  */
+char *pk_wire_rail_offer_format(size_t rail, const uint8_t *blob, size_t len);
 
 /*  A zeroed message of this type; every field unset.  */
 pk_msg_t *pk_msg_new(pk_msg_type_t type);

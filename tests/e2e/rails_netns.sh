@@ -24,6 +24,13 @@
 #      so the fetch gets every block, intact (0 lost, 0 corrupt), and the
 #      server's metrics count the failure on rail 2 alone
 #      (p2pkv_rail_failures_total);
+#   b2. the same within one session (p2pkv get --repeat): rail 2 set down
+#      a quarter of the way through the first pass, and up again once the
+#      server counted it failed; the consumer offers a fresh registration
+#      for it (capability rejoin) and after its back-off (twice the rail
+#      stall, 5 s) the server pairs it again: a later pass's bytes go over
+#      both rails, every pass gets every block intact, and the server
+#      counts the rejoin on rail 2 (p2pkv_rail_rejoins_total);
 #   c. the consumer with rail 1 only: the fetch works over the one pair,
 #      rail 2 carries nothing, and the server's stats during it show the
 #      session's one pair and rail 2 unpaired (session_rails, read with
@@ -172,6 +179,44 @@ print("p2pkv_rail_failures_total %s: %d" % (sys.argv[2], f[sys.argv[2]]))
 fi
 alive two "$pid_two"
 ip -n "$rn_ns_s" link set "$s2" up || fail "cannot set $s2 up"
+
+# metric NAME: the server's counter NAME on rail 2 (0 where not counted)
+metric() {
+    timeout 60 ip netns exec "$rn_ns_s" "$rn_bin/p2pkv" stats --local "$rn_local" --json \
+        > "$rn_work/stats-metric" || fail "p2pkv stats failed"
+    python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1])).get("metrics") or {}
+print(((m.get(sys.argv[2]) or {}).get("rails") or {}).get(sys.argv[3], 0))
+' "$rn_work/stats-metric" "$1" "$(rn_addr s 2)"
+}
+if command -v python3 > /dev/null 2>&1; then
+    passes=8
+    say "b2. rail 2 down and up again within one session ($passes passes of $mid_blocks blocks)"
+    fails=$(metric p2pkv_rail_failures_total) rejoins=$(metric p2pkv_rail_rejoins_total)
+    tx2=$(rn_counter s 2 tx)
+    rn_get "$(rn_addrs c 1 2)" "$rn_work/rejoin" "$rn_work/got-rejoin" --repeat "$passes" &
+    get=$!
+    wait_passed 2 "$tx2" $((bytes / 4)) "$get"
+    ip -n "$rn_ns_s" link set "$s2" down || fail "cannot set $s2 down"
+    n=0
+    while [ "$(metric p2pkv_rail_failures_total)" -le "$fails" ]; do
+        rn_gone "$get" && fail "the gets ended before the server took rail 2 out"
+        n=$((n + 1))
+        [ "$n" -lt 600 ] || fail "the server did not take rail 2 out in 60 s"
+        sleep 0.1
+    done
+    ip -n "$rn_ns_s" link set "$s2" up || fail "cannot set $s2 up"
+    tx2=$(rn_counter s 2 tx)
+    say "rail 2 taken out and its link up again; the passes go on"
+    wait "$get" || { cat "$rn_work/got-rejoin.err" "$rn_work/two.log"; fail "p2pkv get --repeat with rail 2 down and up failed"; }
+    [ "$(count "$rn_work/got-rejoin" corrupt)" -eq 0 ] || fail "blocks reported corrupt"
+    rn_verify "$rn_work/rejoin"; [ "$rn_there" -eq "$mid_blocks" ] || fail "not every block after the rail came back"
+    d2=$(delta s 2 tx "$tx2") now=$(metric p2pkv_rail_rejoins_total)
+    say "rail 2 carried $d2 bytes after its link came up; rejoins on it: $((now - rejoins))"
+    [ "$now" -gt "$rejoins" ] || fail "the server counted no rejoin on rail 2 (p2pkv_rail_rejoins_total $now)"
+    [ "$d2" -ge $((bytes / 4)) ] || fail "rail 2 carried $d2 bytes after it came back, less than a quarter of a pass ($bytes): it did not rejoin"
+fi
 
 say "c. the consumer on rail 1 only, the server on both"
 stats() {

@@ -115,6 +115,8 @@ START_TEST(test_get_striped_over_two_rails)
         ck_assert_int_eq(json_integer_value(json_object_get(one, "bytes")),
                          (json_int_t) NBLOCKS / 2 * BLOCK);
         ck_assert_int_eq(json_integer_value(json_object_get(one, "failures")), 0);
+        ck_assert_ptr_nonnull(json_object_get(one, "rejoins"));
+        ck_assert_int_eq(json_integer_value(json_object_get(one, "rejoins")), 0);
     }
     ck_assert_str_eq(json_string_value(json_object_get(json_array_get(r, 1), "local")),
                      "127.0.0.2");
@@ -123,6 +125,8 @@ START_TEST(test_get_striped_over_two_rails)
     const char *caps = json_string_value(json_object_get(json_object_get(st, "capabilities"),
                                                          "rails-two"));
     ck_assert_msg(caps && strstr(caps, "rails"), "caps %s", caps ? caps : "(none)");
+    //  and a failed rail may rejoin (protocol.md section 7)
+    ck_assert_msg(strstr(caps, "rejoin"), "caps %s", caps);
     //  the metrics per rail, labelled by the local address
     json_t *bytes = json_object_get(json_object_get(json_object_get(st, "metrics"),
                                                     "p2pkv_rail_bytes_written_total"), "rails");

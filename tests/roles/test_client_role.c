@@ -13,7 +13,8 @@ typedef struct {
     double now;
     pk_client_role_t *role;
     //  sent messages: type, kv, round, key count, the first key bytes
-    struct { pk_msg_type_t type; char kv[16]; uint64_t round; size_t n; uint8_t keys[8]; } sent[32];
+    struct { pk_msg_type_t type; char kv[16]; uint64_t round; size_t n; uint8_t keys[8];
+             char offer[32]; } sent[32];
     int nsent;
     uint64_t landed[64];
     bool cut;
@@ -45,6 +46,10 @@ typedef struct {
     //  revoke_rail calls: the rail, and how many loads had ended before it
     struct { size_t rail; int ndone_before; } revoked[4];
     int nrevoked;
+    //  rail offers made (capability rejoin), and whether they fail
+    size_t offered[4];
+    int noffered;
+    bool offer_fails;
 } s_h_t;
 
 static s_h_t *H;
@@ -70,6 +75,8 @@ s_send(void *a, const pk_msg_t *m)
     snprintf(H->sent[H->nsent].kv, sizeof H->sent[0].kv, "%s", m->kv_request_id);
     H->sent[H->nsent].round = m->round_seq;
     H->sent[H->nsent].n = m->keys.count;
+    snprintf(H->sent[H->nsent].offer, sizeof H->sent[0].offer, "%s",
+             m->present & PK_BIT(PK_F_RAIL_OFFER) ? m->rail_offer : "");
     for (size_t i = 0; i < m->keys.count && i < 8; i++)
         H->sent[H->nsent].keys[i] = m->keys.v[i].bytes[0];
     H->nsent++;
@@ -419,6 +426,63 @@ START_TEST(test_failed_rail_revoked_before_landed)
     ck_assert_uint_eq(H->revoked[0].rail, 1);
     ck_assert_int_eq(H->revoked[0].ndone_before, 0);
     ck_assert(!H->cut);
+}
+END_TEST
+
+static int
+s_offer(void *a, size_t rail, uint8_t **blob_p, size_t *len_p)
+{
+    (void) a;
+    ck_assert_int_lt(H->noffered, 4);
+    H->offered[H->noffered++] = rail;
+    if (H->offer_fails)
+        return -ENOMEM;
+    *blob_p = malloc(5);
+    memcpy(*blob_p, "PKOF\1", 5);
+    *len_p = 5;
+    return 0;
+}
+
+//  Capability rejoin: a rail revoked at a round's end is offered again,
+//  once, on the next fetch (its fresh registration's blob in base64);
+//  one whose registration cannot be made is not offered; without the
+//  capability (no offer function) nothing is.
+START_TEST(test_revoked_rail_offered_on_next_fetch)
+{
+    H->nrails = 2;
+    s_fetch("r0", 0, 1, 0, 0);
+    ck_assert_str_eq(H->sent[0].offer, "");
+    pk_client_role_set_rail_offer(H->role, s_offer, NULL);
+    uint64_t round = H->sent[0].round;
+    pk_msg_t *m = s_done("r0", round, true, 1);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAILS, "1 0"), 0);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAILS_FAILED, "1"), 0);
+    s_deliver(m);
+    H->rail_landed[0] = 1;
+    s_land(round, 1);
+    ck_assert_int_eq(H->nrevoked, 1);
+    ck_assert_int_eq(H->noffered, 0);           //  made when a request goes
+    s_fetch("r1", 0, 1, 0, 0);
+    ck_assert_int_eq(H->noffered, 1);
+    ck_assert_uint_eq(H->offered[0], 1);
+    ck_assert_str_eq(H->sent[1].offer, "1 UEtPRgE=");
+    s_fetch("r2", 0, 1, 0, 0);
+    ck_assert_str_eq(H->sent[2].offer, "");
+    ck_assert_int_eq(H->noffered, 1);
+    //  rail 0 revoked next, its registration cannot be made: not offered
+    round = H->sent[1].round;
+    m = s_done("r1", round, true, 1);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAILS, "0 1"), 0);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAILS_FAILED, "0"), 0);
+    s_deliver(m);
+    H->rail_landed[0] = 0;
+    H->rail_landed[1] = 1;
+    s_land(round, 1);
+    ck_assert_int_eq(H->nrevoked, 2);
+    H->offer_fails = true;
+    s_fetch("r3", 0, 1, 0, 0);
+    ck_assert_int_eq(H->noffered, 2);
+    ck_assert_str_eq(H->sent[3].offer, "");
 }
 END_TEST
 
@@ -1384,6 +1448,7 @@ main(void)
     tcase_add_test(tc, test_landed_only_when_every_block_counted);
     tcase_add_test(tc, test_landed_only_when_every_rail_counted);
     tcase_add_test(tc, test_failed_rail_revoked_before_landed);
+    tcase_add_test(tc, test_revoked_rail_offered_on_next_fetch);
     tcase_add_test(tc, test_failed_waits_for_landing_blocks);
     tcase_add_test(tc, test_timeout_abort_and_either_order);
     tcase_add_test(tc, test_abort_ack_timeout_cuts_off);

@@ -2,6 +2,7 @@
     frame: a virtual clock, the in-memory transport, a scripted store, and
     the frames a consumer would send, encoded with the codec.
 */
+#include "base/err.h"
 #include "base/keymap.h"
 #include "wire/protocol.h"
 #include "roles/server_session.h"
@@ -448,6 +449,74 @@ START_TEST(test_index_outside_consumer_pool)
 }
 END_TEST
 
+//  Capability rejoin (protocol.md section 7): a fetch's rail_offer goes
+//  to the channel where the connect_ack agreed rejoin; without it, or
+//  refused by the channel, the session ends with the reason.
+static struct { int calls; size_t rail; size_t len; uint8_t blob[8]; } s_offers;
+
+static size_t
+s_rails_landing(void *self, uint64_t round, uint64_t *counts, size_t cap)
+{
+    (void) self, (void) round, (void) counts, (void) cap;
+    return 0;
+}
+
+static int
+s_rail_rejoin(void *self, size_t rail, const uint8_t *blob, size_t len, char *err)
+{
+    (void) self;
+    s_offers.calls++;
+    s_offers.rail = rail;
+    s_offers.len = len;
+    memcpy(s_offers.blob, blob, len < 8 ? len : 8);
+    return rail == 1 ? 0 : pk_err(err, -EPROTO, "rail_offer: consumer rail %zu is paired with "
+                                  "none of ours", rail);
+}
+
+START_TEST(test_rail_offer)
+{
+    //  the session of s_setup did not agree rejoin
+    pk_msg_t *m = s_fetch_msg("r1", 1, 1, 0);
+    pk_msg_set_string(m, PK_F_RAIL_OFFER, "1 UEtPRgE=");
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_RETIRED);
+    s_expect_disconnect(PK_DISC_VIOLATION,
+                        "fetch.rail_offer: capability rejoin was not agreed in connect_ack");
+    s_violated(PK_VIOLATION_RAIL_OFFER);
+    pk_server_session_destroy(&H->session);
+
+    //  one whose consumer lists rails and rejoin, over a channel that can
+    pk_msg_t *connect = s_connect_msg_minor("fp", 4096, 1);
+    pk_msg_set_string(connect, PK_F_CAPS, PK_CAP_RAILS " " PK_CAP_REJOIN);
+    pk_transport_t t = pk_memtransport_iface(H->mem);
+    t.rails_landing = s_rails_landing;
+    t.rail_rejoin = s_rail_rejoin;
+    H->session = pk_server_session_new(&H->id, &H->config, connect, (pk_clock_t) { NULL, s_now },
+                                       t, (pk_parent_t) { NULL, s_lookup, s_pin, s_opened,
+                                                          s_finished, s_result, NULL, NULL },
+                                       s_out, NULL);
+    pk_msg_destroy(&connect);
+    ck_assert_ptr_nonnull(H->session);
+    ck_assert_int_eq(H->out[0]->type, PK_MSG_CONNECT_ACK);
+    ck_assert(pk_caps_has(H->out[0]->caps, PK_CAP_REJOIN));
+    memcpy(H->epoch, H->out[0]->source_epoch, PK_EPOCH_LEN);
+    s_clear_out();
+    m = s_fetch_msg("r1", 1, 1, 0);
+    pk_msg_set_string(m, PK_F_RAIL_OFFER, "1 UEtPRgE=");
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_LIVE);
+    ck_assert_int_eq(s_offers.calls, 1);
+    ck_assert_uint_eq(s_offers.rail, 1);
+    ck_assert_uint_eq(s_offers.len, 5);
+    ck_assert_mem_eq(s_offers.blob, "PKOF\1", 5);
+    //  refused by the channel: the channel's words
+    m = s_fetch_msg("r2", 2, 1, 1);
+    pk_msg_set_string(m, PK_F_RAIL_OFFER, "3 UEtPRgE=");
+    ck_assert_int_eq(s_send(m), PK_SERVER_SESSION_RETIRED);
+    s_expect_disconnect(PK_DISC_VIOLATION,
+                        "fetch.rail_offer: consumer rail 3 is paired with none of ours");
+    s_violated(PK_VIOLATION_RAIL_OFFER);
+}
+END_TEST
+
 START_TEST(test_limits)
 {
     //  live requests: 4
@@ -732,6 +801,7 @@ main(void)
     tcase_add_test(tc, test_lookup_fetch_and_duplicate);
     tcase_add_test(tc, test_lookup_resp_keys_by_minor);
     tcase_add_test(tc, test_index_outside_consumer_pool);
+    tcase_add_test(tc, test_rail_offer);
     tcase_add_test(tc, test_get_one_answer);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_limit_rounds_and_keys);

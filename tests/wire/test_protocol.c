@@ -82,6 +82,9 @@ static const char *s_valid[] = {
         "\"block_len\":4096,\"caps\":\"checksum rails\"}",
     FETCH_HEAD ",\"keys\":[\"ab\",\"abcd\"],\"block_indexes\":[2147483647,0],\"round_seq\":1" EP "}",
     FETCH_HEAD ",\"keys\":[],\"block_indexes\":[],\"round_seq\":4" EP "}",
+    //  capability rejoin: a fetch offering a fresh registration of rail 1
+    FETCH_HEAD ",\"keys\":[\"ab\"],\"block_indexes\":[0],\"round_seq\":5" EP
+        ",\"rail_offer\":\"1 UEtPRgE=\"}",
     "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":false,\"round_seq\":2,"
         "\"landing\":0" EP "}",
     "{\"type\":\"abort_fetch\",\"kv_request_id\":\"r\",\"round_seq\":2" EP "}",
@@ -338,6 +341,21 @@ static const s_reject_t s_rejects[] = {
       "\"landing\":0" EP ",\"rails\":\"1 2\",\"rails_failed\":\"1 \"}", -EPROTO,
       "abort_ack.rails_failed: expected rail indexes 0..7, ascending, one space apart, "
       "got \"1 \"" },
+    { FETCH_HEAD ",\"keys\":[],\"block_indexes\":[],\"round_seq\":4" EP
+      ",\"rail_offer\":\"8 UEtPRgE=\"}", -EPROTO,
+      "fetch.rail_offer: expected a rail index 0..7, one space and 1..4096 bytes in base64, "
+      "got \"8 UEtPRgE=\"" },
+    { FETCH_HEAD ",\"keys\":[],\"block_indexes\":[],\"round_seq\":4" EP
+      ",\"rail_offer\":\"1 UEtP*gE=\"}", -EPROTO,
+      "fetch.rail_offer: expected a rail index 0..7, one space and 1..4096 bytes in base64, "
+      "got \"1 UEtP*gE=\"" },
+    { FETCH_HEAD ",\"keys\":[],\"block_indexes\":[],\"round_seq\":4" EP
+      ",\"rail_offer\":\"1UEtPRgE=\"}", -EPROTO,
+      "fetch.rail_offer: expected a rail index 0..7, one space and 1..4096 bytes in base64, "
+      "got \"1UEtPRgE=\"" },
+    { FETCH_HEAD ",\"keys\":[],\"block_indexes\":[],\"round_seq\":4" EP
+      ",\"rail_offer\":\"1 \"}", -EPROTO,
+      "fetch.rail_offer: expected string of 3..5466 bytes, got 2 bytes" },
     { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":1,\"round_seq\":0,"
       "\"landing\":0" EP "}", -EPROTO, "transfer_done.success: expected boolean, got 1" },
     { "{\"type\":\"transfer_done\",\"kv_request_id\":\"r\",\"success\":0,\"round_seq\":0,"

@@ -951,7 +951,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
 pk_transport_t
 pk_ofi_channel_transport(pk_ofi_channel_t *self)
 {
-    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL, NULL, NULL };
+    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL, NULL, NULL, NULL };
 }
 
 static s_landed_t *

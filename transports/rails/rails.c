@@ -3,6 +3,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "rails/rails.h"
+#include "rails/rails_map.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -66,6 +67,15 @@ typedef struct {
     double rail_stall;              //  seconds (pk_fabric_config_t.rail_stall)
     uint32_t chunk_blocks;          //  blocks per chunk (about 1 MiB)
     bool failed[PK_RAILS_MAX];      //  consumer: rail revoked (rails_failed)
+    bool marks;                     //  writer: the peer reads block marks
+    //  consumer: a rail's sub-channel before its last fresh registration
+    //  (channel_rail_offer), revoked, kept for the counts of rounds that
+    //  were open when it was replaced, until the rail's next offer
+    pk_channel_t *retired[PK_RAILS_MAX];
+    uint64_t offers[PK_RAILS_MAX];  //  consumer: fresh registrations made
+    //  the counters of a rail's sub-channels closed since (a rejoin
+    //  replaces one): its stats go on from them, never back to 0
+    pk_channel_stats_t gone[PK_RAILS_MAX];
     bool hold[PK_RAILS_MAX];        //  test hook: rail's completions unread
     size_t n;                       //  sub-channels (one per local rail)
     pk_channel_t *sub[PK_RAILS_MAX];
@@ -84,14 +94,25 @@ typedef struct {
         size_t running;             //  chunks out on it
         double busy_since;          //  when running last left 0
         double last_done;           //  its last chunk's completion
+        uint64_t outs;              //  times taken out
+        uint64_t rejoins;           //  times paired again
+        double retry_at;            //  taken out: paired again from then on
+        uint8_t *offer;             //  taken out: the consumer's fresh blob
+        size_t offer_len;
     } pair[PK_RAILS_MAX];
     size_t cursor;                  //  where a write of few blocks starts
     uint64_t next_tid;
     s_xfer_t *xfers;                //  open, newest first
+    size_t nopen;
+    //  ended, to report at the next poll: room for every open write is
+    //  made when it is accepted, so that one ends without an allocation
     s_xfer_t **finished;
     size_t nfinished, capfinished;
+    pk_rails_map_t chunks;          //  (rail, sub transfer) -> running chunk
     s_round_t *rounds;
 } s_channel_t;
+
+static void s_sub_close(s_channel_t *self, size_t i, pk_channel_t **c);
 
 //  --------------------------------------------------------------------------
 //  The fabric
@@ -362,6 +383,7 @@ static void s_xfer_free(struct s_xfer *x);
 static void
 s_xfer_unlink(s_channel_t *self, s_xfer_t *x)
 {
+    self->nopen--;
     if (x->prev)
         x->prev->next = x->next;
     else
@@ -381,8 +403,12 @@ s_channel_close(pk_channel_t **channel_p)
     for (size_t i = 0; i < self->n; i++)
         if (self->sub[i] && self->expose)
             pk_channel_revoke(self->sub[i]);
-    for (size_t i = 0; i < self->n; i++)
+    for (size_t i = 0; i < self->n; i++) {
         pk_channel_close(&self->sub[i]);
+        pk_channel_close(&self->retired[i]);
+    }
+    for (size_t p = 0; p < self->npairs; p++)
+        free(self->pair[p].offer);
     if (self->epfd >= 0)
         close(self->epfd);
     while (self->xfers) {
@@ -393,6 +419,7 @@ s_channel_close(pk_channel_t **channel_p)
     for (size_t i = 0; i < self->nfinished; i++)
         s_xfer_free(self->finished[i]);
     free(self->finished);
+    pk_rails_map_fini(&self->chunks);
     while (self->rounds) {
         s_round_t *r = self->rounds;
         self->rounds = r->next;
@@ -520,6 +547,10 @@ s_channel_progress(pk_channel_t *channel)
             continue;
         int r = pk_channel_progress(self->sub[i]);
         n += r > 0 ? r : 0;
+        //  a retired sub's immediates of rounds still open (its key is
+        //  revoked: nothing new lands there)
+        r = self->retired[i] ? pk_channel_progress(self->retired[i]) : 0;
+        n += r > 0 ? r : 0;
     }
     return n;
 }
@@ -537,7 +568,8 @@ s_channel_trywait(pk_channel_t *channel)
     //  every rail's: one with work queued keeps the owner awake
     bool ok = true;
     for (size_t i = 0; i < self->n; i++)
-        ok &= pk_channel_trywait(self->sub[i]);
+        ok &= pk_channel_trywait(self->sub[i])
+              && (!self->retired[i] || pk_channel_trywait(self->retired[i]));
     return ok;
 }
 
@@ -547,7 +579,8 @@ s_channel_landed(pk_channel_t *channel, uint64_t round_seq)
     s_channel_t *self = (s_channel_t *) channel;
     uint64_t sum = 0;
     for (size_t i = 0; i < self->n; i++)
-        sum += pk_channel_landed(self->sub[i], round_seq);
+        sum += pk_channel_landed(self->sub[i], round_seq)
+               + (self->retired[i] ? pk_channel_landed(self->retired[i], round_seq) : 0);
     return sum;
 }
 
@@ -557,7 +590,8 @@ s_channel_landed_rails(pk_channel_t *channel, uint64_t round_seq, uint64_t *coun
     s_channel_t *self = (s_channel_t *) channel;
     size_t n = self->n < cap ? self->n : cap;
     for (size_t i = 0; i < n; i++)
-        counts[i] = pk_channel_landed(self->sub[i], round_seq);
+        counts[i] = pk_channel_landed(self->sub[i], round_seq)
+                    + (self->retired[i] ? pk_channel_landed(self->retired[i], round_seq) : 0);
     return n;
 }
 
@@ -566,7 +600,11 @@ s_channel_forget(pk_channel_t *channel, uint64_t round_seq)
 {
     s_channel_t *self = (s_channel_t *) channel;
     for (size_t i = 0; i < self->n; i++)
+    {
         pk_channel_forget(self->sub[i], round_seq);
+        if (self->retired[i])
+            pk_channel_forget(self->retired[i], round_seq);
+    }
 }
 
 //  Fencing per rail (protocol.md section 7): cutting the session off
@@ -590,6 +628,52 @@ s_channel_revoke_rail(pk_channel_t *channel, size_t rail)
         return;
     self->failed[rail] = true;
     pk_channel_revoke(self->sub[rail]);
+}
+
+//  The consumer's fresh registration for a rail it revoked (protocol.md
+//  section 7, "a rail that rejoins"): a new sub-channel, so a new
+//  endpoint and a new key (the revoked one never comes back: a late
+//  write carrying it is still refused).  The old sub is kept, revoked,
+//  for the counts of rounds still open, until the rail's next offer
+//  (a back-off later at least: those rounds are over by then).
+static int
+s_channel_rail_offer(pk_channel_t *channel, size_t rail, uint8_t **blob_p, size_t *len_p)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    if (rail >= self->n || !self->failed[rail] || !self->expose || self->single)
+        return -EINVAL;
+    int rc;
+    char why[PK_ERRLEN];
+    pk_channel_t *fresh = pk_channel_new(self->fab->rail[rail], true, &rc, why);
+    if (!fresh)
+        return rc < 0 ? rc : -EIO;
+    if ((rc = pk_channel_blob(fresh, blob_p, len_p)) != 0)
+        goto close_fresh;
+    if (self->epfd >= 0) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = rail };
+        if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, pk_channel_wait_fd(fresh), &ev)) {
+            rc = -errno;
+            goto free_blob;
+        }
+    }
+    if (self->retired[rail]) {
+        if (self->epfd >= 0)
+            (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, pk_channel_wait_fd(self->retired[rail]),
+                             NULL);
+        s_sub_close(self, rail, &self->retired[rail]);
+    }
+    self->retired[rail] = self->sub[rail];
+    self->sub[rail] = fresh;
+    self->failed[rail] = false;
+    self->offers[rail]++;
+    return 0;
+
+free_blob:
+    free(*blob_p);
+    *blob_p = NULL;
+close_fresh:
+    pk_channel_close(&fresh);
+    return rc;
 }
 
 void
@@ -617,22 +701,55 @@ s_channel_closed(const pk_channel_t *channel)
 }
 
 static void
+s_add_stats(pk_channel_stats_t *to, const pk_channel_stats_t *s)
+{
+    to->writes_posted += s->writes_posted;
+    to->blocks_written += s->blocks_written;
+    to->errors += s->errors;
+    to->blocks_landed += s->blocks_landed;
+}
+
+//  Rail i's counters: its sub-channel's, a retired one's, and those of
+//  the ones closed before
+static void
+s_rail_counts(const s_channel_t *self, size_t i, pk_channel_stats_t *out)
+{
+    pk_channel_stats_t s;
+    *out = self->gone[i];
+    pk_channel_stats(self->sub[i], &s);
+    s_add_stats(out, &s);
+    if (self->retired[i]) {
+        pk_channel_stats(self->retired[i], &s);
+        s_add_stats(out, &s);
+    }
+}
+
+//  Sub-channel c of rail i closes: its counts stay the rail's
+static void
+s_sub_close(s_channel_t *self, size_t i, pk_channel_t **c)
+{
+    pk_channel_stats_t s;
+    if (*c) {
+        pk_channel_stats(*c, &s);
+        s_add_stats(&self->gone[i], &s);
+    }
+    pk_channel_close(c);
+}
+
+static void
 s_channel_stats(const pk_channel_t *channel, pk_channel_stats_t *stats)
 {
     const s_channel_t *self = (const s_channel_t *) channel;
     *stats = (pk_channel_stats_t) { 0 };
     for (size_t i = 0; i < self->n; i++) {
         pk_channel_stats_t s;
-        pk_channel_stats(self->sub[i], &s);
+        s_rail_counts(self, i, &s);
         stats->writes_posted += s.writes_posted;
         stats->blocks_written += s.blocks_written;
         stats->errors += s.errors;
         stats->blocks_landed += s.blocks_landed;
     }
-    size_t open = 0;
-    for (const s_xfer_t *x = self->xfers; x; x = x->next)
-        open++;
-    stats->transfers = open + self->nfinished;
+    stats->transfers = self->nopen + self->nfinished;
 }
 
 static size_t
@@ -641,12 +758,12 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
     const s_channel_t *self = (const s_channel_t *) channel;
     for (size_t i = 0; i < self->n && i < cap; i++) {
         pk_channel_stats_t s;
-        pk_channel_stats(self->sub[i], &s);
+        s_rail_counts(self, i, &s);
         pk_rail_stats_t *r = &out[i];
         *r = (pk_rail_stats_t) { .peer_rail = -1, .writes_posted = s.writes_posted,
                                  .blocks_written = s.blocks_written,
                                  .blocks_landed = s.blocks_landed, .failures = s.errors,
-                                 .failed = self->failed[i] };
+                                 .failed = self->failed[i], .rejoins = self->offers[i] };
         snprintf(r->local, sizeof r->local, "%s", self->fab->addr[i].text);
         for (size_t p = 0; p < self->npairs; p++)
             if (self->pair[p].local == i) {
@@ -654,6 +771,7 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
                 snprintf(r->peer, sizeof r->peer, "%s", self->pair[p].peer_addr);
                 r->failures += self->pair[p].failures;
                 r->failed = self->pair[p].failed;
+                r->rejoins = self->pair[p].rejoins;
             }
     }
     return self->n;
@@ -663,6 +781,7 @@ static void
 s_channel_marks(pk_channel_t *channel)
 {
     s_channel_t *self = (s_channel_t *) channel;
+    self->marks = true;             //  and a rail that rejoins (s_rejoin)
     for (size_t i = 0; i < self->n; i++)
         pk_channel_marks(self->sub[i]);
 }
@@ -685,8 +804,12 @@ static void
 s_channel_verdicts(pk_channel_t *channel, const uint32_t *dest, uint8_t *verdict, size_t n)
 {
     s_channel_t *self = (s_channel_t *) channel;
-    for (size_t i = 0; i < self->n; i++)
+    for (size_t i = 0; i < self->n; i++) {
         pk_channel_verdicts(self->sub[i], dest, verdict, n);
+        //  what a retired registration checked before it was revoked
+        if (self->retired[i])
+            pk_channel_verdicts(self->retired[i], dest, verdict, n);
+    }
 }
 
 //  --------------------------------------------------------------------------
@@ -707,20 +830,21 @@ s_round(s_channel_t *self, uint64_t round, bool make)
     return r;
 }
 
-static int
+//  x's last chunk ended: it goes to the next poll's report (room for it
+//  was made when it was accepted, s_write_blocks)
+static void
 s_finish(s_channel_t *self, s_xfer_t *x)
 {
-    if (self->nfinished == self->capfinished) {
-        size_t cap = self->capfinished ? 2 * self->capfinished : 16;
-        s_xfer_t **f = realloc(self->finished, cap * sizeof *f);
-        if (!f)
-            return -ENOMEM;
-        self->finished = f;
-        self->capfinished = cap;
-    }
     s_xfer_unlink(self, x);
     self->finished[self->nfinished++] = x;
-    return 0;
+}
+
+//  One of x's chunks ended (done, or given up): the last one ends x.
+static void
+s_chunk_ended(s_channel_t *self, s_xfer_t *x)
+{
+    if (--x->open == 0)
+        s_finish(self, x);
 }
 
 //  Blocks [off, off + cnt) of x over pair p, as chunks (see s_chunk_t).
@@ -737,11 +861,14 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
             x->chunk = ch;
             x->capchunks = cap;
         }
+        if (pk_rails_map_reserve(&self->chunks, 1))
+            return -ENOMEM;
         int64_t tid = self->pair[p].t.write_blocks(self->pair[p].t.self, x->round,
                                                    x->local + off + done,
                                                    x->remote + off + done, c);
         if (tid <= 0)
             return tid < 0 ? (int) tid : -EIO;
+        pk_rails_map_put(&self->chunks, pk_rails_map_key(p, (uint64_t) tid), x, x->nchunks);
         x->chunk[x->nchunks++] = (s_chunk_t) { .tid = (uint64_t) tid, .off = off + done,
                                                .cnt = c, .pair = (uint8_t) p,
                                                .state = S_RUNNING };
@@ -766,6 +893,14 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         return -ENOTCONN;
     if (n > UINT32_MAX)
         return -EINVAL;
+    if (self->nopen + self->nfinished == self->capfinished) {
+        size_t cap = self->capfinished ? 2 * self->capfinished : 16;
+        s_xfer_t **f = realloc(self->finished, cap * sizeof *f);
+        if (!f)
+            return -ENOMEM;
+        self->finished = f;
+        self->capfinished = cap;
+    }
     s_xfer_t *x = calloc(1, sizeof *x);
     size_t bytes = (n ? n : 1) * sizeof *local;
     if (!x || !(x->local = malloc(bytes)) || !(x->remote = malloc(bytes))) {
@@ -805,6 +940,9 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     if (self->xfers)
         self->xfers->prev = x;
     self->xfers = x;
+    self->nopen++;
+    if (!x->open)                   //  a write of no blocks: done at once
+        s_finish(self, x);
     return (int64_t) x->tid;
 }
 
@@ -828,15 +966,13 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     s_poll_ctx_t *ctx = arg;
     s_channel_t *self = ctx->self;
     size_t p = ctx->pair;
-    s_chunk_t *c = NULL;
-    s_xfer_t *x = self->xfers;
-    for (; x && !c; x = c ? x : x->next)
-        for (size_t i = 0; i < x->nchunks && !c; i++)
-            if (x->chunk[i].tid == tid && x->chunk[i].pair == p
-                && x->chunk[i].state == S_RUNNING)
-                c = &x->chunk[i];
-    if (!c)
+    void *found;
+    size_t ci;
+    //  one probe (rails_map.h); a chunk given up since has no entry
+    if (!pk_rails_map_take(&self->chunks, pk_rails_map_key(p, tid), &found, &ci))
         return;
+    s_xfer_t *x = found;
+    s_chunk_t *c = &x->chunk[ci];
     self->pair[p].running--;
     self->pair[p].last_done = pk_clock_monotonic();
     x->polled_any = true;
@@ -849,7 +985,7 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     if (ok) {
         c->state = S_DONE;
         x->landed += blocks;
-        x->open--;
+        s_chunk_ended(self, x);
         return;
     }
     //  a failed chunk: the rail is taken out after this poll (s_take_out),
@@ -860,6 +996,25 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     c->landed = landed;
 }
 
+//  How long a rail taken out for the n-th time stays out before an offer
+//  pairs it again (protocol.md section 7, "a rail that rejoins"): twice
+//  the rail stall, doubling with each time, at most 64 rail stalls.  A
+//  rail that fails again costs a round at most a rail stall's wait on it
+//  (its chunks are resent then), so a dead rail retried this way costs
+//  at most half of the time after its first failure, a quarter after
+//  its second, and under 2% once the back-off is capped; the cap (80 s
+//  at the default 5 s stall timeout) bounds how long a rail that came
+//  back waits.  No setting: the rail stall is the one time scale of a
+//  rail's health, and the session's stall bounds it.
+static double
+s_backoff(const s_channel_t *self, uint64_t n)
+{
+    double b = 2 * self->rail_stall;
+    for (uint64_t i = 1; i < n && b < 64 * self->rail_stall; i++)
+        b *= 2;
+    return b < 64 * self->rail_stall ? b : 64 * self->rail_stall;
+}
+
 //  Pair p is taken out (protocol.md section 7, "a rail that fails"): its
 //  running chunks are released at once (the endpoint closes: no source
 //  block is read afterwards), every round they belonged to marks p's peer
@@ -867,30 +1022,37 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
 //  reports the round), and each unconfirmed chunk goes again over the
 //  rails left, round robin.  A cancelled write's chunks are not resent.
 static void
-s_take_out(s_channel_t *self, size_t p)
+s_take_out(s_channel_t *self, size_t p, bool failure)
 {
     size_t live[PK_RAILS_MAX], k = 0;
     for (size_t q = 0; q < self->npairs; q++)
         if (q != p && !self->pair[q].failed)
             live[k++] = q;
+    bool by_chunk = self->pair[p].fail_now;   //  counted in failures already
     self->pair[p].fail_now = false;
     if (!k) {
         //  the last rail stays: its failed chunks fail their writes, as a
         //  single rail's do, and its own stall judges the session
-        for (s_xfer_t *x = self->xfers; x; x = x->next)
+        for (s_xfer_t *x = self->xfers, *next; x; x = next) {
+            next = x->next;
             for (size_t i = 0; i < x->nchunks; i++)
                 if (x->chunk[i].pair == p && x->chunk[i].state == S_LOST) {
                     x->chunk[i].state = S_ENDED;
                     x->landed += x->chunk[i].landed;
                     x->failed = true;
-                    x->open--;
+                    s_chunk_ended(self, x);
                 }
+        }
         return;
     }
     self->pair[p].failed = true;
     self->pair[p].fail_now = false;
-    if (!self->pair[p].failures)
-        self->pair[p].failures = 1;
+    if (failure && !by_chunk)
+        self->pair[p].failures++;   //  a stall: the take-out is the failure
+    //  a failure doubles the back-off; the consumer's own revoke (an
+    //  offer for a rail in use) keeps it
+    self->pair[p].outs += failure || !self->pair[p].outs;
+    self->pair[p].retry_at = pk_clock_monotonic() + s_backoff(self, self->pair[p].outs);
     //  one cancel for every chunk still out: it closes the sub's endpoint
     size_t n = 0;
     for (s_xfer_t *x = self->xfers; x; x = x->next)
@@ -898,16 +1060,23 @@ s_take_out(s_channel_t *self, size_t p)
             n += x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING;
     uint64_t *tids = n ? malloc(n * sizeof *tids) : NULL;
     size_t m = 0;
-    for (s_xfer_t *x = self->xfers; x && tids; x = x->next)
+    for (s_xfer_t *x = self->xfers; x; x = x->next)
         for (size_t i = 0; i < x->nchunks; i++)
-            if (x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING)
-                tids[m++] = x->chunk[i].tid;
+            if (x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING) {
+                void *xv;
+                size_t ci;
+                (void) pk_rails_map_take(&self->chunks, pk_rails_map_key(p, x->chunk[i].tid),
+                                         &xv, &ci);
+                if (tids)
+                    tids[m++] = x->chunk[i].tid;
+            }
     uint64_t still;
     (void) self->pair[p].t.cancel(self->pair[p].t.self, tids, m, PK_CANCEL_IMMEDIATE, &still);
     free(tids);
     self->pair[p].running = 0;
     size_t next = 0;
-    for (s_xfer_t *x = self->xfers; x; x = x->next) {
+    for (s_xfer_t *x = self->xfers, *later; x; x = later) {
+        later = x->next;            //  x may end here (s_chunk_ended)
         bool touched = false;
         size_t nc = x->nchunks;     //  resends append: not walked again
         for (size_t i = 0; i < nc; i++) {
@@ -916,17 +1085,14 @@ s_take_out(s_channel_t *self, size_t p)
                 continue;
             touched = true;
             x->chunk[i].state = S_ENDED;
-            x->open--;
-            if (x->cancelled || x->failed) {
-                x->landed += c.state == S_LOST ? c.landed : 0;
-                x->failed = true;
-                continue;
-            }
-            int rc = s_post(self, x, live[next++ % k], c.off, c.cnt);
+            int rc = x->cancelled || x->failed ? -ECANCELED
+                                               : s_post(self, x, live[next++ % k], c.off, c.cnt);
             if (rc) {
                 x->landed += c.state == S_LOST ? c.landed : 0;
                 x->failed = true;
             }
+            //  after the resend, which opened chunks of its own
+            s_chunk_ended(self, x);
         }
         s_round_t *r = touched && self->rails_peer ? s_round(self, x->round, true) : NULL;
         if (r)
@@ -952,6 +1118,86 @@ s_stalled(const s_channel_t *self, size_t p, double now)
     return false;
 }
 
+//  Pair p, out, is paired again with the consumer's fresh blob (its back-
+//  off passed): a new sub-channel for its local rail (the old one's
+//  endpoint closed when the rail was taken out), connected to the blob.
+//  A connect that fails leaves the rail out (counted a failure) and the
+//  offer spent: the consumer offers again only after another take-out.
+static void
+s_rejoin(s_channel_t *self, size_t p)
+{
+    size_t i = self->pair[p].local;
+    uint8_t *offer = self->pair[p].offer;
+    size_t len = self->pair[p].offer_len;
+    self->pair[p].offer = NULL;
+    int rc;
+    char why[PK_ERRLEN];
+    pk_channel_t *fresh = pk_channel_new(self->fab->rail[i], self->expose, &rc, why);
+    if (!fresh || pk_channel_connect(fresh, offer, len, why) != 0) {
+        pk_channel_close(&fresh);
+        self->pair[p].failures++;
+        free(offer);
+        return;
+    }
+    free(offer);
+    if (self->marks)
+        pk_channel_marks(fresh);
+    if (self->epfd >= 0) {
+        (void) epoll_ctl(self->epfd, EPOLL_CTL_DEL, pk_channel_wait_fd(self->sub[i]), NULL);
+        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = i };
+        (void) epoll_ctl(self->epfd, EPOLL_CTL_ADD, pk_channel_wait_fd(fresh), &ev);
+    }
+    s_sub_close(self, i, &self->sub[i]);
+    self->sub[i] = fresh;
+    self->pair[p].t = pk_channel_transport(fresh);
+    self->pair[p].failed = false;
+    self->pair[p].running = 0;
+    self->pair[p].busy_since = self->pair[p].last_done = 0;
+    self->pair[p].rejoins++;
+}
+
+static int
+s_rail_rejoin(void *arg, size_t peer_rail, const uint8_t *blob, size_t len, char *err)
+{
+    s_channel_t *self = arg;
+    size_t p = 0;
+    while (p < self->npairs && (size_t) self->pair[p].peer != peer_rail)
+        p++;
+    if (p == self->npairs)
+        return pk_err(err, -EPROTO, "rail_offer: consumer rail %zu is paired with none of "
+                      "ours", peer_rail);
+    char why[PK_ERRLEN];
+    int rc = pk_fabric_check_blob(self->fab->rail[self->pair[p].local], blob, len, why);
+    if (rc)
+        return pk_err(err, rc, "rail_offer: consumer rail %zu: %.160s", peer_rail, why);
+    uint8_t *copy = malloc(len);
+    if (!copy)
+        return pk_err(err, -ENOMEM, "out of memory");
+    if (!self->pair[p].failed) {
+        //  the consumer revoked a registration we use (an answer naming
+        //  the rail crossed its offer: protocol.md section 7): out now,
+        //  its unconfirmed writes resent, never the last rail
+        size_t live = 0;
+        for (size_t q = 0; q < self->npairs; q++)
+            live += !self->pair[q].failed;
+        if (live < 2) {
+            free(copy);
+            return pk_err(err, -EPROTO, "rail_offer: consumer rail %zu is the last rail in "
+                          "use", peer_rail);
+        }
+        s_take_out(self, p, false);
+    }
+    //  the consumer revoked every registration of the rail before this
+    //  one: no answer needs to name it for them any more
+    for (s_round_t *r = self->rounds; r; r = r->next)
+        r->failed &= ~(UINT32_C(1) << peer_rail);
+    free(self->pair[p].offer);      //  an earlier offer: revoked since
+    self->pair[p].offer = copy;
+    memcpy(copy, blob, len);
+    self->pair[p].offer_len = len;
+    return 0;
+}
+
 static int
 s_cmp_finished(const void *a, const void *b)
 {
@@ -972,14 +1218,14 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
         self->pair[p].t.poll(self->pair[p].t.self, s_on_part, &ctx);
     }
     double now = pk_clock_monotonic();
-    for (size_t p = 0; p < self->npairs; p++)
+    for (size_t p = 0; p < self->npairs; p++) {
         if (self->pair[p].fail_now || s_stalled(self, p, now))
-            s_take_out(self, p);
-    for (s_xfer_t *x = self->xfers, *next; x; x = next) {
-        next = x->next;
-        if (!x->open)
-            (void) s_finish(self, x);
+            s_take_out(self, p, true);
+        else if (self->pair[p].failed && self->pair[p].offer && now >= self->pair[p].retry_at)
+            s_rejoin(self, p);
     }
+    //  a write ends where its last chunk does (s_chunk_ended), so nothing
+    //  here walks the open writes
     if (!self->nfinished)
         return;
     qsort(self->finished, self->nfinished, sizeof *self->finished, s_cmp_finished);
@@ -1016,6 +1262,10 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             size_t r = self->pair[ch->pair].t.cancel(self->pair[ch->pair].t.self, &ch->tid, 1,
                                                      mode, &s);
             if (mode == PK_CANCEL_IMMEDIATE || r == 0) {
+                void *xv;
+                size_t ci;
+                (void) pk_rails_map_take(&self->chunks, pk_rails_map_key(ch->pair, ch->tid),
+                                         &xv, &ci);
                 ch->state = S_ENDED;
                 x->open--;
                 self->pair[ch->pair].running--;
@@ -1029,7 +1279,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
         }
         still[nstill++] = x->tid;
         if (!x->open)
-            (void) s_finish(self, x);
+            s_finish(self, x);
     }
     return nstill;
 }
@@ -1063,7 +1313,7 @@ s_channel_transport(pk_channel_t *channel)
 {
     return (pk_transport_t) { .self = channel, .write_blocks = s_write_blocks, .poll = s_poll,
                               .cancel = s_cancel, .rails_landing = s_rails_landing,
-                              .rails_failed = s_rails_failed };
+                              .rails_failed = s_rails_failed, .rail_rejoin = s_rail_rejoin };
 }
 
 const pk_transport_ops_t pk_rails_transport_ops = {
@@ -1100,4 +1350,5 @@ const pk_transport_ops_t pk_rails_transport_ops = {
     .channel_rails = s_channel_rails,
     .channel_landed_rails = s_channel_landed_rails,
     .channel_revoke_rail = s_channel_revoke_rail,
+    .channel_rail_offer = s_channel_rail_offer,
 };

@@ -29,11 +29,20 @@
     A rail that fails (rail_stall of pk_fabric_config_t; protocol.md
     section 7): a rail with chunks out and no completion for rail_stall
     while another rail completed since, or whose chunk failed, is taken
-    out for the channel's life: its chunks out are released at once (its
-    endpoint closes), sent again over the rails left, and each round they
-    belonged to names the rail in its answer (rails_failed), so the
-    consumer revokes its side of it (channel_revoke_rail) before it
-    reports the round.  The last rail is never taken out.
+    out: its chunks out are released at once (its endpoint closes), sent
+    again over the rails left, and each round they belonged to names the
+    rail in its answer (rails_failed), so the consumer revokes its side of
+    it (channel_revoke_rail) before it reports the round.  The last rail
+    is never taken out.
+
+    A rail that rejoins (capability rejoin): the consumer makes a fresh
+    sub-channel for the rail it revoked (channel_rail_offer: a new
+    endpoint and key) and offers its blob; the writer keeps the offer
+    (rail_rejoin of the write path) and, once the rail's back-off since
+    it was taken out passed (twice the rail stall, doubling per failure,
+    at most 64 rail stalls), connects a fresh sub-channel of its own to
+    it: the rail carries writes again.  Its chunk map entries went when
+    it was taken out, so the new sub's transfer ids collide with none.
 */
 #ifndef PK_RAILS_H_INCLUDED
 #define PK_RAILS_H_INCLUDED
