@@ -256,12 +256,27 @@ s_promote(void *self_, unsigned ns, const pk_key_t *key)
         s_lru_unlink(self, i);
         s->state = S_READING;
         s->asked = s_now();
+        //  queued; the reader starts at the kick that ends the lookups'
+        //  pass, with every key of it (s_kick)
         self->reads[(self->reads_head + self->reads_count++) % self->nslots] = i;
         self->st.promotions++;
-        pthread_cond_signal(&self->read_cond);
     }
     pthread_mutex_unlock(&self->mutex);
     return rc;
+}
+
+//  The lookups' pass ended: the reader takes what it promoted as one
+//  batch.  Woken at each promote, it took the first one or few keys
+//  while the role promoted the rest, and each batch rang the parked
+//  lookup awake again (design.md, "A warm fetch from disk").
+static void
+s_kick(void *self_)
+{
+    pk_disk_tier_t *self = self_;
+    pthread_mutex_lock(&self->mutex);
+    if (self->reads_count)
+        pthread_cond_signal(&self->read_cond);
+    pthread_mutex_unlock(&self->mutex);
 }
 
 //  A slot for a new block: a free one, else the least recently used
@@ -375,6 +390,7 @@ static const pk_tier_ops_t s_ops = {
     .evicted = s_evicted,
     .forget = s_forget,
     .each = s_each,
+    .kick = s_kick,
 };
 
 //  ---------------------------------------------------------------------------
@@ -576,6 +592,8 @@ s_reader(void *arg)
     uint8_t *bufs = aligned_alloc(4096, S_READ_DEPTH * self->slot_len);
     pk_disk_op_t ops[S_READ_DEPTH];
     int outcome[S_READ_DEPTH];
+    bool landed[S_READ_DEPTH];
+    double seconds[S_READ_DEPTH];
     pthread_mutex_lock(&self->mutex);
     while (rs && bufs) {
         while (!self->stop && !self->reads_count)
@@ -642,10 +660,14 @@ s_reader(void *arg)
             }
         }
         pthread_mutex_unlock(&self->mutex);
-        if (self->config.landed)
-            for (uint32_t j = 0; j < n; j++)
-                self->config.landed(self->config.landed_arg, outcome[j] == 0,
-                                    now - rs[j].asked);
+        //  once per batch: one wake of the lookups parked on it
+        if (self->config.landed) {
+            for (uint32_t j = 0; j < n; j++) {
+                landed[j] = outcome[j] == 0;
+                seconds[j] = now - rs[j].asked;
+            }
+            self->config.landed(self->config.landed_arg, n, landed, seconds);
+        }
         pthread_mutex_lock(&self->mutex);
     }
     pthread_mutex_unlock(&self->mutex);
