@@ -7,8 +7,10 @@
     recently used first.  Not a file per block: one open file, one
     descriptor, offsets the tier computes, and a slot's header says whose
     bytes it holds (its key and namespace, the block's checksum, the
-    slot's generation, the server's identity, and a checksum of the
-    header), so a slot is checked whole when it is read back.  The index
+    slot's generation, the server's identity, its own place, and a MAC
+    of all that under config->key, spill_key.h), so a slot is checked
+    whole when it is read back, and one changed on disk without the key
+    does not check.  The index
     (key -> slot) and the LRU are in memory.
 
     Nothing the store calls waits for the disk.  An eviction copies the
@@ -49,6 +51,7 @@
 
 #include "base/counts.h"
 #include "store/store.h"
+#include "tier/spill_key.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -114,6 +117,8 @@ typedef struct {
     uint64_t size;                  //  bytes of the data file
     uint64_t identity;              //  this server's (peer id, block length, ...), in
                                     //  each header; a slot of another does not check
+    uint8_t key[PK_SPILL_KEY_LEN];  //  the headers' MAC key (spill_key.h): a slot
+                                    //  sealed under another does not check
     pk_disk_tier_log_fn *log;
     void *log_arg;
     pk_disk_tier_landed_fn *landed;
