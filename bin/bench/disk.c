@@ -628,6 +628,7 @@ pkb_disk(const pkb_opts_t *o)
     const char *fs = s_fs_name((long) sf.f_type);
     printf("disk: the disk tier on %s (%s); %d x %u KiB per fetch, lookup included "
            "(p2pkv_client_get); %d fetches of each kind per repetition, their median; "
+           "warm = the data file read whole before each fetch; "
            "cold = the data file fdatasync'ed and dropped from the page cache "
            "(posix_fadvise DONTNEED) before each fetch; restart = a spill of %llu MiB; "
            "lookups = one key in the pool, on a server with a disk tier and one without, %.1f s each way, the load an engine putting "
@@ -636,6 +637,7 @@ pkb_disk(const pkb_opts_t *o)
            S_LOAD_RATE, reps);
     pkb_report_t *rep = pkb_report_new(o, "disk");
     pkb_report_note(rep, "spill_fs", json_string(fs));
+    pkb_report_note(rep, "warm", json_string("the data file read whole first"));
     pkb_report_note(rep, "cold", json_string("fdatasync + posix_fadvise(DONTNEED)"));
     static const char *const names[] = { "figure", "value" };
     static const int w[] = { 44, 30 };
