@@ -591,7 +591,7 @@ s_role_new(s_world_t *w, bool lend)
         (pk_transport_t) { w, s_write_blocks, s_poll, s_cancel, lend ? s_lend : NULL, NULL,
                            NULL, NULL },
         (pk_parent_t) { w, s_lookup, s_create_store_job, s_on_new_request,
-                        s_on_request_finished, s_store_result, NULL, NULL });
+                        s_on_request_finished, s_store_result, NULL, NULL, NULL });
 }
 
 static void

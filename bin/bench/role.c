@@ -121,7 +121,7 @@ s_role_run(long requests, double *kps, size_t *held_p, size_t *live_p)
         "bench", NULL, (pk_clock_t) { &w, s_role_now }, (pk_sender_t) { &w, s_role_send },
         pk_memtransport_iface(mem),
         (pk_parent_t) { &w, s_role_lookup, s_role_pin, s_role_bracket, s_role_bracket,
-                        s_role_result, NULL, NULL });
+                        s_role_result, NULL, NULL, NULL });
     char kv[ROLE_BATCH][32];
     long done = 0;
     double t0 = pk_clock_monotonic();

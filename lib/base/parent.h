@@ -63,6 +63,13 @@ typedef struct {
         is made (base/miss_reason.h): ABSENT, EVICTED, WRITING, DRAINING.
         It must say no more than the consumer's namespace may know.  */
     pk_miss_reason_t (*miss_reason)(void *self, const pk_key_t *key, const pk_lookup_ctx_t *ctx);
+    /*  Optional (NULL: nothing to start): called once after a pass of
+        lookups (the role's serve: new lookups and re-polls of parked
+        ones) that answered HIT_PENDING, so that a tier under the store
+        starts the promotions the pass asked for together (store/tier.h,
+        kick): the keys of one lookup are read as one batch and land
+        with one wake.  */
+    void (*kick)(void *self);
 } pk_parent_t;
 
 #endif

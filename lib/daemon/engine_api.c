@@ -347,6 +347,7 @@ s_pull_missing(pk_engine_api_t *self, pk_pull_t *p, const pk_key_t *keys, size_t
         p->keys[p->n++] = pk_key_make(at, keys[i].len);
         at += keys[i].len;
     }
+    pk_store_kick(self->store);     //  the disk tier's reads, as one batch
 }
 
 //  {"cmd":"pull","server":EP,"keys":[...]}: keys already here are

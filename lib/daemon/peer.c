@@ -207,6 +207,14 @@ s_actor_miss_reason(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
     return pk_store_miss_reason(a->env->store, a->peer->ns, key);
 }
 
+//  After a pass of lookups: the tier starts the reads they asked for.
+static void
+s_actor_kick(void *arg)
+{
+    self_t *a = arg;
+    pk_store_kick(a->env->store);
+}
+
 static int
 s_actor_sums(void *arg, const uint32_t *blocks, size_t n, uint64_t *sums)
 {
@@ -453,7 +461,7 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     self->session = fail ? NULL : pk_server_session_new(
         env->id, env->session_config, peer->connect, pk_clock_system(), path,
         (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
-                        s_actor_result, s_actor_sums, s_actor_miss_reason },
+                        s_actor_result, s_actor_sums, s_actor_miss_reason, s_actor_kick },
         s_actor_out, self);
     if (!self->session) {
         snprintf(reason, PK_ERRLEN, "the session could not be created%s",

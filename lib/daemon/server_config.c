@@ -142,6 +142,7 @@ pk_server_config_fini(pk_server_config_t *self)
     free(self->curve_allow);
     free(self->curve_servers);
     free(self->spill_dir);
+    free(self->spill_key);
     free(self->directory);
     for (size_t i = 0; i < self->nallow; i++)
         free(self->allow[i]);

@@ -66,6 +66,7 @@ typedef struct {
     char *hash_seed;            //  "0"
     char *spill_dir;            //  the disk tier's directory (disk_tier.h); NULL = none
     uint64_t spill_size;        //  its data file's bytes; 0 with no spill_dir
+    char *spill_key;            //  its MAC key file (spill_key.h); NULL = the default
     char *metrics_bind;         //  "ADDR:PORT", NULL = no metrics listener
     char **allow;               //  IPv4/IPv6 addresses or CIDR ranges; none = everyone
     size_t nallow;

@@ -82,6 +82,7 @@ static const s_setting_t s_settings[] = {
     //  the disk tier under the pool (issue 39): both, or neither
     { "spill-dir",          S_PATH,        S_FIELD(spill_dir), 0, 0 },
     { "spill-size",         S_UINT,        S_FIELD(spill_size), 0, INT64_MAX },
+    { "spill-key",          S_PATH,        S_FIELD(spill_key), 0, 0 },
     { "metrics-bind",       S_METRICS,     S_FIELD(metrics_bind), 0, 0 },
     { "allow",              S_ALLOW,       S_FIELD(allow), 0, 0 },
     { "curve-secret",       S_PATH,        S_FIELD(curve_secret), 0, 0 },
@@ -224,6 +225,10 @@ static const char s_usage[] =
     "      --spill-size BYTES       the data file's size: that many bytes over\n"
     "                               slots of a 4 KiB header and the block; the\n"
     "                               file system must have them free at start\n"
+    "      --spill-key FILE         the 32-byte key of the slots' MAC, outside\n"
+    "                               DIR, made (0600) at first start; default\n"
+    "                               $XDG_STATE_HOME/p2pkv/spill.key, else\n"
+    "                               ~/.local/state/p2pkv/spill.key\n"
     "\n"
     "Timeouts, in seconds (0.001..1000000):\n"
     "      --lookup-timeout S       parked lookup keys answer as misses; default 5\n"
@@ -711,6 +716,8 @@ s_finish(s_parser_t *p)
         return s_fail(p, -EINVAL, "%s: needs %s too (the disk tier takes both or neither)",
                       c->spill_dir ? "--spill-dir" : "--spill-size",
                       c->spill_dir ? "--spill-size" : "--spill-dir");
+    if (c->spill_key && !c->spill_dir)
+        return s_fail(p, -EINVAL, "--spill-key needs --spill-dir");
     if (c->spill_size && c->spill_size < pk_disk_tier_slot_len(c->block_len))
         return s_fail(p, -EINVAL, "--spill-size: %" PRIu64 " bytes hold no block of --block-len "
                       "%" PRIu64 " (a slot is %" PRIu64 " bytes: a 4 KiB header and the block)",

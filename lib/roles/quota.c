@@ -177,11 +177,19 @@ s_block_sums(void *arg, const uint32_t *blocks, size_t n, uint64_t *sums)
     return self->inner.block_sums(self->inner.self, blocks, n, sums);
 }
 
+static void
+s_kick(void *self_)
+{
+    pk_quota_t *self = self_;
+    self->inner.kick(self->inner.self);
+}
+
 pk_parent_t
 pk_quota_parent(pk_quota_t *self)
 {
     return (pk_parent_t) { self, s_lookup, s_create_store_job, s_on_new_request,
                            s_on_request_finished, s_store_result,
                            self->inner.block_sums ? s_block_sums : NULL,
-                           self->inner.miss_reason ? s_miss_reason : NULL };
+                           self->inner.miss_reason ? s_miss_reason : NULL,
+                           self->inner.kick ? s_kick : NULL };
 }

@@ -219,6 +219,7 @@ struct _pk_server_role_t {
     size_t undecided;
     size_t aborts;
     size_t parked;                  //  lookups owing on_request_finished
+    bool kick_due;                  //  a poll of this serve answered HIT_PENDING
     size_t lookup_keys;             //  keys of lookups not yet answered or dropped
     uint64_t lookup_counter;
     uint64_t mark_counter;
@@ -1758,6 +1759,7 @@ s_poll_keys(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, const size_
             l->pending[npending++] = p;
     }
     l->npending = npending;
+    self->kick_due |= npending > 0;
     if (nhits)
         s_pin_hits(self, req, l, hits, hitpos, nhits);
     if (hits != stackhits)
@@ -1987,6 +1989,10 @@ pk_server_role_serve(pk_server_role_t *self)
         if (was_last)
             break;
     }
+    //  the promotions this pass asked for start together (parent.h)
+    if (self->kick_due && self->parent.kick)
+        self->parent.kick(self->parent.self);
+    self->kick_due = false;
     while (self->finished_head) {
         s_finished_ctx_t *f = self->finished_head;
         self->finished_head = f->next;

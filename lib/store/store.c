@@ -41,6 +41,7 @@ struct _pk_store_t {
     pk_pins_t pins;
     const pk_tier_ops_t *tier;  //  pk_tier_null_ops until set
     void *tier_self;
+    bool kick_due;              //  a promote since the last pk_store_kick
     size_t open_lookups;
     uint64_t lookups, hits, pending, misses, probes;
     uint64_t sums_taken;            //  checksums taken here at commit (s_commit)
@@ -220,8 +221,12 @@ s_tier_lookup(pk_store_t *self, unsigned ns, const pk_key_t *key)
                               : PK_TIER_ABSENT;
     unsigned from = own != PK_TIER_ABSENT ? ns : PK_NS_SHARED;
     pk_tier_answer_t answer = own != PK_TIER_ABSENT ? own : shared;
-    if (answer == PK_TIER_PRESENT && self->tier->promote(self->tier_self, from, key) != 0)
-        answer = PK_TIER_ABSENT;
+    if (answer == PK_TIER_PRESENT) {
+        if (self->tier->promote(self->tier_self, from, key) != 0)
+            answer = PK_TIER_ABSENT;
+        else
+            self->kick_due = true;
+    }
     return answer == PK_TIER_ABSENT ? PK_LOOKUP_MISS : PK_LOOKUP_HIT_PENDING;
 }
 
@@ -628,6 +633,18 @@ pk_store_each_ready(pk_store_t *self, pk_store_block_fn *fn, void *arg)
     pthread_mutex_unlock(&self->mutex);
 }
 
+void
+pk_store_kick(pk_store_t *self)
+{
+    pthread_mutex_lock(&self->mutex);
+    if (self->kick_due && self->tier->size >= offsetof(pk_tier_ops_t, kick)
+                                              + sizeof self->tier->kick
+        && self->tier->kick)
+        self->tier->kick(self->tier_self);
+    self->kick_due = false;
+    pthread_mutex_unlock(&self->mutex);
+}
+
 //  ---------------------------------------------------------------------------
 //  The parent seam (base/parent.h), in the shared namespace
 
@@ -684,6 +701,12 @@ s_parent_miss_reason(void *self, const pk_key_t *key, const pk_lookup_ctx_t *ctx
     return pk_store_miss_reason(self, PK_NS_SHARED, key);
 }
 
+static void
+s_parent_kick(void *self)
+{
+    pk_store_kick(self);
+}
+
 pk_parent_t
 pk_store_parent(pk_store_t *self)
 {
@@ -696,5 +719,6 @@ pk_store_parent(pk_store_t *self)
         .store_result = s_parent_store_result,
         .block_sums = s_parent_block_sums,
         .miss_reason = s_parent_miss_reason,
+        .kick = s_parent_kick,
     };
 }

@@ -264,11 +264,17 @@ typedef void (pk_store_block_fn)(void *arg, unsigned ns, const pk_key_t *key,
                                  const void *bytes, size_t len, uint64_t sum);
 void pk_store_each_ready(pk_store_t *self, pk_store_block_fn *fn, void *arg);
 
+/*  Starts the promotions the lookups since the last kick asked of the
+    tier, together (tier.h, kick): a caller that looked keys up kicks
+    once after its pass (the role through its parent seam, the engine's
+    pull).  One lock hold; nothing when no lookup promoted.  */
+void pk_store_kick(pk_store_t *self);
+
 /*  The server role's parent seam (base/parent.h), served by this store in
     the shared namespace: lookup is pk_store_lookup, create_store_job
     pk_store_pin, store_result pk_store_release_job, block_sums
-    pk_store_block_sums, miss_reason pk_store_miss_reason, and the
-    request brackets keep open_lookups.  */
+    pk_store_block_sums, miss_reason pk_store_miss_reason, kick
+    pk_store_kick, and the request brackets keep open_lookups.  */
 pk_parent_t pk_store_parent(pk_store_t *self);
 
 #endif

@@ -31,6 +31,11 @@ s_each(void *self, pk_tier_key_fn *fn, void *arg)
 {
 }
 
+static void
+s_kick(void *self)
+{
+}
+
 const pk_tier_ops_t pk_tier_null_ops = {
     .size = sizeof(pk_tier_ops_t),
     .name = "null",
@@ -39,4 +44,5 @@ const pk_tier_ops_t pk_tier_null_ops = {
     .evicted = s_evicted,
     .forget = s_forget,
     .each = s_each,
+    .kick = s_kick,
 };

@@ -29,7 +29,8 @@
     failed its check) is not told: the directory lists it until a
     consumer asks and is answered a miss, which corrects it.
 
-    A promotion is asynchronous and the tier's own work: once it has the
+    A promotion is asynchronous and the tier's own work, started at the
+    kick that follows a pass of lookups (kick, below): once it has the
     bytes it lands them through the store's ordinary write path, as an
     engine does (pk_store_reserve under PK_STORE_OWNER_TIER, a copy into
     the block, pk_store_commit_sums with the checksum it was handed at
@@ -93,6 +94,14 @@ typedef struct pk_tier_ops {
         (pk_store_snapshot) lists both.  Optional (NULL, or a table
         that ends before it: the snapshot lists the pool's keys only).  */
     void (*each)(void *self, pk_tier_key_fn *fn, void *arg);
+    /*  Starts what the promotes since the last kick asked for, together:
+        the store's callers kick once after a pass of lookups
+        (pk_store_kick), so the keys of one lookup are read as one batch
+        and its landing wakes the lookup once, rather than a reader
+        woken at the first promote taking one or a few keys at a time.
+        Optional (NULL, or a table that ends before it: promote must
+        start its work itself).  */
+    void (*kick)(void *self);
 } pk_tier_ops_t;
 
 /*  The tier that holds nothing: query answers ABSENT, the rest do

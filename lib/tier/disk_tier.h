@@ -7,23 +7,25 @@
     recently used first.  Not a file per block: one open file, one
     descriptor, offsets the tier computes, and a slot's header says whose
     bytes it holds (its key and namespace, the block's checksum, the
-    slot's generation, the server's identity, and a checksum of the
-    header), so a slot is checked whole when it is read back.  The index
+    slot's generation, the server's identity, its own place, and a MAC
+    of all that under config->key, spill_key.h), so a slot is checked
+    whole when it is read back, and one changed on disk without the key
+    does not check.  The index
     (key -> slot) and the LRU are in memory.
 
     Nothing the store calls waits for the disk.  An eviction copies the
     block into a bounded staging queue (one memcpy under the store's
     lock) that a writer thread of the tier writes out; with the queue
     full the block is dropped and counted, the store never waits.  A
-    lookup of a spilled key starts its read (promote) and answers
-    HIT_PENDING; a reader thread reads every slot asked since its last
-    batch together (preadv one after the other, or one io_uring submit:
+    lookup of a spilled key queues its read (promote) and answers
+    HIT_PENDING; at the kick that ends the lookups' pass, a reader thread
+    reads every slot asked since its last batch together (preadv one after the other, or one io_uring submit:
     disk_io.h), checks each against its header and its checksum, and
     lands it through the store's ordinary write path (pk_store_reserve
     under PK_STORE_OWNER_TIER, a copy, pk_store_commit_sums with the
     checksum handed at eviction).  A slot that does not check is a miss,
     counted (corrupt), never bytes served.  Then config->landed is told,
-    so the daemon wakes the lookups parked on it at once.
+    once per batch, so the daemon wakes the lookups parked on it at once.
 
     A server started again on the same file (the same size) takes back
     every slot whose header checks and is its own (the same identity:
@@ -49,6 +51,7 @@
 
 #include "base/counts.h"
 #include "store/store.h"
+#include "tier/spill_key.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -102,16 +105,20 @@ typedef struct {
 
 /*  A warning line (the tier turned its writes off).  */
 typedef void (pk_disk_tier_log_fn)(void *arg, const char *line);
-/*  A promotion ended, on the reader's thread, after the store's commit:
-    landed (or not: corrupt, failed, the pool full), seconds since the
-    promote.  Short: it wakes whoever waits.  */
-typedef void (pk_disk_tier_landed_fn)(void *arg, bool landed, double seconds);
+/*  A batch of n promotions ended, on the reader's thread, after the
+    store's commits: each landed[i] (or not: corrupt, failed, the pool
+    full), seconds[i] since its promote.  Once per batch, so that the
+    lookups parked on it wake once.  Short: it wakes whoever waits.  */
+typedef void (pk_disk_tier_landed_fn)(void *arg, size_t n, const bool *landed,
+                                      const double *seconds);
 
 typedef struct {
     const char *dir;                //  the spill directory; must exist
     uint64_t size;                  //  bytes of the data file
     uint64_t identity;              //  this server's (peer id, block length, ...), in
                                     //  each header; a slot of another does not check
+    uint8_t key[PK_SPILL_KEY_LEN];  //  the headers' MAC key (spill_key.h): a slot
+                                    //  sealed under another does not check
     pk_disk_tier_log_fn *log;
     void *log_arg;
     pk_disk_tier_landed_fn *landed;

@@ -19,6 +19,7 @@
 #include "daemon.h"
 #include "shell.h"
 #include "testutil.h"
+#include "base/checksum.h"
 #include "tier/disk_tier.h"
 
 #include <errno.h>
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define S_LEN TD_BLOCK_LEN
@@ -345,7 +347,8 @@ END_TEST
 //  p2pkv-server with the spill options, refused at start: its status,
 //  and said must hold want.
 static void
-s_refused(const char *dir, const char *size, int status, const char *want)
+s_refused_key(const char *dir, const char *size, const char *key, int status,
+              const char *want)
 {
     char pool[64], local[96], said[2048];
     snprintf(pool, sizeof pool, "/p2pkv-e2e-%d-spill", getpid());
@@ -353,13 +356,25 @@ s_refused(const char *dir, const char *size, int status, const char *want)
     const char *args[] = { "--peer-id", "srv-spill", "--bind", "tcp://127.0.0.1:*", "--local",
                            local, "--pool-name", pool, "--pool-blocks", "4", "--block-len",
                            "4096", "--provider", "tcp", "--spill-dir", dir, "--spill-size",
-                           size, NULL };
-    if (!dir)
-        args[14] = NULL;
-    else if (!size)
-        args[16] = NULL;
+                           size, NULL, NULL, NULL };
+    //  each option given or not: the ones given close up
+    size_t at = 14;
+    const char *opts[][2] = { { "--spill-dir", dir }, { "--spill-size", size },
+                              { "--spill-key", key } };
+    for (size_t i = 0; i < 3; i++)
+        if (opts[i][1]) {
+            args[at++] = opts[i][0];
+            args[at++] = opts[i][1];
+        }
+    args[at] = NULL;
     ck_assert_int_eq(td_run(args, said, sizeof said), status);
     ck_assert_msg(strstr(said, want), "said \"%s\", not \"%s\"", said, want);
+}
+
+static void
+s_refused(const char *dir, const char *size, int status, const char *want)
+{
+    s_refused_key(dir, size, NULL, status, want);
 }
 
 START_TEST(test_bad_spill_dir_refused)
@@ -385,6 +400,115 @@ START_TEST(test_bad_spill_dir_refused)
     s_refused(dir, s_spill_size(), 1, want);
     ck_assert_int_eq(td_stop(&d), 0);
     sh_rmrf(dir);
+}
+END_TEST
+
+//  The spill key (--spill-key, tier/spill_key.h): made 0600 at the first
+//  start; one others may read, of another length, or inside the spill
+//  directory is refused at start naming the option.
+START_TEST(test_spill_key_refused)
+{
+    char dir[64], keydir[64], key[128], want[512];
+    sh_tmpdir(dir, "spill");
+    sh_tmpdir(keydir, "spillkey");
+    snprintf(key, sizeof key, "%s/made/spill.key", keydir);
+    td_t d;
+    const char *extra[] = { "--pool-blocks", "4", "--spill-dir", dir, "--spill-size",
+                            s_spill_size(), "--spill-key", key, NULL };
+    td_start(&d, extra);
+    ck_assert_int_eq(td_stop(&d), 0);
+    struct stat st;
+    ck_assert_int_eq(stat(key, &st), 0);
+    ck_assert_int_eq(st.st_size, 32);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    ck_assert_int_eq(chmod(key, 0644), 0);
+    snprintf(want, sizeof want, "--spill-key %s: %s may be read or written by others "
+             "(mode 644)", key, key);
+    s_refused_key(dir, s_spill_size(), key, 1, want);
+    sh_write("short", 5, "%s/short.key", keydir);
+    snprintf(key, sizeof key, "%s/short.key", keydir);
+    ck_assert_int_eq(chmod(key, 0600), 0);
+    snprintf(want, sizeof want, "--spill-key %s: %s holds 5 bytes, a key is 32", key, key);
+    s_refused_key(dir, s_spill_size(), key, 1, want);
+    snprintf(key, sizeof key, "%s/inside.key", dir);
+    snprintf(want, sizeof want, "--spill-key %s: inside --spill-dir %s", key, dir);
+    s_refused_key(dir, s_spill_size(), key, 1, want);
+    s_refused_key(NULL, NULL, key, 2, "--spill-key needs --spill-dir");
+    sh_rmrf(dir);
+    sh_rmrf(keydir);
+}
+END_TEST
+
+//  The slots' MAC (--spill-key): a writer of the spill directory who
+//  puts other bytes in a slot and, in its header, their checksum and a
+//  header checksum recomputed as a plain one (what version 1 took), has
+//  the slot refused at the restart, counted, and the key is not served;
+//  the others are, byte-checked.  Header offsets: disk_tier.c's
+//  s_header_t (sum at 40, data_sum at 48, the MAC at 72).
+START_TEST(test_forged_slot_refused)
+{
+    char dir[64], keydir[64], key[128];
+    sh_tmpdir(dir, "spill");
+    sh_tmpdir(keydir, "spillkey");
+    snprintf(key, sizeof key, "%s/spill.key", keydir);
+    const char *same[] = { "--pool-blocks", "4", "--spill-dir", dir, "--spill-size",
+                           s_spill_size(), "--peer-id", "spill-forged", "--spill-key", key,
+                           NULL };
+    td_t d;
+    td_start(&d, same);
+    enum { N = 8 };
+    p2pkv_key_t *keys = bk_keys(43, 0, N);
+    uint8_t *data = malloc((size_t) N * S_LEN);
+    for (size_t i = 0; i < N; i++)
+        bk_block_fill(data + i * S_LEN, 43, i, S_LEN);
+    td_put(td_api(&d), keys, data, N, S_LEN);
+    s_wait_stat(&d, "spill.writes", N - 4);
+    ck_assert_int_eq(td_stop(&d), 0);
+
+    //  slot 0 holds key 0 (the first evicted): other bytes, checksums
+    //  recomputed, the header's own check recomputed in the clear
+    char path[128];
+    snprintf(path, sizeof path, "%s/%s", dir, PK_DISK_TIER_FILE);
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    uint8_t *h = calloc(1, PK_DISK_TIER_HEADER), *other = malloc(S_LEN);
+    ck_assert_int_eq(pread(fd, h, PK_DISK_TIER_HEADER, 0), PK_DISK_TIER_HEADER);
+    ck_assert_mem_eq(h + 88, keys[0].bytes, keys[0].len);
+    bk_block_fill(other, 44, 0, S_LEN);
+    uint64_t sum = pk_checksum(other, S_LEN);
+    memcpy(h + 40, &sum, 8);
+    memcpy(h + 48, &sum, 8);
+    memset(h + 72, 0, 16);
+    uint64_t plain = pk_checksum(h, 88 + 256);
+    memcpy(h + 72, &plain, 8);
+    ck_assert_int_eq(pwrite(fd, h, PK_DISK_TIER_HEADER, 0), PK_DISK_TIER_HEADER);
+    ck_assert_int_eq(pwrite(fd, other, S_LEN, PK_DISK_TIER_HEADER), S_LEN);
+    close(fd);
+
+    td_start(&d, same);
+    ck_assert_int_eq(td_stat(&d, "spill.refused"), 1);
+    ck_assert_int_eq(td_stat(&d, "spill.recovered"), N - 1);
+    int server;
+    p2pkv_client_t *client = s_client(&d, "spill-forged", &server);
+    ck_assert_msg(!s_get_one(client, server, &keys[0], 43, 0), "the forged slot was served");
+    for (size_t i = 1; i < N; i++)
+        ck_assert_msg(s_get_one(client, server, &keys[i], 43, i), "key %zu missed", i);
+    ck_assert_int_eq(td_stat(&d, "spill.corrupt"), 0);
+    p2pkv_client_destroy(&client);
+    ck_assert_int_eq(td_stop(&d), 0);
+
+    //  another key: every slot foreign, refused
+    unlink(key);
+    td_start(&d, same);
+    ck_assert_int_eq(td_stat(&d, "spill.recovered"), 0);
+    ck_assert_int_ge(td_stat(&d, "spill.refused"), N - 1);
+    ck_assert_int_eq(td_stop(&d), 0);
+    free(h);
+    free(other);
+    free(data);
+    bk_keys_free(keys);
+    sh_rmrf(dir);
+    sh_rmrf(keydir);
 }
 END_TEST
 
@@ -694,5 +818,7 @@ main(void)
     tcase_add_test(tc, test_full_disk_at_run_time);
     tcase_add_test(tc, test_killed_mid_write);
     tcase_add_test(tc, test_long_key_not_spilled);
+    tcase_add_test(tc, test_spill_key_refused);
+    tcase_add_test(tc, test_forged_slot_refused);
     return td_run_and_sweep("spill", s);
 }

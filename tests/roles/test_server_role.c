@@ -27,6 +27,7 @@ typedef struct {
     pk_keymap_t unpinnable;     //  keys the store loses between lookup and pin
     uint64_t next_job;
     int opened, finished;
+    int kicks;                  //  parent.kick: once per serve that parked keys
     char log[64][160];
     int nlog;
     uint8_t arena[4096];        //  bytes of every key made by K()
@@ -216,6 +217,12 @@ s_why(void *arg, const pk_key_t *key, const pk_lookup_ctx_t *ctx)
 }
 
 static void
+s_kick(void *arg)
+{
+    H->kicks++;
+}
+
+static void
 s_setup(void)
 {
     H = calloc(1, sizeof *H);
@@ -227,7 +234,7 @@ s_setup(void)
                                  (pk_sender_t) { NULL, s_send },
                                  (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why });
+                                                 s_result, s_sums, s_why, s_kick });
     ck_assert_ptr_nonnull(H->role);
 }
 
@@ -461,6 +468,35 @@ START_TEST(test_lookup_mixed_pending_resolves)
     pk_server_role_collect(H->role);
     EXPECT("transfer_done r1 round=3 ok landing=2", "result 1000 ok", "result 1001 ok");
     s_settle();
+}
+END_TEST
+
+//  The parent is kicked once after a serve whose lookups answered
+//  HIT_PENDING (the keys of every lookup of the pass: a tier reads them
+//  as one batch), once per re-poll that still finds keys pending, and
+//  never after a pass with none.
+START_TEST(test_lookup_kicks_once_per_pass)
+{
+    s_set("aa", PK_LOOKUP_HIT, 1);
+    s_lookup_ev("r0", 1, 1, "aa");
+    pk_server_role_serve(H->role);
+    ck_assert_int_eq(H->kicks, 0);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 2);
+    s_set("cc", PK_LOOKUP_HIT_PENDING, 3);
+    s_set("dd", PK_LOOKUP_HIT_PENDING, 4);
+    s_lookup_ev("r1", 1, 2, "bb", "cc");
+    s_lookup_ev("r2", 1, 2, "dd", "aa");
+    pk_server_role_serve(H->role);
+    ck_assert_int_eq(H->kicks, 1);
+    H->now += 0.001;
+    pk_server_role_serve(H->role);
+    ck_assert_int_eq(H->kicks, 2);      //  the re-poll found them pending
+    s_set("bb", PK_LOOKUP_HIT, 2);
+    s_set("cc", PK_LOOKUP_HIT, 3);
+    s_set("dd", PK_LOOKUP_HIT, 4);
+    pk_server_role_serve(H->role);
+    ck_assert_int_eq(H->kicks, 2);      //  all up: nothing to start
+    ck_assert(!pk_server_role_has_parked(H->role));
 }
 END_TEST
 
@@ -1059,7 +1095,7 @@ s_role_with_reasons(bool reasons)
                                  (pk_sender_t) { NULL, s_send },
                                  (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why });
+                                                 s_result, s_sums, s_why, s_kick });
     ck_assert_ptr_nonnull(H->role);
 }
 
@@ -1136,7 +1172,7 @@ s_setup_lend(void)
                                  (pk_sender_t) { NULL, s_send },
                                  (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend, NULL, NULL, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why });
+                                                 s_result, s_sums, s_why, s_kick });
     ck_assert_ptr_nonnull(H->role);
 }
 
@@ -1226,7 +1262,7 @@ START_TEST(test_get_not_lent_without_the_capability)
                                  (pk_sender_t) { NULL, s_send },
                                  (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend, NULL, NULL, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why });
+                                                 s_result, s_sums, s_why, s_kick });
     s_set("aa", PK_LOOKUP_HIT, 4);
     s_get("g1", 1, 1, "aa", 10);
     pk_server_role_serve(H->role);
@@ -1249,6 +1285,7 @@ main(void)
     tcase_add_test(tc, test_lookup_all_misses);
     tcase_add_test(tc, test_lookup_answer_checksums);
     tcase_add_test(tc, test_lookup_mixed_pending_resolves);
+    tcase_add_test(tc, test_lookup_kicks_once_per_pass);
     tcase_add_test(tc, test_lookup_pending_expires);
     tcase_add_test(tc, test_lookup_duplicate_keys);
     tcase_add_test(tc, test_lookup_resp_wire_order);

@@ -133,7 +133,7 @@ s_open(uint64_t minor)
     H->session = pk_server_session_new(&H->id, &H->config, connect, (pk_clock_t) { NULL, s_now },
                                 pk_memtransport_iface(H->mem),
                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_opened, s_finished,
-                                                s_result, NULL, NULL },
+                                                s_result, NULL, NULL, NULL },
                                 s_out, NULL);
     pk_msg_destroy(&connect);
     ck_assert_ptr_nonnull(H->session);

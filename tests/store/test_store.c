@@ -862,7 +862,7 @@ typedef struct {
     pk_store_t *store;
     s_spilled_t held[S_TIER_MAX];
     size_t nheld;
-    size_t evictions, promotes, forgets;
+    size_t evictions, promotes, forgets, kicks;
     char queries[128];          //  "ns:key " per query, in order
 } s_tier_t;
 
@@ -926,6 +926,13 @@ s_tier_forget(void *self, unsigned ns, const pk_key_t *key)
     t->forgets++;
 }
 
+static void
+s_tier_kick(void *self)
+{
+    s_tier_t *t = self;
+    t->kicks++;
+}
+
 static const pk_tier_ops_t s_tier_ops = {
     .size = sizeof(pk_tier_ops_t),
     .name = "test",
@@ -933,6 +940,7 @@ static const pk_tier_ops_t s_tier_ops = {
     .promote = s_tier_promote,
     .evicted = s_tier_evicted,
     .forget = s_tier_forget,
+    .kick = s_tier_kick,
 };
 
 //  The tier's read came back: s lands in the pool with the checksum it
@@ -1008,9 +1016,17 @@ START_TEST(test_tier_answers_an_absent_key)
     ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
     ck_assert_uint_eq(t.promotes, 1);
     ck_assert(t.held[0].moving);
-    //  pending in the tier: pending, and no second promotion
+    //  the read starts at the kick that ends the caller's pass, once
+    ck_assert_uint_eq(t.kicks, 0);
+    pk_store_kick(store);
+    ck_assert_uint_eq(t.kicks, 1);
+    pk_store_kick(store);
+    ck_assert_uint_eq(t.kicks, 1);                      //  nothing promoted since
+    //  pending in the tier: pending, and no second promotion (no kick due)
     ck_assert_int_eq(sf_lookup(store, 1), PK_LOOKUP_HIT_PENDING);
     ck_assert_uint_eq(t.promotes, 1);
+    pk_store_kick(store);
+    ck_assert_uint_eq(t.kicks, 1);
     //  a key in neither: a miss; a key in the pool: the tier is not asked
     ck_assert_int_eq(sf_lookup(store, 9), PK_LOOKUP_MISS);
     ck_assert_int_eq(sf_lookup(store, 3), PK_LOOKUP_HIT);
