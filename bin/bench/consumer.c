@@ -234,7 +234,9 @@ s_setup(s_cons_t *c, char *err, size_t size)
     if (c->client)
         c->server = p2pkv_client_connect(c->client, cfg->endpoint, 30, e);
     if (!c->client || c->server < 0) {
-        snprintf(err, size, "cannot connect: %s", e);
+        //  cut at the phase's room where long: its start names the cause
+        if (snprintf(err, size, "cannot connect: %s", e) >= (int) size)
+            err[size - 2] = '~';
         return -ENOTCONN;
     }
     //  the figure is the provider's only if the session runs over it

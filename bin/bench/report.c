@@ -61,6 +61,8 @@ pkb_fig_str(pkb_fig_t f, const char *fmt, char *buf, size_t size)
         return buf;
     }
     char a[32], b[32], c[32];
+    if (!fmt)
+        fmt = "%g";     //  a caller's NULL; and says so to gcc -O1 -fsanitize
     snprintf(a, sizeof a, fmt, f.med);
     snprintf(b, sizeof b, fmt, f.min);
     snprintf(c, sizeof c, fmt, f.max);

@@ -575,7 +575,7 @@ START_TEST(test_concurrent_updates)
                         S_THREADS * (S_ITERS / 8) * 28 / 1024.0);
     json_t *gp = json_object_get(json_object_get(json, "g"), "peers");
     for (int i = 0; i < S_THREADS; i++) {
-        char peer[16];
+        char peer[32];
         snprintf(peer, sizeof peer, "peer-%d", i);
         ck_assert_int_eq(json_integer_value(json_object_get(cp, peer)), S_ITERS);
         ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(hp, peer), "count")),

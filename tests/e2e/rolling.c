@@ -112,7 +112,7 @@ s_get(s_consumer_t *c, p2pkv_client_t *client, uint64_t n)
         }
     }
     if (rc != S_BATCH || landed != S_BATCH) {
-        char detail[P2PKV_ERRLEN + 64];
+        char detail[2 * P2PKV_ERRLEN];
         snprintf(detail, sizeof detail, "%s: %d of %d landed (%s)", kv, rc, S_BATCH,
                  *err ? err : "no error said");
         s_error(c, &c->failed, "a get failed", detail);

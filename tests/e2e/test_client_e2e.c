@@ -652,7 +652,9 @@ s_child_line(int fd, char want, char *buf, size_t *got, double timeout, char *li
         char *nl;
         while ((nl = memchr(buf, '\n', *got))) {
             size_t len = (size_t) (nl - buf);
-            snprintf(line, cap, "%.*s", (int) len, buf);
+            size_t keep = len < cap - 1 ? len : cap - 1;
+            memcpy(line, buf, keep);
+            line[keep] = '\0';
             memmove(buf, nl + 1, *got - len - 1);
             *got -= len + 1;
             if (line[0] == want)

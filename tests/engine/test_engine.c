@@ -689,6 +689,7 @@ START_TEST(test_engine_api_alone)
     ck_assert(json_is_false(json_object_get(a, "ok")));
     json_decref(a);
     char *put = malloc(strlen(data) + 128);
+    ck_assert_ptr_nonnull(put);
     sprintf(put, "{\"cmd\":\"put\",\"key\":\"%s\",\"data\":\"%s\"}", hex, data);
     a = pk_engine_api_answer(api, put, strlen(put), "e", 1);
     ck_assert(json_is_true(json_object_get(a, "ok")));

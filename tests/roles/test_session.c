@@ -491,8 +491,11 @@ START_TEST(test_rail_offer)
     t.rails_landing = s_rails_landing;
     t.rail_rejoin = s_rail_rejoin;
     H->session = pk_server_session_new(&H->id, &H->config, connect, (pk_clock_t) { NULL, s_now },
-                                       t, (pk_parent_t) { NULL, s_lookup, s_pin, s_opened,
-                                                          s_finished, s_result, NULL, NULL },
+                                       t, (pk_parent_t) { .lookup = s_lookup,
+                                                          .create_store_job = s_pin,
+                                                          .on_new_request = s_opened,
+                                                          .on_request_finished = s_finished,
+                                                          .store_result = s_result },
                                        s_out, NULL);
     pk_msg_destroy(&connect);
     ck_assert_ptr_nonnull(H->session);
@@ -521,7 +524,7 @@ START_TEST(test_limits)
 {
     //  live requests: 4
     for (int i = 0; i < 4; i++) {
-        char kv[8];
+        char kv[16];
         snprintf(kv, sizeof kv, "f%d", i);
         ck_assert_int_eq(s_send(s_fetch_msg(kv, 1, 1, 0)), PK_SERVER_SESSION_LIVE);
     }
