@@ -245,21 +245,33 @@ s_mkdir(const char *parent, char *dir, size_t dsize, char *file, size_t fsize)
     return 0;
 }
 
+//  The spill key beside the directory (it may not be inside it): the
+//  bench's own, so a run makes nothing under the user's state directory.
+static void
+s_key_path(const char *dir, char *key, size_t size)
+{
+    snprintf(key, size, "%s.key", dir);
+}
+
 static void
 s_rmdir(const char *dir, const char *file)
 {
+    char key[4200];
+    s_key_path(dir, key, sizeof key);
     unlink(file);
     rmdir(dir);
+    unlink(key);
 }
 
 static int
 s_start(pkb_server_t *s, const pkb_opts_t *o, uint64_t pool, const char *dir, uint64_t size)
 {
-    char sz[32];
+    char sz[32], key[4200];
     snprintf(sz, sizeof sz, "%llu", (unsigned long long) size);
+    s_key_path(dir, key, sizeof key);
     //  one identity across restarts (pkb_server_start names each start)
-    const char *extra[] = { "--spill-dir", dir, "--spill-size", sz, "--peer-id",
-                            "pkbench-disk", NULL };
+    const char *extra[] = { "--spill-dir", dir, "--spill-size", sz, "--spill-key", key,
+                            "--peer-id", "pkbench-disk", NULL };
     int rc = pkb_server_start(s, o, S_BLOCK, pool, 8, extra);
     if (rc)
         pkb_server_stop(s);

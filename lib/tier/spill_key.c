@@ -52,25 +52,36 @@ s_make_parents(const char *path)
     return 0;
 }
 
-//  A new key at path: random, written whole and synced before it is
-//  used, so a crash never leaves a short key that a restart would take.
+//  A new key at path: random, written whole and synced in a file of its
+//  own, then linked to its name.  The link is what makes it appear, and
+//  link(2) refuses a name that exists: two servers started at once with
+//  one default path both end up reading the one key that won, never a
+//  file still being written (which an O_EXCL create would show them
+//  empty), and a crash leaves no short key a restart would take.
 static int
 s_create(const char *path, uint8_t *key, char *err)
 {
     int rc = s_make_parents(path);
     if (rc)
         return pk_err(err, rc, "cannot make the directory of %s: %s", path, strerror(-rc));
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int) sizeof tmp)
+        return pk_err(err, -ENAMETOOLONG, "%s: path too long", path);
+    int fd = mkstemp(tmp);      //  mode 0600
     if (fd < 0)
-        return -errno;          //  EEXIST: made meanwhile, read it
+        return pk_err(err, -errno, "cannot create a key beside %s: %s", path, strerror(errno));
     randombytes_buf(key, PK_SPILL_KEY_LEN);
+    errno = 0;
     rc = write(fd, key, PK_SPILL_KEY_LEN) == PK_SPILL_KEY_LEN && fsync(fd) == 0 ? 0
          : errno ? -errno : -EIO;
     close(fd);
-    if (rc) {
-        unlink(path);
+    if (rc == 0 && link(tmp, path) != 0)
+        rc = -errno;
+    unlink(tmp);
+    if (rc == -EEXIST)
+        return rc;              //  made meanwhile: read that one
+    if (rc)
         return pk_err(err, rc, "cannot write %s: %s", path, strerror(-rc));
-    }
     return 0;
 }
 

@@ -21,6 +21,7 @@
 #include "testutil.h"
 #include "base/checksum.h"
 #include "tier/disk_tier.h"
+#include "tier/spill_key.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,6 +30,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define S_LEN TD_BLOCK_LEN
@@ -400,6 +402,65 @@ START_TEST(test_bad_spill_dir_refused)
     s_refused(dir, s_spill_size(), 1, want);
     ck_assert_int_eq(td_stop(&d), 0);
     sh_rmrf(dir);
+}
+END_TEST
+
+//  Servers started at once on one default key path (a fleet's node
+//  started by a script, or this suite's servers): each reads the one key
+//  that was made, never a file another is still writing.  Eight
+//  processes released together by one pipe's close, 20 times over.
+START_TEST(test_spill_key_made_once_by_racing_starts)
+{
+    enum { S_PROCS = 8, S_ROUNDS = 20 };
+    char keydir[64], key[128];
+    sh_tmpdir(keydir, "spillrace");
+    for (int round = 0; round < S_ROUNDS; round++) {
+        snprintf(key, sizeof key, "%s/r%d/spill.key", keydir, round);
+        int go[2], back[2];
+        ck_assert_int_eq(pipe(go), 0);
+        ck_assert_int_eq(pipe(back), 0);
+        pid_t pids[S_PROCS];
+        for (int i = 0; i < S_PROCS; i++) {
+            pids[i] = fork();
+            ck_assert_int_ge(pids[i], 0);
+            if (pids[i] == 0) {
+                close(go[1]);
+                char b;
+                if (read(go[0], &b, 1) != 0)
+                    _exit(3);
+                uint8_t k[PK_SPILL_KEY_LEN + 1] = { 0 };
+                char err[PK_ERRLEN];
+                k[PK_SPILL_KEY_LEN] = pk_spill_key_load(key, k, err) == 0;
+                _exit(write(back[1], k, sizeof k) == (ssize_t) sizeof k ? 0 : 4);
+            }
+        }
+        close(go[0]);
+        close(back[1]);
+        close(go[1]);           //  all go
+        uint8_t first[PK_SPILL_KEY_LEN + 1];
+        for (int i = 0; i < S_PROCS; i++) {
+            uint8_t k[PK_SPILL_KEY_LEN + 1];
+            ck_assert_int_eq(read(back[0], k, sizeof k), sizeof k);
+            ck_assert_msg(k[PK_SPILL_KEY_LEN] == 1, "round %d: a start could not load the key",
+                          round);
+            if (i == 0)
+                memcpy(first, k, sizeof k);
+            ck_assert_msg(memcmp(first, k, sizeof k) == 0, "round %d: two keys in use", round);
+        }
+        for (int i = 0; i < S_PROCS; i++) {
+            int st;
+            ck_assert_int_eq(waitpid(pids[i], &st, 0), pids[i]);
+            ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        }
+        close(back[0]);
+        uint8_t onfile[PK_SPILL_KEY_LEN];
+        int fd = open(key, O_RDONLY);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(read(fd, onfile, sizeof onfile), sizeof onfile);
+        close(fd);
+        ck_assert(memcmp(onfile, first, PK_SPILL_KEY_LEN) == 0);
+    }
+    sh_rmrf(keydir);
 }
 END_TEST
 
@@ -819,6 +880,7 @@ main(void)
     tcase_add_test(tc, test_killed_mid_write);
     tcase_add_test(tc, test_long_key_not_spilled);
     tcase_add_test(tc, test_spill_key_refused);
+    tcase_add_test(tc, test_spill_key_made_once_by_racing_starts);
     tcase_add_test(tc, test_forged_slot_refused);
     return td_run_and_sweep("spill", s);
 }
