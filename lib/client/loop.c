@@ -257,17 +257,19 @@ s_open_fetches(const p2pkv_client_t *self)
 //  otherwise sleep on the fd: a fetch may wait seconds for a prefill
 //  store, and spinning then burns a core.
 //
-//  How the spin looks differs.  While blocks land, and on a channel
-//  without a wait object, it steps: something is due at nearly every
-//  look, and only a step (libfabric's progress) finds it.  While an
-//  answer is due it looks at the client's fd instead (S_LOOK, s_look):
-//  armed, that fd says when the socket or a queue has something, and one
-//  epoll_wait with no timeout costs what one of a step's several calls
-//  does (progress's two epoll_waits, libzmq's getpid and poll of its
-//  mailbox).  A one-block get spent most of its round trip stepping
-//  there, 19-20 polls per get that found nothing (design.md, "Where a
-//  one-block get over tcp stands"), and each step it was in when the
-//  answer came delayed its reading.
+//  How the spin looks differs.  While blocks land (one landed in the
+//  last 2 ms), and on a channel without a wait object, it steps:
+//  something is due at nearly every look, only a step (libfabric's
+//  progress) finds it, and arming between looks would cost fi_trywait's
+//  calls (and a kick, where a copy is under way: mmap) each time.
+//  Otherwise, while an answer is due, it looks at the client's fd
+//  (S_LOOK, s_look): armed, that fd says when the socket or a queue has
+//  something, and one epoll_wait with no timeout costs what one of a
+//  step's several calls does (progress's two epoll_waits, libzmq's
+//  getpid and poll of its mailbox).  A one-block get spent most of its
+//  round trip stepping there (design.md, "Where a one-block get
+//  stands"), and a step it was in when the answer came delayed its
+//  reading.
 enum { S_SLEEP, S_LOOK, S_STEP };
 
 static int
@@ -289,7 +291,7 @@ s_must_spin(const p2pkv_client_t *self)
         if (s->channel && loads && now - s->last_landed < 0.002)
             step = true;
     }
-    return look ? S_LOOK : step ? S_STEP : S_SLEEP;
+    return step ? S_STEP : look ? S_LOOK : S_SLEEP;
 }
 
 //  The spin of S_LOOK: the client was armed (its sockets read until
