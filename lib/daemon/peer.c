@@ -82,8 +82,6 @@ typedef struct {
     uint64_t bell_seen;             //  the bell's sequence before the last re-poll
     bool lends;                     //  both sides listed lend: the actor sleeps
                                     //  on the channel too (s_wait)
-    double last_frame;              //  when the door or we last ran a frame (s;
-                                    //  under the peer's lock, as all of self)
 } self_t;
 
 //  While nothing runs or is parked, the session's only clocks are its
@@ -99,14 +97,6 @@ typedef struct {
 //  report wakes the actor where it sleeps on the channel (s_wait); this
 //  look is for the stall clock, and for a channel it cannot sleep on.
 #define S_LENT_LOOK_MS 5
-//  ...but only once the session was S_LENT_QUIET without a frame.  While
-//  gets come back to back, the door reads each report before the next
-//  frame (s_channel_first), and a wake per report was a wake per get on
-//  the server for nothing: the actor's step, its lock (so the door's
-//  next frame took the pipe: a hand-off more), 12 system calls, on the
-//  cores the next get needs.  A lent block is then pinned at most this
-//  long after a consumer's last get, not until the idle look.
-#define S_LENT_QUIET 0.005
 
 static int
 s_idle_look_ms(const pk_server_config_t *c)
@@ -527,7 +517,6 @@ s_on_frame(self_t *self, zmsg_t *msg)
     atomic_fetch_add(&self->peer->consumed, 1);
     atomic_fetch_add(&self->peer->consumed_bytes, f ? zframe_size(f) : 0);
     if (f) {
-        self->last_frame = pk_clock_monotonic();
         s_channel_first(self);
         pk_server_session_on_frame(self->session, zframe_data(f), zframe_size(f));
     }
@@ -699,9 +688,7 @@ s_wait(self_t *self, bool *pipe)
     //  (1.25 s by default) after a consumer's last get.  It costs a wake
     //  per report, off the consumer's path (its report goes one way).
     //  Idle, nothing else comes on the channel: the server only lends.
-    double quiet = pk_clock_monotonic() - self->last_frame;
-    bool lend_watch = self->lends && quiet >= S_LENT_QUIET;
-    bool on_channel = (writes || lend_watch) && !queued && s_sleep_on_channel(self);
+    bool on_channel = (writes || self->lends) && !queued && s_sleep_on_channel(self);
     bool parked = pk_server_session_has_parked(session);
     bool rung = s_bell(self, parked);
     zmq_pollitem_t items[3] = {
@@ -720,13 +707,6 @@ s_wait(self_t *self, bool *pipe)
     }
     long timeout = rung ? 0 : on_channel && writes ? 10 : writes || queued ? 0
                    : inflight ? S_LENT_LOOK_MS : parked ? 2 : self->idle_look;
-    //  not quiet yet: look again when it would be (the door lends without
-    //  waking us, so a report may come meanwhile)
-    if (self->lends && !lend_watch) {
-        long until = (long) ((S_LENT_QUIET - quiet) * 1000) + 1;
-        if (until < timeout)
-            timeout = until;
-    }
     pthread_mutex_unlock(&self->peer->lock);
     int rc = zmq_poll(items, nitems, timeout);
     if (self->listening && rc > 0 && (items[nitems - 1].revents & ZMQ_POLLIN)) {
@@ -802,7 +782,6 @@ pk_peer_try_frame(pk_peer_t *peer, const void *frame, size_t len)
         && !pk_server_session_reason(self->session)[0]) {
         pk_server_session_t *session = self->session;
         self->on_door = true;
-        self->last_frame = pk_clock_monotonic();
         s_channel_first(self);
         pk_server_session_on_frame(session, frame, len);
         s_self_step(self);
