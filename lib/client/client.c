@@ -619,6 +619,7 @@ s_session_send(void *arg, char *frame, size_t len)
     //  never block: a DEALER with no connected server would wait forever
     rc = zmq_msg_send(&m, zsock_resolve(s->dealer), ZMQ_DONTWAIT);
     s->dealer_read = false;         //  a send may take the command that fires its fd
+    s->client->sends++;
     if (rc < 0)
         zmq_msg_close(&m);      //  a large frame: its buffer with it
     return rc < 0 ? -EAGAIN : 0;
@@ -1286,7 +1287,7 @@ s_repeats(const pk_key_t *keys, const uint32_t *dest, size_t n)
 static int
 s_get_start(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
             const uint32_t *dest, size_t n, double deadline, p2pkv_key_result_t *results,
-            uint64_t *fetch_id_p)
+            bool kick, uint64_t *fetch_id_p)
 {
     if (n == 0 || n > PK_MAX_LIST)
         return -EINVAL;
@@ -1348,7 +1349,8 @@ s_get_start(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t 
     }
     pk_client_fetch_free(f);
     self->asked = pk_clock_monotonic();
-    pk_client_kick(self);
+    if (kick)
+        pk_client_kick(self);
     pthread_mutex_unlock(&self->lock);
     free(k);
     return rc;
@@ -1358,7 +1360,8 @@ int
 pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
                   const uint32_t *dest, size_t n, double deadline, uint64_t *fetch_id_p)
 {
-    return s_get_start(self, server, kv, keys, dest, n, deadline, NULL, fetch_id_p);
+    return s_get_start(self, server, kv, keys, dest, n, deadline, NULL,
+                       self->config.progress_thread, fetch_id_p);
 }
 
 int
@@ -1366,7 +1369,7 @@ pk_client_get_async_one(p2pkv_client_t *self, int server, const char *kv,
                         const p2pkv_key_t *keys, const uint32_t *dest, size_t n,
                         double deadline, p2pkv_key_result_t *results, uint64_t *fetch_id_p)
 {
-    return s_get_start(self, server, kv, keys, dest, n, deadline, results, fetch_id_p);
+    return s_get_start(self, server, kv, keys, dest, n, deadline, results, true, fetch_id_p);
 }
 
 //  The fetch is open on at most one server's role; one that is open
@@ -1400,37 +1403,46 @@ p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id)
 //  open fetch is cancelled here; they stop before the next step), and one
 //  whose open fetch is under batch request kv (the role cancels that one).
 //  A get's own finish of its batch comes after its fetch ended: no mark.
-static void
+static bool
 s_cancel_gets(p2pkv_client_t *self, s_server_t *s, const char *kv)
 {
+    bool marked = false;
     for (s_sync_t *sync = self->syncs; sync; sync = sync->next) {
         if (sync->server != s->index)
             continue;
         bool open = sync->fetch_id && sync->status == -EINPROGRESS;
         if (strcmp(sync->request, kv) == 0) {
-            sync->cancelled = 1;
+            sync->cancelled = marked = 1;
             if (open)
                 (void) pk_client_role_cancel(s->role, sync->fetch_id);
         }
         else if (open && strcmp(sync->kv, kv) == 0)
-            sync->cancelled = 1;
+            sync->cancelled = marked = 1;
     }
     pthread_cond_broadcast(&self->synced);
+    return marked;
 }
 
 //  The role aborts the request's open fetches before its terminal fetch;
-//  their ends come later, from the poll, once the fence holds.
+//  their ends come later, from the poll, once the fence holds.  The loop
+//  is kicked where that gave it work: a frame went out (a send may take
+//  the command that fires the socket's fd) or a get was marked cancelled.
+//  A get's finish of its own request, after its answer, sends nothing
+//  (the get was never a lookup) and changes nothing a loop waits on: no
+//  kick, so one-trip gets cost no eventfd write and read each.
 int
 p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
 {
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
+    uint64_t sends = self->sends;
+    bool marked = false;
     if (s) {
-        s_cancel_gets(self, s, kv);
+        marked = s_cancel_gets(self, s, kv);
         pk_client_answers_drop(s, kv);
     }
     int rc = s ? pk_client_role_finish(s->role, kv) : -ENOTCONN;
-    if (s)
+    if (s && (marked || self->sends != sends))
         pk_client_kick(self);
     pthread_mutex_unlock(&self->lock);
     return rc;

@@ -199,6 +199,8 @@ typedef struct {
     bool cq_watched;                //  this is true (client.c, s_landing)
     pk_client_role_t *role;
     double last_landed;             //  when its queue last had completions
+    double loads_seen;              //  when a step last saw a load open (loop.c,
+                                    //  s_landing: the queue's watch lingers)
     double stall_floor;             //  UP, a fetch started or ended: what landed before is old
     char reason[PK_ERRLEN + 64];
     unsigned corrupt_run;           //  blocks of it that failed their check in a row
@@ -260,7 +262,10 @@ int pk_client_fetch_sums(s_server_t *s, const char *kv, uint64_t round, const pk
     is up and offers it; and a get of keys into dest (a load whose id is
     *fetch_id_p, reported as a fetch's), -ENOTUNIQ when keys or dest
     repeat one (the get may not: take the two steps).  Its answer goes to
-    the get's record (s_sync_t, get_dest set) as a lookup's would.  */
+    the get's record (s_sync_t, get_dest set) as a lookup's would.
+    pk_client_get_one kicks the loop only where a progress thread drives
+    it: its caller (get.c) polls next, and a poll's return arms (loop.c),
+    so a sleeper on the client's fd is not left with a stale watch.  */
 bool pk_client_can_get(p2pkv_client_t *self, int server);
 int pk_client_get_one(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
                       const uint32_t *dest, size_t n, double deadline, uint64_t *fetch_id_p);
@@ -335,6 +340,9 @@ struct _p2pkv_client_t {
                                     //  nothing armed (0 at first: read once)
     bool kicked;                    //  wake_fd holds a count not yet read
     double asked;                   //  when a lookup, fetch or cancel was last made
+    uint64_t sends;                 //  frames handed to a DEALER (client.c,
+                                    //  p2pkv_client_finish: a finish that sent
+                                    //  nothing needs no kick)
     pthread_t thread;
     bool thread_running;
     atomic_bool stopping;

@@ -71,10 +71,24 @@ pk_client_kick(p2pkv_client_t *self)
 //  are skipped.  The descriptor leaves the epoll set meanwhile: one that
 //  fires then (the server's connection closing) would wake a loop that
 //  does not progress it, again and again.
+//
+//  It leaves S_LAND_LINGER after the last load was seen open, not at
+//  once: gets back to back (one load each) took it out and put it back
+//  at every get, two epoll_ctl calls per get for nothing.  Meanwhile the
+//  channel is progressed as while landing, so a descriptor that fires is
+//  read, not a loop that wakes again and again.  What it costs: a lookup
+//  within the linger of a fetch's end pays the progress it skipped
+//  before (two empty epoll_waits per step on tcp).
+#define S_LAND_LINGER 0.001
+
 static bool
 s_landing(p2pkv_client_t *self, s_server_t *s)
 {
-    bool landing = s->channel && (!s->role || pk_client_role_open_loads(s->role) > 0);
+    double now = pk_clock_monotonic();
+    bool open = s->channel && (!s->role || pk_client_role_open_loads(s->role) > 0);
+    if (open)
+        s->loads_seen = now;
+    bool landing = s->channel && (open || now - s->loads_seen < S_LAND_LINGER);
     if (s->wait_fd >= 0 && landing != s->cq_watched) {
         pk_client_watch(self, s->wait_fd, landing);
         s->cq_watched = landing;
@@ -102,7 +116,9 @@ pk_client_arm(p2pkv_client_t *self)
             else
                 s->dealer_read = true;
         }
-        if (s_landing(self, s)) {
+        //  a lingering watch (no load open) is not worth fi_trywait's
+        //  epoll_waits: nothing is due on it, and what fires is read
+        if (s_landing(self, s) && (!s->role || pk_client_role_open_loads(s->role) > 0)) {
             if (!pk_channel_trywait(s->channel))
                 due = now;
             if (s->wait_fd < 0 && now + 0.002 < due)
@@ -240,36 +256,83 @@ s_open_fetches(const p2pkv_client_t *self)
 //  object, or for answer_spin after a request while its answer is due;
 //  otherwise sleep on the fd: a fetch may wait seconds for a prefill
 //  store, and spinning then burns a core.
-static bool
+//
+//  How the spin looks differs.  While blocks land (one landed in the
+//  last 2 ms), and on a channel without a wait object, it steps:
+//  something is due at nearly every look, only a step (libfabric's
+//  progress) finds it, and arming between looks would cost fi_trywait's
+//  calls (and a kick, where a copy is under way: mmap) each time.
+//  Otherwise, while an answer is due, it looks at the client's fd
+//  (S_LOOK, s_look): armed, that fd says when the socket or a queue has
+//  something, and one epoll_wait with no timeout costs what one of a
+//  step's several calls does (progress's two epoll_waits, libzmq's
+//  getpid and poll of its mailbox).  A one-block get spent most of its
+//  round trip stepping there (design.md, "Where a one-block get
+//  stands"), and a step it was in when the answer came delayed its
+//  reading.
+enum { S_SLEEP, S_LOOK, S_STEP };
+
+static int
 s_must_spin(const p2pkv_client_t *self)
 {
     double now = pk_clock_monotonic();
     bool answer_due = now - self->asked < self->config.answer_spin;
+    bool look = false, step = false;
     for (int i = 0; i < self->nservers; i++) {
         const s_server_t *s = self->servers[i];
         if (!s || !s->role)
             continue;
         size_t loads = pk_client_role_open_loads(s->role);
+        if (s->channel && loads && s->wait_fd < 0)
+            return S_STEP;          //  nothing to look at: only progress sees it
         if (answer_due && (loads || pk_client_role_open_lookups(s->role)
                            || pk_client_role_has_queued(s->role)))
-            return true;
-        if (s->channel && loads && (s->wait_fd < 0 || now - s->last_landed < 0.002))
-            return true;
+            look = true;
+        if (s->channel && loads && now - s->last_landed < 0.002)
+            step = true;
     }
-    return false;
+    return step ? S_STEP : look ? S_LOOK : S_SLEEP;
+}
+
+//  The spin of S_LOOK: the client was armed (its sockets read until
+//  empty, its queues' fi_trywait said yes, or a kick was written), so its
+//  fd is readable once anything is due; it is asked with no timeout, the
+//  core given away between looks, until it is or until.
+static void
+s_look(p2pkv_client_t *self, double until)
+{
+    struct epoll_event ev[8];
+    while (epoll_wait(self->epoll_fd, ev, 8, 0) == 0 && pk_clock_monotonic() < until)
+        sched_yield();
 }
 
 int
 p2pkv_client_poll(p2pkv_client_t *self, double timeout)
 {
     double deadline = pk_clock_monotonic() + timeout;
+    //  An arm that found something due now (a queue whose fi_trywait says
+    //  no, a socket still holding messages) kicked, so the look would
+    //  return at once, without yielding: this call steps from then on,
+    //  as it did before looks, rather than paying fi_trywait and a kick
+    //  per turn (a cancelled fetch's wait for its abort_ack did: control's
+    //  cancel row fell to 0.6x)
+    bool no_look = false;
     while (true) {
         pthread_mutex_lock(&self->lock);
         int ran = s_step(self);
-        bool spin = s_must_spin(self);
+        int spin = s_must_spin(self);
+        if (spin == S_LOOK && no_look)
+            spin = S_STEP;
         double left = deadline - pk_clock_monotonic();
-        if (ran || left <= 0 || !spin)
+        double look_until = self->asked + self->config.answer_spin;
+        if (look_until > deadline)
+            look_until = deadline;
+        if (ran || left <= 0 || spin != S_STEP)
             pk_client_arm(self);
+        if (spin == S_LOOK && self->kicked) {
+            no_look = true;
+            spin = S_STEP;
+        }
         pthread_mutex_unlock(&self->lock);
         if (ran || left <= 0)
             return ran;
@@ -278,11 +341,13 @@ p2pkv_client_poll(p2pkv_client_t *self, double timeout)
         //  an idle core: sched_yield returns at once; on two cores with 64
         //  consumers, the server's writes and the other consumers' copies
         //  are what the spinner waits for)
-        if (!spin) {
+        if (spin == S_SLEEP) {
             struct epoll_event ev[8];
             int ms = (int) (left * 1000) + 1;
             epoll_wait(self->epoll_fd, ev, 8, ms > 100 ? 100 : ms);
         }
+        else if (spin == S_LOOK)
+            s_look(self, look_until);
         else
             sched_yield();
     }
@@ -306,7 +371,7 @@ pk_client_progress_thread(void *arg)
     while (!atomic_load(&self->stopping)) {
         struct epoll_event ev[8];
         pthread_mutex_lock(&self->lock);
-        bool spin = s_must_spin(self);
+        bool spin = s_must_spin(self) != S_SLEEP;
         if (!spin)
             pk_client_arm(self);
         pthread_mutex_unlock(&self->lock);
