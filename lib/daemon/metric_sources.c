@@ -109,9 +109,9 @@ pk_metric_source_value(pk_metric_id_t id, const void *now, uint64_t block_len)
     return s_rows[id].read(now, block_len);
 }
 
-void
-pk_metric_sources_publish(pk_metrics_t *metrics, pk_metric_source_t source, const char *label,
-                          const void *now, void *last, uint64_t block_len)
+static void
+s_publish(pk_metrics_t *metrics, pk_metric_source_t source, const char *label,
+          const void *now, void *last, uint64_t block_len, atomic_uint_fast64_t *counted)
 {
     if (last && memcmp(now, last, s_sizes[source]) == 0)
         return;                     //  nothing changed since the last publish
@@ -121,6 +121,8 @@ pk_metric_sources_publish(pk_metrics_t *metrics, pk_metric_source_t source, cons
         pk_metric_id_t id = (pk_metric_id_t) ids[i];
         bool gauge = s_by_source[source].gauge[i];
         uint64_t v = s_rows[id].read(now, block_len);
+        if (counted)
+            atomic_store(&counted[id], v);
         if (!last) {
             if (gauge)
                 pk_metrics_set(metrics, id, label, (double) v);
@@ -138,6 +140,23 @@ pk_metric_sources_publish(pk_metrics_t *metrics, pk_metric_source_t source, cons
     }
     if (last)
         memcpy(last, now, s_sizes[source]);
+}
+
+void
+pk_metric_sources_publish(pk_metrics_t *metrics, pk_metric_source_t source, const char *label,
+                          const void *now, void *last, uint64_t block_len)
+{
+    s_publish(metrics, source, label, now, last, block_len, NULL);
+}
+
+//  Unchanged since last (the early return): counted holds what was
+//  stored then, or zeros with last, as both start.
+void
+pk_metric_sources_publish_counted(pk_metrics_t *metrics, pk_metric_source_t source,
+                                  const char *label, const void *now, void *last,
+                                  uint64_t block_len, atomic_uint_fast64_t *counted)
+{
+    s_publish(metrics, source, label, now, last, block_len, counted);
 }
 
 void

@@ -20,6 +20,7 @@
 #include "store/store.h"
 #include "roles/server_session.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 typedef enum {
@@ -50,6 +51,13 @@ typedef enum {
 void pk_metric_sources_publish(pk_metrics_t *metrics, pk_metric_source_t source,
                                const char *label, const void *now, void *last,
                                uint64_t block_len);
+
+/*  The same, one of many, and each row's value stored at counted[id] too
+    (a session's own figures, read by another thread), read once for
+    both: a lookup's step published its session's rows twice over.  */
+void pk_metric_sources_publish_counted(pk_metrics_t *metrics, pk_metric_source_t source,
+                                       const char *label, const void *now, void *last,
+                                       uint64_t block_len, atomic_uint_fast64_t *counted);
 
 /*  One of many ends: its gauges shift its last values out (a session's
     transfers in flight leave the server's).  */

@@ -345,17 +345,10 @@ s_push_metrics(const pk_peer_env_t *env, pk_peer_t *peer, pk_server_session_t *s
                                       pk_miss_reason_name((pk_miss_reason_t) r),
                                       &c.role.miss_reasons[r], &last->role.miss_reasons[r],
                                       block_len);
-    const uint8_t *ids;
-    size_t n = pk_metric_source_rows(PK_SOURCE_SESSION, &ids);
-    for (size_t i = 0; i < n; i++)
-        atomic_store(&peer->counted[ids[i]],
-                     pk_metric_source_value((pk_metric_id_t) ids[i], &c, block_len));
-    n = pk_metric_source_rows(PK_SOURCE_CHANNEL, &ids);
-    for (size_t i = 0; i < n; i++)
-        atomic_store(&peer->counted[ids[i]],
-                     pk_metric_source_value((pk_metric_id_t) ids[i], &f, block_len));
-    pk_metric_sources_publish(m, PK_SOURCE_SESSION, NULL, &c, last, block_len);
-    pk_metric_sources_publish(m, PK_SOURCE_CHANNEL, NULL, &f, flast, block_len);
+    pk_metric_sources_publish_counted(m, PK_SOURCE_SESSION, NULL, &c, last, block_len,
+                                      peer->counted);
+    pk_metric_sources_publish_counted(m, PK_SOURCE_CHANNEL, NULL, &f, flast, block_len,
+                                      peer->counted);
     s_push_rails(env, peer);
 }
 
