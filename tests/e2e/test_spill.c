@@ -61,6 +61,23 @@ s_wait_stat(td_t *d, const char *path, json_int_t want)
                   (long long) want);
 }
 
+//  n blocks of pattern tag put on a server of a 4-block pool: once this
+//  returns, the first n - 4 were written out to the tier.  The keys are
+//  returned, the bytes in *data_p (the caller frees both).
+static p2pkv_key_t *
+s_put_spilled(td_t *d, uint64_t tag, size_t n, uint8_t **data_p)
+{
+    p2pkv_key_t *keys = bk_keys(tag, 0, n);
+    uint8_t *data = malloc(n * S_LEN);
+    ck_assert_ptr_nonnull(data);
+    for (size_t i = 0; i < n; i++)
+        bk_block_fill(data + i * S_LEN, tag, i, S_LEN);
+    td_put(td_api(d), keys, data, n, S_LEN);
+    s_wait_stat(d, "spill.writes", (json_int_t) n - 4);
+    *data_p = data;
+    return keys;
+}
+
 static p2pkv_client_t *
 s_client(td_t *d, const char *peer, int *server)
 {
@@ -152,12 +169,8 @@ s_served_back(bool uring)
     ck_assert_str_eq(io, uring && strcmp(io, "pwrite") != 0 ? "io_uring" : "pwrite");
     json_decref(st);
     enum { N = 32 };
-    p2pkv_key_t *keys = bk_keys(39, 0, N);
-    uint8_t *data = malloc((size_t) N * S_LEN);
-    for (size_t i = 0; i < N; i++)
-        bk_block_fill(data + i * S_LEN, 39, i, S_LEN);
-    td_put(td_api(&d), keys, data, N, S_LEN);
-    s_wait_stat(&d, "spill.writes", N - 4);
+    uint8_t *data;
+    p2pkv_key_t *keys = s_put_spilled(&d, 39, N, &data);
     ck_assert_int_eq(td_stat(&d, "spill.blocks"), N - 4);
     ck_assert_int_eq(td_stat(&d, "spill.dropped"), 0);
 
@@ -201,12 +214,8 @@ START_TEST(test_corrupt_slot_is_a_miss)
     td_t d;
     s_start_with(&d, dir, -1, bind);
     enum { N = 8 };
-    p2pkv_key_t *keys = bk_keys(40, 0, N);
-    uint8_t *data = malloc((size_t) N * S_LEN);
-    for (size_t i = 0; i < N; i++)
-        bk_block_fill(data + i * S_LEN, 40, i, S_LEN);
-    td_put(td_api(&d), keys, data, N, S_LEN);
-    s_wait_stat(&d, "spill.writes", N - 4);
+    uint8_t *data;
+    p2pkv_key_t *keys = s_put_spilled(&d, 40, N, &data);
 
     char path[128];
     snprintf(path, sizeof path, "%s/%s", dir, PK_DISK_TIER_FILE);
@@ -260,12 +269,8 @@ START_TEST(test_warm_restart)
                            s_spill_size(), "--peer-id", "spill-warm", NULL };
     td_start(&d, same);
     enum { N = 12 };
-    p2pkv_key_t *keys = bk_keys(42, 0, N);
-    uint8_t *data = malloc((size_t) N * S_LEN);
-    for (size_t i = 0; i < N; i++)
-        bk_block_fill(data + i * S_LEN, 42, i, S_LEN);
-    td_put(td_api(&d), keys, data, N, S_LEN);
-    s_wait_stat(&d, "spill.writes", N - 4);
+    uint8_t *data;
+    p2pkv_key_t *keys = s_put_spilled(&d, 42, N, &data);
     //  key 1 dropped by the engine: out of the tier, its header zeroed
     char err[P2PKV_ERRLEN] = "";
     ck_assert_msg(p2pkv_engine_drop(td_api(&d), &keys[1], 1, err) == 0, "drop: %s", err);
@@ -311,12 +316,8 @@ START_TEST(test_pull_of_a_spilled_key)
     td_t d;
     s_start(&d, dir, -1);
     enum { N = 8 };
-    p2pkv_key_t *keys = bk_keys(43, 0, N);
-    uint8_t *data = malloc((size_t) N * S_LEN);
-    for (size_t i = 0; i < N; i++)
-        bk_block_fill(data + i * S_LEN, 43, i, S_LEN);
-    td_put(td_api(&d), keys, data, N, S_LEN);
-    s_wait_stat(&d, "spill.writes", N - 4);
+    uint8_t *data;
+    p2pkv_key_t *keys = s_put_spilled(&d, 43, N, &data);
     p2pkv_engine_t *engine = td_engine_open(&d, NULL, NULL);
     char err[P2PKV_ERRLEN] = "";
     uint64_t id = 0;
@@ -518,12 +519,8 @@ START_TEST(test_forged_slot_refused)
     td_t d;
     td_start(&d, same);
     enum { N = 8 };
-    p2pkv_key_t *keys = bk_keys(43, 0, N);
-    uint8_t *data = malloc((size_t) N * S_LEN);
-    for (size_t i = 0; i < N; i++)
-        bk_block_fill(data + i * S_LEN, 43, i, S_LEN);
-    td_put(td_api(&d), keys, data, N, S_LEN);
-    s_wait_stat(&d, "spill.writes", N - 4);
+    uint8_t *data;
+    p2pkv_key_t *keys = s_put_spilled(&d, 43, N, &data);
     ck_assert_int_eq(td_stop(&d), 0);
 
     //  slot 0 holds key 0 (the first evicted): other bytes, checksums

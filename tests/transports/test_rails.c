@@ -259,6 +259,22 @@ s_rail_blob(const uint8_t *blob, size_t len, size_t rail, const uint8_t **out, s
     ck_assert(at <= blob + len);
 }
 
+//  A late writer: a plain channel on rail 2's address, connected to the
+//  target's rail-2 registration of now (the key a late write would carry).
+static void
+s_late_writer(side_t *late, side_t *t)
+{
+    s_side(late, "127.0.0.2", false, 0);
+    uint8_t *blob;
+    size_t len, rlen;
+    const uint8_t *rail;
+    char err[PK_ERRLEN] = "";
+    ck_assert_int_eq(pk_channel_blob(t->ch, &blob, &len), 0);
+    s_rail_blob(blob, len, 1, &rail, &rlen);
+    ck_assert_msg(pk_channel_connect(late->ch, rail, rlen, err) == 0, "%s", err);
+    free(blob);
+}
+
 //  One write of n blocks from..from+n-1 (same index both sides) by a
 //  plain channel straight into the target's rail; waits until it is
 //  reported and returns whether it completed.
@@ -298,17 +314,9 @@ START_TEST(test_rail_stall_moves_writes)
     s_connect(&w, &t);
     //  the late writer: a plain channel on rail 2's address into the
     //  target's rail-2 registration (the key a late write would carry)
-    s_side(&late, "127.0.0.2", false, 0);
+    s_late_writer(&late, &t);
     for (size_t i = 0; i < BLOCKS * BLOCK; i++)
         late.pool[i] = (uint8_t) (0x5a ^ i);
-    uint8_t *blob;
-    size_t len, rlen;
-    const uint8_t *rail;
-    char err[PK_ERRLEN] = "";
-    ck_assert_int_eq(pk_channel_blob(t.ch, &blob, &len), 0);
-    s_rail_blob(blob, len, 1, &rail, &rlen);
-    ck_assert_msg(pk_channel_connect(late.ch, rail, rlen, err) == 0, "%s", err);
-    free(blob);
 
     pk_rails_test_hold(w.ch, 1, true);
     double t0 = pk_clock_monotonic();
@@ -421,15 +429,10 @@ START_TEST(test_failed_rail_rejoins)
     s_connect(&w, &t);
     pk_channel_marks(w.ch);                     //  the target checks as blocks land
     //  the late writer, on the target's first rail-2 registration
-    s_side(&late, "127.0.0.2", false, 0);
+    s_late_writer(&late, &t);
     uint8_t *blob;
-    size_t len, rlen;
-    const uint8_t *rail;
+    size_t len;
     char err[PK_ERRLEN] = "";
-    ck_assert_int_eq(pk_channel_blob(t.ch, &blob, &len), 0);
-    s_rail_blob(blob, len, 1, &rail, &rlen);
-    ck_assert_msg(pk_channel_connect(late.ch, rail, rlen, err) == 0, "%s", err);
-    free(blob);
     pk_transport_t tr = pk_channel_transport(w.ch);
     ck_assert_ptr_nonnull(tr.rail_rejoin);
 
