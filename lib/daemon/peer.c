@@ -80,8 +80,17 @@ typedef struct {
     int bell_fd;                    //  an eventfd the bell writes (env->bell), or -1
     bool listening;                 //  bell_fd is the bell's while lookups are parked
     uint64_t bell_seen;             //  the bell's sequence before the last re-poll
-    bool lends;                     //  both sides listed lend: the actor sleeps
-                                    //  on the channel too (s_wait)
+    //  A lent transfer's report is read within S_LENT_LOOK_MS of its
+    //  coming by this wait (its timeout is that or shorter, or it
+    //  watches the channel): set under the lock before each wait, read
+    //  by the door under it (pk_peer_try_frame), which wakes a wait that
+    //  is not, once, as it lends.
+    bool lent_bound;
+    //  Frames the door ran (pk_peer_try_frame), read by the actor's wait
+    //  without the lock: each read the channel's reports first
+    //  (s_channel_first), so the actor's look at lent transfers can wait
+    //  until frames stop coming.
+    atomic_uint_fast64_t door_frames;
 } self_t;
 
 //  While nothing runs or is parked, the session's only clocks are its
@@ -93,9 +102,9 @@ typedef struct {
 //  not twenty times (at a 50 ms look, 256 idle sessions cost 35% of a
 //  core).  Frames wake the actor at once whatever the look.
 //  How often an actor looks at its channel while only lent transfers are
-//  out (design.md, "A get over mmap lends its blocks"): the consumer's
-//  report wakes the actor where it sleeps on the channel (s_wait); this
-//  look is for the stall clock, and for a channel it cannot sleep on.
+//  out (design.md, "A get over mmap lends its blocks"), counted from the
+//  door's last frame (s_wait): the consumer's report, which unpins its
+//  blocks, is read then, and the stall clock runs.
 #define S_LENT_LOOK_MS 5
 
 static int
@@ -465,7 +474,6 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
     pk_server_session_set_latency(self->session, s_latency, env->metrics);
     pk_server_session_set_room(self->session, s_actor_room, self);
     self->idle_look = env->idle_look_ms > 0 ? env->idle_look_ms : s_idle_look_ms(env->config);
-    self->lends = pk_caps_has(pk_peer_caps(peer), PK_CAP_LEND);
     return self;
 
 fail_fair:
@@ -684,17 +692,18 @@ s_wait(self_t *self, bool *pipe)
     //  blocks waiting for the scheduler's grant: it comes from another
     //  session's thread, unannounced, so look again soon (a spin)
     bool queued = self->fair && pk_fair_channel_queued(self->fair) > 0;
-    //  a lending session (capability lend) sleeps on the channel whatever
-    //  runs: the door lends a get's blocks without waking us, and the
-    //  consumer's report, which unpins them, then wakes us as it comes.
-    //  Before, it was read at the session's next frame or at our next
-    //  look, which the door's get did not shorten: up to the idle look
-    //  (1.25 s by default) after a consumer's last get.  It costs a wake
-    //  per report, off the consumer's path (its report goes one way).
-    //  Idle, nothing else comes on the channel: the server only lends.
-    bool on_channel = (writes || self->lends) && !queued && s_sleep_on_channel(self);
+    bool on_channel = writes && !queued && s_sleep_on_channel(self);
     bool parked = pk_server_session_has_parked(session);
     bool rung = s_bell(self, parked);
+    //  Only lent transfers out (capability lend: the consumer copies and
+    //  reports on the channel, which unpins its blocks): the actor does
+    //  not watch the channel, since a wake per report is a wake per get,
+    //  and the door reads a session's reports before each of its frames
+    //  (s_channel_first).  It looks S_LENT_LOOK_MS after the door's last
+    //  frame instead: back to back gets wake it once per look, not per
+    //  get, and a consumer's last report is read within two looks.  The
+    //  door wakes a wait reckoned longer (idle) as it lends (lent_bound).
+    bool lent_look = inflight && !writes && !queued && !parked && !rung;
     zmq_pollitem_t items[3] = {
         { zsock_resolve(self->pipe), 0, ZMQ_POLLIN, 0 },
         { NULL, on_channel ? pk_channel_wait_fd(self->peer->channel) : -1,
@@ -709,10 +718,18 @@ s_wait(self_t *self, bool *pipe)
             items[1] = items[2];
         nitems++;
     }
-    long timeout = rung ? 0 : on_channel && writes ? 10 : writes || queued ? 0
+    long timeout = rung ? 0 : on_channel ? 10 : writes || queued ? 0
                    : inflight ? S_LENT_LOOK_MS : parked ? 2 : self->idle_look;
+    self->lent_bound = on_channel || timeout <= S_LENT_LOOK_MS;
+    uint64_t frames = atomic_load(&self->door_frames);
     pthread_mutex_unlock(&self->peer->lock);
-    int rc = zmq_poll(items, nitems, timeout);
+    int rc;
+    while ((rc = zmq_poll(items, nitems, timeout)) == 0 && lent_look) {
+        uint64_t now = atomic_load(&self->door_frames);
+        if (now == frames)
+            break;              //  quiet for a look: read what came
+        frames = now;           //  the door read the reports meanwhile
+    }
     if (self->listening && rc > 0 && (items[nitems - 1].revents & ZMQ_POLLIN)) {
         uint64_t rings;         //  drained; EAGAIN: nothing to drain
         ssize_t got = read(self->bell_fd, &rings, sizeof rings);
@@ -786,15 +803,18 @@ pk_peer_try_frame(pk_peer_t *peer, const void *frame, size_t len)
         && !pk_server_session_reason(self->session)[0]) {
         pk_server_session_t *session = self->session;
         self->on_door = true;
+        atomic_fetch_add(&self->door_frames, 1);
         s_channel_first(self);
         pk_server_session_on_frame(session, frame, len);
         s_self_step(self);
         self->on_door = false;
-        //  writes out wake the actor; lent transfers do not (their
-        //  reports are read at the next frame, or the actor's next look,
-        //  and so is their stall clock)
+        //  writes out wake the actor; lent transfers only where its wait
+        //  would not look at them soon (s_wait): their reports are read at
+        //  the next frame or the actor's next look, and so is their stall
+        //  clock
         rc = pk_server_session_has_writes(session) || pk_server_session_has_parked(session)
-             || pk_server_session_reason(session)[0];
+             || pk_server_session_reason(session)[0]
+             || (pk_server_session_has_inflight(session) && !self->lent_bound);
     }
     pthread_mutex_unlock(&peer->lock);
     return rc;
