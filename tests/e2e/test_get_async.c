@@ -363,12 +363,16 @@ END_TEST
 //  away) with K0 pinned: one cancelled by its id, one by a finish of its
 //  request, one by its deadline (2 s).  Each ends once, ABORTED, well
 //  before any timeout of the server's; every key FAILED, nothing
-//  written, the pins let go; a get after them lands.
+//  written, the pins let go (the server's store timeout, which would
+//  also let them go, far away); a get after them lands.
 static void
 s_held(bool off)
 {
     td_t s;
-    s_server(&s, off, (const char *const[]) { "--lookup-timeout", "120", NULL });
+    //  a lookup's pins are a store job: its timeout (td_start's 3 s) would
+    //  let them go whatever the get did
+    s_server(&s, off, (const char *const[]) { "--lookup-timeout", "120", "--store-timeout",
+                                              "120", NULL });
     s_seen_t seen = { 0 };
     int server;
     p2pkv_client_t *c = s_client(&s, &seen, &server);
@@ -440,7 +444,7 @@ END_TEST
 //  poll that ran the lookup's answer (and so sent the fetch) returns with
 //  nothing of the fetch landed, and the cancel then finds it running.
 static const char *const s_mmap[] = { "--provider", "mmap,tcp", "--fabric-addr", "127.0.0.1",
-                                      NULL };
+                                      "--store-timeout", "120", NULL };
 
 START_TEST(test_cancelled_while_fetching)
 {
