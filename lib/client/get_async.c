@@ -6,7 +6,9 @@
     fetch's, to on_fetch or p2pkv_client_fetch_status, after each hit's
     block was checked, with every key's result final.  An engine that
     drives the client from its own loop (p2pkv_client_fd) gets the one
-    round trip without a thread parked in p2pkv_client_get.
+    round trip without a thread parked in p2pkv_client_get.  Against a
+    server without get, get_steps.c takes the two steps for it, with the
+    same end and results.
 
     The get's record is its fetch's (client.c, s_get_start), on a list of
     the gets in flight: the answer is matched by server, request and
@@ -96,8 +98,7 @@ p2pkv_client_get_async(p2pkv_client_t *self, int server, const char *kv,
     int rc = pk_client_get_async_one(self, server, kv, keys, dest, n, deadline, results,
                                      fetch_id_p);
     //  the server lacks get (nothing was sent, the input passed its
-    //  checks): the two steps, under the lock the capability was read
-    //  under, or one taken again (a session may have come back meanwhile)
+    //  checks): the two steps (get_steps.c), which any server takes
     if (rc == -EOPNOTSUPP) {
         pthread_mutex_lock(&self->lock);
         rc = pk_client_steps_start(self, server, kv, keys, n, dest, deadline, results,

@@ -426,6 +426,18 @@ s_held(bool off)
     ck_assert_int_eq(s_status_of(c, &seen, after), P2PKV_LANDED);
     ck_assert_int_eq(res[0][0].status, P2PKV_KEY_LANDED);
     ck_assert_uint_eq(seen.lookups, 0);
+    //  two steps name a request of their own after kv: a kv too long for
+    //  that name (the wire's 4,096 bytes) is refused, nothing sent
+    if (off) {
+        char *big = malloc(4091);
+        ck_assert_ptr_nonnull(big);
+        memset(big, 'k', 4090);
+        big[4090] = '\0';
+        ck_assert_int_eq(p2pkv_client_get_async(c, server, big, s_keys, (uint32_t[]) { 31 }, 1,
+                                                0, res[0], &after), -EINVAL);
+        free(big);
+        ck_assert_uint_eq(p2pkv_client_open_fetches(c), 0);
+    }
     p2pkv_client_destroy(&c);
     ck_assert_int_eq(td_stop(&s), 0);
 }
