@@ -109,11 +109,13 @@ pk_client_steps_start(p2pkv_client_t *self, int server, const char *kv,
         f->get_kv = name;
         name = NULL;
         rc = pk_client_role_probe(s->role, f->get_kv, k, n);
-        if (rc)
-            (void) pk_client_role_finish(s->role, f->get_kv);   //  what it queued goes
     }
     if (rc == 0)
         rc = pk_client_fetch_put(self, f);
+    //  what it queued goes (not sent yet: the flush is the next step's),
+    //  so that no answer comes for a get that is not
+    if (rc && f && f->get_kv)
+        (void) pk_client_role_finish(s->role, f->get_kv);
     free(k);
     free(name);
     if (rc) {
