@@ -10,7 +10,8 @@
     ABORTED at once with nothing written and nothing left pinned; one
     cancelled after its lookup answered, while its fetch runs, ends
     ABORTED the same way; a server killed while the get waits ends it
-    FAILED, not hung; and a caller's own lookup of the same request, made
+    FAILED, not hung, and one the client disconnects FAILED within the
+    disconnect; and a caller's own lookup of the same request, made
     beside the get, gets its own answer, once, and the get its own.
 */
 #include "p2pkv.h"
@@ -547,6 +548,47 @@ START_TEST(test_server_dies)
 }
 END_TEST
 
+//  Parked on P, the server disconnected by the client: the get ends
+//  FAILED within the disconnect (its server's index goes with it), once.
+static void
+s_disconnected(bool off)
+{
+    td_t s;
+    s_server(&s, off, (const char *const[]) { "--lookup-timeout", "120", NULL });
+    s_seen_t seen = { 0 };
+    int server;
+    p2pkv_client_t *c = s_client(&s, &seen, &server);
+    p2pkv_key_result_t res[2];
+    uint64_t id;
+    ck_assert_int_eq(p2pkv_client_get_async(c, server, "gone", (p2pkv_key_t[]) { s_keys[0],
+                                                                                  s_keys[P] },
+                                            (uint32_t[]) { 52, 53 }, 2, 0, res, &id), 0);
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (td_stats(td_api(&s)).pinned == 0 && pk_clock_monotonic() < deadline)
+        p2pkv_client_poll(c, 0.01);
+    ck_assert_msg(td_stats(td_api(&s)).pinned > 0, "the get never pinned K0");
+    ck_assert_int_eq(p2pkv_client_disconnect(c, server), 0);
+    ck_assert_uint_eq(seen.n, 1);
+    ck_assert_uint_eq(seen.id[0], id);
+    ck_assert_msg(seen.status[0] == P2PKV_FAILED, "gets %s: ended %d (%s)", off ? "off" : "on",
+                  seen.status[0], seen.reason[0]);
+    ck_assert_int_eq(res[0].status, P2PKV_KEY_FAILED);
+    ck_assert_int_eq(res[1].status, P2PKV_KEY_FAILED);
+    ck_assert_uint_eq(p2pkv_client_open_fetches(c), 0);
+    for (int i = 0; i < 10; i++)
+        p2pkv_client_poll(c, 0.01);
+    ck_assert_uint_eq(seen.n, 1);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+
+START_TEST(test_disconnected)
+{
+    s_disconnected(false);
+    s_disconnected(true);
+}
+END_TEST
+
 int
 main(void)
 {
@@ -562,5 +604,6 @@ main(void)
     tcase_add_test(tc, test_ended_while_looking_up);
     tcase_add_test(tc, test_cancelled_while_fetching);
     tcase_add_test(tc, test_server_dies);
+    tcase_add_test(tc, test_disconnected);
     return td_run_and_sweep("get_async", suite);
 }
