@@ -367,7 +367,13 @@ int p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
 /*  A get that does not wait (symbol version P2PKV_0.5): keys[i] into
     block dest[i] of the pool, in one message to a server that offers the
     capability get (protocol.md section 3): it looks the keys up and
-    writes its hits, and answers once, after they landed.  Returns at
+    writes its hits, and answers once, after they landed.  A server that
+    does not offer get (one run with --gets off, or older) gets the two
+    steps, taken by the client without waiting: a lookup, then a fetch of
+    its hits, under a request of its own ("KV#getID", the get's fetch id;
+    finished at the get's end, whatever ends it), so that a lookup of kv
+    the caller makes meanwhile is answered apart; the end and the results
+    are the same (doc/design.md, "A get that does not wait").  Returns at
     once, as p2pkv_client_fetch does, with *fetch_id_p (may be NULL); the
     get ends exactly once as a fetch does, to on_fetch (or
     p2pkv_client_fetch_status): LANDED when the server answered and every
@@ -382,14 +388,18 @@ int p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
     quota are MISSING with reason quota; ask again once gets end.  The
     get is a round of request kv, as a fetch is: several may be in flight
     under one request or many, and p2pkv_client_finish(kv) ends the
-    request when its gets are done (it sends nothing for gets alone).
-    deadline in seconds (0: load_timeout).  Errors (nothing sent):
+    request when its gets are done (it sends nothing for gets alone; a
+    two-step get still running ends ABORTED).  An engine's store or
+    finish of kv (p2pkv_engine_store, _finish) reaches a get of one
+    message, not a two-step one, whose request is its own.  deadline in
+    seconds (0: load_timeout), for the whole get.  Errors (nothing sent):
     -EINVAL (n 0 or over 65,536, a key the wire cannot carry, a key or a
-    block named twice, results NULL, or server P2PKV_ANY_SERVER, whose
-    locate blocks: use p2pkv_client_get), -ERANGE (a block outside the
-    pool), -ENOTCONN (the server is not UP), -EOPNOTSUPP (it does not
-    offer get, as one run with --gets off: take the two steps,
-    p2pkv_client_lookup then p2pkv_client_fetch), -ENOMEM.  */
+    block named twice, results NULL, server P2PKV_ANY_SERVER, whose
+    locate blocks: use p2pkv_client_get, or for two steps a kv over
+    4,072 bytes, too long to name their request), -ERANGE (a block
+    outside the pool), -ENOTCONN (the server is not UP), -ENOMEM.  (It
+    returned -EOPNOTSUPP where the server lacks get before it took the
+    two steps itself; the symbol version did not change.)  */
 int p2pkv_client_get_async(p2pkv_client_t *self, int server, const char *kv,
                            const p2pkv_key_t *keys, const uint32_t *dest, size_t n,
                            double deadline, p2pkv_key_result_t *results, uint64_t *fetch_id_p);

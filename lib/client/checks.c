@@ -194,6 +194,7 @@ pk_client_fetch_free(s_fetch_t *f)
         pk_big_free(f->sums);
         free(f->get_dest);
         free(f->get_kv);
+        free(f->get_request);
     }
     free(f);
 }

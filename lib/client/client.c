@@ -164,6 +164,13 @@ s_lookup_done(void *arg, const char *kv, uint64_t round, const pk_key_t *keys, c
     //  landed or landing (checked when the round ends, before it is told).
     //  An asynchronous get's is its own; a waiting get's is its record's.
     s_fetch_t *aget = pk_client_aget_find(c, s->index, kv, round);
+    //  a get taken in two steps: its lookup's answer, under a request of
+    //  its own (get_steps.c), its fetch made from it
+    if (aget && aget->get_steps) {
+        pk_client_steps_answer(s, aget, round, keys, hits, reasons, n);
+        c->ran++;
+        return;
+    }
     const uint32_t *get_dest = aget ? aget->get_dest : NULL;
     s_fetch_t *f = aget;
     if (!aget && sync && sync->get_dest && sync->fetch_id) {
@@ -275,6 +282,7 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
 {
     s_server_t *s = arg;
     p2pkv_client_t *c = s->client;
+    id = pk_client_steps_public_id(c, id);     //  a two-step get's fetch: the get's id
     p2pkv_status_t st = status == PK_LOAD_LANDED ? P2PKV_LANDED
                         : status == PK_LOAD_ABORTED ? P2PKV_ABORTED : P2PKV_FAILED;
     c->ran++;
@@ -306,6 +314,8 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     }
     if (f && f->results)
         pk_client_aget_end(c, f, st);
+    if (f && f->get_steps)
+        pk_client_steps_ended(s, f);
     if (synced && f && f->verdict) {
         memcpy(sync->verdict, f->verdict, f->n);
         memcpy(sync->sums, f->sums, f->n * sizeof *f->sums);
@@ -338,6 +348,19 @@ s_load_done(void *arg, uint64_t id, pk_load_status_t status, const char *reason)
     c->unread_tail = f;
     if (++c->nunread > S_MAX_UNREAD)
         s_fetch_forget(c, c->unread_head);
+}
+
+int
+pk_client_fetch_put(p2pkv_client_t *self, s_fetch_t *f)
+{
+    pk_key_t key = s_fetch_key(&f->id);
+    return pk_keymap_put(&self->fetches, &key, (uintptr_t) f, 0) < 0 ? -ENOMEM : 0;
+}
+
+void
+pk_client_load_done(s_server_t *s, uint64_t id, pk_load_status_t status, const char *reason)
+{
+    s_load_done(s, id, status, reason);
 }
 
 //  --------------------------------------------------------------------------
@@ -718,6 +741,7 @@ s_session_gone(void *arg, const char *reason)
     for (int i = 0; s->channel && i < 1024 && pk_channel_progress(s->channel) > 0; i++)
         ;
     pk_client_role_server_gone(s->role, reason);
+    pk_client_steps_gone(s, reason);
     pk_client_answers_drop(s, NULL);
 }
 
@@ -1102,6 +1126,7 @@ p2pkv_client_disconnect(p2pkv_client_t *self, int server)
         //  its open work fails first (cut off, then reported), then goodbye
         if (s->state == P2PKV_SERVER_UP)
             pk_client_role_server_gone(s->role, "disconnected by the client");
+        pk_client_steps_gone(s, "disconnected by the client");
         s->announced = false;           //  the caller knows: no on_server
         pk_client_session_disconnect(s->session, PK_DISC_SHUTDOWN, "client disconnecting");
         s_server_free(&self->servers[server]);
@@ -1165,8 +1190,8 @@ s_server(p2pkv_client_t *self, int server)
 
 //  -EINVAL for a key the wire cannot carry (1..PK_MAX_KEY_BYTES bytes): a
 //  lookup holding one would not encode and would never be answered.
-static int
-s_keys(const p2pkv_key_t *in, size_t n, pk_key_t *out)
+int
+pk_client_keys(const p2pkv_key_t *in, size_t n, pk_key_t *out)
 {
     for (size_t i = 0; i < n; i++) {
         if (!in[i].bytes || in[i].len == 0 || in[i].len > PK_MAX_KEY_BYTES)
@@ -1185,7 +1210,7 @@ p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pk
     pk_key_t *k = pk_big_alloc(n * sizeof *k);
     if (!k)
         return -ENOMEM;
-    if (s_keys(keys, n, k) != 0) {
+    if (pk_client_keys(keys, n, k) != 0) {
         pk_big_free(k);
         return -EINVAL;
     }
@@ -1214,7 +1239,7 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
     pk_key_t *k = pk_big_alloc(n * sizeof *k);
     if (!k)
         return -ENOMEM;
-    if (s_keys(keys, n, k) != 0) {
+    if (pk_client_keys(keys, n, k) != 0) {
         pk_big_free(k);
         return -EINVAL;
     }
@@ -1296,7 +1321,7 @@ s_get_start(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t 
             return -ERANGE;
     pk_key_t *k = malloc(n * sizeof *k);
     s_fetch_t *f = calloc(1, sizeof *f);
-    int rc = k && f ? s_keys(keys, n, k) : -ENOMEM;
+    int rc = k && f ? pk_client_keys(keys, n, k) : -ENOMEM;
     if (rc == 0 && s_repeats(k, dest, n))
         rc = -ENOTUNIQ;
     if (rc == 0 && results) {
@@ -1379,7 +1404,8 @@ int
 p2pkv_client_cancel(p2pkv_client_t *self, uint64_t fetch_id)
 {
     pthread_mutex_lock(&self->lock);
-    int rc = -ENOENT;
+    //  a get taken in two steps: its fetch, or its lookup (get_steps.c)
+    int rc = pk_client_steps_cancel(self, fetch_id);
     for (int i = 0; i < self->nservers && rc == -ENOENT; i++) {
         s_server_t *s = self->servers[i];
         if (s && s->role)
@@ -1439,6 +1465,7 @@ p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
     bool marked = false;
     if (s) {
         marked = s_cancel_gets(self, s, kv);
+        marked |= pk_client_steps_finish(self, s, kv);
         pk_client_answers_drop(s, kv);
     }
     int rc = s ? pk_client_role_finish(s->role, kv) : -ENOTCONN;

@@ -153,6 +153,17 @@ typedef struct s_fetch {
     uint64_t get_round;
     bool get_answered;
     struct s_fetch *get_prev, *get_next;   //  the client's gets in flight
+    //  taken in two steps (get_steps.c), where the server lacks get:
+    //  get_kv is then the request of its own its lookup and fetch go
+    //  under, get_request the caller's kv; get_load its fetch's load id
+    //  (0 while it looks up); get_due, once it is decided outside a load
+    //  (PK_LOAD_*, -1: not), is reported at the step's end, with get_why
+    bool get_steps;
+    char *get_request;
+    uint64_t get_load;
+    double get_deadline;            //  monotonic s: the lookup's answer by then
+    int get_due;
+    const char *get_why;
 } s_fetch_t;
 
 //  What p2pkv_client_get waits for: the answer to its batch's lookup and
@@ -284,6 +295,50 @@ s_fetch_t *pk_client_aget_find(p2pkv_client_t *self, int server, const char *kv,
                                uint64_t round);
 void pk_client_aget_answer(s_fetch_t *f, const bool *hits, const uint8_t *reasons, size_t n);
 void pk_client_aget_end(p2pkv_client_t *self, s_fetch_t *f, p2pkv_status_t status);
+
+/*  get_steps.c: the asynchronous get against a server without get, in
+    two steps (lookup, then fetch of its hits) under a request of its own,
+    so that its answer is never one of the caller's lookups of kv; all
+    with the client's lock held.
+    - start: after pk_client_get_async_one said -EOPNOTSUPP (its input
+      checked): the record, its fetch id, the lookup queued.  0, -EINVAL
+      (kv too long to name its request), -ENOTCONN, -ENOMEM.
+    - answer: its lookup's answer (hits NULL: none will come), from the
+      role's lookup_done: the results, and the fetch of the hits.
+    - public_id: the get's fetch id whose fetch is load id, else id.
+    - ended: at its end (client.c, s_load_done): its request finished.
+    - cancel: p2pkv_client_cancel of a two-step get's id (-ENOENT: not one).
+    - finish: p2pkv_client_finish(kv) on s ends its gets of kv; true when
+      one was marked (the loop has work).
+    - step: ends the gets decided outside a load (an answer without hits
+      to fetch, a cancel while looking up, the deadline).
+    - due: the earliest moment step has work (HUGE_VAL: none);
+      looking: the gets still looking up (open fetches, for the caller).  */
+int pk_client_steps_start(p2pkv_client_t *self, int server, const char *kv,
+                          const p2pkv_key_t *keys, size_t n, const uint32_t *dest,
+                          double deadline, p2pkv_key_result_t *results, uint64_t *fetch_id_p);
+void pk_client_steps_answer(s_server_t *s, s_fetch_t *f, uint64_t round, const pk_key_t *keys,
+                            const bool *hits, const uint8_t *reasons, size_t n);
+uint64_t pk_client_steps_public_id(p2pkv_client_t *self, uint64_t id);
+void pk_client_steps_ended(s_server_t *s, s_fetch_t *f);
+int pk_client_steps_cancel(p2pkv_client_t *self, uint64_t fetch_id);
+bool pk_client_steps_finish(p2pkv_client_t *self, s_server_t *s, const char *kv);
+void pk_client_steps_step(p2pkv_client_t *self);
+/*  s's session went (its role's server_gone ran): its gets still looking
+    up end now, FAILED with reason unless decided already.  */
+void pk_client_steps_gone(s_server_t *s, const char *reason);
+double pk_client_steps_due(p2pkv_client_t *self);
+size_t pk_client_steps_looking(const p2pkv_client_t *self);
+
+/*  client.c: a fetch's end, as its role's load_done reports it (the get's
+    record, its check, on_fetch or the unread list); s's lock held.  */
+void pk_client_load_done(s_server_t *s, uint64_t id, pk_load_status_t status,
+                         const char *reason);
+/*  client.c: f into the client's fetches under f->id (room reserved
+    first, or -ENOMEM).  */
+int pk_client_fetch_put(p2pkv_client_t *self, s_fetch_t *f);
+/*  client.c: keys the wire can carry into out (-EINVAL otherwise).  */
+int pk_client_keys(const p2pkv_key_t *in, size_t n, pk_key_t *out);
 //  get.c: a miss's pk_miss_reason_t as p2pkv_miss_reason_t
 uint8_t pk_client_public_reason(uint8_t reason);
 //  The fetch ended (landed or not): what its channel's copies found, and

@@ -6,7 +6,9 @@
     fetch's, to on_fetch or p2pkv_client_fetch_status, after each hit's
     block was checked, with every key's result final.  An engine that
     drives the client from its own loop (p2pkv_client_fd) gets the one
-    round trip without a thread parked in p2pkv_client_get.
+    round trip without a thread parked in p2pkv_client_get.  Against a
+    server without get, get_steps.c takes the two steps for it, with the
+    same end and results.
 
     The get's record is its fetch's (client.c, s_get_start), on a list of
     the gets in flight: the answer is matched by server, request and
@@ -23,8 +25,10 @@
 s_fetch_t *
 pk_client_aget_find(p2pkv_client_t *self, int server, const char *kv, uint64_t round)
 {
+    //  a two-step get's request is its own, whatever round its lookup drew
     for (s_fetch_t *f = self->agets; f; f = f->get_next)
-        if (f->get_server == server && f->get_round == round && strcmp(f->get_kv, kv) == 0)
+        if (f->get_server == server && (f->get_steps || f->get_round == round)
+            && strcmp(f->get_kv, kv) == 0)
             return f;
     return NULL;
 }
@@ -93,5 +97,13 @@ p2pkv_client_get_async(p2pkv_client_t *self, int server, const char *kv,
         results[i] = (p2pkv_key_result_t) { .status = P2PKV_KEY_FAILED, .holder = -1 };
     int rc = pk_client_get_async_one(self, server, kv, keys, dest, n, deadline, results,
                                      fetch_id_p);
+    //  the server lacks get (nothing was sent, the input passed its
+    //  checks): the two steps (get_steps.c), which any server takes
+    if (rc == -EOPNOTSUPP) {
+        pthread_mutex_lock(&self->lock);
+        rc = pk_client_steps_start(self, server, kv, keys, n, dest, deadline, results,
+                                   fetch_id_p);
+        pthread_mutex_unlock(&self->lock);
+    }
     return rc == -ENOTUNIQ ? -EINVAL : rc;
 }

@@ -132,6 +132,10 @@ pk_client_arm(p2pkv_client_t *self)
         if (t < due)
             due = t;
     }
+    //  a two-step get's deadline while it looks up, or its end decided
+    double t = pk_client_steps_due(self);
+    if (t < due)
+        due = t;
     if (due <= now) {
         pk_client_kick(self);
         return;
@@ -238,13 +242,18 @@ s_step(p2pkv_client_t *self)
     for (int i = 0; i < self->nservers; i++)
         if (self->servers[i])
             pk_client_server_step(self, self->servers[i]);
+    //  two-step gets decided outside a load, reported now (get_steps.c)
+    if (self->agets)
+        pk_client_steps_step(self);
     return self->ran;
 }
 
+//  Loads, and two-step gets still looking up (get_steps.c): each a fetch
+//  to the caller.
 static size_t
 s_open_fetches(const p2pkv_client_t *self)
 {
-    size_t n = 0;
+    size_t n = pk_client_steps_looking(self);
     for (int i = 0; i < self->nservers; i++)
         if (self->servers[i] && self->servers[i]->role)
             n += pk_client_role_open_loads(self->servers[i]->role);

@@ -92,8 +92,9 @@ class Fetch:
 
 
 class Get(Fetch):
-    """An asynchronous get (Client.get_async): one message, one answer;
-    it ends exactly once, as a fetch does, with a result per key."""
+    """An asynchronous get (Client.get_async): one message and one answer
+    (or, from a server without get, a lookup and a fetch the library
+    makes); it ends exactly once, as a fetch does, with a result per key."""
 
     def __init__(self, client: "Client", fetch_id: int, server: int, kv: str, results, n: int):
         super().__init__(client, fetch_id, server, kv)
@@ -270,10 +271,13 @@ class Client:
     def get_async(self, server: int, keys: Sequence[KeyLike], blocks: Sequence[int],
                   kv: str = "get", deadline: float = 0) -> Get:
         """Has the server write keys[i] into pool block blocks[i], in one
-        message (p2pkv_client_get_async; the server must offer get, else
-        Error(EOPNOTSUPP): use lookup and fetch, or get).  Returns at once;
-        wait on the Get for its results, or cancel it.  Several may be in
-        flight; finish(server, kv) ends the request when they are done."""
+        message (p2pkv_client_get_async) where the server offers get; where
+        it does not (run with --gets off, or older), the library takes the
+        two steps itself, a lookup then a fetch of its hits, under a
+        request of its own, with the same results and end.  Returns at
+        once; wait on the Get for its results, or cancel it.  Several may
+        be in flight; finish(server, kv) ends the request when they are
+        done (and cancels those still running)."""
         ks = Keys(keys)
         if len(blocks) != ks.n:
             raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")

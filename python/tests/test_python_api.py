@@ -176,6 +176,56 @@ def test_get_async_several_in_flight_and_a_cancel(server):
         assert engine.stats()["metrics"]["p2pkv_gets_total"]["total"] - before == 4
 
 
+def test_get_async_from_a_server_without_get(server_factory):
+    """Client.get_async against a server run with --gets off: the library
+    takes the two steps (no get message reaches the server, one lookup
+    per get), with the results a get gives; one parked on a key still
+    being written is cancelled while it looks up: aborted, every key
+    failed, nothing pinned after."""
+    server = server_factory("--gets", "off", "--lookup-timeout", "120",
+                            "--store-timeout", "120")
+    with p2pkv.Engine(server.local) as engine:
+        keys, datas = publish(engine, 3, seed=5)
+        absent = key_of(b"two steps never")
+        writing = key_of(b"two steps being written")
+        engine.reserve([writing])
+        m = engine.stats()["metrics"]
+        gets0, lookups0 = m["p2pkv_gets_total"]["total"], m["p2pkv_lookups_total"]["total"]
+        with p2pkv.Client("py-steps", 16, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            g = c.get_async(s, [keys[0], absent, keys[2]], [0, 1, 2], kv="st")
+            parked = c.get_async(s, [keys[1], writing], [3, 4], kv="st-held")
+            res = g.wait(30)
+            assert [r["status"] for r in res] == ["landed", "missing", "landed"]
+            assert res[1]["reason"] == "absent"
+            assert all(r["verified"] and r["holder"] == s for r in (res[0], res[2]))
+            blocks = c.blocks()
+            assert blocks[0].tobytes() == datas[0] and blocks[2].tobytes() == datas[2]
+            del blocks
+            deadline = time.monotonic() + 60
+            while engine.stats()["pool"]["pinned"] == 0:     # parked, keys[1] pinned
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert parked.cancel() is True
+            with pytest.raises(p2pkv.FetchError) as fe:
+                parked.wait(30)
+            assert fe.value.status == "aborted"
+            assert [r["status"] for r in parked.results()] == ["failed", "failed"]
+            assert c.open_fetches == 0
+            while engine.stats()["pool"]["pinned"] != 0:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            c.finish(s, "st")
+        # the published counts follow the answers
+        deadline = time.monotonic() + 60
+        while engine.stats()["metrics"]["p2pkv_lookups_total"]["total"] - lookups0 < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        m = engine.stats()["metrics"]
+        assert m["p2pkv_gets_total"]["total"] == gets0
+        assert m["p2pkv_lookups_total"]["total"] - lookups0 == 2
+
+
 def test_errors_carry_the_reason(server):
     with pytest.raises(p2pkv.Error) as e:
         p2pkv.Engine("ipc:///tmp/p2pkv-py-nobody.sock", timeout=0.5)

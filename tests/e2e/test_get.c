@@ -679,8 +679,10 @@ START_TEST(test_get_async_cancelled)
 }
 END_TEST
 
-//  A server run with --gets off: the asynchronous get is refused, saying
-//  so (the caller takes the two steps), and nothing reaches the server.
+//  A server run with --gets off: the asynchronous get takes the two steps
+//  itself (lib/client/get_steps.c): one lookup, the fetch of its hit and
+//  its own request's terminal fetch reach the server, no get, and K0
+//  lands checked (test_get_async.c compares the two ways at length).
 START_TEST(test_get_async_without_the_capability)
 {
     td_t s;
@@ -688,12 +690,24 @@ START_TEST(test_get_async_without_the_capability)
     s_ends_t ends = { 0 };
     int server;
     p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
+    json_int_t fetches0 = s_fetches(&s);
     p2pkv_key_result_t res[1];
     uint64_t id;
     ck_assert_int_eq(p2pkv_client_get_async(c, server, "g", s_keys, (uint32_t[]) { 3 }, 1, 0,
-                                            res, &id), -EOPNOTSUPP);
+                                            res, &id), 0);
+    ck_assert_uint_eq(p2pkv_client_open_fetches(c), 1);
+    ck_assert_int_eq(s_end_of(c, &ends, id), P2PKV_LANDED);
+    ck_assert_int_eq(res[0].status, P2PKV_KEY_LANDED);
+    ck_assert(res[0].verified);
+    ck_assert(memcmp(p2pkv_client_pool(c) + 3 * BLOCK, s_data[0], BLOCK) == 0);
     ck_assert_int_eq(p2pkv_client_open_fetches(c), 0);
-    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_lookups_total.total"), 0);
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (s_fetches(&s) - fetches0 < 2 && pk_clock_monotonic() < deadline)
+        p2pkv_client_poll(c, 0.01);
+    ck_assert_int_eq(s_fetches(&s) - fetches0, 2);
+    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_lookups_total.total"), 1);
+    ck_assert_int_eq(td_stat(&s, "metrics.p2pkv_gets_total.total"), 0);
+    ck_assert_msg(s_unpinned(&s, BOUND), "the server still pins blocks");
     p2pkv_client_destroy(&c);
     ck_assert_int_eq(td_stop(&s), 0);
 }
