@@ -125,7 +125,7 @@ s_client(td_t *s, s_seen_t *seen, int *server_p)
     p2pkv_config_t cfg = { .peer_id = "c-aget", .fingerprint = TD_FINGERPRINT,
                            .hash_seed = TD_HASH_SEED, .provider = s_provider,
                            .node = "127.0.0.1", .load_timeout = 30, .abort_ack_timeout = 30,
-                           .keepalive_interval = 0.3 };
+                           .keepalive_interval = 0.3, .silence_timeout = 2 };
     p2pkv_callbacks_t cb = { .arg = seen, .on_fetch = s_on_fetch, .on_lookup = s_on_lookup };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, cb, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
@@ -512,7 +512,7 @@ END_TEST
 //  The server dies while the get waits
 
 //  Parked on P, the server killed: the get ends FAILED (the session goes
-//  DOWN at its silence, 10 s), every key FAILED; it does not hang.
+//  DOWN at its silence, 2 s here), every key FAILED; it does not hang.
 static void
 s_killed(bool off)
 {
