@@ -525,7 +525,7 @@ END_TEST
 //  loopback, as one write (256 chunks of 1 MiB) and as 4,096 writes of
 //  one block (as many open writes as a completion can be looked up
 //  among), every byte compared; the times go to the log.  Before the
-//  chunk map (rails_map.h) each completion scanned every open write's
+//  chunk map (rails.c, a keymap) each completion scanned every open write's
 //  chunks and each poll walked every open write.
 #define BIG_BLOCKS 4096
 #define BIG_BLOCK (64 * 1024)

@@ -2,8 +2,8 @@
     base/transport.h (rails.h says what and why).  */
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/keymap.h"
 #include "rails/rails.h"
-#include "rails/rails_map.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -34,18 +34,30 @@ typedef struct {
     chunks sent again.  */
 enum { S_RUNNING, S_DONE, S_LOST, S_ENDED };
 
+struct s_xfer;
+
 typedef struct {
     uint64_t tid;                   //  the sub-channel's transfer
+    uint64_t key;                   //  the chunk map's key bytes (s_chunk_key)
+    struct s_xfer *x;               //  the write it is a chunk of
     uint32_t off, cnt;              //  blocks [off, off + cnt) of the write
     uint64_t landed;                //  of a chunk that failed: what landed
     uint8_t pair, state;
 } s_chunk_t;
 
+/*  A write's chunks sit in slabs of 4, 8, 16, ... records, never moved:
+    the chunk map holds a pointer to each record and a view of its key
+    (keymap.h keeps views), where a realloc'd array would move both.  A
+    resend appends a chunk, so their number has no bound at the write's
+    start; 28 slabs hold a billion.  */
+#define S_SLAB0 4
+#define S_SLABS 28
+
 typedef struct s_xfer {
     uint64_t tid, round;
     uint32_t *local, *remote;       //  the write's blocks, kept for resends
-    s_chunk_t *chunk;
-    size_t nchunks, capchunks;
+    s_chunk_t *slab[S_SLABS];
+    size_t nchunks;
     size_t open;                    //  chunks running or lost
     uint64_t landed;
     bool failed, cancelled, polled_any;
@@ -108,7 +120,7 @@ typedef struct {
     //  made when it is accepted, so that one ends without an allocation
     s_xfer_t **finished;
     size_t nfinished, capfinished;
-    pk_rails_map_t chunks;          //  (rail, sub transfer) -> running chunk
+    pk_keymap_t chunks;             //  (rail, sub transfer) -> its running chunk
     s_round_t *rounds;
 } s_channel_t;
 
@@ -419,7 +431,7 @@ s_channel_close(pk_channel_t **channel_p)
     for (size_t i = 0; i < self->nfinished; i++)
         s_xfer_free(self->finished[i]);
     free(self->finished);
-    pk_rails_map_fini(&self->chunks);
+    pk_keymap_fini(&self->chunks);
     while (self->rounds) {
         s_round_t *r = self->rounds;
         self->rounds = r->next;
@@ -847,31 +859,63 @@ s_chunk_ended(s_channel_t *self, s_xfer_t *x)
         s_finish(self, x);
 }
 
+//  Chunk i of x: slab k holds chunks [4 (2^k - 1), 4 (2^(k+1) - 1))
+static s_chunk_t *
+s_chunk(const s_xfer_t *x, size_t i)
+{
+    size_t k = (size_t) (63 - __builtin_clzll(i / S_SLAB0 + 1));
+    return &x->slab[k][i - S_SLAB0 * (((size_t) 1 << k) - 1)];
+}
+
+/*  The chunk map's key of sub transfer tid on pair p (< 8): its bytes are
+    c->key, so the entry's view lives as long as the record; a lookup's
+    may be on the stack.  Our own ids: pk_hash_id's mix, not SipHash.  */
+static pk_key_t
+s_chunk_key(const uint64_t *key)
+{
+    return (pk_key_t) { (const uint8_t *) key, sizeof *key, pk_hash_id(*key >> 3, *key & 7) };
+}
+
+static uint64_t
+s_key_of(size_t p, uint64_t tid)
+{
+    return tid << 3 | (uint64_t) p;
+}
+
+//  c leaves the chunk map (it ended, or is given up)
+static void
+s_chunk_untrack(s_channel_t *self, s_chunk_t *c)
+{
+    pk_key_t k = s_chunk_key(&c->key);
+    (void) pk_keymap_take(&self->chunks, &k, NULL, NULL);
+}
+
 //  Blocks [off, off + cnt) of x over pair p, as chunks (see s_chunk_t).
 static int
 s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
 {
     for (uint32_t done = 0; done < cnt; ) {
         uint32_t c = cnt - done < self->chunk_blocks ? cnt - done : self->chunk_blocks;
-        if (x->nchunks == x->capchunks) {
-            size_t cap = x->capchunks ? 2 * x->capchunks : 4;
-            s_chunk_t *ch = realloc(x->chunk, cap * sizeof *ch);
-            if (!ch)
-                return -ENOMEM;
-            x->chunk = ch;
-            x->capchunks = cap;
-        }
-        if (pk_rails_map_reserve(&self->chunks, 1))
+        size_t k = (size_t) (63 - __builtin_clzll(x->nchunks / S_SLAB0 + 1));
+        if (k >= S_SLABS)
+            return -E2BIG;
+        if (!x->slab[k] && !(x->slab[k] = malloc((S_SLAB0 << k) * sizeof (s_chunk_t))))
+            return -ENOMEM;
+        //  room before the post, so the insert after it cannot fail and
+        //  no chunk is out untracked (keymap grows only past half full)
+        if (pk_keymap_reserve(&self->chunks, self->chunks.count + 1))
             return -ENOMEM;
         int64_t tid = self->pair[p].t.write_blocks(self->pair[p].t.self, x->round,
                                                    x->local + off + done,
                                                    x->remote + off + done, c);
         if (tid <= 0)
             return tid < 0 ? (int) tid : -EIO;
-        pk_rails_map_put(&self->chunks, pk_rails_map_key(p, (uint64_t) tid), x, x->nchunks);
-        x->chunk[x->nchunks++] = (s_chunk_t) { .tid = (uint64_t) tid, .off = off + done,
-                                               .cnt = c, .pair = (uint8_t) p,
-                                               .state = S_RUNNING };
+        s_chunk_t *ch = s_chunk(x, x->nchunks++);
+        *ch = (s_chunk_t) { .tid = (uint64_t) tid, .key = s_key_of(p, (uint64_t) tid), .x = x,
+                            .off = off + done, .cnt = c, .pair = (uint8_t) p,
+                            .state = S_RUNNING };
+        pk_key_t key = s_chunk_key(&ch->key);
+        (void) pk_keymap_put(&self->chunks, &key, (uintptr_t) ch, 0);
         x->open++;
         if (self->pair[p].running++ == 0)
             self->pair[p].busy_since = pk_clock_monotonic();
@@ -951,7 +995,8 @@ s_xfer_free(s_xfer_t *x)
 {
     free(x->local);
     free(x->remote);
-    free(x->chunk);
+    for (size_t k = 0; k < S_SLABS && x->slab[k]; k++)
+        free(x->slab[k]);
     free(x);
 }
 
@@ -966,13 +1011,13 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     s_poll_ctx_t *ctx = arg;
     s_channel_t *self = ctx->self;
     size_t p = ctx->pair;
-    void *found;
-    size_t ci;
-    //  one probe (rails_map.h); a chunk given up since has no entry
-    if (!pk_rails_map_take(&self->chunks, pk_rails_map_key(p, tid), &found, &ci))
+    //  one probe; a chunk given up since has no entry
+    uint64_t kb = s_key_of(p, tid), found;
+    pk_key_t key = s_chunk_key(&kb);
+    if (!pk_keymap_take(&self->chunks, &key, &found, NULL))
         return;
-    s_xfer_t *x = found;
-    s_chunk_t *c = &x->chunk[ci];
+    s_chunk_t *c = (s_chunk_t *) (uintptr_t) found;
+    s_xfer_t *x = c->x;
     self->pair[p].running--;
     self->pair[p].last_done = pk_clock_monotonic();
     x->polled_any = true;
@@ -1036,9 +1081,9 @@ s_take_out(s_channel_t *self, size_t p, bool failure)
         for (s_xfer_t *x = self->xfers, *next; x; x = next) {
             next = x->next;
             for (size_t i = 0; i < x->nchunks; i++)
-                if (x->chunk[i].pair == p && x->chunk[i].state == S_LOST) {
-                    x->chunk[i].state = S_ENDED;
-                    x->landed += x->chunk[i].landed;
+                if (s_chunk(x, i)->pair == p && s_chunk(x, i)->state == S_LOST) {
+                    s_chunk(x, i)->state = S_ENDED;
+                    x->landed += s_chunk(x, i)->landed;
                     x->failed = true;
                     s_chunk_ended(self, x);
                 }
@@ -1057,19 +1102,18 @@ s_take_out(s_channel_t *self, size_t p, bool failure)
     size_t n = 0;
     for (s_xfer_t *x = self->xfers; x; x = x->next)
         for (size_t i = 0; i < x->nchunks; i++)
-            n += x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING;
+            n += s_chunk(x, i)->pair == p && s_chunk(x, i)->state == S_RUNNING;
     uint64_t *tids = n ? malloc(n * sizeof *tids) : NULL;
     size_t m = 0;
     for (s_xfer_t *x = self->xfers; x; x = x->next)
-        for (size_t i = 0; i < x->nchunks; i++)
-            if (x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING) {
-                void *xv;
-                size_t ci;
-                (void) pk_rails_map_take(&self->chunks, pk_rails_map_key(p, x->chunk[i].tid),
-                                         &xv, &ci);
+        for (size_t i = 0; i < x->nchunks; i++) {
+            s_chunk_t *c = s_chunk(x, i);
+            if (c->pair == p && c->state == S_RUNNING) {
+                s_chunk_untrack(self, c);
                 if (tids)
-                    tids[m++] = x->chunk[i].tid;
+                    tids[m++] = c->tid;
             }
+        }
     uint64_t still;
     (void) self->pair[p].t.cancel(self->pair[p].t.self, tids, m, PK_CANCEL_IMMEDIATE, &still);
     free(tids);
@@ -1080,11 +1124,11 @@ s_take_out(s_channel_t *self, size_t p, bool failure)
         bool touched = false;
         size_t nc = x->nchunks;     //  resends append: not walked again
         for (size_t i = 0; i < nc; i++) {
-            s_chunk_t c = x->chunk[i];
+            s_chunk_t c = *s_chunk(x, i);
             if (c.pair != p || (c.state != S_RUNNING && c.state != S_LOST))
                 continue;
             touched = true;
-            x->chunk[i].state = S_ENDED;
+            s_chunk(x, i)->state = S_ENDED;
             int rc = x->cancelled || x->failed ? -ECANCELED
                                                : s_post(self, x, live[next++ % k], c.off, c.cnt);
             if (rc) {
@@ -1250,7 +1294,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
         if (!x)
             continue;
         for (size_t c = 0; c < x->nchunks; c++) {
-            s_chunk_t *ch = &x->chunk[c];
+            s_chunk_t *ch = s_chunk(x, c);
             if (ch->state == S_LOST) {
                 ch->state = S_ENDED;
                 x->landed += ch->landed;
@@ -1262,10 +1306,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             size_t r = self->pair[ch->pair].t.cancel(self->pair[ch->pair].t.self, &ch->tid, 1,
                                                      mode, &s);
             if (mode == PK_CANCEL_IMMEDIATE || r == 0) {
-                void *xv;
-                size_t ci;
-                (void) pk_rails_map_take(&self->chunks, pk_rails_map_key(ch->pair, ch->tid),
-                                         &xv, &ci);
+                s_chunk_untrack(self, ch);
                 ch->state = S_ENDED;
                 x->open--;
                 self->pair[ch->pair].running--;
