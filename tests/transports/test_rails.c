@@ -173,7 +173,9 @@ START_TEST(test_striped_over_two_rails)
     ck_assert_uint_eq(pk_channel_rails(t.ch, rs, PK_RAILS_MAX), 2);
     ck_assert_uint_eq(rs[0].blocks_landed, 32);
     ck_assert_uint_eq(rs[1].blocks_landed, 32);
-    //  one block at a time alternates rails
+    //  one block at a time alternates rails of equal rates
+    pk_rails_test_rate(w.ch, 0, 1e8);
+    pk_rails_test_rate(w.ch, 1, 1e8);
     s_write(&w, &t, 10, 1);
     s_write(&w, &t, 11, 1);
     ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 10, landed, PK_RAILS_MAX), 2);
@@ -182,6 +184,37 @@ START_TEST(test_striped_over_two_rails)
     ck_assert_uint_eq(landed[1] + want[1], 1);
     //  fencing per rail: revoke closes every rail's registration
     pk_channel_revoke(t.ch);
+    s_side_close(&w);
+    s_side_close(&t);
+}
+END_TEST
+
+//  Issue 38 point 3, "a slow rail gets less, by its measured rate": with
+//  rail 1 measured at three times rail 2's rate, a write goes 3:1 over
+//  them (both idle: each share finishes at one time), and the rails'
+//  stats show those rates.  Every byte compared (s_write).  The rates
+//  are pinned by a test hook: loopback has no rate to measure
+//  (rails_netns.sh measures shaped links).
+START_TEST(test_split_by_rate)
+{
+    side_t w, t;
+    s_side(&w, TWO, false, 0);
+    s_side(&t, TWO, true, 0xee);
+    s_connect(&w, &t);
+    pk_rails_test_rate(w.ch, 0, 3e8);
+    pk_rails_test_rate(w.ch, 1, 1e8);
+    pk_rail_stats_t rs[PK_RAILS_MAX];
+    s_write(&w, &t, 30, 64);
+    uint64_t landed[PK_RAILS_MAX];
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 30, landed, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(landed[0], 48);
+    ck_assert_uint_eq(landed[1], 16);
+    ck_assert_uint_eq(pk_channel_rails(w.ch, rs, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(rs[0].blocks_written, 48);
+    ck_assert_uint_eq(rs[1].blocks_written, 16);
+    //  the rate each rail shows is the one its split used
+    ck_assert(rs[0].rate > 2.9e8 && rs[0].rate < 3.1e8);
+    ck_assert(rs[1].rate > 0.9e8 && rs[1].rate < 1.1e8);
     s_side_close(&w);
     s_side_close(&t);
 }
@@ -651,6 +684,7 @@ main(void)
     tcase_add_test(tc, test_registry_picks_rails_for_a_list_only);
     tcase_add_test(tc, test_seam_rails);
     tcase_add_test(tc, test_striped_over_two_rails);
+    tcase_add_test(tc, test_split_by_rate);
     tcase_add_test(tc, test_one_rail_against_two);
     tcase_add_test(tc, test_rail_stall_moves_writes);
     tcase_add_test(tc, test_failed_rail_rejoins);

@@ -72,6 +72,34 @@ typedef struct s_round {
     struct s_round *next;
 } s_round_t;
 
+//  A writer's pair: a local rail and the peer rail it writes to
+typedef struct {
+    size_t local;
+    int peer;
+    char peer_addr[64];
+    pk_transport_t t;
+    uint64_t failures;
+    bool failed;                //  taken out: nothing more goes over it
+    bool fail_now;              //  a chunk failed on it: take it out
+    size_t running;             //  chunks out on it
+    double busy_since;          //  when running last left 0
+    //  its rate (s_split, s_measure): bytes confirmed over the time it
+    //  had chunks out, an EWMA; 0 until its first sample
+    uint64_t queued;            //  bytes of its chunks out
+    double rate;                //  bytes per second
+    double mark;                //  busy time counted up to here
+    double busy_acc;            //  busy seconds since the last sample
+    uint64_t bytes_acc;         //  bytes confirmed since the last sample
+    double last_post;           //  when it was last given a chunk
+    bool pinned;                //  rate set by pk_rails_test_rate
+    double last_done;           //  its last chunk's completion
+    uint64_t outs;              //  times taken out
+    uint64_t rejoins;           //  times paired again
+    double retry_at;            //  taken out: paired again from then on
+    uint8_t *offer;             //  taken out: the consumer's fresh blob
+    size_t offer_len;
+} s_pair_t;
+
 typedef struct {
     pk_channel_t head;              //  first: a pk_channel_t of the seam
     s_fabric_t *fab;
@@ -95,24 +123,8 @@ typedef struct {
     //  writer: the pairs made at connect, in the peer's rail order
     size_t npairs, peer_rails;
     bool rails_peer;                //  the peer sent a rails blob
-    struct {
-        size_t local;
-        int peer;
-        char peer_addr[64];
-        pk_transport_t t;
-        uint64_t failures;
-        bool failed;                //  taken out: nothing more goes over it
-        bool fail_now;              //  a chunk failed on it: take it out
-        size_t running;             //  chunks out on it
-        double busy_since;          //  when running last left 0
-        double last_done;           //  its last chunk's completion
-        uint64_t outs;              //  times taken out
-        uint64_t rejoins;           //  times paired again
-        double retry_at;            //  taken out: paired again from then on
-        uint8_t *offer;             //  taken out: the consumer's fresh blob
-        size_t offer_len;
-    } pair[PK_RAILS_MAX];
-    size_t cursor;                  //  where a write of few blocks starts
+    s_pair_t pair[PK_RAILS_MAX];
+    size_t cursor;                  //  where s_split's ties start
     uint64_t next_tid;
     s_xfer_t *xfers;                //  open, newest first
     size_t nopen;
@@ -695,6 +707,19 @@ pk_rails_test_hold(pk_channel_t *channel, size_t rail, bool hold)
         ((s_channel_t *) channel)->hold[rail] = hold;
 }
 
+void
+pk_rails_test_rate(pk_channel_t *channel, size_t rail, double rate)
+{
+    if (channel->ops != &pk_rails_transport_ops)
+        return;
+    s_channel_t *self = (s_channel_t *) channel;
+    for (size_t p = 0; p < self->npairs; p++)
+        if (self->pair[p].local == rail) {
+            self->pair[p].rate = rate;
+            self->pair[p].pinned = rate > 0;
+        }
+}
+
 static bool
 s_channel_closed(const pk_channel_t *channel)
 {
@@ -784,6 +809,7 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
                 r->failures += self->pair[p].failures;
                 r->failed = self->pair[p].failed;
                 r->rejoins = self->pair[p].rejoins;
+                r->rate = self->pair[p].rate;
             }
     }
     return self->n;
@@ -859,6 +885,166 @@ s_chunk_ended(s_channel_t *self, s_xfer_t *x)
         s_finish(self, x);
 }
 
+/*  A rail's rate (design.md, "A slow rail gets less"): bytes its chunks
+    confirmed over the time it had chunks out, sampled once S_RATE_WINDOW
+    of such time passed (one 1 MiB chunk at 50 Mbit/s is 168 ms: then a
+    sample a chunk), folded in with a weight of busy / (busy + tau):
+    samples short beside tau add up to 1 - e^(-busy / tau), so a rate
+    change is 63% followed after S_RATE_TAU of busy time, 95% after three
+    (no libm for it).  A rail with nothing out measures nothing and keeps its rate;
+    one not measured yet counts as the mean of those measured (all rails
+    start equal).  */
+#define S_RATE_WINDOW 0.02
+#define S_RATE_TAU 0.25
+/*  A live rail given nothing for S_PROBE while another has chunks out
+    gets the next chunk whatever its rate says, so a rail measured slow
+    is measured again and can recover: at most one chunk a probe beyond
+    its share (1 MiB at 50 Mbit/s: 168 ms of that rail, in parallel with
+    the others).  */
+#define S_PROBE 0.5
+
+static double
+s_rate_of(const s_channel_t *self, size_t p)
+{
+    if (self->pair[p].rate > 0)
+        return self->pair[p].rate;
+    double sum = 0;
+    size_t n = 0;
+    for (size_t q = 0; q < self->npairs; q++)
+        if (!self->pair[q].failed && self->pair[q].rate > 0)
+            sum += self->pair[q].rate, n++;
+    return n ? sum / (double) n : 1.0;
+}
+
+/*  How the n blocks of a write go over the pairs live[0..k): shares that
+    every pair would finish at one time T (water filling: a pair's queue
+    of queued bytes at rate r is free at queued / r; T is where the
+    shares r T - queued of the pairs free before it sum to the write),
+    in whole blocks, the blocks left by rounding to the largest remainders
+    (ties round from the cursor, so equal rails alternate writes of one
+    block).  A probe due (S_PROBE) gets a chunk's worth taken from the
+    largest share.  k at most 8: a few dozen operations a write.  */
+static void
+s_split(s_channel_t *self, const size_t *live, size_t k, size_t n, size_t *share, double now)
+{
+    size_t L = self->fab->block_len ? self->fab->block_len : 1;
+    double rate[PK_RAILS_MAX], free_at[PK_RAILS_MAX];
+    size_t order[PK_RAILS_MAX];
+    size_t start = self->cursor++ % k;
+    for (size_t j = 0; j < k; j++) {
+        size_t i = (start + j) % k, p = live[i];
+        rate[i] = s_rate_of(self, p);
+        free_at[i] = (double) self->pair[p].queued / rate[i];
+        //  insertion sort by free_at, stable from the cursor
+        size_t at = j;
+        while (at > 0 && free_at[order[at - 1]] > free_at[i]) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = i;
+    }
+    double bytes = (double) n * (double) L, sum_q = 0, sum_r = 0, T = 0;
+    size_t m = 0;
+    while (m < k) {
+        size_t i = order[m];
+        sum_q += (double) self->pair[live[i]].queued;
+        sum_r += rate[i];
+        m++;
+        T = (bytes + sum_q) / sum_r;
+        if (m == k || T <= free_at[order[m]])
+            break;
+    }
+    double frac[PK_RAILS_MAX];
+    size_t given = 0;
+    for (size_t i = 0; i < k; i++) {
+        double want = 0;
+        for (size_t j = 0; j < m; j++)
+            if (order[j] == i)
+                want = (rate[i] * T - (double) self->pair[live[i]].queued) / (double) L;
+        want = want < 0 ? 0 : want > (double) n ? (double) n : want;
+        share[i] = (size_t) want;
+        frac[i] = want - (double) share[i];
+        given += share[i];
+    }
+    while (given < n) {
+        size_t best = start;
+        for (size_t j = 0; j < k; j++)
+            if (frac[(start + j) % k] > frac[best])
+                best = (start + j) % k;
+        share[best]++;
+        frac[best] = -1;
+        given++;
+    }
+    //  the probe: a rail measured slow but idle while others work
+    bool busy = false;
+    for (size_t i = 0; i < k; i++)
+        busy |= self->pair[live[i]].running > 0;
+    for (size_t i = 0; busy && i < k; i++) {
+        size_t p = live[i];
+        if (share[i] || self->pair[p].running || now - self->pair[p].last_post < S_PROBE)
+            continue;
+        size_t big = 0;
+        for (size_t j = 1; j < k; j++)
+            big = share[j] > share[big] ? j : big;
+        size_t c = share[big] < self->chunk_blocks ? share[big] : self->chunk_blocks;
+        share[big] -= c;
+        share[i] += c;
+    }
+}
+
+/*  Blocks [off, off + n) of x over the pairs live[0..k) by their rates
+    (s_split), each share contiguous so the sub-channel's runs merge.  0
+    or the first error (counted a failure of its pair).  */
+static int s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt);
+
+static int
+s_spread(s_channel_t *self, s_xfer_t *x, const size_t *live, size_t k, uint32_t off,
+         uint32_t n, double now)
+{
+    size_t share[PK_RAILS_MAX];
+    s_split(self, live, k, n, share, now);
+    for (size_t i = 0; i < k; i++) {
+        if (!share[i])
+            continue;
+        int err = s_post(self, x, live[i], off, (uint32_t) share[i]);
+        if (err) {
+            self->pair[live[i]].failures++;
+            return err;
+        }
+        off += (uint32_t) share[i];
+    }
+    return 0;
+}
+
+//  bytes of pair p's confirmed at now: its busy time and bytes so far
+//  make a sample once they span S_RATE_WINDOW
+static void
+s_measure(s_channel_t *self, size_t p, uint64_t bytes, double now)
+{
+    s_pair_t *r = &self->pair[p];
+    r->busy_acc += now - r->mark;
+    r->mark = now;
+    r->bytes_acc += bytes;
+    if (r->busy_acc < S_RATE_WINDOW || r->pinned)
+        return;
+    double sample = (double) r->bytes_acc / r->busy_acc;
+    r->rate = r->rate > 0 ? r->rate + r->busy_acc / (r->busy_acc + S_RATE_TAU) * (sample - r->rate)
+                          : sample;
+    r->busy_acc = 0;
+    r->bytes_acc = 0;
+}
+
+//  Pair p's chunks out are gone (taken out, rejoined): nothing is queued
+//  and a sample in the making is dropped
+static void
+s_unqueue(s_channel_t *self, size_t p)
+{
+    self->pair[p].running = 0;
+    self->pair[p].queued = 0;
+    self->pair[p].busy_acc = 0;
+    self->pair[p].bytes_acc = 0;
+}
+
 //  Chunk i of x: slab k holds chunks [4 (2^k - 1), 4 (2^(k+1) - 1))
 static s_chunk_t *
 s_chunk(const s_xfer_t *x, size_t i)
@@ -917,8 +1103,11 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
         pk_key_t key = s_chunk_key(&ch->key);
         (void) pk_keymap_put(&self->chunks, &key, (uintptr_t) ch, 0);
         x->open++;
+        double now = pk_clock_monotonic();
         if (self->pair[p].running++ == 0)
-            self->pair[p].busy_since = pk_clock_monotonic();
+            self->pair[p].busy_since = self->pair[p].mark = now;
+        self->pair[p].queued += (uint64_t) c * self->fab->block_len;
+        self->pair[p].last_post = now;
         done += c;
     }
     return 0;
@@ -957,20 +1146,9 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     memcpy(x->remote, remote, n * sizeof *remote);
     x->tid = self->next_tid++;
     x->round = round_seq;
-    //  contiguous shares keep the sub-channel's run merging; a write of
-    //  fewer blocks than rails starts where the last one stopped
-    size_t start = self->cursor % k;
-    size_t shares = n < k ? n : k;
-    self->cursor += shares;
-    size_t off = 0;
-    int err = 0;
-    for (size_t s = 0; s < shares && !err; s++) {
-        size_t p = live[(start + s) % k];
-        size_t cnt = (n * (s + 1)) / shares - (n * s) / shares;
-        if ((err = s_post(self, x, p, (uint32_t) off, (uint32_t) cnt)) != 0)
-            self->pair[p].failures++;
-        off += cnt;
-    }
+    //  by the rails' rates (s_split): beside a rail of three times its
+    //  rate, a rail gets a quarter
+    int err = s_spread(self, x, live, k, 0, (uint32_t) n, pk_clock_monotonic());
     if (err && !x->nchunks) {
         free(x->local);
         free(x->remote);
@@ -1018,8 +1196,13 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
         return;
     s_chunk_t *c = (s_chunk_t *) (uintptr_t) found;
     s_xfer_t *x = c->x;
+    double now = pk_clock_monotonic();
+    uint64_t bytes = (uint64_t) c->cnt * self->fab->block_len;
+    if (ok)
+        s_measure(self, p, bytes, now);
     self->pair[p].running--;
-    self->pair[p].last_done = pk_clock_monotonic();
+    self->pair[p].queued -= bytes;
+    self->pair[p].last_done = now;
     x->polled_any = true;
     uint64_t blocks = ok ? c->cnt : landed;
     //  kept for the answer only where the peer reads it (rails_landing
@@ -1117,8 +1300,8 @@ s_take_out(s_channel_t *self, size_t p, bool failure)
     uint64_t still;
     (void) self->pair[p].t.cancel(self->pair[p].t.self, tids, m, PK_CANCEL_IMMEDIATE, &still);
     free(tids);
-    self->pair[p].running = 0;
-    size_t next = 0;
+    s_unqueue(self, p);
+    double now = pk_clock_monotonic();
     for (s_xfer_t *x = self->xfers, *later; x; x = later) {
         later = x->next;            //  x may end here (s_chunk_ended)
         bool touched = false;
@@ -1130,7 +1313,7 @@ s_take_out(s_channel_t *self, size_t p, bool failure)
             touched = true;
             s_chunk(x, i)->state = S_ENDED;
             int rc = x->cancelled || x->failed ? -ECANCELED
-                                               : s_post(self, x, live[next++ % k], c.off, c.cnt);
+                                               : s_spread(self, x, live, k, c.off, c.cnt, now);
             if (rc) {
                 x->landed += c.state == S_LOST ? c.landed : 0;
                 x->failed = true;
@@ -1195,7 +1378,10 @@ s_rejoin(s_channel_t *self, size_t p)
     self->sub[i] = fresh;
     self->pair[p].t = pk_channel_transport(fresh);
     self->pair[p].failed = false;
-    self->pair[p].running = 0;
+    s_unqueue(self, p);
+    //  measured again from scratch: until then it counts as the others'
+    //  mean, so it gets a share and a sample at once
+    self->pair[p].rate = self->pair[p].pinned ? self->pair[p].rate : 0;
     self->pair[p].busy_since = self->pair[p].last_done = 0;
     self->pair[p].rejoins++;
 }
@@ -1310,6 +1496,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
                 ch->state = S_ENDED;
                 x->open--;
                 self->pair[ch->pair].running--;
+                self->pair[ch->pair].queued -= (uint64_t) ch->cnt * self->fab->block_len;
             }
         }
         x->failed = x->cancelled = true;
