@@ -58,6 +58,9 @@ typedef struct s_xfer {
     uint32_t *local, *remote;       //  the write's blocks, kept for resends
     s_chunk_t *slab[S_SLABS];
     size_t nchunks;
+    uint32_t n, posted;             //  its blocks; [0, posted) given to rails
+    bool pending;                   //  on the channel's pending list
+    struct s_xfer *pprev, *pnext;   //  there
     size_t open;                    //  chunks running or lost
     uint64_t landed;
     bool failed, cancelled, polled_any;
@@ -127,6 +130,8 @@ typedef struct {
     size_t cursor;                  //  where s_split's ties start
     uint64_t next_tid;
     s_xfer_t *xfers;                //  open, newest first
+    //  writes with blocks not yet given to a rail, oldest first (s_fill)
+    s_xfer_t *pending, *pending_tail;
     size_t nopen;
     //  ended, to report at the next poll: room for every open write is
     //  made when it is accepted, so that one ends without an allocation
@@ -881,8 +886,38 @@ s_finish(s_channel_t *self, s_xfer_t *x)
 static void
 s_chunk_ended(s_channel_t *self, s_xfer_t *x)
 {
-    if (--x->open == 0)
+    if (--x->open == 0 && x->posted == x->n)
         s_finish(self, x);
+}
+
+static void
+s_pend(s_channel_t *self, s_xfer_t *x)
+{
+    x->pending = true;
+    x->pprev = self->pending_tail;
+    x->pnext = NULL;
+    if (self->pending_tail)
+        self->pending_tail->pnext = x;
+    else
+        self->pending = x;
+    self->pending_tail = x;
+}
+
+static void
+s_unpend(s_channel_t *self, s_xfer_t *x)
+{
+    if (!x->pending)
+        return;
+    x->pending = false;
+    if (x->pprev)
+        x->pprev->pnext = x->pnext;
+    else
+        self->pending = x->pnext;
+    if (x->pnext)
+        x->pnext->pprev = x->pprev;
+    else
+        self->pending_tail = x->pprev;
+    x->pprev = x->pnext = NULL;
 }
 
 /*  A rail's rate (design.md, "A slow rail gets less"): bytes its chunks
@@ -1016,6 +1051,93 @@ s_spread(s_channel_t *self, s_xfer_t *x, const size_t *live, size_t k, uint32_t 
     return 0;
 }
 
+/*  How many bytes pair p may have out: enough to keep its link busy
+    between two polls and a completion's round trip, S_DEPTH of its rate,
+    and at least S_DEPTH_CHUNKS chunks (a rail not measured yet, and a
+    slow one: 4 MiB is 220 ms at 150 Mbit/s).  Blocks beyond it wait in
+    the write (s_fill), so a rail's share is decided when it has room,
+    by the rates measured by then, not once at the write's start: a round
+    posted whole before any rate is known still goes 3:1 over 3:1 rails.
+    The cost: a rail's queue is refilled at the poll after a completion,
+    not ahead of it (the depth covers that wait).  */
+#define S_DEPTH 0.05
+#define S_DEPTH_CHUNKS 4
+
+static double
+s_depth(const s_channel_t *self, size_t p)
+{
+    double least = (double) S_DEPTH_CHUNKS * self->chunk_blocks * (double) self->fab->block_len;
+    double by_rate = s_rate_of(self, p) * S_DEPTH;
+    return by_rate > least ? by_rate : least;
+}
+
+/*  Gives the pending writes' blocks, oldest first, to the rails with room
+    (s_depth), split by their rates (s_split), each rail's share capped by
+    its room; what no rail has room for (or what the split gives only to
+    full rails) waits for the next poll.  A post that fails fails its
+    write (what its posted chunks land is reported); for fresh, a write
+    not yet given to the caller, with nothing posted, the error is
+    returned and fresh left to the caller.  */
+static int
+s_fill(s_channel_t *self, s_xfer_t *fresh)
+{
+    size_t live[PK_RAILS_MAX], k = 0;
+    for (size_t p = 0; p < self->npairs; p++)
+        if (!self->pair[p].failed)
+            live[k++] = p;
+    double now = pk_clock_monotonic();
+    double L = self->fab->block_len ? (double) self->fab->block_len : 1;
+    while (k && self->pending) {
+        s_xfer_t *x = self->pending;
+        if (x->failed) {            //  what waited of a failed write never goes
+            x->posted = x->n;
+            s_unpend(self, x);
+            if (!x->open)
+                s_finish(self, x);
+            continue;
+        }
+        size_t room[PK_RAILS_MAX], total = 0;
+        for (size_t i = 0; i < k; i++) {
+            double q = (double) self->pair[live[i]].queued, d = s_depth(self, live[i]);
+            room[i] = q < d ? (size_t) ((d - q) / L) : 0;
+            room[i] += room[i] == 0 && q < d;
+            total += room[i];
+        }
+        if (!total)
+            break;
+        size_t left = x->n - x->posted, m = left < total ? left : total;
+        size_t share[PK_RAILS_MAX], now_posted = 0;
+        s_split(self, live, k, m, share, now);
+        int err = 0;
+        for (size_t i = 0; i < k && !err; i++) {
+            size_t c = share[i] < room[i] ? share[i] : room[i];
+            if (!c)
+                continue;
+            if ((err = s_post(self, x, live[i], x->posted, (uint32_t) c)) != 0) {
+                self->pair[live[i]].failures++;
+                break;
+            }
+            x->posted += (uint32_t) c;
+            now_posted += c;
+        }
+        if (err) {
+            x->failed = true;
+            x->posted = x->n;
+            s_unpend(self, x);
+            if (x == fresh && !x->nchunks)
+                return err;
+            if (!x->open)
+                s_finish(self, x);
+            continue;
+        }
+        if (x->posted == x->n)
+            s_unpend(self, x);
+        else if (!now_posted)
+            break;
+    }
+    return 0;
+}
+
 //  bytes of pair p's confirmed at now: its busy time and bytes so far
 //  make a sample once they span S_RATE_WINDOW
 static void
@@ -1118,10 +1240,9 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
                size_t n)
 {
     s_channel_t *self = arg;
-    size_t live[PK_RAILS_MAX], k = 0;
+    size_t k = 0;
     for (size_t p = 0; p < self->npairs; p++)
-        if (!self->pair[p].failed)
-            live[k++] = p;
+        k += !self->pair[p].failed;
     if (!k)
         return -ENOTCONN;
     if (n > UINT32_MAX)
@@ -1146,25 +1267,27 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     memcpy(x->remote, remote, n * sizeof *remote);
     x->tid = self->next_tid++;
     x->round = round_seq;
-    //  by the rails' rates (s_split): beside a rail of three times its
-    //  rate, a rail gets a quarter
-    int err = s_spread(self, x, live, k, 0, (uint32_t) n, pk_clock_monotonic());
-    if (err && !x->nchunks) {
-        free(x->local);
-        free(x->remote);
-        free(x);
-        return err;
-    }
-    //  a refusal after some chunks went: the transfer fails with what
-    //  the posted ones land
-    x->failed = err != 0;
+    x->n = (uint32_t) n;
     x->next = self->xfers;
     if (self->xfers)
         self->xfers->prev = x;
     self->xfers = x;
     self->nopen++;
-    if (!x->open)                   //  a write of no blocks: done at once
+    if (!n) {                       //  a write of no blocks: done at once
         s_finish(self, x);
+        return (int64_t) x->tid;
+    }
+    //  its blocks go to the rails as they have room, by their rates
+    //  (s_fill): beside a rail of three times its rate, a rail gets a
+    //  quarter; a refusal after some chunks went fails the transfer with
+    //  what the posted ones land
+    s_pend(self, x);
+    int err = s_fill(self, x);
+    if (err) {
+        s_xfer_unlink(self, x);
+        s_xfer_free(x);
+        return err;
+    }
     return (int64_t) x->tid;
 }
 
@@ -1454,6 +1577,7 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
         else if (self->pair[p].failed && self->pair[p].offer && now >= self->pair[p].retry_at)
             s_rejoin(self, p);
     }
+    (void) s_fill(self, NULL);
     //  a write ends where its last chunk does (s_chunk_ended), so nothing
     //  here walks the open writes
     if (!self->nfinished)
@@ -1479,6 +1603,8 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             x = x->next;
         if (!x)
             continue;
+        s_unpend(self, x);
+        x->posted = x->n;           //  what waited is never given to a rail
         for (size_t c = 0; c < x->nchunks; c++) {
             s_chunk_t *ch = s_chunk(x, c);
             if (ch->state == S_LOST) {
