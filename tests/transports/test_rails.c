@@ -614,6 +614,10 @@ START_TEST(test_big_round_over_two_rails)
     printf("rails hot path: %d x %d KiB over 2 rails on loopback, best of 3: one write "
            "%.3f s (%.2f GiB/s), %d writes of one block %.3f s (%.2f GiB/s)\n", BIG_BLOCKS,
            BIG_BLOCK >> 10, one, gib / one, BIG_BLOCKS, many, gib / many);
+    pk_rail_stats_t rs[PK_RAILS_MAX];
+    ck_assert_uint_eq(pk_channel_rails(w.ch, rs, PK_RAILS_MAX), 2);
+    printf("rails hot path: rates measured %.2f and %.2f GB/s\n", rs[0].rate / 1e9,
+           rs[1].rate / 1e9);
     pk_channel_stats_t cs;
     pk_channel_stats(w.ch, &cs);
     ck_assert_uint_eq(cs.transfers, 0);

@@ -1054,13 +1054,16 @@ s_spread(s_channel_t *self, s_xfer_t *x, const size_t *live, size_t k, uint32_t 
 /*  How many bytes pair p may have out: enough to keep its link busy
     between two polls and a completion's round trip, S_DEPTH of its rate,
     and at least S_DEPTH_CHUNKS chunks (a rail not measured yet, and a
-    slow one: 4 MiB is 220 ms at 150 Mbit/s).  Blocks beyond it wait in
+    slow one: 4 MiB is 220 ms at 150 Mbit/s).  50 ms of its rate cost the
+    loopback big round (test_big_round_over_two_rails) a third, one write
+    0.20-0.26 s against 0.14-0.18 s; at 200 ms it is the same as posting
+    everything at once (0.15-0.16 s both).  Blocks beyond it wait in
     the write (s_fill), so a rail's share is decided when it has room,
     by the rates measured by then, not once at the write's start: a round
     posted whole before any rate is known still goes 3:1 over 3:1 rails.
     The cost: a rail's queue is refilled at the poll after a completion,
     not ahead of it (the depth covers that wait).  */
-#define S_DEPTH 0.05
+#define S_DEPTH 0.2
 #define S_DEPTH_CHUNKS 4
 
 static double
