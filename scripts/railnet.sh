@@ -17,11 +17,15 @@
 # pool in rn_pools (removed at exit); rn_work is removed at exit.
 #
 # Settings: RAILNET_RATE (Mbit/s per rail and direction, default 300; a
-# rate the CPU can exceed, so that the rails, not the CPU, are the limit).
+# rate the CPU can exceed, so that the rails, not the CPU, are the limit);
+# RAILNET_RATES (a comma list: rail I's rate is its I-th, the last one
+# for the rails after it; rails of unequal rates; default: RAILNET_RATE
+# for every rail).  rn_shape changes a rail's rate while it runs.
 # The caller sets rn_bin (the directory of p2pkv-server and p2pkv); the
 # functions leave their results in rn_* variables, named at each.
 # shellcheck shell=sh disable=SC2034,SC2154
 rn_rate=${RAILNET_RATE:-300}
+rn_rates=${RAILNET_RATES:-}
 rn_ns_s=p2pkv-rs-$$ rn_ns_c=p2pkv-rc-$$
 rn_made_ns="" rn_pids="" rn_pools="" rn_work=""
 # 10.A.B.0/24: A in 20..219, B in 0..245 stepping by 6 (ctl and five rails)
@@ -47,6 +51,19 @@ rn_addrs() {
 }
 # rn_ns s|c: the namespace of that side
 rn_ns() { if [ "$1" = s ]; then echo "$rn_ns_s"; else echo "$rn_ns_c"; fi; }
+
+# rn_rate_of I: rail I's rate, Mbit/s (RAILNET_RATES, else RAILNET_RATE)
+rn_rate_of() {
+    [ -n "$rn_rates" ] || { echo "$rn_rate"; return; }
+    echo "$rn_rates" | tr , '\n' | awk -v i="$1" '{ v = $1 } NR == i { print; found = 1; exit }
+        END { if (!found) print v }'
+}
+# rn_sum N: the rates of rails 1..N summed, Mbit/s
+rn_sum() {
+    _s=0 _i=1
+    while [ "$_i" -le "$1" ]; do _s=$((_s + $(rn_rate_of "$_i"))); _i=$((_i + 1)); done
+    echo "$_s"
+}
 
 # rn_counter s|c I rx|tx: that device's byte counter
 rn_counter() {
@@ -94,6 +111,13 @@ rn_check() {
         ''|*[!0-9]*|0*) fail "RAILNET_RATE: \"$rn_rate\" is not a whole number of Mbit/s (1..100000)" ;;
     esac
     [ "$rn_rate" -le 100000 ] || fail "RAILNET_RATE: $rn_rate is more than 100000 Mbit/s"
+    for _r in $(echo "$rn_rates" | tr , ' '); do
+        case $_r in
+            *[!0-9]*|0*) fail "RAILNET_RATES: \"$_r\" in \"$rn_rates\" is not a whole number of Mbit/s (1..100000)" ;;
+        esac
+        [ "$_r" -le 100000 ] || fail "RAILNET_RATES: $_r is more than 100000 Mbit/s"
+    done
+    case $rn_rates in ,*|*,|*,,*) fail "RAILNET_RATES: \"$rn_rates\" has an empty rate" ;; esac
     rn_work=$(mktemp -d /tmp/p2pkv-railnet-XXXXXX) || fail "mktemp failed"
 }
 
@@ -110,14 +134,23 @@ rn_pair() {
                 && ip -n "$_ns" link set "$_dev" up; } 2>&1) \
             || skip "cannot configure veth $_dev in $_ns ($_err)"
         [ "$1" -eq 0 ] && continue
-        # tbf at the rate, a burst of 10 ms of it (at least 32 KiB, so that
-        # one full-sized frame always fits), at most 100 ms queued
-        _burst=$((rn_rate * 1250))
-        [ "$_burst" -ge 32768 ] || _burst=32768
-        _err=$(ip netns exec "$_ns" tc qdisc add dev "$_dev" root tbf rate "${rn_rate}mbit" \
-              burst "$_burst" latency 100ms 2>&1) \
-            || skip "cannot shape $_dev with tc tbf ($_err)"
+        rn_tbf "$_side" "$1" "$(rn_rate_of "$1")" add || skip "cannot shape $_dev with tc tbf ($_err)"
     done
+}
+
+# rn_tbf s|c I MBIT add|change: rail I's egress on that side shaped to
+# MBIT: tbf, a burst of 10 ms of it (at least 32 KiB, so that one
+# full-sized frame always fits), at most 100 ms queued; its error in _err
+rn_tbf() {
+    _burst=$(($3 * 1250))
+    [ "$_burst" -ge 32768 ] || _burst=32768
+    _err=$(ip netns exec "$(rn_ns "$1")" tc qdisc "$4" dev "$(rn_dev "$1" "$2")" root tbf \
+           rate "${3}mbit" burst "$_burst" latency 100ms 2>&1)
+}
+# rn_shape I MBIT: rail I shaped to MBIT both ways from now on
+rn_shape() {
+    rn_tbf s "$1" "$2" change && rn_tbf c "$1" "$2" change \
+        || fail "cannot reshape rail $1 to $2 Mbit/s ($_err)"
 }
 
 # rn_up N: the two hosts, the control pair and N rails (1..5)

@@ -82,6 +82,7 @@ typedef struct {
     bool one_trip;              //  --one-trip (fetch): consumers use p2pkv_client_get
     pkb_list_t rails;           //  --rails (rails): rail counts (default 1,2,4)
     uint64_t rate;              //  --rate (rails): Mbit/s per rail (0: PKB_RAILS_RATE)
+    pkb_list_t rates;           //  --rates (rails): a rate per rail (unequal rails)
     bool lose_rail;             //  --lose-rail (rails): a fetch per count that loses a rail
     const char *spill_dir;      //  --spill-dir (disk): where its spill directories go
 } pkb_opts_t;

@@ -106,6 +106,10 @@ static const char s_usage[] =
     "  --rails LIST         rails: rail counts (1..5; default 1,2,4)\n"
     "  --rate MBIT          rails: each rail's rate, Mbit/s each way (1..100000;\n"
     "                       default 150, so that 4 rails stay under the CPU)\n"
+    "  --rates LIST         rails: unequal rails instead, rail I at the I-th\n"
+    "                       rate (2..5 rates, Mbit/s, fastest first): the fetch\n"
+    "                       over them all beside their sum, an even split's\n"
+    "                       bound (count x slowest) and rail 1 alone\n"
     "  --lose-rail          rails: then, per count of 2 or more, one fetch whose\n"
     "                       last rail is set down a quarter of the way through:\n"
     "                       every block or a clean failure, and its time\n"
@@ -275,6 +279,7 @@ static const s_opt_t s_opts[] = {
     { "--one-trip", O_FLAG, S_FETCH, F(one_trip), 0 },
     { "--rails", O_LIST, S_RAILS, F(rails), 5 },
     { "--rate", O_UINT, S_RAILS, F(rate), 100000 },
+    { "--rates", O_LIST, S_RAILS, F(rates), 100000 },
     { "--lose-rail", O_FLAG, S_RAILS, F(lose_rail), 0 },
     { "--spill-dir", O_STR, S_DISK, F(spill_dir), 0 },
 };

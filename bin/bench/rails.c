@@ -96,15 +96,36 @@ pkb_rails(const pkb_opts_t *o)
         *slash = '\0';
     else
         snprintf(bin, sizeof bin, ".");
-    char list[PKB_MAX_LIST * 4] = "";
+    char list[PKB_MAX_LIST * 4] = "", rates[PKB_MAX_LIST * 8] = "";
     for (size_t i = 0; i < o->rails.n; i++) {
         size_t at = strlen(list);
         snprintf(list + at, sizeof list - at, "%s%llu", i ? "," : "",
                  (unsigned long long) o->rails.v[i]);
     }
-    if (setenv("P2PKV_BIN", bin, 1) || setenv("RAILS", o->rails.n ? list : "1,2,4", 1)
+    //  unequal rails: rail 1 alone and all of them, each at its rate
+    for (size_t i = 0; i < o->rates.n; i++) {
+        size_t at = strlen(rates);
+        snprintf(rates + at, sizeof rates - at, "%s%llu", i ? "," : "",
+                 (unsigned long long) o->rates.v[i]);
+    }
+    if (o->rates.n) {
+        if (o->rails.n || o->rate) {
+            fprintf(stderr, "p2pkv-bench rails: --rates sets the rails and their rates: "
+                    "not with --rails or --rate\n");
+            return 2;
+        }
+        if (o->rates.n < 2 || o->rates.n > 5) {
+            fprintf(stderr, "p2pkv-bench rails: --rates: %zu rates, want 2 to 5 (one per "
+                    "rail)\n", o->rates.n);
+            return 2;
+        }
+        snprintf(list, sizeof list, "1,%zu", o->rates.n);
+        rate = o->rates.v[0];
+    }
+    if (setenv("P2PKV_BIN", bin, 1) || setenv("RAILS", *list ? list : "1,2,4", 1)
         || s_setenv_u64("REPS", (uint64_t) reps) || s_setenv_u64("BLOCKS", blocks)
         || s_setenv_u64("BLOCK_LEN", block_len) || s_setenv_u64("RAILNET_RATE", rate)
+        || (o->rates.n ? setenv("RAILNET_RATES", rates, 1) : unsetenv("RAILNET_RATES"))
         || setenv("P2PKV_LIBFABRIC", pkb_fabric_version(), 1)
         || setenv("LOSE", o->lose_rail ? "1" : "0", 1)
         || (o->json && setenv("JSON", o->json, 1))) {

@@ -177,6 +177,8 @@ typedef struct {
                                 //  rails_failed) and not rejoined
     uint64_t rejoins;           //  paired again after it was taken out
                                 //  (consumer: fresh registrations offered)
+    double rate;                //  writer: bytes per second it confirmed while
+                                //  it had writes out (an EWMA; 0: not measured)
 } pk_rail_stats_t;
 
 /*  A fabric's counters: what the peers' blobs cost it.  */

@@ -653,8 +653,10 @@ s_session_up(void *arg)
 {
     s_server_t *s = arg;
     p2pkv_client_t *self = s->client;
+    //  the rail stall: the consumer's fabric's (fabrics.c), a quarter of
+    //  its stall timeout; a failed fresh registration retries on its scale
     pk_client_role_config_t rc_cfg = { self->config.load_timeout, self->config.abort_ack_timeout,
-                                       &self->fetch_ids };
+                                       &self->fetch_ids, self->config.stall_timeout / 4 };
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
                                  (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget,

@@ -123,6 +123,10 @@ PK_METRIC(RAIL_BYTES, "p2pkv_rail_bytes_written_total", COUNTER,
 PK_METRIC(RAIL_FAILURES, "p2pkv_rail_failures_total", COUNTER,
           "Failed writes over a rail (its local address), and each time it was taken out", RAIL,
           HERE, 0)
+PK_METRIC(RAIL_RATE, "p2pkv_rail_rate_bytes_per_second", GAUGE,
+          "Bytes per second a rail confirmed while it had writes out, as its sessions measure "
+          "it (an EWMA each, summed; a rail's share of writes follows it)", RAIL,
+          HERE, 0)
 PK_METRIC(RAIL_REJOINS, "p2pkv_rail_rejoins_total", COUNTER,
           "Times a rail taken out was paired again with a consumer's fresh registration "
           "(its local address)", RAIL,

@@ -298,6 +298,13 @@ s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
         uint64_t f = atomic_exchange(&peer->rails[i].failures, rs[i].failures);
         uint64_t j = atomic_exchange(&peer->rails[i].rejoins, rs[i].rejoins);
         atomic_store(&peer->rails[i].failed, rs[i].failed);
+        //  the rail's rate gauge is the sum of its sessions' rates (each
+        //  session measures its own share of the link): this one's moves
+        uint64_t rate = (uint64_t) rs[i].rate;
+        uint64_t was = atomic_exchange(&peer->rails[i].rate, rate);
+        if (rate != was)
+            pk_metrics_shift(env->metrics, PK_M_RAIL_RATE, rs[i].local,
+                             (double) rate - (double) was);
         if (rs[i].writes_posted > w)
             pk_metrics_add(env->metrics, PK_M_RAIL_WRITES, rs[i].local, rs[i].writes_posted - w);
         if (rs[i].blocks_written > b)
@@ -866,6 +873,14 @@ s_peer_actor(zsock_t *pipe, void *args)
     if (self) {
         s_self_run(self);
         terminated = self->terminated;
+        //  a session that ended measures nothing: its rates leave the gauge
+        size_t nr = atomic_load(&peer->nrails);
+        for (size_t i = 0; i < nr; i++) {
+            uint64_t was = atomic_exchange(&peer->rails[i].rate, 0);
+            if (was)
+                pk_metrics_shift(self->env->metrics, PK_M_RAIL_RATE, peer->rails[i].local,
+                                 -(double) was);
+        }
         snprintf(reason, sizeof reason, "%s", pk_server_session_reason(self->session)[0]
                  ? pk_server_session_reason(self->session) : "actor interrupted");
         pk_log(config, PK_LOG_INFO, "session %s closed: %s", peer->consumer, reason);

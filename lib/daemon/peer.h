@@ -132,6 +132,7 @@ struct pk_peer {
         int peer_rail;
         atomic_uint_fast64_t writes, blocks, failures, rejoins;
         atomic_bool failed;         //  taken out (--rail-stall, a failed write)
+        atomic_uint_fast64_t rate;  //  bytes per second it measured (0: none yet)
     } rails[PK_RAILS_MAX];
     atomic_size_t nrails;
 };

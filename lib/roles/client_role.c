@@ -108,6 +108,10 @@ struct _pk_client_role_t {
     pk_client_rail_offer_fn *offer; //  capability rejoin (NULL: off)
     void *offer_arg;
     uint32_t to_offer;              //  our rails revoked, not yet offered again
+    //  a rail whose fresh registration failed: tried again from offer_at
+    //  on, offer_fails failures so far (the server's rejoin back-off)
+    double offer_at[PK_MAX_RAILS];
+    uint32_t offer_fails[PK_MAX_RAILS];
 };
 
 void
@@ -117,20 +121,44 @@ pk_client_role_set_rail_offer(pk_client_role_t *self, pk_client_rail_offer_fn *o
     self->offer_arg = arg;
 }
 
+static double s_now(pk_client_role_t *self);
+
 //  A revoked rail's fresh registration on m (a fetch or get), one a
 //  message, lowest rail first; returns the field to free once m went.
-//  A rail whose registration cannot be made is not offered (stays out).
+//  A rail whose registration cannot be made (no memory, the provider
+//  refused a registration for now) stays out and is tried again after
+//  the server's rejoin back-off, so a passing failure does not keep it
+//  out for the session's life: twice the rail stall, doubling with each
+//  failure, at most 64 (one pk_channel_rail_offer a try; nothing is sent
+//  for a rail that failed).
 static char *
 s_rail_offer(pk_client_role_t *self, pk_msg_t *m)
 {
     char *text = NULL;
-    while (self->to_offer && !text) {
-        size_t rail = (size_t) __builtin_ctz(self->to_offer);
-        self->to_offer &= ~(UINT32_C(1) << rail);
+    double now = s_now(self);
+    uint32_t due = 0;
+    for (uint32_t left = self->to_offer; left; left &= left - 1) {
+        size_t rail = (size_t) __builtin_ctz(left);
+        if (now >= self->offer_at[rail])
+            due |= UINT32_C(1) << rail;
+    }
+    while (due && !text) {
+        size_t rail = (size_t) __builtin_ctz(due);
+        due &= ~(UINT32_C(1) << rail);
         uint8_t *blob = NULL;
         size_t len = 0;
-        if (self->offer(self->offer_arg, rail, &blob, &len) == 0)
+        if (self->offer(self->offer_arg, rail, &blob, &len) == 0) {
+            self->to_offer &= ~(UINT32_C(1) << rail);
+            self->offer_fails[rail] = 0;
             text = pk_wire_rail_offer_format(rail, blob, len);
+        }
+        else {
+            double b = 2 * self->config.rail_stall, most = 64 * self->config.rail_stall;
+            for (uint32_t i = 0; i < self->offer_fails[rail] && b < most; i++)
+                b *= 2;
+            self->offer_fails[rail]++;
+            self->offer_at[rail] = now + (b < most ? b : most);
+        }
         free(blob);
     }
     if (text) {
@@ -669,8 +697,11 @@ s_check_landing(pk_client_role_t *self, s_load_t *l)
         for (size_t i = 0; i < PK_MAX_RAILS; i++)
             if ((l->failed_rails & (UINT32_C(1) << i)) && self->transport.revoke_rail) {
                 self->transport.revoke_rail(self->transport.self, i);
-                if (self->offer)
+                if (self->offer && !(self->to_offer & (UINT32_C(1) << i))) {
                     self->to_offer |= UINT32_C(1) << i;
+                    self->offer_at[i] = 0;
+                    self->offer_fails[i] = 0;
+                }
             }
         s_load_end(self, l, l->status, l->status == PK_LOAD_LANDED ? "landed"
                                        : l->status == PK_LOAD_ABORTED ? "aborted"

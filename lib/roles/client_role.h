@@ -44,7 +44,10 @@ typedef struct {
 /*  Capability rejoin (protocol.md section 7, "a rail that rejoins"): a
     fresh registration for our rail, revoked at a round's end
     (revoke_rail), whose own blob (malloc'd) the next fetch or get offers
-    the server (rail_offer).  0, or a negative error (the rail stays out).  */
+    the server (rail_offer).  0, or a negative error: the rail stays out
+    and is tried again on the rejoin back-off (twice the rail stall,
+    doubling with each failure, at most 64 rail stalls), at the first
+    request after it.  */
 typedef int (pk_client_rail_offer_fn)(void *arg, size_t rail, uint8_t **blob_p, size_t *len_p);
 
 typedef enum {
@@ -73,9 +76,12 @@ typedef struct {
     double abort_ack_timeout;   //  then cut off and failed (10 s)
     uint64_t *load_ids;         //  the owner's counter of load ids, so they are
                                 //  unique across its sessions (NULL: the role's)
+    double rail_stall;          //  the time scale of a rail's fresh registration
+                                //  retried after it failed (capability rejoin;
+                                //  0: retried at the next request)
 } pk_client_role_config_t;
 
-#define PK_CLIENT_ROLE_CONFIG_DEFAULT { 30.0, 10.0, NULL }
+#define PK_CLIENT_ROLE_CONFIG_DEFAULT { 30.0, 10.0, NULL, 0 }
 
 typedef struct _pk_client_role_t pk_client_role_t;
 

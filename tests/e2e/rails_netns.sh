@@ -34,7 +34,12 @@
 #   c. the consumer with rail 1 only: the fetch works over the one pair,
 #      rail 2 carries nothing, and the server's stats during it show the
 #      session's one pair and rail 2 unpaired (session_rails, read with
-#      python3).
+#      python3);
+#   d. rail 2 reshaped to a third of rail 1's rate: a fetch over both
+#      gets every block, byte for byte, and the writer splits by the
+#      rates it measures, so rail 1 carries at least twice rail 2's
+#      bytes by the server's device counters (3:1 wanted; an even split
+#      carries 1:1), and the fetch is faster than two of the slow rail.
 # Needs root, iproute2 and tc; exits 77 (skip) with the reason otherwise.
 #   BLOCKS (32), MID_BLOCKS (96), BLOCK_LEN (1048576), RAILNET_RATE (300)
 set -u
@@ -273,9 +278,25 @@ print("%s: %s to %s (%s), %d bytes so far; %d unpaired" % (new[0], p["local"],
 fi
 say "the session's one pair: $pairs"
 
+slow=$((rn_rate / 3))
+say "d. rail 2 reshaped to $slow Mbit/s beside rail 1's $rn_rate: $mid_blocks blocks over both"
+rn_shape 2 "$slow"
+tx1=$(rn_counter s 1 tx) tx2=$(rn_counter s 2 tx)
+rn_get "$(rn_addrs c 1 2)" "$rn_work/slow" "$rn_work/got-slow" \
+    || { cat "$rn_work/got-slow.err" "$rn_work/two.log"; fail "p2pkv get over unequal rails failed"; }
+rn_verify "$rn_work/slow"; [ "$rn_there" -eq "$mid_blocks" ] || fail "not every block over unequal rails"
+d1=$(delta s 1 tx "$tx1") d2=$(delta s 2 tx "$tx2")
+secs=$(sed -n 's/.* in \([0-9.]*\) s,.*/\1/p' "$rn_work/got-slow.err")
+mbit=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%d", b * 8 / s / 1e6 }')
+say "rail 1 carried $d1 bytes, rail 2 $d2 ($(awk -v a="$d1" -v b="$d2" 'BEGIN { printf "%.2f", a / (b ? b : 1) }'):1), $mbit Mbit/s of $((rn_rate + slow)) shaped"
+[ $((d1 + d2)) -ge "$bytes" ] || fail "the rails carried $((d1 + d2)) bytes, less than $bytes"
+[ "$d1" -ge $((2 * d2)) ] || fail "rail 1 ($rn_rate Mbit/s) carried $d1 bytes, less than twice rail 2's $d2 ($slow Mbit/s): the split does not follow the rates"
+[ "$mbit" -gt $((2 * slow)) ] || fail "$mbit Mbit/s over rails of $rn_rate and $slow: no better than an even split ($((2 * slow)))"
+rn_shape 2 "$rn_rate"
+
 rn_stop "$pid_two"; st=$?
 [ "$st" -eq 0 ] || { cat "$rn_work/two.log"; fail "the two-rail server exited with status $st"; }
 rn_pids=${rn_pids% *}
-say "one and two rails, a rail lost mid-fetch, a rail missing on one side: all verified"
-summary "one rail and two rails over shaped veths, a rail down mid-fetch, one rail of two: verified"
+say "one and two rails, a rail lost mid-fetch, a rail missing on one side, unequal rails: all verified"
+summary "one rail and two rails over shaped veths, a rail down mid-fetch, one rail of two, rails of 3:1: verified"
 exit 0

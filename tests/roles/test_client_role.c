@@ -162,7 +162,7 @@ s_setup(void)
     H->now = 50;
     for (int i = 0; i < 16; i++)
         H->bytes[i] = (uint8_t) (0xa0 + i);
-    pk_client_role_config_t cfg = { 30, 10, NULL };
+    pk_client_role_config_t cfg = { 30, 10, NULL, 1.0 };
     H->role = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now }, (pk_sender_t) { NULL, s_send },
                                  (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget,
                                                            s_landed_rails, s_revoke_rail },
@@ -445,8 +445,10 @@ s_offer(void *a, size_t rail, uint8_t **blob_p, size_t *len_p)
 
 //  Capability rejoin: a rail revoked at a round's end is offered again,
 //  once, on the next fetch (its fresh registration's blob in base64);
-//  one whose registration cannot be made is not offered; without the
-//  capability (no offer function) nothing is.
+//  one whose registration cannot be made is not offered then, but tried
+//  again on the rejoin back-off (twice the rail stall of 1 s, then 4 s)
+//  and offered once it can be made; without the capability (no offer
+//  function) nothing is.
 START_TEST(test_revoked_rail_offered_on_next_fetch)
 {
     H->nrails = 2;
@@ -483,6 +485,24 @@ START_TEST(test_revoked_rail_offered_on_next_fetch)
     s_fetch("r3", 0, 1, 0, 0);
     ck_assert_int_eq(H->noffered, 2);
     ck_assert_str_eq(H->sent[3].offer, "");
+    //  within its back-off: not tried
+    s_tick_at(H->now + 1.9);
+    s_fetch("r4", 0, 1, 0, 0);
+    ck_assert_int_eq(H->noffered, 2);
+    //  after it: tried, fails again, and the next wait is twice as long
+    s_tick_at(H->now + 0.1);
+    s_fetch("r5", 0, 1, 0, 0);
+    ck_assert_int_eq(H->noffered, 3);
+    ck_assert_uint_eq(H->offered[2], 0);
+    ck_assert_str_eq(H->sent[5].offer, "");
+    H->offer_fails = false;
+    s_tick_at(H->now + 3.9);
+    s_fetch("r6", 0, 1, 0, 0);
+    ck_assert_int_eq(H->noffered, 3);
+    s_tick_at(H->now + 0.1);
+    s_fetch("r7", 0, 1, 0, 0);
+    ck_assert_int_eq(H->noffered, 4);
+    ck_assert_str_eq(H->sent[7].offer, "0 UEtPRgE=");
 }
 END_TEST
 
@@ -1202,7 +1222,7 @@ END_TEST
 START_TEST(test_load_ids_from_the_owners_counter)
 {
     uint64_t counter = 41;
-    pk_client_role_config_t cfg = { 30, 10, &counter };
+    pk_client_role_config_t cfg = { 30, 10, &counter, 0 };
     pk_client_role_t *a = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
                                              (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL },
@@ -1272,7 +1292,7 @@ END_TEST
 //  A transport with no forget (NULL) is fine: nothing to tell.
 START_TEST(test_round_over_without_forget)
 {
-    pk_client_role_config_t cfg = { 30, 10, NULL };
+    pk_client_role_config_t cfg = { 30, 10, NULL, 0 };
     pk_client_role_t *r = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
                                              (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL },

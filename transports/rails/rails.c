@@ -2,8 +2,8 @@
     base/transport.h (rails.h says what and why).  */
 #include "base/clock.h"
 #include "base/err.h"
+#include "base/keymap.h"
 #include "rails/rails.h"
-#include "rails/rails_map.h"
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -34,18 +34,33 @@ typedef struct {
     chunks sent again.  */
 enum { S_RUNNING, S_DONE, S_LOST, S_ENDED };
 
+struct s_xfer;
+
 typedef struct {
     uint64_t tid;                   //  the sub-channel's transfer
+    uint64_t key;                   //  the chunk map's key bytes (s_chunk_key)
+    struct s_xfer *x;               //  the write it is a chunk of
     uint32_t off, cnt;              //  blocks [off, off + cnt) of the write
     uint64_t landed;                //  of a chunk that failed: what landed
     uint8_t pair, state;
 } s_chunk_t;
 
+/*  A write's chunks sit in slabs of 4, 8, 16, ... records, never moved:
+    the chunk map holds a pointer to each record and a view of its key
+    (keymap.h keeps views), where a realloc'd array would move both.  A
+    resend appends a chunk, so their number has no bound at the write's
+    start; 28 slabs hold a billion.  */
+#define S_SLAB0 4
+#define S_SLABS 28
+
 typedef struct s_xfer {
     uint64_t tid, round;
     uint32_t *local, *remote;       //  the write's blocks, kept for resends
-    s_chunk_t *chunk;
-    size_t nchunks, capchunks;
+    s_chunk_t *slab[S_SLABS];
+    size_t nchunks;
+    uint32_t n, posted;             //  its blocks; [0, posted) given to rails
+    bool pending;                   //  on the channel's pending list
+    struct s_xfer *pprev, *pnext;   //  there
     size_t open;                    //  chunks running or lost
     uint64_t landed;
     bool failed, cancelled, polled_any;
@@ -59,6 +74,34 @@ typedef struct s_round {
     uint32_t failed;                //  peer rails taken out with writes of it
     struct s_round *next;
 } s_round_t;
+
+//  A writer's pair: a local rail and the peer rail it writes to
+typedef struct {
+    size_t local;
+    int peer;
+    char peer_addr[64];
+    pk_transport_t t;
+    uint64_t failures;
+    bool failed;                //  taken out: nothing more goes over it
+    bool fail_now;              //  a chunk failed on it: take it out
+    size_t running;             //  chunks out on it
+    double busy_since;          //  when running last left 0
+    //  its rate (s_split, s_measure): bytes confirmed over the time it
+    //  had chunks out, an EWMA; 0 until its first sample
+    uint64_t queued;            //  bytes of its chunks out
+    double rate;                //  bytes per second
+    double mark;                //  busy time counted up to here
+    double busy_acc;            //  busy seconds since the last sample
+    uint64_t bytes_acc;         //  bytes confirmed since the last sample
+    double last_post;           //  when it was last given a chunk
+    bool pinned;                //  rate set by pk_rails_test_rate
+    double last_done;           //  its last chunk's completion
+    uint64_t outs;              //  times taken out
+    uint64_t rejoins;           //  times paired again
+    double retry_at;            //  taken out: paired again from then on
+    uint8_t *offer;             //  taken out: the consumer's fresh blob
+    size_t offer_len;
+} s_pair_t;
 
 typedef struct {
     pk_channel_t head;              //  first: a pk_channel_t of the seam
@@ -83,32 +126,18 @@ typedef struct {
     //  writer: the pairs made at connect, in the peer's rail order
     size_t npairs, peer_rails;
     bool rails_peer;                //  the peer sent a rails blob
-    struct {
-        size_t local;
-        int peer;
-        char peer_addr[64];
-        pk_transport_t t;
-        uint64_t failures;
-        bool failed;                //  taken out: nothing more goes over it
-        bool fail_now;              //  a chunk failed on it: take it out
-        size_t running;             //  chunks out on it
-        double busy_since;          //  when running last left 0
-        double last_done;           //  its last chunk's completion
-        uint64_t outs;              //  times taken out
-        uint64_t rejoins;           //  times paired again
-        double retry_at;            //  taken out: paired again from then on
-        uint8_t *offer;             //  taken out: the consumer's fresh blob
-        size_t offer_len;
-    } pair[PK_RAILS_MAX];
-    size_t cursor;                  //  where a write of few blocks starts
+    s_pair_t pair[PK_RAILS_MAX];
+    size_t cursor;                  //  where s_split's ties start
     uint64_t next_tid;
     s_xfer_t *xfers;                //  open, newest first
+    //  writes with blocks not yet given to a rail, oldest first (s_fill)
+    s_xfer_t *pending, *pending_tail;
     size_t nopen;
     //  ended, to report at the next poll: room for every open write is
     //  made when it is accepted, so that one ends without an allocation
     s_xfer_t **finished;
     size_t nfinished, capfinished;
-    pk_rails_map_t chunks;          //  (rail, sub transfer) -> running chunk
+    pk_keymap_t chunks;             //  (rail, sub transfer) -> its running chunk
     s_round_t *rounds;
 } s_channel_t;
 
@@ -419,7 +448,7 @@ s_channel_close(pk_channel_t **channel_p)
     for (size_t i = 0; i < self->nfinished; i++)
         s_xfer_free(self->finished[i]);
     free(self->finished);
-    pk_rails_map_fini(&self->chunks);
+    pk_keymap_fini(&self->chunks);
     while (self->rounds) {
         s_round_t *r = self->rounds;
         self->rounds = r->next;
@@ -683,6 +712,19 @@ pk_rails_test_hold(pk_channel_t *channel, size_t rail, bool hold)
         ((s_channel_t *) channel)->hold[rail] = hold;
 }
 
+void
+pk_rails_test_rate(pk_channel_t *channel, size_t rail, double rate)
+{
+    if (channel->ops != &pk_rails_transport_ops)
+        return;
+    s_channel_t *self = (s_channel_t *) channel;
+    for (size_t p = 0; p < self->npairs; p++)
+        if (self->pair[p].local == rail) {
+            self->pair[p].rate = rate;
+            self->pair[p].pinned = rate > 0;
+        }
+}
+
 static bool
 s_channel_closed(const pk_channel_t *channel)
 {
@@ -772,6 +814,7 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
                 r->failures += self->pair[p].failures;
                 r->failed = self->pair[p].failed;
                 r->rejoins = self->pair[p].rejoins;
+                r->rate = self->pair[p].rate;
             }
     }
     return self->n;
@@ -843,8 +886,319 @@ s_finish(s_channel_t *self, s_xfer_t *x)
 static void
 s_chunk_ended(s_channel_t *self, s_xfer_t *x)
 {
-    if (--x->open == 0)
+    if (--x->open == 0 && x->posted == x->n)
         s_finish(self, x);
+}
+
+static void
+s_pend(s_channel_t *self, s_xfer_t *x)
+{
+    x->pending = true;
+    x->pprev = self->pending_tail;
+    x->pnext = NULL;
+    if (self->pending_tail)
+        self->pending_tail->pnext = x;
+    else
+        self->pending = x;
+    self->pending_tail = x;
+}
+
+static void
+s_unpend(s_channel_t *self, s_xfer_t *x)
+{
+    if (!x->pending)
+        return;
+    x->pending = false;
+    if (x->pprev)
+        x->pprev->pnext = x->pnext;
+    else
+        self->pending = x->pnext;
+    if (x->pnext)
+        x->pnext->pprev = x->pprev;
+    else
+        self->pending_tail = x->pprev;
+    x->pprev = x->pnext = NULL;
+}
+
+/*  A rail's rate (design.md, "A slow rail gets less"): bytes its chunks
+    confirmed over the time it had chunks out, sampled once S_RATE_WINDOW
+    of such time passed (one 1 MiB chunk at 50 Mbit/s is 168 ms: then a
+    sample a chunk), folded in with a weight of busy / (busy + tau):
+    samples short beside tau add up to 1 - e^(-busy / tau), so a rate
+    change is 63% followed after S_RATE_TAU of busy time, 95% after three
+    (no libm for it).  A rail with nothing out measures nothing and keeps its rate;
+    one not measured yet counts as the mean of those measured (all rails
+    start equal).  */
+#define S_RATE_WINDOW 0.02
+#define S_RATE_TAU 0.25
+/*  A live rail given nothing for S_PROBE while another has chunks out
+    gets the next chunk whatever its rate says, so a rail measured slow
+    is measured again and can recover: at most one chunk a probe beyond
+    its share (1 MiB at 50 Mbit/s: 168 ms of that rail, in parallel with
+    the others).  */
+#define S_PROBE 0.5
+
+static double
+s_rate_of(const s_channel_t *self, size_t p)
+{
+    if (self->pair[p].rate > 0)
+        return self->pair[p].rate;
+    double sum = 0;
+    size_t n = 0;
+    for (size_t q = 0; q < self->npairs; q++)
+        if (!self->pair[q].failed && self->pair[q].rate > 0)
+            sum += self->pair[q].rate, n++;
+    return n ? sum / (double) n : 1.0;
+}
+
+/*  How the n blocks of a write go over the pairs live[0..k): shares that
+    every pair would finish at one time T (water filling: a pair's queue
+    of queued bytes at rate r is free at queued / r; T is where the
+    shares r T - queued of the pairs free before it sum to the write),
+    in whole blocks, the blocks left by rounding to the largest remainders
+    (ties round from the cursor, so equal rails alternate writes of one
+    block).  A probe due (S_PROBE) gets a chunk's worth taken from the
+    largest share.  k at most 8: a few dozen operations a write.  */
+static void
+s_split(s_channel_t *self, const size_t *live, size_t k, size_t n, size_t *share, double now)
+{
+    size_t L = self->fab->block_len ? self->fab->block_len : 1;
+    double rate[PK_RAILS_MAX], free_at[PK_RAILS_MAX];
+    size_t order[PK_RAILS_MAX];
+    size_t start = self->cursor++ % k;
+    for (size_t j = 0; j < k; j++) {
+        size_t i = (start + j) % k, p = live[i];
+        rate[i] = s_rate_of(self, p);
+        free_at[i] = (double) self->pair[p].queued / rate[i];
+        //  insertion sort by free_at, stable from the cursor
+        size_t at = j;
+        while (at > 0 && free_at[order[at - 1]] > free_at[i]) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = i;
+    }
+    double bytes = (double) n * (double) L, sum_q = 0, sum_r = 0, T = 0;
+    size_t m = 0;
+    while (m < k) {
+        size_t i = order[m];
+        sum_q += (double) self->pair[live[i]].queued;
+        sum_r += rate[i];
+        m++;
+        T = (bytes + sum_q) / sum_r;
+        if (m == k || T <= free_at[order[m]])
+            break;
+    }
+    double frac[PK_RAILS_MAX];
+    size_t given = 0;
+    for (size_t i = 0; i < k; i++) {
+        double want = 0;
+        for (size_t j = 0; j < m; j++)
+            if (order[j] == i)
+                want = (rate[i] * T - (double) self->pair[live[i]].queued) / (double) L;
+        want = want < 0 ? 0 : want > (double) n ? (double) n : want;
+        share[i] = (size_t) want;
+        frac[i] = want - (double) share[i];
+        given += share[i];
+    }
+    while (given < n) {
+        size_t best = start;
+        for (size_t j = 0; j < k; j++)
+            if (frac[(start + j) % k] > frac[best])
+                best = (start + j) % k;
+        share[best]++;
+        frac[best] = -1;
+        given++;
+    }
+    //  the probe: a rail measured slow but idle while others work
+    bool busy = false;
+    for (size_t i = 0; i < k; i++)
+        busy |= self->pair[live[i]].running > 0;
+    for (size_t i = 0; busy && i < k; i++) {
+        size_t p = live[i];
+        if (share[i] || self->pair[p].running || now - self->pair[p].last_post < S_PROBE)
+            continue;
+        size_t big = 0;
+        for (size_t j = 1; j < k; j++)
+            big = share[j] > share[big] ? j : big;
+        size_t c = share[big] < self->chunk_blocks ? share[big] : self->chunk_blocks;
+        share[big] -= c;
+        share[i] += c;
+    }
+}
+
+/*  Blocks [off, off + n) of x over the pairs live[0..k) by their rates
+    (s_split), each share contiguous so the sub-channel's runs merge.  0
+    or the first error (counted a failure of its pair).  */
+static int s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt);
+
+static int
+s_spread(s_channel_t *self, s_xfer_t *x, const size_t *live, size_t k, uint32_t off,
+         uint32_t n, double now)
+{
+    size_t share[PK_RAILS_MAX];
+    s_split(self, live, k, n, share, now);
+    for (size_t i = 0; i < k; i++) {
+        if (!share[i])
+            continue;
+        int err = s_post(self, x, live[i], off, (uint32_t) share[i]);
+        if (err) {
+            self->pair[live[i]].failures++;
+            return err;
+        }
+        off += (uint32_t) share[i];
+    }
+    return 0;
+}
+
+/*  How many bytes pair p may have out: enough to keep its link busy
+    between two polls and a completion's round trip, S_DEPTH of its rate,
+    and at least S_DEPTH_CHUNKS chunks (a rail not measured yet, and a
+    slow one: 4 MiB is 220 ms at 150 Mbit/s).  50 ms of its rate cost the
+    loopback big round (test_big_round_over_two_rails) a third, one write
+    0.20-0.26 s against 0.14-0.18 s; at 200 ms it is the same as posting
+    everything at once (0.15-0.16 s both).  Blocks beyond it wait in
+    the write (s_fill), so a rail's share is decided when it has room,
+    by the rates measured by then, not once at the write's start: a round
+    posted whole before any rate is known still goes 3:1 over 3:1 rails.
+    The cost: a rail's queue is refilled at the poll after a completion,
+    not ahead of it (the depth covers that wait).  */
+#define S_DEPTH 0.2
+#define S_DEPTH_CHUNKS 4
+
+static double
+s_depth(const s_channel_t *self, size_t p)
+{
+    double least = (double) S_DEPTH_CHUNKS * self->chunk_blocks * (double) self->fab->block_len;
+    double by_rate = s_rate_of(self, p) * S_DEPTH;
+    return by_rate > least ? by_rate : least;
+}
+
+/*  Gives the pending writes' blocks, oldest first, to the rails with room
+    (s_depth), split by their rates (s_split), each rail's share capped by
+    its room; what no rail has room for (or what the split gives only to
+    full rails) waits for the next poll.  A post that fails fails its
+    write (what its posted chunks land is reported); for fresh, a write
+    not yet given to the caller, with nothing posted, the error is
+    returned and fresh left to the caller.  */
+static int
+s_fill(s_channel_t *self, s_xfer_t *fresh)
+{
+    size_t live[PK_RAILS_MAX], k = 0;
+    for (size_t p = 0; p < self->npairs; p++)
+        if (!self->pair[p].failed)
+            live[k++] = p;
+    double now = pk_clock_monotonic();
+    double L = self->fab->block_len ? (double) self->fab->block_len : 1;
+    while (k && self->pending) {
+        s_xfer_t *x = self->pending;
+        if (x->failed) {            //  what waited of a failed write never goes
+            x->posted = x->n;
+            s_unpend(self, x);
+            if (!x->open)
+                s_finish(self, x);
+            continue;
+        }
+        size_t room[PK_RAILS_MAX], total = 0;
+        for (size_t i = 0; i < k; i++) {
+            double q = (double) self->pair[live[i]].queued, d = s_depth(self, live[i]);
+            room[i] = q < d ? (size_t) ((d - q) / L) : 0;
+            room[i] += room[i] == 0 && q < d;
+            total += room[i];
+        }
+        if (!total)
+            break;
+        size_t left = x->n - x->posted, m = left < total ? left : total;
+        size_t share[PK_RAILS_MAX], now_posted = 0;
+        s_split(self, live, k, m, share, now);
+        int err = 0;
+        for (size_t i = 0; i < k && !err; i++) {
+            size_t c = share[i] < room[i] ? share[i] : room[i];
+            if (!c)
+                continue;
+            if ((err = s_post(self, x, live[i], x->posted, (uint32_t) c)) != 0) {
+                self->pair[live[i]].failures++;
+                break;
+            }
+            x->posted += (uint32_t) c;
+            now_posted += c;
+        }
+        if (err) {
+            x->failed = true;
+            x->posted = x->n;
+            s_unpend(self, x);
+            if (x == fresh && !x->nchunks)
+                return err;
+            if (!x->open)
+                s_finish(self, x);
+            continue;
+        }
+        if (x->posted == x->n)
+            s_unpend(self, x);
+        else if (!now_posted)
+            break;
+    }
+    return 0;
+}
+
+//  bytes of pair p's confirmed at now: its busy time and bytes so far
+//  make a sample once they span S_RATE_WINDOW
+static void
+s_measure(s_channel_t *self, size_t p, uint64_t bytes, double now)
+{
+    s_pair_t *r = &self->pair[p];
+    r->busy_acc += now - r->mark;
+    r->mark = now;
+    r->bytes_acc += bytes;
+    if (r->busy_acc < S_RATE_WINDOW || r->pinned)
+        return;
+    double sample = (double) r->bytes_acc / r->busy_acc;
+    r->rate = r->rate > 0 ? r->rate + r->busy_acc / (r->busy_acc + S_RATE_TAU) * (sample - r->rate)
+                          : sample;
+    r->busy_acc = 0;
+    r->bytes_acc = 0;
+}
+
+//  Pair p's chunks out are gone (taken out, rejoined): nothing is queued
+//  and a sample in the making is dropped
+static void
+s_unqueue(s_channel_t *self, size_t p)
+{
+    self->pair[p].running = 0;
+    self->pair[p].queued = 0;
+    self->pair[p].busy_acc = 0;
+    self->pair[p].bytes_acc = 0;
+}
+
+//  Chunk i of x: slab k holds chunks [4 (2^k - 1), 4 (2^(k+1) - 1))
+static s_chunk_t *
+s_chunk(const s_xfer_t *x, size_t i)
+{
+    size_t k = (size_t) (63 - __builtin_clzll(i / S_SLAB0 + 1));
+    return &x->slab[k][i - S_SLAB0 * (((size_t) 1 << k) - 1)];
+}
+
+/*  The chunk map's key of sub transfer tid on pair p (< 8): its bytes are
+    c->key, so the entry's view lives as long as the record; a lookup's
+    may be on the stack.  Our own ids: pk_hash_id's mix, not SipHash.  */
+static pk_key_t
+s_chunk_key(const uint64_t *key)
+{
+    return (pk_key_t) { (const uint8_t *) key, sizeof *key, pk_hash_id(*key >> 3, *key & 7) };
+}
+
+static uint64_t
+s_key_of(size_t p, uint64_t tid)
+{
+    return tid << 3 | (uint64_t) p;
+}
+
+//  c leaves the chunk map (it ended, or is given up)
+static void
+s_chunk_untrack(s_channel_t *self, s_chunk_t *c)
+{
+    pk_key_t k = s_chunk_key(&c->key);
+    (void) pk_keymap_take(&self->chunks, &k, NULL, NULL);
 }
 
 //  Blocks [off, off + cnt) of x over pair p, as chunks (see s_chunk_t).
@@ -853,28 +1207,32 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
 {
     for (uint32_t done = 0; done < cnt; ) {
         uint32_t c = cnt - done < self->chunk_blocks ? cnt - done : self->chunk_blocks;
-        if (x->nchunks == x->capchunks) {
-            size_t cap = x->capchunks ? 2 * x->capchunks : 4;
-            s_chunk_t *ch = realloc(x->chunk, cap * sizeof *ch);
-            if (!ch)
-                return -ENOMEM;
-            x->chunk = ch;
-            x->capchunks = cap;
-        }
-        if (pk_rails_map_reserve(&self->chunks, 1))
+        size_t k = (size_t) (63 - __builtin_clzll(x->nchunks / S_SLAB0 + 1));
+        if (k >= S_SLABS)
+            return -E2BIG;
+        if (!x->slab[k] && !(x->slab[k] = malloc((S_SLAB0 << k) * sizeof (s_chunk_t))))
+            return -ENOMEM;
+        //  room before the post, so the insert after it cannot fail and
+        //  no chunk is out untracked (keymap grows only past half full)
+        if (pk_keymap_reserve(&self->chunks, self->chunks.count + 1))
             return -ENOMEM;
         int64_t tid = self->pair[p].t.write_blocks(self->pair[p].t.self, x->round,
                                                    x->local + off + done,
                                                    x->remote + off + done, c);
         if (tid <= 0)
             return tid < 0 ? (int) tid : -EIO;
-        pk_rails_map_put(&self->chunks, pk_rails_map_key(p, (uint64_t) tid), x, x->nchunks);
-        x->chunk[x->nchunks++] = (s_chunk_t) { .tid = (uint64_t) tid, .off = off + done,
-                                               .cnt = c, .pair = (uint8_t) p,
-                                               .state = S_RUNNING };
+        s_chunk_t *ch = s_chunk(x, x->nchunks++);
+        *ch = (s_chunk_t) { .tid = (uint64_t) tid, .key = s_key_of(p, (uint64_t) tid), .x = x,
+                            .off = off + done, .cnt = c, .pair = (uint8_t) p,
+                            .state = S_RUNNING };
+        pk_key_t key = s_chunk_key(&ch->key);
+        (void) pk_keymap_put(&self->chunks, &key, (uintptr_t) ch, 0);
         x->open++;
+        double now = pk_clock_monotonic();
         if (self->pair[p].running++ == 0)
-            self->pair[p].busy_since = pk_clock_monotonic();
+            self->pair[p].busy_since = self->pair[p].mark = now;
+        self->pair[p].queued += (uint64_t) c * self->fab->block_len;
+        self->pair[p].last_post = now;
         done += c;
     }
     return 0;
@@ -885,10 +1243,9 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
                size_t n)
 {
     s_channel_t *self = arg;
-    size_t live[PK_RAILS_MAX], k = 0;
+    size_t k = 0;
     for (size_t p = 0; p < self->npairs; p++)
-        if (!self->pair[p].failed)
-            live[k++] = p;
+        k += !self->pair[p].failed;
     if (!k)
         return -ENOTCONN;
     if (n > UINT32_MAX)
@@ -913,36 +1270,27 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     memcpy(x->remote, remote, n * sizeof *remote);
     x->tid = self->next_tid++;
     x->round = round_seq;
-    //  contiguous shares keep the sub-channel's run merging; a write of
-    //  fewer blocks than rails starts where the last one stopped
-    size_t start = self->cursor % k;
-    size_t shares = n < k ? n : k;
-    self->cursor += shares;
-    size_t off = 0;
-    int err = 0;
-    for (size_t s = 0; s < shares && !err; s++) {
-        size_t p = live[(start + s) % k];
-        size_t cnt = (n * (s + 1)) / shares - (n * s) / shares;
-        if ((err = s_post(self, x, p, (uint32_t) off, (uint32_t) cnt)) != 0)
-            self->pair[p].failures++;
-        off += cnt;
-    }
-    if (err && !x->nchunks) {
-        free(x->local);
-        free(x->remote);
-        free(x);
-        return err;
-    }
-    //  a refusal after some chunks went: the transfer fails with what
-    //  the posted ones land
-    x->failed = err != 0;
+    x->n = (uint32_t) n;
     x->next = self->xfers;
     if (self->xfers)
         self->xfers->prev = x;
     self->xfers = x;
     self->nopen++;
-    if (!x->open)                   //  a write of no blocks: done at once
+    if (!n) {                       //  a write of no blocks: done at once
         s_finish(self, x);
+        return (int64_t) x->tid;
+    }
+    //  its blocks go to the rails as they have room, by their rates
+    //  (s_fill): beside a rail of three times its rate, a rail gets a
+    //  quarter; a refusal after some chunks went fails the transfer with
+    //  what the posted ones land
+    s_pend(self, x);
+    int err = s_fill(self, x);
+    if (err) {
+        s_xfer_unlink(self, x);
+        s_xfer_free(x);
+        return err;
+    }
     return (int64_t) x->tid;
 }
 
@@ -951,7 +1299,8 @@ s_xfer_free(s_xfer_t *x)
 {
     free(x->local);
     free(x->remote);
-    free(x->chunk);
+    for (size_t k = 0; k < S_SLABS && x->slab[k]; k++)
+        free(x->slab[k]);
     free(x);
 }
 
@@ -966,15 +1315,20 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     s_poll_ctx_t *ctx = arg;
     s_channel_t *self = ctx->self;
     size_t p = ctx->pair;
-    void *found;
-    size_t ci;
-    //  one probe (rails_map.h); a chunk given up since has no entry
-    if (!pk_rails_map_take(&self->chunks, pk_rails_map_key(p, tid), &found, &ci))
+    //  one probe; a chunk given up since has no entry
+    uint64_t kb = s_key_of(p, tid), found;
+    pk_key_t key = s_chunk_key(&kb);
+    if (!pk_keymap_take(&self->chunks, &key, &found, NULL))
         return;
-    s_xfer_t *x = found;
-    s_chunk_t *c = &x->chunk[ci];
+    s_chunk_t *c = (s_chunk_t *) (uintptr_t) found;
+    s_xfer_t *x = c->x;
+    double now = pk_clock_monotonic();
+    uint64_t bytes = (uint64_t) c->cnt * self->fab->block_len;
+    if (ok)
+        s_measure(self, p, bytes, now);
     self->pair[p].running--;
-    self->pair[p].last_done = pk_clock_monotonic();
+    self->pair[p].queued -= bytes;
+    self->pair[p].last_done = now;
     x->polled_any = true;
     uint64_t blocks = ok ? c->cnt : landed;
     //  kept for the answer only where the peer reads it (rails_landing
@@ -1036,9 +1390,9 @@ s_take_out(s_channel_t *self, size_t p, bool failure)
         for (s_xfer_t *x = self->xfers, *next; x; x = next) {
             next = x->next;
             for (size_t i = 0; i < x->nchunks; i++)
-                if (x->chunk[i].pair == p && x->chunk[i].state == S_LOST) {
-                    x->chunk[i].state = S_ENDED;
-                    x->landed += x->chunk[i].landed;
+                if (s_chunk(x, i)->pair == p && s_chunk(x, i)->state == S_LOST) {
+                    s_chunk(x, i)->state = S_ENDED;
+                    x->landed += s_chunk(x, i)->landed;
                     x->failed = true;
                     s_chunk_ended(self, x);
                 }
@@ -1057,36 +1411,35 @@ s_take_out(s_channel_t *self, size_t p, bool failure)
     size_t n = 0;
     for (s_xfer_t *x = self->xfers; x; x = x->next)
         for (size_t i = 0; i < x->nchunks; i++)
-            n += x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING;
+            n += s_chunk(x, i)->pair == p && s_chunk(x, i)->state == S_RUNNING;
     uint64_t *tids = n ? malloc(n * sizeof *tids) : NULL;
     size_t m = 0;
     for (s_xfer_t *x = self->xfers; x; x = x->next)
-        for (size_t i = 0; i < x->nchunks; i++)
-            if (x->chunk[i].pair == p && x->chunk[i].state == S_RUNNING) {
-                void *xv;
-                size_t ci;
-                (void) pk_rails_map_take(&self->chunks, pk_rails_map_key(p, x->chunk[i].tid),
-                                         &xv, &ci);
+        for (size_t i = 0; i < x->nchunks; i++) {
+            s_chunk_t *c = s_chunk(x, i);
+            if (c->pair == p && c->state == S_RUNNING) {
+                s_chunk_untrack(self, c);
                 if (tids)
-                    tids[m++] = x->chunk[i].tid;
+                    tids[m++] = c->tid;
             }
+        }
     uint64_t still;
     (void) self->pair[p].t.cancel(self->pair[p].t.self, tids, m, PK_CANCEL_IMMEDIATE, &still);
     free(tids);
-    self->pair[p].running = 0;
-    size_t next = 0;
+    s_unqueue(self, p);
+    double now = pk_clock_monotonic();
     for (s_xfer_t *x = self->xfers, *later; x; x = later) {
         later = x->next;            //  x may end here (s_chunk_ended)
         bool touched = false;
         size_t nc = x->nchunks;     //  resends append: not walked again
         for (size_t i = 0; i < nc; i++) {
-            s_chunk_t c = x->chunk[i];
+            s_chunk_t c = *s_chunk(x, i);
             if (c.pair != p || (c.state != S_RUNNING && c.state != S_LOST))
                 continue;
             touched = true;
-            x->chunk[i].state = S_ENDED;
+            s_chunk(x, i)->state = S_ENDED;
             int rc = x->cancelled || x->failed ? -ECANCELED
-                                               : s_post(self, x, live[next++ % k], c.off, c.cnt);
+                                               : s_spread(self, x, live, k, c.off, c.cnt, now);
             if (rc) {
                 x->landed += c.state == S_LOST ? c.landed : 0;
                 x->failed = true;
@@ -1151,7 +1504,10 @@ s_rejoin(s_channel_t *self, size_t p)
     self->sub[i] = fresh;
     self->pair[p].t = pk_channel_transport(fresh);
     self->pair[p].failed = false;
-    self->pair[p].running = 0;
+    s_unqueue(self, p);
+    //  measured again from scratch: until then it counts as the others'
+    //  mean, so it gets a share and a sample at once
+    self->pair[p].rate = self->pair[p].pinned ? self->pair[p].rate : 0;
     self->pair[p].busy_since = self->pair[p].last_done = 0;
     self->pair[p].rejoins++;
 }
@@ -1224,6 +1580,7 @@ s_poll(void *arg, pk_transfer_fn *each, void *each_arg)
         else if (self->pair[p].failed && self->pair[p].offer && now >= self->pair[p].retry_at)
             s_rejoin(self, p);
     }
+    (void) s_fill(self, NULL);
     //  a write ends where its last chunk does (s_chunk_ended), so nothing
     //  here walks the open writes
     if (!self->nfinished)
@@ -1249,8 +1606,10 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             x = x->next;
         if (!x)
             continue;
+        s_unpend(self, x);
+        x->posted = x->n;           //  what waited is never given to a rail
         for (size_t c = 0; c < x->nchunks; c++) {
-            s_chunk_t *ch = &x->chunk[c];
+            s_chunk_t *ch = s_chunk(x, c);
             if (ch->state == S_LOST) {
                 ch->state = S_ENDED;
                 x->landed += ch->landed;
@@ -1262,13 +1621,11 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
             size_t r = self->pair[ch->pair].t.cancel(self->pair[ch->pair].t.self, &ch->tid, 1,
                                                      mode, &s);
             if (mode == PK_CANCEL_IMMEDIATE || r == 0) {
-                void *xv;
-                size_t ci;
-                (void) pk_rails_map_take(&self->chunks, pk_rails_map_key(ch->pair, ch->tid),
-                                         &xv, &ci);
+                s_chunk_untrack(self, ch);
                 ch->state = S_ENDED;
                 x->open--;
                 self->pair[ch->pair].running--;
+                self->pair[ch->pair].queued -= (uint64_t) ch->cnt * self->fab->block_len;
             }
         }
         x->failed = x->cancelled = true;

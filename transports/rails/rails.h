@@ -20,10 +20,11 @@
     interface's netmask), else the first unpaired one that connects.
 
     Striping: a write of n blocks goes over the paired rails by whole
-    blocks, contiguous shares of n/k (k rails; a write of fewer blocks
-    than rails starts on the next rail each time), each share cut into
-    chunks of about 1 MiB, each chunk a write of the sub-channel with the
-    round's immediate.  The consumer counts per rail; the writer's
+    blocks, in contiguous shares by each rail's measured rate (shares
+    that would all finish at one time, given what each rail has queued;
+    design.md, "A slow rail gets less"), each share cut into chunks of
+    about 1 MiB, each chunk a write of the sub-channel with the round's
+    immediate.  The consumer counts per rail; the writer's
     per-rail counts (rails_landing) go in the round's answer.
 
     A rail that fails (rail_stall of pk_fabric_config_t; protocol.md
@@ -76,6 +77,10 @@ bool pk_rails_same_subnet(const pk_rails_addr_t *ours, const char *peer);
     nor reads that rail's completions, as if its link were down (a write
     on it never completes; --rail-stall takes it out).  */
 void pk_rails_test_hold(pk_channel_t *channel, size_t rail, bool hold);
+
+/*  Test hook: pins pair rail's rate (bytes per second) at rate: the split
+    uses it and no measurement moves it; 0 unpins (measured again).  */
+void pk_rails_test_rate(pk_channel_t *channel, size_t rail, double rate);
 
 /*  The seam's table (name "rails"); providers: none of its own.  */
 extern const pk_transport_ops_t pk_rails_transport_ops;
