@@ -16,13 +16,13 @@
 #include "p2pkv.h"
 #include "p2pkv_engine.h"
 #include "base/clock.h"
+#include "blocks.h"
 #include "daemon.h"
 #include "testutil.h"
 
 #include <czmq.h>
 #include <errno.h>
 #include <pthread.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,18 +33,16 @@
 #define NPUB 4                      //  published keys K0..K3
 enum { X = NPUB, P, NKEYS };        //  X never published, P reserved, never committed
 
-static uint8_t s_data[NKEYS][BLOCK];
-static uint8_t s_key[NKEYS][32];
+//  Block i is the suites' hashed block i (blocks.h), keyed by its SHA-256;
+//  made in a test (bk_hashed_key asserts), by s_server
 static p2pkv_key_t s_keys[NKEYS];
 
 static void
 s_make_keys(void)
 {
-    for (int i = 0; i < NKEYS; i++) {
-        for (int k = 0; k < BLOCK; k++)
-            s_data[i][k] = (uint8_t) (i * 29 + k * 7 + 1);
-        crypto_hash_sha256(s_key[i], s_data[i], BLOCK);
-        s_keys[i] = (p2pkv_key_t) { s_key[i], 32 };
+    for (unsigned i = 0; i < NKEYS; i++) {
+        pk_key_t k = bk_hashed_key(i);
+        s_keys[i] = (p2pkv_key_t) { k.bytes, k.len };
     }
 }
 
@@ -52,8 +50,9 @@ s_make_keys(void)
 static void
 s_server(td_t *s, const char *const *flags)
 {
+    s_make_keys();
     td_start(s, flags);
-    td_put(td_api(s), s_keys, &s_data[0][0], NPUB, BLOCK);
+    td_put(td_api(s), s_keys, bk_hashed(0), NPUB, BLOCK);
     uint32_t block;
     td_reserve(s, &s_keys[P], 1, &block);
 }
@@ -143,7 +142,7 @@ s_get_and_check(td_t *s, json_int_t want)
         ck_assert_int_eq(res[i].status, P2PKV_KEY_LANDED);
         ck_assert(res[i].verified);
         ck_assert_int_eq(res[i].holder, server);
-        ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, s_data[data[i]], BLOCK) == 0,
+        ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, bk_hashed(data[i]), BLOCK) == 0,
                       "block of key %d", data[i]);
     }
     //  a block corrupted at rest: CORRUPT after its check, the others land
@@ -151,7 +150,7 @@ s_get_and_check(td_t *s, json_int_t want)
     uint8_t *map = td_pool_map(s, &maplen);
     uint8_t *at = NULL;
     for (size_t off = 0; off + BLOCK <= maplen && !at; off += BLOCK)
-        if (memcmp(map + off, s_data[2], BLOCK) == 0)
+        if (memcmp(map + off, bk_hashed(2), BLOCK) == 0)
             at = map + off;
     ck_assert_ptr_nonnull(at);
     at[7] ^= 0x10;
@@ -334,7 +333,7 @@ START_TEST(test_get_pending_miss)
     ck_assert_int_eq(res[1].status, P2PKV_KEY_MISSING);
     ck_assert_msg(res[1].reason == P2PKV_MISS_PENDING, "reason %s",
                   p2pkv_miss_reason_name(res[1].reason));
-    ck_assert(memcmp(p2pkv_client_pool(c) + 5 * BLOCK, s_data[0], BLOCK) == 0);
+    ck_assert(memcmp(p2pkv_client_pool(c) + 5 * BLOCK, bk_hashed(0), BLOCK) == 0);
     p2pkv_client_destroy(&c);
     ck_assert_int_eq(td_stop(&s), 0);
 }
@@ -529,7 +528,7 @@ START_TEST(test_get_async_several_in_flight)
             ck_assert(r->verified);
             ck_assert_uint_ne(r->checksum, 0);
             ck_assert_int_eq(r->holder, server);
-            ck_assert_msg(memcmp(pool + b * BLOCK, s_data[data[g][i]], BLOCK) == 0,
+            ck_assert_msg(memcmp(pool + b * BLOCK, bk_hashed(data[g][i]), BLOCK) == 0,
                           "get %d: block of key %d", g, data[g][i]);
         }
     ck_assert_int_eq(p2pkv_client_finish(c, server, "ga"), 0);
@@ -577,7 +576,7 @@ START_TEST(test_get_async_past_the_pin_quota)
         p2pkv_key_result_t *r = &res[i];
         if (r->status == P2PKV_KEY_LANDED) {
             ck_assert(r->verified);
-            ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, s_data[i], BLOCK) == 0,
+            ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, bk_hashed(i), BLOCK) == 0,
                           "block of key %d", i);
             landed++;
             continue;
@@ -699,7 +698,7 @@ START_TEST(test_get_async_without_the_capability)
     ck_assert_int_eq(s_end_of(c, &ends, id), P2PKV_LANDED);
     ck_assert_int_eq(res[0].status, P2PKV_KEY_LANDED);
     ck_assert(res[0].verified);
-    ck_assert(memcmp(p2pkv_client_pool(c) + 3 * BLOCK, s_data[0], BLOCK) == 0);
+    ck_assert(memcmp(p2pkv_client_pool(c) + 3 * BLOCK, bk_hashed(0), BLOCK) == 0);
     ck_assert_int_eq(p2pkv_client_open_fetches(c), 0);
     double deadline = pk_clock_monotonic() + BOUND;
     while (s_fetches(&s) - fetches0 < 2 && pk_clock_monotonic() < deadline)
@@ -720,7 +719,6 @@ main(void)
     if (rc)
         return rc;
     td_sweep();
-    s_make_keys();
     Suite *suite = suite_create("get");
     TCase *tc = td_case(suite, "get", 240);
     tcase_add_test(tc, test_get_in_one_message);

@@ -17,12 +17,12 @@
 #include "p2pkv.h"
 #include "p2pkv_engine.h"
 #include "base/clock.h"
+#include "blocks.h"
 #include "daemon.h"
 #include "testutil.h"
 
 #include <czmq.h>
 #include <errno.h>
-#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,18 +33,16 @@
 #define NPUB 4                      //  published keys K0..K3
 enum { X = NPUB, P, NKEYS };        //  X never published, P reserved, never committed
 
-static uint8_t s_data[NKEYS][BLOCK];
-static uint8_t s_key[NKEYS][32];
+//  Block i is the suites' hashed block i (blocks.h), keyed by its SHA-256;
+//  made in a test (bk_hashed_key asserts), by s_server
 static p2pkv_key_t s_keys[NKEYS];
 
 static void
 s_make_keys(void)
 {
-    for (int i = 0; i < NKEYS; i++) {
-        for (int k = 0; k < BLOCK; k++)
-            s_data[i][k] = (uint8_t) (i * 31 + k * 5 + 3);
-        crypto_hash_sha256(s_key[i], s_data[i], BLOCK);
-        s_keys[i] = (p2pkv_key_t) { s_key[i], 32 };
+    for (unsigned i = 0; i < NKEYS; i++) {
+        pk_key_t k = bk_hashed_key(i);
+        s_keys[i] = (p2pkv_key_t) { k.bytes, k.len };
     }
 }
 
@@ -63,8 +61,9 @@ s_server(td_t *s, bool off, const char *const *extra)
     for (size_t i = 0; extra && extra[i]; i++)
         flags[n++] = extra[i];
     flags[n] = NULL;
+    s_make_keys();
     td_start(s, flags);
-    td_put(td_api(s), s_keys, &s_data[0][0], NPUB, BLOCK);
+    td_put(td_api(s), s_keys, bk_hashed(0), NPUB, BLOCK);
     uint32_t block;
     td_reserve(s, &s_keys[P], 1, &block);
 }
@@ -224,7 +223,7 @@ s_mix_get(td_t *s, bool off, p2pkv_key_result_t res[2][N], int *server_p)
     const uint8_t *pool = p2pkv_client_pool(c);
     for (int i = 0; i < N; i++)
         if (s_mix[i] != X)
-            ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, s_data[s_mix[i]], BLOCK) == 0,
+            ck_assert_msg(memcmp(pool + (size_t) dest[i] * BLOCK, bk_hashed(s_mix[i]), BLOCK) == 0,
                           "block of key %d", s_mix[i]);
         else
             ck_assert_int_eq(pool[(size_t) dest[i] * BLOCK], 0);
@@ -237,7 +236,7 @@ s_mix_get(td_t *s, bool off, p2pkv_key_result_t res[2][N], int *server_p)
     uint8_t *map = td_pool_map(s, &maplen);
     uint8_t *bad = NULL;
     for (size_t o = 0; o + BLOCK <= maplen && !bad; o += BLOCK)
-        if (memcmp(map + o, s_data[2], BLOCK) == 0)
+        if (memcmp(map + o, bk_hashed(2), BLOCK) == 0)
             bad = map + o;
     ck_assert_ptr_nonnull(bad);
     bad[9] ^= 0x20;
@@ -323,22 +322,22 @@ s_beside(bool off)
     ck_assert_int_eq(res[1].status, P2PKV_KEY_MISSING);
     ck_assert_int_eq(res[1].reason, P2PKV_MISS_ABSENT);
     const uint8_t *pool = p2pkv_client_pool(c);
-    ck_assert(memcmp(pool + 20 * BLOCK, s_data[0], BLOCK) == 0);
+    ck_assert(memcmp(pool + 20 * BLOCK, bk_hashed(0), BLOCK) == 0);
     double deadline = pk_clock_monotonic() + BOUND;
     while (seen.lookups == 0 && pk_clock_monotonic() < deadline)
         p2pkv_client_poll(c, 0.05);
     ck_assert_uint_eq(seen.lookups, 1);
     ck_assert_str_eq(seen.kv, "kv");
     ck_assert_uint_eq(seen.nkeys, 2);
-    ck_assert(memcmp(seen.key_bytes[0], s_key[0], 32) == 0);
-    ck_assert(memcmp(seen.key_bytes[1], s_key[1], 32) == 0);
+    ck_assert(memcmp(seen.key_bytes[0], s_keys[0].bytes, 32) == 0);
+    ck_assert(memcmp(seen.key_bytes[1], s_keys[1].bytes, 32) == 0);
     ck_assert(seen.hits[0] && seen.hits[1]);
     uint64_t fid;
     ck_assert_int_eq(p2pkv_client_fetch(c, server, "kv", seen.keys, (uint32_t[]) { 30, 31 }, 2,
                                         seen.round, 0, &fid), 0);
     ck_assert_int_eq(s_status_of(c, &seen, fid), P2PKV_LANDED);
-    ck_assert(memcmp(pool + 30 * BLOCK, s_data[0], BLOCK) == 0);
-    ck_assert(memcmp(pool + 31 * BLOCK, s_data[1], BLOCK) == 0);
+    ck_assert(memcmp(pool + 30 * BLOCK, bk_hashed(0), BLOCK) == 0);
+    ck_assert(memcmp(pool + 31 * BLOCK, bk_hashed(1), BLOCK) == 0);
     ck_assert_int_eq(p2pkv_client_finish(c, server, "kv"), 0);
     ck_assert_msg(s_unpinned(c, &s), "the server still pins blocks");
     //  nothing more came: one answer to the caller, two ends
@@ -596,7 +595,6 @@ main(void)
     if (rc)
         return rc;
     td_sweep();
-    s_make_keys();
     Suite *suite = suite_create("get_async");
     TCase *tc = td_case(suite, "get_async", 240);
     tcase_add_test(tc, test_same_results_both_ways);
