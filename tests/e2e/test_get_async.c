@@ -510,25 +510,36 @@ END_TEST
 //  ---------------------------------------------------------------------------
 //  The server dies while the get waits
 
+//  A server (gets off when off) and a client whose get of K0 and P under
+//  kv, into blocks dest and dest + 1, waits parked on P with K0 pinned.
+static p2pkv_client_t *
+s_parked(td_t *s, bool off, s_seen_t *seen, int *server, const char *kv, uint32_t dest,
+         p2pkv_key_result_t res[2], uint64_t *id)
+{
+    s_server(s, off, (const char *const[]) { "--lookup-timeout", "120", NULL });
+    p2pkv_client_t *c = s_client(s, seen, server);
+    ck_assert_int_eq(p2pkv_client_get_async(c, *server, kv, (p2pkv_key_t[]) { s_keys[0],
+                                                                               s_keys[P] },
+                                            (uint32_t[]) { dest, dest + 1 }, 2, 0, res, id),
+                     0);
+    double deadline = pk_clock_monotonic() + BOUND;
+    while (td_stats(td_api(s)).pinned == 0 && pk_clock_monotonic() < deadline)
+        p2pkv_client_poll(c, 0.01);
+    ck_assert_msg(td_stats(td_api(s)).pinned > 0, "the get never pinned K0");
+    return c;
+}
+
 //  Parked on P, the server killed: the get ends FAILED (the session goes
 //  DOWN at its silence, 2 s here), every key FAILED; it does not hang.
 static void
 s_killed(bool off)
 {
     td_t s;
-    s_server(&s, off, (const char *const[]) { "--lookup-timeout", "120", NULL });
     s_seen_t seen = { 0 };
     int server;
-    p2pkv_client_t *c = s_client(&s, &seen, &server);
     p2pkv_key_result_t res[2];
     uint64_t id;
-    ck_assert_int_eq(p2pkv_client_get_async(c, server, "dies", (p2pkv_key_t[]) { s_keys[0],
-                                                                                  s_keys[P] },
-                                            (uint32_t[]) { 50, 51 }, 2, 0, res, &id), 0);
-    double deadline = pk_clock_monotonic() + BOUND;
-    while (td_stats(td_api(&s)).pinned == 0 && pk_clock_monotonic() < deadline)
-        p2pkv_client_poll(c, 0.01);
-    ck_assert_msg(td_stats(td_api(&s)).pinned > 0, "the get never pinned K0");
+    p2pkv_client_t *c = s_parked(&s, off, &seen, &server, "dies", 50, res, &id);
     td_kill(&s);
     size_t at = s_end_of(c, &seen, id);
     ck_assert_msg(seen.status[at] == P2PKV_FAILED, "gets %s: ended %d (%s)", off ? "off" : "on",
@@ -553,19 +564,11 @@ static void
 s_disconnected(bool off)
 {
     td_t s;
-    s_server(&s, off, (const char *const[]) { "--lookup-timeout", "120", NULL });
     s_seen_t seen = { 0 };
     int server;
-    p2pkv_client_t *c = s_client(&s, &seen, &server);
     p2pkv_key_result_t res[2];
     uint64_t id;
-    ck_assert_int_eq(p2pkv_client_get_async(c, server, "gone", (p2pkv_key_t[]) { s_keys[0],
-                                                                                  s_keys[P] },
-                                            (uint32_t[]) { 52, 53 }, 2, 0, res, &id), 0);
-    double deadline = pk_clock_monotonic() + BOUND;
-    while (td_stats(td_api(&s)).pinned == 0 && pk_clock_monotonic() < deadline)
-        p2pkv_client_poll(c, 0.01);
-    ck_assert_msg(td_stats(td_api(&s)).pinned > 0, "the get never pinned K0");
+    p2pkv_client_t *c = s_parked(&s, off, &seen, &server, "gone", 52, res, &id);
     ck_assert_int_eq(p2pkv_client_disconnect(c, server), 0);
     ck_assert_uint_eq(seen.n, 1);
     ck_assert_uint_eq(seen.id[0], id);
