@@ -76,3 +76,23 @@ pk_channel_connect_fd(pk_channel_t *channel, int fd, char *err)
         return pk_err(err, -EIO, "transport: no address blob from the peer");
     return pk_channel_connect(channel, blob, len, err);
 }
+
+//  How long a rail taken out for the n-th time stays out before an offer
+//  pairs it again (protocol.md section 7, "a rail that rejoins"), and how
+//  long a consumer whose fresh registration of it failed waits to try
+//  again (client_role.c): twice the rail stall, doubling with each time, at most 64 rail stalls.  A
+//  rail that fails again costs a round at most a rail stall's wait on it
+//  (its chunks are resent then), so a dead rail retried this way costs
+//  at most half of the time after its first failure, a quarter after
+//  its second, and under 2% once the back-off is capped; the cap (80 s
+//  at the default 5 s stall timeout) bounds how long a rail that came
+//  back waits.  No setting: the rail stall is the one time scale of a
+//  rail's health, and the session's stall bounds it.
+double
+pk_rail_backoff(double rail_stall, uint64_t failures)
+{
+    double b = 2 * rail_stall, most = 64 * rail_stall;
+    for (uint64_t i = 1; i < failures && b < most; i++)
+        b *= 2;
+    return b < most ? b : most;
+}

@@ -150,6 +150,12 @@ typedef struct {
                                 //  that landed (protocol.md section 7)
 } pk_fabric_config_t;
 
+/*  A failed rail's wait before it is tried again, by writer and consumer
+    alike (protocol.md section 7): twice rail_stall after its first
+    failure (failures counts from 1), doubling with each, at most 64 rail
+    stalls.  Why these numbers: transport.c.  */
+double pk_rail_backoff(double rail_stall, uint64_t failures);
+
 /*  One channel's counters; transport-neutral (an implementation without
     a completion queue reports errors of its own kind in errors).  */
 typedef struct {

@@ -153,11 +153,9 @@ s_rail_offer(pk_client_role_t *self, pk_msg_t *m)
             text = pk_wire_rail_offer_format(rail, blob, len);
         }
         else {
-            double b = 2 * self->config.rail_stall, most = 64 * self->config.rail_stall;
-            for (uint32_t i = 0; i < self->offer_fails[rail] && b < most; i++)
-                b *= 2;
             self->offer_fails[rail]++;
-            self->offer_at[rail] = now + (b < most ? b : most);
+            self->offer_at[rail] = now + pk_rail_backoff(self->config.rail_stall,
+                                                         self->offer_fails[rail]);
         }
         free(blob);
     }

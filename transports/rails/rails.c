@@ -1350,24 +1350,6 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     c->landed = landed;
 }
 
-//  How long a rail taken out for the n-th time stays out before an offer
-//  pairs it again (protocol.md section 7, "a rail that rejoins"): twice
-//  the rail stall, doubling with each time, at most 64 rail stalls.  A
-//  rail that fails again costs a round at most a rail stall's wait on it
-//  (its chunks are resent then), so a dead rail retried this way costs
-//  at most half of the time after its first failure, a quarter after
-//  its second, and under 2% once the back-off is capped; the cap (80 s
-//  at the default 5 s stall timeout) bounds how long a rail that came
-//  back waits.  No setting: the rail stall is the one time scale of a
-//  rail's health, and the session's stall bounds it.
-static double
-s_backoff(const s_channel_t *self, uint64_t n)
-{
-    double b = 2 * self->rail_stall;
-    for (uint64_t i = 1; i < n && b < 64 * self->rail_stall; i++)
-        b *= 2;
-    return b < 64 * self->rail_stall ? b : 64 * self->rail_stall;
-}
 
 //  Pair p is taken out (protocol.md section 7, "a rail that fails"): its
 //  running chunks are released at once (the endpoint closes: no source
@@ -1406,7 +1388,8 @@ s_take_out(s_channel_t *self, size_t p, bool failure)
     //  a failure doubles the back-off; the consumer's own revoke (an
     //  offer for a rail in use) keeps it
     self->pair[p].outs += failure || !self->pair[p].outs;
-    self->pair[p].retry_at = pk_clock_monotonic() + s_backoff(self, self->pair[p].outs);
+    self->pair[p].retry_at = pk_clock_monotonic()
+                             + pk_rail_backoff(self->rail_stall, self->pair[p].outs);
     //  one cancel for every chunk still out: it closes the sub's endpoint
     size_t n = 0;
     for (s_xfer_t *x = self->xfers; x; x = x->next)
