@@ -435,10 +435,17 @@ s_server_path(pkb_opts_t *o, char *buf, size_t size)
 int
 main(int argc, char *argv[])
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(s_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        fputs(s_usage, stderr);
+        return 2;
     }
+    //  help anywhere (p2pkv-bench fetch --help, as a user types it after the
+    //  suite) is the one usage: the options are shared by the suites
+    for (int a = 1; a < argc; a++)
+        if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0) {
+            fputs(s_usage, stdout);
+            return 0;
+        }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
         printf("p2pkv-bench %s\n", PK_VERSION);
         return 0;

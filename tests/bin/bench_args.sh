@@ -25,6 +25,17 @@ refuse() {
 }
 
 refuse "nosuch" 'unknown suite "nosuch"'
+
+# help after a suite is the usage, on stdout, exit 0 (it was "unknown option")
+for args in "--help" "fetch --help" "control -h" "disk --reps 3 --help"; do
+    # shellcheck disable=SC2086
+    out=$("$bench" $args 2>/dev/null); rc=$?
+    if [ "$rc" -ne 0 ] || ! printf '%s' "$out" | grep -q '^usage: p2pkv-bench SUITE'; then
+        echo "FAIL: p2pkv-bench $args: exit $rc, no usage on stdout"; fail=1
+    else
+        echo "ok: p2pkv-bench $args: the usage"
+    fi
+done
 refuse "fetch --bogus" 'unknown option "--bogus"'
 refuse "fetch --block-sizes 0" '--block-sizes: 0'
 refuse "fabric --block-sizes 64K,0" '--block-sizes: 0'
