@@ -27,6 +27,12 @@
 //  A block mark in the immediate's high half (ofi.h, pk_ofi_channel_marks)
 #define S_MARK_BIT (UINT64_C(1) << 63)
 #define S_MARK_MAX UINT64_C(0x7fffffff)
+//  A slice's immediate (capability slices, ofi.h pk_ofi_channel_slice_sink):
+//  its low 12 bits count no block (a write of blocks counts at least one),
+//  bit 63 is set, and the mark's 31 bits hold block * 64 + slice, so a
+//  sliced block is below 2^25
+#define S_SLICE_BITS 6
+#define S_SLICE_BLOCK_MAX (S_MARK_MAX >> S_SLICE_BITS)
 
 struct _pk_ofi_t {
     pk_fabric_t head;               //  first: a pk_fabric_t of the seam (transport.h)
@@ -122,6 +128,9 @@ struct _pk_ofi_channel_t {
     bool marks;
     //  target: the end-to-end check at each marked immediate
     pk_block_check_t check;
+    //  target: where slice immediates go (pk_ofi_channel_slice_sink)
+    pk_slice_fn *slice_fn;
+    void *slice_arg;
     pk_ofi_stats_t stats;
 };
 
