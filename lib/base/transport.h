@@ -207,6 +207,8 @@ typedef struct {
                                 //  (consumer: fresh registrations offered)
     double rate;                //  writer: bytes per second it confirmed while
                                 //  it had writes out (an EWMA; 0: not measured)
+    uint64_t slices_written;    //  writer: slices of blocks (capability slices)
+    uint64_t bytes_written;     //  writer: its whole blocks' bytes and its slices'
 } pk_rail_stats_t;
 
 /*  A fabric's counters: what the peers' blobs cost it.  */

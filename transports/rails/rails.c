@@ -106,6 +106,7 @@ typedef struct {
     double retry_at;            //  taken out: paired again from then on
     uint8_t *offer;             //  taken out: the consumer's fresh blob
     size_t offer_len;
+    uint64_t slices, slice_bytes;   //  slices posted on it, and their bytes
 } s_pair_t;
 
 typedef struct s_channel {
@@ -944,7 +945,8 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
         *r = (pk_rail_stats_t) { .peer_rail = -1, .writes_posted = s.writes_posted,
                                  .blocks_written = s.blocks_written,
                                  .blocks_landed = s.blocks_landed, .failures = s.errors,
-                                 .failed = self->failed[i], .rejoins = self->offers[i] };
+                                 .failed = self->failed[i], .rejoins = self->offers[i],
+                                 .bytes_written = s.blocks_written * self->fab->block_len };
         snprintf(r->local, sizeof r->local, "%s", self->fab->addr[i].text);
         for (size_t p = 0; p < self->npairs; p++)
             if (self->pair[p].local == i) {
@@ -954,6 +956,8 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
                 r->failed = self->pair[p].failed;
                 r->rejoins = self->pair[p].rejoins;
                 r->rate = self->pair[p].rate;
+                r->slices_written = self->pair[p].slices;
+                r->bytes_written += self->pair[p].slice_bytes;
             }
     }
     return self->n;
@@ -1366,6 +1370,11 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
                                                      x->local + u, x->remote + u, c);
         if (tid <= 0)
             return tid < 0 ? (int) tid : -EIO;
+        if (x->smask) {
+            uint64_t o;
+            self->pair[p].slices++;
+            self->pair[p].slice_bytes += pk_slice_range(&self->layout, u % self->per_block, &o);
+        }
         s_chunk_t *ch = s_chunk(x, x->nchunks++);
         *ch = (s_chunk_t) { .tid = (uint64_t) tid, .key = s_key_of(p, (uint64_t) tid), .x = x,
                             .off = off + done, .cnt = c, .pair = (uint8_t) p,
