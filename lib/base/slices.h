@@ -18,6 +18,9 @@
 #define PK_SLICES_MAX 64
 #define PK_SLICE_MIN (UINT64_C(1) << 20)
 #define PK_SLICES_FROM (2 * PK_SLICE_MIN)
+/*  A slice's immediate names block * 64 + slice in 31 bits (protocol.md
+    section 7): a block from this one on is written whole.  */
+#define PK_SLICE_BLOCKS (UINT32_C(1) << 25)
 
 typedef struct {
     uint32_t n;                 //  slices a block (1: not sliced)

@@ -6,6 +6,7 @@
 #define PK_OFI_PRIV_H_INCLUDED
 
 #include "base/block_check.h"
+#include "base/slices.h"
 #include "base/keymap.h"
 #include "ofi/ofi.h"
 
@@ -33,6 +34,7 @@
 //  sliced block is below 2^25
 #define S_SLICE_BITS 6
 #define S_SLICE_BLOCK_MAX (S_MARK_MAX >> S_SLICE_BITS)
+_Static_assert(S_SLICE_BLOCK_MAX + 1 == PK_SLICE_BLOCKS, "base/slices.h's PK_SLICE_BLOCKS");
 
 struct _pk_ofi_t {
     pk_fabric_t head;               //  first: a pk_fabric_t of the seam (transport.h)

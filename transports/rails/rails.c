@@ -61,7 +61,11 @@ typedef struct s_xfer {
     s_chunk_t *slab[S_SLABS];
     size_t nchunks;
     uint32_t n, posted;             //  its units; [0, posted) given to rails
-    uint32_t blocks;                //  its blocks (n / the channel's per_block)
+    uint32_t blocks;                //  its blocks (n / per)
+    uint32_t per;                   //  units a block: the channel's per_block,
+                                    //  or 1 where a block cannot be named in a
+                                    //  slice's immediate (PK_SLICE_BLOCKS)
+    uint64_t unit;                  //  a unit's bytes (a slice's, or a block's)
     uint64_t *smask;                //  sliced: per block, its slices confirmed
     bool pending;                   //  on the channel's pending list
     struct s_xfer *pprev, *pnext;   //  there
@@ -1103,9 +1107,9 @@ s_rate_of(const s_channel_t *self, size_t p)
     block).  A probe due (S_PROBE) gets a chunk's worth taken from the
     largest share.  k at most 8: a few dozen operations a write.  */
 static void
-s_split(s_channel_t *self, const size_t *live, size_t k, size_t n, size_t *share, double now)
+s_split(s_channel_t *self, const size_t *live, size_t k, size_t n, size_t L, size_t *share,
+        double now)
 {
-    size_t L = self->unit_len;
     double rate[PK_RAILS_MAX], free_at[PK_RAILS_MAX];
     size_t order[PK_RAILS_MAX];
     size_t start = self->cursor++ % k;
@@ -1180,7 +1184,7 @@ s_spread(s_channel_t *self, s_xfer_t *x, const size_t *live, size_t k, uint32_t 
          uint32_t n, double now)
 {
     size_t share[PK_RAILS_MAX];
-    s_split(self, live, k, n, share, now);
+    s_split(self, live, k, n, x->unit, share, now);
     for (size_t i = 0; i < k; i++) {
         if (!share[i])
             continue;
@@ -1232,9 +1236,9 @@ s_fill(s_channel_t *self, s_xfer_t *fresh)
         if (!self->pair[p].failed)
             live[k++] = p;
     double now = pk_clock_monotonic();
-    double L = (double) self->unit_len;
     while (k && self->pending) {
         s_xfer_t *x = self->pending;
+        double L = (double) x->unit;
         if (x->failed) {            //  what waited of a failed write never goes
             x->posted = x->n;
             s_unpend(self, x);
@@ -1253,7 +1257,7 @@ s_fill(s_channel_t *self, s_xfer_t *fresh)
             break;
         size_t left = x->n - x->posted, m = left < total ? left : total;
         size_t share[PK_RAILS_MAX], now_posted = 0;
-        s_split(self, live, k, m, share, now);
+        s_split(self, live, k, m, x->unit, share, now);
         int err = 0;
         for (size_t i = 0; i < k && !err; i++) {
             size_t c = share[i] < room[i] ? share[i] : room[i];
@@ -1363,9 +1367,8 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
         uint32_t u = off + done;
         int64_t tid = x->smask
                       ? self->pair[p].t.write_slice(self->pair[p].t.self, x->round,
-                                                    x->local[u / self->per_block],
-                                                    x->remote[u / self->per_block],
-                                                    u % self->per_block)
+                                                    x->local[u / x->per], x->remote[u / x->per],
+                                                    u % x->per)
                       : self->pair[p].t.write_blocks(self->pair[p].t.self, x->round,
                                                      x->local + u, x->remote + u, c);
         if (tid <= 0)
@@ -1373,7 +1376,7 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
         if (x->smask) {
             uint64_t o;
             self->pair[p].slices++;
-            self->pair[p].slice_bytes += pk_slice_range(&self->layout, u % self->per_block, &o);
+            self->pair[p].slice_bytes += pk_slice_range(&self->layout, u % x->per, &o);
         }
         s_chunk_t *ch = s_chunk(x, x->nchunks++);
         *ch = (s_chunk_t) { .tid = (uint64_t) tid, .key = s_key_of(p, (uint64_t) tid), .x = x,
@@ -1385,7 +1388,7 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
         double now = pk_clock_monotonic();
         if (self->pair[p].running++ == 0)
             self->pair[p].busy_since = self->pair[p].mark = now;
-        self->pair[p].queued += (uint64_t) c * self->unit_len;
+        self->pair[p].queued += (uint64_t) c * x->unit;
         self->pair[p].last_post = now;
         done += c;
     }
@@ -1402,7 +1405,12 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         k += !self->pair[p].failed;
     if (!k)
         return -ENOTCONN;
-    if (n > UINT32_MAX / self->per_block)
+    //  sliced, unless a block is past what a slice's immediate names
+    //  (protocol.md section 7): then the write goes whole
+    uint32_t per = self->per_block;
+    for (size_t i = 0; per > 1 && i < n; i++)
+        per = remote[i] < PK_SLICE_BLOCKS ? per : 1;
+    if (n > UINT32_MAX / per)
         return -EINVAL;
     if (self->nopen + self->nfinished == self->capfinished) {
         size_t cap = self->capfinished ? 2 * self->capfinished : 16;
@@ -1420,7 +1428,7 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         free(x);
         return -ENOMEM;
     }
-    if (self->per_block > 1 && n && !(x->smask = calloc(n, sizeof *x->smask))) {
+    if (per > 1 && n && !(x->smask = calloc(n, sizeof *x->smask))) {
         free(x->local);
         free(x->remote);
         free(x);
@@ -1431,7 +1439,9 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     x->tid = self->next_tid++;
     x->round = round_seq;
     x->blocks = (uint32_t) n;
-    x->n = (uint32_t) n * self->per_block;
+    x->per = per;
+    x->unit = per > 1 ? self->unit_len : self->fab->block_len ? self->fab->block_len : 1;
+    x->n = (uint32_t) n * per;
     x->next = self->xfers;
     if (self->xfers)
         self->xfers->prev = x;
@@ -1485,7 +1495,7 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     s_chunk_t *c = (s_chunk_t *) (uintptr_t) found;
     s_xfer_t *x = c->x;
     double now = pk_clock_monotonic();
-    uint64_t bytes = (uint64_t) c->cnt * self->unit_len;
+    uint64_t bytes = (uint64_t) c->cnt * x->unit;
     if (ok)
         s_measure(self, p, bytes, now);
     self->pair[p].running--;
@@ -1502,8 +1512,8 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
         if (r && ok)
             r->slices[self->pair[p].peer]++;
         if (ok) {
-            uint64_t *m = &x->smask[c->off / self->per_block];
-            uint64_t bit = UINT64_C(1) << (c->off % self->per_block);
+            uint64_t *m = &x->smask[c->off / x->per];
+            uint64_t bit = UINT64_C(1) << (c->off % x->per);
             x->landed += !(*m & bit) && (*m | bit) == pk_slices_full(&self->layout);
             *m |= bit;
         }
@@ -1783,7 +1793,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
                 ch->state = S_ENDED;
                 x->open--;
                 self->pair[ch->pair].running--;
-                self->pair[ch->pair].queued -= (uint64_t) ch->cnt * self->unit_len;
+                self->pair[ch->pair].queued -= (uint64_t) ch->cnt * x->unit;
             }
         }
         x->failed = x->cancelled = true;
