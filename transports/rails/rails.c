@@ -16,6 +16,7 @@
 
 #define S_MAGIC "PKRL"
 #define S_VERSION 1
+#define S_TAG_MASK 0xfffffu         //  an immediate's round tag (transport.h)
 
 typedef struct {
     pk_fabric_t head;               //  first: a pk_fabric_t of the seam
@@ -61,7 +62,6 @@ typedef struct s_xfer {
     s_chunk_t *slab[S_SLABS];
     size_t nchunks;
     uint32_t n, posted;             //  its units; [0, posted) given to rails
-    uint32_t blocks;                //  its blocks (n / per)
     uint32_t per;                   //  units a block: the channel's per_block,
                                     //  or 1 where a block cannot be named in a
                                     //  slice's immediate (PK_SLICE_BLOCKS)
@@ -409,7 +409,7 @@ s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
     int rc = 0;
     //  a target of blocks that slice reads slices on every rail: a mask
     //  and its round's generation per pool block (16 bytes a block of
-    //  2 MiB or more), so a slice that lands twice sets its bit twice
+    //  2 MiB or more), so a slice that lands twice finds its bit set
     bool sliced = expose && self->layout.n > 1;
     if (sliced && (!(self->slot_mask = calloc(fab->num_blocks, sizeof *self->slot_mask))
                    || !(self->slot_gen = calloc(fab->num_blocks, sizeof *self->slot_gen)))) {
@@ -668,7 +668,7 @@ s_channel_trywait(pk_channel_t *channel)
 static s_sliced_t *
 s_sliced_of(s_channel_t *self, uint64_t round_seq)
 {
-    uint32_t tag = (uint32_t) (round_seq & 0xfffff);
+    uint32_t tag = (uint32_t) (round_seq & S_TAG_MASK);
     s_sliced_t *e = self->sliced;
     while (e && e->tag != tag)
         e = e->next;
@@ -760,7 +760,7 @@ static void
 s_channel_forget(pk_channel_t *channel, uint64_t round_seq)
 {
     s_channel_t *self = (s_channel_t *) channel;
-    uint32_t tag = (uint32_t) (round_seq & 0xfffff);
+    uint32_t tag = (uint32_t) (round_seq & S_TAG_MASK);
     for (s_sliced_t **at = &self->sliced; *at; at = &(*at)->next)
         if ((*at)->tag == tag) {
             s_sliced_t *e = *at;
@@ -1438,7 +1438,6 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
     memcpy(x->remote, remote, n * sizeof *remote);
     x->tid = self->next_tid++;
     x->round = round_seq;
-    x->blocks = (uint32_t) n;
     x->per = per;
     x->unit = per > 1 ? self->unit_len : self->fab->block_len ? self->fab->block_len : 1;
     x->n = (uint32_t) n * per;
