@@ -97,7 +97,29 @@ typedef struct {
         the session ends).  */
     int (*rail_rejoin)(void *self, size_t peer_rail, const uint8_t *blob, size_t len,
                        char *err);
+    /*  Optional (NULL: a block goes whole): slice `slice` of block local
+        -> the peer's block remote, as base/slices.h cuts a block of the
+        channel's block_len (capability slices, protocol.md section 7):
+        its immediate counts no block and names the block and the slice,
+        so the target counts the block once all its slices landed,
+        whichever rails carried them.  Polled like a write, with landed
+        0 (a slice is no block).  Returns a transfer id (> 0), -ENOTSUP
+        where the provider's immediate cannot name a slice (4 bytes of
+        CQ data: verbs, efa), -ERANGE where remote is past what it can
+        name, or another negative error.  */
+    int64_t (*write_slice)(void *self, uint64_t round_seq, uint32_t local, uint32_t remote,
+                           uint32_t slice);
+    /*  Optional (NULL: this channel sends no slices): a channel of
+        several rails that slices (channel_slices) writes counts[j], the
+        slices of round_seq that completed over the peer's rail j, and
+        returns the peer's rail count, as rails_landing does; asked
+        before rails_landing, which forgets the round.  */
+    size_t (*rails_slices)(void *self, uint64_t round_seq, uint64_t *counts, size_t cap);
 } pk_transport_t;
+
+/*  A slice's immediate as the target read it: the low 20 bits of its
+    round, the consumer's block, the slice (channel_slice_sink).  */
+typedef void (pk_slice_fn)(void *arg, uint32_t tag, uint32_t block, uint32_t slice);
 
 //  --------------------------------------------------------------------------
 //  The life of a channel
@@ -185,6 +207,8 @@ typedef struct {
                                 //  (consumer: fresh registrations offered)
     double rate;                //  writer: bytes per second it confirmed while
                                 //  it had writes out (an EWMA; 0: not measured)
+    uint64_t slices_written;    //  writer: slices of blocks (capability slices)
+    uint64_t bytes_written;     //  writer: its whole blocks' bytes and its slices'
 } pk_rail_stats_t;
 
 /*  A fabric's counters: what the peers' blobs cost it.  */
@@ -332,6 +356,26 @@ typedef struct pk_transport_ops {
         rejoins.  0, or -EINVAL where rail i is not revoked.  */
     int (*channel_rail_offer)(pk_channel_t *channel, size_t rail, uint8_t **blob_p,
                               size_t *len_p);
+
+    /*  Slicing one block over several rails (capability slices,
+        protocol.md section 7), all optional.  Writer side: the peer
+        reads slices, so a channel of several rails cuts each block of
+        2 MiB or more (base/slices.h) over them from now on, and its
+        write path gains rails_slices.  False where it cannot (fewer than
+        two rails paired, a provider whose immediate cannot name a
+        slice): blocks go whole.  */
+    bool (*channel_slices)(pk_channel_t *channel);
+    /*  Target side: each slice immediate that lands on this channel goes
+        to fn and counts nothing here (the owner of the rails counts its
+        block once, when every slice of it landed).  0, or -ENOTSUP where
+        the provider's immediates cannot carry a slice.  */
+    int (*channel_slice_sink)(pk_channel_t *channel, pk_slice_fn *fn, void *arg);
+    /*  Target side: counts[i], the slice immediates of round_seq read on
+        our rail i (a slice that landed twice counts twice here: these
+        are what each rail carried, checked against the answer's
+        rail_slices); returns our rail count (at most cap).  */
+    size_t (*channel_landed_slices)(pk_channel_t *channel, uint64_t round_seq,
+                                    uint64_t *counts, size_t cap);
 } pk_transport_ops_t;
 
 enum { PK_VERDICT_NONE = 0, PK_VERDICT_OK, PK_VERDICT_CORRUPT };
@@ -592,6 +636,30 @@ pk_channel_rail_offer(pk_channel_t *channel, size_t rail, uint8_t **blob_p, size
 {
     return channel->ops->channel_rail_offer
            ? channel->ops->channel_rail_offer(channel, rail, blob_p, len_p) : -ENOSYS;
+}
+
+/*  False where the channel cannot slice (no channel_slices).  */
+static inline bool
+pk_channel_slices(pk_channel_t *channel)
+{
+    return channel->ops->channel_slices ? channel->ops->channel_slices(channel) : false;
+}
+
+/*  -ENOTSUP where the transport reads no slices.  */
+static inline int
+pk_channel_slice_sink(pk_channel_t *channel, pk_slice_fn *fn, void *arg)
+{
+    return channel->ops->channel_slice_sink ? channel->ops->channel_slice_sink(channel, fn, arg)
+                                            : -ENOTSUP;
+}
+
+/*  0 where the channel reads no slices.  */
+static inline size_t
+pk_channel_landed_slices(pk_channel_t *channel, uint64_t round_seq, uint64_t *counts,
+                         size_t cap)
+{
+    return channel->ops->channel_landed_slices
+           ? channel->ops->channel_landed_slices(channel, round_seq, counts, cap) : 0;
 }
 
 /*  Nothing where the transport carries no marks (no channel_marks).  */

@@ -42,6 +42,12 @@
 //  The public buffers hold what the library's own error convention writes.
 _Static_assert(P2PKV_ERRLEN == PK_ERRLEN, "p2pkv.h's P2PKV_ERRLEN is base/err.h's PK_ERRLEN");
 
+/*  What a consumer of several rails lists beside the rest: its rails,
+    their rejoining, and slices (its rails channel reads them wherever
+    its provider's immediate can carry one; a server whose channel
+    cannot slice leaves the word out, and its blocks come whole).  */
+#define S_RAIL_CAPS PK_CAP_RAILS " " PK_CAP_REJOIN " " PK_CAP_SLICES
+
 //  --------------------------------------------------------------------------
 //  The role's seams, per server
 
@@ -70,6 +76,13 @@ s_landed_rails(void *arg, uint64_t round, uint64_t *counts, size_t cap)
 {
     s_server_t *s = arg;
     return s->channel ? pk_channel_landed_rails(s->channel, round, counts, cap) : 0;
+}
+
+static size_t
+s_landed_slices(void *arg, uint64_t round, uint64_t *counts, size_t cap)
+{
+    s_server_t *s = arg;
+    return s->channel ? pk_channel_landed_slices(s->channel, round, counts, cap) : 0;
 }
 
 static void
@@ -660,7 +673,8 @@ s_session_up(void *arg)
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
                                  (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget,
-                                                           s_landed_rails, s_revoke_rail },
+                                                           s_landed_rails, s_revoke_rail,
+                                                           s_landed_slices },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
     if (s->role && pk_caps_has(pk_client_session_server_caps(s->session), PK_CAP_REJOIN))
         pk_client_role_set_rail_offer(s->role, s_rail_offer, s);
@@ -1045,10 +1059,9 @@ s_connect_once(p2pkv_client_t *self, const char *endpoint, const pk_client_addr_
     pk_client_identity_t id = { s->endpoint, self->peer_id, self->num_blocks, self->block_len,
                                 self->fingerprint, self->hash_seed, 0,
                                 self->config.no_verify
-                                ? (rails ? PK_CAP_REASONS " " PK_CAP_RAILS " " PK_CAP_REJOIN
-                                         : PK_CAP_REASONS)
+                                ? (rails ? PK_CAP_REASONS " " S_RAIL_CAPS : PK_CAP_REASONS)
                                 : s->fabric->ops->channel_lend_copy ? PK_CAPS " " PK_CAP_LEND
-                                : rails ? PK_CAPS " " PK_CAP_RAILS " " PK_CAP_REJOIN : PK_CAPS };
+                                : rails ? PK_CAPS " " S_RAIL_CAPS : PK_CAPS };
     pk_client_session_ops_t ops = s_session_ops;
     ops.self = s;
     s->session = pk_client_session_new(&scfg, &id, (pk_clock_t) { s, s_clock_now }, &ops);

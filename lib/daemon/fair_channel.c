@@ -401,6 +401,13 @@ s_rails_landing(void *arg, uint64_t round_seq, uint64_t *counts, size_t cap)
     return self->inner.rails_landing(self->inner.self, round_seq, counts, cap);
 }
 
+static size_t
+s_rails_slices(void *arg, uint64_t round_seq, uint64_t *counts, size_t cap)
+{
+    pk_fair_channel_t *self = arg;
+    return self->inner.rails_slices(self->inner.self, round_seq, counts, cap);
+}
+
 static uint32_t
 s_rails_failed(void *arg, uint64_t round_seq)
 {
@@ -424,5 +431,6 @@ pk_fair_channel_transport(pk_fair_channel_t *self)
                               self->inner.lend ? s_lend : NULL,
                               self->inner.rails_landing ? s_rails_landing : NULL,
                               self->inner.rails_failed ? s_rails_failed : NULL,
-                              self->inner.rail_rejoin ? s_rail_rejoin : NULL };
+                              self->inner.rail_rejoin ? s_rail_rejoin : NULL, NULL,
+                              self->inner.rails_slices ? s_rails_slices : NULL };
 }

@@ -779,12 +779,12 @@ s_engine_stats(void *arg, json_t *answer)
             json_t *list = json_array();
             for (size_t i = 0; i < nr; i++)
                 json_array_append_new(list, json_pack(
-                    "{s:s, s:s, s:i, s:I, s:I, s:I, s:b, s:I, s:I}", "local",
+                    "{s:s, s:s, s:i, s:I, s:I, s:I, s:I, s:b, s:I, s:I}", "local",
                     peer->rails[i].local,
                     "peer", peer->rails[i].peer, "peer_rail", peer->rails[i].peer_rail,
                     "writes", (json_int_t) atomic_load(&peer->rails[i].writes),
-                    "bytes", (json_int_t) (atomic_load(&peer->rails[i].blocks)
-                                           * self->config->block_len),
+                    "bytes", (json_int_t) atomic_load(&peer->rails[i].bytes),
+                    "slices", (json_int_t) atomic_load(&peer->rails[i].slices),
                     "failures", (json_int_t) atomic_load(&peer->rails[i].failures),
                     "failed", (int) atomic_load(&peer->rails[i].failed),
                     "rejoins", (json_int_t) atomic_load(&peer->rails[i].rejoins),

@@ -294,7 +294,8 @@ s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
             peer->rails[i].peer_rail = rs[i].peer_rail;
         }
         uint64_t w = atomic_exchange(&peer->rails[i].writes, rs[i].writes_posted);
-        uint64_t b = atomic_exchange(&peer->rails[i].blocks, rs[i].blocks_written);
+        uint64_t b = atomic_exchange(&peer->rails[i].bytes, rs[i].bytes_written);
+        atomic_store(&peer->rails[i].slices, rs[i].slices_written);
         uint64_t f = atomic_exchange(&peer->rails[i].failures, rs[i].failures);
         uint64_t j = atomic_exchange(&peer->rails[i].rejoins, rs[i].rejoins);
         atomic_store(&peer->rails[i].failed, rs[i].failed);
@@ -307,9 +308,8 @@ s_push_rails(const pk_peer_env_t *env, pk_peer_t *peer)
                              (double) rate - (double) was);
         if (rs[i].writes_posted > w)
             pk_metrics_add(env->metrics, PK_M_RAIL_WRITES, rs[i].local, rs[i].writes_posted - w);
-        if (rs[i].blocks_written > b)
-            pk_metrics_add(env->metrics, PK_M_RAIL_BYTES, rs[i].local,
-                           (rs[i].blocks_written - b) * env->config->block_len);
+        if (rs[i].bytes_written > b)
+            pk_metrics_add(env->metrics, PK_M_RAIL_BYTES, rs[i].local, rs[i].bytes_written - b);
         if (rs[i].failures > f)
             pk_metrics_add(env->metrics, PK_M_RAIL_FAILURES, rs[i].local, rs[i].failures - f);
         if (rs[i].rejoins > j)
@@ -441,6 +441,11 @@ s_open_channel(self_t *self, char *reason)
     //  a consumer that reads block marks checks each block as it lands
     if (pk_caps_has(m->caps, PK_CAP_MARKS))
         pk_channel_marks(ch);
+    //  a consumer of several rails that reads slices gets its large
+    //  blocks sliced over them, where our channel can (its write path
+    //  then carries rails_slices, and the session lists the word)
+    if (pk_caps_has(m->caps, PK_CAP_RAILS) && pk_caps_has(m->caps, PK_CAP_SLICES))
+        (void) pk_channel_slices(ch);
     self->peer->channel = ch;
     return 0;
 }
@@ -1012,7 +1017,8 @@ const char *
 pk_peer_caps(const pk_peer_t *self)
 {
     static const char *const words[] = { PK_CAP_CHECKSUM, PK_CAP_MARKS, PK_CAP_REASONS,
-                                         PK_CAP_GET, PK_CAP_LEND, PK_CAP_RAILS, PK_CAP_REJOIN };
+                                         PK_CAP_GET, PK_CAP_LEND, PK_CAP_RAILS, PK_CAP_REJOIN,
+                                         PK_CAP_SLICES };
     static _Thread_local char out[PK_MAX_CAPS + 1];
     out[0] = '\0';
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
@@ -1031,7 +1037,10 @@ pk_peer_caps(const pk_peer_t *self)
             //  rejoin: with rails, over a channel that pairs a rail again
             && !(strcmp(words[i], PK_CAP_REJOIN) == 0
                  && (!self->channel || !pk_channel_transport(self->channel).rails_landing
-                     || !pk_channel_transport(self->channel).rail_rejoin)))
+                     || !pk_channel_transport(self->channel).rail_rejoin))
+            //  slices: over a channel that slices (pk_channel_slices)
+            && !(strcmp(words[i], PK_CAP_SLICES) == 0
+                 && (!self->channel || !pk_channel_transport(self->channel).rails_slices)))
             snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s", *out ? " " : "",
                      words[i]);
     return out;

@@ -130,7 +130,7 @@ struct pk_peer {
     struct {
         char local[64], peer[64];
         int peer_rail;
-        atomic_uint_fast64_t writes, blocks, failures, rejoins;
+        atomic_uint_fast64_t writes, bytes, slices, failures, rejoins;
         atomic_bool failed;         //  taken out (--rail-stall, a failed write)
         atomic_uint_fast64_t rate;  //  bytes per second it measured (0: none yet)
     } rails[PK_RAILS_MAX];

@@ -33,6 +33,8 @@ typedef struct s_load {
     uint64_t want_landed;           //  LANDING: blocks that may still arrive
     uint8_t nrails;                 //  the answer's rails (0: none; counted as one)
     uint64_t want_rails[PK_MAX_RAILS];  //  its blocks per rail of ours
+    uint8_t nslices;                //  the answer's rail_slices (0: none)
+    uint64_t want_slices[PK_MAX_RAILS]; //  its slices per rail of ours
     uint32_t failed_rails;          //  the answer's rails_failed: revoked before the end
     pk_load_status_t status;        //  LANDING: what the load ends as
     bool aborted, done_seen, ack_seen;
@@ -688,6 +690,17 @@ s_check_landing(pk_client_role_t *self, s_load_t *l)
         for (size_t i = 0; i < l->nrails; i++)
             rails_ok &= (i < n ? got[i] : 0) >= l->want_rails[i];
     }
+    //  and each rail's slices: a block is counted once its last slice
+    //  landed, but the server's confirmed slices on a rail are all fenced
+    //  only once that rail read them all (a partial block counts no block)
+    if (l->nslices) {
+        uint64_t got[PK_MAX_RAILS] = { 0 };
+        size_t n = self->transport.landed_slices
+                   ? self->transport.landed_slices(self->transport.self, l->round, got,
+                                                   PK_MAX_RAILS) : 0;
+        for (size_t i = 0; i < l->nslices; i++)
+            rails_ok &= (i < n ? got[i] : 0) >= l->want_slices[i];
+    }
     if (landed >= l->want_landed && rails_ok) {
         //  a rail the server took out may still deliver late writes of
         //  this round (the same bytes as their resends): its registration
@@ -985,6 +998,8 @@ s_on_end_message(pk_client_role_t *self, const pk_msg_t *m)
         l->nrails = (uint8_t) pk_wire_rails_parse(m->rails, l->want_rails, PK_MAX_RAILS);
     if (m->present & PK_BIT(PK_F_RAILS_FAILED))
         l->failed_rails = pk_wire_rails_failed_parse(m->rails_failed);
+    if (m->present & PK_BIT(PK_F_RAIL_SLICES))
+        l->nslices = (uint8_t) pk_wire_rails_parse(m->rail_slices, l->want_slices, PK_MAX_RAILS);
     s_check_landing(self, l);
     return 0;
 }

@@ -39,6 +39,11 @@ typedef struct {
         late write on it never lands.  Called before the round's load_done
         (protocol.md section 7).  */
     void (*revoke_rail)(void *self, size_t rail);
+    /*  Optional (NULL: no slices): counts[i], the slice immediates of
+        this round read on our rail i; returns our rail count.  A round's
+        answer with rail_slices (capability slices) has landed when each
+        rail counted that many slices too.  */
+    size_t (*landed_slices)(void *self, uint64_t round_seq, uint64_t *counts, size_t cap);
 } pk_client_transport_t;
 
 /*  Capability rejoin (protocol.md section 7, "a rail that rejoins"): a

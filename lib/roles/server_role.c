@@ -348,6 +348,7 @@ s_flush_results(pk_server_role_t *self)
 typedef struct {
     char counts[PK_MAX_RAILS_TEXT + 1];
     char failed[2 * PK_MAX_RAILS + 1];
+    char slices[PK_MAX_RAILS_TEXT + 1];
 } s_rails_text_t;
 
 static void
@@ -357,10 +358,19 @@ s_rails(pk_server_role_t *self, uint64_t seq, pk_msg_t *m, s_rails_text_t *text)
         return;
     uint32_t failed = self->transport.rails_failed
                       ? self->transport.rails_failed(self->transport.self, seq) : 0;
-    uint64_t counts[PK_MAX_RAILS];
+    //  slices (capability slices): asked first, rails_landing forgets
+    uint64_t counts[PK_MAX_RAILS], slices[PK_MAX_RAILS];
+    size_t ns = self->transport.rails_slices
+                ? self->transport.rails_slices(self->transport.self, seq, slices, PK_MAX_RAILS)
+                : 0;
     size_t n = self->transport.rails_landing(self->transport.self, seq, counts, PK_MAX_RAILS);
     if (!n)
         return;
+    if (ns == n) {
+        pk_wire_rails_format(slices, n, text->slices);
+        m->rail_slices = text->slices;
+        m->present |= PK_BIT(PK_F_RAIL_SLICES);
+    }
     pk_wire_rails_format(counts, n, text->counts);
     m->rails = text->counts;
     m->present |= PK_BIT(PK_F_RAILS);

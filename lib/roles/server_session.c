@@ -333,6 +333,14 @@ pk_server_session_new(const pk_server_identity_t *id, const pk_server_session_co
         snprintf(self->caps_text, sizeof self->caps_text, "%s " PK_CAP_REJOIN, self->caps);
         self->caps = self->caps_text;
     }
+    //  slices where the channel slices (the owner turned it on for a
+    //  consumer that lists the word: its write path then counts slices)
+    if (rails && transport.rails_slices && pk_caps_has(connect->caps, PK_CAP_SLICES)) {
+        char words[PK_MAX_CAPS + 1];
+        snprintf(words, sizeof words, "%s " PK_CAP_SLICES, self->caps);
+        snprintf(self->caps_text, sizeof self->caps_text, "%s", words);
+        self->caps = self->caps_text;
+    }
     self->transport = transport;
     role_config.lend = lends && pk_caps_has(connect->caps, PK_CAP_LEND);
     role_config.rails = rails;

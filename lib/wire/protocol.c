@@ -61,6 +61,7 @@ const pk_field_spec_t pk_wire_fields[PK_F_COUNT] = {
     [PK_F_RAILS]              = { "rails", K_STRING, 1, PK_MAX_RAILS_TEXT },
     [PK_F_RAILS_FAILED]       = { "rails_failed", K_STRING, 1, 2 * PK_MAX_RAILS },
     [PK_F_RAIL_OFFER]         = { "rail_offer", K_STRING, 3, PK_MAX_RAIL_OFFER_TEXT },
+    [PK_F_RAIL_SLICES]        = { "rail_slices", K_STRING, 1, PK_MAX_RAILS_TEXT },
 };
 
 #define B(f) PK_BIT(PK_F_##f)
@@ -99,19 +100,21 @@ const pk_msg_spec_t pk_wire_messages[PK_MSG_COUNT] = {
         TO_SERVER },
     [PK_MSG_TRANSFER_DONE] = { "transfer_done",
         B(KV_REQUEST_ID) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
-        B(RAILS) | B(RAILS_FAILED),
+        B(RAILS) | B(RAILS_FAILED) | B(RAIL_SLICES),
         TO_CONSUMER },
     [PK_MSG_ABORT_FETCH]   = { "abort_fetch",
         B(KV_REQUEST_ID) | B(ROUND_SEQ) | EPOCHS, 0, TO_SERVER },
     [PK_MSG_ABORT_ACK]     = { "abort_ack",
-        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS, B(RAILS) | B(RAILS_FAILED),
+        B(KV_REQUEST_ID) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
+        B(RAILS) | B(RAILS_FAILED) | B(RAIL_SLICES),
         TO_CONSUMER },
     [PK_MSG_GET]           = { "get",
         B(KV_REQUEST_ID) | B(KEYS) | B(BLOCK_INDEXES) | B(ROUND_SEQ) | EPOCHS, B(RAIL_OFFER),
         TO_SERVER },
     [PK_MSG_GET_RESP]      = { "get_resp",
         B(KV_REQUEST_ID) | B(HITS) | B(SUCCESS) | B(ROUND_SEQ) | B(LANDING) | EPOCHS,
-        B(CHECKSUMS) | B(REASONS) | B(SOURCES) | B(RAILS) | B(RAILS_FAILED), TO_CONSUMER },
+        B(CHECKSUMS) | B(REASONS) | B(SOURCES) | B(RAILS) | B(RAILS_FAILED) | B(RAIL_SLICES),
+        TO_CONSUMER },
 };
 
 const char *const pk_wire_codes[PK_DISC_COUNT] = {
@@ -363,6 +366,7 @@ pk_msg_destroy(pk_msg_t **self_p)
     free(self->sources);
     free(self->rails);
     free(self->rails_failed);
+    free(self->rail_slices);
     free(self->rail_offer);
     pk_wire_strings_free(self);
     pk_wire_keys_free(&self->keys);
@@ -390,6 +394,7 @@ pk_wire_string_slot(pk_msg_t *self, pk_field_t field)
         case PK_F_SOURCES:            return &self->sources;
         case PK_F_RAILS:              return &self->rails;
         case PK_F_RAILS_FAILED:       return &self->rails_failed;
+        case PK_F_RAIL_SLICES:        return &self->rail_slices;
         case PK_F_RAIL_OFFER:         return &self->rail_offer;
         default:                      return NULL;
     }
@@ -570,24 +575,27 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
     const char *tn = pk_wire_messages[m->type].name;
     size_t n = m->keys.count;
 
-    //  rails: 1..PK_MAX_RAILS decimal counts, one space apart, each at most
-    //  the landing bound
-    if (m->present & B(RAILS)) {
+    //  rails and rail_slices: 1..PK_MAX_RAILS decimal counts, one space
+    //  apart, each at most the landing bound
+    for (int f = PK_F_RAILS; f <= PK_F_RAIL_SLICES; f += PK_F_RAIL_SLICES - PK_F_RAILS) {
+        if (!(m->present & PK_BIT(f)))
+            continue;
+        const char *text = f == PK_F_RAILS ? m->rails : m->rail_slices, *at = text;
+        const char *fn = pk_wire_fields[f].name;
         size_t k = 0;
-        const char *at = m->rails;
         while (*at && k <= PK_MAX_RAILS) {
             uint64_t v = 0;
             size_t digits = 0;
             for (; *at >= '0' && *at <= '9' && digits < 16; at++, digits++)
                 v = v * 10 + (uint64_t) (*at - '0');
             if (!digits || v > PK_MAX_ROUND_SEQ || (*at && (*at != ' ' || !at[1])))
-                return pk_err(err, -EPROTO, "%s.rails: expected 1..%d decimal counts one "
-                              "space apart, got \"%.40s\"", tn, PK_MAX_RAILS, m->rails);
+                return pk_err(err, -EPROTO, "%s.%s: expected 1..%d decimal counts one "
+                              "space apart, got \"%.40s\"", tn, fn, PK_MAX_RAILS, text);
             k++;
             at += *at == ' ';
         }
         if (k == 0 || k > PK_MAX_RAILS)
-            return pk_err(err, -EPROTO, "%s.rails: expected 1..%d counts", tn, PK_MAX_RAILS);
+            return pk_err(err, -EPROTO, "%s.%s: expected 1..%d counts", tn, fn, PK_MAX_RAILS);
     }
 
     //  rails_failed: 1..PK_MAX_RAILS rail indexes, ascending, one space
@@ -1161,6 +1169,8 @@ s_encoded_size(const pk_msg_t *m, uint32_t emit)
         size += strlen(m->rails);
     if (emit & B(RAILS_FAILED))
         size += strlen(m->rails_failed);
+    if (emit & B(RAIL_SLICES))
+        size += strlen(m->rail_slices);
     if (emit & B(RAIL_OFFER))
         size += strlen(m->rail_offer);
     if (emit & B(CAPS))

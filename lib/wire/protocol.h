@@ -109,6 +109,7 @@ typedef enum {
     PK_F_RAILS,
     PK_F_RAILS_FAILED,
     PK_F_RAIL_OFFER,
+    PK_F_RAIL_SLICES,               /* the last bit of present (32 fields) */
     PK_F_COUNT
 } pk_field_t;
 
@@ -137,6 +138,8 @@ typedef struct {
     char *rails_failed;             /* capability rails: consumer rails the
                                        server took out with writes of the
                                        round, their indexes one space apart */
+    char *rail_slices;              /* capability slices: a round's answer's
+                                       slices per consumer rail, as rails */
     char *rail_offer;               /* capability rejoin: a fetch's or get's
                                        fresh registration for a consumer
                                        rail taken out: "<rail> <base64 of
@@ -207,6 +210,14 @@ typedef struct {
     in connect; a server that can lists it in connect_ack, and only then
     is rail_offer sent.  */
 #define PK_CAP_REJOIN "rejoin"
+/*  slices (with rails): a block of 2 MiB or more may come as slices over
+    several rails, each slice's immediate naming its block and slice
+    (protocol.md section 7); a round's answers then carry rail_slices
+    beside rails, and the round has landed when each rail counted that
+    many slices too.  A consumer lists it beside rails; a server in its
+    connect_ack when its channel slices (blocks of 2 MiB or more, two
+    rails paired, immediates of 64 bits).  */
+#define PK_CAP_SLICES "slices"
 #define PK_MAX_RAIL_BLOB 4096           /* decoded bytes of a rail_offer's blob */
 #define PK_MAX_RAIL_OFFER_TEXT (2 + (PK_MAX_RAIL_BLOB + 2) / 3 * 4)
 /* every word this build has (a server run with --gets off offers the

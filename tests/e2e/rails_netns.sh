@@ -40,12 +40,25 @@
 #      rates it measures, so rail 1 carries at least twice rail 2's
 #      bytes by the server's device counters (3:1 wanted; an even split
 #      carries 1:1), and the fetch is faster than two of the slow rail.
+# Large blocks sliced over both rails (capability slices; a server whose
+# build does not slice carries each block on one rail, and e fails):
+#   e. one block of BIG_LEN (64 MiB) over two rails: every byte checked,
+#      each rail's counter at least a quarter of the block (its slices
+#      went over both), and faster than one rail can go (1.5x its rate);
+#   e2. rail 2 set down a quarter of the way through BIG_BLOCKS (4) such
+#      blocks (once it carried an eighth of their bytes: each rail carries
+#      half): the server takes it out and sends its unconfirmed slices
+#      over rail 1, so every block lands whole, intact (0 lost, 0
+#      corrupt).
 # Needs root, iproute2 and tc; exits 77 (skip) with the reason otherwise.
-#   BLOCKS (32), MID_BLOCKS (96), BLOCK_LEN (1048576), RAILNET_RATE (300)
+#   BLOCKS (32), MID_BLOCKS (96), BLOCK_LEN (1048576), BIG_LEN (67108864),
+#   BIG_BLOCKS (4), RAILNET_RATE (300)
 set -u
 blocks=${BLOCKS:-32}
 mid_blocks=${MID_BLOCKS:-96}
 block_len=${BLOCK_LEN:-1048576}
+big_len=${BIG_LEN:-67108864}
+big_blocks=${BIG_BLOCKS:-4}
 
 say() { echo "rails_netns: $*"; }
 summary() { [ -e /dev/fd/9 ] && echo "rails_netns: $*" >&9; return 0; }
@@ -297,6 +310,47 @@ rn_shape 2 "$rn_rate"
 rn_stop "$pid_two"; st=$?
 [ "$st" -eq 0 ] || { cat "$rn_work/two.log"; fail "the two-rail server exited with status $st"; }
 rn_pids=${rn_pids% *}
-say "one and two rails, a rail lost mid-fetch, a rail missing on one side, unequal rails: all verified"
-summary "one rail and two rails over shaped veths, a rail down mid-fetch, one rail of two, rails of 3:1: verified"
+
+# ---- large blocks, sliced --------------------------------------------------
+rn_server big "$(rn_addrs s 1 2)" "$big_blocks" "$big_len" \
+    || { printf '%s\n' "$rn_refusal"; fail "the large-block server did not start"; }
+pid_big=${rn_pids##* }
+rn_publish big 1 "$big_len"
+bytes=$big_len
+say "e. one block of $big_len bytes over two rails"
+tx1=$(rn_counter s 1 tx) tx2=$(rn_counter s 2 tx)
+rn_get "$(rn_addrs c 1 2)" "$rn_work/big" "$rn_work/got-big" \
+    || { cat "$rn_work/got-big.err" "$rn_work/big.log"; fail "p2pkv get of one large block failed"; }
+rn_verify "$rn_work/big"; [ "$rn_there" -eq 1 ] || fail "the large block was not written"
+d1=$(delta s 1 tx "$tx1") d2=$(delta s 2 tx "$tx2")
+secs=$(sed -n 's/.* in \([0-9.]*\) s,.*/\1/p' "$rn_work/got-big.err")
+mbit=$(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%d", b * 8 / s / 1e6 }')
+say "rail 1 carried $d1 bytes, rail 2 $d2, for $bytes: $mbit Mbit/s of $((2 * rn_rate)) shaped"
+[ "$d1" -ge $((bytes / 4)) ] || fail "rail 1 carried $d1 bytes, less than a quarter of the block: it was not sliced over both rails"
+[ "$d2" -ge $((bytes / 4)) ] || fail "rail 2 carried $d2 bytes, less than a quarter of the block: it was not sliced over both rails"
+[ "$mbit" -gt $((rn_rate * 3 / 2)) ] || fail "$mbit Mbit/s for one block over two rails of $rn_rate: no faster than one rail"
+
+rn_publish big "$big_blocks" "$big_len"
+bytes=$((big_blocks * big_len))
+say "e2. rail 2 set down a quarter of the way through $big_blocks blocks of $big_len bytes"
+tx2=$(rn_counter s 2 tx)
+rn_get "$(rn_addrs c 1 2)" "$rn_work/big-down" "$rn_work/got-big-down" --no-verify &
+get=$!
+wait_passed 2 "$tx2" $((bytes / 8)) "$get"
+ip -n "$rn_ns_s" link set "$s2" down || fail "cannot set $s2 down"
+say "$s2 down after $(delta s 2 tx "$tx2") bytes on it"
+wait "$get"; st=$?
+got=$(count "$rn_work/got-big-down" fetched)
+say "the fetch ended with status $st, $got of $big_blocks fetched: $(tail -1 "$rn_work/got-big-down.err")"
+ip -n "$rn_ns_s" link set "$s2" up || fail "cannot set $s2 up"
+[ "$(count "$rn_work/got-big-down" corrupt)" -eq 0 ] || fail "blocks reported corrupt"
+rn_verify "$rn_work/big-down"; [ "$rn_there" -eq "$got" ] || fail "the blocks written are not the ones reported fetched"
+[ "$st" -eq 0 ] || { cat "$rn_work/got-big-down.err" "$rn_work/big.log"; fail "the fetch failed (status $st) with rail 2 down: its slices were not moved to rail 1"; }
+[ "$got" -eq "$big_blocks" ] || fail "fetched $got of $big_blocks with rail 2 down"
+alive big "$pid_big"
+rn_stop "$pid_big"; st=$?
+[ "$st" -eq 0 ] || { cat "$rn_work/big.log"; fail "the large-block server exited with status $st"; }
+rn_pids=${rn_pids% *}
+say "one and two rails, a rail lost mid-fetch, a rail missing on one side, unequal rails, large blocks sliced (and a rail lost mid-block): all verified"
+summary "one rail and two rails over shaped veths, a rail down mid-fetch, one rail of two, rails of 3:1, a 64 MiB block over two rails and a rail down mid-block: verified"
 exit 0

@@ -193,6 +193,73 @@ START_TEST(test_one_rail_against_two)
 }
 END_TEST
 
+//  Issue 38, one large block over several rails (capability slices):
+//  a get of one 8 MiB block from a server of two rails lands whole,
+//  every byte checked, with both rails carrying slices of it (the
+//  server's stats: slices and bytes per rail), the session listing
+//  slices.  Then two blocks in one get, each whole.
+#define SL_BLOCK (8u << 20)
+
+static void
+s_get_sliced(p2pkv_client_t *c, int server, const char *kv, size_t n)
+{
+    p2pkv_key_t *keys = bk_keys(2, 0, n);
+    uint32_t dest[2] = { 0, 1 };
+    bool landed[2];
+    uint8_t *pool = p2pkv_client_pool(c);
+    memset(pool, 0, n * SL_BLOCK);
+    char err[P2PKV_ERRLEN] = "";
+    int got = p2pkv_client_get(c, server, kv, keys, dest, n, true, 60, landed, NULL, NULL, err);
+    ck_assert_msg(got == (int) n, "%s: %d %s", kv, got, err);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += bk_block_diff(pool + i * SL_BLOCK, 2, i, SL_BLOCK);
+    ck_assert_msg(bad == 0, "%s: %zu bytes wrong", kv, bad);
+    bk_keys_free(keys);
+}
+
+START_TEST(test_one_block_sliced_over_two_rails)
+{
+    static const char *const big[] = { "--provider", "tcp", "--fabric-addr", TWO,
+                                       "--pool-blocks", "4", "--block-len", "8388608",
+                                       "--pin-quota", "4", NULL };
+    td_t d;
+    td_start(&d, big);
+    bk_fill(&d, 2, 2, SL_BLOCK);
+    p2pkv_config_t cfg = { .peer_id = "rails-sliced", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = TWO };
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 2, SL_BLOCK, (p2pkv_callbacks_t) { 0 },
+                                         err);
+    ck_assert_msg(c != NULL, "%s", err);
+    int server = p2pkv_client_connect(c, d.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "%s", err);
+    s_get_sliced(c, server, "sliced", 1);
+    json_t *r = s_rails_carried(&d, "rails-sliced", (json_int_t) SL_BLOCK);
+    ck_assert_uint_eq(json_array_size(r), 2);
+    json_int_t slices = 0, bytes = 0;
+    for (size_t i = 0; i < 2; i++) {
+        json_t *one = json_array_get(r, i);
+        json_int_t n = json_integer_value(json_object_get(one, "slices"));
+        ck_assert_msg(n > 0, "rail %zu carried no slice", i);
+        ck_assert_int_gt(json_integer_value(json_object_get(one, "bytes")), 0);
+        slices += n;
+        bytes += json_integer_value(json_object_get(one, "bytes"));
+    }
+    ck_assert_int_eq(slices, 8);
+    ck_assert_int_eq(bytes, (json_int_t) SL_BLOCK);
+    json_decref(r);
+    json_t *st = td_stats_json(&d);
+    const char *caps = json_string_value(json_object_get(json_object_get(st, "capabilities"),
+                                                         "rails-sliced"));
+    ck_assert_msg(caps && strstr(caps, "slices"), "caps %s", caps ? caps : "(none)");
+    json_decref(st);
+    s_get_sliced(c, server, "sliced-two", 2);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&d), 0);
+}
+END_TEST
+
 START_TEST(test_bad_addresses_refused)
 {
     char said[4096];
@@ -225,6 +292,7 @@ main(void)
     TCase *tc = td_case(s, "rails", 240);
     tcase_add_test(tc, test_get_striped_over_two_rails);
     tcase_add_test(tc, test_one_rail_against_two);
+    tcase_add_test(tc, test_one_block_sliced_over_two_rails);
     tcase_add_test(tc, test_bad_addresses_refused);
     return td_run_and_sweep("rails_e2e", s);
 }

@@ -43,6 +43,7 @@ typedef struct {
     //  a channel of rails: counts per rail of the one round asked (0: none)
     size_t nrails;
     uint64_t rail_landed[2];
+    uint64_t rail_slices[2];        //  slices per rail (capability slices)
     //  revoke_rail calls: the rail, and how many loads had ended before it
     struct { size_t rail; int ndone_before; } revoked[4];
     int nrevoked;
@@ -94,6 +95,15 @@ s_landed_rails(void *a, uint64_t round, uint64_t *counts, size_t cap)
     (void) round;
     for (size_t i = 0; i < H->nrails && i < cap; i++)
         counts[i] = H->cut ? 0 : H->rail_landed[i];
+    return H->nrails;
+}
+
+static size_t
+s_landed_slices(void *a, uint64_t round, uint64_t *counts, size_t cap)
+{
+    (void) round;
+    for (size_t i = 0; i < H->nrails && i < cap; i++)
+        counts[i] = H->cut ? 0 : H->rail_slices[i];
     return H->nrails;
 }
 
@@ -165,7 +175,8 @@ s_setup(void)
     pk_client_role_config_t cfg = { 30, 10, NULL, 1.0 };
     H->role = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now }, (pk_sender_t) { NULL, s_send },
                                  (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget,
-                                                           s_landed_rails, s_revoke_rail },
+                                                           s_landed_rails, s_revoke_rail,
+                                                           s_landed_slices },
                                  (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(H->role);
 }
@@ -394,6 +405,31 @@ START_TEST(test_landed_only_when_every_rail_counted)
     ck_assert_int_eq(H->ndone, 0);
     H->rail_landed[0] = 2;
     H->rail_landed[1] = 2;
+    s_land(round, 4);
+    ck_assert_int_eq(H->ndone, 1);
+    ck_assert_uint_eq(H->done[0].id, id);
+    ck_assert_int_eq(H->done[0].status, PK_LOAD_LANDED);
+}
+END_TEST
+
+//  Sliced blocks (capability slices): the answer says each rail's slices
+//  too, and every block counted landed is not enough while a rail has
+//  not read the slices the server saw confirmed on it (they may still be
+//  in flight into a block the caller would reuse).
+START_TEST(test_landed_only_when_every_rail_read_its_slices)
+{
+    H->nrails = 2;
+    uint64_t id = s_fetch("r1", 0, 4, 0, 0);
+    uint64_t round = H->sent[0].round;
+    pk_msg_t *m = s_done("r1", round, true, 4);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAILS, "0 0"), 0);
+    ck_assert_int_eq(pk_msg_set_string(m, PK_F_RAIL_SLICES, "16 18"), 0);
+    s_deliver(m);
+    H->rail_slices[0] = 16;
+    H->rail_slices[1] = 17;
+    s_land(round, 4);                            //  four blocks whole, one slice short
+    ck_assert_int_eq(H->ndone, 0);
+    H->rail_slices[1] = 18;
     s_land(round, 4);
     ck_assert_int_eq(H->ndone, 1);
     ck_assert_uint_eq(H->done[0].id, id);
@@ -1225,12 +1261,12 @@ START_TEST(test_load_ids_from_the_owners_counter)
     pk_client_role_config_t cfg = { 30, 10, &counter, 0 };
     pk_client_role_t *a = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_client_role_t *b = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_key_t k = K(0);
@@ -1295,7 +1331,7 @@ START_TEST(test_round_over_without_forget)
     pk_client_role_config_t cfg = { 30, 10, NULL, 0 };
     pk_client_role_t *r = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL },
+                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL, NULL },
                                              (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(r);
     pk_key_t k = K(0);
@@ -1467,6 +1503,7 @@ main(void)
     tcase_add_test(tc, test_lookup_resp_matching_and_stale);
     tcase_add_test(tc, test_landed_only_when_every_block_counted);
     tcase_add_test(tc, test_landed_only_when_every_rail_counted);
+    tcase_add_test(tc, test_landed_only_when_every_rail_read_its_slices);
     tcase_add_test(tc, test_failed_rail_revoked_before_landed);
     tcase_add_test(tc, test_revoked_rail_offered_on_next_fetch);
     tcase_add_test(tc, test_failed_waits_for_landing_blocks);

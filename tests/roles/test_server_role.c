@@ -232,7 +232,7 @@ s_setup(void)
     H->inner = pk_memtransport_iface(H->mem);
     H->role = pk_server_role_new("peer", NULL, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL, NULL, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
                                                  s_result, s_sums, s_why, s_kick });
     ck_assert_ptr_nonnull(H->role);
@@ -1093,7 +1093,7 @@ s_role_with_reasons(bool reasons)
     config.reasons = reasons;
     H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL, NULL, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
                                                  s_result, s_sums, s_why, s_kick });
     ck_assert_ptr_nonnull(H->role);
@@ -1170,7 +1170,7 @@ s_setup_lend(void)
     config.lend = true;
     H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend, NULL, NULL, NULL },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend, NULL, NULL, NULL, NULL, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
                                                  s_result, s_sums, s_why, s_kick });
     ck_assert_ptr_nonnull(H->role);
@@ -1260,7 +1260,7 @@ START_TEST(test_get_not_lent_without_the_capability)
     pk_server_role_destroy(&H->role);
     H->role = pk_server_role_new("peer", NULL, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend, NULL, NULL, NULL },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend, NULL, NULL, NULL, NULL, NULL },
                                  (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
                                                  s_result, s_sums, s_why, s_kick });
     s_set("aa", PK_LOOKUP_HIT, 4);

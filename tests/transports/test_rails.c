@@ -626,6 +626,200 @@ START_TEST(test_big_round_over_two_rails)
 }
 END_TEST
 
+//  Issue 38, slicing one block over rails (capability slices,
+//  protocol.md section 7).  Pools of SL_BLOCKS blocks of 8 MiB: eight
+//  slices of 1 MiB each (base/slices.h).
+#define SL_BLOCK (8u << 20)
+#define SL_BLOCKS 2
+
+//  Writes blocks [0, n) -> [0, n) for round as one write, waits until it
+//  is reported and n blocks landed at the target, and compares every byte.
+static void
+s_write_sl(side_t *w, side_t *t, uint64_t round, size_t n)
+{
+    pk_transport_t tr = pk_channel_transport(w->ch);
+    uint32_t idx[SL_BLOCKS] = { 0, 1 };
+    ck_assert_int_gt(tr.write_blocks(tr.self, round, idx, idx, n), 0);
+    seen_t seen = { 0 };
+    double deadline = pk_clock_monotonic() + 60;
+    while (pk_clock_monotonic() < deadline
+           && (!seen.count || pk_channel_landed(t->ch, round) < n)) {
+        pk_channel_progress(w->ch);
+        pk_channel_progress(t->ch);
+        tr.poll(tr.self, s_each, &seen);
+    }
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert(seen.ok);
+    ck_assert_uint_eq(seen.landed, n);
+    ck_assert_uint_eq(pk_channel_landed(t->ch, round), n);
+    ck_assert_int_eq(memcmp(w->pool, t->pool, n * SL_BLOCK), 0);
+}
+
+//  One 8 MiB block over two rails: cut into slices that both rails
+//  carry, it lands whole, byte for byte, counted as one block; each
+//  rail's slices counted at the target are what the writer's answer
+//  says (rail_slices), and no whole block went over either rail.
+START_TEST(test_one_block_sliced_over_two_rails)
+{
+    side_t w, t;
+    s_side_of(&w, TWO, false, 0, SL_BLOCKS, SL_BLOCK);
+    s_side_of(&t, TWO, true, 0xee, SL_BLOCKS, SL_BLOCK);
+    s_connect(&w, &t);
+    pk_transport_t tr = pk_channel_transport(w.ch);
+    ck_assert_ptr_null(tr.rails_slices);
+    ck_assert(pk_channel_slices(w.ch));
+    tr = pk_channel_transport(w.ch);
+    ck_assert_ptr_nonnull(tr.rails_slices);
+    pk_rails_test_rate(w.ch, 0, 1e8);
+    pk_rails_test_rate(w.ch, 1, 1e8);
+    s_write_sl(&w, &t, 5, 1);
+    uint64_t got[PK_RAILS_MAX], want[PK_RAILS_MAX], blocks[PK_RAILS_MAX];
+    ck_assert_uint_eq(pk_channel_landed_slices(t.ch, 5, got, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(tr.rails_slices(tr.self, 5, want, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(tr.rails_landing(tr.self, 5, blocks, PK_RAILS_MAX), 2);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_msg(got[i] == 4, "rail %d carried %llu slices", i,
+                      (unsigned long long) got[i]);
+        ck_assert_uint_eq(want[i], got[i]);
+        ck_assert_uint_eq(blocks[i], 0);
+    }
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 5, blocks, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(blocks[0] + blocks[1], 0);
+    //  two blocks of the next round: 16 slices, two blocks counted
+    memset(t.pool, 0, SL_BLOCKS * SL_BLOCK);
+    s_write_sl(&w, &t, 6, 2);
+    ck_assert_uint_eq(pk_channel_landed_slices(t.ch, 6, got, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(got[0] + got[1], 16);
+    pk_channel_stats_t cs;
+    pk_channel_stats(w.ch, &cs);
+    ck_assert_uint_eq(cs.transfers, 0);
+    s_side_close(&w);
+    s_side_close(&t);
+}
+END_TEST
+
+//  Slice sl of block b (same index both sides) by a plain channel into
+//  the target's rail; true when it completed.
+static bool
+s_slice_plain(side_t *late, side_t *t, uint64_t round, uint32_t b, uint32_t sl)
+{
+    pk_transport_t tr = pk_channel_transport(late->ch);
+    ck_assert_ptr_nonnull(tr.write_slice);
+    int64_t tid = tr.write_slice(tr.self, round, b, b, sl);
+    ck_assert_int_gt(tid, 0);
+    seen_t seen = { 0 };
+    double deadline = pk_clock_monotonic() + 60;
+    while (pk_clock_monotonic() < deadline && !seen.count) {
+        pk_channel_progress(late->ch);
+        pk_channel_progress(t->ch);
+        tr.poll(tr.self, s_each, &seen);
+    }
+    ck_assert_int_eq(seen.count, 1);
+    ck_assert_uint_eq(seen.landed, 0);          //  a slice is no block
+    //  its immediate was read once the write completed (delivered)
+    for (int i = 0; i < 100; i++)
+        pk_channel_progress(t->ch);
+    return seen.ok;
+}
+
+//  A slice that lands twice (a resend after a rail stall) counts
+//  nothing extra: the target counts a block once, when its last missing
+//  slice fills its mask; the rail's slice count says what it carried.
+//  A forgotten round's masks never count for the next one.
+START_TEST(test_slice_twice_counts_once)
+{
+    side_t t, late;
+    s_side_of(&t, TWO, true, 0xee, SL_BLOCKS, SL_BLOCK);
+    s_side_of(&late, "127.0.0.1", false, 0, SL_BLOCKS, SL_BLOCK);
+    uint8_t *blob;
+    size_t len, rlen;
+    const uint8_t *rail;
+    char err[PK_ERRLEN] = "";
+    ck_assert_int_eq(pk_channel_blob(t.ch, &blob, &len), 0);
+    s_rail_blob(blob, len, 0, &rail, &rlen);
+    ck_assert_msg(pk_channel_connect(late.ch, rail, rlen, err) == 0, "%s", err);
+    free(blob);
+    for (uint32_t sl = 0; sl < 8; sl++)
+        if (sl != 3)
+            ck_assert(s_slice_plain(&late, &t, 7, 1, sl));
+    ck_assert(s_slice_plain(&late, &t, 7, 1, 5));              //  twice
+    ck_assert_uint_eq(pk_channel_landed(t.ch, 7), 0);
+    ck_assert(s_slice_plain(&late, &t, 7, 1, 3));
+    ck_assert_uint_eq(pk_channel_landed(t.ch, 7), 1);
+    ck_assert(s_slice_plain(&late, &t, 7, 1, 3));              //  and again
+    for (uint32_t sl = 0; sl < 8; sl++)
+        ck_assert(s_slice_plain(&late, &t, 7, 1, sl));
+    ck_assert_uint_eq(pk_channel_landed(t.ch, 7), 1);
+    uint64_t got[PK_RAILS_MAX];
+    ck_assert_uint_eq(pk_channel_landed_slices(t.ch, 7, got, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(got[0], 18);
+    ck_assert_uint_eq(got[1], 0);
+    ck_assert_int_eq(memcmp(late.pool + SL_BLOCK, t.pool + SL_BLOCK, SL_BLOCK), 0);
+    //  the round is over: the same tag's next round starts from nothing
+    pk_channel_forget(t.ch, 7);
+    ck_assert(s_slice_plain(&late, &t, 7 + (1u << 20), 1, 0));
+    ck_assert_uint_eq(pk_channel_landed(t.ch, 7 + (1u << 20)), 0);
+    s_side_close(&late);
+    s_side_close(&t);
+}
+END_TEST
+
+//  A writer whose peer does not read slices (no channel_slices: a
+//  consumer without the capability) sends each 8 MiB block whole, over
+//  one rail, counted there as a block; no slice is counted anywhere.
+START_TEST(test_whole_blocks_without_slices)
+{
+    side_t w, t;
+    s_side_of(&w, TWO, false, 0, SL_BLOCKS, SL_BLOCK);
+    s_side_of(&t, TWO, true, 0xee, SL_BLOCKS, SL_BLOCK);
+    s_connect(&w, &t);
+    pk_rails_test_rate(w.ch, 0, 1e8);
+    pk_rails_test_rate(w.ch, 1, 1e8);
+    s_write_sl(&w, &t, 8, 2);
+    pk_transport_t tr = pk_channel_transport(w.ch);
+    ck_assert_ptr_null(tr.rails_slices);
+    uint64_t got[PK_RAILS_MAX], want[PK_RAILS_MAX];
+    ck_assert_uint_eq(tr.rails_landing(tr.self, 8, want, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(pk_channel_landed_rails(t.ch, 8, got, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(want[0], 1);
+    ck_assert_uint_eq(want[1], 1);
+    ck_assert_uint_eq(got[0], 1);
+    ck_assert_uint_eq(got[1], 1);
+    ck_assert_uint_eq(pk_channel_landed_slices(t.ch, 8, got, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(got[0] + got[1], 0);
+    s_side_close(&w);
+    s_side_close(&t);
+}
+END_TEST
+
+//  A rail that stops mid-block: its unconfirmed slices go again over
+//  the other rail, the block lands whole and byte for byte, the answer
+//  names the rail failed, and rail 1's slices are all of them.
+START_TEST(test_rail_stall_resends_slices)
+{
+    side_t w, t;
+    s_side_of(&w, TWO, false, 0, SL_BLOCKS, SL_BLOCK);
+    s_side_of(&t, TWO, true, 0xee, SL_BLOCKS, SL_BLOCK);
+    s_connect(&w, &t);
+    ck_assert(pk_channel_slices(w.ch));
+    pk_rails_test_rate(w.ch, 0, 1e8);
+    pk_rails_test_rate(w.ch, 1, 1e8);
+    pk_rails_test_hold(w.ch, 1, true);
+    s_write_sl(&w, &t, 9, 1);
+    pk_transport_t tr = pk_channel_transport(w.ch);
+    ck_assert_uint_eq(tr.rails_failed(tr.self, 9), 2u);
+    uint64_t want[PK_RAILS_MAX], got[PK_RAILS_MAX];
+    ck_assert_uint_eq(tr.rails_slices(tr.self, 9, want, PK_RAILS_MAX), 2);
+    ck_assert_uint_eq(want[0], 8);
+    ck_assert_uint_eq(want[1], 0);
+    ck_assert_uint_eq(pk_channel_landed_slices(t.ch, 9, got, PK_RAILS_MAX), 2);
+    ck_assert_uint_ge(got[0], 8);
+    ck_assert_uint_eq(pk_channel_landed(t.ch, 9), 1);
+    s_side_close(&w);
+    s_side_close(&t);
+}
+END_TEST
+
 START_TEST(test_bad_addresses_refused)
 {
     //  documentation range (TEST-NET-3): never an address of this host
@@ -693,6 +887,10 @@ main(void)
     tcase_add_test(tc, test_rail_stall_moves_writes);
     tcase_add_test(tc, test_failed_rail_rejoins);
     tcase_add_test(tc, test_big_round_over_two_rails);
+    tcase_add_test(tc, test_one_block_sliced_over_two_rails);
+    tcase_add_test(tc, test_slice_twice_counts_once);
+    tcase_add_test(tc, test_whole_blocks_without_slices);
+    tcase_add_test(tc, test_rail_stall_resends_slices);
     tcase_add_test(tc, test_bad_addresses_refused);
     tcase_add_test(tc, test_hostile_blobs_refused);
     suite_add_tcase(s, tc);

@@ -14,6 +14,7 @@
 #include "ofi/ofi_bench.h"
 #include "base/clock.h"
 #include "base/keymap.h"
+#include "base/slices.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -627,6 +628,39 @@ s_post(pk_ofi_channel_t *self)
     }
 }
 
+//  A transfer of nops ops, in the map under a fresh id
+static s_xfer_t *
+s_xfer_open(pk_ofi_channel_t *self, size_t nops)
+{
+    s_xfer_t *x = calloc(1, sizeof *x + nops * sizeof *x->ops);
+    if (!x)
+        return NULL;
+    x->tid = self->next_tid++;
+    x->nops = nops;
+    pk_key_t key = { (const uint8_t *) &x->tid, sizeof x->tid, pk_hash_id(x->tid, 1) };
+    if (pk_keymap_put(&self->xfers, &key, (uintptr_t) x, 0) < 0) {
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+//  x's ops join the queue, and what credits allow is posted
+static void
+s_queue(pk_ofi_channel_t *self, s_xfer_t *x)
+{
+    for (size_t i = 0; i < x->nops; i++) {
+        s_op_t *op = &x->ops[i];
+        op->prev = self->queue_tail;
+        if (self->queue_tail)
+            self->queue_tail->next = op;
+        else
+            self->queue_head = op;
+        self->queue_tail = op;
+    }
+    s_post(self);
+}
+
 static int64_t
 s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint32_t *remote,
                size_t n)
@@ -655,16 +689,9 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         run = extends ? run + 1 : 1;
         nops += !extends;
     }
-    s_xfer_t *x = calloc(1, sizeof *x + nops * sizeof *x->ops);
+    s_xfer_t *x = s_xfer_open(self, nops);
     if (!x)
         return -ENOMEM;
-    x->tid = self->next_tid++;
-    x->nops = nops;
-    pk_key_t key = { (const uint8_t *) &x->tid, sizeof x->tid, pk_hash_id(x->tid, 1) };
-    if (pk_keymap_put(&self->xfers, &key, (uintptr_t) x, 0) < 0) {
-        free(x);
-        return -ENOMEM;
-    }
     uint64_t tag = (round_seq & PK_OFI_TAG_MASK) << 12;
     s_op_t *op = NULL;
     for (size_t i = 0, run = 0; i < n; i++) {
@@ -685,16 +712,44 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         if (self->marks && remote[i + 1 - run] <= S_MARK_MAX)
             op->imm |= S_MARK_BIT | (uint64_t) remote[i + 1 - run] << 32;
     }
-    for (size_t i = 0; i < nops; i++) {
-        op = &x->ops[i];
-        op->prev = self->queue_tail;
-        if (self->queue_tail)
-            self->queue_tail->next = op;
-        else
-            self->queue_head = op;
-        self->queue_tail = op;
-    }
-    s_post(self);
+    s_queue(self, x);
+    return (int64_t) x->tid;
+}
+
+/*  One slice of a block (transport.h write_slice): one op of its bytes,
+    whose immediate counts no block and names block and slice (the bit
+    rule of ofi_priv.h).  Only where the provider carries 64 bits of CQ
+    data: in 32 there is no room for the block, so verbs and efa send
+    blocks whole.  */
+static int64_t
+s_write_slice(void *arg, uint64_t round_seq, uint32_t local, uint32_t remote, uint32_t slice)
+{
+    pk_ofi_channel_t *self = arg;
+    pk_ofi_t *ofi = self->ofi;
+    if (self->closed || !self->connected || !self->peer_exposed)
+        return -ENOTCONN;
+    if (ofi->info->domain_attr->cq_data_size < 8)
+        return -ENOTSUP;
+    if (self->peer_block_len != ofi->block_len)
+        return -EPROTO;
+    pk_slices_t layout = pk_slices_of(ofi->block_len);
+    if (local >= ofi->num_blocks || remote >= self->peer_blocks || slice >= layout.n)
+        return -ERANGE;
+    if (remote > S_SLICE_BLOCK_MAX)
+        return -ERANGE;
+    s_xfer_t *x = s_xfer_open(self, 1);
+    if (!x)
+        return -ENOMEM;
+    uint64_t off, len = pk_slice_range(&layout, slice, &off);
+    s_op_t *op = x->ops;
+    op->xfer = x;
+    op->local_off = local * ofi->block_len + off;
+    op->remote_off = remote * ofi->block_len + off;
+    op->len = len;
+    op->blocks = 0;
+    op->imm = (round_seq & PK_OFI_TAG_MASK) << 12 | S_MARK_BIT
+              | ((uint64_t) remote << S_SLICE_BITS | slice) << 32;
+    s_queue(self, x);
     return (int64_t) x->tid;
 }
 
@@ -727,6 +782,14 @@ pk_ofi_channel_progress(pk_ofi_channel_t *self)
             if (entries[i].flags & FI_REMOTE_CQ_DATA) {
                 uint32_t tag = (uint32_t) (entries[i].data >> 12) & PK_OFI_TAG_MASK;
                 uint32_t blocks = (uint32_t) entries[i].data & 0xfff;
+                if (!blocks && (entries[i].data & S_MARK_BIT)) {
+                    //  a slice (ofi_priv.h): its rails' owner counts it
+                    uint64_t mark = (entries[i].data >> 32) & S_MARK_MAX;
+                    if (self->slice_fn)
+                        self->slice_fn(self->slice_arg, tag, (uint32_t) (mark >> S_SLICE_BITS),
+                                       (uint32_t) (mark & ((1u << S_SLICE_BITS) - 1)));
+                    continue;
+                }
                 pk_key_t key = { (const uint8_t *) &tag, sizeof tag, pk_hash_id(tag, 2) };
                 pk_keymap_entry_t *e = pk_keymap_find(&self->landed, &key);
                 s_landed_t *l = e ? (s_landed_t *) (uintptr_t) e->a : NULL;
@@ -951,7 +1014,10 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
 pk_transport_t
 pk_ofi_channel_transport(pk_ofi_channel_t *self)
 {
-    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL, NULL, NULL, NULL };
+    //  slices only where the immediate has room to name them (ofi_priv.h)
+    bool wide = self->ofi->info->domain_attr->cq_data_size >= 8;
+    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL, NULL, NULL, NULL,
+                              wide ? s_write_slice : NULL, NULL };
 }
 
 static s_landed_t *
@@ -960,6 +1026,16 @@ s_landed_find(pk_ofi_channel_t *self, uint32_t tag)
     pk_key_t key = { (const uint8_t *) &tag, sizeof tag, pk_hash_id(tag, 2) };
     pk_keymap_entry_t *e = pk_keymap_find(&self->landed, &key);
     return e ? (s_landed_t *) (uintptr_t) e->a : NULL;
+}
+
+int
+pk_ofi_channel_slice_sink(pk_ofi_channel_t *self, pk_slice_fn *fn, void *arg)
+{
+    if (self->ofi->info->domain_attr->cq_data_size < 8)
+        return -ENOTSUP;
+    self->slice_fn = fn;
+    self->slice_arg = arg;
+    return 0;
 }
 
 void

@@ -151,6 +151,14 @@ void pk_ofi_channel_forget(pk_ofi_channel_t *self, uint64_t round_seq);
     side; the peer said it reads them.  */
 void pk_ofi_channel_marks(pk_ofi_channel_t *self);
 
+/*  Slices (capability slices, protocol.md section 7): from now on each
+    slice immediate that lands (its low 12 bits 0, bit 63 set, the mark's
+    bits block * 64 + slice: ofi_priv.h) goes to fn and counts nothing
+    here; the channel of several rails that owns this one counts the
+    block once all its slices landed.  Target side; -ENOTSUP where the
+    provider carries fewer than 64 bits of CQ data.  */
+int pk_ofi_channel_slice_sink(pk_ofi_channel_t *self, pk_slice_fn *fn, void *arg);
+
 /*  The end-to-end check at landing (transport.h channel_expect and
     channel_verdicts; base/block_check.h): a target channel hashes each
     expected block when a marked immediate says it landed.  */

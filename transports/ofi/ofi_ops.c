@@ -169,6 +169,12 @@ s_channel_marks(pk_channel_t *channel)
 }
 
 static int
+s_channel_slice_sink(pk_channel_t *channel, pk_slice_fn *fn, void *arg)
+{
+    return pk_ofi_channel_slice_sink((pk_ofi_channel_t *) channel, fn, arg);
+}
+
+static int
 s_channel_expect(pk_channel_t *channel, const uint32_t *dest, const uint64_t *sums, size_t n)
 {
     return pk_ofi_channel_expect((pk_ofi_channel_t *) channel, dest, sums, n);
@@ -215,4 +221,5 @@ const pk_transport_ops_t pk_ofi_transport_ops = {
     .channel_marks = s_channel_marks,
     .providers = s_providers,
     .nproviders = sizeof s_providers / sizeof s_providers[0],
+    .channel_slice_sink = s_channel_slice_sink,
 };

@@ -6,6 +6,7 @@
 #define PK_OFI_PRIV_H_INCLUDED
 
 #include "base/block_check.h"
+#include "base/slices.h"
 #include "base/keymap.h"
 #include "ofi/ofi.h"
 
@@ -27,6 +28,13 @@
 //  A block mark in the immediate's high half (ofi.h, pk_ofi_channel_marks)
 #define S_MARK_BIT (UINT64_C(1) << 63)
 #define S_MARK_MAX UINT64_C(0x7fffffff)
+//  A slice's immediate (capability slices, ofi.h pk_ofi_channel_slice_sink):
+//  its low 12 bits count no block (a write of blocks counts at least one),
+//  bit 63 is set, and the mark's 31 bits hold block * 64 + slice, so a
+//  sliced block is below 2^25
+#define S_SLICE_BITS 6
+#define S_SLICE_BLOCK_MAX (S_MARK_MAX >> S_SLICE_BITS)
+_Static_assert(S_SLICE_BLOCK_MAX + 1 == PK_SLICE_BLOCKS, "base/slices.h's PK_SLICE_BLOCKS");
 
 struct _pk_ofi_t {
     pk_fabric_t head;               //  first: a pk_fabric_t of the seam (transport.h)
@@ -122,6 +130,9 @@ struct _pk_ofi_channel_t {
     bool marks;
     //  target: the end-to-end check at each marked immediate
     pk_block_check_t check;
+    //  target: where slice immediates go (pk_ofi_channel_slice_sink)
+    pk_slice_fn *slice_fn;
+    void *slice_arg;
     pk_ofi_stats_t stats;
 };
 

@@ -3,6 +3,7 @@
 #include "base/clock.h"
 #include "base/err.h"
 #include "base/keymap.h"
+#include "base/slices.h"
 #include "rails/rails.h"
 
 #include <errno.h>
@@ -15,6 +16,7 @@
 
 #define S_MAGIC "PKRL"
 #define S_VERSION 1
+#define S_TAG_MASK 0xfffffu         //  an immediate's round tag (transport.h)
 
 typedef struct {
     pk_fabric_t head;               //  first: a pk_fabric_t of the seam
@@ -24,7 +26,7 @@ typedef struct {
     pk_rails_addr_t addr[PK_RAILS_MAX];
     atomic_uint_fast64_t channels_opened, channels_open, blobs_refused;
     double rail_stall;
-    uint64_t block_len;
+    uint64_t block_len, num_blocks;
 } s_fabric_t;
 
 /*  A write over several rails is cut into chunks of about 1 MiB (the
@@ -40,7 +42,8 @@ typedef struct {
     uint64_t tid;                   //  the sub-channel's transfer
     uint64_t key;                   //  the chunk map's key bytes (s_chunk_key)
     struct s_xfer *x;               //  the write it is a chunk of
-    uint32_t off, cnt;              //  blocks [off, off + cnt) of the write
+    uint32_t off, cnt;              //  units [off, off + cnt) of the write: its
+                                    //  blocks, or its slices where it slices
     uint64_t landed;                //  of a chunk that failed: what landed
     uint8_t pair, state;
 } s_chunk_t;
@@ -58,7 +61,12 @@ typedef struct s_xfer {
     uint32_t *local, *remote;       //  the write's blocks, kept for resends
     s_chunk_t *slab[S_SLABS];
     size_t nchunks;
-    uint32_t n, posted;             //  its blocks; [0, posted) given to rails
+    uint32_t n, posted;             //  its units; [0, posted) given to rails
+    uint32_t per;                   //  units a block: the channel's per_block,
+                                    //  or 1 where a block cannot be named in a
+                                    //  slice's immediate (PK_SLICE_BLOCKS)
+    uint64_t unit;                  //  a unit's bytes (a slice's, or a block's)
+    uint64_t *smask;                //  sliced: per block, its slices confirmed
     bool pending;                   //  on the channel's pending list
     struct s_xfer *pprev, *pnext;   //  there
     size_t open;                    //  chunks running or lost
@@ -71,6 +79,7 @@ typedef struct s_xfer {
 typedef struct s_round {
     uint64_t round;
     uint64_t counts[PK_RAILS_MAX];
+    uint64_t slices[PK_RAILS_MAX];  //  slices confirmed (rails_slices)
     uint32_t failed;                //  peer rails taken out with writes of it
     struct s_round *next;
 } s_round_t;
@@ -101,9 +110,10 @@ typedef struct {
     double retry_at;            //  taken out: paired again from then on
     uint8_t *offer;             //  taken out: the consumer's fresh blob
     size_t offer_len;
+    uint64_t slices, slice_bytes;   //  slices posted on it, and their bytes
 } s_pair_t;
 
-typedef struct {
+typedef struct s_channel {
     pk_channel_t head;              //  first: a pk_channel_t of the seam
     s_fabric_t *fab;
     bool expose, single;
@@ -139,9 +149,36 @@ typedef struct {
     size_t nfinished, capfinished;
     pk_keymap_t chunks;             //  (rail, sub transfer) -> its running chunk
     s_round_t *rounds;
+    //  slicing (capability slices; base/slices.h): a write's unit is a
+    //  slice where per_block > 1 (writer: channel_slices), else a block
+    pk_slices_t layout;
+    uint32_t per_block;
+    uint64_t unit_len;
+    //  target: each slice immediate, per rail (s_on_slice), counted into
+    //  its round tag's entry; a block's slices are masked per pool block,
+    //  valid while the slot's gen is its round entry's
+    struct s_sink {
+        struct s_channel *self;
+        size_t rail;
+    } sink[PK_RAILS_MAX];
+    struct s_sliced *sliced;
+    uint64_t *slot_mask, *slot_gen, gen;
 } s_channel_t;
 
+/*  A round tag's slices at the target.  Like the sub-channels' counters
+    (ofi.h): claimed by the first full round that asks, started over when
+    another round asks, dropped by forget.  */
+typedef struct s_sliced {
+    uint32_t tag;
+    bool owned;
+    uint64_t round, gen;
+    uint64_t full;                  //  blocks whose every slice landed
+    uint64_t slices[PK_RAILS_MAX];  //  slice immediates read per rail
+    struct s_sliced *next;
+} s_sliced_t;
+
 static void s_sub_close(s_channel_t *self, size_t i, pk_channel_t **c);
+static pk_slice_fn s_on_slice;
 
 //  --------------------------------------------------------------------------
 //  The fabric
@@ -168,6 +205,7 @@ s_fabric_open(const pk_fabric_config_t *config, void *base, uint64_t num_blocks,
     self->rail_stall = config->rail_stall > 0 ? config->rail_stall
                                               : config->stall_timeout / 4;
     self->block_len = block_len;
+    self->num_blocks = num_blocks;
     for (size_t i = 0; i < self->n; i++) {
         pk_fabric_config_t fc = *config;
         fc.node = self->addr[i].text;
@@ -365,7 +403,19 @@ s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
     self->rail_stall = fab->rail_stall;
     uint64_t cb = fab->block_len ? (UINT64_C(1) << 20) / fab->block_len : 1;
     self->chunk_blocks = (uint32_t) (cb < 1 ? 1 : cb > 4095 ? 4095 : cb);
+    self->layout = pk_slices_of(fab->block_len);
+    self->per_block = 1;
+    self->unit_len = fab->block_len ? fab->block_len : 1;
     int rc = 0;
+    //  a target of blocks that slice reads slices on every rail: a mask
+    //  and its round's generation per pool block (16 bytes a block of
+    //  2 MiB or more), so a slice that lands twice finds its bit set
+    bool sliced = expose && self->layout.n > 1;
+    if (sliced && (!(self->slot_mask = calloc(fab->num_blocks, sizeof *self->slot_mask))
+                   || !(self->slot_gen = calloc(fab->num_blocks, sizeof *self->slot_gen)))) {
+        rc = pk_err(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
     for (size_t i = 0; i < fab->n; i++, self->n++) {
         char why[PK_ERRLEN];
         self->sub[i] = pk_channel_new(fab->rail[i], expose, &rc, why);
@@ -373,6 +423,10 @@ s_channel_new(pk_fabric_t *fabric, bool expose, int *rc_p, char *err)
             (void) pk_err(err, rc, "rail %s: %.160s", fab->addr[i].text, why);
             goto fail;
         }
+        self->sink[i] = (struct s_sink) { self, i };
+        //  -ENOTSUP (an immediate of 32 bits): the writer never slices
+        if (sliced)
+            (void) pk_channel_slice_sink(self->sub[i], s_on_slice, &self->sink[i]);
     }
     //  one fd for the owner to sleep on: an epoll set of the rails' fds,
     //  readable when any is (a writer's too: its queue's fd, once its
@@ -454,6 +508,13 @@ s_channel_close(pk_channel_t **channel_p)
         self->rounds = r->next;
         free(r);
     }
+    while (self->sliced) {
+        s_sliced_t *e = self->sliced;
+        self->sliced = e->next;
+        free(e);
+    }
+    free(self->slot_mask);
+    free(self->slot_gen);
     atomic_fetch_sub(&self->fab->channels_open, 1);
     free(self);
     *channel_p = NULL;
@@ -602,11 +663,82 @@ s_channel_trywait(pk_channel_t *channel)
     return ok;
 }
 
+//  The target's entry of round_seq's tag, claimed for it (s_sliced_t);
+//  NULL where no slice of the tag landed
+static s_sliced_t *
+s_sliced_of(s_channel_t *self, uint64_t round_seq)
+{
+    uint32_t tag = (uint32_t) (round_seq & S_TAG_MASK);
+    s_sliced_t *e = self->sliced;
+    while (e && e->tag != tag)
+        e = e->next;
+    if (e && !e->owned) {
+        e->owned = true;
+        e->round = round_seq;
+    }
+    else if (e && e->round != round_seq) {
+        //  an older round's, never forgotten: start over (the load may
+        //  time out; it never ends early), its masks with a new gen
+        *e = (s_sliced_t) { .tag = tag, .owned = true, .round = round_seq,
+                            .gen = ++self->gen, .next = e->next };
+    }
+    return e;
+}
+
+/*  A slice immediate on rail (the sink's): counted for its rail, and its
+    block once, when this slice fills its mask.  A slice past the pool or
+    the layout counts nothing (the round does not land: its load times
+    out).  */
+static void
+s_on_slice(void *arg, uint32_t tag, uint32_t block, uint32_t slice)
+{
+    struct s_sink *sink = arg;
+    s_channel_t *self = sink->self;
+    if (block >= self->fab->num_blocks || slice >= self->layout.n)
+        return;
+    s_sliced_t *e = self->sliced;
+    while (e && e->tag != tag)
+        e = e->next;
+    if (!e) {
+        if (!(e = calloc(1, sizeof *e)))
+            return;
+        e->tag = tag;
+        e->gen = ++self->gen;
+        e->next = self->sliced;
+        self->sliced = e;
+    }
+    e->slices[sink->rail]++;
+    if (self->slot_gen[block] != e->gen) {
+        self->slot_gen[block] = e->gen;
+        self->slot_mask[block] = 0;
+    }
+    uint64_t bit = UINT64_C(1) << slice;
+    if (self->slot_mask[block] & bit)
+        return;                     //  landed twice (a resend): once is its count
+    self->slot_mask[block] |= bit;
+    e->full += self->slot_mask[block] == pk_slices_full(&self->layout);
+}
+
+static size_t
+s_channel_landed_slices(pk_channel_t *channel, uint64_t round_seq, uint64_t *counts,
+                        size_t cap)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    if (!self->slot_mask)
+        return 0;
+    s_sliced_t *e = s_sliced_of(self, round_seq);
+    size_t n = self->n < cap ? self->n : cap;
+    for (size_t i = 0; i < n; i++)
+        counts[i] = e ? e->slices[i] : 0;
+    return n;
+}
+
 static uint64_t
 s_channel_landed(pk_channel_t *channel, uint64_t round_seq)
 {
     s_channel_t *self = (s_channel_t *) channel;
-    uint64_t sum = 0;
+    s_sliced_t *e = self->slot_mask ? s_sliced_of(self, round_seq) : NULL;
+    uint64_t sum = e ? e->full : 0;
     for (size_t i = 0; i < self->n; i++)
         sum += pk_channel_landed(self->sub[i], round_seq)
                + (self->retired[i] ? pk_channel_landed(self->retired[i], round_seq) : 0);
@@ -628,6 +760,16 @@ static void
 s_channel_forget(pk_channel_t *channel, uint64_t round_seq)
 {
     s_channel_t *self = (s_channel_t *) channel;
+    uint32_t tag = (uint32_t) (round_seq & S_TAG_MASK);
+    for (s_sliced_t **at = &self->sliced; *at; at = &(*at)->next)
+        if ((*at)->tag == tag) {
+            s_sliced_t *e = *at;
+            if (!e->owned || e->round == round_seq) {
+                *at = e->next;
+                free(e);
+            }
+            break;
+        }
     for (size_t i = 0; i < self->n; i++)
     {
         pk_channel_forget(self->sub[i], round_seq);
@@ -678,6 +820,8 @@ s_channel_rail_offer(pk_channel_t *channel, size_t rail, uint8_t **blob_p, size_
         return rc < 0 ? rc : -EIO;
     if ((rc = pk_channel_blob(fresh, blob_p, len_p)) != 0)
         goto close_fresh;
+    if (self->slot_mask)
+        (void) pk_channel_slice_sink(fresh, s_on_slice, &self->sink[rail]);
     if (self->epfd >= 0) {
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = rail };
         if (epoll_ctl(self->epfd, EPOLL_CTL_ADD, pk_channel_wait_fd(fresh), &ev)) {
@@ -805,7 +949,8 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
         *r = (pk_rail_stats_t) { .peer_rail = -1, .writes_posted = s.writes_posted,
                                  .blocks_written = s.blocks_written,
                                  .blocks_landed = s.blocks_landed, .failures = s.errors,
-                                 .failed = self->failed[i], .rejoins = self->offers[i] };
+                                 .failed = self->failed[i], .rejoins = self->offers[i],
+                                 .bytes_written = s.blocks_written * self->fab->block_len };
         snprintf(r->local, sizeof r->local, "%s", self->fab->addr[i].text);
         for (size_t p = 0; p < self->npairs; p++)
             if (self->pair[p].local == i) {
@@ -815,6 +960,8 @@ s_channel_rails(const pk_channel_t *channel, pk_rail_stats_t *out, size_t cap)
                 r->failed = self->pair[p].failed;
                 r->rejoins = self->pair[p].rejoins;
                 r->rate = self->pair[p].rate;
+                r->slices_written = self->pair[p].slices;
+                r->bytes_written += self->pair[p].slice_bytes;
             }
     }
     return self->n;
@@ -960,9 +1107,9 @@ s_rate_of(const s_channel_t *self, size_t p)
     block).  A probe due (S_PROBE) gets a chunk's worth taken from the
     largest share.  k at most 8: a few dozen operations a write.  */
 static void
-s_split(s_channel_t *self, const size_t *live, size_t k, size_t n, size_t *share, double now)
+s_split(s_channel_t *self, const size_t *live, size_t k, size_t n, size_t L, size_t *share,
+        double now)
 {
-    size_t L = self->fab->block_len ? self->fab->block_len : 1;
     double rate[PK_RAILS_MAX], free_at[PK_RAILS_MAX];
     size_t order[PK_RAILS_MAX];
     size_t start = self->cursor++ % k;
@@ -1037,7 +1184,7 @@ s_spread(s_channel_t *self, s_xfer_t *x, const size_t *live, size_t k, uint32_t 
          uint32_t n, double now)
 {
     size_t share[PK_RAILS_MAX];
-    s_split(self, live, k, n, share, now);
+    s_split(self, live, k, n, x->unit, share, now);
     for (size_t i = 0; i < k; i++) {
         if (!share[i])
             continue;
@@ -1069,7 +1216,7 @@ s_spread(s_channel_t *self, s_xfer_t *x, const size_t *live, size_t k, uint32_t 
 static double
 s_depth(const s_channel_t *self, size_t p)
 {
-    double least = (double) S_DEPTH_CHUNKS * self->chunk_blocks * (double) self->fab->block_len;
+    double least = (double) S_DEPTH_CHUNKS * self->chunk_blocks * (double) self->unit_len;
     double by_rate = s_rate_of(self, p) * S_DEPTH;
     return by_rate > least ? by_rate : least;
 }
@@ -1089,9 +1236,9 @@ s_fill(s_channel_t *self, s_xfer_t *fresh)
         if (!self->pair[p].failed)
             live[k++] = p;
     double now = pk_clock_monotonic();
-    double L = self->fab->block_len ? (double) self->fab->block_len : 1;
     while (k && self->pending) {
         s_xfer_t *x = self->pending;
+        double L = (double) x->unit;
         if (x->failed) {            //  what waited of a failed write never goes
             x->posted = x->n;
             s_unpend(self, x);
@@ -1110,7 +1257,7 @@ s_fill(s_channel_t *self, s_xfer_t *fresh)
             break;
         size_t left = x->n - x->posted, m = left < total ? left : total;
         size_t share[PK_RAILS_MAX], now_posted = 0;
-        s_split(self, live, k, m, share, now);
+        s_split(self, live, k, m, x->unit, share, now);
         int err = 0;
         for (size_t i = 0; i < k && !err; i++) {
             size_t c = share[i] < room[i] ? share[i] : room[i];
@@ -1216,11 +1363,21 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
         //  no chunk is out untracked (keymap grows only past half full)
         if (pk_keymap_reserve(&self->chunks, self->chunks.count + 1))
             return -ENOMEM;
-        int64_t tid = self->pair[p].t.write_blocks(self->pair[p].t.self, x->round,
-                                                   x->local + off + done,
-                                                   x->remote + off + done, c);
+        //  sliced: one unit, one slice of its block (c is 1)
+        uint32_t u = off + done;
+        int64_t tid = x->smask
+                      ? self->pair[p].t.write_slice(self->pair[p].t.self, x->round,
+                                                    x->local[u / x->per], x->remote[u / x->per],
+                                                    u % x->per)
+                      : self->pair[p].t.write_blocks(self->pair[p].t.self, x->round,
+                                                     x->local + u, x->remote + u, c);
         if (tid <= 0)
             return tid < 0 ? (int) tid : -EIO;
+        if (x->smask) {
+            uint64_t o;
+            self->pair[p].slices++;
+            self->pair[p].slice_bytes += pk_slice_range(&self->layout, u % x->per, &o);
+        }
         s_chunk_t *ch = s_chunk(x, x->nchunks++);
         *ch = (s_chunk_t) { .tid = (uint64_t) tid, .key = s_key_of(p, (uint64_t) tid), .x = x,
                             .off = off + done, .cnt = c, .pair = (uint8_t) p,
@@ -1231,7 +1388,7 @@ s_post(s_channel_t *self, s_xfer_t *x, size_t p, uint32_t off, uint32_t cnt)
         double now = pk_clock_monotonic();
         if (self->pair[p].running++ == 0)
             self->pair[p].busy_since = self->pair[p].mark = now;
-        self->pair[p].queued += (uint64_t) c * self->fab->block_len;
+        self->pair[p].queued += (uint64_t) c * x->unit;
         self->pair[p].last_post = now;
         done += c;
     }
@@ -1248,7 +1405,12 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         k += !self->pair[p].failed;
     if (!k)
         return -ENOTCONN;
-    if (n > UINT32_MAX)
+    //  sliced, unless a block is past what a slice's immediate names
+    //  (protocol.md section 7): then the write goes whole
+    uint32_t per = self->per_block;
+    for (size_t i = 0; per > 1 && i < n; i++)
+        per = remote[i] < PK_SLICE_BLOCKS ? per : 1;
+    if (n > UINT32_MAX / per)
         return -EINVAL;
     if (self->nopen + self->nfinished == self->capfinished) {
         size_t cap = self->capfinished ? 2 * self->capfinished : 16;
@@ -1266,11 +1428,19 @@ s_write_blocks(void *arg, uint64_t round_seq, const uint32_t *local, const uint3
         free(x);
         return -ENOMEM;
     }
+    if (per > 1 && n && !(x->smask = calloc(n, sizeof *x->smask))) {
+        free(x->local);
+        free(x->remote);
+        free(x);
+        return -ENOMEM;
+    }
     memcpy(x->local, local, n * sizeof *local);
     memcpy(x->remote, remote, n * sizeof *remote);
     x->tid = self->next_tid++;
     x->round = round_seq;
-    x->n = (uint32_t) n;
+    x->per = per;
+    x->unit = per > 1 ? self->unit_len : self->fab->block_len ? self->fab->block_len : 1;
+    x->n = (uint32_t) n * per;
     x->next = self->xfers;
     if (self->xfers)
         self->xfers->prev = x;
@@ -1299,6 +1469,7 @@ s_xfer_free(s_xfer_t *x)
 {
     free(x->local);
     free(x->remote);
+    free(x->smask);
     for (size_t k = 0; k < S_SLABS && x->slab[k]; k++)
         free(x->slab[k]);
     free(x);
@@ -1323,7 +1494,7 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     s_chunk_t *c = (s_chunk_t *) (uintptr_t) found;
     s_xfer_t *x = c->x;
     double now = pk_clock_monotonic();
-    uint64_t bytes = (uint64_t) c->cnt * self->fab->block_len;
+    uint64_t bytes = (uint64_t) c->cnt * x->unit;
     if (ok)
         s_measure(self, p, bytes, now);
     self->pair[p].running--;
@@ -1334,7 +1505,20 @@ s_on_part(void *arg, uint64_t tid, bool ok, uint64_t landed)
     //  kept for the answer only where the peer reads it (rails_landing
     //  takes it then): a plain peer's rounds would pile up here
     s_round_t *r = self->rails_peer ? s_round(self, x->round, true) : NULL;
-    if (r)
+    if (x->smask) {
+        //  a slice (cnt 1): counted as one on its rail; its block lands
+        //  once its last slice is confirmed, on whichever rail
+        if (r && ok)
+            r->slices[self->pair[p].peer]++;
+        if (ok) {
+            uint64_t *m = &x->smask[c->off / x->per];
+            uint64_t bit = UINT64_C(1) << (c->off % x->per);
+            x->landed += !(*m & bit) && (*m | bit) == pk_slices_full(&self->layout);
+            *m |= bit;
+        }
+        blocks = 0;                 //  a failed slice lands no block
+    }
+    else if (r)
         r->counts[self->pair[p].peer] += blocks;
     if (ok) {
         c->state = S_DONE;
@@ -1608,7 +1792,7 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
                 ch->state = S_ENDED;
                 x->open--;
                 self->pair[ch->pair].running--;
-                self->pair[ch->pair].queued -= (uint64_t) ch->cnt * self->fab->block_len;
+                self->pair[ch->pair].queued -= (uint64_t) ch->cnt * x->unit;
             }
         }
         x->failed = x->cancelled = true;
@@ -1641,6 +1825,36 @@ s_rails_landing(void *arg, uint64_t round_seq, uint64_t *counts, size_t cap)
     return n;
 }
 
+//  Before rails_landing, which forgets the round
+static size_t
+s_rails_slices(void *arg, uint64_t round_seq, uint64_t *counts, size_t cap)
+{
+    s_channel_t *self = arg;
+    s_round_t *r = s_round(self, round_seq, false);
+    size_t n = self->rails_peer ? (self->peer_rails < cap ? self->peer_rails : cap) : 0;
+    for (size_t j = 0; j < n; j++)
+        counts[j] = r ? r->slices[j] : 0;
+    return n;
+}
+
+/*  The peer reads slices (capability slices): blocks of 2 MiB or more
+    go as slices from the next write on, where there are rails to
+    spread them over and every pair's provider can name a slice in its
+    immediate (a rail that rejoins has its provider).  */
+static bool
+s_channel_slices(pk_channel_t *channel)
+{
+    s_channel_t *self = (s_channel_t *) channel;
+    if (self->npairs < 2 || !self->rails_peer || self->layout.n < 2)
+        return false;
+    for (size_t p = 0; p < self->npairs; p++)
+        if (!self->pair[p].t.write_slice)
+            return false;
+    self->per_block = self->layout.n;
+    self->unit_len = self->layout.len;
+    return true;
+}
+
 static uint32_t
 s_rails_failed(void *arg, uint64_t round_seq)
 {
@@ -1651,9 +1865,11 @@ s_rails_failed(void *arg, uint64_t round_seq)
 static pk_transport_t
 s_channel_transport(pk_channel_t *channel)
 {
+    s_channel_t *self = (s_channel_t *) channel;
     return (pk_transport_t) { .self = channel, .write_blocks = s_write_blocks, .poll = s_poll,
                               .cancel = s_cancel, .rails_landing = s_rails_landing,
-                              .rails_failed = s_rails_failed, .rail_rejoin = s_rail_rejoin };
+                              .rails_failed = s_rails_failed, .rail_rejoin = s_rail_rejoin,
+                              .rails_slices = self->per_block > 1 ? s_rails_slices : NULL };
 }
 
 const pk_transport_ops_t pk_rails_transport_ops = {
@@ -1691,4 +1907,6 @@ const pk_transport_ops_t pk_rails_transport_ops = {
     .channel_landed_rails = s_channel_landed_rails,
     .channel_revoke_rail = s_channel_revoke_rail,
     .channel_rail_offer = s_channel_rail_offer,
+    .channel_slices = s_channel_slices,
+    .channel_landed_slices = s_channel_landed_slices,
 };

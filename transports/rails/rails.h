@@ -27,6 +27,15 @@
     immediate.  The consumer counts per rail; the writer's
     per-rail counts (rails_landing) go in the round's answer.
 
+    Slices (capability slices; channel_slices): where the peer reads
+    them, a block of 2 MiB or more is cut as base/slices.h says and a
+    write's unit is a slice, not a block: the split, depth and resends
+    above work on slices, each slice a write_slice of its rail.  The
+    consumer's sub-channels hand each slice immediate to the rails
+    channel (channel_slice_sink), which masks its block's slices and
+    counts the block once its mask is full, whichever rails carried
+    them; each rail's slices go in the answer (rails_slices).
+
     A rail that fails (rail_stall of pk_fabric_config_t; protocol.md
     section 7): a rail with chunks out and no completion for rail_stall
     while another rail completed since, or whose chunk failed, is taken
