@@ -636,15 +636,15 @@ pk_wire_check_message(const pk_msg_t *m, char *err)
             break;
         }
         case PK_MSG_DISCONNECT: {
-            uint32_t epochs = m->present & EPOCHS;
+            uint64_t epochs = m->present & EPOCHS;
             if (epochs && epochs != EPOCHS)
                 return pk_err(err, -EPROTO,
                               "%s: source_epoch and target_epoch go together", tn);
             if (m->code == PK_DISC_INCOMPATIBLE) {
-                uint32_t lacking = INCOMPATIBLE_EXTRAS & ~m->present;
+                uint64_t lacking = INCOMPATIBLE_EXTRAS & ~m->present;
                 if (lacking)
                     return pk_err(err, -EPROTO, "%s.%s: missing (required for code incompatible)",
-                                  tn, pk_wire_fields[__builtin_ctz(lacking)].name);
+                                  tn, pk_wire_fields[__builtin_ctzll(lacking)].name);
             }
             break;
         }
@@ -1028,7 +1028,7 @@ pk_msg_decode_reference(const void *data, size_t len, pk_msg_t **msg_p, char *er
         rc = pk_err(err, -ENOMEM, "out of memory");
         goto fail_root;
     }
-    uint32_t wanted = pk_wire_messages[type].required | pk_wire_messages[type].optional;
+    uint64_t wanted = pk_wire_messages[type].required | pk_wire_messages[type].optional;
     for (int f = 0; f < PK_F_COUNT; f++) {
         if (!(wanted & PK_BIT(f)))
             continue;
@@ -1256,11 +1256,11 @@ pk_msg_encode(const pk_msg_t *self, char **out_p, size_t *len_p, char *err)
     if ((unsigned) self->type >= PK_MSG_COUNT)
         return pk_err(err, -EPROTO, "unknown message type %d", (int) self->type);
     const char *tn = pk_wire_messages[self->type].name;
-    uint32_t required = pk_wire_messages[self->type].required;
-    uint32_t emit = self->present & (required | pk_wire_messages[self->type].optional);
+    uint64_t required = pk_wire_messages[self->type].required;
+    uint64_t emit = self->present & (required | pk_wire_messages[self->type].optional);
     if (required & ~self->present)
         return pk_err(err, -EPROTO, "%s.%s: missing", tn,
-                      pk_wire_fields[__builtin_ctz(required & ~self->present)].name);
+                      pk_wire_fields[__builtin_ctzll(required & ~self->present)].name);
     //  Lists share the keys' count; block indexes set without keys are a
     //  caller bug the rules below would not see.  Hits may go without
     //  (wire 1.1): keys.count still counts them.

@@ -109,15 +109,17 @@ typedef enum {
     PK_F_RAILS,
     PK_F_RAILS_FAILED,
     PK_F_RAIL_OFFER,
-    PK_F_RAIL_SLICES,               /* the last bit of present (32 fields) */
+    PK_F_RAIL_SLICES,               /* present holds 64 fields (the scanner
+                                       uses bit PK_F_COUNT for "type") */
     PK_F_COUNT
 } pk_field_t;
 
-#define PK_BIT(f) (UINT32_C(1) << (f))
+#define PK_BIT(f) (UINT64_C(1) << (f))
+_Static_assert(PK_F_COUNT < 64, "pk_msg_t.present, and the scanner's bit for \"type\", hold every field");
 
 typedef struct {
     pk_msg_type_t type;
-    uint32_t present;               /* PK_BIT(field) for each field held */
+    uint64_t present;               /* PK_BIT(field) for each field held */
 
     char *kv_request_id;            /* strings: NUL-terminated, NUL-free */
     char *peer_id;

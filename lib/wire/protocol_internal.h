@@ -35,7 +35,7 @@ typedef struct {
 
 typedef struct {
     const char *name;
-    uint32_t required, optional;
+    uint64_t required, optional;
     unsigned direction;             //  who may send it (protocol.md section 3)
 } pk_msg_spec_t;
 

@@ -20,7 +20,7 @@ typedef struct {
     pk_msg_t *m;
     bool typed;                     //  "type" seen (members after it that
                                     //  the type does not want are skipped)
-    uint32_t seen;                  //  fields whose member was seen
+    uint64_t seen;                  //  fields whose member was seen
     size_t n_indexes, n_hits;
     const char *other[16];          //  names of the other members
     size_t other_len[16];
@@ -279,7 +279,7 @@ s_scan_member(s_scan_t *sc)
         return -EBADMSG;
     if (f == S_TYPE_FIELD)
         return s_scan_type(sc);
-    uint32_t wanted = pk_wire_messages[sc->m->type].required | pk_wire_messages[sc->m->type].optional;
+    uint64_t wanted = pk_wire_messages[sc->m->type].required | pk_wire_messages[sc->m->type].optional;
     if (sc->typed && !(wanted & PK_BIT(f)))
         return pk_jscan_skip(&sc->js);
     return s_scan_field(sc, (pk_field_t) f);
@@ -323,11 +323,11 @@ s_scan_finish(s_scan_t *sc, char *err)
     pk_msg_t *m = sc->m;
     if (!sc->typed)
         return -EBADMSG;
-    uint32_t required = pk_wire_messages[m->type].required;
-    uint32_t wanted = required | pk_wire_messages[m->type].optional;
-    uint32_t fields = sc->seen & (PK_BIT(PK_F_COUNT) - 1);
-    for (uint32_t extra = fields & ~wanted; extra; extra &= extra - 1)
-        s_forget_field(m, (pk_field_t) __builtin_ctz(extra));
+    uint64_t required = pk_wire_messages[m->type].required;
+    uint64_t wanted = required | pk_wire_messages[m->type].optional;
+    uint64_t fields = sc->seen & (PK_BIT(PK_F_COUNT) - 1);
+    for (uint64_t extra = fields & ~wanted; extra; extra &= extra - 1)
+        s_forget_field(m, (pk_field_t) __builtin_ctzll(extra));
     m->present = fields & wanted;
     if ((m->present & B(HITS)) && !(m->present & B(KEYS)))
         m->keys.count = sc->n_hits;         //  a lookup_resp of wire 1.1
