@@ -588,10 +588,12 @@ s_role_new(s_world_t *w, bool lend)
     config.lend = lend;
     return pk_server_role_new(
         w->peer, &config, (pk_clock_t) { w, s_clock_now }, (pk_sender_t) { w, s_send },
-        (pk_transport_t) { w, s_write_blocks, s_poll, s_cancel, lend ? s_lend : NULL, NULL,
-                           NULL, NULL, NULL, NULL },
-        (pk_parent_t) { w, s_lookup, s_create_store_job, s_on_new_request,
-                        s_on_request_finished, s_store_result, NULL, NULL, NULL });
+        (pk_transport_t) { .self = w, .write_blocks = s_write_blocks, .poll = s_poll,
+                           .cancel = s_cancel, .lend = lend ? s_lend : NULL },
+        (pk_parent_t) { .self = w, .lookup = s_lookup, .create_store_job = s_create_store_job,
+                        .on_new_request = s_on_new_request,
+                        .on_request_finished = s_on_request_finished,
+                        .store_result = s_store_result });
 }
 
 static void

@@ -120,8 +120,9 @@ s_role_run(long requests, double *kps, size_t *held_p, size_t *live_p)
     pk_server_role_t *role = pk_server_role_new(
         "bench", NULL, (pk_clock_t) { &w, s_role_now }, (pk_sender_t) { &w, s_role_send },
         pk_memtransport_iface(mem),
-        (pk_parent_t) { &w, s_role_lookup, s_role_pin, s_role_bracket, s_role_bracket,
-                        s_role_result, NULL, NULL, NULL });
+        (pk_parent_t) { .self = &w, .lookup = s_role_lookup, .create_store_job = s_role_pin,
+                        .on_new_request = s_role_bracket, .on_request_finished = s_role_bracket,
+                        .store_result = s_role_result });
     char kv[ROLE_BATCH][32];
     long done = 0;
     double t0 = pk_clock_monotonic();

@@ -672,9 +672,12 @@ s_session_up(void *arg)
                                        &self->fetch_ids, self->config.stall_timeout / 4 };
     s->role = pk_client_role_new(&rc_cfg, (pk_clock_t) { s, s_clock_now },
                                  (pk_sender_t) { s, s_role_send },
-                                 (pk_client_transport_t) { s, s_landed, s_cut_off, s_forget,
-                                                           s_landed_rails, s_revoke_rail,
-                                                           s_landed_slices },
+                                 (pk_client_transport_t) { .self = s, .landed = s_landed,
+                                                           .cut_off = s_cut_off,
+                                                           .forget = s_forget,
+                                                           .landed_rails = s_landed_rails,
+                                                           .revoke_rail = s_revoke_rail,
+                                                           .landed_slices = s_landed_slices },
                                  (pk_client_events_t) { s, s_lookup_done, s_load_done });
     if (s->role && pk_caps_has(pk_client_session_server_caps(s->session), PK_CAP_REJOIN))
         pk_client_role_set_rail_offer(s->role, s_rail_offer, s);

@@ -427,10 +427,10 @@ s_rail_rejoin(void *arg, size_t peer_rail, const uint8_t *blob, size_t len, char
 pk_transport_t
 pk_fair_channel_transport(pk_fair_channel_t *self)
 {
-    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel,
-                              self->inner.lend ? s_lend : NULL,
-                              self->inner.rails_landing ? s_rails_landing : NULL,
-                              self->inner.rails_failed ? s_rails_failed : NULL,
-                              self->inner.rail_rejoin ? s_rail_rejoin : NULL, NULL,
-                              self->inner.rails_slices ? s_rails_slices : NULL };
+    return (pk_transport_t) { .self = self, .write_blocks = s_write_blocks, .poll = s_poll,
+                              .cancel = s_cancel, .lend = self->inner.lend ? s_lend : NULL,
+                              .rails_landing = self->inner.rails_landing ? s_rails_landing : NULL,
+                              .rails_failed = self->inner.rails_failed ? s_rails_failed : NULL,
+                              .rail_rejoin = self->inner.rail_rejoin ? s_rail_rejoin : NULL,
+                              .rails_slices = self->inner.rails_slices ? s_rails_slices : NULL };
 }

@@ -474,8 +474,10 @@ s_self_new(zsock_t *pipe, pk_peer_t *peer, char *reason)
         fail = true;
     self->session = fail ? NULL : pk_server_session_new(
         env->id, env->session_config, peer->connect, pk_clock_system(), path,
-        (pk_parent_t) { self, s_actor_lookup, s_actor_pin, s_actor_open, s_actor_finished,
-                        s_actor_result, s_actor_sums, s_actor_miss_reason, s_actor_kick },
+        (pk_parent_t) { .self = self, .lookup = s_actor_lookup, .create_store_job = s_actor_pin,
+                        .on_new_request = s_actor_open, .on_request_finished = s_actor_finished,
+                        .store_result = s_actor_result, .block_sums = s_actor_sums,
+                        .miss_reason = s_actor_miss_reason, .kick = s_actor_kick },
         s_actor_out, self);
     if (!self->session) {
         snprintf(reason, PK_ERRLEN, "the session could not be created%s",

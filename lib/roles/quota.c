@@ -187,9 +187,12 @@ s_kick(void *self_)
 pk_parent_t
 pk_quota_parent(pk_quota_t *self)
 {
-    return (pk_parent_t) { self, s_lookup, s_create_store_job, s_on_new_request,
-                           s_on_request_finished, s_store_result,
-                           self->inner.block_sums ? s_block_sums : NULL,
-                           self->inner.miss_reason ? s_miss_reason : NULL,
-                           self->inner.kick ? s_kick : NULL };
+    return (pk_parent_t) { .self = self, .lookup = s_lookup,
+                           .create_store_job = s_create_store_job,
+                           .on_new_request = s_on_new_request,
+                           .on_request_finished = s_on_request_finished,
+                           .store_result = s_store_result,
+                           .block_sums = self->inner.block_sums ? s_block_sums : NULL,
+                           .miss_reason = self->inner.miss_reason ? s_miss_reason : NULL,
+                           .kick = self->inner.kick ? s_kick : NULL };
 }

@@ -157,7 +157,8 @@ s_cancel(void *arg, const uint64_t *tids, size_t n, pk_cancel_mode_t mode, uint6
 pk_transport_t
 pk_memtransport_iface(pk_memtransport_t *self)
 {
-    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL, NULL, NULL, NULL, NULL, NULL };
+    return (pk_transport_t) { .self = self, .write_blocks = s_write_blocks, .poll = s_poll,
+                              .cancel = s_cancel };
 }
 
 void

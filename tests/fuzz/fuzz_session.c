@@ -315,7 +315,9 @@ s_open(s_world_t *w, const uint8_t *line, size_t len)
     }
     w->consumer_blocks = connect->num_blocks;
     w->session = pk_server_session_new(&id, &config, connect, (pk_clock_t) { w, s_now },
-                                       (pk_transport_t) { w, s_write_blocks, s_poll, s_cancel, NULL, NULL, NULL, NULL, NULL, NULL },
+                                       (pk_transport_t) { .self = w,
+                                                          .write_blocks = s_write_blocks,
+                                                          .poll = s_poll, .cancel = s_cancel },
                                        pk_store_parent(w->store), s_out, w);
     pk_msg_destroy(&connect);
     if (!w->session)

@@ -174,9 +174,11 @@ s_setup(void)
         H->bytes[i] = (uint8_t) (0xa0 + i);
     pk_client_role_config_t cfg = { 30, 10, NULL, 1.0 };
     H->role = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now }, (pk_sender_t) { NULL, s_send },
-                                 (pk_client_transport_t) { NULL, s_landed, s_cut, s_forget,
-                                                           s_landed_rails, s_revoke_rail,
-                                                           s_landed_slices },
+                                 (pk_client_transport_t) { .landed = s_landed, .cut_off = s_cut,
+                                                           .forget = s_forget,
+                                                           .landed_rails = s_landed_rails,
+                                                           .revoke_rail = s_revoke_rail,
+                                                           .landed_slices = s_landed_slices },
                                  (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(H->role);
 }
@@ -1261,12 +1263,14 @@ START_TEST(test_load_ids_from_the_owners_counter)
     pk_client_role_config_t cfg = { 30, 10, &counter, 0 };
     pk_client_role_t *a = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL, NULL },
+                                             (pk_client_transport_t) { .landed = s_landed,
+                                                                       .cut_off = s_cut },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_client_role_t *b = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL, NULL },
+                                             (pk_client_transport_t) { .landed = s_landed,
+                                                                       .cut_off = s_cut },
                                              (pk_client_events_t) { NULL, s_lookup_done,
                                                                     s_load_done });
     pk_key_t k = K(0);
@@ -1331,7 +1335,8 @@ START_TEST(test_round_over_without_forget)
     pk_client_role_config_t cfg = { 30, 10, NULL, 0 };
     pk_client_role_t *r = pk_client_role_new(&cfg, (pk_clock_t) { NULL, s_now },
                                              (pk_sender_t) { NULL, s_send },
-                                             (pk_client_transport_t) { NULL, s_landed, s_cut, NULL, NULL, NULL, NULL },
+                                             (pk_client_transport_t) { .landed = s_landed,
+                                                                       .cut_off = s_cut },
                                              (pk_client_events_t) { NULL, s_lookup_done, s_load_done });
     ck_assert_ptr_nonnull(r);
     pk_key_t k = K(0);

@@ -72,7 +72,10 @@ static void
 s_setup(void)
 {
     memset(&S, 0, sizeof S);
-    Q = pk_quota_new(6, (pk_parent_t) { &S, s_lookup, s_pin, s_open, s_finished, s_result, NULL, NULL, NULL });
+    Q = pk_quota_new(6, (pk_parent_t) { .self = &S, .lookup = s_lookup, .create_store_job = s_pin,
+                                        .on_new_request = s_open,
+                                        .on_request_finished = s_finished,
+                                        .store_result = s_result });
     ck_assert_ptr_nonnull(Q);
     P = pk_quota_parent(Q);
     for (int i = 0; i < 16; i++) {

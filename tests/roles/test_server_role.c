@@ -232,9 +232,13 @@ s_setup(void)
     H->inner = pk_memtransport_iface(H->mem);
     H->role = pk_server_role_new("peer", NULL, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL, NULL, NULL },
-                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why, s_kick });
+                                 (pk_transport_t) { .write_blocks = s_write, .poll = s_poll,
+                                                    .cancel = s_cancel },
+                                 (pk_parent_t) { .lookup = s_lookup, .create_store_job = s_pin,
+                                                 .on_new_request = s_open,
+                                                 .on_request_finished = s_finished,
+                                                 .store_result = s_result, .block_sums = s_sums,
+                                                 .miss_reason = s_why, .kick = s_kick });
     ck_assert_ptr_nonnull(H->role);
 }
 
@@ -1093,9 +1097,13 @@ s_role_with_reasons(bool reasons)
     config.reasons = reasons;
     H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL, NULL, NULL },
-                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why, s_kick });
+                                 (pk_transport_t) { .write_blocks = s_write, .poll = s_poll,
+                                                    .cancel = s_cancel },
+                                 (pk_parent_t) { .lookup = s_lookup, .create_store_job = s_pin,
+                                                 .on_new_request = s_open,
+                                                 .on_request_finished = s_finished,
+                                                 .store_result = s_result, .block_sums = s_sums,
+                                                 .miss_reason = s_why, .kick = s_kick });
     ck_assert_ptr_nonnull(H->role);
 }
 
@@ -1170,9 +1178,13 @@ s_setup_lend(void)
     config.lend = true;
     H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend, NULL, NULL, NULL, NULL, NULL },
-                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why, s_kick });
+                                 (pk_transport_t) { .write_blocks = s_write, .poll = s_poll,
+                                                    .cancel = s_cancel, .lend = s_lend },
+                                 (pk_parent_t) { .lookup = s_lookup, .create_store_job = s_pin,
+                                                 .on_new_request = s_open,
+                                                 .on_request_finished = s_finished,
+                                                 .store_result = s_result, .block_sums = s_sums,
+                                                 .miss_reason = s_why, .kick = s_kick });
     ck_assert_ptr_nonnull(H->role);
 }
 
@@ -1260,9 +1272,13 @@ START_TEST(test_get_not_lent_without_the_capability)
     pk_server_role_destroy(&H->role);
     H->role = pk_server_role_new("peer", NULL, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, s_lend, NULL, NULL, NULL, NULL, NULL },
-                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why, s_kick });
+                                 (pk_transport_t) { .write_blocks = s_write, .poll = s_poll,
+                                                    .cancel = s_cancel, .lend = s_lend },
+                                 (pk_parent_t) { .lookup = s_lookup, .create_store_job = s_pin,
+                                                 .on_new_request = s_open,
+                                                 .on_request_finished = s_finished,
+                                                 .store_result = s_result, .block_sums = s_sums,
+                                                 .miss_reason = s_why, .kick = s_kick });
     s_set("aa", PK_LOOKUP_HIT, 4);
     s_get("g1", 1, 1, "aa", 10);
     pk_server_role_serve(H->role);

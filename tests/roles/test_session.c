@@ -132,8 +132,10 @@ s_open(uint64_t minor)
     ck_assert_int_eq(pk_server_session_check_connect(&H->id, connect, reason, sizeof reason), 0);
     H->session = pk_server_session_new(&H->id, &H->config, connect, (pk_clock_t) { NULL, s_now },
                                 pk_memtransport_iface(H->mem),
-                                (pk_parent_t) { NULL, s_lookup, s_pin, s_opened, s_finished,
-                                                s_result, NULL, NULL, NULL },
+                                (pk_parent_t) { .lookup = s_lookup, .create_store_job = s_pin,
+                                                .on_new_request = s_opened,
+                                                .on_request_finished = s_finished,
+                                                .store_result = s_result },
                                 s_out, NULL);
     pk_msg_destroy(&connect);
     ck_assert_ptr_nonnull(H->session);

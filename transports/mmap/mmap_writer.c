@@ -356,6 +356,6 @@ pk_mmap_writer_progress(pk_mmap_channel_t *self)
 pk_transport_t
 pk_mmap_channel_transport(pk_channel_t *channel)
 {
-    return (pk_transport_t) { channel, s_write_blocks, s_poll, s_cancel, s_lend, NULL, NULL,
-                              NULL, NULL, NULL };
+    return (pk_transport_t) { .self = channel, .write_blocks = s_write_blocks, .poll = s_poll,
+                              .cancel = s_cancel, .lend = s_lend };
 }

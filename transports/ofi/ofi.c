@@ -1016,8 +1016,8 @@ pk_ofi_channel_transport(pk_ofi_channel_t *self)
 {
     //  slices only where the immediate has room to name them (ofi_priv.h)
     bool wide = self->ofi->info->domain_attr->cq_data_size >= 8;
-    return (pk_transport_t) { self, s_write_blocks, s_poll, s_cancel, NULL, NULL, NULL, NULL,
-                              wide ? s_write_slice : NULL, NULL };
+    return (pk_transport_t) { .self = self, .write_blocks = s_write_blocks, .poll = s_poll,
+                              .cancel = s_cancel, .write_slice = wide ? s_write_slice : NULL };
 }
 
 static s_landed_t *
