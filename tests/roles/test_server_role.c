@@ -1440,6 +1440,29 @@ START_TEST(test_get_stream_finished)
 }
 END_TEST
 
+//  The session closed mid-stream: the write is cut off, the undecided
+//  job handed over, the parked lookup owed its bracket, nothing left.
+START_TEST(test_get_stream_closed)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 5);
+    s_get("g1", 1, 2, "aa", 10, "bb", 11);
+    pk_server_role_serve(H->role);
+    H->nlog = 0;
+    s_hold(1);
+    uint64_t *jobs;
+    size_t njobs, owed;
+    ck_assert_int_eq(pk_server_role_close(H->role, &jobs, &njobs, &owed), 0);
+    EXPECT("cancel immediate 1");
+    ck_assert_uint_eq(njobs, 1);
+    ck_assert_uint_eq(jobs[0], 1000);
+    ck_assert_uint_eq(owed, 1);
+    free(jobs);
+    s_state(0, 0, 0, 0, 0, 0);
+    H->opened = H->finished;        //  close reported the one owed
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1497,6 +1520,7 @@ main(void)
     tcase_add_test(stream, test_get_stream_abort_before_any_write);
     tcase_add_test(stream, test_get_stream_write_fails);
     tcase_add_test(stream, test_get_stream_finished);
+    tcase_add_test(stream, test_get_stream_closed);
     suite_add_tcase(s, stream);
     suite_add_tcase(s, tc);
     return pk_test_run("server_role", s);
