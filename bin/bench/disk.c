@@ -177,12 +177,13 @@ s_dd_gbps(const char *path, uint64_t len, bool direct)
     return got >= len ? (double) len / t / 1e9 : NAN;
 }
 
+//  spin: the consumer's answer_spin (--answer-spin; 0: the default)
 static int
-s_cli_new(s_cli_t *c, pkb_server_t *s)
+s_cli_new(s_cli_t *c, pkb_server_t *s, double spin)
 {
     char err[P2PKV_ERRLEN] = "";
     p2pkv_config_t pc = { .peer_id = "pkbench-disk-consumer", .fingerprint = "pkbench",
-                          .provider = "tcp" };
+                          .provider = "tcp", .answer_spin = spin };
     c->client = p2pkv_client_new(&pc, NULL, S_KEYS, S_BLOCK, (p2pkv_callbacks_t) { 0 }, err);
     if (c->client)
         c->server = p2pkv_client_connect(c->client, s->endpoint, 30, err);
@@ -303,7 +304,7 @@ s_fetches(const pkb_opts_t *o, const char *parent, int reps, int per, s_fetch_re
         && (rc = pkb_server_populate_from(&s, S_SET_B, S_KEYS)) == 0)
         rc = s_wait_spill(&s, "writes", S_KEYS);
     if (rc == 0)
-        rc = s_cli_new(&c, &s);
+        rc = s_cli_new(&c, &s, o->answer_spin);
     uint64_t on_disk = S_SET_A;
     //  untimed: each set up once (their slots read, their pages cached)
     for (int i = 0; rc == 0 && i < 2; i++) {
@@ -411,7 +412,7 @@ s_restarts(const pkb_opts_t *o, const char *parent, uint64_t size, int reps,
                         held, slots);
                 rc = -EIO;
             }
-            if (rc == 0 && (rc = s_cli_new(&c, &s)) == 0)
+            if (rc == 0 && (rc = s_cli_new(&c, &s, o->answer_spin)) == 0)
                 rc = isnan(s_fetch(&c, last, S_KEYS, true)) ? -EIO : 0;
             out[r].served[k] = pk_clock_monotonic() - t0;
             p2pkv_client_destroy(&c.client);
@@ -526,7 +527,7 @@ s_phase(pkb_server_t *s, bool load, bool spill, double secs, uint64_t *next, dou
     s_producer_t p = { .local = s->local, .first = *next };
     pthread_t th;
     s_cli_t cli = { 0 }, *c = &cli;
-    int rc = s_cli_new(c, s);
+    int rc = s_cli_new(c, s, 0);
     if (rc)
         return rc;
     if (load) {

@@ -83,7 +83,8 @@ static const char s_usage[] =
     "  --in-flight N        fetch, control: requests each consumer keeps going\n"
     "                       (1..8, default 2; 1: round trips with nothing queued\n"
     "                       ahead, as the bare ZeroMQ echo)\n"
-    "  --answer-spin US     fetch, control: the consumers' answer_spin (p2pkv.h),\n"
+    "  --answer-spin US     fetch, control, disk (its fetches'): the consumers'\n"
+    "                       answer_spin (p2pkv.h),\n"
     "                       and the echo's: microseconds a consumer looks for an\n"
     "                       answer before it sleeps (0..1000000, 0: never;\n"
     "                       default: the library's, 200)\n"
@@ -262,7 +263,7 @@ static const s_opt_t s_opts[] = {
     { "--threads", O_FLAG, S_FETCH | S_CONTROL, F(threads), 0 },
     { "--keys", O_LIST, S_CONTROL, F(keys), 65536 },
     { "--in-flight", O_UINT, S_FETCH | S_CONTROL, F(in_flight), PKB_MAX_IN_FLIGHT },
-    { "--answer-spin", O_MICROS, S_FETCH | S_CONTROL, F(answer_spin), 1000000 },
+    { "--answer-spin", O_MICROS, S_FETCH | S_CONTROL | S_DISK, F(answer_spin), 1000000 },
     { "--sessions", O_LIST, S_SESSIONS, F(sessions), 65536 },
     { "--servers", O_LIST, S_SESSIONS, F(servers), 64 },
     { "--max-sessions", O_UINT, S_FETCH | S_CONTROL | S_SESSIONS, F(max_sessions),

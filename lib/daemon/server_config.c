@@ -211,7 +211,8 @@ pk_server_config_session(const pk_server_config_t *self)
     return (pk_server_session_config_t) {
         .role = { .lookup_timeout = self->lookup_timeout,
                   .store_timeout = self->store_timeout,
-                  .drain_timeout = self->drain_timeout },
+                  .drain_timeout = self->drain_timeout,
+                  .stream_gets = !self->no_stream_gets },
         .silence_timeout = self->silence_timeout,
         .max_requests = self->max_requests,
         .max_parked_keys = self->max_parked_keys,

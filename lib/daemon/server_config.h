@@ -76,6 +76,8 @@ typedef struct {
     int log_level;              //  PK_LOG_*: PK_LOG_INFO
     bool no_block_checksums;    //  --block-checksums off (default on)
     bool no_gets;               //  --gets off: connect_ack leaves out get (default on)
+    bool no_stream_gets;        //  --stream-gets off: a get's hits are written after
+                                //  its lookup's last key (default on: as they land)
     char *tenants;              //  --tenants FILE; NULL = one shared namespace
     //  The writes' fair share across sessions (scheduler.h, design.md)
     //  bytes; PK_FAIR_AUTO (the defaults) asks node.c for 4 MiB or 16

@@ -91,6 +91,7 @@ static const s_setting_t s_settings[] = {
     { "log-level",          S_LOG_LEVEL,   S_FIELD(log_level), 0, 0 },
     { "block-checksums",    S_CHECKSUMS,   S_FIELD(no_block_checksums), 0, 0 },
     { "gets",               S_CHECKSUMS,   S_FIELD(no_gets), 0, 0 },
+    { "stream-gets",        S_CHECKSUMS,   S_FIELD(no_stream_gets), 0, 0 },
     { "tenants",            S_TENANTS,     S_FIELD(tenants), 0, 0 },
     { "lookup-timeout",     S_SECONDS,     S_FIELD(lookup_timeout), 0, 0 },
     { "store-timeout",      S_SECONDS,     S_FIELD(store_timeout), 0, 0 },
@@ -178,6 +179,10 @@ static const char s_usage[] =
     "      --gets on|off            offer consumers the capability get: a fetch of\n"
     "                               known keys in one round trip; default on (off:\n"
     "                               they look up, then fetch, as an older server)\n"
+    "      --stream-gets on|off     write a get's hits that a lower tier (the disk)\n"
+    "                               brings up as each lands, not after its last\n"
+    "                               key; its answer is the same; default on (off:\n"
+    "                               the seed's order)\n"
     "      --tenants FILE           consumers' namespaces: KEY NAMESPACE lines (KEY\n"
     "                               a CURVE public key in Z85, or * for every\n"
     "                               consumer not listed, keyless ones included);\n"

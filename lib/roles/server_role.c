@@ -74,7 +74,10 @@ typedef enum { FAIL_ERROR, FAIL_TIMEOUT, FAIL_ABORT, FAIL_TERMINAL } s_cause_t;
 //  its hits then fetched into the blocks the get named, and the round's
 //  end answered with a get_resp carrying the answer.  Owned by its queued
 //  or parked lookup, then by the serve's list of gets to start, then by
-//  its round.
+//  its round.  A streaming get (config.stream_gets) goes to its round at
+//  its first pinned hits, while its lookup still looks (s_stream); the
+//  serve's list then carries only a marker (streamed) naming the round
+//  whose lookup ended.
 struct s_get {
     s_keybuf_t *buf;                //  the get's keys (a reference)
     uint32_t *remote;               //  their destination blocks, buf->n
@@ -89,6 +92,7 @@ struct s_get {
     uint32_t *lent_local, *lent_remote;
     size_t nlent;
     bool answered;
+    bool streamed;                  //  a marker: kv and seq only (s_start_gets)
 };
 
 struct s_round {
@@ -124,6 +128,8 @@ struct s_round {
     s_round_t *dprev, *dnext;       //  the draining list
     bool draining;
     s_get_t *get;                   //  a get's round: answered by get_resp
+    bool looking;                   //  a streaming get's: its lookup is still
+                                    //  open, so no write's end ends the round
 };
 
 struct s_lookup {
@@ -142,6 +148,8 @@ struct s_lookup {
     size_t *pending;                //  positions of unique pending keys, parked order
     size_t npending;
     s_get_t *get;                   //  a get's lookup: answered by its round
+    bool pinned;                    //  it pinned hits already
+    bool stream;                    //  its get streams: it is its round's
     s_lookup_t *next;
 };
 
@@ -1470,7 +1478,7 @@ s_drop_lookups(pk_server_role_t *self, s_request_t *req, const uint64_t *get_seq
     req->parked_tail = NULL;
     while (*lat) {
         s_lookup_t *l = *lat;
-        if (get_seq && !(l->get && l->round_seq == *get_seq)) {
+        if (get_seq && !((l->get || l->stream) && l->round_seq == *get_seq)) {
             req->parked_tail = l;
             lat = &l->next;
             continue;
@@ -1478,6 +1486,15 @@ s_drop_lookups(pk_server_role_t *self, s_request_t *req, const uint64_t *get_seq
         *lat = l->next;
         if (l->get && !get_seq)
             s_send_get_resp(self, req->kv, l->round_seq, l->get, false, 0);
+        //  a streaming get's round no longer waits for its lookup: its
+        //  abort fails it next; closed, it fails as a write would, so that
+        //  its answer (every hit false) goes once what it wrote is fenced
+        s_round_t *sr = l->stream ? s_round_find(self, req, l->round_seq) : NULL;
+        if (sr && sr->looking) {
+            sr->looking = false;
+            if (!get_seq && !sr->failed)
+                s_round_fail(self, sr, FAIL_ERROR);
+        }
         s_finished_ctx_t *f = calloc(1, sizeof *f);
         if (f && (f->kv = strdup(req->kv))) {
             f->round_seq = l->round_seq;
@@ -1622,6 +1639,16 @@ s_start_gets(pk_server_role_t *self)
         get->next = NULL;
         s_request_t *req = s_request_find(self, get->kv);
         s_round_t *r = s_round_find(self, req, get->seq);
+        if (get->streamed) {
+            //  a streaming get's lookup answered: with its writes all
+            //  done, its round ends now, else at the last one's end
+            if (r && !r->failed && !r->looking && r->inflight == 0)
+                s_round_finalize(self, r, r->remaining == 0, true);
+            if (req)
+                s_request_prune(self, req);
+            s_get_free(get);
+            continue;
+        }
         size_t n = get->buf->n, nhits = 0;
         for (size_t i = 0; get->hits && i < n; i++)
             nhits += get->hits[i];
@@ -1666,6 +1693,59 @@ s_start_gets(pk_server_role_t *self)
             free(idx);
         s_get_free(get);
     }
+}
+
+//  A streaming get (config.stream_gets; design.md, "A get's disk hits are
+//  written as they land"): hits pinned while keys of its lookup are still
+//  pending (a tier reading them back) are written at once, not after the
+//  lookup's last key, so that the writes of a chunk that landed overlap
+//  the tier's read of the next.  A get decides at its first pin: it
+//  streams if keys are still pending then, its round is fresh (no demand,
+//  no get: a consumer's own fetch of the round keeps the old order) and
+//  nothing is lent (a lent get is answered with its sources at once).
+//  The round then owns the get, its demand counts what was written, and
+//  `looking` keeps a write's end from ending it until the lookup answers.
+//  What is written is committed and pinned, as any fetch's: no new fence.
+static void
+s_stream(pk_server_role_t *self, s_lookup_t *l, s_round_t *r, const pk_key_t *hits,
+         const size_t *pos, size_t n)
+{
+    if (!l->stream) {
+        bool lend = self->config.lend && self->transport.lend;
+        if (!l->get || l->pinned || !l->npending || !self->config.stream_gets || lend
+            || r->failed || r->demand_received || r->get)
+            return;
+        r->get = l->get;
+        l->get = NULL;
+        l->stream = true;
+        r->looking = true;
+        r->demand_received = true;
+        r->remaining = 0;
+    }
+    if (r->failed || r->get == NULL)
+        return;
+    uint32_t stackidx[64];
+    size_t stackunpaired[64];
+    uint32_t *idx = n <= 64 ? stackidx : malloc(n * sizeof *idx);
+    size_t *unpaired = n <= 64 ? stackunpaired : malloc(n * sizeof *unpaired);
+    size_t npairs = 0, njobs = 0, nunpaired = 0;
+    int rc = idx && unpaired && s_scratch(self, n) == 0 ? 0 : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        idx[i] = r->get->remote[pos[i]];        //  a get names no key twice
+    if (rc == 0)
+        rc = s_fetch_pair(self, r, hits, idx, n, &npairs, &njobs, unpaired, &nunpaired);
+    if (idx != stackidx)
+        free(idx);
+    if (unpaired != stackunpaired)
+        free(unpaired);
+    //  every key was supplied just now: one unpaired is a bug, not a wait
+    if (rc < 0 || nunpaired) {
+        s_round_fail(self, r, FAIL_ERROR);
+        return;
+    }
+    r->remaining += npairs;
+    if (npairs)
+        s_submit(self, r, npairs, njobs);
 }
 
 //  Pins a lookup's new hits as one job and files them as the supply of
@@ -1719,13 +1799,17 @@ s_pin_hits(pk_server_role_t *self, s_request_t *req, s_lookup_t *l, pk_key_t *hi
             free(sums);
     }
     if (rc == 0) {
+        //  (a streaming get's round that ended, failed, answers nothing more)
         s_round_t *r = s_round_find(self, req, l->round_seq);
-        if (!r)
+        if (!r && !l->stream)
             r = s_round_new(self, req, true, l->round_seq);
         s_job_t *job = r ? s_job_new(job_id, s_keybuf_ref(l->buf)) : NULL;
         if (job) {
             r->lookup_supplied = true;
             s_add_supply(self, r, job, hits, blocks, npinned, true);
+            if (npinned)
+                s_stream(self, l, r, hits, pos, npinned);
+            l->pinned |= npinned > 0;
         }
         else {
             //  cannot track the job: hand the pins straight back
@@ -1785,6 +1869,13 @@ static void
 s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
 {
     pk_lookup_ctx_t ctx = { req->kv, l->round_seq, l->id };
+    //  a streaming get's answer goes to its round's get, while the round
+    //  waits for it (else the round ended, failed, and answered already)
+    s_round_t *sr = l->stream ? s_round_find(self, req, l->round_seq) : NULL;
+    if (sr && !sr->looking)
+        sr = NULL;
+    s_get_t *get = sr ? sr->get : l->get;
+    bool is_get = l->get || l->stream;
     bool stackhits[64];
     bool *hits = l->n <= 64 ? stackhits : malloc(l->n * sizeof *hits);
     //  without memory for the answer the consumer's load timeout covers it
@@ -1819,7 +1910,7 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
         //  every hit's checksum, 16 hex chars each in key order (the
         //  session leaves them out for a consumer without the capability)
         //  (a get keeps them for its round's end: on the heap)
-        bool small = !l->get;
+        bool small = !is_get;
         if (l->sums
             && (sums = small && nhits <= 8 ? stacksums : malloc(nhits * PK_CHECKSUM_HEX + 1))) {
             char *at = sums;
@@ -1845,13 +1936,13 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
             m.reasons = reasons;
             m.present |= PK_BIT(PK_F_REASONS);
         }
-        if (!l->get)
+        if (!is_get)
             self->sender.send(self->sender.self, &m);
-        else if ((l->get->hits = malloc(l->n * sizeof *hits))) {
+        else if (get && (get->hits = malloc(l->n * sizeof *hits))) {
             //  a get's answer waits for its round's end (s_start_gets)
-            memcpy(l->get->hits, hits, l->n * sizeof *hits);
-            l->get->sums = sums;
-            l->get->reasons = reasons;
+            memcpy(get->hits, hits, l->n * sizeof *hits);
+            get->sums = sums;
+            get->reasons = reasons;
             sums = reasons = NULL;
         }
     }
@@ -1861,15 +1952,28 @@ s_lookup_answer(pk_server_role_t *self, s_request_t *req, s_lookup_t *l)
         free(reasons);
     if (hits != stackhits)
         free(hits);
-    if (l->get && (l->get->kv = strdup(req->kv))) {
-        l->get->seq = l->round_seq;
-        if (self->gets_tail)
-            self->gets_tail->next = l->get;
-        else
-            self->gets_head = l->get;
-        self->gets_tail = l->get;
-        l->get = NULL;
+    //  a streaming get's round may end now: a marker names it to
+    //  s_start_gets (without memory, its last write's end ends it, or, with
+    //  none left, the consumer's abort at its deadline)
+    s_get_t *marker = NULL;
+    if (sr) {
+        sr->looking = false;
+        if ((marker = calloc(1, sizeof *marker)))
+            marker->streamed = true;
     }
+    s_get_t *queued = sr ? marker : l->get;
+    if (queued && (queued->kv = strdup(req->kv))) {
+        queued->seq = l->round_seq;
+        if (self->gets_tail)
+            self->gets_tail->next = queued;
+        else
+            self->gets_head = queued;
+        self->gets_tail = queued;
+        if (queued == l->get)
+            l->get = NULL;
+    }
+    else if (queued == marker)
+        s_get_free(marker);
     self->parent.on_request_finished(self->parent.self, &ctx);
 }
 
@@ -2068,7 +2172,9 @@ s_on_transfer(void *arg, uint64_t tid, bool ok, uint64_t landed)
     else {
         assert(r->remaining >= blocks);
         r->remaining -= blocks;
-        if (r->remaining == 0)
+        if (r->looking)
+            ;           //  a streaming get: its lookup's answer ends it
+        else if (r->remaining == 0)
             s_round_finalize(self, r, true, true);
         else if (r->finishing && r->inflight == 0)
             s_round_finalize(self, r, false, true);

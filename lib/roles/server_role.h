@@ -40,9 +40,13 @@ typedef struct {
     bool rails;                 //  the round's answers carry its blocks per
                                 //  consumer rail (capability rails, both
                                 //  sides; the transport's rails_landing)
+    bool stream_gets;           //  a get whose lookup parks writes each hit as
+                                //  it is pinned, not after the lookup's last
+                                //  key (--stream-gets; off: the seed's order,
+                                //  as replay runs it; never with lend)
 } pk_server_role_config_t;
 
-#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false, false, false }
+#define PK_SERVER_ROLE_CONFIG_DEFAULT { 5.0, 30.0, 10.0, false, false, false, false }
 
 typedef struct {
     size_t requests;            //  live requests (kept ones not counted)

@@ -1291,6 +1291,194 @@ START_TEST(test_get_not_lent_without_the_capability)
 }
 END_TEST
 
+//  ---------------------------------------------------------------------------
+//  Streaming gets (config.stream_gets; design.md, "A get's disk hits are
+//  written as they land")
+
+static void
+s_setup_stream(void)
+{
+    s_setup();
+    pk_server_role_destroy(&H->role);
+    pk_server_role_config_t config = PK_SERVER_ROLE_CONFIG_DEFAULT;
+    config.stream_gets = true;
+    H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
+                                 (pk_sender_t) { NULL, s_send },
+                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL },
+                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
+                                                 s_result, s_sums, s_why, s_kick });
+    ck_assert_ptr_nonnull(H->role);
+}
+
+//  Each hit is written as it is pinned, while keys are still pending;
+//  a write's end does not end the round while the lookup looks; the one
+//  answer goes after the last write, as the old order's, with every key.
+START_TEST(test_get_stream_writes_as_pinned)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 5);
+    s_set("cc", PK_LOOKUP_HIT_PENDING, 6);
+    s_get("g1", 1, 4, "aa", 10, "bb", 11, "cc", 12, "dd", 13);
+    pk_server_role_serve(H->role);
+    EXPECT("open g1 round=1", "pin g1 round=1 job=1000 n=1 pinned=1", "write 1 round=1 4>10");
+    s_complete(1, true);
+    pk_server_role_collect(H->role);
+    EXPECT("result 1000 ok");
+    s_set("bb", PK_LOOKUP_HIT, 5);
+    pk_server_role_serve(H->role);
+    EXPECT("pin g1 round=1 job=1001 n=1 pinned=1", "write 2 round=1 5>11");
+    s_set("cc", PK_LOOKUP_HIT, 6);
+    pk_server_role_serve(H->role);
+    EXPECT("pin g1 round=1 job=1002 n=1 pinned=1", "write 3 round=1 6>12",
+           "finished g1 round=1");
+    s_complete(3, true);
+    pk_server_role_collect(H->role);
+    EXPECT("result 1002 ok");
+    s_complete(2, true);
+    pk_server_role_collect(H->role);
+    EXPECT("get_resp g1 round=1 hits=1110 ok landing=3 sources=-", "result 1001 ok");
+    s_counters(3, 1, 0, 0);
+    s_settle();
+}
+END_TEST
+
+//  A get whose keys are all found at once is the old order: written after
+//  its answer was made, as without the rule.
+START_TEST(test_get_stream_not_when_nothing_parks)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_get("g1", 1, 2, "aa", 10, "dd", 11);
+    pk_server_role_serve(H->role);
+    EXPECT("open g1 round=1", "pin g1 round=1 job=1000 n=1 pinned=1", "finished g1 round=1",
+           "write 1 round=1 4>10");
+    s_complete(1, true);
+    pk_server_role_collect(H->role);
+    EXPECT("get_resp g1 round=1 hits=10 ok landing=1 sources=-", "result 1000 ok");
+    s_settle();
+}
+END_TEST
+
+//  The hung tier: the pending key is a miss at the lookup's deadline and
+//  the answer goes then, the hit written long before.
+START_TEST(test_get_stream_deadline)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 5);
+    s_get("g1", 1, 2, "bb", 11, "aa", 10);
+    pk_server_role_serve(H->role);
+    EXPECT("open g1 round=1", "pin g1 round=1 job=1000 n=1 pinned=1", "write 1 round=1 4>10");
+    s_complete(1, true);
+    pk_server_role_collect(H->role);
+    EXPECT("result 1000 ok");
+    H->now += 5;
+    pk_server_role_serve(H->role);
+    EXPECT("finished g1 round=1", "get_resp g1 round=1 hits=01 ok landing=1 sources=-");
+    s_counters(1, 1, 1, 0);
+    s_settle();
+}
+END_TEST
+
+//  An abort once something was written: the parked lookup goes, and the
+//  ack waits for the fence of what is in flight and counts it.
+START_TEST(test_get_stream_abort_after_writes)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 5);
+    s_get("g1", 1, 2, "aa", 10, "bb", 11);
+    pk_server_role_serve(H->role);
+    H->nlog = 0;
+    s_hold(1);
+    pk_server_role_on_abort(H->role, "g1", 1);
+    EXPECT("cancel wait 1");
+    s_complete(1, true);
+    pk_server_role_collect(H->role);
+    EXPECT("abort_ack g1 round=1 landing=1", "result 1000 failed");
+    //  the lookup was dropped: its bracket closes at the next serve, and
+    //  the key landing later starts nothing
+    s_set("bb", PK_LOOKUP_HIT, 5);
+    pk_server_role_serve(H->role);
+    EXPECT("finished g1 round=1");
+    s_settle();
+}
+END_TEST
+
+//  An abort before anything was pinned: acked at once, nothing landing.
+START_TEST(test_get_stream_abort_before_any_write)
+{
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 5);
+    s_get("g1", 1, 1, "bb", 11);
+    pk_server_role_serve(H->role);
+    EXPECT("open g1 round=1");
+    pk_server_role_on_abort(H->role, "g1", 1);
+    EXPECT("abort_ack g1 round=1 landing=0");
+    pk_server_role_serve(H->role);
+    EXPECT("finished g1 round=1");
+    s_settle();
+}
+END_TEST
+
+//  A refused write fails the round: its answer (every hit false, failed)
+//  goes once nothing is in flight; the keys pinned later are handed
+//  back, and the lookup ends without a second answer.
+START_TEST(test_get_stream_write_fails)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 5);
+    s_get("g1", 1, 2, "aa", 10, "bb", 11);
+    pk_server_role_serve(H->role);
+    H->nlog = 0;
+    s_complete(1, false);
+    pk_server_role_collect(H->role);
+    EXPECT("get_resp g1 round=1 hits=00 failed landing=0 sources=-", "result 1000 failed");
+    s_set("bb", PK_LOOKUP_HIT, 5);
+    pk_server_role_serve(H->role);
+    EXPECT("pin g1 round=1 job=1001 n=1 pinned=1", "result 1001 failed", "finished g1 round=1");
+    s_settle();
+}
+END_TEST
+
+//  The request finished while its get streams: the round fails as a
+//  write would, its answer (failed) once what it wrote is fenced.
+START_TEST(test_get_stream_finished)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 5);
+    s_get("g1", 1, 2, "aa", 10, "bb", 11);
+    pk_server_role_serve(H->role);
+    H->nlog = 0;
+    s_hold(1);
+    ck_assert_int_eq(pk_server_role_finish(H->role, "g1"), 0);
+    EXPECT("cancel wait 1");
+    s_complete(1, true);
+    pk_server_role_collect(H->role);
+    EXPECT("get_resp g1 round=1 hits=00 failed landing=1 sources=-", "result 1000 failed");
+    s_settle();
+}
+END_TEST
+
+//  The session closed mid-stream: the write is cut off, the undecided
+//  job handed over, the parked lookup owed its bracket, nothing left.
+START_TEST(test_get_stream_closed)
+{
+    s_set("aa", PK_LOOKUP_HIT, 4);
+    s_set("bb", PK_LOOKUP_HIT_PENDING, 5);
+    s_get("g1", 1, 2, "aa", 10, "bb", 11);
+    pk_server_role_serve(H->role);
+    H->nlog = 0;
+    s_hold(1);
+    uint64_t *jobs;
+    size_t njobs, owed;
+    ck_assert_int_eq(pk_server_role_close(H->role, &jobs, &njobs, &owed), 0);
+    EXPECT("cancel immediate 1");
+    ck_assert_uint_eq(njobs, 1);
+    ck_assert_uint_eq(jobs[0], 1000);
+    ck_assert_uint_eq(owed, 1);
+    free(jobs);
+    s_state(0, 0, 0, 0, 0, 0);
+    H->opened = H->finished;        //  close reported the one owed
+}
+END_TEST
+
 int
 main(void)
 {
@@ -1339,6 +1527,17 @@ main(void)
     tcase_add_test(lend, test_get_lent_abort_waits_for_the_report);
     tcase_add_test(lend, test_get_not_lent_without_the_capability);
     suite_add_tcase(s, lend);
+    TCase *stream = tcase_create("stream");
+    tcase_add_checked_fixture(stream, s_setup_stream, s_teardown);
+    tcase_add_test(stream, test_get_stream_writes_as_pinned);
+    tcase_add_test(stream, test_get_stream_not_when_nothing_parks);
+    tcase_add_test(stream, test_get_stream_deadline);
+    tcase_add_test(stream, test_get_stream_abort_after_writes);
+    tcase_add_test(stream, test_get_stream_abort_before_any_write);
+    tcase_add_test(stream, test_get_stream_write_fails);
+    tcase_add_test(stream, test_get_stream_finished);
+    tcase_add_test(stream, test_get_stream_closed);
+    suite_add_tcase(s, stream);
     suite_add_tcase(s, tc);
     return pk_test_run("server_role", s);
 }
