@@ -1304,9 +1304,13 @@ s_setup_stream(void)
     config.stream_gets = true;
     H->role = pk_server_role_new("peer", &config, (pk_clock_t) { NULL, s_now },
                                  (pk_sender_t) { NULL, s_send },
-                                 (pk_transport_t) { NULL, s_write, s_poll, s_cancel, NULL, NULL, NULL, NULL },
-                                 (pk_parent_t) { NULL, s_lookup, s_pin, s_open, s_finished,
-                                                 s_result, s_sums, s_why, s_kick });
+                                 (pk_transport_t) { .write_blocks = s_write, .poll = s_poll,
+                                                    .cancel = s_cancel },
+                                 (pk_parent_t) { .lookup = s_lookup, .create_store_job = s_pin,
+                                                 .on_new_request = s_open,
+                                                 .on_request_finished = s_finished,
+                                                 .store_result = s_result, .block_sums = s_sums,
+                                                 .miss_reason = s_why, .kick = s_kick });
     ck_assert_ptr_nonnull(H->role);
 }
 
