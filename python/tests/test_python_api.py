@@ -476,3 +476,46 @@ def test_sessions_past_the_zeromq_socket_limit_are_refused_not_fatal(server):
     assert 5 <= int(held) < 60, out.stdout
     assert is_emfile == "True", out.stdout
     assert "ZSYS_MAX_SOCKETS" in reason, reason
+
+
+def test_close_waits_for_a_call_running_on_another_thread(server_factory, python_child):
+    # A get waits in C (the GIL released) for a key being written; close on
+    # another thread must not free the client under it: the get returns
+    # (an Error saying its server was disconnected), close after it, and
+    # later calls raise EBADF.  Run in a process of its own: the crash it
+    # was (a use after free, or a get hung on a freed lock) ends only that.
+    # The lookup stays parked far longer than the test runs.
+    server = server_factory("--lookup-timeout", "600")
+    script = f"""
+import errno, hashlib, threading
+import p2pkv
+eng = p2pkv.Engine({server.local!r})
+key = hashlib.sha256(b"being written").digest()
+eng.reserve([key])
+c = p2pkv.Client("py-close", 4, eng.block_len)
+s = c.connect({server.endpoint!r}, timeout=10)
+before = eng.namespace_stats()["pending"]
+out = {{}}
+def getter():
+    try:
+        out["landed"] = c.get(s, [key], [0], timeout=30)
+    except p2pkv.Error as e:
+        out["errno"], out["why"] = e.errno, e.reason
+t = threading.Thread(target=getter)
+t.start()
+# the get's lookup is parked on the server (pending), so it waits in C
+while eng.namespace_stats()["pending"] == before:
+    eng.next_event(0.01)
+c.close()
+t.join(20)
+assert not t.is_alive(), "the get never returned after close"
+assert "disconnected by the client" in out.get("why", ""), out
+try:
+    c.get(s, [key], [0])
+    raise AssertionError("a call after close ran")
+except p2pkv.Error as e:
+    assert e.errno == errno.EBADF, e
+eng.close()
+print("ok")
+"""
+    assert python_child(script).strip() == "ok"
