@@ -519,3 +519,44 @@ eng.close()
 print("ok")
 """
     assert python_child(script).strip() == "ok"
+
+
+def test_engine_close_waits_for_next_event_on_another_thread(server, python_child):
+    # next_event waits in C (the GIL released); close on another thread
+    # freed the engine under it (a heap use after free, which the
+    # sanitizer build reports).  Now close waits for it: the wait ends as
+    # its own timeout says (None), before close returns, and a later call
+    # raises EBADF.  The main thread closes once the waiter is inside
+    # next_event (its frame says so), not after a guessed sleep.
+    script = f"""
+import errno, sys, threading, time
+import p2pkv
+eng = p2pkv.Engine({server.local!r})
+out = {{}}
+def waiter():
+    out["event"] = eng.next_event(1.0)
+    out["returned"] = time.monotonic()
+t = threading.Thread(target=waiter)
+t.start()
+def inside():
+    f = sys._current_frames().get(t.ident)
+    while f is not None:
+        if f.f_code.co_name == "_c":
+            return True
+        f = f.f_back
+    return False
+while not inside():
+    time.sleep(0.001)
+eng.close()
+closed = time.monotonic()
+assert "returned" in out and out["returned"] <= closed, (out, closed)
+assert out["event"] is None, out
+t.join()
+try:
+    eng.next_event(0)
+    raise AssertionError("a call after close ran")
+except p2pkv.Error as e:
+    assert e.errno == errno.EBADF, e
+print("ok")
+"""
+    assert python_child(script).strip() == "ok"
