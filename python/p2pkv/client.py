@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from . import _lib as L
-from ._buffers import KeyLike, Keys, uint32s, writable_address
+from ._buffers import KeyLike, Keys, c_text, uint32s, writable_address
 from ._handle import Handle
 from .errors import Error, FetchError, Timeout, check
 
@@ -28,8 +28,9 @@ _STATES = {0: "connecting", 1: "up", 2: "down", 3: "stopped"}
 def _curve(curve_public, curve_secret, curve_server) -> list:
     """The three CURVE keys as bytes (None stays None: the library checks
     that all three or none are given, naming the one missing)."""
-    return [k.encode() if isinstance(k, str) else k
-            for k in (curve_public, curve_secret, curve_server)]
+    return [c_text(k, what) if isinstance(k, str) else k
+            for k, what in ((curve_public, "curve_public"), (curve_secret, "curve_secret"),
+                            (curve_server, "curve_server"))]
 
 
 def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str] = None,
@@ -42,7 +43,7 @@ def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str]
     err = ctypes.create_string_buffer(L.ERRLEN)
     keys = _curve(curve_public, curve_secret, curve_server)
     cfg = L.Config(curve_public=keys[0], curve_secret=keys[1], curve_server=keys[2])
-    check(L.lib().p2pkv_describe_curve(endpoint.encode(), timeout, ctypes.byref(cfg),
+    check(L.lib().p2pkv_describe_curve(c_text(endpoint, "endpoint"), timeout, ctypes.byref(cfg),
                                        ctypes.byref(d), err), err, f"describe {endpoint}")
     return {"peer_id": d.peer_id.decode(), "block_len": d.block_len,
             "fingerprint": d.fingerprint.decode(), "hash_seed": d.hash_seed.decode(),
@@ -147,16 +148,17 @@ class Client:
         address, self._pool_ref = writable_address(pool, self.num_blocks * self.block_len)
         self.pool: memoryview = memoryview(pool).cast("B")[:self.num_blocks * self.block_len]
         """The pool, num_blocks * block_len bytes: block b at b * block_len."""
-        enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+        enc = lambda s, what: c_text(s, what) if s is not None else None  # noqa: E731
         # several rails: one address each ("A,B" or ["A", "B"]), checked by
         # the library against this host's interfaces
         if node is not None and not isinstance(node, str):
             node = ",".join(node)
-        self._strings = [enc(peer_id), enc(fingerprint), enc(hash_seed), enc(provider),
-                         enc(node)]
+        self._strings = [enc(peer_id, "peer_id"), enc(fingerprint, "fingerprint"),
+                         enc(hash_seed, "hash_seed"), enc(provider, "provider"),
+                         enc(node, "node")]
         # CURVE keys (Z85): the library copies them, as it does the strings
         self._curve = _curve(curve_public, curve_secret, curve_server)
-        self._directory = enc(directory)
+        self._directory = enc(directory, "directory")
         cfg = L.Config(*self._strings, load_timeout, abort_ack_timeout, keepalive_interval,
                        silence_timeout, connect_retry, stall_timeout, no_reconnect, True,
                        *self._curve, self._directory, answer_spin, not verify, max_corrupt)
@@ -211,10 +213,10 @@ class Client:
         Error with errno EACCES ("the server refused our CURVE key")."""
         err = ctypes.create_string_buffer(L.ERRLEN)
         if server_key is not None:
-            s = check(self._c("p2pkv_client_connect_curve", endpoint.encode(),
-                              server_key.encode(), timeout, err), err, f"connect {endpoint}")
+            s = check(self._c("p2pkv_client_connect_curve", c_text(endpoint, "endpoint"),
+                              c_text(server_key, "server_key"), timeout, err), err, f"connect {endpoint}")
         else:
-            s = check(self._c("p2pkv_client_connect", endpoint.encode(), timeout, err), err,
+            s = check(self._c("p2pkv_client_connect", c_text(endpoint, "endpoint"), timeout, err), err,
                       f"connect {endpoint}")
         with self._cond:
             self._servers.add(s)
@@ -244,7 +246,7 @@ class Client:
             raise ValueError("keys: expected at least one key")
         answers = self._answers.get((server, kv), {})
         if any(k not in answers for k in ks.items):
-            check(self._c("p2pkv_client_lookup", server, kv.encode(), ks.array, ks.n),
+            check(self._c("p2pkv_client_lookup", server, c_text(kv, "kv"), ks.array, ks.n),
                   None, f"lookup on server {server}")
         with self._cond:
             ready = lambda: all(k in self._answers.get((server, kv), {})  # noqa: E731
@@ -266,7 +268,7 @@ class Client:
             raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")
         dest = uint32s(blocks, "blocks")
         fid = ctypes.c_uint64()
-        check(self._c("p2pkv_client_fetch", server, kv.encode(), ks.array, dest, ks.n,
+        check(self._c("p2pkv_client_fetch", server, c_text(kv, "kv"), ks.array, dest, ks.n,
                                          round, deadline, ctypes.byref(fid)), None,
               f"fetch on server {server}")
         f = Fetch(self, fid.value, server, kv)
@@ -294,7 +296,7 @@ class Client:
         dest = uint32s(blocks, "blocks")
         res = (L.KeyResult * max(ks.n, 1))()
         fid = ctypes.c_uint64()
-        check(self._c("p2pkv_client_get_async", server, kv.encode(), ks.array, dest,
+        check(self._c("p2pkv_client_get_async", server, c_text(kv, "kv"), ks.array, dest,
                                              ks.n, deadline, res, ctypes.byref(fid)), None,
               f"get on server {server}")
         g = Get(self, fid.value, server, kv, res, ks.n)
@@ -323,7 +325,7 @@ class Client:
     def finish(self, server: int, kv: str) -> None:
         """The request is done on that server: its pins go, and its fetches
         still open are cancelled."""
-        check(self._c("p2pkv_client_finish", server, kv.encode()), None,
+        check(self._c("p2pkv_client_finish", server, c_text(kv, "kv")), None,
               f"finish {kv}")
         with self._cond:
             self._answers.pop((server, kv), None)
@@ -341,7 +343,7 @@ class Client:
         dest = uint32s(blocks, "blocks")
         res = (L.KeyResult * max(ks.n, 1))()
         err = ctypes.create_string_buffer(L.ERRLEN)
-        check(self._c("p2pkv_client_get_results", server, kv.encode(), ks.array, dest,
+        check(self._c("p2pkv_client_get_results", server, c_text(kv, "kv"), ks.array, dest,
                                                ks.n, fetch, timeout, res, L.PROGRESS(), None,
                                                err),
               err, f"get on server {server}")

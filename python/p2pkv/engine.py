@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from . import _lib as L
-from ._buffers import KeyLike, Keys
+from ._buffers import KeyLike, Keys, c_text
 from ._handle import Handle
 from .errors import Error, check
 
@@ -75,7 +75,7 @@ class Engine:
         lib = L.lib()
         self._handle: Optional[Handle] = None
         err = ctypes.create_string_buffer(L.ERRLEN)
-        h = lib.p2pkv_engine_open(local_endpoint.encode() if local_endpoint else None,
+        h = lib.p2pkv_engine_open(c_text(local_endpoint, "local_endpoint") if local_endpoint else None,
                                   timeout, L.ON_EVENT(), None, err)
         if not h:
             raise Error(22, err.value.decode(errors="replace")
@@ -115,7 +115,7 @@ class Engine:
         """The namespace of this engine's later calls (None, "" or "shared":
         the shared one); commit a reservation before switching."""
         self._call("p2pkv_engine_set_namespace", "namespace",
-                   namespace.encode() if namespace else None)
+                   c_text(namespace, "namespace") if namespace else None)
         self.namespace = namespace or None
 
     def _c(self, name: str, *args):
@@ -168,13 +168,13 @@ class Engine:
         kv; returns the job whose 'store' event says how it ended."""
         ks = Keys(keys)
         job = ctypes.c_uint64()
-        self._call("p2pkv_engine_store", "store", consumer.encode(), kv.encode(), ks.array,
+        self._call("p2pkv_engine_store", "store", c_text(consumer, "consumer"), c_text(kv, "kv"), ks.array,
                    ks.n, -1 if round is None else round, ctypes.byref(job))
         return job.value
 
     def finish(self, consumer: str, kv: str) -> None:
         """The request kv of consumer is finished on this side."""
-        self._call("p2pkv_engine_finish", "finish", consumer.encode(), kv.encode())
+        self._call("p2pkv_engine_finish", "finish", c_text(consumer, "consumer"), c_text(kv, "kv"))
 
     def pull(self, endpoint: Optional[str], keys: Sequence[KeyLike]) -> tuple[int, int]:
         """Has the server fetch keys from another server (None: from any
@@ -184,7 +184,7 @@ class Engine:
         ks = Keys(keys)
         pid, fetching = ctypes.c_uint64(), ctypes.c_size_t()
         present = (ctypes.c_bool * max(ks.n, 1))()
-        self._call("p2pkv_engine_pull", "pull", endpoint.encode() if endpoint else None,
+        self._call("p2pkv_engine_pull", "pull", c_text(endpoint, "endpoint") if endpoint else None,
                    ks.array, ks.n, ctypes.byref(pid), ctypes.byref(fetching), present)
         self._pulls[pid.value] = (ks, present)
         return pid.value, fetching.value
@@ -219,7 +219,7 @@ class Engine:
         looked up (lookups = hits + pending + misses)."""
         st = L.EngineNamespaceStats()
         self._call("p2pkv_engine_stats_namespace", "namespace_stats",
-                   namespace.encode() if namespace else None, ctypes.byref(st))
+                   c_text(namespace, "namespace") if namespace else None, ctypes.byref(st))
         return {name: getattr(st, name) for name, _ in L.EngineNamespaceStats._fields_}
 
     def next_event(self, timeout: float = 0.0) -> Optional[Event]:

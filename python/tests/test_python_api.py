@@ -560,3 +560,33 @@ except p2pkv.Error as e:
 print("ok")
 """
     assert python_child(script).strip() == "ok"
+
+
+def test_text_with_a_nul_is_refused_not_cut(server):
+    # C reads a string up to its first NUL: "req\0x" reached the library
+    # as "req", another request (a finish of it finished "req"; a store
+    # went to consumer "c" for "c\0d").  Such text is a ValueError naming
+    # the argument, and nothing is sent.
+    with p2pkv.Engine(server.local) as engine:
+        keys, _ = publish(engine, 1)
+        with p2pkv.Client("py-nul", 4, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            look = c.lookup(s, "req", keys)          # request "req" holds a pin
+            assert look.hits == [True]
+            calls = [lambda: c.lookup(s, "req\0x", keys),
+                     lambda: c.fetch(s, "req\0x", keys, [0]),
+                     lambda: c.get_async(s, keys, [0], kv="req\0x"),
+                     lambda: c.get(s, keys, [0], kv="req\0x"),
+                     lambda: c.finish(s, "req\0x"),
+                     lambda: c.connect(server.endpoint + "\0x"),
+                     lambda: engine.store("py-nul\0x", "req", keys),
+                     lambda: engine.finish("py-nul", "req\0x")]
+            for call in calls:
+                with pytest.raises(ValueError, match="NUL"):
+                    call()
+            with pytest.raises(ValueError, match="peer_id"):
+                p2pkv.Client("py\0nul", 4, engine.block_len)
+            assert c.open_fetches == 0
+            # request "req" was not touched: its pin still holds
+            assert engine.stats()["pool"]["pinned"] == 1
+            c.finish(s, "req")
