@@ -138,7 +138,6 @@ class Client:
         self._fetches: dict[int, Fetch] = {}
         self._early: dict[int, tuple] = {}
         self._answers: dict[tuple, dict] = {}
-        self._gone: dict[int, int] = {}        # server -> lookups answered without hits
         self._servers: set[int] = set()        # connected, for close to disconnect
         self._handle: Optional[Handle] = None
         # The pool is always memory Python owns (an anonymous mapping unless
@@ -194,6 +193,11 @@ class Client:
 
     def _on_server(self, arg, server, state, reason):
         with self._cond:
+            # a new session knows no request: the old one's answers (and
+            # its "went away" ones) would answer lookups it never saw
+            if state == 1:
+                for k in [k for k in self._answers if k[0] == server]:
+                    del self._answers[k]
             self._cond.notify_all()
 
     # ---- the API -----------------------------------------------------------
@@ -240,7 +244,9 @@ class Client:
         """Asks the server which keys it holds, for request kv; the hits
         are pinned on the server for this request until fetched or
         finished.  Keys asked before for the same request are answered
-        from that answer (the protocol asks each once per request)."""
+        from that answer (the protocol asks each once per request), in
+        the same session: once the server is up again after a loss, they
+        are asked again."""
         ks = Keys(keys)
         if ks.n == 0:
             raise ValueError("keys: expected at least one key")

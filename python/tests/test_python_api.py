@@ -590,3 +590,44 @@ def test_text_with_a_nul_is_refused_not_cut(server):
             # request "req" was not touched: its pin still holds
             assert engine.stats()["pool"]["pinned"] == 1
             c.finish(s, "req")
+
+
+def test_lookup_asks_again_after_its_server_came_back(server_factory):
+    # The package keeps each request's answers (a key is asked once per
+    # request), but a new session starts with no request at all: answers
+    # of the old one, and the "server went away" ones, must not answer a
+    # lookup made after the server came back (they did: ENOTCONN from the
+    # cache, for ever, with the server up again).
+    import threading
+    first = server_factory("--lookup-timeout", "600")
+    key = key_of(b"written after the restart")
+    with p2pkv.Engine(first.local) as engine:
+        engine.reserve([key])                    # a lookup of it waits
+        with p2pkv.Client("py-back", 4, engine.block_len, keepalive_interval=0.3,
+                          silence_timeout=1, connect_retry=0.1) as c:
+            s = c.connect(first.endpoint)
+            seen = {}
+
+            def ask():
+                try:
+                    c.lookup(s, "req", [key], timeout=60)
+                except p2pkv.Error as e:
+                    seen["errno"] = e.errno
+            t = threading.Thread(target=ask)
+            t.start()
+            while engine.namespace_stats()["pending"] == 0:
+                engine.next_event(0.01)
+            first.kill()                         # the parked lookup is never answered
+            t.join(60)
+            assert seen.get("errno") == errno.ENOTCONN, seen
+            second = server_factory("--bind", first.endpoint)
+            with p2pkv.Engine(second.local) as engine2:
+                engine2.put(key, b"\x07" * engine2.block_len)
+                while c.server_state(s)[0] != "up":
+                    engine2.next_event(0.01)
+                look = c.lookup(s, "req", [key], timeout=30)
+                assert look.hits == [True]
+                f = c.fetch(s, "req", [key], [1], round=look.round)
+                f.wait(30)
+                assert c.block(1).tobytes() == b"\x07" * engine2.block_len
+                c.finish(s, "req")
