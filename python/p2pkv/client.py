@@ -204,10 +204,14 @@ class Client:
     def _c(self, name: str, *args):
         """The library's name(client, *args), holding the client while it
         runs (close waits for it); Error(EBADF) once closed."""
-        if self._handle is None:
+        hd = self._handle
+        if hd is None:
             raise Error(errno.EBADF, "the client is closed")
-        with self._handle.use() as h:
+        h = hd.enter()
+        try:
             return getattr(L.lib(), name)(h, *args)
+        finally:
+            hd.leave()
 
     def connect(self, endpoint: str, timeout: float = 10.0,
                 server_key: Optional[str] = None) -> int:

@@ -121,10 +121,14 @@ class Engine:
     def _c(self, name: str, *args):
         """The library's name(engine, *args), holding the engine while it
         runs (close waits for it); Error(EBADF) once closed."""
-        if self._handle is None:
+        hd = self._handle
+        if hd is None:
             raise Error(9, "the engine is closed")
-        with self._handle.use() as h:
+        h = hd.enter()
+        try:
             return getattr(L.lib(), name)(h, *args)
+        finally:
+            hd.leave()
 
     def _call(self, name: str, what: str, *args) -> int:
         err = ctypes.create_string_buffer(L.ERRLEN)

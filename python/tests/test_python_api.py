@@ -526,10 +526,10 @@ def test_engine_close_waits_for_next_event_on_another_thread(server, python_chil
     # freed the engine under it (a heap use after free, which the
     # sanitizer build reports).  Now close waits for it: the wait ends as
     # its own timeout says (None), before close returns, and a later call
-    # raises EBADF.  The main thread closes once the waiter is inside
-    # next_event (its frame says so), not after a guessed sleep.
+    # raises EBADF.  The main thread closes once the waiter holds the
+    # engine for its call (the handle counts it), not after a guessed sleep.
     script = f"""
-import errno, sys, threading, time
+import errno, threading, time
 import p2pkv
 eng = p2pkv.Engine({server.local!r})
 out = {{}}
@@ -538,14 +538,7 @@ def waiter():
     out["returned"] = time.monotonic()
 t = threading.Thread(target=waiter)
 t.start()
-def inside():
-    f = sys._current_frames().get(t.ident)
-    while f is not None:
-        if f.f_code.co_name == "_c":
-            return True
-        f = f.f_back
-    return False
-while not inside():
+while eng._handle._running == 0:
     time.sleep(0.001)
 eng.close()
 closed = time.monotonic()
