@@ -253,8 +253,9 @@ int p2pkv_client_server_endpoint(p2pkv_client_t *self, int server, char *out, si
     that request are not asked again.  */
 int p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv,
                         const p2pkv_key_t *keys, size_t n);
-/*  (lookup and fetch: -EINVAL for n 0 or over 65,536, or a key of 0 or
-    more than 4,096 bytes, which the wire cannot carry.)  */
+/*  (lookup and fetch: -EINVAL for n 0 or over 65,536, a key of 0 or more
+    than 4,096 bytes, or a kv that is not 1..4,096 bytes of UTF-8, which
+    the wire cannot carry; so for every call naming a kv, finish too.)  */
 
 /*  Has the server write keys into blocks dest[] of the pool.  round: the
     lookup's round whose hits these are (from on_lookup), or 0.  deadline
@@ -394,7 +395,8 @@ int p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
     message, not a two-step one, whose request is its own.  deadline in
     seconds (0: load_timeout), for the whole get.  Errors (nothing sent):
     -EINVAL (n 0 or over 65,536, a key the wire cannot carry, a key or a
-    block named twice, results NULL, server P2PKV_ANY_SERVER, whose
+    block named twice, results NULL, a kv the wire cannot carry (not 1..4,096
+    bytes of UTF-8), server P2PKV_ANY_SERVER, whose
     locate blocks: use p2pkv_client_get, or for two steps a kv over
     4,072 bytes, too long to name their request), -ERANGE (a block
     outside the pool), -ENOTCONN (the server is not UP), -ENOMEM.  (It

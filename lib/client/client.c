@@ -1219,11 +1219,22 @@ pk_client_keys(const p2pkv_key_t *in, size_t n, pk_key_t *out)
     return 0;
 }
 
+//  A request name the wire cannot carry (none, empty, over PK_MAX_STRING
+//  bytes, not UTF-8) is refused at the call, as such a key is: a lookup,
+//  fetch or get under it would not encode, so it was never sent, and the
+//  lookup was never answered (a fetch or get failed only at its deadline).
+bool
+pk_client_kv_ok(const char *kv)
+{
+    size_t len = kv ? strnlen(kv, PK_MAX_STRING + 1) : 0;
+    return len >= 1 && len <= PK_MAX_STRING && pk_utf8_ok(kv, len);
+}
+
 int
 p2pkv_client_lookup(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t *keys,
                     size_t n)
 {
-    if (n == 0 || n > PK_MAX_LIST)
+    if (n == 0 || n > PK_MAX_LIST || !pk_client_kv_ok(kv))
         return -EINVAL;
     pk_key_t *k = pk_big_alloc(n * sizeof *k);
     if (!k)
@@ -1249,7 +1260,7 @@ p2pkv_client_fetch(p2pkv_client_t *self, int server, const char *kv, const p2pkv
                    const uint32_t *dest, size_t n, uint64_t round, double deadline,
                    uint64_t *fetch_id_p)
 {
-    if (n == 0 || n > PK_MAX_LIST)
+    if (n == 0 || n > PK_MAX_LIST || !pk_client_kv_ok(kv))
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
         if (dest[i] >= self->num_blocks)
@@ -1332,7 +1343,7 @@ s_get_start(p2pkv_client_t *self, int server, const char *kv, const p2pkv_key_t 
             const uint32_t *dest, size_t n, double deadline, p2pkv_key_result_t *results,
             bool kick, uint64_t *fetch_id_p)
 {
-    if (n == 0 || n > PK_MAX_LIST)
+    if (n == 0 || n > PK_MAX_LIST || !pk_client_kv_ok(kv))
         return -EINVAL;
     for (size_t i = 0; i < n; i++)
         if (dest[i] >= self->num_blocks)
@@ -1477,6 +1488,8 @@ s_cancel_gets(p2pkv_client_t *self, s_server_t *s, const char *kv)
 int
 p2pkv_client_finish(p2pkv_client_t *self, int server, const char *kv)
 {
+    if (!pk_client_kv_ok(kv))
+        return -EINVAL;             //  no request of that name can be open
     pthread_mutex_lock(&self->lock);
     s_server_t *s = s_server(self, server);
     uint64_t sends = self->sends;

@@ -339,6 +339,9 @@ void pk_client_load_done(s_server_t *s, uint64_t id, pk_load_status_t status,
 int pk_client_fetch_put(p2pkv_client_t *self, s_fetch_t *f);
 /*  client.c: keys the wire can carry into out (-EINVAL otherwise).  */
 int pk_client_keys(const p2pkv_key_t *in, size_t n, pk_key_t *out);
+/*  client.c: whether kv is a request name the wire can carry (1..4,096
+    bytes of UTF-8).  */
+bool pk_client_kv_ok(const char *kv);
 //  get.c: a miss's pk_miss_reason_t as p2pkv_miss_reason_t
 uint8_t pk_client_public_reason(uint8_t reason);
 //  The fetch ended (landed or not): what its channel's copies found, and

@@ -317,8 +317,11 @@ p2pkv_client_get_results(p2pkv_client_t *self, int server, const char *kv,
                          double timeout, p2pkv_key_result_t *results,
                          p2pkv_progress_fn *progress, void *progress_arg, char *err)
 {
-    if (n == 0 || n > PK_MAX_LIST || !results || strlen(kv) > PK_ERRLEN - 16)
+    if (n == 0 || n > PK_MAX_LIST || !results)
         return -EINVAL;
+    //  its batches are named kv-0, kv-1...: those of a kv the wire carries
+    if (!pk_client_kv_ok(kv) || strlen(kv) > PK_ERRLEN - 16)
+        return pk_err(err, -EINVAL, "kv: expected 1..%d bytes of UTF-8", PK_ERRLEN - 16);
     for (size_t i = 0; i < n; i++)
         results[i] = (p2pkv_key_result_t) { .status = P2PKV_KEY_MISSING, .holder = -1 };
     if (server == P2PKV_ANY_SERVER)

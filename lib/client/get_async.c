@@ -90,7 +90,7 @@ p2pkv_client_get_async(p2pkv_client_t *self, int server, const char *kv,
 {
     //  P2PKV_ANY_SERVER locates its keys in Redis first, which blocks:
     //  that get is p2pkv_client_get's
-    if (!self || !kv || !keys || !dest || !results || server < 0 || n == 0
+    if (!self || !pk_client_kv_ok(kv) || !keys || !dest || !results || server < 0 || n == 0
         || n > PK_MAX_LIST)
         return -EINVAL;
     for (size_t i = 0; i < n; i++)

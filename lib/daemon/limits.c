@@ -16,6 +16,15 @@ pk_limits_fit(const pk_server_config_t *config, char *err)
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return pk_err(err, -errno, "getrlimit: %s", strerror(errno));
+    //  a hard limit below one session's need leaves no --max-sessions to
+    //  suggest (the division below would wrap)
+    rlim_t one = PK_FDS_BASE + PK_FDS_PER_SESSION;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need && rl.rlim_max < one)
+        return pk_err(err, -EMFILE,
+                      "--max-sessions %llu needs about %llu file descriptors; the hard "
+                      "limit is %llu (ulimit -Hn; raise it: even one session needs %llu)",
+                      (unsigned long long) sessions, (unsigned long long) need,
+                      (unsigned long long) rl.rlim_max, (unsigned long long) one);
     if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need)
         return pk_err(err, -EMFILE,
                       "--max-sessions %llu needs about %llu file descriptors; the hard "

@@ -245,6 +245,9 @@ s_open_sockets(pk_node_t *self, char *err)
     }
     zsock_set_router_handover(self->router, 1);
     zsock_set_maxmsgsize(self->router, (int64_t) config->max_frame);
+    //  the engine's socket too: whoever reaches it could send a frame of
+    //  any size, which libzmq took whole before the API parsed a byte
+    zsock_set_maxmsgsize(self->local, (int64_t) config->max_frame);
     if (zap)
         zsock_set_zap_domain(self->router, "p2pkv");
     int rc = pk_admission_apply(self->admission, self->router, err);

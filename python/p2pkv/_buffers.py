@@ -30,6 +30,15 @@ class Keys:
             at += len(k)
 
 
+def c_text(value: str, what: str) -> bytes:
+    """value as the UTF-8 a C string carries; ValueError for a NUL in it,
+    where C would end the text (another request, consumer or endpoint
+    than the one named)."""
+    if "\0" in value:
+        raise ValueError(f"{what}: {value!r} has a NUL character, where C would end it")
+    return value.encode()
+
+
 def uint32s(values: Sequence[int], what: str) -> ctypes.Array:
     """values as a uint32_t array, each checked."""
     arr = (ctypes.c_uint32 * max(len(values), 1))()

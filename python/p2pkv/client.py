@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from . import _lib as L
-from ._buffers import KeyLike, Keys, uint32s, writable_address
+from ._buffers import KeyLike, Keys, c_text, uint32s, writable_address
+from ._handle import Handle
 from .errors import Error, FetchError, Timeout, check
 
 _STATUS = {0: "landed", 1: "failed", 2: "aborted"}
@@ -27,8 +28,9 @@ _STATES = {0: "connecting", 1: "up", 2: "down", 3: "stopped"}
 def _curve(curve_public, curve_secret, curve_server) -> list:
     """The three CURVE keys as bytes (None stays None: the library checks
     that all three or none are given, naming the one missing)."""
-    return [k.encode() if isinstance(k, str) else k
-            for k in (curve_public, curve_secret, curve_server)]
+    return [c_text(k, what) if isinstance(k, str) else k
+            for k, what in ((curve_public, "curve_public"), (curve_secret, "curve_secret"),
+                            (curve_server, "curve_server"))]
 
 
 def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str] = None,
@@ -41,7 +43,7 @@ def describe(endpoint: str, timeout: float = 5.0, *, curve_public: Optional[str]
     err = ctypes.create_string_buffer(L.ERRLEN)
     keys = _curve(curve_public, curve_secret, curve_server)
     cfg = L.Config(curve_public=keys[0], curve_secret=keys[1], curve_server=keys[2])
-    check(L.lib().p2pkv_describe_curve(endpoint.encode(), timeout, ctypes.byref(cfg),
+    check(L.lib().p2pkv_describe_curve(c_text(endpoint, "endpoint"), timeout, ctypes.byref(cfg),
                                        ctypes.byref(d), err), err, f"describe {endpoint}")
     return {"peer_id": d.peer_id.decode(), "block_len": d.block_len,
             "fingerprint": d.fingerprint.decode(), "hash_seed": d.hash_seed.decode(),
@@ -136,8 +138,8 @@ class Client:
         self._fetches: dict[int, Fetch] = {}
         self._early: dict[int, tuple] = {}
         self._answers: dict[tuple, dict] = {}
-        self._gone: dict[int, int] = {}        # server -> lookups answered without hits
-        self._handle = None
+        self._servers: set[int] = set()        # connected, for close to disconnect
+        self._handle: Optional[Handle] = None
         # The pool is always memory Python owns (an anonymous mapping unless
         # given), so views of it stay valid after close: no view can outlive it.
         if pool is None:
@@ -145,16 +147,17 @@ class Client:
         address, self._pool_ref = writable_address(pool, self.num_blocks * self.block_len)
         self.pool: memoryview = memoryview(pool).cast("B")[:self.num_blocks * self.block_len]
         """The pool, num_blocks * block_len bytes: block b at b * block_len."""
-        enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+        enc = lambda s, what: c_text(s, what) if s is not None else None  # noqa: E731
         # several rails: one address each ("A,B" or ["A", "B"]), checked by
         # the library against this host's interfaces
         if node is not None and not isinstance(node, str):
             node = ",".join(node)
-        self._strings = [enc(peer_id), enc(fingerprint), enc(hash_seed), enc(provider),
-                         enc(node)]
+        self._strings = [enc(peer_id, "peer_id"), enc(fingerprint, "fingerprint"),
+                         enc(hash_seed, "hash_seed"), enc(provider, "provider"),
+                         enc(node, "node")]
         # CURVE keys (Z85): the library copies them, as it does the strings
         self._curve = _curve(curve_public, curve_secret, curve_server)
-        self._directory = enc(directory)
+        self._directory = enc(directory, "directory")
         cfg = L.Config(*self._strings, load_timeout, abort_ack_timeout, keepalive_interval,
                        silence_timeout, connect_retry, stall_timeout, no_reconnect, True,
                        *self._curve, self._directory, answer_spin, not verify, max_corrupt)
@@ -166,7 +169,7 @@ class Client:
                                       self.block_len, self._cbs, err)
         if not handle:
             raise Error(errno.EINVAL, err.value.decode(errors="replace") or "p2pkv_client_new")
-        self._handle = ctypes.c_void_p(handle)
+        self._handle = Handle(ctypes.c_void_p(handle), "the client is closed")
 
     # ---- callbacks, on the library's thread, with its lock held ----------
     def _on_lookup(self, arg, server, kv, round_seq, keys, hits, n):
@@ -190,13 +193,25 @@ class Client:
 
     def _on_server(self, arg, server, state, reason):
         with self._cond:
+            # a new session knows no request: the old one's answers (and
+            # its "went away" ones) would answer lookups it never saw
+            if state == 1:
+                for k in [k for k in self._answers if k[0] == server]:
+                    del self._answers[k]
             self._cond.notify_all()
 
     # ---- the API -----------------------------------------------------------
-    def _h(self):
-        if self._handle is None:
+    def _c(self, name: str, *args):
+        """The library's name(client, *args), holding the client while it
+        runs (close waits for it); Error(EBADF) once closed."""
+        hd = self._handle
+        if hd is None:
             raise Error(errno.EBADF, "the client is closed")
-        return self._handle
+        h = hd.enter()
+        try:
+            return getattr(L.lib(), name)(h, *args)
+        finally:
+            hd.leave()
 
     def connect(self, endpoint: str, timeout: float = 10.0,
                 server_key: Optional[str] = None) -> int:
@@ -206,20 +221,25 @@ class Client:
         Error with errno EACCES ("the server refused our CURVE key")."""
         err = ctypes.create_string_buffer(L.ERRLEN)
         if server_key is not None:
-            return check(L.lib().p2pkv_client_connect_curve(
-                self._h(), endpoint.encode(), server_key.encode(), timeout, err),
-                err, f"connect {endpoint}")
-        return check(L.lib().p2pkv_client_connect(self._h(), endpoint.encode(), timeout, err),
-                     err, f"connect {endpoint}")
+            s = check(self._c("p2pkv_client_connect_curve", c_text(endpoint, "endpoint"),
+                              c_text(server_key, "server_key"), timeout, err), err, f"connect {endpoint}")
+        else:
+            s = check(self._c("p2pkv_client_connect", c_text(endpoint, "endpoint"), timeout, err), err,
+                      f"connect {endpoint}")
+        with self._cond:
+            self._servers.add(s)
+        return s
 
     def disconnect(self, server: int) -> None:
         """Ends the session with a server; its open fetches fail."""
-        check(L.lib().p2pkv_client_disconnect(self._h(), server), None, f"server {server}")
+        check(self._c("p2pkv_client_disconnect", server), None, f"server {server}")
+        with self._cond:
+            self._servers.discard(server)
 
     def server_state(self, server: int) -> tuple[str, str]:
         """(state, reason): connecting, up, down or stopped."""
         err = ctypes.create_string_buffer(L.ERRLEN)
-        st = check(L.lib().p2pkv_client_server_state(self._h(), server, err), None,
+        st = check(self._c("p2pkv_client_server_state", server, err), None,
                    f"server {server}")
         return _STATES.get(st, str(st)), err.value.decode(errors="replace")
 
@@ -228,13 +248,15 @@ class Client:
         """Asks the server which keys it holds, for request kv; the hits
         are pinned on the server for this request until fetched or
         finished.  Keys asked before for the same request are answered
-        from that answer (the protocol asks each once per request)."""
+        from that answer (the protocol asks each once per request), in
+        the same session: once the server is up again after a loss, they
+        are asked again."""
         ks = Keys(keys)
         if ks.n == 0:
             raise ValueError("keys: expected at least one key")
         answers = self._answers.get((server, kv), {})
         if any(k not in answers for k in ks.items):
-            check(L.lib().p2pkv_client_lookup(self._h(), server, kv.encode(), ks.array, ks.n),
+            check(self._c("p2pkv_client_lookup", server, c_text(kv, "kv"), ks.array, ks.n),
                   None, f"lookup on server {server}")
         with self._cond:
             ready = lambda: all(k in self._answers.get((server, kv), {})  # noqa: E731
@@ -256,7 +278,7 @@ class Client:
             raise ValueError(f"blocks: {len(blocks)} for {ks.n} keys")
         dest = uint32s(blocks, "blocks")
         fid = ctypes.c_uint64()
-        check(L.lib().p2pkv_client_fetch(self._h(), server, kv.encode(), ks.array, dest, ks.n,
+        check(self._c("p2pkv_client_fetch", server, c_text(kv, "kv"), ks.array, dest, ks.n,
                                          round, deadline, ctypes.byref(fid)), None,
               f"fetch on server {server}")
         f = Fetch(self, fid.value, server, kv)
@@ -284,7 +306,7 @@ class Client:
         dest = uint32s(blocks, "blocks")
         res = (L.KeyResult * max(ks.n, 1))()
         fid = ctypes.c_uint64()
-        check(L.lib().p2pkv_client_get_async(self._h(), server, kv.encode(), ks.array, dest,
+        check(self._c("p2pkv_client_get_async", server, c_text(kv, "kv"), ks.array, dest,
                                              ks.n, deadline, res, ctypes.byref(fid)), None,
               f"get on server {server}")
         g = Get(self, fid.value, server, kv, res, ks.n)
@@ -304,7 +326,7 @@ class Client:
         True when this started the cancel, False when it was cancelled
         already or had ended already; Error(ENOENT) for an id never
         issued."""
-        rc = L.lib().p2pkv_client_cancel(self._h(), fetch_id)
+        rc = self._c("p2pkv_client_cancel", fetch_id)
         if rc in (-errno.EINPROGRESS, -errno.EALREADY):
             return False
         check(rc, None, f"cancel {fetch_id}")
@@ -313,7 +335,7 @@ class Client:
     def finish(self, server: int, kv: str) -> None:
         """The request is done on that server: its pins go, and its fetches
         still open are cancelled."""
-        check(L.lib().p2pkv_client_finish(self._h(), server, kv.encode()), None,
+        check(self._c("p2pkv_client_finish", server, c_text(kv, "kv")), None,
               f"finish {kv}")
         with self._cond:
             self._answers.pop((server, kv), None)
@@ -331,7 +353,7 @@ class Client:
         dest = uint32s(blocks, "blocks")
         res = (L.KeyResult * max(ks.n, 1))()
         err = ctypes.create_string_buffer(L.ERRLEN)
-        check(L.lib().p2pkv_client_get_results(self._h(), server, kv.encode(), ks.array, dest,
+        check(self._c("p2pkv_client_get_results", server, c_text(kv, "kv"), ks.array, dest,
                                                ks.n, fetch, timeout, res, L.PROGRESS(), None,
                                                err),
               err, f"get on server {server}")
@@ -370,7 +392,7 @@ class Client:
         for r in results:
             if r.holder >= 0 and r.holder not in endpoints:
                 out = ctypes.create_string_buffer(256)
-                rc = L.lib().p2pkv_client_server_endpoint(self._h(), r.holder, out, len(out))
+                rc = self._c("p2pkv_client_server_endpoint", r.holder, out, len(out))
                 endpoints[r.holder] = out.value.decode() if rc == 0 else None
         return [{"status": L.KEY_STATUS.get(r.status, "failed"), "verified": bool(r.verified),
                  "checksum": int(r.checksum), "holder": None if r.holder < 0 else int(r.holder),
@@ -382,7 +404,7 @@ class Client:
         """The end-to-end check's counters (p2pkv_client_checks): checked,
         corrupt, unchecked, hostile."""
         st = L.CheckStats()
-        L.lib().p2pkv_client_checks(self._h(), ctypes.byref(st))
+        self._c("p2pkv_client_checks", ctypes.byref(st))
         return {"checked": st.checked, "corrupt": st.corrupt, "unchecked": st.unchecked,
                 "hostile": st.hostile}
 
@@ -401,21 +423,21 @@ class Client:
                          "provider": holders[h].provider.decode(errors="replace")}
                         for h in range(n)]
         err = ctypes.create_string_buffer(L.ERRLEN)
-        check(L.lib().p2pkv_client_locate(self._h(), ks.array, ks.n, L.ON_LOCATE(on_locate),
+        check(self._c("p2pkv_client_locate", ks.array, ks.n, L.ON_LOCATE(on_locate),
                                           None, err), err, "locate")
         return found
 
     def directory_stats(self) -> dict:
         """The directory's counters (see p2pkv_client_directory_stats)."""
         st = L.DirectoryStats()
-        check(L.lib().p2pkv_client_directory_stats(self._h(), ctypes.byref(st)), None,
+        check(self._c("p2pkv_client_directory_stats", ctypes.byref(st)), None,
               "directory_stats")
         return {name: getattr(st, name) for name, _ in L.DirectoryStats._fields_}
 
     @property
     def open_fetches(self) -> int:
         """Fetches not ended yet, on every server."""
-        return L.lib().p2pkv_client_open_fetches(self._h())
+        return self._c("p2pkv_client_open_fetches")
 
     def block(self, b: int) -> memoryview:
         """Block b of the pool, as a writable memoryview."""
@@ -431,11 +453,20 @@ class Client:
                                                                       self.block_len)
 
     def close(self) -> None:
-        """Says goodbye to every server and frees everything."""
-        if self._handle is not None:
-            h = self._handle
-            self._handle = None
-            L.lib().p2pkv_client_destroy(ctypes.byref(h))
+        """Says goodbye to every server and frees everything, once the calls
+        other threads have running returned: each server is disconnected
+        first, so a get waiting on one returns at once (Error ENOTCONN);
+        later calls raise Error(EBADF)."""
+        h = self._handle.take() if self._handle is not None else None
+        if h is None:
+            return
+        with self._cond:
+            servers = sorted(self._servers)
+            self._servers.clear()
+        for s in servers:
+            L.lib().p2pkv_client_disconnect(h, s)
+        self._handle.wait_idle()
+        L.lib().p2pkv_client_destroy(ctypes.byref(h))
 
     def __enter__(self) -> "Client":
         return self

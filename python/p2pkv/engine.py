@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from . import _lib as L
-from ._buffers import KeyLike, Keys
+from ._buffers import KeyLike, Keys, c_text
+from ._handle import Handle
 from .errors import Error, check
 
 _KINDS = {1: "store", 2: "pull"}
@@ -72,14 +73,15 @@ class Engine:
     def __init__(self, local_endpoint: Optional[str] = None, timeout: float = 10.0,
                  namespace: Optional[str] = None):
         lib = L.lib()
+        self._handle: Optional[Handle] = None
         err = ctypes.create_string_buffer(L.ERRLEN)
-        h = lib.p2pkv_engine_open(local_endpoint.encode() if local_endpoint else None,
+        h = lib.p2pkv_engine_open(c_text(local_endpoint, "local_endpoint") if local_endpoint else None,
                                   timeout, L.ON_EVENT(), None, err)
         if not h:
             raise Error(22, err.value.decode(errors="replace")
                         or f"cannot attach to {local_endpoint}")
-        self._handle = ctypes.c_void_p(h)
-        info = lib.p2pkv_engine_info(self._handle).contents
+        handle = ctypes.c_void_p(h)
+        info = lib.p2pkv_engine_info(handle).contents
         self.peer_id = info.peer_id.decode()
         self.endpoint = info.endpoint.decode()
         """Where consumers reach the server."""
@@ -88,14 +90,14 @@ class Engine:
         try:
             self._map = _map_pool(self.pool_name, self.num_blocks * self.block_len)
         except OSError as e:
-            h, self._handle = self._handle, None
-            lib.p2pkv_engine_close(ctypes.byref(h))
+            lib.p2pkv_engine_close(ctypes.byref(handle))
             raise Error(e.errno or 5, f"pool_name: cannot map the pool "
                         f"\"{self.pool_name}\": {e.strerror or e}") from None
         # the memoryviews handed out, to release at close (weak: a view
         # dropped is no concern of ours; pruned as the list doubles)
         self._views: list[weakref.ref] = []
         self._views_cap = 64
+        self._handle = Handle(handle, "the engine is closed")
         self.pool: memoryview = self._view(memoryview(self._map))
         """The server's pool, mapped read-write: block b at b * block_len.
         Released at close: using it after raises ValueError."""
@@ -113,17 +115,24 @@ class Engine:
         """The namespace of this engine's later calls (None, "" or "shared":
         the shared one); commit a reservation before switching."""
         self._call("p2pkv_engine_set_namespace", "namespace",
-                   namespace.encode() if namespace else None)
+                   c_text(namespace, "namespace") if namespace else None)
         self.namespace = namespace or None
 
-    def _h(self):
-        if self._handle is None:
+    def _c(self, name: str, *args):
+        """The library's name(engine, *args), holding the engine while it
+        runs (close waits for it); Error(EBADF) once closed."""
+        hd = self._handle
+        if hd is None:
             raise Error(9, "the engine is closed")
-        return self._handle
+        h = hd.enter()
+        try:
+            return getattr(L.lib(), name)(h, *args)
+        finally:
+            hd.leave()
 
     def _call(self, name: str, what: str, *args) -> int:
         err = ctypes.create_string_buffer(L.ERRLEN)
-        return check(getattr(L.lib(), name)(self._h(), *args, err), err, what)
+        return check(self._c(name, *args, err), err, what)
 
     def reserve(self, keys: Sequence[KeyLike]) -> list[int]:
         """A free block for each key (all or nothing), to write then commit."""
@@ -163,13 +172,13 @@ class Engine:
         kv; returns the job whose 'store' event says how it ended."""
         ks = Keys(keys)
         job = ctypes.c_uint64()
-        self._call("p2pkv_engine_store", "store", consumer.encode(), kv.encode(), ks.array,
+        self._call("p2pkv_engine_store", "store", c_text(consumer, "consumer"), c_text(kv, "kv"), ks.array,
                    ks.n, -1 if round is None else round, ctypes.byref(job))
         return job.value
 
     def finish(self, consumer: str, kv: str) -> None:
         """The request kv of consumer is finished on this side."""
-        self._call("p2pkv_engine_finish", "finish", consumer.encode(), kv.encode())
+        self._call("p2pkv_engine_finish", "finish", c_text(consumer, "consumer"), c_text(kv, "kv"))
 
     def pull(self, endpoint: Optional[str], keys: Sequence[KeyLike]) -> tuple[int, int]:
         """Has the server fetch keys from another server (None: from any
@@ -179,7 +188,7 @@ class Engine:
         ks = Keys(keys)
         pid, fetching = ctypes.c_uint64(), ctypes.c_size_t()
         present = (ctypes.c_bool * max(ks.n, 1))()
-        self._call("p2pkv_engine_pull", "pull", endpoint.encode() if endpoint else None,
+        self._call("p2pkv_engine_pull", "pull", c_text(endpoint, "endpoint") if endpoint else None,
                    ks.array, ks.n, ctypes.byref(pid), ctypes.byref(fetching), present)
         self._pulls[pid.value] = (ks, present)
         return pid.value, fetching.value
@@ -200,7 +209,7 @@ class Engine:
     def stats(self) -> dict:
         """The server's stats answer (pool, fabric, sessions, metrics)."""
         err = ctypes.create_string_buffer(L.ERRLEN)
-        text = L.lib().p2pkv_engine_stats_json(self._h(), err)
+        text = self._c("p2pkv_engine_stats_json", err)
         if not text:
             raise Error(5, err.value.decode(errors="replace") or "stats")
         try:
@@ -214,13 +223,13 @@ class Engine:
         looked up (lookups = hits + pending + misses)."""
         st = L.EngineNamespaceStats()
         self._call("p2pkv_engine_stats_namespace", "namespace_stats",
-                   namespace.encode() if namespace else None, ctypes.byref(st))
+                   c_text(namespace, "namespace") if namespace else None, ctypes.byref(st))
         return {name: getattr(st, name) for name, _ in L.EngineNamespaceStats._fields_}
 
     def next_event(self, timeout: float = 0.0) -> Optional[Event]:
         """The next store or pull result, waiting up to timeout; None if none."""
         ev = L.EngineEvent()
-        rc = L.lib().p2pkv_engine_next_event(self._h(), timeout, ctypes.byref(ev))
+        rc = self._c("p2pkv_engine_next_event", timeout, ctypes.byref(ev))
         if rc == -110:                       # ETIMEDOUT
             return None
         check(rc, None, "next_event")
@@ -231,7 +240,7 @@ class Engine:
 
     def fileno(self) -> int:
         """Readable while an event is waiting (for select/selectors)."""
-        return L.lib().p2pkv_engine_fd(self._h())
+        return self._c("p2pkv_engine_fd")
 
     def wait_readable(self, timeout: float) -> bool:
         r, _, _ = select.select([self], [], [], timeout)
@@ -247,7 +256,7 @@ class Engine:
 
     def block(self, b: int) -> memoryview:
         """Block b of the pool, as a writable memoryview (released at close)."""
-        self._h()
+        self._open()
         if not 0 <= b < self.num_blocks:
             raise IndexError(f"block {b}: the pool has {self.num_blocks}")
         return self._view(self.pool[b * self.block_len:(b + 1) * self.block_len])
@@ -256,15 +265,22 @@ class Engine:
         """The pool as a NumPy uint8 array (num_blocks, block_len), in place.
         The array keeps the pool mapped for as long as it lives, close or not."""
         import numpy
-        self._h()
+        self._open()
         return numpy.frombuffer(self._map, dtype=numpy.uint8).reshape(self.num_blocks,
                                                                       self.block_len)
+
+    def _open(self) -> None:
+        if self._handle is None or self._handle.taken:
+            raise Error(9, "the engine is closed")
 
     def close(self) -> None:
         """Detaches: releases `pool` and the block views (later use raises
         ValueError) and drops this engine's hold on the mapping, which goes
-        once no NumPy array of it is left."""
-        if self._handle is not None:
+        once no NumPy array of it is left.  A call another thread has
+        running (next_event, waiting up to its timeout) returns first."""
+        h = self._handle.take() if self._handle is not None else None
+        if h is not None:
+            self._handle.wait_idle()
             for ref in self._views:
                 mv = ref()
                 try:
@@ -275,8 +291,6 @@ class Engine:
                                     # keeps the mapping, so it stays valid memory
             self._views = []
             self._map = None        # unmapped when the last array over it goes
-            h = self._handle
-            self._handle = None
             L.lib().p2pkv_engine_close(ctypes.byref(h))
 
     def __enter__(self) -> "Engine":

@@ -58,8 +58,8 @@ def test_a_pull_of_2048_keys_writes_nothing_past_its_buffers(server_factory, mon
         pid, fetching2 = ctypes.c_uint64(), ctypes.c_size_t()
         ks = Keys(keys)
         err = ctypes.create_string_buffer(L.ERRLEN)
-        rc = L.lib().p2pkv_engine_pull(eb._h(), a.endpoint.encode(), ks.array, ks.n,
-                                       ctypes.byref(pid), ctypes.byref(fetching2), present, err)
+        rc = eb._c("p2pkv_engine_pull", a.endpoint.encode(), ks.array, ks.n,
+                   ctypes.byref(pid), ctypes.byref(fetching2), present, err)
         assert rc == 0, err.value
         assert fetching2.value == 0 and all(present)
         assert eb.next_event(60).id == pid.value     # the event follows even for 0

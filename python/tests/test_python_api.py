@@ -476,3 +476,151 @@ def test_sessions_past_the_zeromq_socket_limit_are_refused_not_fatal(server):
     assert 5 <= int(held) < 60, out.stdout
     assert is_emfile == "True", out.stdout
     assert "ZSYS_MAX_SOCKETS" in reason, reason
+
+
+def test_close_waits_for_a_call_running_on_another_thread(server_factory, python_child):
+    # A get waits in C (the GIL released) for a key being written; close on
+    # another thread must not free the client under it: the get returns
+    # (an Error saying its server was disconnected), close after it, and
+    # later calls raise EBADF.  Run in a process of its own: the crash it
+    # was (a use after free, or a get hung on a freed lock) ends only that.
+    # The lookup stays parked far longer than the test runs.
+    server = server_factory("--lookup-timeout", "600")
+    script = f"""
+import errno, hashlib, threading
+import p2pkv
+eng = p2pkv.Engine({server.local!r})
+key = hashlib.sha256(b"being written").digest()
+eng.reserve([key])
+c = p2pkv.Client("py-close", 4, eng.block_len)
+s = c.connect({server.endpoint!r}, timeout=10)
+before = eng.namespace_stats()["pending"]
+out = {{}}
+def getter():
+    try:
+        out["landed"] = c.get(s, [key], [0], timeout=30)
+    except p2pkv.Error as e:
+        out["errno"], out["why"] = e.errno, e.reason
+t = threading.Thread(target=getter)
+t.start()
+# the get's lookup is parked on the server (pending), so it waits in C
+while eng.namespace_stats()["pending"] == before:
+    eng.next_event(0.01)
+c.close()
+t.join(20)
+assert not t.is_alive(), "the get never returned after close"
+assert "disconnected by the client" in out.get("why", ""), out
+try:
+    c.get(s, [key], [0])
+    raise AssertionError("a call after close ran")
+except p2pkv.Error as e:
+    assert e.errno == errno.EBADF, e
+eng.close()
+print("ok")
+"""
+    assert python_child(script).strip() == "ok"
+
+
+def test_engine_close_waits_for_next_event_on_another_thread(server, python_child):
+    # next_event waits in C (the GIL released); close on another thread
+    # freed the engine under it (a heap use after free, which the
+    # sanitizer build reports).  Now close waits for it: the wait ends as
+    # its own timeout says (None), before close returns, and a later call
+    # raises EBADF.  The main thread closes once the waiter holds the
+    # engine for its call (the handle counts it), not after a guessed sleep.
+    script = f"""
+import errno, threading, time
+import p2pkv
+eng = p2pkv.Engine({server.local!r})
+out = {{}}
+def waiter():
+    out["event"] = eng.next_event(1.0)
+    out["returned"] = time.monotonic()
+t = threading.Thread(target=waiter)
+t.start()
+while eng._handle._running == 0:
+    time.sleep(0.001)
+eng.close()
+closed = time.monotonic()
+assert "returned" in out and out["returned"] <= closed, (out, closed)
+assert out["event"] is None, out
+t.join()
+try:
+    eng.next_event(0)
+    raise AssertionError("a call after close ran")
+except p2pkv.Error as e:
+    assert e.errno == errno.EBADF, e
+print("ok")
+"""
+    assert python_child(script).strip() == "ok"
+
+
+def test_text_with_a_nul_is_refused_not_cut(server):
+    # C reads a string up to its first NUL: "req\0x" reached the library
+    # as "req", another request (a finish of it finished "req"; a store
+    # went to consumer "c" for "c\0d").  Such text is a ValueError naming
+    # the argument, and nothing is sent.
+    with p2pkv.Engine(server.local) as engine:
+        keys, _ = publish(engine, 1)
+        with p2pkv.Client("py-nul", 4, engine.block_len) as c:
+            s = c.connect(server.endpoint)
+            look = c.lookup(s, "req", keys)          # request "req" holds a pin
+            assert look.hits == [True]
+            calls = [lambda: c.lookup(s, "req\0x", keys),
+                     lambda: c.fetch(s, "req\0x", keys, [0]),
+                     lambda: c.get_async(s, keys, [0], kv="req\0x"),
+                     lambda: c.get(s, keys, [0], kv="req\0x"),
+                     lambda: c.finish(s, "req\0x"),
+                     lambda: c.connect(server.endpoint + "\0x"),
+                     lambda: engine.store("py-nul\0x", "req", keys),
+                     lambda: engine.finish("py-nul", "req\0x")]
+            for call in calls:
+                with pytest.raises(ValueError, match="NUL"):
+                    call()
+            with pytest.raises(ValueError, match="peer_id"):
+                p2pkv.Client("py\0nul", 4, engine.block_len)
+            assert c.open_fetches == 0
+            # request "req" was not touched: its pin still holds
+            assert engine.stats()["pool"]["pinned"] == 1
+            c.finish(s, "req")
+
+
+def test_lookup_asks_again_after_its_server_came_back(server_factory):
+    # The package keeps each request's answers (a key is asked once per
+    # request), but a new session starts with no request at all: answers
+    # of the old one, and the "server went away" ones, must not answer a
+    # lookup made after the server came back (they did: ENOTCONN from the
+    # cache, for ever, with the server up again).
+    import threading
+    first = server_factory("--lookup-timeout", "600")
+    key = key_of(b"written after the restart")
+    with p2pkv.Engine(first.local) as engine:
+        engine.reserve([key])                    # a lookup of it waits
+        with p2pkv.Client("py-back", 4, engine.block_len, keepalive_interval=0.3,
+                          silence_timeout=1, connect_retry=0.1) as c:
+            s = c.connect(first.endpoint)
+            seen = {}
+
+            def ask():
+                try:
+                    c.lookup(s, "req", [key], timeout=60)
+                except p2pkv.Error as e:
+                    seen["errno"] = e.errno
+            t = threading.Thread(target=ask)
+            t.start()
+            while engine.namespace_stats()["pending"] == 0:
+                engine.next_event(0.01)
+            first.kill()                         # the parked lookup is never answered
+            t.join(60)
+            assert seen.get("errno") == errno.ENOTCONN, seen
+            second = server_factory("--bind", first.endpoint)
+            with p2pkv.Engine(second.local) as engine2:
+                engine2.put(key, b"\x07" * engine2.block_len)
+                while c.server_state(s)[0] != "up":
+                    engine2.next_event(0.01)
+                look = c.lookup(s, "req", [key], timeout=30)
+                assert look.hits == [True]
+                f = c.fetch(s, "req", [key], [1], round=look.round)
+                f.wait(30)
+                assert c.block(1).tobytes() == b"\x07" * engine2.block_len
+                c.finish(s, "req")

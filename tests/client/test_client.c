@@ -494,6 +494,44 @@ START_TEST(test_keys_the_wire_cannot_carry_refused)
 }
 END_TEST
 
+//  A request name the wire cannot carry (none, empty, over 4,096 bytes, not
+//  UTF-8) is refused at the call, as a key is: a lookup or a get sent
+//  under it would not encode, so it was never sent and never answered
+//  (a lookup waited forever, a get until its deadline).
+START_TEST(test_requests_the_wire_cannot_carry_refused)
+{
+    td_t s;
+    s_seen_t seen;
+    int server;
+    p2pkv_client_t *c = s_connected(&s, NULL, true, &seen, false, true, &server);
+    static char big[4098];
+    memset(big, 'k', sizeof big - 1);
+    const char *bad[] = { NULL, "", big, "caf\xc3(" };
+    uint32_t dest = 0;
+    uint64_t id;
+    p2pkv_key_result_t res;
+    char err[P2PKV_ERRLEN];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(p2pkv_client_lookup(c, server, bad[i], s_keys, 1), -EINVAL);
+        ck_assert_int_eq(p2pkv_client_fetch(c, server, bad[i], s_keys, &dest, 1, 0, 0, &id),
+                         -EINVAL);
+        ck_assert_int_eq(p2pkv_client_get_async(c, server, bad[i], s_keys, &dest, 1, 0, &res,
+                                                &id), -EINVAL);
+        ck_assert_int_eq(p2pkv_client_get_results(c, server, bad[i], s_keys, &dest, 1, true,
+                                                  10, &res, NULL, NULL, err), -EINVAL);
+        ck_assert_int_eq(p2pkv_client_finish(c, server, bad[i]), -EINVAL);
+    }
+    ck_assert_uint_eq(p2pkv_client_open_fetches(c), 0);
+    //  the longest name the wire carries still goes out and is answered
+    big[4096] = '\0';
+    int lookups = atomic_load(&seen.lookups);
+    ck_assert_int_eq(p2pkv_client_lookup(c, server, big, s_keys, 1), 0);
+    s_until(c, &seen.lookups, lookups + 1, true, 10);
+    p2pkv_client_destroy(&c);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 START_TEST(test_lookups_of_a_request_batched)
 {
     td_t s;
@@ -1493,6 +1531,7 @@ main(void)
     tcase_add_test(tc, test_two_servers_at_once);
     tcase_add_test(tc, test_lookups_of_a_request_batched);
     tcase_add_test(tc, test_keys_the_wire_cannot_carry_refused);
+    tcase_add_test(tc, test_requests_the_wire_cannot_carry_refused);
     tcase_add_test(tc, test_fetch_status_by_polling);
     tcase_add_test(tc, test_get_in_batches_past_the_pin_quota);
     tcase_add_test(tc, test_gets_at_once_keep_their_answers);

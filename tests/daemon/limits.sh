@@ -24,6 +24,21 @@ else
 fi
 [ -e /dev/shm/pk-limits-$$ ] && { echo "FAIL: a refused start left its pool"; fail=1; }
 
+# a hard limit of 40 holds no session at all (64 + 16 = 80): the refusal
+# says so, not a --max-sessions to lower to (the sum wrapped: "lower
+# --max-sessions to 1152921504606846974")
+msg=$( (ulimit -n 40 && exec "$server" --max-sessions 1 --bind "tcp://127.0.0.1:*" \
+        --local "ipc://$run/p.sock" --pool-blocks 4 --pool-name /pk-limits-$$) 2>&1 >/dev/null)
+rc=$?
+if [ "$rc" -ne 2 ] || ! printf '%s' "$msg" | grep -qF -- 'the hard limit is 40' \
+   || ! printf '%s' "$msg" | grep -qF -- 'even one session needs 80' \
+   || printf '%s' "$msg" | grep -qF -- 'lower --max-sessions'; then
+    echo "FAIL: refusal below one session: exit $rc, \"$msg\""
+    fail=1
+else
+    echo "ok: refused: $msg"
+fi
+
 # under a soft limit of 256 and a hard one of 8192, 300 sessions start
 # (they need 64 + 300 * 16 = 4864), and the soft limit is raised to the
 # hard one: a peer holding connections that never say HELLO must use up

@@ -264,6 +264,52 @@ START_TEST(test_max_frame_drops_a_larger_frame)
 }
 END_TEST
 
+//  --max-frame holds on the engine's local socket too: an engine request
+//  over it costs its connection, one under it is answered.  (Without it, a
+//  process that reaches the socket had the server take any frame whole:
+//  gigabytes of one, before a byte was parsed.)
+START_TEST(test_max_frame_holds_on_the_local_socket)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--max-frame", "4096", NULL });
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    ck_assert_ptr_nonnull(d);
+    zactor_t *monitor = zactor_new(zmonitor, d);
+    ck_assert_ptr_nonnull(monitor);
+    zstr_sendx(monitor, "LISTEN", "DISCONNECTED", NULL);
+    zstr_sendx(monitor, "START", NULL);
+    zsock_wait(monitor);
+    ck_assert_int_eq(zsock_connect(d, "%s", s.local), 0);
+    zsock_set_rcvtimeo(d, 10000);
+    for (size_t len = 3000; len <= 8000; len += 5000) {
+        char *frame = malloc(len);
+        ck_assert_ptr_nonnull(frame);
+        size_t at = (size_t) sprintf(frame, "{\"cmd\":\"describe\",\"pad\":\"");
+        memset(frame + at, 'x', len - at - 2);
+        memcpy(frame + len - 2, "\"}", 2);
+        ck_assert_int_eq(zmq_send(zsock_resolve(d), frame, len, 0), (int) len);
+        free(frame);
+        if (len > 4096)
+            break;
+        zframe_t *f = zframe_recv(d);
+        ck_assert_msg(f != NULL, "a 3000-byte describe under --max-frame 4096 was not answered");
+        ck_assert_ptr_nonnull(strstr((const char *) zframe_data(f), "\"instance\""));
+        zframe_destroy(&f);
+    }
+    zsock_set_rcvtimeo(monitor, 10000);
+    zmsg_t *ev = zmsg_recv(monitor);
+    ck_assert_msg(ev != NULL, "an 8000-byte request on the local socket did not cost its "
+                  "connection within 10 s");
+    char *name = zmsg_popstr(ev);
+    ck_assert_str_eq(name, "DISCONNECTED");
+    zstr_free(&name);
+    zmsg_destroy(&ev);
+    zactor_destroy(&monitor);
+    zsock_destroy(&d);
+    ck_assert_int_eq(td_stop(&s), 0);
+}
+END_TEST
+
 //  Once the door counted a frame dropped (the flood seen), releases the
 //  actor and counts its answers of type want until the session's end:
 //  disconnect violation naming says.  The count.
@@ -594,6 +640,7 @@ main(void)
     tcase_add_test(tc, test_lease_timeout_frees_an_uncommitted_block);
     tcase_add_test(tc, test_log_level_filters_lines);
     tcase_add_test(tc, test_max_frame_drops_a_larger_frame);
+    tcase_add_test(tc, test_max_frame_holds_on_the_local_socket);
     tcase_add_test(tc, test_provider_and_peer_id_are_the_ones_asked_for);
     tcase_add_test(tc, test_shutdown_timeout_bounds_a_stuck_drain);
     tcase_add_test(tc, test_stall_timeout_gives_up_a_stuck_write);
