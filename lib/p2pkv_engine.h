@@ -166,8 +166,12 @@ int p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n
 
 /*  Copies len bytes to offset of block, which must be reserved by this
     handle and not committed yet; -EINVAL (err naming block, offset or
-    len) otherwise.  Writing through p2pkv_engine_pool is the same
-    without the copy's check.  A whole block (offset 0, block_len bytes)
+    len) otherwise.  -ETIMEDOUT once 90% of the server's lease
+    (--lease-timeout) has passed since the reserve was asked: past its
+    lease the server frees the block and may give it to another writer,
+    whose committed bytes a late copy would change (reserve the key
+    again).  Writing through p2pkv_engine_pool is the same without the
+    copy's checks: such a writer must finish within the lease itself.  A whole block (offset 0, block_len bytes)
     also has its end-to-end checksum taken here, from the bytes just
     copied, and sent with its commit; a block changed through the mapping
     after such a write and before its commit then reaches consumers as

@@ -415,11 +415,12 @@ static json_t *
 s_cmd_describe(pk_engine_api_t *self, const char *cmd, const json_t *req, const void *rid,
                size_t rlen)
 {
-    return json_pack("{s:b, s:s, s:s, s:I, s:I, s:s, s:s}", "ok", 1, "peer_id",
+    return json_pack("{s:b, s:s, s:s, s:I, s:I, s:s, s:s, s:f}", "ok", 1, "peer_id",
                      self->config->peer_id, "pool_name", pk_store_name(self->store),
                      "num_blocks", (json_int_t) pk_store_num_blocks(self->store),
                      "block_len", (json_int_t) pk_store_block_len(self->store), "endpoint",
-                     self->endpoint, "instance", self->instance);
+                     self->endpoint, "instance", self->instance, "lease_timeout",
+                     self->config->lease_timeout);
 }
 
 //  A commit's "sums": n items, each null or 16 lowercase hex characters.

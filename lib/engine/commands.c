@@ -3,6 +3,7 @@
 */
 #include "engine/engine_internal.h"
 #include "base/checksum.h"
+#include "base/clock.h"
 #include "base/err.h"
 #include "base/key.h"
 #include "wire/protocol.h"
@@ -76,6 +77,7 @@ p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
              : pk_engine_check_keys(keys, n, err);
     if (rc)
         return rc;
+    double asked = pk_clock_monotonic();   //  before the server's start of the lease
     json_t *a = pk_elink_ask(self, s_keys_req(self, "reserve", keys, n), "reserve", &rc, err);
     if (!a)
         return rc;
@@ -91,8 +93,10 @@ p2pkv_engine_reserve(p2pkv_engine_t *self, const p2pkv_key_t *keys, size_t n,
     //  a block reserved anew starts with no checksum of ours: one noted
     //  for an earlier reservation of it (its lease ran out uncommitted)
     //  must not go with a commit of bytes written through the mapping
-    for (size_t i = 0; rc == 0 && i < n; i++)
+    for (size_t i = 0; rc == 0 && i < n; i++) {
         pk_engine_note_sum(self, blocks[i], false, 0);
+        self->held_at[blocks[i]] = asked;
+    }
     if (!rc && pk_engine_hold(self, keys, n, blocks) < 0)
         rc = pk_err(err, -ENOMEM, "reserve: out of memory (the blocks go free at their "
                     "lease's end)");

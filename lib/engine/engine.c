@@ -25,6 +25,7 @@ _Static_assert(P2PKV_ENGINE_MAX_KEY == PK_MAX_KEY_BYTES, "the server's key limit
 _Static_assert(P2PKV_ENGINE_MAX_LIST == PK_MAX_LIST, "the server's list limit");
 
 #define S_DEFAULT_TIMEOUT 10.0
+#define S_LEASE_SHARE 0.9       //  of a reservation's lease, for writes to start in
 
 //  A string of describe's answer into a field of info: 0, or -EPROTO.
 static int
@@ -57,6 +58,10 @@ s_info(p2pkv_engine_t *self, const json_t *d, char *err)
     //  absent from a server older than the rule: nothing to name, and
     //  nothing checked
     const json_t *inst = json_object_get(d, "instance");
+    //  the same for the lease: without it, writes are not timed
+    const json_t *lease = json_object_get(d, "lease_timeout");
+    self->lease = json_is_number(lease) && json_number_value(lease) > 0
+                  ? json_number_value(lease) : 0;
     if (!rc && inst)
         rc = s_copy(self->instance, sizeof self->instance, d, "instance", err);
     return rc;
@@ -130,7 +135,8 @@ s_attach(p2pkv_engine_t *self, const char *endpoint, char *err)
     if (rc)
         return rc;
     self->held = calloc((size_t) (self->info.num_blocks / 8 + 1), 1);
-    if (!self->held) {
+    self->held_at = calloc((size_t) self->info.num_blocks, sizeof *self->held_at);
+    if (!self->held || !self->held_at) {
         munmap(self->pool, self->pool_len);
         self->pool = NULL;
         return pk_err(err, -ENOMEM, "out of memory");
@@ -242,6 +248,7 @@ p2pkv_engine_close(p2pkv_engine_t **self_p)
     free(self->sums);
     free(self->summed);
     free(self->held);
+    free(self->held_at);
     if (self->pool)
         munmap(self->pool, self->pool_len);
     pk_elink_close(self);
@@ -356,6 +363,17 @@ p2pkv_engine_write(p2pkv_engine_t *self, uint32_t block, size_t offset, const vo
     if (len > self->info.block_len - offset)
         return pk_err(err, -EINVAL, "len: %zu bytes at offset %zu overrun the block's %llu",
                       len, offset, (unsigned long long) self->info.block_len);
+    //  Past S_LEASE_SHARE of its lease (timed from before the reserve was
+    //  asked, so never later than the server's own start of it), the
+    //  server may already have freed the block and given it to another
+    //  writer, whose committed bytes this copy would change under their
+    //  checksum.  The share left is the copy's time to finish: 10% of the
+    //  default 30 s lease is 3 s for a copy of one block.
+    double age = self->lease > 0 ? pk_clock_monotonic() - self->held_at[block] : 0;
+    if (self->lease > 0 && age >= S_LEASE_SHARE * self->lease)
+        return pk_err(err, -ETIMEDOUT, "block: %u was reserved %.3f s ago, past %.0f%% of the "
+                      "server's %g s lease (--lease-timeout): it may be another writer's now; "
+                      "reserve its key again", block, age, S_LEASE_SHARE * 100, self->lease);
     uint8_t *to = self->pool + (size_t) block * self->info.block_len + offset;
     if (offset == 0 && len == self->info.block_len)
         pk_engine_note_sum(self, block, true, pk_checksum_copy(to, data, len));

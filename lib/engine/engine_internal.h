@@ -52,6 +52,12 @@ struct _p2pkv_engine_t {
     //  copied bytes), and a bit per block of the pool
     pk_keymap_t reserved;
     uint8_t *held;
+    //  per block: when this handle asked for its reservation (monotonic
+    //  seconds), and the server's lease (describe's lease_timeout; 0 from
+    //  a server older than it): a write past the lease is refused, since
+    //  the server may have given the block to another writer by then
+    double *held_at;
+    double lease;
     //  blocks written whole by p2pkv_engine_write (or put): the checksum
     //  of what was written, taken while the bytes were in cache, sent with
     //  their commit so the server need not read them again; a bit per

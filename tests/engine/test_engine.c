@@ -289,7 +289,7 @@ START_TEST(test_write_checksum_not_reused_after_a_lease)
 {
     td_t s;
     p2pkv_engine_t *e = s_open(&s, (const char *const[]) { "--pool-blocks", "1",
-                                                          "--lease-timeout", "0.3", NULL },
+                                                          "--lease-timeout", "1", NULL },
                                NULL, NULL);
     char err[P2PKV_ERRLEN] = "";
     uint32_t b;
@@ -320,6 +320,55 @@ START_TEST(test_write_checksum_not_reused_after_a_lease)
     ck_assert_int_eq(memcmp(p2pkv_client_pool(c), s_data[1], BLOCK), 0);
     p2pkv_client_destroy(&c);
     s_close(&s, &e);
+}
+END_TEST
+
+//  A handle whose reservation ran out may not copy into the block any
+//  more: the server freed it and another handle reserved, wrote and
+//  committed it (the pool's one block); the late write is refused
+//  (-ETIMEDOUT, naming the lease) and the committed bytes stay the other
+//  writer's, which a consumer gets verified.  Before, the late copy
+//  returned 0 and changed a served block under its checksum.
+START_TEST(test_write_after_its_lease_refused)
+{
+    td_t s;
+    p2pkv_engine_t *a = s_open(&s, (const char *const[]) { "--pool-blocks", "1",
+                                                          "--lease-timeout", "1", NULL },
+                               NULL, NULL);
+    p2pkv_engine_t *b = td_engine_open(&s, NULL, NULL);
+    char err[P2PKV_ERRLEN] = "";
+    uint32_t ba, bb;
+    ck_assert_int_eq(p2pkv_engine_reserve(a, &s_keys[0], 1, &ba, err), 0);
+    //  the one block is a's until its lease ends: b's reserve waits for it
+    double until = pk_clock_monotonic() + 60;
+    int rc;
+    while ((rc = p2pkv_engine_reserve(b, &s_keys[1], 1, &bb, err)) != 0
+           && pk_clock_monotonic() < until)
+        zclock_sleep(20);
+    ck_assert_msg(rc == 0, "b's reserve: %s", err);
+    ck_assert_uint_eq(bb, ba);
+    ck_assert_int_eq(p2pkv_engine_write(b, bb, 0, s_data[1], BLOCK, err), 0);
+    ck_assert_int_eq(p2pkv_engine_commit(b, &s_keys[1], 1, err), 0);
+    ck_assert_int_eq(p2pkv_engine_write(a, ba, 0, s_data[0], BLOCK, err), -ETIMEDOUT);
+    ck_assert_msg(strstr(err, "lease"), "the refusal names the lease: %s", err);
+    ck_assert_int_eq(p2pkv_engine_write(a, ba, 16, s_data[0], 16, err), -ETIMEDOUT);
+    ck_assert_int_eq(memcmp(p2pkv_engine_pool(b) + (size_t) bb * BLOCK, s_data[1], BLOCK), 0);
+    p2pkv_config_t cfg = { .peer_id = "c-late", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1" };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 1, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "%s", err);
+    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
+    ck_assert_msg(server >= 0, "%s", err);
+    uint32_t dest = 0;
+    p2pkv_key_result_t r;
+    ck_assert_int_eq(p2pkv_client_get_results(c, server, "late", &s_keys[1], &dest, 1, true,
+                                              10, &r, NULL, NULL, err), 1);
+    ck_assert_int_eq(r.status, P2PKV_KEY_LANDED);
+    ck_assert(r.verified);
+    ck_assert_int_eq(memcmp(p2pkv_client_pool(c), s_data[1], BLOCK), 0);
+    p2pkv_client_destroy(&c);
+    p2pkv_engine_close(&b);
+    s_close(&s, &a);
 }
 END_TEST
 
@@ -758,6 +807,7 @@ main(void)
     tcase_add_test(tc, test_bad_input);
     tcase_add_test(tc, test_busy_and_full);
     tcase_add_test(tc, test_write_checksum_not_reused_after_a_lease);
+    tcase_add_test(tc, test_write_after_its_lease_refused);
     tcase_add_test(tc, test_mapping_writes_summed_by_the_writer);
     tcase_add_test(tc, test_store_event_by_callback);
     tcase_add_test(tc, test_store_event_by_fd);
