@@ -280,6 +280,27 @@ START_TEST(test_busy_and_full)
 }
 END_TEST
 
+//  A consumer's get of s_keys[i] from s: landed, verified, s_data[i]'s bytes.
+static void
+s_expect_served(td_t *s, size_t i)
+{
+    char err[P2PKV_ERRLEN] = "";
+    p2pkv_config_t cfg = { .peer_id = "c-served", .fingerprint = "fp", .hash_seed = "7",
+                           .provider = "tcp", .node = "127.0.0.1" };
+    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 1, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
+    ck_assert_msg(c != NULL, "%s", err);
+    int server = p2pkv_client_connect(c, s->endpoint, 10, err);
+    ck_assert_msg(server >= 0, "%s", err);
+    uint32_t dest = 0;
+    p2pkv_key_result_t r;
+    ck_assert_int_eq(p2pkv_client_get_results(c, server, "served", &s_keys[i], &dest, 1, true,
+                                              10, &r, NULL, NULL, err), 1);
+    ck_assert_int_eq(r.status, P2PKV_KEY_LANDED);
+    ck_assert(r.verified);
+    ck_assert_int_eq(memcmp(p2pkv_client_pool(c), s_data[i], BLOCK), 0);
+    p2pkv_client_destroy(&c);
+}
+
 //  A checksum the engine took for a whole-block write goes with that
 //  block's commit only: a block whose reservation ran out uncommitted, then
 //  reserved anew (the pool's one block) and written through the mapping,
@@ -305,20 +326,7 @@ START_TEST(test_write_checksum_not_reused_after_a_lease)
     ck_assert_uint_eq(b2, b);
     memcpy((uint8_t *) p2pkv_engine_pool(e) + (size_t) b2 * BLOCK, s_data[1], BLOCK);
     ck_assert_int_eq(p2pkv_engine_commit(e, &s_keys[1], 1, err), 0);
-    p2pkv_config_t cfg = { .peer_id = "c-lease", .fingerprint = "fp", .hash_seed = "7",
-                           .provider = "tcp", .node = "127.0.0.1" };
-    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 1, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
-    ck_assert_msg(c != NULL, "%s", err);
-    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
-    ck_assert_msg(server >= 0, "%s", err);
-    uint32_t dest = 0;
-    p2pkv_key_result_t r;
-    ck_assert_int_eq(p2pkv_client_get_results(c, server, "lease", &s_keys[1], &dest, 1, true,
-                                              10, &r, NULL, NULL, err), 1);
-    ck_assert_int_eq(r.status, P2PKV_KEY_LANDED);
-    ck_assert(r.verified);
-    ck_assert_int_eq(memcmp(p2pkv_client_pool(c), s_data[1], BLOCK), 0);
-    p2pkv_client_destroy(&c);
+    s_expect_served(&s, 1);
     s_close(&s, &e);
 }
 END_TEST
@@ -353,20 +361,7 @@ START_TEST(test_write_after_its_lease_refused)
     ck_assert_msg(strstr(err, "lease"), "the refusal names the lease: %s", err);
     ck_assert_int_eq(p2pkv_engine_write(a, ba, 16, s_data[0], 16, err), -ETIMEDOUT);
     ck_assert_int_eq(memcmp(p2pkv_engine_pool(b) + (size_t) bb * BLOCK, s_data[1], BLOCK), 0);
-    p2pkv_config_t cfg = { .peer_id = "c-late", .fingerprint = "fp", .hash_seed = "7",
-                           .provider = "tcp", .node = "127.0.0.1" };
-    p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 1, BLOCK, (p2pkv_callbacks_t) { 0 }, err);
-    ck_assert_msg(c != NULL, "%s", err);
-    int server = p2pkv_client_connect(c, s.endpoint, 10, err);
-    ck_assert_msg(server >= 0, "%s", err);
-    uint32_t dest = 0;
-    p2pkv_key_result_t r;
-    ck_assert_int_eq(p2pkv_client_get_results(c, server, "late", &s_keys[1], &dest, 1, true,
-                                              10, &r, NULL, NULL, err), 1);
-    ck_assert_int_eq(r.status, P2PKV_KEY_LANDED);
-    ck_assert(r.verified);
-    ck_assert_int_eq(memcmp(p2pkv_client_pool(c), s_data[1], BLOCK), 0);
-    p2pkv_client_destroy(&c);
+    s_expect_served(&s, 1);
     p2pkv_engine_close(&b);
     s_close(&s, &a);
 }
