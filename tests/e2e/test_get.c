@@ -17,6 +17,7 @@
 #include "p2pkv_engine.h"
 #include "base/clock.h"
 #include "blocks.h"
+#include "callbacks.h"
 #include "daemon.h"
 #include "testutil.h"
 
@@ -432,34 +433,15 @@ END_TEST
 //  p2pkv_client_get_async: the engine's own loop drives the client (no
 //  progress thread; p2pkv_client_poll), the ends come to on_fetch.
 
-#define S_MAX_ENDS 16
-
-typedef struct {
-    size_t n;
-    uint64_t id[S_MAX_ENDS];
-    p2pkv_status_t status[S_MAX_ENDS];
-} s_ends_t;
-
-static void
-s_on_fetch(void *arg, int server, uint64_t fetch_id, p2pkv_status_t status, const char *reason)
-{
-    (void) server;
-    (void) reason;
-    s_ends_t *e = arg;
-    ck_assert_uint_lt(e->n, S_MAX_ENDS);
-    e->id[e->n] = fetch_id;
-    e->status[e->n++] = status;
-}
-
 static p2pkv_client_t *
-s_loop_client(td_t *s, s_ends_t *ends, int *server_p)
+s_loop_client(td_t *s, cb_ends_t *ends, int *server_p)
 {
     char err[P2PKV_ERRLEN] = "";
     p2pkv_config_t cfg = { .peer_id = "c-async", .fingerprint = TD_FINGERPRINT,
                            .hash_seed = TD_HASH_SEED, .provider = "tcp", .node = "127.0.0.1",
                            .load_timeout = 30, .abort_ack_timeout = 30,
                            .keepalive_interval = 0.3 };
-    p2pkv_callbacks_t cb = { .arg = ends, .on_fetch = s_on_fetch };
+    p2pkv_callbacks_t cb = { .arg = ends, .on_fetch = cb_ends_record };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, BLOCK, cb, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     *server_p = p2pkv_client_connect(c, s->endpoint, BOUND, err);
@@ -469,17 +451,9 @@ s_loop_client(td_t *s, s_ends_t *ends, int *server_p)
 
 //  The end of id, polled for up to BOUND: its status.
 static p2pkv_status_t
-s_end_of(p2pkv_client_t *c, s_ends_t *e, uint64_t id)
+s_end_of(p2pkv_client_t *c, cb_ends_t *e, uint64_t id)
 {
-    double deadline = pk_clock_monotonic() + BOUND;
-    while (pk_clock_monotonic() < deadline) {
-        for (size_t i = 0; i < e->n; i++)
-            if (e->id[i] == id)
-                return e->status[i];
-        p2pkv_client_poll(c, 0.05);
-    }
-    ck_abort_msg("get %llu never ended", (unsigned long long) id);
-    return P2PKV_FAILED;
+    return e->status[cb_end_of(c, e, id, BOUND)];
 }
 
 //  Three gets in flight at once, two under one request, each with the
@@ -490,7 +464,7 @@ START_TEST(test_get_async_several_in_flight)
 {
     td_t s;
     s_server(&s, NULL);
-    s_ends_t ends = { 0 };
+    cb_ends_t ends = { 0 };
     int server;
     p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
     json_int_t gets0 = td_stat(&s, "metrics.p2pkv_gets_total.total");
@@ -559,7 +533,7 @@ START_TEST(test_get_async_past_the_pin_quota)
 {
     td_t s;
     s_server(&s, (const char *const[]) { "--pin-quota", "2", NULL });
-    s_ends_t ends = { 0 };
+    cb_ends_t ends = { 0 };
     int server;
     p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
     json_int_t gets0 = td_stat(&s, "metrics.p2pkv_gets_total.total");
@@ -617,7 +591,7 @@ START_TEST(test_get_async_cancelled)
 {
     td_t s;
     s_server(&s, (const char *const[]) { "--lookup-timeout", "120", NULL });
-    s_ends_t ends = { 0 };
+    cb_ends_t ends = { 0 };
     int server;
     p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
     p2pkv_key_t keys[2] = { s_keys[0], s_keys[P] };
@@ -690,7 +664,7 @@ START_TEST(test_get_async_without_the_capability)
 {
     td_t s;
     s_server(&s, (const char *const[]) { "--gets", "off", NULL });
-    s_ends_t ends = { 0 };
+    cb_ends_t ends = { 0 };
     int server;
     p2pkv_client_t *c = s_loop_client(&s, &ends, &server);
     json_int_t fetches0 = s_fetches(&s);

@@ -18,6 +18,7 @@
 #include "p2pkv_engine.h"
 #include "base/clock.h"
 #include "blocks.h"
+#include "callbacks.h"
 #include "daemon.h"
 #include "testutil.h"
 
@@ -68,15 +69,9 @@ s_server(td_t *s, bool off, const char *const *extra)
     td_reserve(s, &s_keys[P], 1, &block);
 }
 
-//  What the callbacks saw.
-#define S_MAX_ENDS 16
-
+//  What the callbacks saw: the ends, and the caller's own lookups' answers
 typedef struct {
-    size_t n;
-    uint64_t id[S_MAX_ENDS];
-    p2pkv_status_t status[S_MAX_ENDS];
-    char reason[S_MAX_ENDS][128];
-    //  the caller's own lookups' answers
+    cb_ends_t ends;
     size_t lookups;
     char kv[64];
     uint64_t round;
@@ -89,12 +84,7 @@ typedef struct {
 static void
 s_on_fetch(void *arg, int server, uint64_t fetch_id, p2pkv_status_t status, const char *reason)
 {
-    (void) server;
-    s_seen_t *e = arg;
-    ck_assert_uint_lt(e->n, S_MAX_ENDS);
-    e->id[e->n] = fetch_id;
-    snprintf(e->reason[e->n], sizeof e->reason[0], "%s", reason ? reason : "");
-    e->status[e->n++] = status;
+    cb_ends_record(&((s_seen_t *) arg)->ends, server, fetch_id, status, reason);
 }
 
 static void
@@ -133,25 +123,17 @@ s_client(td_t *s, s_seen_t *seen, int *server_p)
     return c;
 }
 
-//  The end of id, polled for up to BOUND: its index in seen.
+//  The end of id, polled for up to BOUND: its index in seen's ends.
 static size_t
 s_end_of(p2pkv_client_t *c, s_seen_t *e, uint64_t id)
 {
-    double deadline = pk_clock_monotonic() + BOUND;
-    while (pk_clock_monotonic() < deadline) {
-        for (size_t i = 0; i < e->n; i++)
-            if (e->id[i] == id)
-                return i;
-        p2pkv_client_poll(c, 0.05);
-    }
-    ck_abort_msg("get %llu never ended", (unsigned long long) id);
-    return 0;
+    return cb_end_of(c, &e->ends, id, BOUND);
 }
 
 static p2pkv_status_t
 s_status_of(p2pkv_client_t *c, s_seen_t *e, uint64_t id)
 {
-    return e->status[s_end_of(c, e, id)];
+    return e->ends.status[s_end_of(c, e, id)];
 }
 
 static json_int_t
@@ -215,9 +197,9 @@ s_mix_get(td_t *s, bool off, p2pkv_key_result_t res[2][N], int *server_p)
     ck_assert_uint_eq(p2pkv_client_open_fetches(c), 1);
     ck_assert_int_eq(p2pkv_client_fetch_status(c, id, NULL), -EINPROGRESS);
     size_t at = s_end_of(c, &seen, id);
-    ck_assert_msg(seen.status[at] == P2PKV_LANDED, "ended %d: %s", seen.status[at],
-                  seen.reason[at]);
-    ck_assert_uint_eq(seen.n, 1);
+    ck_assert_msg(seen.ends.status[at] == P2PKV_LANDED, "ended %d: %s", seen.ends.status[at],
+                  seen.ends.reason[at]);
+    ck_assert_uint_eq(seen.ends.n, 1);
     ck_assert_uint_eq(seen.lookups, 0);     //  the get's lookup is not the caller's
     ck_assert_uint_eq(p2pkv_client_open_fetches(c), 0);
     const uint8_t *pool = p2pkv_client_pool(c);
@@ -243,8 +225,8 @@ s_mix_get(td_t *s, bool off, p2pkv_key_result_t res[2][N], int *server_p)
     memset(p2pkv_client_pool(c), 0, 64 * BLOCK);
     ck_assert_int_eq(p2pkv_client_get_async(c, server, "mix", keys, dest, N, 0, res[1], &id), 0);
     at = s_end_of(c, &seen, id);
-    ck_assert_msg(seen.status[at] == P2PKV_LANDED, "ended %d: %s", seen.status[at],
-                  seen.reason[at]);
+    ck_assert_msg(seen.ends.status[at] == P2PKV_LANDED, "ended %d: %s", seen.ends.status[at],
+                  seen.ends.reason[at]);
     bad[9] ^= 0x20;
     munmap(map, maplen);
     ck_assert_int_eq(p2pkv_client_finish(c, server, "mix"), 0);
@@ -315,8 +297,8 @@ s_beside(bool off)
                                                                                 s_keys[X] },
                                             (uint32_t[]) { 20, 21 }, 2, 0, res, &id), 0);
     size_t at = s_end_of(c, &seen, id);
-    ck_assert_msg(seen.status[at] == P2PKV_LANDED, "ended %d: %s", seen.status[at],
-                  seen.reason[at]);
+    ck_assert_msg(seen.ends.status[at] == P2PKV_LANDED, "ended %d: %s", seen.ends.status[at],
+                  seen.ends.reason[at]);
     ck_assert_int_eq(res[0].status, P2PKV_KEY_LANDED);
     ck_assert(res[0].verified);
     ck_assert_int_eq(res[1].status, P2PKV_KEY_MISSING);
@@ -344,7 +326,7 @@ s_beside(bool off)
     for (int i = 0; i < 10; i++)
         p2pkv_client_poll(c, 0.01);
     ck_assert_uint_eq(seen.lookups, 1);
-    ck_assert_uint_eq(seen.n, 2);
+    ck_assert_uint_eq(seen.ends.n, 2);
     p2pkv_client_destroy(&c);
     ck_assert_int_eq(td_stop(&s), 0);
 }
@@ -397,20 +379,20 @@ s_held(bool off)
            && pk_clock_monotonic() < deadline)
         p2pkv_client_poll(c, 0.01);
     ck_assert_msg(td_stats(td_api(&s)).pinned > 0, "the gets never pinned K0");
-    ck_assert_uint_eq(seen.n, 0);
+    ck_assert_uint_eq(seen.ends.n, 0);
     ck_assert_int_eq(p2pkv_client_cancel(c, id[0]), 0);
     ck_assert_int_eq(p2pkv_client_cancel(c, id[0]), -EINPROGRESS);
     ck_assert_int_eq(p2pkv_client_finish(c, server, "held-b"), 0);
     for (int g = 0; g < 3; g++) {
         size_t at = s_end_of(c, &seen, id[g]);
-        ck_assert_msg(seen.status[at] == P2PKV_ABORTED, "gets %s, get %d: %d (%s)",
-                      off ? "off" : "on", g, seen.status[at], seen.reason[at]);
+        ck_assert_msg(seen.ends.status[at] == P2PKV_ABORTED, "gets %s, get %d: %d (%s)",
+                      off ? "off" : "on", g, seen.ends.status[at], seen.ends.reason[at]);
         for (int i = 0; i < 2; i++) {
             ck_assert_int_eq(res[g][i].status, P2PKV_KEY_FAILED);
             ck_assert_int_eq(res[g][i].holder, -1);
         }
     }
-    ck_assert_uint_eq(seen.n, 3);
+    ck_assert_uint_eq(seen.ends.n, 3);
     ck_assert_msg(pk_clock_monotonic() - t0 < 20, "the gets did not end at once");
     ck_assert_int_eq(p2pkv_client_cancel(c, id[0]), -EALREADY);
     ck_assert_uint_eq(p2pkv_client_open_fetches(c), 0);
@@ -478,13 +460,13 @@ START_TEST(test_cancelled_while_fetching)
     double deadline = pk_clock_monotonic() + BOUND;
     while (p2pkv_client_poll(c, 0.05) == 0 && pk_clock_monotonic() < deadline)
         ;
-    ck_assert_uint_eq(seen.n, 0);
+    ck_assert_uint_eq(seen.ends.n, 0);
     ck_assert_int_eq(p2pkv_client_fetch_status(c, id, NULL), -EINPROGRESS);
     ck_assert_int_eq(p2pkv_client_cancel(c, id), 0);
     ck_assert_int_eq(p2pkv_client_cancel(c, id), -EINPROGRESS);
     size_t at = s_end_of(c, &seen, id);
-    ck_assert_msg(seen.status[at] == P2PKV_ABORTED, "ended %d: %s", seen.status[at],
-                  seen.reason[at]);
+    ck_assert_msg(seen.ends.status[at] == P2PKV_ABORTED, "ended %d: %s", seen.ends.status[at],
+                  seen.ends.reason[at]);
     //  answered: the hits were its server's, and did not land; X missed
     ck_assert_int_eq(res[0].status, P2PKV_KEY_FAILED);
     ck_assert_int_eq(res[0].holder, server);
@@ -544,8 +526,8 @@ s_killed(bool off)
     p2pkv_client_t *c = s_parked(&s, off, &seen, &server, "dies", 50, res, &id);
     td_kill(&s);
     size_t at = s_end_of(c, &seen, id);
-    ck_assert_msg(seen.status[at] == P2PKV_FAILED, "gets %s: ended %d (%s)", off ? "off" : "on",
-                  seen.status[at], seen.reason[at]);
+    ck_assert_msg(seen.ends.status[at] == P2PKV_FAILED, "gets %s: ended %d (%s)", off ? "off" : "on",
+                  seen.ends.status[at], seen.ends.reason[at]);
     ck_assert_int_eq(res[0].status, P2PKV_KEY_FAILED);
     ck_assert_int_eq(res[1].status, P2PKV_KEY_FAILED);
     ck_assert_uint_eq(p2pkv_client_open_fetches(c), 0);
@@ -572,16 +554,16 @@ s_disconnected(bool off)
     uint64_t id;
     p2pkv_client_t *c = s_parked(&s, off, &seen, &server, "gone", 52, res, &id);
     ck_assert_int_eq(p2pkv_client_disconnect(c, server), 0);
-    ck_assert_uint_eq(seen.n, 1);
-    ck_assert_uint_eq(seen.id[0], id);
-    ck_assert_msg(seen.status[0] == P2PKV_FAILED, "gets %s: ended %d (%s)", off ? "off" : "on",
-                  seen.status[0], seen.reason[0]);
+    ck_assert_uint_eq(seen.ends.n, 1);
+    ck_assert_uint_eq(seen.ends.id[0], id);
+    ck_assert_msg(seen.ends.status[0] == P2PKV_FAILED, "gets %s: ended %d (%s)", off ? "off" : "on",
+                  seen.ends.status[0], seen.ends.reason[0]);
     ck_assert_int_eq(res[0].status, P2PKV_KEY_FAILED);
     ck_assert_int_eq(res[1].status, P2PKV_KEY_FAILED);
     ck_assert_uint_eq(p2pkv_client_open_fetches(c), 0);
     for (int i = 0; i < 10; i++)
         p2pkv_client_poll(c, 0.01);
-    ck_assert_uint_eq(seen.n, 1);
+    ck_assert_uint_eq(seen.ends.n, 1);
     p2pkv_client_destroy(&c);
     ck_assert_int_eq(td_stop(&s), 0);
 }

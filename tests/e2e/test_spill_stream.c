@@ -18,6 +18,7 @@
 #include "p2pkv_engine.h"
 #include "base/clock.h"
 #include "blocks.h"
+#include "callbacks.h"
 #include "daemon.h"
 #include "shell.h"
 #include "testutil.h"
@@ -93,34 +94,14 @@ s_put(td_t *d)
 //  ---------------------------------------------------------------------------
 //  The client
 
-#define S_MAX_ENDS 4
-
-typedef struct {
-    size_t n;
-    uint64_t id[S_MAX_ENDS];
-    p2pkv_status_t status[S_MAX_ENDS];
-    char reason[S_MAX_ENDS][128];
-} s_seen_t;
-
-static void
-s_on_fetch(void *arg, int server, uint64_t fetch_id, p2pkv_status_t status, const char *reason)
-{
-    (void) server;
-    s_seen_t *e = arg;
-    ck_assert_uint_lt(e->n, S_MAX_ENDS);
-    e->id[e->n] = fetch_id;
-    snprintf(e->reason[e->n], sizeof e->reason[0], "%s", reason ? reason : "");
-    e->status[e->n++] = status;
-}
-
 static p2pkv_client_t *
-s_client(td_t *d, s_seen_t *seen, int *server_p)
+s_client(td_t *d, cb_ends_t *seen, int *server_p)
 {
     char err[P2PKV_ERRLEN] = "";
     p2pkv_config_t cfg = { .peer_id = "c-stream", .fingerprint = TD_FINGERPRINT,
                            .hash_seed = TD_HASH_SEED, .provider = "tcp", .node = "127.0.0.1",
                            .load_timeout = 60, .abort_ack_timeout = 60 };
-    p2pkv_callbacks_t cb = { .arg = seen, .on_fetch = s_on_fetch };
+    p2pkv_callbacks_t cb = { .arg = seen, .on_fetch = cb_ends_record };
     p2pkv_client_t *c = p2pkv_client_new(&cfg, NULL, 64, S_LEN, cb, err);
     ck_assert_msg(c != NULL, "p2pkv_client_new: %s", err);
     *server_p = p2pkv_client_connect(c, d->endpoint, BOUND, err);
@@ -130,26 +111,9 @@ s_client(td_t *d, s_seen_t *seen, int *server_p)
 
 //  The end of id, polled for up to BOUND: its status.
 static p2pkv_status_t
-s_end_of(p2pkv_client_t *c, s_seen_t *e, uint64_t id)
+s_end_of(p2pkv_client_t *c, cb_ends_t *e, uint64_t id)
 {
-    double deadline = pk_clock_monotonic() + BOUND;
-    while (pk_clock_monotonic() < deadline) {
-        for (size_t i = 0; i < e->n; i++)
-            if (e->id[i] == id)
-                return e->status[i];
-        p2pkv_client_poll(c, 0.05);
-    }
-    ck_abort_msg("get %llu never ended", (unsigned long long) id);
-    return P2PKV_FAILED;
-}
-
-static bool
-s_ended(const s_seen_t *e, uint64_t id)
-{
-    for (size_t i = 0; i < e->n; i++)
-        if (e->id[i] == id)
-            return true;
-    return false;
+    return e->status[cb_end_of(c, e, id, BOUND)];
 }
 
 static bool
@@ -208,7 +172,7 @@ s_mixed(bool stream, p2pkv_key_result_t *res)
     ck_assert_int_eq(pwrite(fd, junk, sizeof junk, PK_DISK_TIER_HEADER + 100), sizeof junk);
     close(fd);
 
-    s_seen_t seen = { 0 };
+    cb_ends_t seen = { 0 };
     int server;
     p2pkv_client_t *c = s_client(&d, &seen, &server);
     p2pkv_key_t keys[S_NGET];
@@ -326,7 +290,7 @@ START_TEST(test_stream_writes_before_the_answer_and_aborts)
     p2pkv_key_t keys[S_NHUNG];
     uint32_t dest[S_NHUNG];
     p2pkv_key_t *put = s_hung_start(&d, dir, "120", keys, dest);
-    s_seen_t seen = { 0 };
+    cb_ends_t seen = { 0 };
     int server;
     p2pkv_client_t *c = s_client(&d, &seen, &server);
     p2pkv_key_result_t res[S_NHUNG];
@@ -334,7 +298,7 @@ START_TEST(test_stream_writes_before_the_answer_and_aborts)
     ck_assert_int_eq(p2pkv_client_get_async(c, server, "hung", keys, dest, S_NHUNG, 0, res,
                                             &id), 0);
     ck_assert_msg(s_pool_hits_written(c), "the pool hits were not written before the answer");
-    ck_assert_msg(!s_ended(&seen, id), "the get ended before its disk keys' deadline");
+    ck_assert_msg(!cb_ended(&seen, id), "the get ended before its disk keys' deadline");
     ck_assert_int_eq(td_stat(&d, "spill.reads"), 0);
     ck_assert_int_eq(p2pkv_client_cancel(c, id), 0);
     p2pkv_status_t st = s_end_of(c, &seen, id);
@@ -357,7 +321,7 @@ START_TEST(test_stream_hung_disk_ends_at_the_deadline)
     p2pkv_key_t keys[S_NHUNG];
     uint32_t dest[S_NHUNG];
     p2pkv_key_t *put = s_hung_start(&d, dir, "1", keys, dest);
-    s_seen_t seen = { 0 };
+    cb_ends_t seen = { 0 };
     int server;
     p2pkv_client_t *c = s_client(&d, &seen, &server);
     p2pkv_key_result_t res[S_NHUNG];
