@@ -230,12 +230,11 @@ s_send_describe(zsock_t *d, size_t len)
     free(frame);
 }
 
-//  --max-frame: a frame over the limit makes libzmq drop the sender's
-//  connection (ZMQ_MAXMSGSIZE); one under it is answered.
-START_TEST(test_max_frame_drops_a_larger_frame)
+//  A DEALER connected to endpoint, watched for its disconnection
+//  (*monitor_p: czmq's zmonitor on it, started before the connect).
+static zsock_t *
+s_watched_dealer(const char *endpoint, zactor_t **monitor_p)
 {
-    td_t s;
-    td_start(&s, (const char *const[]) { "--max-frame", "4096", NULL });
     zsock_t *d = zsock_new(ZMQ_DEALER);
     ck_assert_ptr_nonnull(d);
     zactor_t *monitor = zactor_new(zmonitor, d);
@@ -243,7 +242,32 @@ START_TEST(test_max_frame_drops_a_larger_frame)
     zstr_sendx(monitor, "LISTEN", "DISCONNECTED", NULL);
     zstr_sendx(monitor, "START", NULL);
     zsock_wait(monitor);
-    ck_assert_int_eq(zsock_connect(d, "%s", s.endpoint), 0);
+    ck_assert_int_eq(zsock_connect(d, "%s", endpoint), 0);
+    *monitor_p = monitor;
+    return d;
+}
+
+//  The watched dealer's connection was dropped within 10 s, for what.
+static void
+s_expect_disconnected(zactor_t *monitor, const char *what)
+{
+    zsock_set_rcvtimeo(monitor, 10000);
+    zmsg_t *ev = zmsg_recv(monitor);
+    ck_assert_msg(ev != NULL, "%s did not cost its connection within 10 s", what);
+    char *name = zmsg_popstr(ev);
+    ck_assert_str_eq(name, "DISCONNECTED");
+    zstr_free(&name);
+    zmsg_destroy(&ev);
+}
+
+//  --max-frame: a frame over the limit makes libzmq drop the sender's
+//  connection (ZMQ_MAXMSGSIZE); one under it is answered.
+START_TEST(test_max_frame_drops_a_larger_frame)
+{
+    td_t s;
+    td_start(&s, (const char *const[]) { "--max-frame", "4096", NULL });
+    zactor_t *monitor;
+    zsock_t *d = s_watched_dealer(s.endpoint, &monitor);
     zsock_set_rcvtimeo(d, 10000);
     s_send_describe(d, 3000);
     zframe_t *f = zframe_recv(d);
@@ -251,13 +275,7 @@ START_TEST(test_max_frame_drops_a_larger_frame)
     ck_assert_ptr_nonnull(strstr((const char *) zframe_data(f), "description"));
     zframe_destroy(&f);
     s_send_describe(d, 8000);
-    zsock_set_rcvtimeo(monitor, 10000);
-    zmsg_t *ev = zmsg_recv(monitor);
-    ck_assert_msg(ev != NULL, "an 8000-byte frame did not cost its connection within 10 s");
-    char *name = zmsg_popstr(ev);
-    ck_assert_str_eq(name, "DISCONNECTED");
-    zstr_free(&name);
-    zmsg_destroy(&ev);
+    s_expect_disconnected(monitor, "an 8000-byte frame");
     zactor_destroy(&monitor);
     zsock_destroy(&d);
     ck_assert_int_eq(td_stop(&s), 0);
@@ -272,14 +290,8 @@ START_TEST(test_max_frame_holds_on_the_local_socket)
 {
     td_t s;
     td_start(&s, (const char *const[]) { "--max-frame", "4096", NULL });
-    zsock_t *d = zsock_new(ZMQ_DEALER);
-    ck_assert_ptr_nonnull(d);
-    zactor_t *monitor = zactor_new(zmonitor, d);
-    ck_assert_ptr_nonnull(monitor);
-    zstr_sendx(monitor, "LISTEN", "DISCONNECTED", NULL);
-    zstr_sendx(monitor, "START", NULL);
-    zsock_wait(monitor);
-    ck_assert_int_eq(zsock_connect(d, "%s", s.local), 0);
+    zactor_t *monitor;
+    zsock_t *d = s_watched_dealer(s.local, &monitor);
     zsock_set_rcvtimeo(d, 10000);
     for (size_t len = 3000; len <= 8000; len += 5000) {
         char *frame = malloc(len);
@@ -296,14 +308,7 @@ START_TEST(test_max_frame_holds_on_the_local_socket)
         ck_assert_ptr_nonnull(strstr((const char *) zframe_data(f), "\"instance\""));
         zframe_destroy(&f);
     }
-    zsock_set_rcvtimeo(monitor, 10000);
-    zmsg_t *ev = zmsg_recv(monitor);
-    ck_assert_msg(ev != NULL, "an 8000-byte request on the local socket did not cost its "
-                  "connection within 10 s");
-    char *name = zmsg_popstr(ev);
-    ck_assert_str_eq(name, "DISCONNECTED");
-    zstr_free(&name);
-    zmsg_destroy(&ev);
+    s_expect_disconnected(monitor, "an 8000-byte request on the local socket");
     zactor_destroy(&monitor);
     zsock_destroy(&d);
     ck_assert_int_eq(td_stop(&s), 0);
